@@ -1,0 +1,295 @@
+//! Types shared by spacetime's kernel programs and its userspace.
+//!
+//! Every struct here crosses the kernel/user boundary byte for byte: `#[repr(C)]`, `Copy`, and
+//! laid out without implicit padding (explicit `_pad` fields) so both sides agree on every offset.
+//! Figures carry their unit in their name (`_ns`, `_pages`).
+#![no_std]
+
+/// Length of `task_struct.comm`.
+pub const TASK_COMM_LEN: usize = 16;
+/// Bytes of the exec filename carried in an [`ExecEvent`]; longer paths are cut and flagged.
+pub const FILENAME_LEN: usize = 256;
+/// Bytes of argv carried per record. A power of two so the kernel side can bound lengths with a
+/// mask the verifier understands.
+pub const ARGS_CHUNK: usize = 4096;
+/// Largest CPU count for which the kernel sums the per-CPU deltas of the RSS counters. Above it
+/// the counters' shared part is used and the figure is flagged approximate.
+pub const MAX_EXACT_CPUS: u32 = 64;
+
+/// Kinds of records on the ring buffer (`EventHeader::kind`).
+pub mod kind {
+    /// A task was created: a process ([`super::ForkEvent`]) or a thread.
+    pub const FORK: u32 = 1;
+    /// A program image started ([`super::ExecEvent`]); argv follows in `ARGS` records.
+    pub const EXEC: u32 = 2;
+    /// A continuation of an exec's argv ([`super::ArgsEvent`]).
+    pub const ARGS: u32 = 3;
+    /// A program image is about to be replaced by exec: its memory high-water marks
+    /// ([`super::ImageEndEvent`]).
+    pub const IMAGE_END: u32 = 4;
+    /// A task exited ([`super::ExitEvent`]); `GROUP_DEAD` marks the end of the process.
+    pub const EXIT: u32 = 5;
+}
+
+/// Flag bits for the `flags` fields.
+pub mod flags {
+    /// FORK: the new task is a thread of the parent's process.
+    pub const FORK_THREAD: u32 = 1 << 0;
+    /// FORK: the new process shares its parent's address space until it execs (vfork,
+    /// posix_spawn): memory read before its exec is the parent's.
+    pub const FORK_SHARED_MM: u32 = 1 << 1;
+    /// EXEC: the filename did not fit [`super::FILENAME_LEN`].
+    pub const EXEC_FILENAME_TRUNCATED: u32 = 1 << 0;
+    /// EXEC: argv was longer than the configured maximum and was cut.
+    pub const EXEC_ARGS_TRUNCATED: u32 = 1 << 1;
+    /// EXEC: reading argv from the new image failed.
+    pub const EXEC_ARGS_FAULT: u32 = 1 << 2;
+    /// EXIT: the last thread of the process exited; the process is gone.
+    pub const EXIT_GROUP_DEAD: u32 = 1 << 0;
+    /// EXIT: `exit_code` is the thread group's exit code (exit_group or a fatal signal).
+    pub const EXIT_GROUP_CODE: u32 = 1 << 1;
+    /// MEM: the figures were read from a live mm.
+    pub const MEM_VALID: u32 = 1 << 0;
+    /// MEM: the RSS counters were summed exactly, per-CPU deltas included.
+    pub const MEM_EXACT: u32 = 1 << 1;
+}
+
+/// Indexes of the per-CPU `STATS` counters.
+pub mod stat {
+    /// Records dropped because the ring buffer was full.
+    pub const RINGBUF_LOST: u32 = 0;
+    /// Processes that could not be tracked because the tracking map was full.
+    pub const TRACK_FULL: u32 = 1;
+    /// Kernel reads that failed (a field could not be read).
+    pub const READ_FAIL: u32 = 2;
+    /// Number of counters.
+    pub const COUNT: u32 = 3;
+}
+
+/// Which processes the kernel side reports.
+pub mod mode {
+    /// Only processes in the tracking map and the processes they fork.
+    pub const TREE: u32 = 0;
+    /// Every process on the system.
+    pub const SYSTEM: u32 = 1;
+}
+
+/// How `mm_struct.rss_stat` is laid out on the running kernel.
+pub mod rss_layout {
+    /// `struct percpu_counter rss_stat[NR_MM_COUNTERS]` (Linux 6.2 and later).
+    pub const PERCPU_COUNTER: u32 = 0;
+    /// `struct mm_rss_stat { atomic_long_t count[NR_MM_COUNTERS]; }` (before 6.2).
+    pub const ATOMIC_ARRAY: u32 = 1;
+}
+
+/// Offsets of the kernel fields the programs read, in bytes, resolved from the running kernel's
+/// BTF at load time. Nothing here is baked from the build machine.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelOffsets {
+    pub task_pid: u32,
+    pub task_tgid: u32,
+    pub task_mm: u32,
+    pub task_signal: u32,
+    pub task_group_leader: u32,
+    pub task_start_time: u32,
+    pub task_utime: u32,
+    pub task_stime: u32,
+    pub task_sum_exec_runtime: u32,
+    pub task_exit_code: u32,
+    /// `task_struct.rss_stat` (per-task cached RSS deltas, kernels before 6.2); 0 when absent.
+    pub task_rss_stat_count: u32,
+    pub signal_live: u32,
+    pub signal_flags: u32,
+    pub signal_group_exit_code: u32,
+    pub signal_maxrss: u32,
+    pub mm_hiwater_rss: u32,
+    pub mm_hiwater_vm: u32,
+    pub mm_total_vm: u32,
+    pub mm_rss_stat: u32,
+    pub mm_arg_start: u32,
+    pub mm_arg_end: u32,
+    /// `percpu_counter.count` (PERCPU_COUNTER layout).
+    pub pcpu_count: u32,
+    /// `percpu_counter.counters` (PERCPU_COUNTER layout).
+    pub pcpu_counters: u32,
+    /// Stride between `rss_stat` elements: `sizeof(struct percpu_counter)` or 8.
+    pub rss_stride: u32,
+    /// Indexes of the counters that make up RSS (`enum MM_*`).
+    pub rss_file_idx: u32,
+    pub rss_anon_idx: u32,
+    pub rss_shmem_idx: u32,
+    pub binprm_filename: u32,
+    /// `bpf_array.pptrs`: where a per-CPU array keeps its per-CPU base pointers.
+    pub bpf_array_pptrs: u32,
+    /// `SIGNAL_GROUP_EXIT` in `signal_struct.flags`.
+    pub signal_group_exit_flag: u32,
+}
+
+/// Configuration of the kernel programs, written into their read-only data before load.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// [`mode`].
+    pub mode: u32,
+    /// [`rss_layout`].
+    pub rss_layout: u32,
+    /// Possible CPUs (`/sys/devices/system/cpu/possible`), for summing per-CPU counters.
+    pub nr_cpus: u32,
+    /// Largest number of argv records per exec (each [`ARGS_CHUNK`] bytes).
+    pub max_arg_chunks: u32,
+    pub off: KernelOffsets,
+}
+
+/// Start of every record. `tgid` and `leader_start_ns` identify the process: pids are reused,
+/// (tgid, start time of its group leader) are not.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventHeader {
+    pub kind: u32,
+    pub flags: u32,
+    /// CLOCK_MONOTONIC, as `bpf_ktime_get_ns`.
+    pub ts_ns: u64,
+    pub tgid: u32,
+    pub pid: u32,
+    /// Start time of the thread group leader (CLOCK_MONOTONIC).
+    pub leader_start_ns: u64,
+}
+
+/// A new task. The header names the parent (the forking thread and its process); the child is
+/// described here.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ForkEvent {
+    pub hdr: EventHeader,
+    pub child_pid: u32,
+    pub child_tgid: u32,
+    pub child_start_ns: u64,
+}
+
+/// Memory figures of one mm, in pages.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemStats {
+    /// `mm->hiwater_rss`: raised lazily, only before RSS drops.
+    pub hiwater_rss_pages: u64,
+    /// Current RSS by counter.
+    pub rss_file_pages: u64,
+    pub rss_anon_pages: u64,
+    pub rss_shmem_pages: u64,
+    pub hiwater_vm_pages: u64,
+    pub total_vm_pages: u64,
+    /// [`flags`] `MEM_*`.
+    pub flags: u32,
+    pub _pad: u32,
+}
+
+impl MemStats {
+    /// Current resident pages: the sum of the counters that make up RSS.
+    pub fn rss_pages(&self) -> u64 {
+        self.rss_file_pages
+            .saturating_add(self.rss_anon_pages)
+            .saturating_add(self.rss_shmem_pages)
+    }
+
+    /// The peak as the kernel defines it (`get_mm_hiwater_rss`): hiwater is only raised before
+    /// RSS drops, so the current RSS may be higher.
+    pub fn peak_rss_pages(&self) -> u64 {
+        self.hiwater_rss_pages.max(self.rss_pages())
+    }
+
+    /// Peak virtual size (`get_mm_hiwater_vm`).
+    pub fn peak_vm_pages(&self) -> u64 {
+        self.hiwater_vm_pages.max(self.total_vm_pages)
+    }
+}
+
+/// A program image starts. Sent with only `FILENAME_LEN + args_here` bytes of payload; argv
+/// beyond `args_here` follows in [`ArgsEvent`]s.
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct ExecEvent {
+    pub hdr: EventHeader,
+    /// The pid of the thread that called execve (differs from `hdr.pid` when a non-leader
+    /// thread execs and takes over the leader's pid).
+    pub old_pid: u32,
+    /// Total bytes of the argument area (NUL-separated argv), as the new image has it.
+    pub args_len: u32,
+    /// Bytes of argv carried in `args` of this record.
+    pub args_here: u32,
+    pub _pad: u32,
+    pub comm: [u8; TASK_COMM_LEN],
+    pub filename: [u8; FILENAME_LEN],
+    pub args: [u8; ARGS_CHUNK],
+}
+
+/// Bytes of an [`ExecEvent`] before its `args`.
+pub const EXEC_EVENT_FIXED: usize = core::mem::size_of::<ExecEvent>() - ARGS_CHUNK;
+
+/// Continuation of an exec's argv: `len` bytes at `offset` of the argument area.
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct ArgsEvent {
+    pub hdr: EventHeader,
+    pub offset: u32,
+    pub len: u32,
+    pub data: [u8; ARGS_CHUNK],
+}
+
+/// Bytes of an [`ArgsEvent`] before its `data`.
+pub const ARGS_EVENT_FIXED: usize = core::mem::size_of::<ArgsEvent>() - ARGS_CHUNK;
+
+/// The image a task is leaving by exec, read at the point of no return.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImageEndEvent {
+    pub hdr: EventHeader,
+    pub mem: MemStats,
+}
+
+/// A task exits. With `EXIT_GROUP_DEAD` it is the last thread and `mem` holds the final image's
+/// figures (when the mm was still attached).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExitEvent {
+    pub hdr: EventHeader,
+    pub mem: MemStats,
+    /// Wait status as the parent would see it: `(code << 8)` or the signal number (| 0x80 for a
+    /// core dump).
+    pub exit_code: u32,
+    pub _pad: u32,
+    /// This thread's CPU time, as sampled by the tick (`task->utime`, `task->stime`).
+    pub utime_ns: u64,
+    pub stime_ns: u64,
+    /// This thread's precise run time (`se.sum_exec_runtime`).
+    pub runtime_ns: u64,
+    /// `signal->maxrss` (pages): what `ru_maxrss` would report for the process.
+    pub signal_maxrss_pages: u64,
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    unsafe impl aya::Pod for Config {}
+    unsafe impl aya::Pod for KernelOffsets {}
+    unsafe impl aya::Pod for EventHeader {}
+    unsafe impl aya::Pod for ForkEvent {}
+    unsafe impl aya::Pod for ExecEvent {}
+    unsafe impl aya::Pod for ArgsEvent {}
+    unsafe impl aya::Pod for ImageEndEvent {}
+    unsafe impl aya::Pod for ExitEvent {}
+}
+
+// Layout checks: the kernel and userspace read these byte for byte.
+const _: () = {
+    use core::mem::size_of;
+    assert!(size_of::<EventHeader>() == 32);
+    assert!(size_of::<ForkEvent>() == 48);
+    assert!(size_of::<MemStats>() == 56);
+    assert!(size_of::<ImageEndEvent>() == 88);
+    assert!(size_of::<ExitEvent>() == 128);
+    assert!(EXEC_EVENT_FIXED == 32 + 16 + TASK_COMM_LEN + FILENAME_LEN);
+    assert!(ARGS_EVENT_FIXED == 40);
+    assert!(size_of::<KernelOffsets>() == 30 * 4);
+    assert!(size_of::<Config>() == 16 + 30 * 4);
+};

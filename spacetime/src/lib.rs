@@ -1,0 +1,10 @@
+//! spacetime: a process tree tracer built on eBPF.
+//!
+//! The data flows one way: the kernel programs ([`loader`]) write records to a ring buffer,
+//! [`events`] decodes them, [`tree`] builds the process tree, [`report`] renders it.
+//! [`launch`] starts and reaps the traced command; [`btf`] and [`offsets`] resolve the kernel
+//! fields the programs read; [`taskstats`] listens to the kernel's exit accounting.
+
+pub mod btf;
+pub mod offsets;
+pub mod taskstats;
