@@ -1,1 +1,119 @@
-fn main(){}
+//! spacetime's kernel programs: fork, exec and exit of the traced tree, with the memory
+//! high-water marks of every program image, sent to userspace through one ring buffer.
+//!
+//! Entry points are thin: each delegates to a `try_*` function in the file named after its
+//! probe. Kernel fields are read at offsets userspace resolved from the running kernel's BTF
+//! and wrote into [`CONFIG`] before load.
+#![no_std]
+#![no_main]
+
+mod exec;
+mod exit;
+mod fork;
+mod mem;
+mod task;
+
+use aya_ebpf::{
+    macros::{map, raw_tracepoint},
+    maps::{HashMap, PerCpuArray, RingBuf},
+    programs::RawTracePointContext,
+};
+use spacetime_common::{stat, ArgsEvent, Config, ExecEvent};
+
+/// Written by userspace before load (`EbpfLoader::override_global`); read-only afterwards.
+#[no_mangle]
+static CONFIG: Config = unsafe { core::mem::zeroed() };
+
+/// Records to userspace. Userspace sizes it (4 MiB by default).
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
+
+/// Processes (tgids) being traced. Userspace inserts the root; forks add children; the last
+/// thread's exit removes the process.
+#[map]
+static TRACKED: HashMap<u32, u32> = HashMap::with_max_entries(65536, 0);
+
+/// Per-CPU failure counters, indexed by [`stat`].
+#[map]
+static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
+
+/// Per-CPU scratch space for records too large for the BPF stack.
+#[map]
+static EXEC_SCRATCH: PerCpuArray<ExecEvent> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+static ARGS_SCRATCH: PerCpuArray<ArgsEvent> = PerCpuArray::with_max_entries(1, 0);
+
+/// A per-CPU map used to learn each CPU's per-CPU area offset: the address of a CPU's element
+/// minus the map's per-CPU base pointer. Slot 0 is the anchor, slot 1 launders pointers into
+/// plain numbers (see `mem::launder`).
+#[map]
+static ANCHOR: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
+
+/// Reads one field of [`CONFIG`], e.g. `conf!(off.task_pid)`. The volatile read keeps the
+/// compiler from folding the zeroed initializer into the code.
+macro_rules! conf {
+    ($($field:tt)+) => {
+        // SAFETY: CONFIG is plain data in .rodata.
+        unsafe { core::ptr::read_volatile(&$crate::CONFIG.$($field)+) }
+    };
+}
+pub(crate) use conf;
+
+#[inline(always)]
+fn count(index: u32) {
+    if let Some(p) = STATS.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU.
+        unsafe { *p += 1 };
+    }
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
+    match fork::try_fork(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
+    match exec::try_exec(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+/// Fires at exec's point of no return, while the old image's mm is still in place (6.10+).
+#[raw_tracepoint(tracepoint = "sched_prepare_exec")]
+pub fn sched_prepare_exec(ctx: RawTracePointContext) -> i32 {
+    match exec::try_prepare_exec(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
+    match exit::try_exit(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[link_section = "license"]
+#[no_mangle]
+static LICENSE: [u8; 4] = *b"GPL\0";
+
+/// Sends a fixed-size record; a full ring buffer is counted as loss, never silent.
+#[inline(always)]
+fn output<T>(ev: &T) {
+    if EVENTS.output::<T>(ev, 0).is_err() {
+        count(stat::RINGBUF_LOST);
+    }
+}

@@ -4,7 +4,16 @@
 //! [`events`] decodes them, [`tree`] builds the process tree, [`report`] renders it.
 //! [`launch`] starts and reaps the traced command; [`btf`] and [`offsets`] resolve the kernel
 //! fields the programs read; [`taskstats`] listens to the kernel's exit accounting.
+//! [`trace`] ties them together for `spacetime trace`.
 
 pub mod btf;
+pub mod cli;
+pub mod events;
+pub mod launch;
+pub mod loader;
 pub mod offsets;
+pub mod report;
 pub mod taskstats;
+pub mod trace;
+pub mod tree;
+pub mod units;

@@ -1,0 +1,412 @@
+//! Resolves [`KernelOffsets`] — where the kernel programs find each field they read — from the
+//! running kernel's BTF, so one binary works across kernel builds and versions.
+
+use crate::btf::{Btf, BtfError, Kind};
+use spacetime_common::{rss_layout, KernelOffsets};
+
+/// `SIGNAL_GROUP_EXIT` is a `#define` (not in BTF); it has been 0x4 since Linux 3.x.
+const SIGNAL_GROUP_EXIT: u32 = 0x4;
+
+/// Why the offsets could not be resolved.
+///
+/// The BTF error is part of the message rather than a `source`, so that one line says both what
+/// spacetime needed and what the kernel lacks.
+#[derive(Debug, thiserror::Error)]
+pub enum OffsetsError {
+    #[error("cannot find {field} in the kernel's BTF: {cause}")]
+    Field { field: String, cause: BtfError },
+    #[error(
+        "mm_struct.rss_stat is {found}, neither an array of struct percpu_counter (Linux 6.2+) \
+         nor struct mm_rss_stat (older kernels)"
+    )]
+    RssLayout { found: String },
+    #[error(
+        "enumerator {name} = {value} is not an index into mm_struct.rss_stat ({len} counters)"
+    )]
+    RssIndex {
+        name: &'static str,
+        value: i64,
+        len: u32,
+    },
+}
+
+/// What [`resolve`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    pub off: KernelOffsets,
+    /// [`rss_layout`] of `mm_struct.rss_stat`.
+    pub rss_layout: u32,
+    /// Number of RSS counters (`NR_MM_COUNTERS`).
+    pub nr_mm_counters: u32,
+    /// `sched_prepare_exec` tracepoint exists (Linux 6.10+): the old image is still mapped there.
+    pub has_prepare_exec: bool,
+    /// `task_struct.rss_stat` exists: per-task cached RSS deltas (kernels before 6.2 with
+    /// SPLIT_RSS_COUNTING) must be added to the mm's counters.
+    pub has_task_rss_stat: bool,
+    /// One line per layout decision, for `-v` output.
+    pub notes: Vec<String>,
+}
+
+fn field(btf: &Btf, ty: &str, path: &str) -> Result<u32, OffsetsError> {
+    btf.member_offset(ty, path)
+        .map_err(|cause| OffsetsError::Field {
+            field: format!("{ty}.{path}"),
+            cause,
+        })
+}
+
+fn rss_index(btf: &Btf, name: &'static str, len: u32) -> Result<u32, OffsetsError> {
+    let value = btf.enum_value(name).map_err(|cause| OffsetsError::Field {
+        field: format!("enum value {name}"),
+        cause,
+    })?;
+    u32::try_from(value)
+        .ok()
+        .filter(|&v| v < len)
+        .ok_or(OffsetsError::RssIndex { name, value, len })
+}
+
+/// Resolves every offset the kernel programs need from `btf`.
+pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
+    let mut notes = Vec::new();
+    let task = |p| field(btf, "task_struct", p);
+    let signal = |p| field(btf, "signal_struct", p);
+    let mm = |p| field(btf, "mm_struct", p);
+    let mut off = KernelOffsets {
+        task_pid: task("pid")?,
+        task_tgid: task("tgid")?,
+        task_mm: task("mm")?,
+        task_signal: task("signal")?,
+        task_group_leader: task("group_leader")?,
+        task_start_time: task("start_time")?,
+        task_utime: task("utime")?,
+        task_stime: task("stime")?,
+        task_sum_exec_runtime: task("se.sum_exec_runtime")?,
+        task_exit_code: task("exit_code")?,
+        signal_live: signal("live.counter")?,
+        signal_flags: signal("flags")?,
+        signal_group_exit_code: signal("group_exit_code")?,
+        signal_maxrss: signal("maxrss")?,
+        mm_hiwater_rss: mm("hiwater_rss")?,
+        mm_hiwater_vm: mm("hiwater_vm")?,
+        mm_total_vm: mm("total_vm")?,
+        mm_rss_stat: mm("rss_stat")?,
+        mm_arg_start: mm("arg_start")?,
+        mm_arg_end: mm("arg_end")?,
+        binprm_filename: field(btf, "linux_binprm", "filename")?,
+        bpf_array_pptrs: field(btf, "bpf_array", "pptrs")?,
+        signal_group_exit_flag: SIGNAL_GROUP_EXIT,
+        ..KernelOffsets::default()
+    };
+
+    let has_task_rss_stat = btf.has_member("task_struct", "rss_stat.count");
+    if has_task_rss_stat {
+        off.task_rss_stat_count = task("rss_stat.count")?;
+        notes.push("task_struct.rss_stat: per-task RSS deltas (split RSS counting)".into());
+    }
+
+    let rss = btf
+        .member_type("mm_struct", "rss_stat")
+        .map_err(|cause| OffsetsError::Field {
+            field: "mm_struct.rss_stat".into(),
+            cause,
+        })?;
+    let (layout, nr) = match (rss.kind, rss.elem_kind, rss.name) {
+        (Kind::Array, Kind::Struct, "percpu_counter") => {
+            let pc = |p| field(btf, "percpu_counter", p);
+            off.pcpu_count = pc("count")?;
+            off.pcpu_counters = pc("counters")?;
+            off.rss_stride = rss.elem_size;
+            notes.push(format!(
+                "mm_struct.rss_stat: struct percpu_counter[{}], {} bytes each (Linux 6.2+)",
+                rss.array_len, rss.elem_size
+            ));
+            (rss_layout::PERCPU_COUNTER, rss.array_len)
+        }
+        (Kind::Struct, _, "mm_rss_stat") => {
+            let count =
+                btf.member_type("mm_rss_stat", "count")
+                    .map_err(|cause| OffsetsError::Field {
+                        field: "mm_rss_stat.count".into(),
+                        cause,
+                    })?;
+            if count.kind != Kind::Array {
+                return Err(OffsetsError::RssLayout {
+                    found: "struct mm_rss_stat without a count array".into(),
+                });
+            }
+            // Point straight at the first atomic_long_t so both layouts index the same way.
+            off.mm_rss_stat += count.offset;
+            off.rss_stride = count.elem_size;
+            notes.push(format!(
+                "mm_struct.rss_stat: struct mm_rss_stat {{ atomic_long_t count[{}] }} (before 6.2)",
+                count.array_len
+            ));
+            (rss_layout::ATOMIC_ARRAY, count.array_len)
+        }
+        (kind, elem, name) => {
+            return Err(OffsetsError::RssLayout {
+                found: format!("{kind:?} of {elem:?} {name:?}"),
+            })
+        }
+    };
+    off.rss_file_idx = rss_index(btf, "MM_FILEPAGES", nr)?;
+    off.rss_anon_idx = rss_index(btf, "MM_ANONPAGES", nr)?;
+    off.rss_shmem_idx = rss_index(btf, "MM_SHMEMPAGES", nr)?;
+
+    let has_prepare_exec = btf.has_typedef("btf_trace_sched_prepare_exec");
+    notes.push(if has_prepare_exec {
+        "tracepoint sched_prepare_exec: present".into()
+    } else {
+        "tracepoint sched_prepare_exec: absent (before 6.10)".into()
+    });
+    Ok(Resolved {
+        off,
+        rss_layout: layout,
+        nr_mm_counters: nr,
+        has_prepare_exec,
+        has_task_rss_stat,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::btf::tests::Enc;
+
+    /// BTF shaped like a 5.x kernel: `mm_struct.rss_stat` is a `struct mm_rss_stat`, tasks cache
+    /// RSS deltas in `task_struct.rss_stat`, no `sched_prepare_exec`. `skip` ("struct.member" or
+    /// an enumerator) is left out, to check the errors.
+    fn old_kernel(skip: &str) -> Btf {
+        let mut e = Enc::new();
+        let int = e.int("int", 4, 32);
+        let long = e.int("long", 8, 64);
+        let ptr = e.modifier(Kind::Ptr, "", long);
+        let s64 = e.modifier(Kind::Typedef, "s64", long);
+        let a64 = e.strukt("", 8, &[("counter", s64, 0)]);
+        let a64_t = e.modifier(Kind::Typedef, "atomic64_t", a64);
+        let along = e.modifier(Kind::Typedef, "atomic_long_t", a64_t);
+        let a32 = e.strukt("", 4, &[("counter", int, 0)]);
+        let atomic_t = e.modifier(Kind::Typedef, "atomic_t", a32);
+        let counts = e.array(along, int, 4);
+        // `count` is not first here (it is in the kernel) so the addition is tested.
+        let mm_rss = e.strukt("mm_rss_stat", 40, &[("count", counts, 8)]);
+        let icounts = e.array(int, int, 4);
+        let task_rss = e.strukt(
+            "task_rss_stat",
+            20,
+            &[("events", int, 0), ("count", icounts, 4)],
+        );
+        let se = e.strukt("sched_entity", 64, &[("sum_exec_runtime", long, 48)]);
+        let keep = |ty: &str, m: &[(&'static str, u32, u32)]| -> Vec<(&'static str, u32, u32)> {
+            m.iter()
+                .filter(|x| format!("{ty}.{}", x.0) != skip)
+                .copied()
+                .collect()
+        };
+        let task = keep(
+            "task_struct",
+            &[
+                ("se", se, 64),
+                ("mm", ptr, 200),
+                ("exit_code", int, 208),
+                ("pid", int, 220),
+                ("tgid", int, 224),
+                ("group_leader", ptr, 232),
+                ("utime", long, 240),
+                ("stime", long, 248),
+                ("start_time", long, 256),
+                ("rss_stat", task_rss, 264),
+                ("signal", ptr, 288),
+            ],
+        );
+        e.strukt("task_struct", 512, &task);
+        let signal = keep(
+            "signal_struct",
+            &[
+                ("live", atomic_t, 4),
+                ("group_exit_code", int, 96),
+                ("flags", int, 116),
+                ("maxrss", long, 200),
+            ],
+        );
+        e.strukt("signal_struct", 256, &signal);
+        let mm = keep(
+            "mm_struct",
+            &[
+                ("hiwater_rss", long, 8),
+                ("hiwater_vm", long, 16),
+                ("total_vm", long, 24),
+                ("arg_start", long, 100),
+                ("arg_end", long, 108),
+                ("rss_stat", mm_rss, 200),
+            ],
+        );
+        let mm_body = e.strukt("", 400, &mm);
+        e.strukt("mm_struct", 400, &[("", mm_body, 0)]);
+        e.strukt(
+            "linux_binprm",
+            128,
+            &keep("linux_binprm", &[("filename", ptr, 96)]),
+        );
+        let pptrs = e.array(ptr, int, 0);
+        let value = e.array(int, int, 0);
+        let u = e.composite(
+            Kind::Union,
+            "",
+            false,
+            0,
+            &[("value", value, 0), ("pptrs", pptrs, 0)],
+        );
+        e.strukt("bpf_array", 320, &keep("bpf_array", &[("", u, 320)]));
+        let counters: Vec<_> = [
+            ("MM_FILEPAGES", 0),
+            ("MM_ANONPAGES", 1),
+            ("MM_SWAPENTS", 2),
+            ("MM_SHMEMPAGES", 3),
+            ("NR_MM_COUNTERS", 4),
+        ]
+        .into_iter()
+        .filter(|x| x.0 != skip)
+        .collect();
+        e.enum32("", false, &counters);
+        Btf::parse(e.build()).unwrap()
+    }
+
+    #[test]
+    fn resolve_old_kernel_layout() {
+        let r = resolve(&old_kernel("")).unwrap();
+        let o = r.off;
+        assert_eq!(r.rss_layout, rss_layout::ATOMIC_ARRAY);
+        assert_eq!((r.nr_mm_counters, r.has_prepare_exec), (4, false));
+        assert_eq!(o.mm_rss_stat, 208); // points at count[0]
+        assert_eq!(o.rss_stride, 8); // sizeof(atomic_long_t), through two typedefs
+        assert_eq!((o.pcpu_count, o.pcpu_counters), (0, 0));
+        assert!(r.has_task_rss_stat);
+        assert_eq!(o.task_rss_stat_count, 268);
+        assert_eq!(o.task_sum_exec_runtime, 112);
+        assert_eq!((o.task_pid, o.task_tgid, o.task_signal), (220, 224, 288));
+        assert_eq!((o.signal_live, o.signal_maxrss), (4, 200));
+        assert_eq!((o.mm_hiwater_rss, o.mm_arg_end), (8, 108));
+        assert_eq!((o.binprm_filename, o.bpf_array_pptrs), (96, 320));
+        assert_eq!((o.rss_file_idx, o.rss_anon_idx, o.rss_shmem_idx), (0, 1, 3));
+
+        let r = resolve(&old_kernel("task_struct.rss_stat")).unwrap();
+        assert_eq!((r.has_task_rss_stat, r.off.task_rss_stat_count), (false, 0));
+    }
+
+    #[test]
+    fn resolve_names_what_is_missing() {
+        let err = resolve(&old_kernel("signal_struct.maxrss")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cannot find signal_struct.maxrss in the kernel's BTF: signal_struct has no member maxrss"
+        );
+        for skip in [
+            "task_struct.se",
+            "task_struct.exit_code",
+            "mm_struct.hiwater_rss",
+            "mm_struct.rss_stat",
+            "linux_binprm.filename",
+            "MM_SHMEMPAGES",
+        ] {
+            let err = resolve(&old_kernel(skip)).unwrap_err().to_string();
+            let name = skip.rsplit('.').next().unwrap();
+            assert!(err.contains(name), "{skip}: {err}");
+        }
+    }
+
+    /// This machine's kernel, whose offsets /work/shared/TOOLCHAIN.md records.
+    const DOCUMENTED_RELEASE: &str = "6.18.44-fc-v445";
+
+    #[test]
+    fn resolve_live_btf_parse_and_resolve() {
+        let t = std::time::Instant::now();
+        let btf = Btf::from_sys_fs().expect("this test needs /sys/kernel/btf/vmlinux");
+        let parsed = t.elapsed();
+        let r = resolve(&btf).expect("resolve");
+        let total = t.elapsed();
+        println!(
+            "btf: parse {parsed:?}, parse+resolve {total:?} ({})",
+            if cfg!(debug_assertions) {
+                "debug build"
+            } else {
+                "release build"
+            }
+        );
+        println!("{:#?}", r);
+        let o = r.off;
+
+        // Facts that hold on any kernel.
+        let size = |s| btf.size_of(s).unwrap();
+        let (task, sig, mm) = (
+            size("task_struct"),
+            size("signal_struct"),
+            size("mm_struct"),
+        );
+        assert_eq!(o.task_tgid, o.task_pid + 4);
+        for f in [
+            o.task_pid,
+            o.task_mm,
+            o.task_signal,
+            o.task_group_leader,
+            o.task_start_time,
+            o.task_utime,
+            o.task_stime,
+            o.task_sum_exec_runtime,
+            o.task_exit_code,
+            o.task_rss_stat_count,
+        ] {
+            assert!(f < task, "{f} not inside task_struct ({task})");
+        }
+        for f in [o.signal_live, o.signal_flags, o.signal_group_exit_code] {
+            assert!(f < sig);
+        }
+        assert!(o.signal_maxrss < sig);
+        for f in [
+            o.mm_hiwater_rss,
+            o.mm_hiwater_vm,
+            o.mm_total_vm,
+            o.mm_arg_start,
+        ] {
+            assert!(f < mm);
+        }
+        assert_eq!(o.mm_arg_end, o.mm_arg_start + 8);
+        assert!(o.mm_rss_stat + r.nr_mm_counters * o.rss_stride <= mm);
+        let idx = [o.rss_file_idx, o.rss_anon_idx, o.rss_shmem_idx];
+        assert!(idx.iter().all(|&i| i < 4 && i < r.nr_mm_counters));
+        assert!(idx[0] != idx[1] && idx[1] != idx[2] && idx[0] != idx[2]);
+        assert!(o.binprm_filename < size("linux_binprm"));
+        assert!(o.bpf_array_pptrs <= size("bpf_array")); // a flexible array: may sit at the very end
+        assert_eq!(o.signal_group_exit_flag, 4);
+        match r.rss_layout {
+            rss_layout::PERCPU_COUNTER => {
+                assert_eq!(o.rss_stride, size("percpu_counter"));
+                assert!(o.pcpu_count < o.rss_stride && o.pcpu_counters < o.rss_stride);
+                assert!(!r.has_task_rss_stat);
+            }
+            _ => {
+                assert_eq!(o.rss_stride, 8);
+                assert_eq!((o.pcpu_count, o.pcpu_counters), (0, 0));
+            }
+        }
+
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        if release.trim() != DOCUMENTED_RELEASE {
+            println!(
+                "note: kernel {} is not {DOCUMENTED_RELEASE}; documented offsets not compared",
+                release.trim()
+            );
+            return;
+        }
+        assert_eq!(o.task_mm, 1136);
+        assert_eq!(o.mm_hiwater_rss, 344);
+        assert_eq!(o.mm_rss_stat, 960);
+        assert_eq!(o.pcpu_count, 8);
+        assert_eq!(o.rss_stride, 40);
+        assert_eq!(r.rss_layout, rss_layout::PERCPU_COUNTER);
+        assert_eq!((o.rss_file_idx, o.rss_anon_idx, o.rss_shmem_idx), (0, 1, 3));
+        assert!(r.has_prepare_exec);
+    }
+}

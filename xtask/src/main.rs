@@ -1,1 +1,179 @@
-fn main() {}
+//! `cargo xtask`: builds the eBPF object and the binary that embeds it, installs the toolchain
+//! pieces that are missing, and runs spacetime and its tests.
+
+mod toolchain;
+
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "Build, run and test spacetime")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what the build needs and is missing (nightly rust-src, bpf-linker on LLVM 22)
+    Setup,
+    /// Build the eBPF object and the release binary that embeds it
+    Build,
+    /// Build, then run the release binary with ARGS (as root)
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// Build, then run every test: unit tests and the integration tests that load the real
+    /// programs (needs root)
+    Test {
+        /// Extra arguments for the test harness (after --)
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// rustfmt and clippy (-D warnings) on both the userspace and the eBPF crates
+    Lint,
+}
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+/// Where `cargo xtask build` leaves the eBPF object.
+fn ebpf_object() -> PathBuf {
+    root().join("target/bpfel-unknown-none/release/spacetime")
+}
+
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let shown = format!("{cmd:?}");
+    let status = cmd.status().with_context(|| format!("running {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed with {status}");
+    }
+    Ok(())
+}
+
+fn build_ebpf() -> Result<()> {
+    eprintln!("xtask: building the eBPF programs (nightly, bpfel-unknown-none, build-std=core)");
+    run(Command::new("cargo")
+        .current_dir(root().join("spacetime-ebpf"))
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("RUSTC")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .args([
+            "+nightly",
+            "build",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+        ])
+        .arg("--target-dir")
+        .arg(root().join("target")))
+}
+
+/// Cargo invocation for the userspace workspace, with the eBPF object to embed.
+fn cargo() -> Command {
+    let mut c = Command::new("cargo");
+    c.current_dir(root())
+        .env("SPACETIME_EBPF_OBJ", ebpf_object());
+    c
+}
+
+fn build() -> Result<()> {
+    toolchain::ensure()?;
+    build_ebpf()?;
+    eprintln!("xtask: building spacetime (release)");
+    run(cargo().args(["build", "--release", "-p", "spacetime"]))
+}
+
+fn is_root() -> bool {
+    // Avoids a libc dependency: root's uid in /proc/self/status.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Cmd::Setup => toolchain::ensure(),
+        Cmd::Build => build(),
+        Cmd::Run { args } => {
+            build()?;
+            let bin = root().join("target/release/spacetime");
+            let mut cmd = if is_root() {
+                Command::new(&bin)
+            } else {
+                let mut c = Command::new("sudo");
+                c.arg(&bin);
+                c
+            };
+            let status = cmd.args(&args).status().context("running spacetime")?;
+            std::process::exit(status.code().unwrap_or(1));
+        }
+        Cmd::Test { args } => {
+            if !is_root() {
+                bail!("the tests load eBPF programs: run `sudo -E cargo xtask test` (or as root)");
+            }
+            build()?;
+            eprintln!("xtask: running the tests");
+            run(cargo()
+                .env("SPACETIME_BIN", root().join("target/release/spacetime"))
+                .args([
+                    "test",
+                    "--release",
+                    "--workspace",
+                    "--exclude",
+                    "xtask",
+                    "--",
+                ])
+                .args(&args))
+        }
+        Cmd::Lint => {
+            toolchain::ensure()?;
+            run(cargo().args(["fmt", "--all", "--check"]))?;
+            run(Command::new("cargo")
+                .current_dir(root().join("spacetime-ebpf"))
+                .args(["+nightly", "fmt", "--check"]))?;
+            build_ebpf()?;
+            run(cargo().args([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]))?;
+            run(Command::new("cargo")
+                .current_dir(root().join("spacetime-ebpf"))
+                .env_remove("RUSTUP_TOOLCHAIN")
+                .args([
+                    "+nightly",
+                    "clippy",
+                    "--release",
+                    "--target",
+                    "bpfel-unknown-none",
+                    "-Z",
+                    "build-std=core",
+                ])
+                .arg("--target-dir")
+                .arg(root().join("target"))
+                .args(["--", "-D", "warnings"]))
+        }
+    }
+}

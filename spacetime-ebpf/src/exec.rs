@@ -1,0 +1,157 @@
+//! sched_prepare_exec / sched_process_exec: a traced process replaces its program image.
+//! prepare_exec (the point of no return) closes the old image with its memory peak;
+//! process_exec opens the new one with its filename and full argv, read from the new mm's
+//! argument area and streamed in chunks when it does not fit one record.
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_comm, bpf_probe_read_kernel_str_bytes,
+        generated::{bpf_probe_read_user, bpf_ringbuf_output},
+    },
+    programs::RawTracePointContext,
+};
+use spacetime_common::{
+    flags, kind, stat, ImageEndEvent, ARGS_CHUNK, ARGS_EVENT_FIXED, EXEC_EVENT_FIXED, FILENAME_LEN,
+};
+
+use crate::{
+    conf, count, mem, output,
+    task::{header, is_traced, read, Task},
+    ARGS_SCRATCH, EVENTS, EXEC_SCRATCH,
+};
+
+/// Upper bound of argv records per exec, whatever the configuration says (256 KiB).
+const MAX_CHUNKS: u32 = 64;
+
+pub fn try_prepare_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
+    let task = Task(ctx.arg::<u64>(0));
+    let tgid = task.tgid()?;
+    if !is_traced(tgid) {
+        return Ok(());
+    }
+    let mm = task.mm()?;
+    if mm == 0 {
+        return Ok(());
+    }
+    let ev = ImageEndEvent {
+        hdr: header(kind::IMAGE_END, &task, tgid, task.pid()?)?,
+        mem: mem::read_mm(task.0, mm)?,
+    };
+    output(&ev);
+    Ok(())
+}
+
+/// Sends `len` bytes of the record at `data`; a full ring buffer is counted as loss.
+#[inline(always)]
+fn output_bytes(data: *mut c_void, len: usize) {
+    // SAFETY: `data` points at a scratch map value of at least `len` bytes.
+    let ret =
+        unsafe { bpf_ringbuf_output(&EVENTS as *const _ as *mut c_void, data, len as u64, 0) };
+    if ret < 0 {
+        count(stat::RINGBUF_LOST);
+    }
+}
+
+pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
+    let task = Task(ctx.arg::<u64>(0));
+    let tgid = task.tgid()?;
+    if !is_traced(tgid) {
+        return Ok(());
+    }
+    let old_pid = ctx.arg::<u64>(1) as u32;
+    let bprm = ctx.arg::<u64>(2);
+    let ev = EXEC_SCRATCH.get_ptr_mut(0).ok_or(-1)?;
+    // SAFETY: per-CPU scratch value, exclusively ours while this program runs on this CPU.
+    let ev = unsafe { &mut *ev };
+    ev.hdr = header(kind::EXEC, &task, tgid, task.pid()?)?;
+    ev.old_pid = old_pid;
+    ev.comm = bpf_get_current_comm().unwrap_or_default();
+
+    let filename = read::<u64>(bprm, conf!(off.binprm_filename))?;
+    // SAFETY: kernel string, bounded by the buffer.
+    match unsafe { bpf_probe_read_kernel_str_bytes(filename as *const u8, &mut ev.filename) } {
+        Ok(s) if s.len() + 1 >= FILENAME_LEN => ev.hdr.flags |= flags::EXEC_FILENAME_TRUNCATED,
+        Ok(_) => {}
+        Err(_) => ev.filename[0] = 0,
+    }
+
+    let mm = task.mm()?;
+    let arg_start = read::<u64>(mm, conf!(off.mm_arg_start))?;
+    let arg_end = read::<u64>(mm, conf!(off.mm_arg_end))?;
+    let total = arg_end.saturating_sub(arg_start);
+    let max_chunks = conf!(max_arg_chunks).clamp(1, MAX_CHUNKS) as u64;
+    let cap = max_chunks * ARGS_CHUNK as u64;
+    let args_len = if total > cap {
+        ev.hdr.flags |= flags::EXEC_ARGS_TRUNCATED;
+        cap
+    } else {
+        total
+    } as u32;
+    ev.args_len = args_len;
+
+    let first = args_len.min(ARGS_CHUNK as u32);
+    if first as usize > ARGS_CHUNK {
+        return Err(-1);
+    }
+    // SAFETY: reads user memory of the current task into our buffer; failure is reported.
+    let ret = unsafe {
+        bpf_probe_read_user(
+            ev.args.as_mut_ptr() as *mut c_void,
+            first,
+            arg_start as *const c_void,
+        )
+    };
+    if ret < 0 {
+        ev.hdr.flags |= flags::EXEC_ARGS_FAULT;
+        ev.args_len = 0;
+        ev.args_here = 0;
+        output_bytes(ev as *mut _ as *mut c_void, EXEC_EVENT_FIXED);
+        return Ok(());
+    }
+    ev.args_here = first;
+    output_bytes(
+        ev as *mut _ as *mut c_void,
+        EXEC_EVENT_FIXED + first as usize,
+    );
+
+    if args_len as usize <= ARGS_CHUNK {
+        return Ok(());
+    }
+    let hdr = ev.hdr;
+    let chunk = ARGS_SCRATCH.get_ptr_mut(0).ok_or(-1)?;
+    // SAFETY: as above.
+    let chunk = unsafe { &mut *chunk };
+    chunk.hdr = hdr;
+    chunk.hdr.kind = kind::ARGS;
+    for i in 1..MAX_CHUNKS {
+        let offset = i * ARGS_CHUNK as u32;
+        if offset >= args_len {
+            break;
+        }
+        let n = (args_len - offset).min(ARGS_CHUNK as u32);
+        if n as usize > ARGS_CHUNK {
+            break;
+        }
+        // SAFETY: as above.
+        let ret = unsafe {
+            bpf_probe_read_user(
+                chunk.data.as_mut_ptr() as *mut c_void,
+                n,
+                (arg_start + offset as u64) as *const c_void,
+            )
+        };
+        if ret < 0 {
+            count(stat::READ_FAIL);
+            break;
+        }
+        chunk.offset = offset;
+        chunk.len = n;
+        output_bytes(
+            chunk as *mut _ as *mut c_void,
+            ARGS_EVENT_FIXED + n as usize,
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,130 @@
+//! The memory high-water marks of an mm, as the kernel defines its peak:
+//! `max(mm->hiwater_rss, file + anon + shmem pages)`.
+//!
+//! On 6.2+ the RSS counters are per-CPU counters: the shared `count` lags the truth by up to a
+//! batch per CPU, so the per-CPU deltas are added in. Their addresses need each CPU's per-CPU
+//! area offset, which the kernel does not export to BPF; it is learned from our own per-CPU
+//! map: the address of a CPU's element minus the map's per-CPU base pointer.
+
+use core::ffi::c_void;
+
+use aya_ebpf::helpers::generated::bpf_map_lookup_percpu_elem;
+use spacetime_common::{flags, rss_layout, MemStats, MAX_EXACT_CPUS};
+
+use crate::{conf, task::read, ANCHOR};
+
+/// Turns a value the verifier tracks as a pointer into a plain number by passing it through
+/// memory. Allowed for privileged programs only, which spacetime's are.
+#[inline(always)]
+fn launder(v: u64) -> Option<u64> {
+    let slot = ANCHOR.get_ptr_mut(1)?;
+    // SAFETY: a per-CPU slot of our own map; volatile so the round trip is not optimized away.
+    unsafe {
+        core::ptr::write_volatile(slot, v);
+        Some(core::ptr::read_volatile(slot))
+    }
+}
+
+/// Offset of `cpu`'s per-CPU area, given the anchor map's per-CPU base pointer.
+#[inline(always)]
+fn cpu_offset(anchor_base: u64, cpu: u32) -> Option<u64> {
+    let key: u32 = 0;
+    // SAFETY: the helper returns our element's address on `cpu`, or null.
+    let elem = unsafe {
+        bpf_map_lookup_percpu_elem(
+            &ANCHOR as *const _ as *mut c_void,
+            &key as *const u32 as *const c_void,
+            cpu,
+        )
+    };
+    if elem.is_null() {
+        return None;
+    }
+    Some(launder(elem as u64)?.wrapping_sub(anchor_base))
+}
+
+/// RSS counters of a 6.2+ mm, per-CPU deltas included when the CPU count allows.
+#[inline(always)]
+fn percpu_rss(mm: u64, out: &mut MemStats) -> Result<(), i32> {
+    let base = mm + conf!(off.mm_rss_stat) as u64;
+    let stride = conf!(off.rss_stride) as u64;
+    let c_count = conf!(off.pcpu_count);
+    let c_counters = conf!(off.pcpu_counters);
+    let file = base + stride * conf!(off.rss_file_idx) as u64;
+    let anon = base + stride * conf!(off.rss_anon_idx) as u64;
+    let shmem = base + stride * conf!(off.rss_shmem_idx) as u64;
+
+    let mut sums = [
+        read::<i64>(file, c_count)?,
+        read::<i64>(anon, c_count)?,
+        read::<i64>(shmem, c_count)?,
+    ];
+    let nr_cpus = conf!(nr_cpus);
+    if nr_cpus > 0 && nr_cpus <= MAX_EXACT_CPUS {
+        let anchor_map = launder(&ANCHOR as *const _ as u64).ok_or(-1)?;
+        let anchor_base = read::<u64>(anchor_map, conf!(off.bpf_array_pptrs))?;
+        let pcpu = [
+            read::<u64>(file, c_counters)?,
+            read::<u64>(anon, c_counters)?,
+            read::<u64>(shmem, c_counters)?,
+        ];
+        for cpu in 0..MAX_EXACT_CPUS {
+            if cpu >= nr_cpus {
+                break;
+            }
+            let off = cpu_offset(anchor_base, cpu).ok_or(-1)?;
+            for i in 0..3 {
+                sums[i] += read::<i32>(pcpu[i].wrapping_add(off), 0)? as i64;
+            }
+        }
+        out.flags |= flags::MEM_EXACT;
+    }
+    out.rss_file_pages = sums[0].max(0) as u64;
+    out.rss_anon_pages = sums[1].max(0) as u64;
+    out.rss_shmem_pages = sums[2].max(0) as u64;
+    Ok(())
+}
+
+/// RSS counters of a pre-6.2 mm: atomics in the mm, plus the calling task's cached deltas
+/// (SPLIT_RSS_COUNTING) that have not been folded in yet.
+#[inline(always)]
+fn atomic_rss(task: u64, mm: u64, out: &mut MemStats) -> Result<(), i32> {
+    let base = mm + conf!(off.mm_rss_stat) as u64;
+    let stride = conf!(off.rss_stride) as u64;
+    let idx = [
+        conf!(off.rss_file_idx),
+        conf!(off.rss_anon_idx),
+        conf!(off.rss_shmem_idx),
+    ];
+    let cache = conf!(off.task_rss_stat_count);
+    let mut sums = [0i64; 3];
+    for i in 0..3 {
+        sums[i] = read::<i64>(base + stride * idx[i] as u64, 0)?;
+        if cache != 0 {
+            sums[i] += read::<i32>(task + cache as u64 + 4 * idx[i] as u64, 0)? as i64;
+        }
+    }
+    out.rss_file_pages = sums[0].max(0) as u64;
+    out.rss_anon_pages = sums[1].max(0) as u64;
+    out.rss_shmem_pages = sums[2].max(0) as u64;
+    out.flags |= flags::MEM_EXACT;
+    Ok(())
+}
+
+/// Reads the figures of `mm` (owned by `task`).
+#[inline(always)]
+pub fn read_mm(task: u64, mm: u64) -> Result<MemStats, i32> {
+    let mut m = MemStats {
+        hiwater_rss_pages: read::<u64>(mm, conf!(off.mm_hiwater_rss))?,
+        hiwater_vm_pages: read::<u64>(mm, conf!(off.mm_hiwater_vm))?,
+        total_vm_pages: read::<u64>(mm, conf!(off.mm_total_vm))?,
+        ..MemStats::default()
+    };
+    if conf!(rss_layout) == rss_layout::ATOMIC_ARRAY {
+        atomic_rss(task, mm, &mut m)?;
+    } else {
+        percpu_rss(mm, &mut m)?;
+    }
+    m.flags |= flags::MEM_VALID;
+    Ok(m)
+}

@@ -1,0 +1,68 @@
+//! Reads of kernel structures at BTF-resolved offsets, and the record header every event
+//! starts with.
+
+use aya_ebpf::helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel};
+use spacetime_common::{mode, stat, EventHeader};
+
+use crate::{conf, count, TRACKED};
+
+/// Reads a `T` at `base + off`. Failures are counted and surface as `Err`.
+#[inline(always)]
+pub fn read<T>(base: u64, off: u32) -> Result<T, i32> {
+    // SAFETY: bpf_probe_read_kernel checks the address; a bad one returns an error.
+    unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) }.map_err(|e| {
+        count(stat::READ_FAIL);
+        e as i32
+    })
+}
+
+pub struct Task(pub u64);
+
+impl Task {
+    #[inline(always)]
+    pub fn pid(&self) -> Result<u32, i32> {
+        read::<u32>(self.0, conf!(off.task_pid))
+    }
+    #[inline(always)]
+    pub fn tgid(&self) -> Result<u32, i32> {
+        read::<u32>(self.0, conf!(off.task_tgid))
+    }
+    #[inline(always)]
+    pub fn mm(&self) -> Result<u64, i32> {
+        read::<u64>(self.0, conf!(off.task_mm))
+    }
+    #[inline(always)]
+    pub fn signal(&self) -> Result<u64, i32> {
+        read::<u64>(self.0, conf!(off.task_signal))
+    }
+    #[inline(always)]
+    pub fn start_ns(&self) -> Result<u64, i32> {
+        read::<u64>(self.0, conf!(off.task_start_time))
+    }
+    /// Start time of the thread group leader: with the tgid, the process's identity.
+    #[inline(always)]
+    pub fn leader_start_ns(&self) -> Result<u64, i32> {
+        let leader = read::<u64>(self.0, conf!(off.task_group_leader))?;
+        Task(leader).start_ns()
+    }
+}
+
+/// Is this process one we report?
+#[inline(always)]
+pub fn is_traced(tgid: u32) -> bool {
+    // SAFETY: the value is only tested for presence.
+    conf!(mode) == mode::SYSTEM || unsafe { TRACKED.get(&tgid) }.is_some()
+}
+
+#[inline(always)]
+pub fn header(kind: u32, task: &Task, tgid: u32, pid: u32) -> Result<EventHeader, i32> {
+    Ok(EventHeader {
+        kind,
+        flags: 0,
+        // SAFETY: plain helper call.
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        tgid,
+        pid,
+        leader_start_ns: task.leader_start_ns()?,
+    })
+}

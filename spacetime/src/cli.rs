@@ -1,0 +1,111 @@
+//! Command-line interface.
+
+use std::{ffi::OsString, path::PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+
+/// Exit status for spacetime's own failures (bad usage, missing privileges), as env(1),
+/// timeout(1) and nice(1) do, so they are not mistaken for CMD's status.
+pub const EXIT_OWN_FAILURE: i32 = 125;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "spacetime",
+    version,
+    about = "Trace a process tree with eBPF: every fork, exec and exit, with exact peak memory per process and per program image",
+    after_help = "Exit status: `trace` exits with CMD's status (128+N if CMD died of signal N, \
+                  127 if CMD was not found, 126 if it could not be executed); 125 when spacetime \
+                  itself fails."
+)]
+pub struct Cli {
+    /// More detail: kernel mechanisms in use, per-image figures (-vv: debug logs, including
+    /// the kernel programs' own)
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run CMD and report its whole process tree on stderr
+    Trace(TraceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// Write the full report as JSON to FILE
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Stop when CMD exits; report descendants still running instead of waiting for them
+    #[arg(long)]
+    pub stop_on_root_exit: bool,
+    /// Under sudo, run CMD as root instead of the invoking user
+    #[arg(long)]
+    pub keep_root: bool,
+    /// Size of the kernel's ring buffer (bytes; K, M, G suffixes; rounded up to a power of two)
+    #[arg(long, value_name = "SIZE", default_value = "4M", value_parser = parse_size)]
+    pub ring_buffer: u32,
+    /// Most processes tracked at once
+    #[arg(long, value_name = "N", default_value_t = 65536)]
+    pub max_processes: u32,
+    /// List at most N processes in the summary tree (0: all)
+    #[arg(long, value_name = "N", default_value_t = 40)]
+    pub top: usize,
+    /// The command to run, and its arguments
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// Parses `4096`, `64K`, `4M`, `1G` (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                _ => return Err(format!("unknown size suffix {c:?} (use K, M or G)")),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size"))?;
+    let bytes = n.checked_mul(mult).filter(|b| *b >= 4096 && *b <= 1 << 30);
+    bytes
+        .map(|b| b as u32)
+        .ok_or_else(|| format!("{s:?} must be between 4K and 1G"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4M"), Ok(4 << 20));
+        assert_eq!(parse_size("64k"), Ok(64 << 10));
+        assert_eq!(parse_size("8192"), Ok(8192));
+        assert!(parse_size("1").is_err());
+        assert!(parse_size("2X").is_err());
+        assert!(parse_size("9G").is_err());
+    }
+
+    #[test]
+    fn trailing_command_keeps_its_flags() {
+        let cli = Cli::try_parse_from(["spacetime", "trace", "--", "ls", "-l", "--color"])
+            .expect("parse");
+        let Command::Trace(t) = cli.command;
+        assert_eq!(t.command, ["ls", "-l", "--color"]);
+    }
+}

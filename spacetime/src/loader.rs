@@ -1,0 +1,281 @@
+//! Loading and attaching the kernel programs.
+//!
+//! Before anything is loaded the environment is checked, so each missing piece (root, BTF, a
+//! kernel too old) is one clear sentence. Kernel field offsets come from the running kernel's
+//! BTF and are written into the programs' read-only configuration.
+
+use std::{path::Path, time::Instant};
+
+use aya::{
+    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    programs::RawTracePoint,
+    Ebpf, EbpfLoader,
+};
+use spacetime_common::{mode, stat, Config};
+
+use crate::{btf::Btf, offsets};
+
+/// The compiled kernel programs, embedded at build time by `cargo xtask build`.
+#[cfg(spacetime_ebpf)]
+static OBJECT: Option<&[u8]> = Some(aya::include_bytes_aligned!(env!("SPACETIME_EBPF_OBJ")));
+#[cfg(not(spacetime_ebpf))]
+static OBJECT: Option<&[u8]> = None;
+
+const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("spacetime needs root to load its eBPF programs (CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN); run it with sudo")]
+    NotRoot,
+    #[error("this kernel has no BTF ({BTF_PATH} is missing); spacetime needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
+    NoBtf,
+    #[error("this spacetime binary was built without its eBPF programs; build it with `cargo xtask build`")]
+    NotBuilt,
+    #[error("reading the kernel's BTF: {0}")]
+    Btf(#[from] crate::btf::BtfError),
+    #[error("this kernel lacks a field spacetime reads: {0}")]
+    Offsets(#[from] offsets::OffsetsError),
+    #[error("the kernel refused spacetime's eBPF programs (permission denied): a capability is missing or a security policy (lockdown, SELinux) forbids BPF")]
+    Denied,
+    #[error("loading the eBPF programs failed: {0}")]
+    Load(#[source] aya::EbpfError),
+    #[error("attaching to the {tracepoint} tracepoint failed: {source}")]
+    Attach {
+        tracepoint: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("eBPF map {0} is missing from the object")]
+    MissingMap(&'static str),
+    #[error("eBPF map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("reading {path}: {source}")]
+    Io {
+        path: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// [`mode::TREE`] or [`mode::SYSTEM`].
+    pub mode: u32,
+    /// Ring buffer size in bytes; rounded up to a power of two of at least a page.
+    pub ring_buffer_bytes: u32,
+    /// Largest number of processes tracked at once.
+    pub max_tracked: u32,
+    /// argv records per exec (4 KiB each).
+    pub max_arg_chunks: u32,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            mode: mode::TREE,
+            ring_buffer_bytes: 4 << 20,
+            max_tracked: 65536,
+            max_arg_chunks: 64,
+        }
+    }
+}
+
+/// Loss and failure counters from the kernel side.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct KernelCounters {
+    /// Records dropped because the ring buffer was full.
+    pub ringbuf_lost: u64,
+    /// Processes not tracked because the tracking map was full.
+    pub track_full: u64,
+    /// Kernel reads that failed.
+    pub read_failures: u64,
+}
+
+impl KernelCounters {
+    /// Events that never reached userspace.
+    pub fn lost(&self) -> u64 {
+        self.ringbuf_lost + self.track_full
+    }
+}
+
+/// The loaded and attached programs.
+pub struct Probes {
+    ebpf: Ebpf,
+    /// Which kernel mechanisms are in use, for `-v`.
+    pub mechanisms: Vec<String>,
+    /// Time spent resolving offsets and loading, for `-v`.
+    pub load_ms: f64,
+    pub ring_buffer_bytes: u32,
+}
+
+/// Number of possible CPUs: per-CPU areas exist for every index up to the highest.
+pub fn possible_cpus() -> Result<u32, LoadError> {
+    const PATH: &str = "/sys/devices/system/cpu/possible";
+    let text =
+        std::fs::read_to_string(PATH).map_err(|source| LoadError::Io { path: PATH, source })?;
+    let max = text
+        .trim()
+        .split(',')
+        .filter_map(|r| r.rsplit('-').next()?.trim().parse::<u32>().ok())
+        .max()
+        .unwrap_or(0);
+    Ok(max + 1)
+}
+
+fn bump_memlock() {
+    // Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
+    let r = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: plain syscall with a valid pointer.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &r) } != 0 {
+        log::debug!(
+            "could not raise RLIMIT_MEMLOCK: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+fn map_load_error(e: aya::EbpfError) -> LoadError {
+    let text = format!("{e:?}");
+    if text.contains("PermissionDenied")
+        || text.contains("EPERM")
+        || text.contains("Operation not permitted")
+    {
+        LoadError::Denied
+    } else {
+        LoadError::Load(e)
+    }
+}
+
+impl Probes {
+    /// Checks the environment, resolves kernel offsets, loads and attaches the programs.
+    pub fn load(opts: &LoadOptions) -> Result<Probes, LoadError> {
+        let started = Instant::now();
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(LoadError::NotRoot);
+        }
+        if !Path::new(BTF_PATH).exists() {
+            return Err(LoadError::NoBtf);
+        }
+        let object = OBJECT.ok_or(LoadError::NotBuilt)?;
+        bump_memlock();
+
+        let btf = Btf::from_sys_fs()?;
+        let resolved = offsets::resolve(&btf)?;
+        let nr_cpus = possible_cpus()?;
+        let config = Config {
+            mode: opts.mode,
+            rss_layout: resolved.rss_layout,
+            nr_cpus,
+            max_arg_chunks: opts.max_arg_chunks,
+            off: resolved.off,
+        };
+        let ring = opts.ring_buffer_bytes.max(4096).next_power_of_two();
+        let mut ebpf = EbpfLoader::new()
+            .override_global("CONFIG", &config, true)
+            .map_max_entries("EVENTS", ring)
+            .map_max_entries("TRACKED", opts.max_tracked.max(1))
+            .load(object)
+            .map_err(map_load_error)?;
+
+        let mut mechanisms = vec![
+            "raw tracepoints sched_process_fork, sched_process_exec, sched_process_exit"
+                .to_string(),
+            format!("kernel field offsets from {BTF_PATH}"),
+        ];
+        mechanisms.push(match resolved.rss_layout {
+            spacetime_common::rss_layout::ATOMIC_ARRAY => "RSS counters: atomic array (pre-6.2)".to_string(),
+            _ if nr_cpus <= spacetime_common::MAX_EXACT_CPUS => {
+                format!("RSS counters: per-CPU, summed exactly over {nr_cpus} CPUs")
+            }
+            _ => format!("RSS counters: per-CPU, {nr_cpus} CPUs is above {}: shared count only (approximate)", spacetime_common::MAX_EXACT_CPUS),
+        });
+        let mut attach = |name: &'static str| -> Result<(), LoadError> {
+            let prog: &mut RawTracePoint = ebpf
+                .program_mut(name)
+                .ok_or(LoadError::MissingMap(name))?
+                .try_into()
+                .map_err(|source| LoadError::Attach {
+                    tracepoint: name,
+                    source,
+                })?;
+            prog.load().map_err(|source| LoadError::Attach {
+                tracepoint: name,
+                source,
+            })?;
+            prog.attach(name).map_err(|source| LoadError::Attach {
+                tracepoint: name,
+                source,
+            })?;
+            Ok(())
+        };
+        attach("sched_process_fork")?;
+        attach("sched_process_exec")?;
+        attach("sched_process_exit")?;
+        if resolved.has_prepare_exec {
+            attach("sched_prepare_exec")?;
+            mechanisms
+                .push("sched_prepare_exec: image peaks read at exec's point of no return".into());
+        } else {
+            mechanisms.push(
+                "no sched_prepare_exec on this kernel: images replaced by exec have no peak".into(),
+            );
+        }
+        if let Err(e) = aya_log::EbpfLogger::init(&mut ebpf) {
+            log::debug!("kernel-side logging unavailable: {e}");
+        }
+        Ok(Probes {
+            ebpf,
+            mechanisms,
+            load_ms: started.elapsed().as_secs_f64() * 1e3,
+            ring_buffer_bytes: ring,
+        })
+    }
+
+    /// Starts tracing the process `tgid` and everything it forks from now on.
+    pub fn track(&mut self, tgid: u32) -> Result<(), LoadError> {
+        const NAME: &str = "TRACKED";
+        let map = self.ebpf.map_mut(NAME).ok_or(LoadError::MissingMap(NAME))?;
+        let mut tracked: HashMap<_, u32, u32> =
+            HashMap::try_from(map).map_err(|source| LoadError::Map { name: NAME, source })?;
+        tracked
+            .insert(tgid, 1, 0)
+            .map_err(|source| LoadError::Map { name: NAME, source })
+    }
+
+    /// The ring buffer the programs write to (can be taken once).
+    pub fn take_events(&mut self) -> Result<RingBuf<MapData>, LoadError> {
+        const NAME: &str = "EVENTS";
+        let map = self
+            .ebpf
+            .take_map(NAME)
+            .ok_or(LoadError::MissingMap(NAME))?;
+        RingBuf::try_from(map).map_err(|source| LoadError::Map { name: NAME, source })
+    }
+
+    /// Sums the per-CPU loss and failure counters.
+    pub fn counters(&self) -> Result<KernelCounters, LoadError> {
+        const NAME: &str = "STATS";
+        let map = self.ebpf.map(NAME).ok_or(LoadError::MissingMap(NAME))?;
+        let stats: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(map).map_err(|source| LoadError::Map { name: NAME, source })?;
+        let sum = |i: u32| -> Result<u64, LoadError> {
+            let v = stats
+                .get(&i, 0)
+                .map_err(|source| LoadError::Map { name: NAME, source })?;
+            Ok(v.iter().sum())
+        };
+        Ok(KernelCounters {
+            ringbuf_lost: sum(stat::RINGBUF_LOST)?,
+            track_full: sum(stat::TRACK_FULL)?,
+            read_failures: sum(stat::READ_FAIL)?,
+        })
+    }
+}

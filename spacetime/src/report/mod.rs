@@ -1,0 +1,203 @@
+//! The trace report: one model, serialized as JSON (`--json`) and rendered for people on
+//! stderr ([`text`]). All times are nanoseconds since the root process started; all sizes are
+//! bytes.
+
+pub mod text;
+
+use serde::Serialize;
+
+use crate::{
+    loader::KernelCounters,
+    tree::{ExitStatus, Image, Process, Tree},
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit(pub ExitStatus);
+
+impl Serialize for Exit {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        match self.0 {
+            ExitStatus::Code(c) => m.serialize_entry("code", &c)?,
+            ExitStatus::Signal {
+                signal,
+                core_dumped,
+            } => {
+                m.serialize_entry("signal", &signal)?;
+                if core_dumped {
+                    m.serialize_entry("core_dumped", &true)?;
+                }
+            }
+        }
+        m.end()
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub command: Vec<String>,
+    pub exit: Option<Exit>,
+    pub wall_ns: u64,
+    pub user_ns: u64,
+    pub sys_ns: u64,
+    /// Events that never reached userspace (ring buffer full, tracking map full).
+    pub lost_events: u64,
+    pub totals: Totals,
+    pub processes: Vec<ProcessReport>,
+    pub kernel: KernelReport,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Totals {
+    pub processes: u64,
+    pub threads: u64,
+    /// The largest single-process peak.
+    pub peak_rss_bytes: u64,
+    pub peak_rss_pid: Option<u32>,
+    pub execs: u64,
+    /// Processes still running when the trace stopped.
+    pub still_running: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProcessReport {
+    pub pid: u32,
+    pub ppid: u32,
+    pub start_ns: u64,
+    pub end_ns: Option<u64>,
+    pub threads: u32,
+    pub exit: Option<Exit>,
+    pub peak_rss_bytes: u64,
+    pub user_ns: u64,
+    pub sys_ns: u64,
+    /// What getrusage's ru_maxrss says for this process: the maximum over all its images (and
+    /// what it inherited), which is why it misleads after exec.
+    pub ru_maxrss_bytes: Option<u64>,
+    pub images: Vec<ImageReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ImageReport {
+    pub exe: String,
+    pub argv: Vec<String>,
+    pub comm: String,
+    pub start_ns: u64,
+    pub end_ns: Option<u64>,
+    /// Null while the image is still running or when the kernel gave no figure for it.
+    pub peak_rss_bytes: Option<u64>,
+    pub peak_vm_bytes: Option<u64>,
+    /// Inherited from the parent at fork, rather than started by an exec.
+    pub inherited: bool,
+    /// Ran on the parent's address space (vfork/posix_spawn): its memory is the parent's.
+    pub shared_mm: bool,
+    /// The RSS counters were summed exactly (per-CPU deltas included).
+    pub exact: bool,
+    /// Every byte of argv arrived.
+    pub argv_complete: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct KernelReport {
+    pub counters: KernelCounters,
+    /// Records that could not be decoded.
+    pub decode_errors: u64,
+    /// argv continuations that did not follow on.
+    pub args_gaps: u64,
+    pub page_size: u64,
+    pub ring_buffer_bytes: u32,
+    pub mechanisms: Vec<String>,
+}
+
+/// What the trace knows beyond the tree.
+pub struct Meta {
+    pub command: Vec<String>,
+    pub root_exit: Option<ExitStatus>,
+    /// CLOCK_MONOTONIC when the root started and when the trace ended.
+    pub t0_ns: u64,
+    pub end_ns: u64,
+    pub page_size: u64,
+    pub counters: KernelCounters,
+    pub decode_errors: u64,
+    pub ring_buffer_bytes: u32,
+    pub mechanisms: Vec<String>,
+}
+
+fn image_report(img: &Image, t0: u64, page: u64) -> ImageReport {
+    ImageReport {
+        exe: img.exe.clone(),
+        argv: img.argv.clone(),
+        comm: img.comm.clone(),
+        start_ns: img.start_ns.saturating_sub(t0),
+        end_ns: img.end_ns.map(|e| e.saturating_sub(t0)),
+        peak_rss_bytes: img.peak_rss_pages().map(|p| p * page),
+        peak_vm_bytes: img.peak_vm_pages().map(|p| p * page),
+        inherited: img.inherited,
+        shared_mm: img.shared_mm,
+        exact: img.exact(),
+        argv_complete: img.argv_complete,
+    }
+}
+
+fn process_report(p: &Process, t0: u64, page: u64) -> ProcessReport {
+    ProcessReport {
+        pid: p.pid,
+        ppid: p.ppid,
+        start_ns: p.start_ns.saturating_sub(t0),
+        end_ns: p.end_ns.map(|e| e.saturating_sub(t0)),
+        threads: p.threads,
+        exit: p.exit.map(Exit),
+        peak_rss_bytes: p.peak_rss_pages() * page,
+        user_ns: p.user_ns,
+        sys_ns: p.sys_ns,
+        ru_maxrss_bytes: p.end_ns.map(|_| p.signal_maxrss_pages * page),
+        images: p.images.iter().map(|i| image_report(i, t0, page)).collect(),
+    }
+}
+
+impl Report {
+    pub fn build(tree: &Tree, meta: Meta) -> Report {
+        let t0 = meta.t0_ns;
+        let page = meta.page_size;
+        let mut procs: Vec<&Process> = tree.processes().iter().collect();
+        procs.sort_by_key(|p| (p.start_ns, p.pid));
+        let processes: Vec<ProcessReport> =
+            procs.iter().map(|p| process_report(p, t0, page)).collect();
+        let heaviest = processes.iter().max_by_key(|p| p.peak_rss_bytes);
+        let totals = Totals {
+            processes: processes.len() as u64,
+            threads: processes.iter().map(|p| p.threads as u64).sum(),
+            peak_rss_bytes: heaviest.map_or(0, |p| p.peak_rss_bytes),
+            peak_rss_pid: heaviest.map(|p| p.pid),
+            execs: processes
+                .iter()
+                .flat_map(|p| &p.images)
+                .filter(|i| !i.inherited)
+                .count() as u64,
+            still_running: processes.iter().filter(|p| p.end_ns.is_none()).count() as u64,
+        };
+        Report {
+            command: meta.command,
+            exit: meta.root_exit.map(Exit),
+            wall_ns: meta.end_ns.saturating_sub(t0),
+            user_ns: processes.iter().map(|p| p.user_ns).sum(),
+            sys_ns: processes.iter().map(|p| p.sys_ns).sum(),
+            lost_events: meta.counters.lost(),
+            totals,
+            processes,
+            kernel: KernelReport {
+                counters: meta.counters,
+                decode_errors: meta.decode_errors,
+                args_gaps: tree.args_gaps,
+                page_size: page,
+                ring_buffer_bytes: meta.ring_buffer_bytes,
+                mechanisms: meta.mechanisms,
+            },
+        }
+    }
+
+    /// Whether every figure is complete: nothing lost, nothing undecodable.
+    pub fn complete(&self) -> bool {
+        self.lost_events == 0 && self.kernel.decode_errors == 0 && self.kernel.args_gaps == 0
+    }
+}

@@ -1,0 +1,322 @@
+//! `spacetime trace -- CMD`: load the programs, start CMD held until it is tracked, consume
+//! events until every traced process has exited (or the root, on request), then report.
+
+use std::{
+    io::{self, IsTerminal, Write},
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    time::Duration,
+};
+
+use aya::maps::{MapData, RingBuf};
+use tokio::io::{unix::AsyncFd, Interest};
+
+use crate::{
+    cli::{TraceArgs, EXIT_OWN_FAILURE},
+    events::decode,
+    launch::{self, LaunchError},
+    loader::{LoadOptions, Probes},
+    report::{self, Meta, Report},
+    tree::{ExitStatus, Tree},
+};
+
+/// Entry point of the subcommand: returns the process exit status.
+pub fn main(args: TraceArgs, verbose: u8) -> i32 {
+    match run(args, verbose) {
+        Ok(code) => code,
+        Err(Failure::Launch(e)) => {
+            eprintln!("spacetime: {e}");
+            e.exit_code()
+        }
+        Err(Failure::Other(e)) => {
+            eprintln!("spacetime: {e:#}");
+            EXIT_OWN_FAILURE
+        }
+    }
+}
+
+enum Failure {
+    Launch(LaunchError),
+    Other(anyhow::Error),
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure::Other(e.into())
+    }
+}
+
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// Blocks the signals spacetime handles and returns a signalfd that reports them. Called
+/// before any thread exists so every thread inherits the mask; the child unblocks them.
+fn signal_fd() -> io::Result<OwnedFd> {
+    // SAFETY: sigset manipulation on a local set; signalfd returns a new descriptor.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        for s in FORWARDED {
+            libc::sigaddset(&mut set, s);
+        }
+        if libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fd = libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
+    let path = launch::resolve(&args.command[0]).map_err(Failure::Launch)?;
+    let creds = if args.keep_root {
+        None
+    } else {
+        launch::sudo_credentials().map_err(Failure::Launch)?
+    };
+    let opts = LoadOptions {
+        ring_buffer_bytes: args.ring_buffer,
+        max_tracked: args.max_processes,
+        ..LoadOptions::default()
+    };
+    let mut probes = Probes::load(&opts)?;
+    if verbose > 0 {
+        eprintln!(
+            "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
+            probes.load_ms,
+            probes.ring_buffer_bytes >> 10
+        );
+        for m in &probes.mechanisms {
+            eprintln!("spacetime:   {m}");
+        }
+    }
+    let sigfd = signal_fd()?;
+    // SAFETY: prctl with an integer argument.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        log::warn!("cannot become a child subreaper: orphans will not be waited for");
+    }
+    let held = launch::spawn_held(&path, &args.command, creds.as_ref()).map_err(Failure::Launch)?;
+    let root_pid = held.pid as u32;
+    if let Err(e) = probes.track(root_pid) {
+        // SAFETY: killing and reaping our own child.
+        unsafe {
+            libc::kill(held.pid, libc::SIGKILL);
+            libc::waitpid(held.pid, std::ptr::null_mut(), 0);
+        }
+        return Err(e.into());
+    }
+    let release_ns = monotonic_ns();
+    if let Err(e) = held.release() {
+        // SAFETY: reaping our own child, which exits right after a failed exec.
+        unsafe { libc::waitpid(root_pid as i32, std::ptr::null_mut(), 0) };
+        return Err(Failure::Launch(e));
+    }
+    let ring = probes.take_events()?;
+    let mut tree = Tree::new(root_pid);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let outcome = rt.block_on(consume(
+        ring,
+        sigfd,
+        root_pid,
+        args.stop_on_root_exit,
+        &mut tree,
+    ))?;
+
+    let counters = probes.counters()?;
+    let end_ns = if tree.live() == 0 {
+        tree.processes()
+            .iter()
+            .filter_map(|p| p.end_ns)
+            .max()
+            .unwrap_or(outcome.end_ns)
+    } else {
+        outcome.end_ns
+    };
+    let t0_ns = tree.root().map_or(release_ns, |r| r.start_ns);
+    // SAFETY: sysconf cannot fail for _SC_PAGESIZE.
+    let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+    let report = Report::build(
+        &tree,
+        Meta {
+            command: args
+                .command
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            root_exit: outcome.root_status,
+            t0_ns,
+            end_ns,
+            page_size,
+            counters,
+            decode_errors: outcome.decode_errors,
+            ring_buffer_bytes: probes.ring_buffer_bytes,
+            mechanisms: probes.mechanisms.clone(),
+        },
+    );
+    if let Some(path) = &args.json {
+        write_json(path, &report)?;
+    }
+    let stderr = io::stderr();
+    let text = report::text::render(&report, terminal_width(&stderr), args.top, verbose > 0);
+    let _ = stderr.lock().write_all(text.as_bytes());
+    Ok(outcome.root_status.map_or(0, |s| s.shell_code()))
+}
+
+fn write_json(path: &std::path::Path, report: &Report) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = io::BufWriter::new(file);
+    serde_json::to_writer(&mut w, report).with_context(|| format!("writing {}", path.display()))?;
+    w.write_all(b"\n")?;
+    w.flush()
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+fn terminal_width(stderr: &io::Stderr) -> usize {
+    if stderr.is_terminal() {
+        let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+        // SAFETY: TIOCGWINSZ fills a winsize.
+        if unsafe { libc::ioctl(stderr.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) } == 0
+            && ws.ws_col > 0
+        {
+            return ws.ws_col as usize;
+        }
+    }
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(120)
+}
+
+struct Outcome {
+    root_status: Option<ExitStatus>,
+    end_ns: u64,
+    decode_errors: u64,
+}
+
+/// Applies every record in the ring buffer to the tree.
+fn drain(ring: &mut RingBuf<MapData>, tree: &mut Tree, decode_errors: &mut u64) {
+    while let Some(item) = ring.next() {
+        match decode(&item) {
+            Ok(ev) => tree.apply(ev),
+            Err(e) => {
+                *decode_errors += 1;
+                log::debug!("undecodable record: {e}");
+            }
+        }
+    }
+}
+
+/// Reaps every child that has exited; returns true when none are left.
+fn reap(root_pid: u32, root_status: &mut Option<ExitStatus>) -> bool {
+    loop {
+        let mut status = 0;
+        // SAFETY: plain syscall.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::__WALL) };
+        if pid > 0 {
+            if pid as u32 == root_pid {
+                *root_status = Some(ExitStatus::from_wait(status as u32));
+            }
+            continue;
+        }
+        return pid < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD);
+    }
+}
+
+async fn consume(
+    ring: RingBuf<MapData>,
+    sigfd: OwnedFd,
+    root_pid: u32,
+    stop_on_root_exit: bool,
+    tree: &mut Tree,
+) -> io::Result<Outcome> {
+    // SAFETY: both own their descriptor, which stays open and unchanged while registered.
+    let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }?;
+    // SAFETY: as above.
+    let sig = unsafe { AsyncFd::register_with_interest(sigfd, Interest::READABLE) }?;
+    let mut decode_errors = 0;
+    let mut root_status = None;
+    let mut no_children = reap(root_pid, &mut root_status);
+    // A safety net against a missed wake-up: the ring is drained at least this often.
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    while !(root_status.is_some() && (stop_on_root_exit || no_children)) {
+        tokio::select! {
+            guard = ring.readable_mut() => {
+                let mut guard = guard?;
+                drain(guard.get_inner_mut(), tree, &mut decode_errors);
+                guard.clear_ready();
+            }
+            guard = sig.readable() => {
+                let mut guard = guard?;
+                for (signo, from_process) in read_signals(sig.get_ref().as_raw_fd()) {
+                    if signo == libc::SIGCHLD {
+                        no_children = reap(root_pid, &mut root_status);
+                    } else if from_process {
+                        forward(signo, root_pid, root_status.is_none(), tree);
+                    }
+                }
+                guard.clear_ready();
+            }
+            _ = tick.tick() => {
+                drain(ring.get_mut(), tree, &mut decode_errors);
+                no_children = reap(root_pid, &mut root_status);
+            }
+        }
+    }
+    // Every exit was recorded before its process became reapable: one last drain has it all.
+    drain(ring.get_mut(), tree, &mut decode_errors);
+    Ok(Outcome {
+        root_status,
+        end_ns: crate::trace::monotonic_ns(),
+        decode_errors,
+    })
+}
+
+/// Pending signals: (number, sent by a process rather than by the kernel or the terminal).
+fn read_signals(fd: libc::c_int) -> Vec<(libc::c_int, bool)> {
+    let mut out = Vec::new();
+    loop {
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: reads one siginfo into a properly sized buffer.
+        let n = unsafe { libc::read(fd, (&mut info as *mut libc::signalfd_siginfo).cast(), size) };
+        if n != size as isize {
+            return out;
+        }
+        // SI_USER, SI_QUEUE, SI_TKILL are <= 0; the terminal's signals come as SI_KERNEL and
+        // already reached CMD's process group.
+        out.push((info.ssi_signo as libc::c_int, info.ssi_code <= 0));
+    }
+}
+
+/// Passes a signal sent to spacetime on to CMD (or, once CMD is gone, to the processes left).
+fn forward(signo: libc::c_int, root_pid: u32, root_alive: bool, tree: &Tree) {
+    let targets: Vec<u32> = if root_alive {
+        vec![root_pid]
+    } else {
+        tree.processes()
+            .iter()
+            .filter(|p| p.end_ns.is_none())
+            .map(|p| p.pid)
+            .collect()
+    };
+    for pid in targets {
+        // SAFETY: plain syscall.
+        unsafe { libc::kill(pid as libc::pid_t, signo) };
+    }
+}

@@ -1,0 +1,577 @@
+//! The process tree, built from decoded events.
+//!
+//! A process is keyed by (tgid, start time of its group leader): pids are reused, that pair is
+//! not. A process keeps one entry for its whole life, with one image per program it ran: the
+//! image inherited from its parent at fork (unless it is the root), then one per exec.
+//! Events may arrive out of order (or be lost): an event for an unknown process creates it, and
+//! a later fork fills in where it came from.
+
+use std::collections::HashMap;
+
+use spacetime_common::{flags, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, MemStats};
+
+use crate::events::{split_argv, Args, Event, Exec};
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Key {
+    pub tgid: u32,
+    pub start_ns: u64,
+}
+
+impl Key {
+    fn of(h: &EventHeader) -> Key {
+        Key {
+            tgid: h.tgid,
+            start_ns: h.leader_start_ns,
+        }
+    }
+}
+
+/// How a process ended, decoded from a wait status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    Code(i32),
+    Signal { signal: i32, core_dumped: bool },
+}
+
+impl ExitStatus {
+    /// Decodes a wait(2) status (`task->exit_code` has the same encoding).
+    pub fn from_wait(status: u32) -> ExitStatus {
+        let signal = (status & 0x7f) as i32;
+        if signal == 0 {
+            ExitStatus::Code(((status >> 8) & 0xff) as i32)
+        } else {
+            ExitStatus::Signal {
+                signal,
+                core_dumped: status & 0x80 != 0,
+            }
+        }
+    }
+
+    /// The status a shell reports: the code, or 128 + the signal.
+    pub fn shell_code(&self) -> i32 {
+        match *self {
+            ExitStatus::Code(c) => c,
+            ExitStatus::Signal { signal, .. } => 128 + signal,
+        }
+    }
+}
+
+/// One program image of a process.
+#[derive(Clone, Debug, Default)]
+pub struct Image {
+    /// The path passed to execve (for an inherited image, the parent's).
+    pub exe: String,
+    pub argv: Vec<String>,
+    pub comm: String,
+    pub start_ns: u64,
+    pub end_ns: Option<u64>,
+    /// Carried over from the parent at fork rather than started by an exec.
+    pub inherited: bool,
+    /// Ran on the parent's address space (vfork/posix_spawn before exec): its memory figures
+    /// are the parent's and are not counted for this process.
+    pub shared_mm: bool,
+    /// Memory figures at the end of the image, when known.
+    pub mem: Option<MemStats>,
+    /// argv bytes still to come, and what arrived so far.
+    args_expected: u32,
+    args_area: Vec<u8>,
+    /// Every argv byte arrived and none was cut.
+    pub argv_complete: bool,
+    pub exec_flags: u32,
+}
+
+impl Image {
+    /// Peak RSS of this image in pages (None while running or when not measured).
+    pub fn peak_rss_pages(&self) -> Option<u64> {
+        if self.shared_mm {
+            return Some(0);
+        }
+        self.mem.as_ref().map(MemStats::peak_rss_pages)
+    }
+
+    pub fn peak_vm_pages(&self) -> Option<u64> {
+        if self.shared_mm {
+            return Some(0);
+        }
+        self.mem.as_ref().map(MemStats::peak_vm_pages)
+    }
+
+    pub fn exact(&self) -> bool {
+        self.shared_mm || self.mem.is_some_and(|m| m.flags & flags::MEM_EXACT != 0)
+    }
+
+    fn finish_argv(&mut self) {
+        self.argv = split_argv(&self.args_area);
+        self.argv_complete = self.args_area.len() == self.args_expected as usize
+            && self.exec_flags & (flags::EXEC_ARGS_TRUNCATED | flags::EXEC_ARGS_FAULT) == 0;
+    }
+}
+
+/// One process (thread group).
+#[derive(Clone, Debug, Default)]
+pub struct Process {
+    pub key: Option<Key>,
+    pub pid: u32,
+    /// The process that forked this one (0 when unknown); kept when the kernel reparents.
+    pub ppid: u32,
+    pub parent: Option<Key>,
+    pub start_ns: u64,
+    pub end_ns: Option<u64>,
+    /// Every thread it ever had, the main thread included.
+    pub threads: u32,
+    pub exit: Option<ExitStatus>,
+    pub images: Vec<Image>,
+    /// CPU time summed over exited threads, split like the kernel's cputime_adjust.
+    pub user_ns: u64,
+    pub sys_ns: u64,
+    /// `signal->maxrss` at exit: what ru_maxrss reports (pages).
+    pub signal_maxrss_pages: u64,
+    /// Its fork was seen (false for the root and for processes whose fork was lost).
+    pub fork_seen: bool,
+    pub is_root: bool,
+}
+
+impl Process {
+    /// Peak RSS over its images, in pages.
+    pub fn peak_rss_pages(&self) -> u64 {
+        self.images
+            .iter()
+            .filter_map(Image::peak_rss_pages)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The image running at `ts_ns`: the last one started at or before it.
+    fn image_at(&self, ts_ns: u64) -> Option<&Image> {
+        self.images
+            .iter()
+            .rev()
+            .find(|i| i.start_ns <= ts_ns)
+            .or(self.images.first())
+    }
+
+    /// The image still open (not yet ended by exec or exit).
+    fn open_image(&mut self) -> Option<&mut Image> {
+        self.images.last_mut().filter(|i| i.end_ns.is_none())
+    }
+}
+
+/// Splits a thread's precise run time into user and system time in the ratio of its tick
+/// samples, as the kernel does for getrusage (cputime_adjust).
+pub fn split_runtime(runtime_ns: u64, utime_ns: u64, stime_ns: u64) -> (u64, u64) {
+    if stime_ns == 0 {
+        return (runtime_ns, 0);
+    }
+    if utime_ns == 0 {
+        return (0, runtime_ns);
+    }
+    let user =
+        (runtime_ns as u128 * utime_ns as u128 / (utime_ns as u128 + stime_ns as u128)) as u64;
+    (user, runtime_ns - user)
+}
+
+#[derive(Debug, Default)]
+pub struct Tree {
+    procs: Vec<Process>,
+    index: HashMap<Key, usize>,
+    root_pid: u32,
+    root: Option<usize>,
+    /// Continuation records that did not follow on from what had arrived.
+    pub args_gaps: u64,
+}
+
+impl Tree {
+    /// A tree whose root is the process with this pid (the first one seen with it).
+    pub fn new(root_pid: u32) -> Tree {
+        Tree {
+            root_pid,
+            ..Tree::default()
+        }
+    }
+
+    pub fn processes(&self) -> &[Process] {
+        &self.procs
+    }
+
+    pub fn root(&self) -> Option<&Process> {
+        self.root.map(|i| &self.procs[i])
+    }
+
+    pub fn get(&self, key: &Key) -> Option<&Process> {
+        self.index.get(key).map(|&i| &self.procs[i])
+    }
+
+    /// Processes that have not exited.
+    pub fn live(&self) -> usize {
+        self.procs.iter().filter(|p| p.end_ns.is_none()).count()
+    }
+
+    fn entry(&mut self, key: Key) -> usize {
+        if let Some(&i) = self.index.get(&key) {
+            return i;
+        }
+        let i = self.procs.len();
+        let is_root = self.root.is_none() && key.tgid == self.root_pid;
+        if is_root {
+            self.root = Some(i);
+        }
+        self.procs.push(Process {
+            key: Some(key),
+            pid: key.tgid,
+            start_ns: key.start_ns,
+            threads: 1,
+            is_root,
+            ..Process::default()
+        });
+        self.index.insert(key, i);
+        i
+    }
+
+    pub fn apply(&mut self, ev: Event) {
+        match ev {
+            Event::Fork(f) => self.fork(&f),
+            Event::Exec(e) => self.exec(e),
+            Event::Args(a) => self.args(a),
+            Event::ImageEnd(m) => self.image_end(&m),
+            Event::Exit(x) => self.exit(&x),
+        }
+    }
+
+    fn fork(&mut self, f: &ForkEvent) {
+        let parent_key = Key::of(&f.hdr);
+        let pi = self.entry(parent_key);
+        if f.hdr.flags & flags::FORK_THREAD != 0 {
+            self.procs[pi].threads += 1;
+            return;
+        }
+        let child_key = Key {
+            tgid: f.child_tgid,
+            start_ns: f.child_start_ns,
+        };
+        let ci = self.entry(child_key);
+        let shared_mm = f.hdr.flags & flags::FORK_SHARED_MM != 0;
+        let inherited = self.procs[pi]
+            .image_at(f.hdr.ts_ns)
+            .map(|img| Image {
+                exe: img.exe.clone(),
+                argv: img.argv.clone(),
+                comm: img.comm.clone(),
+                argv_complete: img.argv_complete,
+                ..Image::default()
+            })
+            .unwrap_or_default();
+        let child = &mut self.procs[ci];
+        if child.fork_seen {
+            return;
+        }
+        child.fork_seen = true;
+        child.ppid = f.hdr.tgid;
+        child.parent = Some(parent_key);
+        child.start_ns = f.child_start_ns;
+        // The inherited image runs from the fork until the first exec (or the exit).
+        let end_ns = child.images.first().map(|i| i.start_ns).or(child.end_ns);
+        child.images.insert(
+            0,
+            Image {
+                start_ns: f.child_start_ns,
+                end_ns,
+                inherited: true,
+                shared_mm,
+                ..inherited
+            },
+        );
+    }
+
+    fn exec(&mut self, e: Exec) {
+        let i = self.entry(Key::of(&e.hdr));
+        let p = &mut self.procs[i];
+        if let Some(open) = p.open_image() {
+            open.end_ns = Some(e.hdr.ts_ns);
+        }
+        let mut img = Image {
+            exe: e.filename,
+            comm: e.comm,
+            start_ns: e.hdr.ts_ns,
+            args_expected: e.args_len,
+            args_area: e.args,
+            exec_flags: e.hdr.flags,
+            ..Image::default()
+        };
+        img.finish_argv();
+        // Out of order: the exit may already be known; the image then ended with it.
+        if let Some(end) = p.end_ns {
+            img.end_ns = Some(end);
+        }
+        p.images.push(img);
+    }
+
+    fn args(&mut self, a: Args) {
+        let i = self.entry(Key::of(&a.hdr));
+        let Some(img) = self.procs[i].images.iter_mut().rev().find(|i| !i.inherited) else {
+            self.args_gaps += 1;
+            return;
+        };
+        if a.offset as usize != img.args_area.len() {
+            self.args_gaps += 1;
+            return;
+        }
+        img.args_area.extend_from_slice(&a.data);
+        img.finish_argv();
+    }
+
+    fn image_end(&mut self, m: &ImageEndEvent) {
+        let i = self.entry(Key::of(&m.hdr));
+        // The root's first exec ends no image of its own: its images start at CMD's exec.
+        if let Some(img) = self.procs[i].open_image() {
+            img.end_ns = Some(m.hdr.ts_ns);
+            if !img.shared_mm && m.mem.flags & flags::MEM_VALID != 0 {
+                img.mem = Some(m.mem);
+            }
+        }
+    }
+
+    fn exit(&mut self, x: &ExitEvent) {
+        let i = self.entry(Key::of(&x.hdr));
+        let p = &mut self.procs[i];
+        let (user, sys) = split_runtime(x.runtime_ns, x.utime_ns, x.stime_ns);
+        p.user_ns += user;
+        p.sys_ns += sys;
+        if x.hdr.flags & flags::EXIT_GROUP_DEAD == 0 {
+            return;
+        }
+        p.end_ns = Some(x.hdr.ts_ns);
+        p.exit = Some(ExitStatus::from_wait(x.exit_code));
+        p.signal_maxrss_pages = x.signal_maxrss_pages;
+        if let Some(img) = p.open_image() {
+            img.end_ns = Some(x.hdr.ts_ns);
+            if !img.shared_mm && x.mem.flags & flags::MEM_VALID != 0 {
+                img.mem = Some(x.mem);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spacetime_common::kind;
+
+    fn hdr(kind: u32, tgid: u32, pid: u32, start: u64, ts: u64) -> EventHeader {
+        EventHeader {
+            kind,
+            flags: 0,
+            ts_ns: ts,
+            tgid,
+            pid,
+            leader_start_ns: start,
+        }
+    }
+
+    fn fork(parent: (u32, u64), child: (u32, u64), ts: u64, f: u32) -> Event {
+        let mut h = hdr(kind::FORK, parent.0, parent.0, parent.1, ts);
+        h.flags = f;
+        Event::Fork(ForkEvent {
+            hdr: h,
+            child_pid: child.0,
+            child_tgid: child.0,
+            child_start_ns: child.1,
+        })
+    }
+
+    fn exec(p: (u32, u64), ts: u64, exe: &str, args: &[u8]) -> Event {
+        Event::Exec(Exec {
+            hdr: hdr(kind::EXEC, p.0, p.0, p.1, ts),
+            old_pid: p.0,
+            comm: String::new(),
+            filename: exe.into(),
+            args_len: args.len() as u32,
+            args: args.to_vec(),
+        })
+    }
+
+    fn mem(rss: u64, hiwater: u64) -> MemStats {
+        MemStats {
+            hiwater_rss_pages: hiwater,
+            rss_anon_pages: rss,
+            flags: flags::MEM_VALID | flags::MEM_EXACT,
+            ..MemStats::default()
+        }
+    }
+
+    fn exit(p: (u32, u64), ts: u64, code: u32, m: MemStats) -> Event {
+        let mut h = hdr(kind::EXIT, p.0, p.0, p.1, ts);
+        h.flags = flags::EXIT_GROUP_DEAD;
+        Event::Exit(ExitEvent {
+            hdr: h,
+            mem: m,
+            exit_code: code,
+            ..ExitEvent::default()
+        })
+    }
+
+    fn image_end(p: (u32, u64), ts: u64, m: MemStats) -> Event {
+        Event::ImageEnd(ImageEndEvent {
+            hdr: hdr(kind::IMAGE_END, p.0, p.0, p.1, ts),
+            mem: m,
+        })
+    }
+
+    #[test]
+    fn exec_trap_keeps_one_entry_with_two_images() {
+        let root = (100, 1);
+        let mut t = Tree::new(100);
+        t.apply(exec(root, 2, "/bin/big", b"big\0"));
+        t.apply(image_end(root, 10, mem(1000, 76800)));
+        t.apply(exec(root, 11, "/bin/small", b"small\0-x\0"));
+        t.apply(exit(root, 20, 0, mem(300, 100)));
+        let p = t.root().expect("root");
+        assert_eq!(t.processes().len(), 1);
+        assert_eq!(p.images.len(), 2);
+        assert_eq!(p.images[0].peak_rss_pages(), Some(76800));
+        assert_eq!(p.images[1].peak_rss_pages(), Some(300));
+        assert_eq!(p.images[1].argv, ["small", "-x"]);
+        assert_eq!(p.peak_rss_pages(), 76800);
+        assert_eq!(p.exit, Some(ExitStatus::Code(0)));
+    }
+
+    #[test]
+    fn pid_reuse_never_merges_processes() {
+        let mut t = Tree::new(1);
+        t.apply(exec((1, 0), 1, "/sh", b"sh\0"));
+        t.apply(fork((1, 0), (50, 10), 10, 0));
+        t.apply(exit((50, 10), 20, 0, mem(5, 5)));
+        // pid 50 again, a different process.
+        t.apply(fork((1, 0), (50, 30), 30, 0));
+        t.apply(exec((50, 30), 31, "/bin/true", b"true\0"));
+        t.apply(exit((50, 30), 40, 256, mem(7, 7)));
+        let a = t
+            .get(&Key {
+                tgid: 50,
+                start_ns: 10,
+            })
+            .expect("first 50");
+        let b = t
+            .get(&Key {
+                tgid: 50,
+                start_ns: 30,
+            })
+            .expect("second 50");
+        assert_eq!(a.images.len(), 1);
+        assert_eq!(b.images.len(), 2);
+        assert_eq!(a.exit, Some(ExitStatus::Code(0)));
+        assert_eq!(b.exit, Some(ExitStatus::Code(1)));
+        assert_eq!(t.processes().len(), 3);
+    }
+
+    #[test]
+    fn reparented_orphan_keeps_its_fork_parent() {
+        let mut t = Tree::new(1);
+        t.apply(exec((1, 0), 1, "/w", b"w\0"));
+        t.apply(fork((1, 0), (2, 5), 5, 0));
+        t.apply(fork((2, 5), (3, 6), 6, 0));
+        t.apply(exit((2, 5), 7, 0, mem(1, 1)));
+        t.apply(exit((1, 0), 8, 0, mem(1, 1)));
+        // The kernel reparents 3; only its exit is seen afterwards.
+        t.apply(exit((3, 6), 100, 0, mem(1, 1)));
+        let orphan = t
+            .get(&Key {
+                tgid: 3,
+                start_ns: 6,
+            })
+            .expect("orphan");
+        assert_eq!(orphan.ppid, 2);
+        assert_eq!(orphan.end_ns, Some(100));
+        assert_eq!(orphan.images[0].argv, ["w"]);
+    }
+
+    #[test]
+    fn events_out_of_order_still_build_the_process() {
+        let mut t = Tree::new(1);
+        t.apply(exec((1, 0), 1, "/sh", b"sh\0-c\0"));
+        // The child's exec and exit arrive before its fork.
+        t.apply(exec((9, 4), 6, "/bin/ls", b"ls\0"));
+        t.apply(exit((9, 4), 8, 2 << 8, mem(10, 12)));
+        t.apply(fork((1, 0), (9, 4), 4, 0));
+        let c = t
+            .get(&Key {
+                tgid: 9,
+                start_ns: 4,
+            })
+            .expect("child");
+        assert_eq!(c.ppid, 1);
+        assert_eq!(c.images.len(), 2);
+        assert!(c.images[0].inherited);
+        assert_eq!(c.images[0].argv, ["sh", "-c"]);
+        assert_eq!(c.images[0].end_ns, Some(6));
+        assert_eq!(c.images[1].exe, "/bin/ls");
+        assert_eq!(c.images[1].peak_rss_pages(), Some(12));
+        assert_eq!(c.exit, Some(ExitStatus::Code(2)));
+    }
+
+    #[test]
+    fn threads_and_shared_mm() {
+        let mut t = Tree::new(1);
+        t.apply(exec((1, 0), 1, "/w", b"w\0"));
+        for i in 0..3 {
+            t.apply(fork((1, 0), (1, 0), 2 + i, flags::FORK_THREAD));
+        }
+        t.apply(fork((1, 0), (7, 9), 9, flags::FORK_SHARED_MM));
+        t.apply(image_end((7, 9), 10, mem(5000, 5000)));
+        t.apply(exec((7, 9), 10, "/bin/true", b"true\0"));
+        t.apply(exit((7, 9), 11, 0, mem(40, 50)));
+        assert_eq!(t.root().expect("root").threads, 4);
+        let c = t
+            .get(&Key {
+                tgid: 7,
+                start_ns: 9,
+            })
+            .expect("spawned");
+        assert_eq!(
+            c.images[0].peak_rss_pages(),
+            Some(0),
+            "the parent's memory is not the child's"
+        );
+        assert_eq!(c.peak_rss_pages(), 50);
+    }
+
+    #[test]
+    fn argv_continuations_assemble_and_gaps_are_counted() {
+        let mut t = Tree::new(1);
+        let mut e = exec((1, 0), 1, "/w", b"aaaa");
+        if let Event::Exec(x) = &mut e {
+            x.args_len = 10;
+        }
+        t.apply(e);
+        let args = |off: u32, d: &[u8]| {
+            Event::Args(Args {
+                hdr: hdr(kind::ARGS, 1, 1, 0, 1),
+                offset: off,
+                data: d.to_vec(),
+            })
+        };
+        t.apply(args(4, b"\0bbb"));
+        assert!(!t.root().expect("root").images[0].argv_complete);
+        t.apply(args(8, b"c\0"));
+        let img = &t.root().expect("root").images[0];
+        assert!(img.argv_complete);
+        assert_eq!(img.argv, ["aaaa", "bbbc"]);
+        t.apply(args(99, b"x"));
+        assert_eq!(t.args_gaps, 1);
+    }
+
+    #[test]
+    fn wait_status_decoding() {
+        assert_eq!(ExitStatus::from_wait(3 << 8).shell_code(), 3);
+        assert_eq!(ExitStatus::from_wait(9).shell_code(), 137);
+        assert_eq!(
+            ExitStatus::from_wait(0x80 | 11),
+            ExitStatus::Signal {
+                signal: 11,
+                core_dumped: true
+            }
+        );
+        assert_eq!(split_runtime(100, 3, 1), (75, 25));
+        assert_eq!(split_runtime(100, 0, 0), (100, 0));
+    }
+}

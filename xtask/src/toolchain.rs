@@ -1,0 +1,114 @@
+//! Makes sure the pieces the eBPF build needs exist, installing only what is missing and
+//! saying so: nightly's rust-src (for `-Z build-std=core`) and bpf-linker built against
+//! Debian's LLVM 22 (it must match rustc's LLVM).
+
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result};
+
+use crate::run;
+
+const BPF_LINKER_VERSION: &str = "0.13.0";
+const LLVM_PACKAGES: [&str; 4] = [
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "libzstd-dev",
+    "zlib1g-dev",
+];
+
+fn quiet_ok(cmd: &mut Command) -> bool {
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn output(cmd: &mut Command) -> String {
+    cmd.stderr(Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+fn ensure_nightly() -> Result<()> {
+    let toolchains = output(Command::new("rustup").args(["toolchain", "list"]));
+    if !toolchains.lines().any(|l| l.starts_with("nightly")) {
+        eprintln!("xtask: installing the nightly toolchain (the eBPF build needs -Z build-std)");
+        run(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+        ]))?;
+    }
+    let components = output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--toolchain",
+        "nightly",
+        "--installed",
+    ]));
+    if !components.lines().any(|l| l.starts_with("rust-src")) {
+        eprintln!("xtask: installing rust-src for nightly (needed by -Z build-std=core)");
+        run(Command::new("rustup").args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            "nightly",
+        ]))?;
+    }
+    Ok(())
+}
+
+fn ensure_llvm() -> Result<()> {
+    let missing: Vec<&str> = LLVM_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| {
+            !output(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]))
+                .contains("install ok installed")
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!(
+        "xtask: installing {} from Debian (bpf-linker links against LLVM 22)",
+        missing.join(" ")
+    );
+    run(Command::new("apt-get").args(["update", "-qq"]))?;
+    run(Command::new("apt-get")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(&missing))
+}
+
+fn ensure_bpf_linker() -> Result<()> {
+    if quiet_ok(Command::new("bpf-linker").arg("--version")) {
+        return Ok(());
+    }
+    ensure_llvm()?;
+    eprintln!(
+        "xtask: building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (a few minutes, once)"
+    );
+    run(Command::new("cargo")
+        .env("LLVM_PREFIX", "/usr/lib/llvm-22")
+        .args([
+            "install",
+            "bpf-linker",
+            "--version",
+            BPF_LINKER_VERSION,
+            "--no-default-features",
+            "--features",
+            "llvm-22",
+        ]))
+    .context("installing bpf-linker")
+}
+
+/// Installs whatever is missing; a no-op on a machine that has it all.
+pub fn ensure() -> Result<()> {
+    ensure_nightly()?;
+    ensure_bpf_linker()
+}
