@@ -138,6 +138,10 @@ pub struct Config {
     pub nr_cpus: u32,
     /// Largest number of argv records per exec (each [`ARGS_CHUNK`] bytes).
     pub max_arg_chunks: u32,
+    /// Records are sent without waking userspace (a wake-up is a self-IPI, costly under
+    /// virtualization) until this many bytes wait unread; userspace also drains on a timer.
+    pub wakeup_bytes: u32,
+    pub _pad: u32,
     pub off: KernelOffsets,
 }
 
@@ -291,5 +295,5 @@ const _: () = {
     assert!(EXEC_EVENT_FIXED == 32 + 16 + TASK_COMM_LEN + FILENAME_LEN);
     assert!(ARGS_EVENT_FIXED == 40);
     assert!(size_of::<KernelOffsets>() == 30 * 4);
-    assert!(size_of::<Config>() == 16 + 30 * 4);
+    assert!(size_of::<Config>() == 24 + 30 * 4);
 };

@@ -19,7 +19,7 @@ use spacetime_common::{
 use crate::{
     conf, count, mem, output,
     task::{header, is_traced, read, Task},
-    ARGS_SCRATCH, EVENTS, EXEC_SCRATCH,
+    wakeup_flags, ARGS_SCRATCH, EVENTS, EXEC_SCRATCH,
 };
 
 /// Upper bound of argv records per exec, whatever the configuration says (256 KiB).
@@ -47,8 +47,14 @@ pub fn try_prepare_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
 #[inline(always)]
 fn output_bytes(data: *mut c_void, len: usize) {
     // SAFETY: `data` points at a scratch map value of at least `len` bytes.
-    let ret =
-        unsafe { bpf_ringbuf_output(&EVENTS as *const _ as *mut c_void, data, len as u64, 0) };
+    let ret = unsafe {
+        bpf_ringbuf_output(
+            &EVENTS as *const _ as *mut c_void,
+            data,
+            len as u64,
+            wakeup_flags(),
+        )
+    };
     if ret < 0 {
         count(stat::RINGBUF_LOST);
     }

@@ -2,6 +2,7 @@
 //! the traced tree here, in the kernel, before it can run.
 
 use aya_ebpf::programs::RawTracePointContext;
+use aya_log_ebpf::warn;
 use spacetime_common::{flags, kind, mode, stat, ForkEvent};
 
 use crate::{
@@ -24,6 +25,10 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
     } else {
         if conf!(mode) == mode::TREE && TRACKED.insert(&child_tgid, &1, 0).is_err() {
             count(stat::TRACK_FULL);
+            warn!(
+                ctx,
+                "tracking map full: process {} is not traced", child_tgid
+            );
         }
         let mm = child.mm()?;
         if mm != 0 && mm == parent.mm()? {

@@ -14,10 +14,12 @@ mod mem;
 mod task;
 
 use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     macros::{map, raw_tracepoint},
     maps::{HashMap, PerCpuArray, RingBuf},
     programs::RawTracePointContext,
 };
+use aya_log_ebpf::debug;
 use spacetime_common::{stat, ArgsEvent, Config, ExecEvent};
 
 /// Written by userspace before load (`EbpfLoader::override_global`); read-only afterwards.
@@ -71,7 +73,11 @@ fn count(index: u32) {
 pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
     match fork::try_fork(&ctx) {
         Ok(()) => 0,
-        Err(e) => e,
+        Err(e) => {
+            // Rare by construction; reaches userspace with -vv / RUST_LOG=debug.
+            debug!(&ctx, "sched_process_fork: error {}", e);
+            e
+        }
     }
 }
 
@@ -79,7 +85,11 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
 pub fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
     match exec::try_exec(&ctx) {
         Ok(()) => 0,
-        Err(e) => e,
+        Err(e) => {
+            // Rare by construction; reaches userspace with -vv / RUST_LOG=debug.
+            debug!(&ctx, "sched_process_exec: error {}", e);
+            e
+        }
     }
 }
 
@@ -88,7 +98,11 @@ pub fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
 pub fn sched_prepare_exec(ctx: RawTracePointContext) -> i32 {
     match exec::try_prepare_exec(&ctx) {
         Ok(()) => 0,
-        Err(e) => e,
+        Err(e) => {
+            // Rare by construction; reaches userspace with -vv / RUST_LOG=debug.
+            debug!(&ctx, "sched_prepare_exec: error {}", e);
+            e
+        }
     }
 }
 
@@ -96,7 +110,11 @@ pub fn sched_prepare_exec(ctx: RawTracePointContext) -> i32 {
 pub fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
     match exit::try_exit(&ctx) {
         Ok(()) => 0,
-        Err(e) => e,
+        Err(e) => {
+            // Rare by construction; reaches userspace with -vv / RUST_LOG=debug.
+            debug!(&ctx, "sched_process_exit: error {}", e);
+            e
+        }
     }
 }
 
@@ -110,10 +128,21 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
 #[no_mangle]
 static LICENSE: [u8; 4] = *b"GPL\0";
 
+/// Wake-up flag for the next record: none until enough bytes wait unread (see
+/// `Config::wakeup_bytes`).
+#[inline(always)]
+fn wakeup_flags() -> u64 {
+    if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= conf!(wakeup_bytes) as u64 {
+        BPF_RB_FORCE_WAKEUP as u64
+    } else {
+        BPF_RB_NO_WAKEUP as u64
+    }
+}
+
 /// Sends a fixed-size record; a full ring buffer is counted as loss, never silent.
 #[inline(always)]
 fn output<T>(ev: &T) {
-    if EVENTS.output::<T>(ev, 0).is_err() {
+    if EVENTS.output::<T>(ev, wakeup_flags()).is_err() {
         count(stat::RINGBUF_LOST);
     }
 }

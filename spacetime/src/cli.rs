@@ -53,12 +53,7 @@ pub struct TraceArgs {
     #[arg(long, value_name = "N", default_value_t = 40)]
     pub top: usize,
     /// The command to run, and its arguments
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 

@@ -25,8 +25,10 @@ const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("spacetime needs root to load its eBPF programs (CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN); run it with sudo")]
+    #[error("spacetime needs root to load its eBPF programs; run it with sudo")]
     NotRoot,
+    #[error("spacetime runs as root but lacks {0}: it needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) to load its eBPF programs")]
+    MissingCapability(&'static str),
     #[error("this kernel has no BTF ({BTF_PATH} is missing); spacetime needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
     NoBtf,
     #[error("this spacetime binary was built without its eBPF programs; build it with `cargo xtask build`")]
@@ -105,12 +107,16 @@ impl KernelCounters {
 /// The loaded and attached programs.
 pub struct Probes {
     ebpf: Ebpf,
+    logger: Option<KernelLogger>,
     /// Which kernel mechanisms are in use, for `-v`.
     pub mechanisms: Vec<String>,
     /// Time spent resolving offsets and loading, for `-v`.
     pub load_ms: f64,
     pub ring_buffer_bytes: u32,
 }
+
+/// The kernel programs' own diagnostics (aya-log), forwarded to the `log` crate.
+pub type KernelLogger = aya_log::EbpfLogger<&'static dyn log::Log>;
 
 /// Number of possible CPUs: per-CPU areas exist for every index up to the highest.
 pub fn possible_cpus() -> Result<u32, LoadError> {
@@ -124,6 +130,40 @@ pub fn possible_cpus() -> Result<u32, LoadError> {
         .max()
         .unwrap_or(0);
     Ok(max + 1)
+}
+
+/// The effective capability set, from /proc/self/status.
+fn effective_caps() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
+}
+
+fn check_capabilities() -> Result<(), LoadError> {
+    const CAP_SYS_ADMIN: u64 = 21;
+    const CAP_PERFMON: u64 = 38;
+    const CAP_BPF: u64 = 39;
+    let has = |caps: u64, c: u64| caps & (1 << c) != 0;
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let Some(caps) = effective_caps() else {
+        return if root {
+            Ok(())
+        } else {
+            Err(LoadError::NotRoot)
+        };
+    };
+    if has(caps, CAP_SYS_ADMIN) || (has(caps, CAP_BPF) && has(caps, CAP_PERFMON)) {
+        return Ok(());
+    }
+    if !root {
+        return Err(LoadError::NotRoot);
+    }
+    Err(LoadError::MissingCapability(if has(caps, CAP_BPF) {
+        "CAP_PERFMON"
+    } else {
+        "CAP_BPF"
+    }))
 }
 
 fn bump_memlock() {
@@ -157,10 +197,7 @@ impl Probes {
     /// Checks the environment, resolves kernel offsets, loads and attaches the programs.
     pub fn load(opts: &LoadOptions) -> Result<Probes, LoadError> {
         let started = Instant::now();
-        // SAFETY: geteuid cannot fail.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err(LoadError::NotRoot);
-        }
+        check_capabilities()?;
         if !Path::new(BTF_PATH).exists() {
             return Err(LoadError::NoBtf);
         }
@@ -170,14 +207,16 @@ impl Probes {
         let btf = Btf::from_sys_fs()?;
         let resolved = offsets::resolve(&btf)?;
         let nr_cpus = possible_cpus()?;
+        let ring = opts.ring_buffer_bytes.max(4096).next_power_of_two();
         let config = Config {
             mode: opts.mode,
             rss_layout: resolved.rss_layout,
             nr_cpus,
             max_arg_chunks: opts.max_arg_chunks,
+            wakeup_bytes: ring / 8,
+            _pad: 0,
             off: resolved.off,
         };
-        let ring = opts.ring_buffer_bytes.max(4096).next_power_of_two();
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
             .map_max_entries("EVENTS", ring)
@@ -228,15 +267,21 @@ impl Probes {
                 "no sched_prepare_exec on this kernel: images replaced by exec have no peak".into(),
             );
         }
-        if let Err(e) = aya_log::EbpfLogger::init(&mut ebpf) {
-            log::debug!("kernel-side logging unavailable: {e}");
-        }
+        let logger = aya_log::EbpfLogger::init(&mut ebpf)
+            .inspect_err(|e| log::debug!("kernel-side logging unavailable: {e}"))
+            .ok();
         Ok(Probes {
             ebpf,
+            logger,
             mechanisms,
             load_ms: started.elapsed().as_secs_f64() * 1e3,
             ring_buffer_bytes: ring,
         })
+    }
+
+    /// The kernel programs' log records, to be flushed now and then (can be taken once).
+    pub fn take_logger(&mut self) -> Option<KernelLogger> {
+        self.logger.take()
     }
 
     /// Starts tracing the process `tgid` and everything it forks from now on.

@@ -14,7 +14,7 @@ use crate::{
     cli::{TraceArgs, EXIT_OWN_FAILURE},
     events::decode,
     launch::{self, LaunchError},
-    loader::{LoadOptions, Probes},
+    loader::{KernelLogger, LoadOptions, Probes},
     report::{self, Meta, Report},
     tree::{ExitStatus, Tree},
 };
@@ -124,17 +124,16 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
         return Err(Failure::Launch(e));
     }
     let ring = probes.take_events()?;
-    let mut tree = Tree::new(root_pid);
+    let mut tree = Tree::new(root_pid, std::process::id());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let outcome = rt.block_on(consume(
-        ring,
-        sigfd,
+    let mut logger = probes.take_logger();
+    let loop_opts = LoopOptions {
         root_pid,
-        args.stop_on_root_exit,
-        &mut tree,
-    ))?;
+        stop_on_root_exit: args.stop_on_root_exit,
+    };
+    let outcome = rt.block_on(consume(ring, sigfd, loop_opts, &mut tree, logger.as_mut()))?;
 
     let counters = probes.counters()?;
     let end_ns = if tree.live() == 0 {
@@ -203,6 +202,9 @@ fn terminal_width(stderr: &io::Stderr) -> usize {
         .unwrap_or(120)
 }
 
+/// How often the ring buffer is drained when the kernel has not woken us.
+pub const DRAIN_INTERVAL: Duration = Duration::from_millis(50);
+
 struct Outcome {
     root_status: Option<ExitStatus>,
     end_ns: u64,
@@ -238,12 +240,20 @@ fn reap(root_pid: u32, root_status: &mut Option<ExitStatus>) -> bool {
     }
 }
 
+struct LoopOptions {
+    root_pid: u32,
+    stop_on_root_exit: bool,
+}
+
 async fn consume(
     ring: RingBuf<MapData>,
     sigfd: OwnedFd,
-    root_pid: u32,
-    stop_on_root_exit: bool,
+    LoopOptions {
+        root_pid,
+        stop_on_root_exit,
+    }: LoopOptions,
     tree: &mut Tree,
+    mut logger: Option<&mut KernelLogger>,
 ) -> io::Result<Outcome> {
     // SAFETY: both own their descriptor, which stays open and unchanged while registered.
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }?;
@@ -252,8 +262,9 @@ async fn consume(
     let mut decode_errors = 0;
     let mut root_status = None;
     let mut no_children = reap(root_pid, &mut root_status);
-    // A safety net against a missed wake-up: the ring is drained at least this often.
-    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    // The kernel wakes us only when the ring fills up (wake-ups are costly per record), so
+    // the ring is also drained on this tick.
+    let mut tick = tokio::time::interval(DRAIN_INTERVAL);
     while !(root_status.is_some() && (stop_on_root_exit || no_children)) {
         tokio::select! {
             guard = ring.readable_mut() => {
@@ -274,12 +285,18 @@ async fn consume(
             }
             _ = tick.tick() => {
                 drain(ring.get_mut(), tree, &mut decode_errors);
+                if let Some(l) = logger.as_mut() {
+                    l.flush();
+                }
                 no_children = reap(root_pid, &mut root_status);
             }
         }
     }
     // Every exit was recorded before its process became reapable: one last drain has it all.
     drain(ring.get_mut(), tree, &mut decode_errors);
+    if let Some(l) = logger {
+        l.flush();
+    }
     Ok(Outcome {
         root_status,
         end_ns: crate::trace::monotonic_ns(),

@@ -176,16 +176,19 @@ pub struct Tree {
     procs: Vec<Process>,
     index: HashMap<Key, usize>,
     root_pid: u32,
+    root_ppid: u32,
     root: Option<usize>,
     /// Continuation records that did not follow on from what had arrived.
     pub args_gaps: u64,
 }
 
 impl Tree {
-    /// A tree whose root is the process with this pid (the first one seen with it).
-    pub fn new(root_pid: u32) -> Tree {
+    /// A tree whose root is the process with this pid (the first one seen with it), started
+    /// by `root_ppid`.
+    pub fn new(root_pid: u32, root_ppid: u32) -> Tree {
         Tree {
             root_pid,
+            root_ppid,
             ..Tree::default()
         }
     }
@@ -220,6 +223,7 @@ impl Tree {
             key: Some(key),
             pid: key.tgid,
             start_ns: key.start_ns,
+            ppid: if is_root { self.root_ppid } else { 0 },
             threads: 1,
             is_root,
             ..Process::default()
@@ -420,7 +424,7 @@ mod tests {
     #[test]
     fn exec_trap_keeps_one_entry_with_two_images() {
         let root = (100, 1);
-        let mut t = Tree::new(100);
+        let mut t = Tree::new(100, 0);
         t.apply(exec(root, 2, "/bin/big", b"big\0"));
         t.apply(image_end(root, 10, mem(1000, 76800)));
         t.apply(exec(root, 11, "/bin/small", b"small\0-x\0"));
@@ -437,7 +441,7 @@ mod tests {
 
     #[test]
     fn pid_reuse_never_merges_processes() {
-        let mut t = Tree::new(1);
+        let mut t = Tree::new(1, 0);
         t.apply(exec((1, 0), 1, "/sh", b"sh\0"));
         t.apply(fork((1, 0), (50, 10), 10, 0));
         t.apply(exit((50, 10), 20, 0, mem(5, 5)));
@@ -466,7 +470,7 @@ mod tests {
 
     #[test]
     fn reparented_orphan_keeps_its_fork_parent() {
-        let mut t = Tree::new(1);
+        let mut t = Tree::new(1, 0);
         t.apply(exec((1, 0), 1, "/w", b"w\0"));
         t.apply(fork((1, 0), (2, 5), 5, 0));
         t.apply(fork((2, 5), (3, 6), 6, 0));
@@ -487,7 +491,7 @@ mod tests {
 
     #[test]
     fn events_out_of_order_still_build_the_process() {
-        let mut t = Tree::new(1);
+        let mut t = Tree::new(1, 0);
         t.apply(exec((1, 0), 1, "/sh", b"sh\0-c\0"));
         // The child's exec and exit arrive before its fork.
         t.apply(exec((9, 4), 6, "/bin/ls", b"ls\0"));
@@ -511,7 +515,7 @@ mod tests {
 
     #[test]
     fn threads_and_shared_mm() {
-        let mut t = Tree::new(1);
+        let mut t = Tree::new(1, 0);
         t.apply(exec((1, 0), 1, "/w", b"w\0"));
         for i in 0..3 {
             t.apply(fork((1, 0), (1, 0), 2 + i, flags::FORK_THREAD));
@@ -537,7 +541,7 @@ mod tests {
 
     #[test]
     fn argv_continuations_assemble_and_gaps_are_counted() {
-        let mut t = Tree::new(1);
+        let mut t = Tree::new(1, 0);
         let mut e = exec((1, 0), 1, "/w", b"aaaa");
         if let Event::Exec(x) = &mut e {
             x.args_len = 10;
