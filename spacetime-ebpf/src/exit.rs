@@ -43,7 +43,7 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
     }
     output(&ev);
     if group_dead && conf!(mode) == mode::TREE {
-        let _ = TRACKED.remove(&tgid);
+        let _ = TRACKED.remove(tgid);
     }
     Ok(())
 }

@@ -23,7 +23,7 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
     if child_tgid == ptgid {
         f |= flags::FORK_THREAD;
     } else {
-        if conf!(mode) == mode::TREE && TRACKED.insert(&child_tgid, &1, 0).is_err() {
+        if conf!(mode) == mode::TREE && TRACKED.insert(child_tgid, 1, 0).is_err() {
             count(stat::TRACK_FULL);
             warn!(
                 ctx,

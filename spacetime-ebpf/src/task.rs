@@ -10,10 +10,8 @@ use crate::{conf, count, TRACKED};
 #[inline(always)]
 pub fn read<T>(base: u64, off: u32) -> Result<T, i32> {
     // SAFETY: bpf_probe_read_kernel checks the address; a bad one returns an error.
-    unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) }.map_err(|e| {
-        count(stat::READ_FAIL);
-        e as i32
-    })
+    unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) }
+        .inspect_err(|_| count(stat::READ_FAIL))
 }
 
 pub struct Task(pub u64);
@@ -51,7 +49,7 @@ impl Task {
 #[inline(always)]
 pub fn is_traced(tgid: u32) -> bool {
     // SAFETY: the value is only tested for presence.
-    conf!(mode) == mode::SYSTEM || unsafe { TRACKED.get(&tgid) }.is_some()
+    conf!(mode) == mode::SYSTEM || unsafe { TRACKED.get(tgid) }.is_some()
 }
 
 #[inline(always)]
