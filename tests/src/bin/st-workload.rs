@@ -1,1 +1,564 @@
-fn main() {}
+//! `st-workload`: the truth side of spacetime's integration tests.
+//!
+//! Every process that matters appends ONE JSON line to the file named by `$ST_TRUTH`
+//! (O_APPEND|O_CREAT, a single write(2) per line so concurrent writers never interleave).
+//! The line is built and written as the very last thing before the process exits (or execs),
+//! after reading the process's own `/proc/self/status`; every buffer used from that point on was
+//! allocated *and touched* at startup, so recording does not change the peak it records.
+//!
+//! Common fields of every line: `mode`, `pid`, `tid`, `ppid` (getppid() at record time),
+//! `vmhwm_kib`, `vmrss_kib` (VmHWM / VmRSS from /proc/self/status). Mode-specific fields
+//! are listed in `USAGE`.
+
+use std::ffi::{CString, OsString};
+use std::io::Write as _;
+use std::os::unix::ffi::OsStrExt as _;
+use std::time::Duration;
+
+const USAGE: &str = "\
+usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_TRUTH)
+  noop [ANY...]                exit 0, record nothing
+  touch MIB                    touch MIB MiB of anonymous memory, record {mib}
+  grow-exec MIB PROG [ARGS...] touch MIB MiB, record {mib}, then execv(PROG, [PROG, ARGS...])
+  tree DEPTH WIDTH             every node forks WIDTH children down to DEPTH levels, waits,
+                               records {depth, children, failed}
+  threads N                    start N threads, join them, record {threads: N, tids}
+  orphan MS                    fork a child that forks a grandchild and exits at once; the
+                               grandchild sleeps MS ms. Records: root {role, child},
+                               child {role, grandchild}, grandchild {role, parent_at_fork, ms}
+  storm N PROG [ARGS...]       N sequential fork+execv(PROG) + waitpid, record {children, failed, pids}
+  thread-exec PROG [ARGS...]   a non-main thread records then execv(PROG, [PROG, ARGS...])
+  spawn N PROG [ARGS...]       N children via posix_spawn, wait, record {children, failed, pids}
+  exit CODE                    record {code}, _exit(CODE)
+  kill SIG                     record {sig}, raise SIG with default disposition
+  sleep MS                     sleep MS ms, record {ms}, exit 0
+  whoami                       record {uid, euid, gid, egid, groups}
+";
+
+/// Bytes reserved (and touched) for reading /proc/self/status.
+const STATUS_BUF: usize = 16 * 1024;
+/// Bytes reserved (and touched) for the JSON line.
+const LINE_BUF: usize = 64 * 1024;
+/// Stack pre-faulted at startup so the recording path doesn't grow the stack.
+const STACK_PREFAULT: usize = 128 * 1024;
+
+extern "C" {
+    static environ: *const *mut libc::c_char;
+}
+
+fn die(msg: &str) -> ! {
+    eprintln!("st-workload: {msg}");
+    eprint!("{USAGE}");
+    unsafe { libc::_exit(2) }
+}
+
+fn sys_die(what: &str) -> ! {
+    let err = std::io::Error::last_os_error();
+    eprintln!("st-workload[{}]: {what}: {err}", std::process::id());
+    unsafe { libc::_exit(120) }
+}
+
+/// Touches `STACK_PREFAULT` bytes of stack below the current frame.
+#[inline(never)]
+fn prefault_stack() {
+    let mut buf = [0u8; STACK_PREFAULT];
+    for i in (0..STACK_PREFAULT).step_by(1024) {
+        unsafe { std::ptr::write_volatile(buf.as_mut_ptr().add(i), 1) };
+    }
+    std::hint::black_box(&buf);
+}
+
+fn gettid() -> i64 {
+    unsafe { libc::syscall(libc::SYS_gettid) }
+}
+
+/// Allocates a Vec with `cap` bytes of capacity, every page written once, length 0.
+fn touched_vec(cap: usize) -> Vec<u8> {
+    let mut v = vec![0xa5u8; cap];
+    std::hint::black_box(&mut v);
+    v.clear();
+    v
+}
+
+struct Recorder {
+    truth: Option<CString>,
+    status: Vec<u8>,
+    line: Vec<u8>,
+}
+
+impl Recorder {
+    fn new() -> Self {
+        let truth = std::env::var_os("ST_TRUTH")
+            .filter(|p| !p.is_empty())
+            .map(|p| CString::new(p.as_bytes()).unwrap_or_else(|_| die("ST_TRUTH contains NUL")));
+        let mut status = touched_vec(STATUS_BUF);
+        status.resize(STATUS_BUF, 0);
+        let line = touched_vec(LINE_BUF);
+        prefault_stack();
+        Recorder {
+            truth,
+            status,
+            line,
+        }
+    }
+
+    /// Starts a line: `{"mode":M,"pid":P,"tid":T`. Add fields with `int`/`str`/`ints`, then
+    /// call `finish` as the last thing before exit/exec.
+    fn begin(&mut self, mode: &str) -> &mut Self {
+        self.line.clear();
+        let pid = unsafe { libc::getpid() };
+        let _ = write!(
+            self.line,
+            "{{\"mode\":\"{mode}\",\"pid\":{pid},\"tid\":{}",
+            gettid()
+        );
+        self
+    }
+
+    fn int(&mut self, key: &str, v: i64) -> &mut Self {
+        let _ = write!(self.line, ",\"{key}\":{v}");
+        self
+    }
+
+    fn str(&mut self, key: &str, v: &str) -> &mut Self {
+        // Only used with fixed ASCII identifiers; no escaping needed.
+        let _ = write!(self.line, ",\"{key}\":\"{v}\"");
+        self
+    }
+
+    fn ints(&mut self, key: &str, vs: &[i64]) -> &mut Self {
+        let _ = write!(self.line, ",\"{key}\":[");
+        for (i, v) in vs.iter().enumerate() {
+            if i > 0 {
+                self.line.push(b',');
+            }
+            let _ = write!(self.line, "{v}");
+        }
+        self.line.push(b']');
+        self
+    }
+
+    /// Reads /proc/self/status, appends ppid/vmhwm_kib/vmrss_kib, writes the line.
+    ///
+    /// The whole path runs twice: the first pass only warms up. A forked child shares its
+    /// parent's file-backed text but has no page-table entries for it, so the first execution
+    /// of the formatting/libc code here faults in text pages (fault-around: up to 16 pages),
+    /// which would raise VmHWM after we read it. The second pass touches nothing new.
+    fn finish(&mut self) {
+        let prefix = self.line.len();
+        prefault_text();
+        for pass in 0..2 {
+            self.line.truncate(prefix);
+            let ppid = unsafe { libc::getppid() };
+            let n = self.read_status();
+            let status = &self.status[..n];
+            let hwm = status_kib(status, b"VmHWM:");
+            let rss = status_kib(status, b"VmRSS:");
+            let _ = writeln!(
+                self.line,
+                ",\"ppid\":{ppid},\"vmhwm_kib\":{hwm},\"vmrss_kib\":{rss}}}"
+            );
+            if pass == 0 {
+                // Fault in write(2)'s wrapper without writing anything (EBADF).
+                unsafe { libc::write(-1, self.line.as_ptr().cast(), 0) };
+            }
+        }
+        let Some(path) = &self.truth else { return };
+        unsafe {
+            let fd = libc::open(
+                path.as_ptr(),
+                libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC,
+                0o666 as libc::c_uint,
+            );
+            if fd < 0 {
+                sys_die("open $ST_TRUTH");
+            }
+            let w = libc::write(fd, self.line.as_ptr().cast(), self.line.len());
+            if w != self.line.len() as isize {
+                sys_die("write $ST_TRUTH");
+            }
+            libc::close(fd);
+        }
+    }
+
+    fn read_status(&mut self) -> usize {
+        let mut n = 0usize;
+        unsafe {
+            let fd = libc::open(
+                c"/proc/self/status".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                sys_die("open /proc/self/status");
+            }
+            while n < self.status.len() {
+                let r = libc::read(
+                    fd,
+                    self.status.as_mut_ptr().add(n).cast(),
+                    self.status.len() - n,
+                );
+                if r < 0 {
+                    sys_die("read /proc/self/status");
+                }
+                if r == 0 {
+                    break;
+                }
+                n += r as usize;
+            }
+            libc::close(fd);
+        }
+        n
+    }
+}
+
+/// Value in kB of the `/proc/self/status` line starting with `key`, or -1 if absent.
+fn status_kib(status: &[u8], key: &[u8]) -> i64 {
+    for line in status.split(|&b| b == b'\n') {
+        if let Some(rest) = line.strip_prefix(key) {
+            let mut v: i64 = 0;
+            let mut seen = false;
+            for &b in rest {
+                if b.is_ascii_digit() {
+                    v = v * 10 + i64::from(b - b'0');
+                    seen = true;
+                } else if seen {
+                    break;
+                }
+            }
+            return if seen { v } else { -1 };
+        }
+    }
+    -1
+}
+
+fn exit(code: i32) -> ! {
+    unsafe { libc::_exit(code) }
+}
+
+fn parse<T: std::str::FromStr>(args: &[OsString], i: usize, what: &str) -> T {
+    let Some(a) = args.get(i) else {
+        die(&format!("missing {what}"))
+    };
+    a.to_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| die(&format!("bad {what}: {a:?}")))
+}
+
+/// argv for execv: [PROG, ARGS...] from args[i..]; must be non-empty.
+fn exec_argv(args: &[OsString], i: usize) -> Vec<CString> {
+    if args.len() <= i {
+        die("missing PROG");
+    }
+    args[i..]
+        .iter()
+        .map(|a| CString::new(a.as_bytes()).unwrap_or_else(|_| die("argument contains NUL")))
+        .collect()
+}
+
+fn ptrs(v: &[CString]) -> Vec<*const libc::c_char> {
+    v.iter()
+        .map(|c| c.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+/// mmaps `mib` MiB of private anonymous memory and writes one byte in every page. Never unmapped.
+fn touch(mib: usize) {
+    if mib == 0 {
+        return;
+    }
+    let len = mib << 20;
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            sys_die("mmap");
+        }
+        let p = p.cast::<u8>();
+        for off in (0..len).step_by(page) {
+            std::ptr::write_volatile(p.add(off), 1);
+        }
+    }
+}
+
+fn fork() -> libc::pid_t {
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        sys_die("fork");
+    }
+    pid
+}
+
+/// waitpid(pid); true iff it exited with status 0.
+fn wait_ok(pid: libc::pid_t) -> bool {
+    let mut st = 0;
+    loop {
+        let r = unsafe { libc::waitpid(pid, &mut st, 0) };
+        if r == pid {
+            return libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0;
+        }
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            sys_die("waitpid");
+        }
+    }
+}
+
+/// Maps the text of the libc functions used after the final /proc/self/status read (and of
+/// execv/execve, for modes that exec right after recording) by reading a few bytes of each.
+/// The read fault maps the page (and its fault-around window) before we measure, so nothing
+/// after the measurement faults in text. Needed explicitly because with several threads
+/// faulting at once, fault-around skips folios it can't trylock, so whether e.g. `_exit`'s page
+/// happens to be mapped already is not deterministic. (No failed exec attempts as a warm-up:
+/// those would be visible to the tracer.)
+fn prefault_text() {
+    let fns: [usize; 9] = [
+        libc::_exit as *const () as usize,
+        libc::open as *const () as usize,
+        libc::read as *const () as usize,
+        libc::write as *const () as usize,
+        libc::close as *const () as usize,
+        libc::getpid as *const () as usize,
+        libc::getppid as *const () as usize,
+        libc::execv as *const () as usize,
+        libc::execve as *const () as usize,
+    ];
+    for f in fns {
+        for off in [0, 63, 127] {
+            unsafe { std::ptr::read_volatile((f + off) as *const u8) };
+        }
+    }
+}
+
+fn execv(argv: &[CString], argv_ptrs: &[*const libc::c_char]) -> ! {
+    unsafe { libc::execv(argv[0].as_ptr(), argv_ptrs.as_ptr()) };
+    sys_die(&format!("execv {:?}", argv[0]))
+}
+
+fn tree_node(rec: &mut Recorder, depth: i64, max_depth: i64, width: i64) -> ! {
+    let mut children = Vec::with_capacity(width.max(0) as usize);
+    if depth < max_depth {
+        for _ in 0..width {
+            let pid = fork();
+            if pid == 0 {
+                tree_node(rec, depth + 1, max_depth, width);
+            }
+            children.push(pid);
+        }
+    }
+    let failed = children.iter().filter(|&&p| !wait_ok(p)).count() as i64;
+    let pids: Vec<i64> = children.iter().map(|&p| i64::from(p)).collect();
+    rec.begin("tree")
+        .int("depth", depth)
+        .ints("children", &pids)
+        .int("failed", failed)
+        .finish();
+    exit(0)
+}
+
+fn main() {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let Some(mode) = args.get(1).and_then(|m| m.to_str()) else {
+        die("missing MODE")
+    };
+    if mode == "noop" {
+        exit(0);
+    }
+    let mode = mode.to_owned();
+    let mut rec = Recorder::new();
+    match mode.as_str() {
+        "touch" => {
+            let mib: usize = parse(&args, 2, "MIB");
+            touch(mib);
+            rec.begin("touch").int("mib", mib as i64).finish();
+            exit(0)
+        }
+        "grow-exec" => {
+            let mib: usize = parse(&args, 2, "MIB");
+            let argv = exec_argv(&args, 3);
+            let argv_ptrs = ptrs(&argv);
+            touch(mib);
+            rec.begin("grow-exec").int("mib", mib as i64).finish();
+            execv(&argv, &argv_ptrs)
+        }
+        "tree" => {
+            let depth: i64 = parse(&args, 2, "DEPTH");
+            let width: i64 = parse(&args, 3, "WIDTH");
+            tree_node(&mut rec, 0, depth, width)
+        }
+        "threads" => {
+            let n: usize = parse(&args, 2, "N");
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
+            let handles: Vec<_> = (0..n)
+                .map(|_| {
+                    let b = barrier.clone();
+                    std::thread::Builder::new()
+                        .spawn(move || {
+                            let tid = gettid();
+                            // All N threads are alive at once, so their tids are distinct.
+                            b.wait();
+                            tid
+                        })
+                        .unwrap_or_else(|e| die(&format!("spawn thread: {e}")))
+                })
+                .collect();
+            let tids: Vec<i64> = handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| die("thread panicked")))
+                .collect();
+            rec.begin("threads")
+                .int("threads", n as i64)
+                .ints("tids", &tids)
+                .finish();
+            exit(0)
+        }
+        "orphan" => {
+            let ms: u64 = parse(&args, 2, "MS");
+            let child = fork();
+            if child == 0 {
+                let me = unsafe { libc::getpid() };
+                let grandchild = fork();
+                if grandchild == 0 {
+                    std::thread::sleep(Duration::from_millis(ms));
+                    rec.begin("orphan")
+                        .str("role", "grandchild")
+                        .int("parent_at_fork", i64::from(me))
+                        .int("ms", ms as i64)
+                        .finish();
+                    exit(0)
+                }
+                rec.begin("orphan")
+                    .str("role", "child")
+                    .int("grandchild", i64::from(grandchild))
+                    .finish();
+                exit(0)
+            }
+            let ok = wait_ok(child);
+            rec.begin("orphan")
+                .str("role", "root")
+                .int("child", i64::from(child))
+                .int("failed", i64::from(!ok))
+                .finish();
+            exit(0)
+        }
+        "storm" | "spawn" => {
+            let n: usize = parse(&args, 2, "N");
+            let argv = exec_argv(&args, 3);
+            let argv_ptrs = ptrs(&argv);
+            let mut pids: Vec<i64> = Vec::with_capacity(n);
+            let mut failed = 0i64;
+            if mode == "storm" {
+                for _ in 0..n {
+                    let pid = fork();
+                    if pid == 0 {
+                        unsafe { libc::execv(argv[0].as_ptr(), argv_ptrs.as_ptr()) };
+                        exit(127);
+                    }
+                    pids.push(i64::from(pid));
+                    failed += i64::from(!wait_ok(pid));
+                }
+            } else {
+                for _ in 0..n {
+                    let mut pid: libc::pid_t = 0;
+                    let r = unsafe {
+                        libc::posix_spawn(
+                            &mut pid,
+                            argv[0].as_ptr(),
+                            std::ptr::null(),
+                            std::ptr::null(),
+                            argv_ptrs.as_ptr() as *const *mut libc::c_char,
+                            environ,
+                        )
+                    };
+                    if r != 0 {
+                        eprintln!(
+                            "st-workload: posix_spawn {:?}: {}",
+                            argv[0],
+                            std::io::Error::from_raw_os_error(r)
+                        );
+                        failed += 1;
+                        continue;
+                    }
+                    pids.push(i64::from(pid));
+                }
+                failed += pids.iter().filter(|&&p| !wait_ok(p as libc::pid_t)).count() as i64;
+            }
+            rec.begin(&mode)
+                .int("children", n as i64)
+                .int("failed", failed)
+                .ints("pids", &pids)
+                .finish();
+            exit(0)
+        }
+        "thread-exec" => {
+            let argv = exec_argv(&args, 2);
+            let h = std::thread::Builder::new()
+                .spawn(move || {
+                    let argv_ptrs = ptrs(&argv);
+                    prefault_stack();
+                    rec.begin("thread-exec").finish();
+                    // The kernel kills the other threads and gives this one the leader's pid.
+                    execv(&argv, &argv_ptrs)
+                })
+                .unwrap_or_else(|e| die(&format!("spawn thread: {e}")));
+            let _ = h.join();
+            die("thread-exec: exec thread returned")
+        }
+        "exit" => {
+            let code: i32 = parse(&args, 2, "CODE");
+            rec.begin("exit").int("code", i64::from(code)).finish();
+            exit(code)
+        }
+        "kill" => {
+            let sig: i32 = parse(&args, 2, "SIG");
+            rec.begin("kill").int("sig", i64::from(sig)).finish();
+            unsafe {
+                libc::signal(sig, libc::SIG_DFL);
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, sig);
+                libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+                libc::raise(sig);
+            }
+            eprintln!("st-workload: still alive after raise({sig})");
+            exit(100)
+        }
+        "sleep" => {
+            let ms: u64 = parse(&args, 2, "MS");
+            std::thread::sleep(Duration::from_millis(ms));
+            rec.begin("sleep").int("ms", ms as i64).finish();
+            exit(0)
+        }
+        "whoami" => {
+            let (uid, euid, gid, egid) = unsafe {
+                (
+                    libc::getuid(),
+                    libc::geteuid(),
+                    libc::getgid(),
+                    libc::getegid(),
+                )
+            };
+            let mut groups = vec![0 as libc::gid_t; 4096];
+            let n = unsafe { libc::getgroups(groups.len() as i32, groups.as_mut_ptr()) };
+            if n < 0 {
+                sys_die("getgroups");
+            }
+            let groups: Vec<i64> = groups[..n as usize].iter().map(|&g| i64::from(g)).collect();
+            rec.begin("whoami")
+                .int("uid", i64::from(uid))
+                .int("euid", i64::from(euid))
+                .int("gid", i64::from(gid))
+                .int("egid", i64::from(egid))
+                .ints("groups", &groups)
+                .finish();
+            exit(0)
+        }
+        other => die(&format!("unknown mode {other:?}")),
+    }
+}

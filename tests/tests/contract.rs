@@ -1,0 +1,260 @@
+//! The JSON contract's shape, argv fidelity, and the sudo user drop.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+use spacetime_tests::{assert_world_executable, find_process, Exit, Trace};
+
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+
+fn get<'a>(v: &'a Value, path: &str, key: &str) -> &'a Value {
+    v.as_object()
+        .unwrap_or_else(|| panic!("{path} must be an object, got {v}"))
+        .get(key)
+        .unwrap_or_else(|| panic!("{path}.{key} is missing"))
+}
+
+fn u64_at(v: &Value, path: &str, key: &str) -> u64 {
+    let x = get(v, path, key);
+    x.as_u64()
+        .unwrap_or_else(|| panic!("{path}.{key} must be a non-negative integer, got {x}"))
+}
+
+fn int_at(v: &Value, path: &str, key: &str) -> i64 {
+    let x = get(v, path, key);
+    x.as_i64()
+        .unwrap_or_else(|| panic!("{path}.{key} must be an integer, got {x}"))
+}
+
+fn strings_at(v: &Value, path: &str, key: &str) -> Vec<String> {
+    let x = get(v, path, key);
+    x.as_array()
+        .unwrap_or_else(|| panic!("{path}.{key} must be an array, got {x}"))
+        .iter()
+        .map(|s| {
+            s.as_str()
+                .unwrap_or_else(|| panic!("{path}.{key} must hold strings, got {s}"))
+                .to_owned()
+        })
+        .collect()
+}
+
+/// `{"code": N}` or `{"signal": N}` (or null if `nullable`).
+fn check_exit(v: &Value, path: &str, nullable: bool) {
+    if v.is_null() {
+        assert!(nullable, "{path} must not be null");
+        return;
+    }
+    let o = v
+        .as_object()
+        .unwrap_or_else(|| panic!("{path} must be an object, got {v}"));
+    assert_eq!(o.len(), 1, "{path} must have exactly one key, got {v}");
+    let (k, n) = o.iter().next().expect("one key");
+    assert!(
+        k == "code" || k == "signal",
+        "{path} key must be code or signal, got {v}"
+    );
+    assert!(n.is_i64(), "{path}.{k} must be an integer, got {v}");
+}
+
+#[test]
+fn json_contract_keys_and_types() {
+    let argv = [WL, "tree", "1", "1"];
+    let out = Trace::new(argv).tag("contract").run();
+    out.assert_code(0);
+    assert!(
+        !out.stderr.trim().is_empty(),
+        "a human summary is expected on stderr"
+    );
+    let v = out.json_value();
+    assert_eq!(strings_at(&v, "$", "command"), argv, "$.command");
+    check_exit(get(&v, "$", "exit"), "$.exit", false);
+    assert_eq!(get(&v, "$", "exit"), &serde_json::json!({"code": 0}));
+    for k in ["wall_ns", "user_ns", "sys_ns", "lost_events"] {
+        u64_at(&v, "$", k);
+    }
+    assert!(u64_at(&v, "$", "wall_ns") > 0, "$.wall_ns must be > 0");
+    let totals = get(&v, "$", "totals");
+    for k in ["processes", "threads", "peak_rss_bytes"] {
+        u64_at(totals, "$.totals", k);
+    }
+    let procs = get(&v, "$", "processes")
+        .as_array()
+        .expect("$.processes must be an array");
+    assert_eq!(procs.len(), 2, "tree 1 1: root + one child");
+    for (i, p) in procs.iter().enumerate() {
+        let path = format!("$.processes[{i}]");
+        int_at(p, &path, "pid");
+        int_at(p, &path, "ppid");
+        u64_at(p, &path, "start_ns");
+        let end = get(p, &path, "end_ns");
+        assert!(
+            end.is_u64(),
+            "{path}.end_ns must be an integer here (everything exited), got {end}"
+        );
+        assert!(u64_at(p, &path, "threads") >= 1);
+        check_exit(get(p, &path, "exit"), &format!("{path}.exit"), true);
+        assert!(
+            u64_at(p, &path, "peak_rss_bytes") > 0,
+            "{path}.peak_rss_bytes > 0"
+        );
+        let images = get(p, &path, "images")
+            .as_array()
+            .unwrap_or_else(|| panic!("{path}.images must be an array"));
+        assert!(!images.is_empty(), "{path}.images is empty");
+        for (j, img) in images.iter().enumerate() {
+            let ipath = format!("{path}.images[{j}]");
+            let exe = get(img, &ipath, "exe");
+            assert!(exe.is_string(), "{ipath}.exe must be a string, got {exe}");
+            strings_at(img, &ipath, "argv");
+            u64_at(img, &ipath, "start_ns");
+            u64_at(img, &ipath, "peak_rss_bytes");
+        }
+    }
+    // And the typed view + invariants.
+    let report = out.report();
+    for t in out.truth_of("tree") {
+        let p = find_process(&report, t.pid());
+        assert_eq!(p.ppid, t.ppid(), "pid {}: ppid", p.pid);
+    }
+}
+
+/// A deterministic argument of exactly `len` bytes mixing ASCII, JSON-special characters,
+/// control characters and multi-byte UTF-8.
+fn make_arg(len: usize, seed: usize) -> String {
+    const CHUNK: &str = "abc\"q\\b/sl\ttab\nnl é€😀 {}[]<>,:;'$`!#%&*()=+?|~^0123456789 ";
+    let chars: Vec<char> = CHUNK.chars().collect();
+    let mut s = String::with_capacity(len);
+    let mut i = seed;
+    loop {
+        let c = chars[i % chars.len()];
+        if s.len() + c.len_utf8() > len {
+            break;
+        }
+        s.push(c);
+        i += 1;
+    }
+    while s.len() < len {
+        s.push('x');
+    }
+    assert_eq!(s.len(), len);
+    s
+}
+
+fn check_argv(args: &[String], tag: &str) {
+    let mut argv: Vec<&str> = vec![WL, "noop"];
+    argv.extend(args.iter().map(String::as_str));
+    let out = Trace::new(&argv).tag(tag).run();
+    out.assert_code(0);
+    let report = out.report();
+    let root = report.root();
+    assert_eq!(root.images.len(), 1, "noop: images");
+    let got = &root.images[0].argv;
+    assert_eq!(
+        got.len(),
+        argv.len(),
+        "pid {}: argv has {} entries, want {}",
+        root.pid,
+        got.len(),
+        argv.len()
+    );
+    for (i, (g, w)) in got.iter().zip(&argv).enumerate() {
+        if g != w {
+            let at = g
+                .bytes()
+                .zip(w.bytes())
+                .position(|(a, b)| a != b)
+                .unwrap_or(g.len().min(w.len()));
+            panic!(
+                "pid {}: argv[{i}] differs: got {} bytes, want {} bytes, first difference at \
+                 byte {at}",
+                root.pid,
+                g.len(),
+                w.len()
+            );
+        }
+    }
+    assert_eq!(report.command, argv, "$.command");
+}
+
+#[test]
+fn argv_6k_argument_byte_for_byte() {
+    check_argv(&[make_arg(6144, 0)], "argv6k");
+}
+
+#[test]
+fn argv_over_12k_in_several_args_byte_for_byte() {
+    let args = vec![
+        make_arg(4000, 1),
+        String::new(),
+        make_arg(5000, 7),
+        "-x".to_owned(),
+        make_arg(3500, 13),
+        String::new(),
+        make_arg(1, 3),
+    ];
+    assert!(args.iter().map(String::len).sum::<usize>() > 12 * 1024);
+    check_argv(&args, "argv12k");
+}
+
+#[test]
+fn argv_many_short_args() {
+    let args: Vec<String> = (0..200).map(|i| format!("a{i}")).collect();
+    check_argv(&args, "argvmany");
+}
+
+/// Expected supplementary groups of `user`, from `id -G`.
+fn groups_of(user: &str) -> BTreeSet<i64> {
+    let out = std::process::Command::new("id")
+        .arg("-G")
+        .arg(user)
+        .output()
+        .expect("run id -G");
+    assert!(out.status.success(), "id -G {user} failed");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(|g| g.parse().expect("gid"))
+        .collect()
+}
+
+#[test]
+fn sudo_env_drops_to_the_invoking_user() {
+    assert_world_executable(std::path::Path::new(WL));
+    let out = Trace::new([WL, "whoami"])
+        .env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65534")
+        .env("SUDO_USER", "nobody")
+        .tag("sudo")
+        .run();
+    out.assert_code(0);
+    let t = out.truth_one("whoami");
+    for k in ["uid", "euid", "gid", "egid"] {
+        assert_eq!(t.int(k), 65534, "pid {}: {k} after the sudo drop", t.pid());
+    }
+    let mut got: BTreeSet<i64> = t.ints("groups").into_iter().collect();
+    got.insert(65534);
+    let mut want = groups_of("nobody");
+    want.insert(65534);
+    assert_eq!(got, want, "pid {}: supplementary groups", t.pid());
+    assert!(!got.contains(&0), "pid {}: still in group 0", t.pid());
+    let report = out.report();
+    let p = find_process(&report, t.pid());
+    assert_eq!(p.exit, Some(Exit::Code(0)));
+}
+
+#[test]
+fn keep_root_ignores_sudo_env() {
+    let out = Trace::new([WL, "whoami"])
+        .flag("--keep-root")
+        .env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65534")
+        .env("SUDO_USER", "nobody")
+        .tag("keeproot")
+        .run();
+    out.assert_code(0);
+    let t = out.truth_one("whoami");
+    assert_eq!(t.int("uid"), 0, "pid {}: uid with --keep-root", t.pid());
+    assert_eq!(t.int("euid"), 0, "pid {}: euid with --keep-root", t.pid());
+    let report = out.report();
+    find_process(&report, t.pid());
+}

@@ -1,0 +1,177 @@
+//! spacetime's own exit status, stdout/stderr, and signal forwarding.
+
+use std::time::{Duration, Instant};
+
+use spacetime_tests::{find_process, wait_for_descendant, Exit, TempDir, Trace};
+
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+
+#[test]
+fn exit_code_is_passed_through() {
+    let out = Trace::new([WL, "exit", "3"]).tag("exit3").run();
+    out.assert_code(3);
+    let report = out.report();
+    assert_eq!(report.exit, Exit::Code(3), "report exit");
+    let t = out.truth_one("exit");
+    let p = find_process(&report, t.pid());
+    assert_eq!(p.exit, Some(Exit::Code(3)), "pid {}: exit", p.pid);
+}
+
+fn killed_by(sig: i32) {
+    let out = Trace::new([WL, "kill", &sig.to_string()])
+        .tag(&format!("kill{sig}"))
+        .run();
+    out.assert_code(128 + sig);
+    let report = out.report();
+    assert_eq!(report.exit, Exit::Signal(sig), "report exit");
+    let t = out.truth_one("kill");
+    let p = find_process(&report, t.pid());
+    assert_eq!(p.exit, Some(Exit::Signal(sig)), "pid {}: exit", p.pid);
+    assert!(p.end_ns.is_some(), "pid {}: end_ns", p.pid);
+}
+
+#[test]
+fn killed_by_sigkill_exits_137() {
+    killed_by(libc::SIGKILL);
+}
+
+#[test]
+fn killed_by_sigterm_exits_143() {
+    killed_by(libc::SIGTERM);
+}
+
+#[test]
+fn missing_command_exits_127() {
+    for cmd in ["/nonexistent/cmd", "st-no-such-command-on-path"] {
+        let out = Trace::new([cmd]).tag("missing").run();
+        out.assert_code(127);
+        assert!(
+            out.stderr.contains(cmd),
+            "stderr must name the missing command {cmd:?}\n{}",
+            out.context()
+        );
+    }
+}
+
+#[test]
+fn non_executable_command_exits_126() {
+    let dir = TempDir::new("noexec");
+    let script = dir.path().join("not-executable.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").expect("write script");
+    // 0644: exists, not executable (root can't exec it either: no x bit at all).
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .expect("chmod");
+    let out = Trace::new([&script]).tag("noexec").run();
+    out.assert_code(126);
+    let name = script.to_str().expect("utf-8 temp path");
+    assert!(
+        out.stderr.contains(name),
+        "stderr must name {name:?}\n{}",
+        out.context()
+    );
+}
+
+#[test]
+fn bad_option_is_a_usage_error() {
+    let out = Trace::new(["true"])
+        .no_json()
+        .flag("--no-such-flag")
+        .tag("badopt")
+        .run();
+    let code = out.status.code().unwrap_or_else(|| {
+        panic!(
+            "spacetime died of a signal on a bad option\n{}",
+            out.context()
+        )
+    });
+    assert!(
+        ![0, 126, 127].contains(&code),
+        "bad option: exit code {code} must be a usage error (not 0/126/127)\n{}",
+        out.context()
+    );
+    let mentions = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("--no-such-flag"))
+        .count();
+    assert!(
+        mentions >= 1,
+        "stderr must have a line naming --no-such-flag\n{}",
+        out.context()
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "nothing on stdout: {:?}",
+        out.stdout_str()
+    );
+}
+
+#[test]
+fn stdout_belongs_to_the_command() {
+    let out = Trace::new(["/bin/echo", "hello"]).tag("echo").run();
+    out.assert_code(0);
+    assert_eq!(
+        out.stdout_str(),
+        "hello\n",
+        "stdout must be exactly the command's\n{}",
+        out.context()
+    );
+    assert!(
+        !out.stderr.is_empty(),
+        "the human summary goes to stderr, which is empty"
+    );
+    let report = out.report();
+    let root = report.root();
+    assert_eq!(root.images.len(), 1, "echo: images {:?}", root.images);
+    assert_eq!(
+        root.images[0].exe, "/bin/echo",
+        "echo: exe as passed to execve"
+    );
+    assert_eq!(root.images[0].argv, ["/bin/echo", "hello"]);
+    assert_eq!(report.command, ["/bin/echo", "hello"]);
+}
+
+/// SIGTERM/SIGINT/SIGHUP sent to spacetime are forwarded to the command.
+fn forwards(sig: i32) {
+    let argv = [WL, "sleep", "10000"];
+    let run = Trace::new(argv)
+        .tag(&format!("fwd{sig}"))
+        .timeout(Duration::from_secs(60))
+        .spawn();
+    let pid = wait_for_descendant(run.pid(), &argv, Duration::from_secs(30));
+    // The command has exec'd; give the tracer a moment to settle before signalling.
+    std::thread::sleep(Duration::from_millis(500));
+    let t0 = Instant::now();
+    run.signal(sig);
+    let out = run.wait();
+    let took = t0.elapsed();
+    out.assert_code(128 + sig);
+    assert!(
+        took < Duration::from_secs(5),
+        "spacetime took {took:?} to exit after signal {sig}"
+    );
+    assert!(
+        out.truth_of("sleep").is_empty(),
+        "the sleeper finished its 10 s sleep instead of dying of signal {sig}"
+    );
+    let report = out.report();
+    assert_eq!(report.exit, Exit::Signal(sig), "report exit");
+    let p = find_process(&report, pid);
+    assert_eq!(report.root().pid, pid);
+    assert_eq!(p.exit, Some(Exit::Signal(sig)), "pid {pid}: exit");
+}
+
+#[test]
+fn forwards_sigterm() {
+    forwards(libc::SIGTERM);
+}
+
+#[test]
+fn forwards_sigint() {
+    forwards(libc::SIGINT);
+}
+
+#[test]
+fn forwards_sighup() {
+    forwards(libc::SIGHUP);
+}

@@ -1,0 +1,122 @@
+//! Peak RSS per process and per image, against each process's own VmHWM read right before exit.
+
+use spacetime_tests::{assert_rss, find_process, Trace, MIB};
+
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+
+#[test]
+fn touch_64_mib_peak_matches_vmhwm() {
+    let out = Trace::new([WL, "touch", "64"]).tag("touch").run();
+    out.assert_code(0);
+    let report = out.report();
+    let truth = out.truth_one("touch");
+    let want = truth.vmhwm_bytes();
+    assert!(
+        want >= 64 * MIB,
+        "truth: pid {} VmHWM {want} < 64 MiB (workload broken?)",
+        truth.pid()
+    );
+
+    let p = find_process(&report, truth.pid());
+    assert_eq!(report.root().pid, p.pid, "the touching process is the root");
+    assert_eq!(
+        p.images.len(),
+        1,
+        "pid {}: one image (no fork, no exec): {:?}",
+        p.pid,
+        p.images
+    );
+    assert_eq!(p.images[0].exe, WL, "pid {}: images[0].exe", p.pid);
+    assert_eq!(
+        p.images[0].argv,
+        [WL, "touch", "64"],
+        "pid {}: images[0].argv",
+        p.pid
+    );
+    assert_rss(
+        &format!("pid {} process peak_rss_bytes", p.pid),
+        p.peak_rss_bytes,
+        want,
+    );
+    assert_rss(
+        &format!("pid {} images[0].peak_rss_bytes", p.pid),
+        p.images[0].peak(),
+        want,
+    );
+    assert_eq!(report.totals.peak_rss_bytes, p.peak_rss_bytes);
+}
+
+/// The ru_maxrss trap: the image before exec is big, the one after is small. ru_maxrss would
+/// report the big one for the exec'd program; spacetime must split them per image.
+#[test]
+fn grow_exec_splits_peak_per_image() {
+    let out = Trace::new([WL, "grow-exec", "300", WL, "noop"])
+        .tag("grow-exec")
+        .run();
+    out.assert_code(0);
+    let report = out.report();
+    let truth = out.truth_one("grow-exec");
+    let want = truth.vmhwm_bytes();
+    assert!(
+        want >= 300 * MIB,
+        "truth: pid {} VmHWM {want} < 300 MiB",
+        truth.pid()
+    );
+
+    assert_eq!(
+        report.processes.len(),
+        1,
+        "exec keeps one entry for the pid; got pids {:?}",
+        report.pids()
+    );
+    let p = find_process(&report, truth.pid());
+    assert_eq!(
+        p.images.len(),
+        2,
+        "pid {}: two images (grow-exec, then noop): {:?}",
+        p.pid,
+        p.images
+    );
+    let (big, small) = (&p.images[0], &p.images[1]);
+    assert_eq!(big.exe, WL, "pid {}: images[0].exe", p.pid);
+    assert_eq!(
+        big.argv,
+        [WL, "grow-exec", "300", WL, "noop"],
+        "pid {}: images[0].argv",
+        p.pid
+    );
+    assert_rss(
+        &format!("pid {} images[0] (before exec) peak_rss_bytes", p.pid),
+        big.peak(),
+        want,
+    );
+    assert!(
+        small.exe.ends_with("st-workload"),
+        "pid {}: images[1].exe {:?} should end in st-workload",
+        p.pid,
+        small.exe
+    );
+    assert_eq!(small.exe, WL, "pid {}: images[1].exe", p.pid);
+    assert_eq!(small.argv, [WL, "noop"], "pid {}: images[1].argv", p.pid);
+    assert!(
+        small.peak() < 16 * MIB,
+        "pid {}: images[1] (noop after exec) peak {} bytes ({:.1} MiB) must be < 16 MiB: \
+         the pre-exec peak leaked into the new image",
+        p.pid,
+        small.peak(),
+        small.peak() as f64 / MIB as f64
+    );
+    assert!(small.peak() > 0, "pid {}: images[1] peak is 0", p.pid);
+    assert_eq!(
+        p.peak_rss_bytes,
+        big.peak(),
+        "pid {}: process peak = max over images",
+        p.pid
+    );
+    assert_eq!(
+        p.exit,
+        Some(spacetime_tests::Exit::Code(0)),
+        "pid {}: exit",
+        p.pid
+    );
+}
