@@ -48,9 +48,21 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The cargo target directory: `CARGO_TARGET_DIR` if set, else the workspace's `target/`.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
 /// Where `cargo xtask build` leaves the eBPF object.
 fn ebpf_object() -> PathBuf {
-    root().join("target/bpfel-unknown-none/release/spacetime")
+    target_dir().join("bpfel-unknown-none/release/spacetime")
+}
+
+/// The release binary.
+pub fn spacetime_bin() -> PathBuf {
+    target_dir().join("release/spacetime")
 }
 
 pub fn run(cmd: &mut Command) -> Result<()> {
@@ -115,7 +127,7 @@ fn main() -> Result<()> {
         Cmd::Build => build(),
         Cmd::Run { args } => {
             build()?;
-            let bin = root().join("target/release/spacetime");
+            let bin = spacetime_bin();
             let mut cmd = if is_root() {
                 Command::new(&bin)
             } else {
@@ -133,7 +145,7 @@ fn main() -> Result<()> {
             build()?;
             eprintln!("xtask: running the tests");
             run(cargo()
-                .env("SPACETIME_BIN", root().join("target/release/spacetime"))
+                .env("SPACETIME_BIN", spacetime_bin())
                 .args([
                     "test",
                     "--release",
@@ -172,7 +184,7 @@ fn main() -> Result<()> {
                     "build-std=core",
                 ])
                 .arg("--target-dir")
-                .arg(root().join("target"))
+                .arg(target_dir())
                 .args(["--", "-D", "warnings"]))
         }
     }
