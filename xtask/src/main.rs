@@ -91,7 +91,7 @@ fn build_ebpf() -> Result<()> {
             "build-std=core",
         ])
         .arg("--target-dir")
-        .arg(root().join("target")))
+        .arg(target_dir()))
 }
 
 /// Cargo invocation for the userspace workspace, with the eBPF object to embed.
