@@ -185,7 +185,9 @@ pub struct MemStats {
     pub total_vm_pages: u64,
     /// [`flags`] `MEM_*`.
     pub flags: u32,
-    pub _pad: u32,
+    /// Sum of the per-CPU deltas included in the RSS counters above (6.2+): what the kernel's
+    /// own approximate reading (`get_mm_rss`, used by taskstats and `hiwater_rss`) leaves out.
+    pub percpu_delta_pages: i32,
 }
 
 impl MemStats {
@@ -200,6 +202,13 @@ impl MemStats {
     /// RSS drops, so the current RSS may be higher.
     pub fn peak_rss_pages(&self) -> u64 {
         self.hiwater_rss_pages.max(self.rss_pages())
+    }
+
+    /// The peak as the kernel itself computes it, from the counters' shared parts only: what
+    /// taskstats and `ru_maxrss` report.
+    pub fn kernel_peak_rss_pages(&self) -> u64 {
+        let approx = (self.rss_pages() as i64 - self.percpu_delta_pages as i64).max(0) as u64;
+        self.hiwater_rss_pages.max(approx)
     }
 
     /// Peak virtual size (`get_mm_hiwater_vm`).

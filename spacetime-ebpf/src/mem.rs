@@ -68,15 +68,19 @@ fn percpu_rss(mm: u64, out: &mut MemStats) -> Result<(), i32> {
             read::<u64>(anon, c_counters)?,
             read::<u64>(shmem, c_counters)?,
         ];
+        let mut delta: i64 = 0;
         for cpu in 0..MAX_EXACT_CPUS {
             if cpu >= nr_cpus {
                 break;
             }
             let off = cpu_offset(anchor_base, cpu).ok_or(-1)?;
             for i in 0..3 {
-                sums[i] += read::<i32>(pcpu[i].wrapping_add(off), 0)? as i64;
+                let d = read::<i32>(pcpu[i].wrapping_add(off), 0)? as i64;
+                sums[i] += d;
+                delta += d;
             }
         }
+        out.percpu_delta_pages = delta as i32;
         out.flags |= flags::MEM_EXACT;
     }
     out.rss_file_pages = sums[0].max(0) as u64;
