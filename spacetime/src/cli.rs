@@ -49,6 +49,13 @@ pub struct TraceArgs {
     /// Most processes tracked at once
     #[arg(long, value_name = "N", default_value_t = 65536)]
     pub max_processes: u32,
+    /// Receive buffer for the kernel's taskstats exit records (K, M, G suffixes)
+    #[arg(long, value_name = "SIZE", default_value = "8M", value_parser = parse_size)]
+    pub taskstats_buffer: u32,
+    /// Switch delay accounting on (sysctl kernel.task_delayacct) for the trace, restoring the
+    /// old value afterwards
+    #[arg(long)]
+    pub delayacct: bool,
     /// List at most N processes in the summary tree (0: all)
     #[arg(long, value_name = "N", default_value_t = 40)]
     pub top: usize,

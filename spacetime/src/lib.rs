@@ -8,6 +8,7 @@
 
 pub mod btf;
 pub mod cli;
+pub mod crosscheck;
 pub mod events;
 pub mod launch;
 pub mod loader;

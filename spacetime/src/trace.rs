@@ -12,10 +12,12 @@ use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::{
     cli::{TraceArgs, EXIT_OWN_FAILURE},
+    crosscheck::{cross_check, Clock, Collector},
     events::decode,
     launch::{self, LaunchError},
     loader::{KernelLogger, LoadOptions, Probes},
-    report::{self, Meta, Report},
+    report::{self, Meta, Report, TaskstatsMeta},
+    taskstats::{ListenerOptions, TaskstatsListener},
     tree::{ExitStatus, Tree},
 };
 
@@ -102,6 +104,8 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
             eprintln!("spacetime:   {m}");
         }
     }
+    let taskstats = open_taskstats(&args);
+    let _delayacct = DelayAcct::configure(args.delayacct);
     let sigfd = signal_fd()?;
     // SAFETY: prctl with an integer argument.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
@@ -133,7 +137,17 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
         root_pid,
         stop_on_root_exit: args.stop_on_root_exit,
     };
-    let outcome = rt.block_on(consume(ring, sigfd, loop_opts, &mut tree, logger.as_mut()))?;
+    let (mut listener, taskstats_error) = match taskstats {
+        Ok(l) => (Some(l), None),
+        Err(e) => (None, Some(e)),
+    };
+    let mut collector = Collector::default();
+    let sources = Sources {
+        logger: logger.as_mut(),
+        taskstats: listener.as_mut(),
+        collector: &mut collector,
+    };
+    let outcome = rt.block_on(consume(ring, sigfd, loop_opts, &mut tree, sources))?;
 
     let counters = probes.counters()?;
     let end_ns = if tree.live() == 0 {
@@ -148,6 +162,36 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     let t0_ns = tree.root().map_or(release_ns, |r| r.start_ns);
     // SAFETY: sysconf cannot fail for _SC_PAGESIZE.
     let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+    let exited = tree
+        .processes()
+        .iter()
+        .filter(|p| p.end_ns.is_some())
+        .count();
+    let taskstats = match (&listener, taskstats_error) {
+        // Registered, yet not one record for any exit on the system: they go elsewhere.
+        (Some(l), _) if exited > 0 && l.stats().records == 0 => TaskstatsMeta::Unavailable(
+            "no taskstats record arrived: the kernel sends them only to the host's network namespace".into(),
+        ),
+        (Some(l), _) => {
+            let st = l.stats();
+            let (mut coverage, per_process) =
+                cross_check(&tree, collector.records(), clock_offset(), page_size);
+            coverage.enobufs = st.enobufs;
+            coverage.parse_errors = st.parse_errors;
+            TaskstatsMeta::Available {
+                coverage,
+                per_process,
+                delayacct: delayacct_on(),
+                rcvbuf_bytes: st.rcvbuf_bytes as u64,
+            }
+        }
+        (None, e) => {
+            TaskstatsMeta::Unavailable(e.map_or_else(|| "not opened".into(), |e| e.to_string()))
+        }
+    };
+    if let Some(l) = listener {
+        let _ = l.close();
+    }
     let report = Report::build(
         &tree,
         Meta {
@@ -164,6 +208,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
             decode_errors: outcome.decode_errors,
             ring_buffer_bytes: probes.ring_buffer_bytes,
             mechanisms: probes.mechanisms.clone(),
+            taskstats,
         },
     );
     if let Some(path) = &args.json {
@@ -245,6 +290,13 @@ struct LoopOptions {
     stop_on_root_exit: bool,
 }
 
+/// Where records come from besides the ring buffer.
+struct Sources<'a> {
+    logger: Option<&'a mut KernelLogger>,
+    taskstats: Option<&'a mut TaskstatsListener>,
+    collector: &'a mut Collector,
+}
+
 async fn consume(
     ring: RingBuf<MapData>,
     sigfd: OwnedFd,
@@ -253,8 +305,13 @@ async fn consume(
         stop_on_root_exit,
     }: LoopOptions,
     tree: &mut Tree,
-    mut logger: Option<&mut KernelLogger>,
+    Sources {
+        mut logger,
+        mut taskstats,
+        collector,
+    }: Sources<'_>,
 ) -> io::Result<Outcome> {
+    let mut batch = Vec::new();
     // SAFETY: both own their descriptor, which stays open and unchanged while registered.
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }?;
     // SAFETY: as above.
@@ -283,6 +340,15 @@ async fn consume(
                 }
                 guard.clear_ready();
             }
+            got = recv_taskstats(taskstats.as_deref_mut(), &mut batch) => {
+                if let Err(e) = got {
+                    log::warn!("taskstats: {e}; the cross-check stops here");
+                    taskstats = None;
+                }
+                // The ring holds each process's fork before its exit record is sent.
+                drain(ring.get_mut(), tree, &mut decode_errors);
+                collector.keep(tree, &mut batch);
+            }
             _ = tick.tick() => {
                 drain(ring.get_mut(), tree, &mut decode_errors);
                 if let Some(l) = logger.as_mut() {
@@ -296,6 +362,12 @@ async fn consume(
     drain(ring.get_mut(), tree, &mut decode_errors);
     if let Some(l) = logger {
         l.flush();
+    }
+    if let Some(t) = taskstats {
+        if let Err(e) = t.drain(&mut batch) {
+            log::warn!("taskstats: {e}");
+        }
+        collector.keep(tree, &mut batch);
     }
     Ok(Outcome {
         root_status,
@@ -335,5 +407,92 @@ fn forward(signo: libc::c_int, root_pid: u32, root_alive: bool, tree: &Tree) {
     for pid in targets {
         // SAFETY: plain syscall.
         unsafe { libc::kill(pid as libc::pid_t, signo) };
+    }
+}
+
+/// Waits for taskstats records, or forever when there is no listener.
+async fn recv_taskstats(
+    listener: Option<&mut TaskstatsListener>,
+    batch: &mut Vec<crate::taskstats::TaskstatsRecord>,
+) -> Result<usize, crate::taskstats::TaskstatsError> {
+    match listener {
+        Some(l) => l.recv(batch).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn open_taskstats(args: &TraceArgs) -> Result<TaskstatsListener, String> {
+    // The kernel sends exit records to listeners in the initial network namespace only: a
+    // listener elsewhere (a container) registers fine and then hears nothing.
+    let netns = |pid: &str| {
+        std::fs::metadata(format!("/proc/{pid}/ns/net"))
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+    };
+    if let (Ok(own), Ok(init)) = (netns("self"), netns("1")) {
+        if own != init {
+            return Err("spacetime runs outside the host's network namespace, and the kernel sends taskstats records only there".into());
+        }
+    }
+    let opts = ListenerOptions {
+        rcvbuf_bytes: args.taskstats_buffer as usize,
+        ..ListenerOptions::default()
+    };
+    TaskstatsListener::open(opts).map_err(|e| e.to_string())
+}
+
+/// CLOCK_REALTIME − CLOCK_MONOTONIC now: taskstats dates tasks by the wall clock.
+fn clock_offset() -> Clock {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    let real = ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128;
+    Clock {
+        realtime_offset_ns: real - monotonic_ns() as i128,
+    }
+}
+
+fn delayacct_on() -> bool {
+    crate::taskstats::delayacct_enabled().unwrap_or(false)
+}
+
+/// Delay accounting switched on for the trace (`--delayacct`) and restored when dropped, on
+/// every way out of the trace.
+struct DelayAcct {
+    restore: Option<bool>,
+}
+
+impl DelayAcct {
+    fn configure(enable: bool) -> DelayAcct {
+        if !enable {
+            if !delayacct_on() {
+                eprintln!("spacetime: delay accounting is off (sysctl kernel.task_delayacct=0): delays read 0; --delayacct turns it on for the trace");
+            }
+            return DelayAcct { restore: None };
+        }
+        match crate::taskstats::set_delayacct(true) {
+            Ok(old) => DelayAcct {
+                restore: (!old).then_some(old),
+            },
+            Err(e) => {
+                eprintln!("spacetime: cannot switch delay accounting on: {e}");
+                DelayAcct { restore: None }
+            }
+        }
+    }
+}
+
+impl Drop for DelayAcct {
+    fn drop(&mut self) {
+        if let Some(old) = self.restore {
+            if let Err(e) = crate::taskstats::set_delayacct(old) {
+                eprintln!(
+                    "spacetime: could not restore kernel.task_delayacct={}: {e}",
+                    old as u8
+                );
+            }
+        }
     }
 }

@@ -175,6 +175,8 @@ pub fn split_runtime(runtime_ns: u64, utime_ns: u64, stime_ns: u64) -> (u64, u64
 pub struct Tree {
     procs: Vec<Process>,
     index: HashMap<Key, usize>,
+    /// Every tgid seen, for filtering other sources (taskstats) by process.
+    tgids: std::collections::HashSet<u32>,
     root_pid: u32,
     root_ppid: u32,
     root: Option<usize>,
@@ -229,7 +231,14 @@ impl Tree {
             ..Process::default()
         });
         self.index.insert(key, i);
+        self.tgids.insert(key.tgid);
         i
+    }
+
+    /// Whether any process with this tgid is (or was) in the tree; the root's pid counts from
+    /// the start.
+    pub fn knows_tgid(&self, tgid: u32) -> bool {
+        tgid == self.root_pid || self.tgids.contains(&tgid)
     }
 
     pub fn apply(&mut self, ev: Event) {

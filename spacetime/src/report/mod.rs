@@ -6,9 +6,12 @@ pub mod text;
 
 use serde::Serialize;
 
+use std::collections::HashMap;
+
 use crate::{
+    crosscheck::{Coverage, ProcessTaskstats},
     loader::KernelCounters,
-    tree::{ExitStatus, Image, Process, Tree},
+    tree::{ExitStatus, Image, Key, Process, Tree},
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +49,32 @@ pub struct Report {
     pub totals: Totals,
     pub processes: Vec<ProcessReport>,
     pub kernel: KernelReport,
+    /// The cross-check of every exit against the kernel's taskstats records.
+    pub taskstats: TaskstatsReport,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TaskstatsReport {
+    pub available: bool,
+    /// Why there is no cross-check, when there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unavailable_reason: Option<String>,
+    #[serde(flatten)]
+    pub coverage: Coverage,
+    /// Delay accounting was on: the per-process delays are meaningful.
+    pub delayacct: bool,
+    pub rcvbuf_bytes: u64,
+}
+
+/// What the taskstats listener produced.
+pub enum TaskstatsMeta {
+    Available {
+        coverage: Coverage,
+        per_process: HashMap<Key, ProcessTaskstats>,
+        delayacct: bool,
+        rcvbuf_bytes: u64,
+    },
+    Unavailable(String),
 }
 
 #[derive(Debug, Serialize)]
@@ -75,6 +104,8 @@ pub struct ProcessReport {
     /// what it inherited), which is why it misleads after exec.
     pub ru_maxrss_bytes: Option<u64>,
     pub images: Vec<ImageReport>,
+    /// The process's taskstats figures (all threads summed), when its exit was confirmed.
+    pub taskstats: Option<ProcessTaskstats>,
 }
 
 #[derive(Debug, Serialize)]
@@ -121,6 +152,7 @@ pub struct Meta {
     pub decode_errors: u64,
     pub ring_buffer_bytes: u32,
     pub mechanisms: Vec<String>,
+    pub taskstats: TaskstatsMeta,
 }
 
 fn image_report(img: &Image, t0: u64, page: u64) -> ImageReport {
@@ -139,7 +171,12 @@ fn image_report(img: &Image, t0: u64, page: u64) -> ImageReport {
     }
 }
 
-fn process_report(p: &Process, t0: u64, page: u64) -> ProcessReport {
+fn process_report(
+    p: &Process,
+    t0: u64,
+    page: u64,
+    ts: Option<&HashMap<Key, ProcessTaskstats>>,
+) -> ProcessReport {
     ProcessReport {
         pid: p.pid,
         ppid: p.ppid,
@@ -152,6 +189,7 @@ fn process_report(p: &Process, t0: u64, page: u64) -> ProcessReport {
         sys_ns: p.sys_ns,
         ru_maxrss_bytes: p.end_ns.map(|_| p.signal_maxrss_pages * page),
         images: p.images.iter().map(|i| image_report(i, t0, page)).collect(),
+        taskstats: p.key.and_then(|k| ts?.get(&k)).cloned(),
     }
 }
 
@@ -161,8 +199,14 @@ impl Report {
         let page = meta.page_size;
         let mut procs: Vec<&Process> = tree.processes().iter().collect();
         procs.sort_by_key(|p| (p.start_ns, p.pid));
-        let processes: Vec<ProcessReport> =
-            procs.iter().map(|p| process_report(p, t0, page)).collect();
+        let per_process = match &meta.taskstats {
+            TaskstatsMeta::Available { per_process, .. } => Some(per_process),
+            TaskstatsMeta::Unavailable(_) => None,
+        };
+        let processes: Vec<ProcessReport> = procs
+            .iter()
+            .map(|p| process_report(p, t0, page, per_process))
+            .collect();
         let heaviest = processes.iter().max_by_key(|p| p.peak_rss_bytes);
         let totals = Totals {
             processes: processes.len() as u64,
@@ -192,6 +236,27 @@ impl Report {
                 page_size: page,
                 ring_buffer_bytes: meta.ring_buffer_bytes,
                 mechanisms: meta.mechanisms,
+            },
+            taskstats: match meta.taskstats {
+                TaskstatsMeta::Available {
+                    coverage,
+                    delayacct,
+                    rcvbuf_bytes,
+                    ..
+                } => TaskstatsReport {
+                    available: true,
+                    unavailable_reason: None,
+                    coverage,
+                    delayacct,
+                    rcvbuf_bytes,
+                },
+                TaskstatsMeta::Unavailable(reason) => TaskstatsReport {
+                    available: false,
+                    unavailable_reason: Some(reason),
+                    coverage: Coverage::default(),
+                    delayacct: false,
+                    rcvbuf_bytes: 0,
+                },
             },
         }
     }

@@ -117,7 +117,80 @@ pub fn render(r: &Report, width: usize, top: usize, verbose: bool) -> String {
     }
     out.push('\n');
     let _ = writeln!(out, "{}", completeness(r));
+    let _ = writeln!(out, "{}", coverage(r, verbose));
     out
+}
+
+/// The taskstats cross-check in one line.
+fn coverage(r: &Report, verbose: bool) -> String {
+    let t = &r.taskstats;
+    if !t.available {
+        return format!(
+            "coverage: taskstats unavailable ({}); exits not cross-checked",
+            t.unavailable_reason.as_deref().unwrap_or("unknown reason")
+        );
+    }
+    let c = &t.coverage;
+    let exited = r.processes.iter().filter(|p| p.end_ns.is_some()).count();
+    let mut s = format!(
+        "coverage: {}/{exited} exits confirmed by taskstats, {} lost",
+        c.matched, r.lost_events
+    );
+    if c.bpf_only > 0 {
+        let _ = write!(s, ", {} seen only by BPF", c.bpf_only);
+    }
+    if c.taskstats_only > 0 {
+        let _ = write!(s, ", {} seen only by taskstats", c.taskstats_only);
+    }
+    if c.enobufs > 0 {
+        let _ = write!(
+            s,
+            ", taskstats dropped records {} times (ENOBUFS: raise --taskstats-buffer)",
+            c.enobufs
+        );
+    }
+    if verbose && c.matched > 0 {
+        let _ = write!(
+            s,
+            "; peaks agree with taskstats to {} KiB (the exact ones differ by up to {} KiB: the kernel's count lags its per-CPU deltas)",
+            c.max_peak_diff_kib, c.max_exact_diff_kib
+        );
+    }
+    s
+}
+
+/// A process's taskstats figures on one line (-v).
+fn taskstats_line(p: &ProcessReport, delays: bool) -> Option<String> {
+    let t = p.taskstats.as_ref()?;
+    let mut s = format!(
+        "user {} sys {} · faults {} minor {} major · switches {} voluntary {} involuntary · read {} write {} ({} / {} syscalls)",
+        duration_ns(t.utime_us * 1000),
+        duration_ns(t.stime_us * 1000),
+        t.minflt,
+        t.majflt,
+        t.nvcsw,
+        t.nivcsw,
+        bytes(t.read_char),
+        bytes(t.write_char),
+        t.read_syscalls,
+        t.write_syscalls
+    );
+    if delays {
+        let d = &t.delays;
+        let _ = write!(
+            s,
+            " · delays cpu {} blkio {} swapin {} reclaim {} thrashing {} compact {} wpcopy {} irq {}",
+            duration_ns(d.cpu_ns),
+            duration_ns(d.blkio_ns),
+            duration_ns(d.swapin_ns),
+            duration_ns(d.reclaim_ns),
+            duration_ns(d.thrashing_ns),
+            duration_ns(d.compact_ns),
+            duration_ns(d.wpcopy_ns),
+            duration_ns(d.irq_ns)
+        );
+    }
+    Some(s)
 }
 
 const HEADER: &str = "    PID  PEAK RSS      TIME  EXIT      COMMAND";
@@ -172,6 +245,15 @@ fn render_tree(out: &mut String, r: &Report, width: usize, verbose: bool) {
         } else {
             format!("{prefix}{}", if last { "   " } else { "│  " })
         };
+        if verbose {
+            if let Some(line) = taskstats_line(p, r.taskstats.delayacct) {
+                let _ = writeln!(
+                    out,
+                    "{:>7}  {:>8}  {:>8}  {:<8}  {child_prefix}  {line}",
+                    "", "", "", ""
+                );
+            }
+        }
         if verbose && p.images.len() > 1 {
             for img in &p.images {
                 let peak = img.peak_rss_bytes.map_or("-".into(), bytes);

@@ -48,9 +48,10 @@ pub mod flags {
 }
 
 /// Whether a record describes one task or a whole thread group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
 pub enum RecordKind {
     /// `TASKSTATS_TYPE_AGGR_PID`: one task (thread); `id` is its pid (tid).
+    #[default]
     Pid,
     /// `TASKSTATS_TYPE_AGGR_TGID`: the thread group, sent when its last task exits and the
     /// group ever had more than one thread; `id` is the tgid.
@@ -90,7 +91,7 @@ pub struct DelayExtremes {
 /// CPU times and context switches. Its identity, memory and I/O fields (`ac_pid`, `ac_comm`,
 /// `hiwater_rss_kib`, ...) are zero; older kernels also left its `version` at 0 (see
 /// [`TaskstatsRecord::version`]). 6.18 sets it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct TaskstatsRecord {
     pub kind: RecordKind,
     /// The pid (for `Pid`) or tgid (for `Tgid`) from the netlink attribute.

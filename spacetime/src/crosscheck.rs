@@ -1,0 +1,354 @@
+//! Cross-check of every traced exit against the kernel's taskstats exit records.
+//!
+//! The kernel sends a taskstats record for every exiting task. Each process that BPF saw exit
+//! is matched to the record of its group's last thread (`AGROUP`) by tgid, start time (taskstats
+//! has it to the second) and elapsed time (to the microsecond), so a reused pid never matches
+//! the wrong process. The report then says how many exits both sides saw, how many only one
+//! did, and how far the two peak figures are apart. Per-thread records are summed into
+//! per-process CPU, fault, context-switch, I/O and delay figures.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::{
+    taskstats::{flags as ac_flags, RecordKind, TaskstatsRecord},
+    tree::{Key, Process, Tree},
+};
+
+/// Summed taskstats figures of one process (all its threads).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessTaskstats {
+    pub utime_us: u64,
+    pub stime_us: u64,
+    pub minflt: u64,
+    pub majflt: u64,
+    pub nvcsw: u64,
+    pub nivcsw: u64,
+    pub read_char: u64,
+    pub write_char: u64,
+    pub read_syscalls: u64,
+    pub write_syscalls: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    /// `hiwater_rss` of the record of the group's last thread, KiB.
+    pub hiwater_rss_kib: u64,
+    pub hiwater_vm_kib: u64,
+    pub delays: Delays,
+    /// Thread records summed.
+    pub records: u32,
+}
+
+/// Delay-accounting totals in nanoseconds (zero when `kernel.task_delayacct` is off).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Delays {
+    pub cpu_ns: u64,
+    pub blkio_ns: u64,
+    pub swapin_ns: u64,
+    pub reclaim_ns: u64,
+    pub thrashing_ns: u64,
+    pub compact_ns: u64,
+    pub wpcopy_ns: u64,
+    pub irq_ns: u64,
+}
+
+impl ProcessTaskstats {
+    fn add(&mut self, r: &TaskstatsRecord) {
+        let o = |v: Option<u64>| v.unwrap_or(0);
+        self.utime_us += r.ac_utime_us;
+        self.stime_us += r.ac_stime_us;
+        self.minflt += r.ac_minflt;
+        self.majflt += r.ac_majflt;
+        self.nvcsw += o(r.nvcsw);
+        self.nivcsw += o(r.nivcsw);
+        self.read_char += r.read_char;
+        self.write_char += r.write_char;
+        self.read_syscalls += r.read_syscalls;
+        self.write_syscalls += r.write_syscalls;
+        self.read_bytes += o(r.read_bytes);
+        self.write_bytes += o(r.write_bytes);
+        self.hiwater_rss_kib = self.hiwater_rss_kib.max(r.hiwater_rss_kib);
+        self.hiwater_vm_kib = self.hiwater_vm_kib.max(r.hiwater_vm_kib);
+        let d = &mut self.delays;
+        d.cpu_ns += r.cpu_delay_total;
+        d.blkio_ns += r.blkio_delay_total;
+        d.swapin_ns += r.swapin_delay_total;
+        d.reclaim_ns += o(r.freepages_delay_total);
+        d.thrashing_ns += o(r.thrashing_delay_total);
+        d.compact_ns += o(r.compact_delay_total);
+        d.wpcopy_ns += o(r.wpcopy_delay_total);
+        d.irq_ns += o(r.irq_delay_total);
+        self.records += 1;
+    }
+}
+
+/// How the traced exits and the taskstats records compare.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Coverage {
+    /// Exits seen by both.
+    pub matched: u64,
+    /// Exits BPF saw that taskstats did not confirm.
+    pub bpf_only: u64,
+    /// Group exits of traced processes that taskstats reported and BPF did not.
+    pub taskstats_only: u64,
+    /// Times the kernel dropped taskstats records (socket buffer full).
+    pub enobufs: u64,
+    /// Records that could not be parsed.
+    pub parse_errors: u64,
+    /// Largest |peak − taskstats hiwater_rss| over matched exits, both computed the kernel's
+    /// way (from the RSS counters' shared parts), KiB.
+    pub max_peak_diff_kib: u64,
+    /// Largest |exact peak − taskstats hiwater_rss|, KiB: how much the kernel's own figure
+    /// lags the exact one.
+    pub max_exact_diff_kib: u64,
+}
+
+/// The records that concern a traced process, kept as they arrive.
+#[derive(Default)]
+pub struct Collector {
+    records: Vec<TaskstatsRecord>,
+}
+
+fn record_tgid(r: &TaskstatsRecord) -> u32 {
+    match r.kind {
+        RecordKind::Tgid => r.id,
+        _ => r.ac_tgid.unwrap_or(r.ac_pid),
+    }
+}
+
+impl Collector {
+    /// Keeps the records of thread groups the tree knows; call after draining the ring buffer
+    /// (a process's fork is always in the ring before its exit record is sent).
+    pub fn keep(&mut self, tree: &Tree, batch: &mut Vec<TaskstatsRecord>) {
+        self.records.extend(
+            batch
+                .drain(..)
+                .filter(|r| r.kind == RecordKind::Pid && tree.knows_tgid(record_tgid(r))),
+        );
+    }
+
+    pub fn records(&self) -> &[TaskstatsRecord] {
+        &self.records
+    }
+}
+
+/// Converts CLOCK_MONOTONIC to wall-clock time: taskstats dates tasks in wall-clock seconds.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC, ns.
+    pub realtime_offset_ns: i128,
+}
+
+impl Clock {
+    fn wall_s(&self, monotonic_ns: u64) -> i128 {
+        (monotonic_ns as i128 + self.realtime_offset_ns).div_euclid(1_000_000_000)
+    }
+}
+
+fn btime_s(r: &TaskstatsRecord) -> i128 {
+    r.ac_btime64.unwrap_or(r.ac_btime as u64) as i128
+}
+
+/// Does record `r` describe a thread of process `p`? Start within a second of the process's
+/// start or later, and not after its end.
+fn belongs(r: &TaskstatsRecord, p: &Process, clock: Clock) -> bool {
+    let Some(end) = p.end_ns else { return false };
+    let b = btime_s(r);
+    b + 1 >= clock.wall_s(p.start_ns) && b <= clock.wall_s(end) + 1
+}
+
+/// How far the group record's elapsed time is from the process's, µs.
+fn elapsed_gap_us(r: &TaskstatsRecord, p: &Process) -> u64 {
+    let bpf_us = p.end_ns.unwrap_or(p.start_ns).saturating_sub(p.start_ns) / 1000;
+    bpf_us.abs_diff(r.ac_etime_us)
+}
+
+/// Matches the exits of `tree` with `records`; `enobufs`/`parse_errors` come from the listener.
+pub fn cross_check(
+    tree: &Tree,
+    records: &[TaskstatsRecord],
+    clock: Clock,
+    page_size: u64,
+) -> (Coverage, HashMap<Key, ProcessTaskstats>) {
+    let mut by_tgid: HashMap<u32, Vec<usize>> = HashMap::new();
+    for (i, r) in records.iter().enumerate() {
+        by_tgid.entry(record_tgid(r)).or_default().push(i);
+    }
+    let mut used = vec![false; records.len()];
+    let mut cov = Coverage::default();
+    let mut stats = HashMap::new();
+    for p in tree.processes().iter().filter(|p| p.end_ns.is_some()) {
+        let Some(key) = p.key else { continue };
+        let candidates: Vec<usize> = by_tgid
+            .get(&key.tgid)
+            .map(|v| {
+                v.iter()
+                    .copied()
+                    .filter(|&i| !used[i] && belongs(&records[i], p, clock))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let group = candidates
+            .iter()
+            .copied()
+            .filter(|&i| records[i].ac_flag & ac_flags::AGROUP != 0)
+            .min_by_key(|&i| elapsed_gap_us(&records[i], p));
+        let Some(g) = group else {
+            cov.bpf_only += 1;
+            continue;
+        };
+        cov.matched += 1;
+        let mut sum = ProcessTaskstats::default();
+        for &i in &candidates {
+            used[i] = true;
+            sum.add(&records[i]);
+        }
+        let ts_kib = records[g].hiwater_rss_kib;
+        sum.hiwater_rss_kib = ts_kib;
+        sum.hiwater_vm_kib = records[g].hiwater_vm_kib;
+        if let Some(mem) = p.images.last().and_then(|i| i.mem) {
+            let kib = |pages: u64| pages * page_size / 1024;
+            cov.max_peak_diff_kib = cov
+                .max_peak_diff_kib
+                .max(kib(mem.kernel_peak_rss_pages()).abs_diff(ts_kib));
+            cov.max_exact_diff_kib = cov
+                .max_exact_diff_kib
+                .max(kib(mem.peak_rss_pages()).abs_diff(ts_kib));
+        }
+        stats.insert(key, sum);
+    }
+    cov.taskstats_only = records
+        .iter()
+        .zip(&used)
+        .filter(|(r, used)| !**used && r.ac_flag & ac_flags::AGROUP != 0)
+        .count() as u64;
+    (cov, stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{Event, Exec};
+    use spacetime_common::{flags, kind, EventHeader, ExitEvent, ForkEvent, MemStats};
+
+    const S: u64 = 1_000_000_000;
+
+    fn hdr(kind: u32, tgid: u32, start: u64, ts: u64) -> EventHeader {
+        EventHeader {
+            kind,
+            flags: 0,
+            ts_ns: ts,
+            tgid,
+            pid: tgid,
+            leader_start_ns: start,
+        }
+    }
+
+    fn tree_with_reused_pid() -> Tree {
+        let mut t = Tree::new(1, 0);
+        t.apply(Event::Exec(Exec {
+            hdr: hdr(kind::EXEC, 1, 0, 1),
+            old_pid: 1,
+            comm: "sh".into(),
+            filename: "/bin/sh".into(),
+            args_len: 3,
+            args: b"sh\0".to_vec(),
+        }));
+        for (start, end) in [(10 * S, 10 * S + 5_000_000), (20 * S, 20 * S + 9_000_000)] {
+            t.apply(Event::Fork(ForkEvent {
+                hdr: hdr(kind::FORK, 1, 0, start),
+                child_pid: 7,
+                child_tgid: 7,
+                child_start_ns: start,
+            }));
+            let mut h = hdr(kind::EXIT, 7, start, end);
+            h.flags = flags::EXIT_GROUP_DEAD;
+            let mem = MemStats {
+                rss_anon_pages: 100,
+                percpu_delta_pages: 3,
+                flags: flags::MEM_VALID | flags::MEM_EXACT,
+                ..MemStats::default()
+            };
+            t.apply(Event::Exit(ExitEvent {
+                hdr: h,
+                mem,
+                ..ExitEvent::default()
+            }));
+        }
+        t
+    }
+
+    fn record(
+        pid: u32,
+        btime_s: u64,
+        etime_us: u64,
+        group: bool,
+        hiwater_kib: u64,
+    ) -> TaskstatsRecord {
+        TaskstatsRecord {
+            kind: RecordKind::Pid,
+            id: pid,
+            ac_pid: pid,
+            ac_tgid: Some(pid),
+            ac_btime64: Some(btime_s),
+            ac_etime_us: etime_us,
+            ac_flag: if group { ac_flags::AGROUP } else { 0 },
+            hiwater_rss_kib: hiwater_kib,
+            ac_minflt: 10,
+            ..TaskstatsRecord::default()
+        }
+    }
+
+    #[test]
+    fn reused_pid_matches_by_start_time() {
+        let t = tree_with_reused_pid();
+        let clock = Clock {
+            realtime_offset_ns: 1000 * S as i128,
+        };
+        // The second process's record arrives first; each must match its own process.
+        let recs = vec![
+            record(7, 1020, 9_000, true, 388),
+            record(7, 1010, 5_000, true, 388),
+        ];
+        let (cov, stats) = cross_check(&t, &recs, clock, 4096);
+        assert_eq!((cov.matched, cov.bpf_only, cov.taskstats_only), (2, 0, 0));
+        assert_eq!(stats.len(), 2);
+        // Kernel-style peak: 100 - 3 pages = 388 KiB, exactly taskstats; the exact one is 12 KiB more.
+        assert_eq!((cov.max_peak_diff_kib, cov.max_exact_diff_kib), (0, 12));
+    }
+
+    #[test]
+    fn unmatched_sides_are_counted() {
+        let t = tree_with_reused_pid();
+        let clock = Clock {
+            realtime_offset_ns: 1000 * S as i128,
+        };
+        // Only the first process has a record; a stray group record of pid 7 from much later.
+        let recs = vec![
+            record(7, 1010, 5_000, true, 400),
+            record(7, 1500, 1, true, 1),
+        ];
+        let (cov, _) = cross_check(&t, &recs, clock, 4096);
+        assert_eq!((cov.matched, cov.bpf_only, cov.taskstats_only), (1, 1, 1));
+    }
+
+    #[test]
+    fn thread_records_are_summed() {
+        let t = tree_with_reused_pid();
+        let clock = Clock {
+            realtime_offset_ns: 1000 * S as i128,
+        };
+        let mut thread = record(8, 1010, 1_000, false, 0);
+        thread.ac_tgid = Some(7);
+        let recs = vec![thread, record(7, 1010, 5_000, true, 400)];
+        let (cov, stats) = cross_check(&t, &recs, clock, 4096);
+        assert_eq!(cov.matched, 1);
+        let s = stats
+            .get(&Key {
+                tgid: 7,
+                start_ns: 10 * S,
+            })
+            .expect("first 7");
+        assert_eq!((s.records, s.minflt, s.hiwater_rss_kib), (2, 20, 400));
+    }
+}

@@ -1,0 +1,171 @@
+//! The taskstats cross-check: every traced exit confirmed by the kernel's exit records, the
+//! peaks of both sides agreeing, per-process figures against the workload's own truth.
+
+use serde_json::Value;
+use spacetime_tests::{find_process, Trace, MIB, PAGE};
+
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+
+fn taskstats(v: &Value) -> &Value {
+    v.get("taskstats")
+        .unwrap_or_else(|| panic!("report has no \"taskstats\" object"))
+}
+
+fn u64_of(v: &Value, key: &str) -> u64 {
+    v.get(key)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("taskstats.{key} is not an integer in {v}"))
+}
+
+#[test]
+fn every_exit_of_a_storm_is_confirmed() {
+    let out = Trace::new([WL, "storm", "500", WL, "noop"])
+        .tag("ts-storm")
+        .run();
+    out.assert_code(0);
+    let report = out.report();
+    let v = out.json_value();
+    let t = taskstats(&v);
+    assert_eq!(
+        t.get("available"),
+        Some(&Value::Bool(true)),
+        "taskstats must be available here: {t}"
+    );
+    let n = report.processes.len() as u64;
+    assert_eq!(n, 501, "storm root + 500 children");
+    assert_eq!(u64_of(t, "matched"), n, "every exit confirmed: {t}");
+    assert_eq!(u64_of(t, "bpf_only"), 0, "{t}");
+    assert_eq!(u64_of(t, "taskstats_only"), 0, "{t}");
+    assert_eq!(u64_of(t, "enobufs"), 0, "{t}");
+    // Both sides computed the kernel's way read the same quantity at nearly the same moment.
+    let diff = u64_of(t, "max_peak_diff_kib");
+    assert!(
+        diff * 1024 <= 2 * PAGE,
+        "peaks differ from taskstats by {diff} KiB (> 2 pages): {t}"
+    );
+    let stderr = &out.stderr;
+    assert!(
+        stderr.contains("coverage: 501/501 exits confirmed by taskstats, 0 lost"),
+        "summary must end with the coverage line:\n{stderr}"
+    );
+    // Every process carries its taskstats figures.
+    for p in v["processes"].as_array().expect("processes") {
+        let pid = p["pid"].as_u64().unwrap_or(0);
+        let ts = &p["taskstats"];
+        assert!(ts.is_object(), "pid {pid}: no taskstats figures: {p}");
+        assert!(
+            ts["minflt"].as_u64().unwrap_or(0) > 0,
+            "pid {pid}: a process faults at least once: {ts}"
+        );
+    }
+}
+
+#[test]
+fn figures_agree_with_the_process_own_view() {
+    let out = Trace::new([WL, "touch", "64"]).tag("ts-touch").run();
+    out.assert_code(0);
+    let report = out.report();
+    let truth = out.truth_one("touch");
+    let p = find_process(&report, truth.pid());
+    let v = out.json_value();
+    let proc_v = v["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|x| x["pid"].as_i64() == Some(p.pid as i64))
+        .expect("the touching process");
+    let ts = &proc_v["taskstats"];
+    // Touching 64 MiB faults at least once per page.
+    let minflt = ts["minflt"].as_u64().expect("minflt");
+    assert!(
+        minflt >= 64 * MIB / PAGE,
+        "pid {}: minflt {minflt} < pages touched",
+        p.pid
+    );
+    // taskstats hiwater_rss lags the exact figure by at most one per-CPU batch per counter.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let ts_bytes = ts["hiwater_rss_kib"].as_u64().expect("hiwater_rss_kib") * 1024;
+    let lag = (2 * 32 * cpus + 8) * PAGE;
+    let want = truth.vmhwm_bytes();
+    assert!(
+        ts_bytes <= want + 2 * PAGE && ts_bytes + lag >= want,
+        "pid {}: taskstats hiwater {ts_bytes} vs VmHWM {want} (allowed lag {lag})",
+        p.pid
+    );
+    assert_eq!(
+        ts["records"].as_u64(),
+        Some(1),
+        "pid {}: one thread, one record: {ts}",
+        p.pid
+    );
+}
+
+#[test]
+fn threads_are_summed_into_their_process() {
+    let out = Trace::new([WL, "threads", "8"]).tag("ts-threads").run();
+    out.assert_code(0);
+    let v = out.json_value();
+    let root = &v["processes"][0];
+    assert_eq!(root["threads"].as_u64(), Some(9));
+    assert_eq!(
+        root["taskstats"]["records"].as_u64(),
+        Some(9),
+        "one record per thread: {}",
+        root["taskstats"]
+    );
+}
+
+#[test]
+fn delayacct_is_switched_on_and_restored() {
+    let path = "/proc/sys/kernel/task_delayacct";
+    let before = std::fs::read_to_string(path).expect("task_delayacct");
+    let out = Trace::new([WL, "touch", "8"])
+        .flag("--delayacct")
+        .tag("ts-delayacct")
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    assert_eq!(
+        taskstats(&v)["delayacct"],
+        Value::Bool(true),
+        "delay accounting was on during the trace"
+    );
+    let after = std::fs::read_to_string(path).expect("task_delayacct");
+    assert_eq!(before, after, "kernel.task_delayacct restored");
+}
+
+/// Outside the host's network namespace the kernel's exit records never arrive: the trace
+/// still runs, and the report says why there is no cross-check.
+#[test]
+fn missing_taskstats_is_explained_not_fatal() {
+    let dir = std::env::temp_dir().join(format!("spacetime-ts-netns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let json = dir.join("report.json");
+    let out = std::process::Command::new("unshare")
+        .arg("--net")
+        .arg(spacetime_tests::spacetime_bin())
+        .args(["trace", "--json"])
+        .arg(&json)
+        .args(["--", WL, "exit", "3"])
+        .output()
+        .expect("run unshare --net spacetime");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the trace still runs:\n{stderr}"
+    );
+    let v: Value = serde_json::from_slice(&std::fs::read(&json).expect("report")).expect("JSON");
+    let _ = std::fs::remove_dir_all(&dir);
+    let t = taskstats(&v);
+    assert_eq!(t["available"], Value::Bool(false), "{t}");
+    let reason = t["unavailable_reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("network namespace"),
+        "reason names the cause: {reason:?}"
+    );
+    assert!(
+        stderr.contains("coverage: taskstats unavailable ("),
+        "the coverage line says why:\n{stderr}"
+    );
+}
