@@ -124,6 +124,19 @@ pub struct KernelOffsets {
     pub bpf_array_pptrs: u32,
     /// `SIGNAL_GROUP_EXIT` in `signal_struct.flags`.
     pub signal_group_exit_flag: u32,
+    /// `task_struct.comm`; 0 when absent (the exit record then carries the exiting thread's).
+    pub task_comm: u32,
+    /// `task_struct.thread_pid`, `pid.level`, `pid.numbers`, `sizeof(struct upid)`: the pid in
+    /// the task's own PID namespace. `task_thread_pid` is 0 when absent (no namespace pid).
+    pub task_thread_pid: u32,
+    pub pid_level: u32,
+    pub pid_numbers: u32,
+    pub upid_size: u32,
+    /// `signal_struct.utime`, `.stime`, `.sum_sched_runtime`: CPU time of released threads;
+    /// `signal_sum_sched_runtime` is 0 when absent (no group totals).
+    pub signal_utime: u32,
+    pub signal_stime: u32,
+    pub signal_sum_sched_runtime: u32,
 }
 
 /// Configuration of the kernel programs, written into their read-only data before load.
@@ -278,6 +291,25 @@ pub struct ExitEvent {
     pub runtime_ns: u64,
     /// `signal->maxrss` (pages): what `ru_maxrss` would report for the process.
     pub signal_maxrss_pages: u64,
+    /// Real uid and gid of the exiting task (`bpf_get_current_uid_gid`).
+    pub uid: u32,
+    pub gid: u32,
+    /// The exiting task's cgroup v2 id (`bpf_get_current_cgroup_id`): the inode number of its
+    /// cgroup directory.
+    pub cgroup_id: u64,
+    /// The process's id in its own PID namespace (the tgid in the initial one); 0 if unknown.
+    pub ns_tgid: u32,
+    /// Nesting level of that PID namespace (0: the initial one).
+    pub ns_level: u32,
+    /// `GROUP_DEAD` only: the whole process's CPU time as the kernel accounts it here: threads
+    /// already released (`signal->utime`, `stime`, `sum_sched_runtime`) plus this thread and
+    /// the group leader if it exited earlier. A thread still exiting concurrently (exit_group)
+    /// may be missing; the per-thread records are exact. All 0 when unavailable.
+    pub group_utime_ns: u64,
+    pub group_stime_ns: u64,
+    pub group_runtime_ns: u64,
+    /// The process's name (its group leader's comm) with `GROUP_DEAD`, else the thread's.
+    pub comm: [u8; TASK_COMM_LEN],
 }
 
 #[cfg(feature = "user")]
@@ -300,9 +332,9 @@ const _: () = {
     assert!(size_of::<ForkEvent>() == 48);
     assert!(size_of::<MemStats>() == 56);
     assert!(size_of::<ImageEndEvent>() == 88);
-    assert!(size_of::<ExitEvent>() == 128);
+    assert!(size_of::<ExitEvent>() == 192);
     assert!(EXEC_EVENT_FIXED == 32 + 16 + TASK_COMM_LEN + FILENAME_LEN);
     assert!(ARGS_EVENT_FIXED == 40);
-    assert!(size_of::<KernelOffsets>() == 30 * 4);
-    assert!(size_of::<Config>() == 24 + 30 * 4);
+    assert!(size_of::<KernelOffsets>() == 38 * 4);
+    assert!(size_of::<Config>() == 24 + 38 * 4);
 };

@@ -2,8 +2,14 @@
 //! final image's memory figures are read here, while the mm is still attached (the tracepoint
 //! fires before exit_mm() on 6.16+; older kernels have already dropped it).
 
-use aya_ebpf::programs::RawTracePointContext;
-use spacetime_common::{flags, kind, mode, ExitEvent};
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_uid_gid,
+        bpf_probe_read_kernel,
+    },
+    programs::RawTracePointContext,
+};
+use spacetime_common::{flags, kind, mode, ExitEvent, TASK_COMM_LEN};
 
 use crate::{
     conf, mem, output,
@@ -26,8 +32,16 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
         stime_ns: read::<u64>(task.0, conf!(off.task_stime))?,
         runtime_ns: read::<u64>(task.0, conf!(off.task_sum_exec_runtime))?,
         exit_code: read::<u32>(task.0, conf!(off.task_exit_code))?,
+        // SAFETY: plain helper calls.
+        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        comm: bpf_get_current_comm().unwrap_or_default(),
         ..ExitEvent::default()
     };
+    let ids = bpf_get_current_uid_gid();
+    ev.uid = ids as u32;
+    ev.gid = (ids >> 32) as u32;
+    let leader = read::<u64>(task.0, conf!(off.task_group_leader))?;
+    ns_tgid(leader, &mut ev);
     if group_dead {
         ev.hdr.flags |= flags::EXIT_GROUP_DEAD;
         let sflags = read::<u32>(signal, conf!(off.signal_flags))?;
@@ -36,6 +50,15 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
             ev.hdr.flags |= flags::EXIT_GROUP_CODE;
         }
         ev.signal_maxrss_pages = read::<u64>(signal, conf!(off.signal_maxrss))?;
+        let comm_off = conf!(off.task_comm);
+        if leader != task.0 && comm_off != 0 {
+            let at = (leader + comm_off as u64) as *const [u8; TASK_COMM_LEN];
+            // SAFETY: bpf_probe_read_kernel checks the address.
+            if let Ok(c) = unsafe { bpf_probe_read_kernel(at) } {
+                ev.comm = c;
+            }
+        }
+        group_times(signal, &task, leader, &mut ev);
         let mm = task.mm()?;
         if mm != 0 {
             ev.mem = mem::read_mm(task.0, mm)?;
@@ -46,4 +69,62 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
         let _ = TRACKED.remove(tgid);
     }
     Ok(())
+}
+
+/// The process's id in its own PID namespace: `leader->thread_pid->numbers[level].nr`.
+#[inline(always)]
+fn ns_tgid(leader: u64, ev: &mut ExitEvent) {
+    if conf!(off.task_thread_pid) == 0 {
+        return;
+    }
+    let Ok(pid) = read::<u64>(leader, conf!(off.task_thread_pid)) else {
+        return;
+    };
+    if pid == 0 {
+        return;
+    }
+    let Ok(level) = read::<u32>(pid, conf!(off.pid_level)) else {
+        return;
+    };
+    // MAX_PID_NS_LEVEL is 32.
+    if level > 32 {
+        return;
+    }
+    let at = conf!(off.pid_numbers) as u64 + level as u64 * conf!(off.upid_size) as u64;
+    if let Ok(nr) = read::<u32>(pid, at as u32) {
+        ev.ns_tgid = nr;
+        ev.ns_level = level;
+    }
+}
+
+/// CPU time of the whole process at the last thread's exit: released threads (accumulated in
+/// `signal`), this thread, and the leader if it exited earlier (it is released only when the
+/// process is reaped).
+#[inline(always)]
+fn group_times(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent) {
+    if conf!(off.signal_sum_sched_runtime) == 0 {
+        return;
+    }
+    let (Ok(u), Ok(s), Ok(r)) = (
+        read::<u64>(signal, conf!(off.signal_utime)),
+        read::<u64>(signal, conf!(off.signal_stime)),
+        read::<u64>(signal, conf!(off.signal_sum_sched_runtime)),
+    ) else {
+        return;
+    };
+    let (mut u, mut s, mut r) = (u + ev.utime_ns, s + ev.stime_ns, r + ev.runtime_ns);
+    if leader != task.0 {
+        if let (Ok(lu), Ok(ls), Ok(lr)) = (
+            read::<u64>(leader, conf!(off.task_utime)),
+            read::<u64>(leader, conf!(off.task_stime)),
+            read::<u64>(leader, conf!(off.task_sum_exec_runtime)),
+        ) {
+            u += lu;
+            s += ls;
+            r += lr;
+        }
+    }
+    ev.group_utime_ns = u;
+    ev.group_stime_ns = s;
+    ev.group_runtime_ns = r;
 }

@@ -99,6 +99,36 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
         ..KernelOffsets::default()
     };
 
+    // Optional: the exit record's comm, PID-namespace pid and group CPU times (`watch`).
+    if btf.has_member("task_struct", "comm") {
+        off.task_comm = task("comm")?;
+    }
+    if btf.has_member("task_struct", "thread_pid")
+        && btf.has_member("pid", "level")
+        && btf.has_member("pid", "numbers")
+    {
+        let numbers = btf
+            .member_type("pid", "numbers")
+            .map_err(|cause| OffsetsError::Field {
+                field: "pid.numbers".into(),
+                cause,
+            })?;
+        if numbers.elem_size > 0 {
+            off.task_thread_pid = task("thread_pid")?;
+            off.pid_level = field(btf, "pid", "level")?;
+            off.pid_numbers = numbers.offset;
+            off.upid_size = numbers.elem_size;
+        }
+    }
+    if btf.has_member("signal_struct", "sum_sched_runtime")
+        && btf.has_member("signal_struct", "utime")
+        && btf.has_member("signal_struct", "stime")
+    {
+        off.signal_utime = signal("utime")?;
+        off.signal_stime = signal("stime")?;
+        off.signal_sum_sched_runtime = signal("sum_sched_runtime")?;
+    }
+
     let has_task_rss_stat = btf.has_member("task_struct", "rss_stat.count");
     if has_task_rss_stat {
         off.task_rss_stat_count = task("rss_stat.count")?;
