@@ -30,6 +30,9 @@ pub struct Cli {
 pub enum Command {
     /// Run CMD and report its whole process tree on stderr
     Trace(TraceArgs),
+    /// Report every process exit on the system: runtime, CPU, peak memory, exit status, argv,
+    /// ancestry; as a table, JSON lines or OpenMetrics
+    Watch(crate::watch::WatchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -107,7 +110,9 @@ mod tests {
     fn trailing_command_keeps_its_flags() {
         let cli = Cli::try_parse_from(["spacetime", "trace", "--", "ls", "-l", "--color"])
             .expect("parse");
-        let Command::Trace(t) = cli.command;
+        let Command::Trace(t) = cli.command else {
+            panic!("not parsed as trace")
+        };
         assert_eq!(t.command, ["ls", "-l", "--color"]);
     }
 }

@@ -18,3 +18,4 @@ pub mod taskstats;
 pub mod trace;
 pub mod tree;
 pub mod units;
+pub mod watch;

@@ -22,6 +22,7 @@ fn main() -> ExitCode {
         .init();
     let code = match cli.command {
         Command::Trace(args) => spacetime::trace::main(args, cli.verbose),
+        Command::Watch(args) => spacetime::watch::main(args, cli.verbose),
     };
     ExitCode::from(code.clamp(0, 255) as u8)
 }

@@ -1,0 +1,168 @@
+//! `spacetime watch` options, and the parsers for their values.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::Args;
+
+use crate::cli::parse_size;
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Only processes whose name (comm) matches PATTERN (glob; repeatable)
+    #[arg(long, value_name = "PATTERN")]
+    pub comm: Vec<String>,
+    /// Only processes whose executable matches GLOB; a pattern without '/' matches the file
+    /// name (repeatable)
+    #[arg(long, value_name = "GLOB")]
+    pub exe: Vec<String>,
+    /// Only processes of this user: a uid or a user name (repeatable)
+    #[arg(long, value_name = "USER")]
+    pub uid: Vec<String>,
+    /// Only processes in this cgroup (v2 path such as /system.slice/cron.service) or below it;
+    /// glob characters match the whole path (repeatable)
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Vec<String>,
+    /// Only processes whose peak RSS reached SIZE (K, M, G suffixes)
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub min_rss: Option<u64>,
+    /// Only processes that ran at least this long (e.g. 500ms, 2s, 1m)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub min_runtime: Option<Duration>,
+    /// Only PID and the processes it forks from now on (and their descendants)
+    #[arg(long, value_name = "PID")]
+    pub pid_tree: Option<u32>,
+    /// Only processes that failed: a non-zero exit code or a fatal signal
+    #[arg(long)]
+    pub failed: bool,
+    /// Also report thread exits
+    #[arg(long)]
+    pub threads: bool,
+    /// Show each process's parent chain (who forked whom, kept while descendants live)
+    #[arg(long)]
+    pub ancestry: bool,
+    /// Show every program image of a process (one per exec) with its own peak RSS
+    #[arg(long)]
+    pub images: bool,
+    /// JSON lines on stdout (or FILE): one object per exit
+    #[arg(long)]
+    pub json: bool,
+    /// Append the output to FILE instead of writing it to stdout
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Table: do not cut lines to the terminal's width, and add a CGROUP column
+    #[arg(short = 'w', long)]
+    pub wide: bool,
+    /// Stop after this long (e.g. 30s, 5m)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Stop after N exits have been reported
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+    /// Serve OpenMetrics on ADDR:PORT (a bare port listens on 127.0.0.1)
+    #[arg(long, value_name = "ADDR:PORT", value_parser = parse_listen)]
+    pub metrics: Option<SocketAddr>,
+    /// Do not cross-check exits against the kernel's taskstats records
+    #[arg(long)]
+    pub no_taskstats: bool,
+    /// Size of the kernel's ring buffer (bytes; K, M, G suffixes; rounded up to a power of two)
+    #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
+    pub ring_buffer: u32,
+    /// Most processes kept in the live process table
+    #[arg(long, value_name = "N", default_value_t = 131072)]
+    pub max_processes: usize,
+}
+
+/// Parses `4096`, `64K`, `1.5M`, `2G`, `1T` (powers of 1024) into bytes.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let mult: f64 = match unit.trim().to_ascii_uppercase().trim_end_matches("IB") {
+        "" | "B" => 1.0,
+        "K" => 1024.0,
+        "M" => 1024.0 * 1024.0,
+        "G" => 1024.0 * 1024.0 * 1024.0,
+        "T" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        u => return Err(format!("unknown size unit {u:?} (use K, M, G or T)")),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size"))?;
+    if !(n >= 0.0 && n.is_finite()) {
+        return Err(format!("{s:?} is not a size"));
+    }
+    Ok((n * mult) as u64)
+}
+
+/// Parses `250ms`, `2s`, `1.5m`, `1h`, `100us`; a bare number is seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| c.is_ascii_alphabetic() || c == 'µ')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let secs: f64 = match unit.trim() {
+        "" | "s" | "sec" => 1.0,
+        "ms" => 1e-3,
+        "us" | "µs" => 1e-6,
+        "ns" => 1e-9,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        u => return Err(format!("unknown duration unit {u:?} (use ms, s, m or h)")),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration"))?;
+    Duration::try_from_secs_f64(n * secs).map_err(|_| format!("{s:?} is not a duration"))
+}
+
+/// Parses `ADDR:PORT`, `[V6]:PORT` or a bare `PORT` (on 127.0.0.1).
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.trim().parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not ADDR:PORT (e.g. 127.0.0.1:9090)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("64K"), Ok(64 << 10));
+        assert_eq!(parse_bytes("1.5M"), Ok(3 << 19));
+        assert_eq!(parse_bytes("2GiB"), Ok(2 << 30));
+        assert!(parse_bytes("2X").is_err());
+        assert!(parse_bytes("-1").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1.5m"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("100us"), Ok(Duration::from_micros(100)));
+        assert!(parse_duration("3 weeks").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(
+            parse_listen("9100"),
+            Ok(SocketAddr::from(([127, 0, 0, 1], 9100)))
+        );
+        assert_eq!(
+            parse_listen("0.0.0.0:80"),
+            Ok(SocketAddr::from(([0, 0, 0, 0], 80)))
+        );
+        assert!(parse_listen("[::1]:9").is_ok());
+        assert!(parse_listen("localhost").is_err());
+    }
+}

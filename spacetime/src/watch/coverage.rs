@@ -1,0 +1,169 @@
+//! Cross-checking process exits against the kernel's taskstats records: every exit the BPF
+//! programs report should have a taskstats record, and the other way round.
+//!
+//! A process's end has a taskstats "pid" record for its last thread, flagged `AGROUP`
+//! (taskstats version 12+). It is matched to the BPF exit record of the same thread id whose
+//! exit time is close: taskstats has no monotonic timestamps, only the task's start in
+//! wall-clock seconds (`ac_btime64`) and its elapsed µs (`ac_etime`), whose sum is its exit time
+//! to about a second. Pids are not reused that fast, so pid + closeness is a match. Records left
+//! unmatched for a few seconds count as `bpf_only` / `taskstats_only`.
+
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
+
+use crate::taskstats::{flags, RecordKind, TaskstatsRecord};
+
+/// How far the two exit times may be apart (btime has a resolution of one second and is
+/// rounded down, etime is truncated).
+const WINDOW_US: i64 = 2_500_000;
+/// How long a record waits for its counterpart.
+const PATIENCE: Duration = Duration::from_secs(3);
+/// First taskstats version with `AGROUP` (the end of a thread group).
+const AGROUP_VERSION: u16 = 12;
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CoverageStats {
+    pub matched: u64,
+    pub bpf_only: u64,
+    pub taskstats_only: u64,
+    /// Taskstats records that end a thread, not a process (ignored).
+    pub thread_records: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Coverage {
+    /// tid → (exit wall-clock µs, arrival) of BPF process exits waiting for taskstats.
+    bpf: HashMap<u32, (i64, Instant)>,
+    taskstats: HashMap<u32, (i64, Instant)>,
+    pub stats: CoverageStats,
+    /// The kernel's taskstats version (0 until a record arrived).
+    pub version: u16,
+}
+
+impl Coverage {
+    /// Records waiting for their counterpart.
+    #[cfg(test)]
+    fn pending(&self) -> usize {
+        self.bpf.len() + self.taskstats.len()
+    }
+
+    /// A process ended (BPF): `tid` is its last thread, `exit_us` the wall-clock exit time.
+    pub fn bpf_exit(&mut self, tid: u32, exit_us: i64, now: Instant) {
+        if let Some(&(t, _)) = self.taskstats.get(&tid) {
+            if (t - exit_us).abs() <= WINDOW_US {
+                self.taskstats.remove(&tid);
+                self.stats.matched += 1;
+                return;
+            }
+        }
+        if let Some((_, old)) = self.bpf.insert(tid, (exit_us, now)) {
+            // The same tid ended twice before taskstats answered for the first: unmatched.
+            let _ = old;
+            self.stats.bpf_only += 1;
+        }
+    }
+
+    /// A taskstats record arrived.
+    pub fn taskstats(&mut self, r: &TaskstatsRecord, now: Instant) {
+        if r.kind != RecordKind::Pid {
+            return;
+        }
+        let btime = r.ac_btime64.unwrap_or(r.ac_btime as u64) as i64;
+        self.record(
+            r.ac_pid,
+            r.version,
+            r.ac_flag & flags::AGROUP != 0,
+            btime * 1_000_000 + r.ac_etime_us as i64,
+            now,
+        );
+    }
+
+    /// A taskstats pid record: thread `tid`, ending its group, at about `exit_us`.
+    fn record(&mut self, tid: u32, version: u16, group: bool, exit_us: i64, now: Instant) {
+        self.version = self.version.max(version);
+        if version >= AGROUP_VERSION && !group {
+            self.stats.thread_records += 1;
+            return;
+        }
+        if let Some(&(t, _)) = self.bpf.get(&tid) {
+            // etime is measured after the BPF record's timestamp; btime is rounded down.
+            if (t - exit_us).abs() <= WINDOW_US {
+                self.bpf.remove(&tid);
+                self.stats.matched += 1;
+                return;
+            }
+        }
+        if self.taskstats.insert(tid, (exit_us, now)).is_some() {
+            self.stats.taskstats_only += 1;
+        }
+    }
+
+    /// A process ended after the watch stopped: its taskstats record, if it already
+    /// arrived, is neither a match nor a gap.
+    pub fn late_bpf_exit(&mut self, tid: u32, exit_us: i64) {
+        if self
+            .taskstats
+            .get(&tid)
+            .is_some_and(|&(t, _)| (t - exit_us).abs() <= WINDOW_US)
+        {
+            self.taskstats.remove(&tid);
+        }
+    }
+
+    /// Counts the records that waited too long (all of them with `flush_all`).
+    pub fn expire(&mut self, now: Instant, flush_all: bool) {
+        let old = |(_, at): &(i64, Instant)| flush_all || now.duration_since(*at) > PATIENCE;
+        let before = self.bpf.len();
+        self.bpf.retain(|_, v| !old(v));
+        self.stats.bpf_only += (before - self.bpf.len()) as u64;
+        let before = self.taskstats.len();
+        // Before version 12 thread ends cannot be told apart: unmatched ones are not counted.
+        let count = self.version >= AGROUP_VERSION;
+        self.taskstats.retain(|_, v| !old(v));
+        if count {
+            self.stats.taskstats_only += (before - self.taskstats.len()) as u64;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(c: &mut Coverage, pid: u32, btime: i64, etime_us: i64, group: bool, now: Instant) {
+        c.record(pid, 16, group, btime * 1_000_000 + etime_us, now);
+    }
+
+    #[test]
+    fn matches_in_either_order() {
+        let now = Instant::now();
+        let mut c = Coverage::default();
+        // Started at 1000.7 s, ran 0.5 s: btime 1000, etime 500 000 µs.
+        c.bpf_exit(42, 1_001_200_000, now);
+        rec(&mut c, 42, 1000, 500_000, true, now);
+        rec(&mut c, 43, 1000, 10, true, now);
+        c.bpf_exit(43, 1_000_900_000, now);
+        // A thread's end is not a process's.
+        rec(&mut c, 44, 1000, 10, false, now);
+        assert_eq!(c.stats.matched, 2);
+        assert_eq!(c.stats.thread_records, 1);
+        assert_eq!(c.pending(), 0);
+    }
+
+    #[test]
+    fn leftovers_expire() {
+        let now = Instant::now();
+        let mut c = Coverage::default();
+        c.bpf_exit(1, 5_000_000, now);
+        rec(&mut c, 2, 5, 0, true, now);
+        // Same pid, far apart in time: a reused pid, not a match.
+        rec(&mut c, 1, 100, 0, true, now);
+        c.expire(now, false);
+        assert_eq!(c.pending(), 3);
+        c.expire(now + PATIENCE + Duration::from_millis(1), false);
+        assert_eq!(c.pending(), 0);
+        assert_eq!((c.stats.bpf_only, c.stats.taskstats_only), (1, 2));
+    }
+}

@@ -1,0 +1,86 @@
+//! One exit as reported: what the filters look at and the outputs print, borrowed from the
+//! table entry and the kernel's exit record (nothing is copied per exit).
+
+use spacetime_common::{flags, ExitEvent, TASK_COMM_LEN};
+
+use super::table::{Ancestor, EndedImage, Entry, ImageInfo};
+use crate::tree::{split_runtime, ExitStatus};
+
+pub struct ExitView<'a> {
+    /// A thread exit (`--threads`), not the end of a process.
+    pub thread: bool,
+    /// The process (tgid).
+    pub pid: u32,
+    /// The thread that exited (for a process: the last one).
+    pub tid: u32,
+    pub ppid: u32,
+    /// The pid in the process's own PID namespace, when that is not the initial one.
+    pub ns_pid: Option<u32>,
+    /// The kernel's name for it at exit.
+    pub comm: &'a str,
+    /// Its last program image.
+    pub image: &'a ImageInfo,
+    /// CLOCK_MONOTONIC ns; unknown for a thread whose creation was not seen.
+    pub start_ns: Option<u64>,
+    pub end_ns: u64,
+    pub user_ns: u64,
+    pub sys_ns: u64,
+    pub exit: ExitStatus,
+    /// Peak RSS over the images seen (null when none was measured: kernel threads).
+    pub peak_rss_bytes: Option<u64>,
+    /// What ru_maxrss says (maximum over all images, and what it inherited).
+    pub ru_maxrss_bytes: Option<u64>,
+    /// The last image's own peak.
+    pub last_image_peak_bytes: Option<u64>,
+    pub threads: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub cgroup: &'a str,
+    pub in_tree: bool,
+    /// With `--images`: the images it left by exec (the last one is `image`).
+    pub images: &'a [EndedImage],
+    pub images_dropped: u32,
+    /// With `--ancestry`: parent first.
+    pub ancestry: &'a [Ancestor],
+    /// The process was in the table (false: its fork and exec were not seen, e.g. lost).
+    pub known: bool,
+}
+
+impl ExitView<'_> {
+    pub fn runtime_ns(&self) -> Option<u64> {
+        self.start_ns.map(|s| self.end_ns.saturating_sub(s))
+    }
+}
+
+/// The name in a record, without allocating when it is valid UTF-8 (it nearly always is).
+pub fn comm_str(comm: &[u8; TASK_COMM_LEN]) -> std::borrow::Cow<'_, str> {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end])
+}
+
+/// Final CPU time of a process: the sum of its threads' exits, or the kernel's group total
+/// when that is larger (threads that exited before `watch` started).
+pub fn process_times(e: &Entry, x: &ExitEvent) -> (u64, u64) {
+    if x.group_runtime_ns > e.runtime_ns {
+        split_runtime(x.group_runtime_ns, x.group_utime_ns, x.group_stime_ns)
+    } else {
+        (e.user_ns, e.sys_ns)
+    }
+}
+
+/// The last image's peak in pages: 0 on the parent's address space (vfork), `None` when the
+/// kernel had no mm to read (kernel threads).
+pub fn last_image_peak_pages(e: &Entry, x: &ExitEvent) -> Option<u64> {
+    if e.shared_mm {
+        Some(0)
+    } else if x.mem.flags & flags::MEM_VALID != 0 {
+        Some(x.mem.peak_rss_pages())
+    } else {
+        None
+    }
+}
+
+/// The namespace pid when it differs from the host's.
+pub fn ns_pid(x: &ExitEvent) -> Option<u32> {
+    (x.ns_level > 0 && x.ns_tgid != 0 && x.ns_tgid != x.hdr.tgid).then_some(x.ns_tgid)
+}

@@ -1,0 +1,284 @@
+//! Which exits are reported: `--comm`, `--exe`, `--uid`, `--cgroup`, `--min-rss`,
+//! `--min-runtime`, `--pid-tree`, `--failed`. Options combine with AND; repeated values of one
+//! option with OR.
+
+use std::ffi::CString;
+
+use anyhow::{bail, Context, Result};
+
+use super::{args::WatchArgs, exit::ExitView};
+use crate::tree::ExitStatus;
+
+#[derive(Debug, Default)]
+pub struct Filter {
+    comm: Vec<Vec<u8>>,
+    /// (pattern, match the file name only)
+    exe: Vec<(Vec<u8>, bool)>,
+    uids: Vec<u32>,
+    /// (pattern, is a glob): a plain path matches itself and what is below it.
+    cgroup: Vec<(String, bool)>,
+    min_rss_bytes: Option<u64>,
+    min_runtime_ns: Option<u64>,
+    pid_tree: Option<u32>,
+    failed: bool,
+}
+
+fn is_glob(p: &str) -> bool {
+    p.contains(['*', '?', '['])
+}
+
+impl Filter {
+    pub fn from_args(a: &WatchArgs) -> Result<Filter> {
+        let mut uids = Vec::new();
+        for u in &a.uid {
+            uids.push(resolve_user(u)?);
+        }
+        let cgroup = a
+            .cgroup
+            .iter()
+            .map(|c| {
+                let c = c.trim_end_matches('/');
+                let c = if c.starts_with('/') || c.starts_with('*') {
+                    c.to_string()
+                } else {
+                    format!("/{c}")
+                };
+                (c.clone(), is_glob(&c))
+            })
+            .collect();
+        if let Some(pid) = a.pid_tree {
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                bail!("--pid-tree {pid}: there is no process {pid}");
+            }
+        }
+        Ok(Filter {
+            comm: a.comm.iter().map(|c| c.as_bytes().to_vec()).collect(),
+            exe: a
+                .exe
+                .iter()
+                .map(|e| (e.as_bytes().to_vec(), !e.contains('/')))
+                .collect(),
+            uids,
+            cgroup,
+            min_rss_bytes: a.min_rss,
+            min_runtime_ns: a.min_runtime.map(|d| d.as_nanos() as u64),
+            pid_tree: a.pid_tree,
+            failed: a.failed,
+        })
+    }
+
+    /// The filter lets everything through.
+    pub fn is_empty(&self) -> bool {
+        self.comm.is_empty()
+            && self.exe.is_empty()
+            && self.uids.is_empty()
+            && self.cgroup.is_empty()
+            && self.min_rss_bytes.is_none()
+            && self.min_runtime_ns.is_none()
+            && self.pid_tree.is_none()
+            && !self.failed
+    }
+
+    pub fn pid_tree(&self) -> Option<u32> {
+        self.pid_tree
+    }
+
+    pub fn matches(&self, x: &ExitView) -> bool {
+        if self.pid_tree.is_some() && !x.in_tree {
+            return false;
+        }
+        if self.failed && x.exit == ExitStatus::Code(0) {
+            return false;
+        }
+        if !self.uids.is_empty() && !self.uids.contains(&x.uid) {
+            return false;
+        }
+        if let Some(min) = self.min_rss_bytes {
+            if x.peak_rss_bytes.unwrap_or(0) < min {
+                return false;
+            }
+        }
+        if let Some(min) = self.min_runtime_ns {
+            if x.runtime_ns().unwrap_or(0) < min {
+                return false;
+            }
+        }
+        if !self.comm.is_empty()
+            && !self.comm.iter().any(|p| glob(p, x.comm.as_bytes()))
+            && !self.comm.iter().any(|p| glob(p, x.image.comm.as_bytes()))
+        {
+            return false;
+        }
+        if !self.exe.is_empty() {
+            let exe = x.image.exe.as_bytes();
+            let name = exe.rsplit(|&b| b == b'/').next().unwrap_or(exe);
+            if !self
+                .exe
+                .iter()
+                .any(|(p, base)| glob(p, if *base { name } else { exe }))
+            {
+                return false;
+            }
+        }
+        if !self.cgroup.is_empty()
+            && !self
+                .cgroup
+                .iter()
+                .any(|(p, g)| cgroup_match(p, *g, x.cgroup))
+        {
+            return false;
+        }
+        true
+    }
+}
+
+fn cgroup_match(pattern: &str, is_glob: bool, path: &str) -> bool {
+    if is_glob {
+        return glob(pattern.as_bytes(), path.as_bytes());
+    }
+    match path.strip_prefix(pattern) {
+        Some(rest) => rest.is_empty() || rest.starts_with('/') || pattern == "/",
+        None => pattern == "/",
+    }
+}
+
+/// A uid, or a user name looked up in the password database.
+fn resolve_user(u: &str) -> Result<u32> {
+    if let Ok(uid) = u.parse() {
+        return Ok(uid);
+    }
+    let name = CString::new(u).with_context(|| format!("--uid {u:?}"))?;
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16384];
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: all pointers are valid for the call; buf outlives the use of pw.
+    let rc = unsafe {
+        libc::getpwnam_r(
+            name.as_ptr(),
+            &mut pw,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut out,
+        )
+    };
+    if rc != 0 || out.is_null() {
+        bail!("--uid {u:?}: no such user");
+    }
+    Ok(pw.pw_uid)
+}
+
+/// Shell-style glob: `*` (any run, '/' included), `?`, `[abc]`, `[a-z]`, `[!x]`, `\` escapes.
+pub fn glob(pat: &[u8], s: &[u8]) -> bool {
+    let (mut p, mut i) = (0, 0);
+    // Where to resume after the last '*': (pattern index after it, string index).
+    let mut star: Option<(usize, usize)> = None;
+    while i < s.len() {
+        let step = match pat.get(p) {
+            Some(b'*') => {
+                star = Some((p + 1, i));
+                p += 1;
+                continue;
+            }
+            Some(b'?') => Some(p + 1),
+            Some(b'[') => class(pat, p, s[i]),
+            Some(b'\\') if p + 1 < pat.len() => (pat[p + 1] == s[i]).then_some(p + 2),
+            Some(&c) => (c == s[i]).then_some(p + 1),
+            None => None,
+        };
+        match (step, star) {
+            (Some(next), _) => {
+                p = next;
+                i += 1;
+            }
+            (None, Some((sp, si))) => {
+                p = sp;
+                i = si + 1;
+                star = Some((sp, si + 1));
+            }
+            (None, None) => return false,
+        }
+    }
+    pat[p..].iter().all(|&c| c == b'*')
+}
+
+/// Matches `c` against the class starting at `pat[p] == '['`; returns the index after it.
+fn class(pat: &[u8], p: usize, c: u8) -> Option<usize> {
+    let mut j = p + 1;
+    let negate = matches!(pat.get(j), Some(b'!') | Some(b'^'));
+    if negate {
+        j += 1;
+    }
+    let mut hit = false;
+    let mut first = true;
+    while j < pat.len() && (first || pat[j] != b']') {
+        first = false;
+        let lo = pat[j];
+        if pat.get(j + 1) == Some(&b'-') && j + 2 < pat.len() && pat[j + 2] != b']' {
+            hit |= (lo..=pat[j + 2]).contains(&c);
+            j += 3;
+        } else {
+            hit |= lo == c;
+            j += 1;
+        }
+    }
+    if j >= pat.len() {
+        // No closing ']': a literal '['.
+        return (c == b'[').then_some(p + 1);
+    }
+    (hit != negate).then_some(j + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(p: &str, s: &str) -> bool {
+        glob(p.as_bytes(), s.as_bytes())
+    }
+
+    #[test]
+    fn globs() {
+        assert!(g("*", ""));
+        assert!(g("sh", "sh"));
+        assert!(!g("sh", "bash"));
+        assert!(g("*sh", "bash"));
+        assert!(g("py*3*", "python3.11"));
+        assert!(g("/usr/*/cc1", "/usr/lib/gcc/x86_64-linux-gnu/12/cc1"));
+        assert!(!g("/usr/*/cc1", "/usr/lib/cc1plus"));
+        assert!(g("a?c", "abc"));
+        assert!(!g("a?c", "ac"));
+        assert!(g("[a-c]x", "bx"));
+        assert!(!g("[!a-c]x", "bx"));
+        assert!(g("[]]", "]"));
+        assert!(g("\\*", "*"));
+        assert!(!g("\\*", "x"));
+        assert!(g("*a*b*c", "xxaybzzc"));
+        assert!(!g("*a*b*c", "xxaybzz"));
+        assert!(g("[", "["));
+    }
+
+    #[test]
+    fn cgroup_paths() {
+        assert!(cgroup_match("/system.slice", false, "/system.slice"));
+        assert!(cgroup_match(
+            "/system.slice",
+            false,
+            "/system.slice/cron.service"
+        ));
+        assert!(!cgroup_match("/system.slice", false, "/system.slice2"));
+        assert!(cgroup_match("/", false, "/user.slice"));
+        assert!(cgroup_match(
+            "/*/cron.service",
+            true,
+            "/system.slice/cron.service"
+        ));
+        assert!(!cgroup_match("/*.service", true, "/system.slice"));
+    }
+
+    #[test]
+    fn users() {
+        assert_eq!(resolve_user("0").expect("uid"), 0);
+        assert_eq!(resolve_user("root").expect("root exists"), 0);
+        assert!(resolve_user("no-such-user-spacetime").is_err());
+    }
+}

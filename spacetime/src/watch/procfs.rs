@@ -1,0 +1,126 @@
+//! Seeding the process table from /proc: the processes already running when `watch` starts.
+//! Done once, after the kernel programs are attached and before their first record is read,
+//! so a process is either found here or seen forking (or both: the fork record then wins).
+
+use std::{collections::HashMap, io};
+
+use super::table::{ImageInfo, Table};
+
+/// What /proc/PID/stat says about a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stat {
+    pub comm: String,
+    pub ppid: u32,
+    pub num_threads: u32,
+    /// Start time in clock ticks since boot (CLOCK_BOOTTIME).
+    pub start_ticks: u64,
+}
+
+/// Parses /proc/PID/stat: `pid (comm) state ppid … num_threads(20) … starttime(22) …`. The
+/// comm may hold spaces and parentheses: it ends at the last ')'.
+pub fn parse_stat(text: &str) -> Option<Stat> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    let rest: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
+    // rest[0] is field 3 (state): field N is rest[N - 3].
+    Some(Stat {
+        comm,
+        ppid: rest.get(1)?.parse().ok()?,
+        num_threads: rest.get(17)?.parse().ok()?,
+        start_ticks: rest.get(19)?.parse().ok()?,
+    })
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer; the clocks used exist on every supported kernel.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Adds every process in /proc to `table`; returns how many. `pid_tree` marks that process
+/// and its descendants.
+pub fn seed(table: &mut Table, pid_tree: Option<u32>, max: usize) -> io::Result<usize> {
+    // SAFETY: sysconf cannot fail for _SC_CLK_TCK.
+    let hz = (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as u64;
+    // /proc start times count from boot including suspend; the records' from CLOCK_MONOTONIC.
+    let suspended = clock_ns(libc::CLOCK_BOOTTIME).saturating_sub(clock_ns(libc::CLOCK_MONOTONIC));
+    let mut threads = HashMap::new();
+    let mut n = 0;
+    for dirent in std::fs::read_dir("/proc")? {
+        let Ok(dirent) = dirent else { continue };
+        let Some(pid) = dirent
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if n >= max {
+            break;
+        }
+        // The process may exit meanwhile: whatever cannot be read is left out.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(stat) = parse_stat(&stat) else {
+            continue;
+        };
+        let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let area = args.strip_suffix(&[0]).unwrap_or(&args);
+        let image = ImageInfo {
+            exe: exe.into_boxed_str(),
+            comm: stat.comm.into_boxed_str(),
+            args: area.into(),
+            argv_complete: true,
+        };
+        let start_ns = (stat.start_ticks as u128 * 1_000_000_000 / hz as u128) as u64;
+        let start_ns = start_ns.saturating_sub(suspended);
+        threads.insert(pid, stat.num_threads);
+        table.insert_seeded(Table::seeded_entry(pid, stat.ppid, start_ns, image));
+        n += 1;
+    }
+    table.finish_seeding(pid_tree, &threads);
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_with_awkward_comm() {
+        let line = "1234 (a) b (c) S 77 1234 1234 0 -1 4194304 100 0 0 0 5 6 0 0 20 0 3 0 98765 \
+                    1000 200 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+        let s = parse_stat(line).expect("parses");
+        assert_eq!(s.comm, "a) b (c");
+        assert_eq!((s.ppid, s.num_threads, s.start_ticks), (77, 3, 98765));
+        assert_eq!(parse_stat("12 (x) S"), None);
+    }
+
+    #[test]
+    fn own_process_is_seeded() {
+        let mut t = Table::new(super::super::table::TableOptions {
+            max_processes: 1 << 20,
+            ancestry: true,
+            images: false,
+            threads: false,
+        });
+        let me = std::process::id();
+        let n = seed(&mut t, Some(me), usize::MAX).expect("reads /proc");
+        assert!(n >= 1 && t.len() == n);
+        let e = t.get(me).expect("own pid seeded");
+        assert!(e.in_tree && e.seeded);
+        assert!(e.image.argv().count() >= 1, "own argv");
+        assert!(e.threads >= 1);
+        // Start time within a tick or so of the truth, on the monotonic clock.
+        assert!(e.start_ns <= clock_ns(libc::CLOCK_MONOTONIC));
+    }
+}

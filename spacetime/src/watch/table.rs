@@ -1,0 +1,566 @@
+//! The live process table: every running process with its current program image (exe, argv,
+//! comm), parent, thread count and the peaks of the images it already left. Seeded from /proc
+//! at start, then kept from fork/exec/exit records, and bounded: a process leaves on exit.
+//!
+//! With ancestry on, a process that exits while some of its children still run stays as a
+//! small "ghost" (pid, start, image) until its last child exits, so a line can show who forked
+//! whom even through a parent that is already gone. Ghosts are bounded too.
+//!
+//! Entries are keyed by tgid and carry the start time of their group leader, which every record
+//! also carries: a record whose start time does not match is for a newer process that reused the
+//! pid (the old one's exit was lost). Seeded entries only know their start time to the clock
+//! tick from /proc and adopt the exact one from the first record.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::Arc,
+};
+
+use spacetime_common::{flags, ExitEvent, ForkEvent, ImageEndEvent};
+
+use crate::{
+    events::{Args, Exec},
+    tree::split_runtime,
+};
+
+/// How far a start time read from /proc (clock ticks) may be from the exact one.
+const SEEDED_START_TOLERANCE_NS: u64 = 50_000_000;
+/// Images kept per process with `--images` (the last ones; older are counted).
+const MAX_IMAGES: usize = 32;
+
+/// One program image: what a process runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageInfo {
+    /// The path passed to execve, or /proc/PID/exe for processes found at start.
+    pub exe: Box<str>,
+    pub comm: Box<str>,
+    /// The argument area, NUL-separated, without its final NUL.
+    pub args: Box<[u8]>,
+    pub argv_complete: bool,
+}
+
+impl ImageInfo {
+    /// The arguments, as bytes.
+    pub fn argv(&self) -> impl Iterator<Item = &[u8]> {
+        let area: &[u8] = if self.args.is_empty() {
+            &[]
+        } else {
+            &self.args
+        };
+        area.split(|&b| b == 0)
+            .take(if area.is_empty() { 0 } else { usize::MAX })
+    }
+
+    fn from_area(exe: Box<str>, comm: Box<str>, area: &[u8], complete: bool) -> ImageInfo {
+        let area = area.strip_suffix(&[0]).unwrap_or(area);
+        ImageInfo {
+            exe,
+            comm,
+            args: area.into(),
+            argv_complete: complete,
+        }
+    }
+}
+
+/// An image the process left by exec, with its peak (pages; `None`: not measured).
+#[derive(Debug, Clone)]
+pub struct EndedImage {
+    pub image: Arc<ImageInfo>,
+    pub peak_rss_pages: Option<u64>,
+    pub shared_mm: bool,
+}
+
+/// argv still streaming in continuation records.
+#[derive(Debug, Clone)]
+struct Building {
+    expected: u32,
+    area: Vec<u8>,
+    cut: bool,
+}
+
+/// A live process.
+#[derive(Debug)]
+pub struct Entry {
+    pub pid: u32,
+    /// Start of its group leader, CLOCK_MONOTONIC ns.
+    pub start_ns: u64,
+    start_exact: bool,
+    /// The process that forked it (for processes found at start: the parent then).
+    pub ppid: u32,
+    pub image: Arc<ImageInfo>,
+    building: Option<Box<Building>>,
+    /// Runs on its parent's address space (vfork) until it execs.
+    pub shared_mm: bool,
+    /// The peak of the current image, read by an image-end record, awaiting the exec.
+    ended_peak: Option<Option<u64>>,
+    /// Largest peak of the images it left (pages).
+    pub left_peak_pages: u64,
+    /// With `--images`: the images it left.
+    pub images: Vec<EndedImage>,
+    pub images_dropped: u32,
+    /// Threads it ever had, the main one included (at start: those running then).
+    pub threads: u32,
+    /// CPU time of the threads that exited (split as the kernel's cputime_adjust).
+    pub user_ns: u64,
+    pub sys_ns: u64,
+    pub runtime_ns: u64,
+    live_children: u32,
+    /// A descendant of `--pid-tree`.
+    pub in_tree: bool,
+    /// Found in /proc at start rather than seen forking.
+    pub seeded: bool,
+    /// In the table (false: made up for an exit whose process was unknown).
+    pub known: bool,
+}
+
+impl Entry {
+    fn new(pid: u32, start_ns: u64, image: Arc<ImageInfo>) -> Entry {
+        Entry {
+            pid,
+            start_ns,
+            start_exact: true,
+            ppid: 0,
+            image,
+            building: None,
+            shared_mm: false,
+            ended_peak: None,
+            left_peak_pages: 0,
+            images: Vec::new(),
+            images_dropped: 0,
+            threads: 1,
+            user_ns: 0,
+            sys_ns: 0,
+            runtime_ns: 0,
+            live_children: 0,
+            in_tree: false,
+            seeded: false,
+            known: true,
+        }
+    }
+
+    /// Whether a record for the process started at `start_ns` is for this entry; adopts the
+    /// exact start time of a seeded entry.
+    fn same_process(&mut self, start_ns: u64) -> bool {
+        if self.start_exact {
+            return self.start_ns == start_ns;
+        }
+        if self.start_ns.abs_diff(start_ns) <= SEEDED_START_TOLERANCE_NS {
+            self.start_ns = start_ns;
+            self.start_exact = true;
+            return true;
+        }
+        false
+    }
+
+    /// Ends argv streaming with what arrived.
+    fn finish_building(&mut self) {
+        if let Some(b) = self.building.take() {
+            let old = &self.image;
+            self.image = Arc::new(ImageInfo::from_area(
+                old.exe.clone(),
+                old.comm.clone(),
+                &b.area,
+                false,
+            ));
+        }
+    }
+}
+
+/// A process that exited while children of its still run, kept for their ancestry.
+#[derive(Debug)]
+struct Ghost {
+    start_ns: u64,
+    ppid: u32,
+    image: Arc<ImageInfo>,
+    live_children: u32,
+}
+
+/// One step of a parent chain.
+#[derive(Debug, Clone)]
+pub struct Ancestor {
+    pub pid: u32,
+    pub image: Arc<ImageInfo>,
+    /// It has exited (its children live on).
+    pub exited: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct TableOptions {
+    pub max_processes: usize,
+    pub ancestry: bool,
+    pub images: bool,
+    pub threads: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TableStats {
+    /// Processes not added because the table was full.
+    pub full: u64,
+    /// Entries replaced by a newer process with the same pid (their exit was lost).
+    pub stale: u64,
+    /// Exits of processes the table did not know.
+    pub unknown_exits: u64,
+    /// argv continuations that did not follow on.
+    pub args_gaps: u64,
+    /// Ghosts dropped to keep the table bounded.
+    pub ghosts_evicted: u64,
+}
+
+pub struct Table {
+    live: HashMap<u32, Entry>,
+    ghosts: HashMap<u32, Ghost>,
+    ghost_order: VecDeque<(u32, u64)>,
+    thread_starts: HashMap<u32, u64>,
+    opts: TableOptions,
+    empty: Arc<ImageInfo>,
+    pub stats: TableStats,
+}
+
+impl Table {
+    pub fn new(opts: TableOptions) -> Table {
+        Table {
+            live: HashMap::with_capacity(1024),
+            ghosts: HashMap::new(),
+            ghost_order: VecDeque::new(),
+            thread_starts: HashMap::new(),
+            opts,
+            empty: Arc::new(ImageInfo::default()),
+            stats: TableStats::default(),
+        }
+    }
+
+    /// Live processes in the table.
+    pub fn len(&self) -> usize {
+        self.live.len()
+    }
+
+    pub fn get(&self, pid: u32) -> Option<&Entry> {
+        self.live.get(&pid)
+    }
+
+    /// Adds a process found at start (see [`super::procfs`]).
+    pub(crate) fn insert_seeded(&mut self, mut e: Entry) {
+        e.seeded = true;
+        e.start_exact = false;
+        self.live.insert(e.pid, e);
+    }
+
+    /// A seeded entry: start time approximate, everything else from /proc.
+    pub(crate) fn seeded_entry(pid: u32, ppid: u32, start_ns: u64, image: ImageInfo) -> Entry {
+        let mut e = Entry::new(pid, start_ns, Arc::new(image));
+        e.ppid = ppid;
+        e
+    }
+
+    /// After seeding: counts children (for ghosts) and marks the `--pid-tree` descendants.
+    pub(crate) fn finish_seeding(&mut self, pid_tree: Option<u32>, threads: &HashMap<u32, u32>) {
+        let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+        for e in self.live.values() {
+            children.entry(e.ppid).or_default().push(e.pid);
+        }
+        for e in self.live.values_mut() {
+            e.live_children = children.get(&e.pid).map_or(0, |c| c.len() as u32);
+            if let Some(&n) = threads.get(&e.pid) {
+                e.threads = n.max(1);
+            }
+        }
+        if let Some(root) = pid_tree {
+            let mut todo = vec![root];
+            while let Some(p) = todo.pop() {
+                if let Some(e) = self.live.get_mut(&p) {
+                    if e.in_tree {
+                        continue;
+                    }
+                    e.in_tree = true;
+                }
+                if let Some(c) = children.get(&p) {
+                    todo.extend(c.iter().copied());
+                }
+            }
+        }
+    }
+
+    /// The live entry for (tgid, start), fixing up a seeded one's start; a stale entry with
+    /// that pid is dropped.
+    fn lookup(&mut self, tgid: u32, start_ns: u64) -> Option<&mut Entry> {
+        let stale = match self.live.get_mut(&tgid) {
+            None => return None,
+            Some(e) => !e.same_process(start_ns),
+        };
+        if stale {
+            self.live.remove(&tgid);
+            self.stats.stale += 1;
+            return None;
+        }
+        self.live.get_mut(&tgid)
+    }
+
+    /// The entry for (tgid, start), created (unknown origin) when missing and there is room.
+    fn lookup_or_create(&mut self, tgid: u32, start_ns: u64) -> Option<&mut Entry> {
+        if self.lookup(tgid, start_ns).is_none() {
+            if self.live.len() >= self.opts.max_processes {
+                self.stats.full += 1;
+                return None;
+            }
+            self.live
+                .insert(tgid, Entry::new(tgid, start_ns, self.empty.clone()));
+        }
+        self.live.get_mut(&tgid)
+    }
+
+    pub fn fork(&mut self, f: &ForkEvent) {
+        let opts = self.opts;
+        if f.hdr.flags & flags::FORK_THREAD != 0 {
+            if let Some(p) = self.lookup(f.hdr.tgid, f.hdr.leader_start_ns) {
+                p.threads += 1;
+            }
+            if opts.threads && self.thread_starts.len() < opts.max_processes {
+                self.thread_starts.insert(f.child_pid, f.child_start_ns);
+            }
+            return;
+        }
+        let fits = self.live.len() < opts.max_processes || self.live.contains_key(&f.child_tgid);
+        let (image, in_tree) = match self.lookup(f.hdr.tgid, f.hdr.leader_start_ns) {
+            Some(p) => {
+                if opts.ancestry && fits {
+                    p.live_children += 1;
+                }
+                (p.image.clone(), p.in_tree)
+            }
+            None => (self.empty.clone(), false),
+        };
+        if !fits {
+            self.stats.full += 1;
+            return;
+        }
+        let mut child = Entry::new(f.child_tgid, f.child_start_ns, image);
+        child.ppid = f.hdr.tgid;
+        child.in_tree = in_tree;
+        child.shared_mm = f.hdr.flags & flags::FORK_SHARED_MM != 0;
+        if self.live.insert(f.child_tgid, child).is_some() {
+            self.stats.stale += 1;
+        }
+    }
+
+    pub fn exec(&mut self, e: Exec) {
+        let keep_images = self.opts.images;
+        let Some(p) = self.lookup_or_create(e.hdr.tgid, e.hdr.leader_start_ns) else {
+            return;
+        };
+        p.finish_building();
+        if keep_images {
+            let peak = match p.ended_peak {
+                Some(peak) => peak,
+                None if p.shared_mm => Some(0),
+                None => None,
+            };
+            if p.images.len() == MAX_IMAGES {
+                p.images.remove(0);
+                p.images_dropped += 1;
+            }
+            p.images.push(EndedImage {
+                image: p.image.clone(),
+                peak_rss_pages: peak,
+                shared_mm: p.shared_mm,
+            });
+        }
+        p.ended_peak = None;
+        p.shared_mm = false;
+        let cut = e.hdr.flags & (flags::EXEC_ARGS_TRUNCATED | flags::EXEC_ARGS_FAULT) != 0;
+        let complete = !cut && e.args.len() == e.args_len as usize;
+        if !complete && !cut && e.args.len() < e.args_len as usize {
+            let mut area = e.args.clone();
+            area.reserve_exact(e.args_len as usize - area.len());
+            p.building = Some(Box::new(Building {
+                expected: e.args_len,
+                area,
+                cut,
+            }));
+        }
+        p.image = Arc::new(ImageInfo::from_area(
+            e.filename.into_boxed_str(),
+            e.comm.into_boxed_str(),
+            &e.args,
+            complete,
+        ));
+    }
+
+    pub fn args(&mut self, a: Args) {
+        let Some(p) = self.lookup(a.hdr.tgid, a.hdr.leader_start_ns) else {
+            self.stats.args_gaps += 1;
+            return;
+        };
+        let Some(b) = p.building.as_mut() else {
+            self.stats.args_gaps += 1;
+            return;
+        };
+        if a.offset as usize != b.area.len() {
+            self.stats.args_gaps += 1;
+            return;
+        }
+        b.area.extend_from_slice(&a.data);
+        if b.area.len() >= b.expected as usize {
+            let complete = !b.cut;
+            let area = std::mem::take(&mut b.area);
+            p.building = None;
+            let old = &p.image;
+            p.image = Arc::new(ImageInfo::from_area(
+                old.exe.clone(),
+                old.comm.clone(),
+                &area,
+                complete,
+            ));
+        }
+    }
+
+    pub fn image_end(&mut self, m: &ImageEndEvent) {
+        let Some(p) = self.lookup(m.hdr.tgid, m.hdr.leader_start_ns) else {
+            return;
+        };
+        let peak = if p.shared_mm {
+            Some(0)
+        } else if m.mem.flags & flags::MEM_VALID != 0 {
+            Some(m.mem.peak_rss_pages())
+        } else {
+            None
+        };
+        if let Some(pages) = peak {
+            p.left_peak_pages = p.left_peak_pages.max(pages);
+        }
+        p.ended_peak = Some(peak);
+    }
+
+    /// A thread (not the last) exited: adds its CPU time to its process. Returns the thread's
+    /// start time when known (`--threads`).
+    pub fn thread_exit(&mut self, x: &ExitEvent) -> Option<u64> {
+        if let Some(p) = self.lookup(x.hdr.tgid, x.hdr.leader_start_ns) {
+            add_times(p, x);
+        }
+        if self.opts.threads {
+            if x.hdr.pid == x.hdr.tgid {
+                return Some(x.hdr.leader_start_ns);
+            }
+            return self.thread_starts.remove(&x.hdr.pid);
+        }
+        None
+    }
+
+    /// The process ended: removes it and returns its entry (made up when unknown), with the
+    /// last thread's CPU time added. With ancestry on, `ancestry` receives its parent chain.
+    pub fn exit(&mut self, x: &ExitEvent, ancestry: &mut Vec<Ancestor>) -> Entry {
+        let tgid = x.hdr.tgid;
+        let start = x.hdr.leader_start_ns;
+        if self.opts.threads && x.hdr.pid != tgid {
+            self.thread_starts.remove(&x.hdr.pid);
+        }
+        let mut e = match self.lookup(tgid, start) {
+            Some(_) => self.live.remove(&tgid).expect("looked up"),
+            None => {
+                self.stats.unknown_exits += 1;
+                let mut e = Entry::new(tgid, start, self.empty.clone());
+                e.known = false;
+                e
+            }
+        };
+        e.finish_building();
+        add_times(&mut e, x);
+        if self.opts.ancestry {
+            ancestry.clear();
+            self.chain(e.ppid, e.start_ns, ancestry);
+            if e.known {
+                self.release_parent(e.ppid, e.start_ns);
+            }
+            if e.live_children > 0 {
+                self.add_ghost(&e);
+            }
+        }
+        e
+    }
+
+    /// The parent of a process started at `child_start`: live, or a ghost.
+    fn parent(&self, ppid: u32, child_start: u64) -> Option<(u64, u32, &Arc<ImageInfo>, bool)> {
+        let limit = child_start.saturating_add(SEEDED_START_TOLERANCE_NS);
+        if let Some(p) = self.live.get(&ppid).filter(|p| p.start_ns <= limit) {
+            return Some((p.start_ns, p.ppid, &p.image, false));
+        }
+        self.ghosts
+            .get(&ppid)
+            .filter(|g| g.start_ns <= limit)
+            .map(|g| (g.start_ns, g.ppid, &g.image, true))
+    }
+
+    /// Fills `out` with the parent chain of a process (parent first), up to 64 steps.
+    pub fn chain(&self, mut ppid: u32, mut start: u64, out: &mut Vec<Ancestor>) {
+        while ppid != 0 && out.len() < 64 {
+            let Some((pstart, pppid, image, exited)) = self.parent(ppid, start) else {
+                break;
+            };
+            out.push(Ancestor {
+                pid: ppid,
+                image: image.clone(),
+                exited,
+            });
+            if pppid == ppid {
+                break;
+            }
+            (ppid, start) = (pppid, pstart);
+        }
+    }
+
+    /// A child of `ppid` exited: a ghost whose last child it was goes, and so on up.
+    fn release_parent(&mut self, mut ppid: u32, mut start: u64) {
+        for _ in 0..64 {
+            let limit = start.saturating_add(SEEDED_START_TOLERANCE_NS);
+            if let Some(p) = self.live.get_mut(&ppid).filter(|p| p.start_ns <= limit) {
+                p.live_children = p.live_children.saturating_sub(1);
+                return;
+            }
+            let Some(g) = self.ghosts.get_mut(&ppid).filter(|g| g.start_ns <= limit) else {
+                return;
+            };
+            g.live_children = g.live_children.saturating_sub(1);
+            if g.live_children > 0 {
+                return;
+            }
+            let g = self.ghosts.remove(&ppid).expect("present");
+            (ppid, start) = (g.ppid, g.start_ns);
+        }
+    }
+
+    fn add_ghost(&mut self, e: &Entry) {
+        let cap = (self.opts.max_processes / 4).max(64);
+        while self.ghosts.len() >= cap {
+            let Some((pid, start)) = self.ghost_order.pop_front() else {
+                break;
+            };
+            if self.ghosts.get(&pid).is_some_and(|g| g.start_ns == start) {
+                self.ghosts.remove(&pid);
+                self.stats.ghosts_evicted += 1;
+            }
+        }
+        self.ghosts.insert(
+            e.pid,
+            Ghost {
+                start_ns: e.start_ns,
+                ppid: e.ppid,
+                image: e.image.clone(),
+                live_children: e.live_children,
+            },
+        );
+        self.ghost_order.push_back((e.pid, e.start_ns));
+        // Entries of ghosts already gone are dropped lazily; keep the queue proportionate.
+        if self.ghost_order.len() > 2 * self.ghosts.len() + 1024 {
+            let ghosts = &self.ghosts;
+            self.ghost_order
+                .retain(|(pid, start)| ghosts.get(pid).is_some_and(|g| g.start_ns == *start));
+        }
+    }
+}
+
+/// Adds a thread's CPU time to its process.
+fn add_times(p: &mut Entry, x: &ExitEvent) {
+    let (user, sys) = split_runtime(x.runtime_ns, x.utime_ns, x.stime_ns);
+    p.user_ns += user;
+    p.sys_ns += sys;
+    p.runtime_ns += x.runtime_ns;
+}
