@@ -15,6 +15,7 @@ pub mod loader;
 pub mod offsets;
 pub mod report;
 pub mod taskstats;
+pub mod timeline;
 pub mod trace;
 pub mod tree;
 pub mod units;

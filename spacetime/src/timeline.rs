@@ -1,0 +1,583 @@
+//! Memory over time: tree-wide and per-process RSS and PSS series.
+//!
+//! RSS comes from the kernel (rss_stat events, the exact tree-wide peak) or, where that
+//! tracepoint is missing, from sampling `/proc/PID/statm` ([`RssSource`]). PSS is always
+//! sampled (`/proc/PID/smaps_rollup`, see [`crate::pss`]). Every series is a step function:
+//! a point holds until the next one. Consecutive equal values are coalesced, and a series that
+//! grows past its limit is compacted keeping each bucket's minimum and maximum, so peaks
+//! survive and memory stays bounded.
+//!
+//! Timestamps are CLOCK_MONOTONIC nanoseconds, like every event; [`Timeline::report`] turns
+//! them into nanoseconds since the trace's t0 for the JSON report:
+//!
+//! ```text
+//! "timeline": { "rss_source": "kernel" | "statm", "pss_sampled": true,
+//!               "tree_rss": [[t_ns, bytes], ...], "tree_pss": [[t_ns, bytes], ...],
+//!               "tree_peak_rss": {"t_ns": N, "bytes": N} | null,
+//!               "max_pss": {"t_ns": N, "bytes": N} | null,
+//!               "processes": [ {"pid": N, "start_ns": N, "rss": [[t_ns, bytes], ...],
+//!                               "pss": [[t_ns, bytes], ...], "max_pss_bytes": N | null} ] }
+//! ```
+
+use std::collections::HashMap;
+
+use serde::{ser::SerializeSeq, Serialize, Serializer};
+
+use crate::tree::Key;
+
+/// One value of a series: `bytes` from `ts_ns` on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Point {
+    pub ts_ns: u64,
+    pub bytes: u64,
+}
+
+impl Point {
+    pub fn new(ts_ns: u64, bytes: u64) -> Point {
+        Point { ts_ns, bytes }
+    }
+}
+
+/// Where the RSS figures come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RssSource {
+    /// kmem:rss_stat events counted in the kernel: exact.
+    Kernel,
+    /// `/proc/PID/statm` sampled: the tracepoint is missing; peaks between samples are missed.
+    Statm,
+}
+
+/// A step series with a bounded number of points.
+#[derive(Clone, Debug, Default)]
+pub struct Series {
+    points: Vec<Point>,
+    /// Times the series was compacted (its points are then min/max per bucket).
+    compactions: u32,
+}
+
+impl Series {
+    pub fn points(&self) -> &[Point] {
+        &self.points
+    }
+
+    pub fn last(&self) -> Option<Point> {
+        self.points.last().copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.points.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.points.is_empty()
+    }
+
+    /// The largest value and its first time.
+    pub fn max(&self) -> Option<Point> {
+        self.points
+            .iter()
+            .copied()
+            .reduce(|a, b| if b.bytes > a.bytes { b } else { a })
+    }
+
+    pub fn compacted(&self) -> bool {
+        self.compactions > 0
+    }
+
+    /// Appends a value. A time earlier than the last point's (records from different CPUs)
+    /// is moved just after it; a value at the same time replaces the last one (a sum being
+    /// updated process by process within one sampling round); a value equal to the last one
+    /// adds nothing. Past `cap` points the series is compacted.
+    pub fn push(&mut self, p: Point, cap: usize) {
+        let mut p = p;
+        if let Some(last) = self.points.last_mut() {
+            if p.ts_ns < last.ts_ns {
+                // Never replace a value that was really there: step just after it.
+                p.ts_ns = last.ts_ns + 1;
+            }
+            if p.bytes == last.bytes {
+                return;
+            }
+            if p.ts_ns == last.ts_ns {
+                last.bytes = p.bytes;
+                // The replaced value may now equal the one before it.
+                let n = self.points.len();
+                if n >= 2 && self.points[n - 2].bytes == p.bytes {
+                    self.points.pop();
+                }
+                return;
+            }
+        }
+        self.points.push(p);
+        if self.points.len() > cap.max(8) {
+            self.compact();
+        }
+    }
+
+    /// Halves the number of points: each bucket of four keeps its minimum and maximum (in
+    /// time order), so the series' extremes are never lost. The first point stays, so the
+    /// series still starts where it did.
+    pub fn compact(&mut self) {
+        let Some(&first) = self.points.first() else {
+            return;
+        };
+        let mut out: Vec<Point> = Vec::with_capacity(self.points.len() / 2 + 2);
+        out.push(first);
+        for bucket in self.points[1..].chunks(4) {
+            let min = bucket.iter().min_by_key(|p| p.bytes).copied();
+            let max = bucket.iter().max_by_key(|p| p.bytes).copied();
+            let (Some(min), Some(max)) = (min, max) else {
+                continue;
+            };
+            let (a, b) = if min.ts_ns <= max.ts_ns {
+                (min, max)
+            } else {
+                (max, min)
+            };
+            for p in [a, b] {
+                if out.last().is_none_or(|l| l.bytes != p.bytes) {
+                    out.push(p);
+                }
+            }
+        }
+        self.points = out;
+        self.compactions += 1;
+    }
+}
+
+/// Per-process series.
+#[derive(Clone, Debug, Default)]
+pub struct ProcessSeries {
+    pub rss: Series,
+    pub pss: Series,
+    /// The largest PSS sampled.
+    pub max_pss: Option<Point>,
+}
+
+/// Limits on the number of points kept.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Points per tree-wide series.
+    pub tree_points: usize,
+    /// Points per process series (lowered when `total_process_points` is exceeded).
+    pub process_points: usize,
+    /// Points over all process series.
+    pub total_process_points: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            tree_points: 1 << 16,
+            process_points: 1 << 12,
+            total_process_points: 1 << 21,
+        }
+    }
+}
+
+/// Smallest per-process cap the global budget may push the per-process cap down to.
+const MIN_PROCESS_POINTS: usize = 16;
+
+/// Tree-wide and per-process memory series.
+#[derive(Debug)]
+pub struct Timeline {
+    pub rss_source: RssSource,
+    tree_rss: Series,
+    tree_pss: Series,
+    procs: HashMap<Key, ProcessSeries>,
+    /// Latest values of live processes, and their sums.
+    live_rss: HashMap<Key, u64>,
+    live_pss: HashMap<Key, u64>,
+    rss_sum: u64,
+    pss_sum: u64,
+    /// The exact tree-wide RSS peak, from the kernel.
+    tree_peak: Option<Point>,
+    /// The largest tree-wide PSS (sum of the latest samples of live processes).
+    max_pss: Option<Point>,
+    limits: Limits,
+    process_cap: usize,
+    process_points: usize,
+}
+
+impl Timeline {
+    pub fn new(rss_source: RssSource) -> Timeline {
+        Timeline::with_limits(rss_source, Limits::default())
+    }
+
+    pub fn with_limits(rss_source: RssSource, limits: Limits) -> Timeline {
+        Timeline {
+            rss_source,
+            tree_rss: Series::default(),
+            tree_pss: Series::default(),
+            procs: HashMap::new(),
+            live_rss: HashMap::new(),
+            live_pss: HashMap::new(),
+            rss_sum: 0,
+            pss_sum: 0,
+            tree_peak: None,
+            max_pss: None,
+            limits,
+            process_cap: limits.process_points,
+            process_points: 0,
+        }
+    }
+
+    pub fn tree_rss(&self) -> &Series {
+        &self.tree_rss
+    }
+
+    pub fn tree_pss(&self) -> &Series {
+        &self.tree_pss
+    }
+
+    pub fn process(&self, key: &Key) -> Option<&ProcessSeries> {
+        self.procs.get(key)
+    }
+
+    pub fn processes(&self) -> impl Iterator<Item = (&Key, &ProcessSeries)> {
+        self.procs.iter()
+    }
+
+    /// The tree-wide RSS peak: the kernel's exact one when set, else the series' maximum
+    /// (statm sampling).
+    pub fn tree_peak(&self) -> Option<Point> {
+        self.tree_peak.or_else(|| self.tree_rss.max())
+    }
+
+    /// The largest tree-wide PSS sampled.
+    pub fn max_pss(&self) -> Option<Point> {
+        self.max_pss
+    }
+
+    /// The process with the largest PSS sample, and that sample.
+    pub fn max_process_pss(&self) -> Option<(Key, Point)> {
+        self.procs
+            .iter()
+            .filter_map(|(k, s)| s.max_pss.map(|p| (*k, p)))
+            .max_by_key(|(k, p)| (p.bytes, std::cmp::Reverse(*k)))
+    }
+
+    /// The current tree-wide RSS: the last kernel value, or the sum of the latest samples.
+    pub fn current_rss(&self) -> u64 {
+        match self.rss_source {
+            RssSource::Kernel => self.tree_rss.last().map_or(0, |p| p.bytes),
+            RssSource::Statm => self.rss_sum,
+        }
+    }
+
+    /// Records the kernel's exact tree-wide peak.
+    pub fn set_tree_peak(&mut self, p: Point) {
+        self.tree_peak = Some(p);
+    }
+
+    /// A tree-wide RSS value from the kernel.
+    pub fn record_tree_rss(&mut self, p: Point) {
+        self.tree_rss.push(p, self.limits.tree_points);
+    }
+
+    /// A process's RSS (kernel event or statm sample). With statm sampling, the tree-wide
+    /// series follows the sum of the latest samples.
+    pub fn record_rss(&mut self, key: Key, p: Point) {
+        update_sum(&mut self.live_rss, &mut self.rss_sum, key, p.bytes);
+        self.push_process(key, p, |s| &mut s.rss);
+        if self.rss_source == RssSource::Statm {
+            self.tree_rss
+                .push(Point::new(p.ts_ns, self.rss_sum), self.limits.tree_points);
+        }
+    }
+
+    /// A process's sampled PSS; the tree-wide PSS follows the sum of the latest samples.
+    pub fn record_pss(&mut self, key: Key, p: Point) {
+        update_sum(&mut self.live_pss, &mut self.pss_sum, key, p.bytes);
+        self.push_process(key, p, |s| &mut s.pss);
+        let s = self.procs.entry(key).or_default();
+        if s.max_pss.is_none_or(|m| p.bytes > m.bytes) {
+            s.max_pss = Some(p);
+        }
+        let tree = Point::new(p.ts_ns, self.pss_sum);
+        self.tree_pss.push(tree, self.limits.tree_points);
+        if self.max_pss.is_none_or(|m| tree.bytes > m.bytes) {
+            self.max_pss = Some(tree);
+        }
+    }
+
+    /// A process exited (or was found gone): its series drop to 0 and it leaves the sums.
+    pub fn process_exited(&mut self, key: Key, ts_ns: u64) {
+        let had_rss = self.live_rss.remove(&key).inspect(|b| self.rss_sum -= b);
+        let had_pss = self.live_pss.remove(&key).inspect(|b| self.pss_sum -= b);
+        let end = Point::new(ts_ns, 0);
+        if had_rss.is_some() {
+            self.push_process(key, end, |s| &mut s.rss);
+            if self.rss_source == RssSource::Statm {
+                self.tree_rss
+                    .push(Point::new(ts_ns, self.rss_sum), self.limits.tree_points);
+            }
+        }
+        if had_pss.is_some() {
+            self.push_process(key, end, |s| &mut s.pss);
+            self.tree_pss
+                .push(Point::new(ts_ns, self.pss_sum), self.limits.tree_points);
+        }
+    }
+
+    fn push_process(&mut self, key: Key, p: Point, which: fn(&mut ProcessSeries) -> &mut Series) {
+        let series = which(self.procs.entry(key).or_default());
+        let before = series.len();
+        series.push(p, self.process_cap);
+        let after = series.len();
+        // This series' points are part of the total.
+        self.process_points = self.process_points - before + after;
+        if self.process_points > self.limits.total_process_points
+            && self.process_cap > MIN_PROCESS_POINTS
+        {
+            self.shrink();
+        }
+    }
+
+    /// Over the global budget: halve the per-process cap and compact every series above it.
+    fn shrink(&mut self) {
+        while self.process_points > self.limits.total_process_points
+            && self.process_cap > MIN_PROCESS_POINTS
+        {
+            self.process_cap = (self.process_cap / 2).max(MIN_PROCESS_POINTS);
+            let cap = self.process_cap;
+            let mut total = 0;
+            for s in self.procs.values_mut() {
+                for series in [&mut s.rss, &mut s.pss] {
+                    while series.len() > cap {
+                        series.compact();
+                    }
+                    total += series.len();
+                }
+            }
+            self.process_points = total;
+        }
+    }
+
+    /// The JSON view, with times relative to `t0_ns`. `order` lists the processes in report
+    /// order (others are left out); pass every key of the tree.
+    pub fn report<'a>(&'a self, t0_ns: u64, order: &'a [Key]) -> TimelineReport<'a> {
+        TimelineReport {
+            timeline: self,
+            t0_ns,
+            order,
+        }
+    }
+}
+
+fn update_sum(map: &mut HashMap<Key, u64>, sum: &mut u64, key: Key, bytes: u64) {
+    let old = map.insert(key, bytes).unwrap_or(0);
+    *sum = *sum - old + bytes;
+}
+
+/// Serializes a timeline for the JSON report.
+pub struct TimelineReport<'a> {
+    timeline: &'a Timeline,
+    t0_ns: u64,
+    order: &'a [Key],
+}
+
+struct Points<'a>(&'a [Point], u64);
+
+impl Serialize for Points<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for p in self.0 {
+            seq.serialize_element(&[p.ts_ns.saturating_sub(self.1), p.bytes])?;
+        }
+        seq.end()
+    }
+}
+
+#[derive(Serialize)]
+struct At {
+    t_ns: u64,
+    bytes: u64,
+}
+
+fn at(p: Option<Point>, t0: u64) -> Option<At> {
+    p.map(|p| At {
+        t_ns: p.ts_ns.saturating_sub(t0),
+        bytes: p.bytes,
+    })
+}
+
+#[derive(Serialize)]
+struct ProcessEntry<'a> {
+    pid: u32,
+    start_ns: u64,
+    rss: Points<'a>,
+    pss: Points<'a>,
+    max_pss_bytes: Option<u64>,
+}
+
+impl Serialize for TimelineReport<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let t = self.timeline;
+        let t0 = self.t0_ns;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("rss_source", &t.rss_source)?;
+        m.serialize_entry("pss_sampled", &true)?;
+        m.serialize_entry("tree_rss", &Points(t.tree_rss.points(), t0))?;
+        m.serialize_entry("tree_pss", &Points(t.tree_pss.points(), t0))?;
+        m.serialize_entry("tree_peak_rss", &at(t.tree_peak(), t0))?;
+        m.serialize_entry("max_pss", &at(t.max_pss, t0))?;
+        let procs: Vec<ProcessEntry> = self
+            .order
+            .iter()
+            .filter_map(|k| {
+                let s = t.procs.get(k)?;
+                Some(ProcessEntry {
+                    pid: k.tgid,
+                    start_ns: k.start_ns.saturating_sub(t0),
+                    rss: Points(s.rss.points(), t0),
+                    pss: Points(s.pss.points(), t0),
+                    max_pss_bytes: s.max_pss.map(|p| p.bytes),
+                })
+            })
+            .collect();
+        m.serialize_entry("processes", &procs)?;
+        m.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(pid: u32) -> Key {
+        Key {
+            tgid: pid,
+            start_ns: pid as u64 * 10,
+        }
+    }
+
+    fn p(ts: u64, b: u64) -> Point {
+        Point::new(ts, b)
+    }
+
+    #[test]
+    fn equal_values_coalesce_and_same_time_replaces() {
+        let mut s = Series::default();
+        for pt in [p(1, 5), p(2, 5), p(3, 7), p(3, 9), p(4, 9), p(2, 4)] {
+            s.push(pt, 100);
+        }
+        // (2,4) arrived late: moved just after the last point.
+        assert_eq!(s.points(), [p(1, 5), p(3, 9), p(4, 4)]);
+        // Replacing at the same time back to the previous value removes the step.
+        s.push(p(4, 9), 100);
+        assert_eq!(s.points(), [p(1, 5), p(3, 9)]);
+    }
+
+    #[test]
+    fn compaction_bounds_points_and_keeps_extremes() {
+        let mut s = Series::default();
+        // A noisy ramp with one spike and one dip.
+        for i in 0..10_000u64 {
+            let mut v = 1000 + i % 7 + i / 10;
+            if i == 5_555 {
+                v = 1_000_000;
+            }
+            if i == 7_777 {
+                v = 3;
+            }
+            s.push(p(i, v), 256);
+        }
+        assert!(s.len() <= 256, "{} points", s.len());
+        assert!(s.compacted());
+        assert_eq!(s.max(), Some(p(5_555, 1_000_000)));
+        assert!(s.points().contains(&p(7_777, 3)));
+        assert_eq!(s.points()[0], p(0, 1000), "the start stays");
+        assert!(s.points().windows(2).all(|w| w[0].ts_ns < w[1].ts_ns));
+        assert!(s.points().windows(2).all(|w| w[0].bytes != w[1].bytes));
+    }
+
+    #[test]
+    fn tree_pss_is_the_sum_of_latest_samples() {
+        let mut t = Timeline::new(RssSource::Kernel);
+        t.record_pss(key(1), p(100, 10));
+        t.record_pss(key(2), p(100, 5));
+        t.record_pss(key(1), p(200, 30));
+        t.process_exited(key(2), 250);
+        t.record_pss(key(1), p(300, 20));
+        assert_eq!(
+            t.tree_pss().points(),
+            [p(100, 15), p(200, 35), p(250, 30), p(300, 20)]
+        );
+        assert_eq!(t.max_pss(), Some(p(200, 35)));
+        assert_eq!(
+            t.process(&key(2)).expect("2").pss.points(),
+            [p(100, 5), p(250, 0)]
+        );
+        assert_eq!(t.max_process_pss(), Some((key(1), p(200, 30))));
+    }
+
+    #[test]
+    fn statm_source_sums_rss_and_kernel_source_does_not() {
+        let mut t = Timeline::new(RssSource::Statm);
+        t.record_rss(key(1), p(10, 100));
+        t.record_rss(key(2), p(10, 50));
+        t.record_rss(key(2), p(20, 80));
+        assert_eq!(t.current_rss(), 180);
+        t.process_exited(key(1), 30);
+        assert_eq!(t.tree_rss().points(), [p(10, 150), p(20, 180), p(30, 80)]);
+        assert_eq!(t.tree_peak(), Some(p(20, 180)));
+
+        let mut k = Timeline::new(RssSource::Kernel);
+        k.record_rss(key(1), p(10, 100));
+        assert!(k.tree_rss().is_empty());
+        k.record_tree_rss(p(10, 100));
+        k.record_tree_rss(p(11, 90));
+        k.set_tree_peak(p(10, 123));
+        assert_eq!(k.tree_peak(), Some(p(10, 123)));
+        assert_eq!(k.current_rss(), 90);
+    }
+
+    #[test]
+    fn global_budget_lowers_the_per_process_cap() {
+        let limits = Limits {
+            tree_points: 1 << 20,
+            process_points: 1024,
+            total_process_points: 4096,
+        };
+        let mut t = Timeline::with_limits(RssSource::Kernel, limits);
+        for pid in 1..=64u32 {
+            for i in 0..500u64 {
+                t.record_rss(key(pid), p(i, i * (pid as u64) + (i % 3)));
+            }
+        }
+        let total: usize = t.processes().map(|(_, s)| s.rss.len() + s.pss.len()).sum();
+        assert!(total <= 4096 + 64 * 8, "{total} points");
+        // Every process still has its maximum.
+        for pid in 1..=64u32 {
+            let s = &t.process(&key(pid)).expect("series").rss;
+            assert_eq!(s.max().map(|m| m.bytes), Some(499 * pid as u64 + 1));
+        }
+    }
+
+    #[test]
+    fn json_times_are_relative_to_t0() {
+        let mut t = Timeline::new(RssSource::Kernel);
+        t.record_tree_rss(p(1_000, 4096));
+        t.set_tree_peak(p(1_500, 8192));
+        t.record_rss(key(7), p(1_200, 4096));
+        t.record_pss(key(7), p(1_300, 2048));
+        let order = [key(7)];
+        let v = serde_json::to_value(t.report(1_000, &order)).expect("json");
+        assert_eq!(v["rss_source"], "kernel");
+        assert_eq!(v["tree_rss"], serde_json::json!([[0, 4096]]));
+        assert_eq!(v["tree_pss"], serde_json::json!([[300, 2048]]));
+        assert_eq!(
+            v["tree_peak_rss"],
+            serde_json::json!({"t_ns": 500, "bytes": 8192})
+        );
+        assert_eq!(v["max_pss"]["bytes"], 2048);
+        let proc0 = &v["processes"][0];
+        assert_eq!(proc0["pid"], 7);
+        assert_eq!(proc0["start_ns"], 0);
+        assert_eq!(proc0["rss"], serde_json::json!([[200, 4096]]));
+        assert_eq!(proc0["max_pss_bytes"], 2048);
+    }
+}
