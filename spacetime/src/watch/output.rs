@@ -30,6 +30,8 @@ pub struct Output {
     clock: (i64, String),
 }
 
+/// Characters of the CGROUP column (`--wide`); longer paths push the command right.
+const CGROUP_WIDTH: usize = 24;
 const HEADER: &str =
     "TIME             PID    PPID   UID  EXIT      RUNTIME        CPU   PEAK RSS  THR  ";
 
@@ -85,7 +87,11 @@ impl Output {
         if self.json {
             return Ok(());
         }
-        let cg = if self.wide { "CGROUP  " } else { "" };
+        let cg = if self.wide {
+            format!("{:<CGROUP_WIDTH$}  ", "CGROUP")
+        } else {
+            String::new()
+        };
         writeln!(self.w, "{HEADER}{cg}COMMAND")
     }
 
@@ -155,7 +161,7 @@ impl Output {
             x.threads,
         );
         if self.wide {
-            let _ = write!(l, "{}  ", x.cgroup);
+            let _ = write!(l, "{:<CGROUP_WIDTH$}  ", x.cgroup);
         }
         let indent = l.chars().count();
         let budget = self.width.map(|w| w.saturating_sub(indent).max(10));

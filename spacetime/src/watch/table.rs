@@ -234,6 +234,11 @@ impl Table {
         self.live.len()
     }
 
+    #[cfg(test)]
+    pub fn ghost_count(&self) -> usize {
+        self.ghosts.len()
+    }
+
     pub fn get(&self, pid: u32) -> Option<&Entry> {
         self.live.get(&pid)
     }
@@ -467,11 +472,12 @@ impl Table {
         if self.opts.ancestry {
             ancestry.clear();
             self.chain(e.ppid, e.start_ns, ancestry);
-            if e.known {
-                self.release_parent(e.ppid, e.start_ns);
-            }
+            // A ghost still counts as its parent's child: the whole chain above a live
+            // process stays until that process is gone.
             if e.live_children > 0 {
                 self.add_ghost(&e);
+            } else if e.known {
+                self.release_parent(e.ppid, e.start_ns);
             }
         }
         e
@@ -534,8 +540,9 @@ impl Table {
                 break;
             };
             if self.ghosts.get(&pid).is_some_and(|g| g.start_ns == start) {
-                self.ghosts.remove(&pid);
+                let g = self.ghosts.remove(&pid).expect("present");
                 self.stats.ghosts_evicted += 1;
+                self.release_parent(g.ppid, g.start_ns);
             }
         }
         self.ghosts.insert(
