@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::Value;
 
+pub mod openmetrics;
+pub mod watch;
+
 pub const PAGE: u64 = 4096;
 pub const MIB: u64 = 1 << 20;
 

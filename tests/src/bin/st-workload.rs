@@ -33,6 +33,11 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
   kill SIG                     record {sig}, raise SIG with default disposition
   sleep MS                     sleep MS ms, record {ms}, exit 0
   whoami                       record {uid, euid, gid, egid, groups}
+  quiet-exit CODE [ANY...]     exit CODE at once, record nothing
+  burst N TAG                  N sequential children, child i execs
+                               `st-workload quiet-exit (i % 256) TAG-i`; record {children, failed, pids}
+  forkloop MS                  fork children that _exit(0) at once, one at a time, for MS ms;
+                               print and record {forks}
 ";
 
 /// Bytes reserved (and touched) for reading /proc/self/status.
@@ -370,6 +375,9 @@ fn main() {
     if mode == "noop" {
         exit(0);
     }
+    if mode == "quiet-exit" {
+        exit(parse(&args, 2, "CODE"));
+    }
     let mode = mode.to_owned();
     let mut rec = Recorder::new();
     match mode.as_str() {
@@ -494,6 +502,60 @@ fn main() {
                 .int("failed", failed)
                 .ints("pids", &pids)
                 .finish();
+            exit(0)
+        }
+        "burst" => {
+            let n: usize = parse(&args, 2, "N");
+            let tag = args
+                .get(3)
+                .and_then(|t| t.to_str())
+                .unwrap_or_else(|| die("missing TAG"));
+            let me = CString::new("/proc/self/exe").unwrap_or_else(|_| die("CString"));
+            let argv0 = CString::new(args[0].as_bytes()).unwrap_or_else(|_| die("argv[0]"));
+            let quiet = CString::new("quiet-exit").unwrap_or_else(|_| die("CString"));
+            let mut pids: Vec<i64> = Vec::with_capacity(n);
+            let mut failed = 0i64;
+            for i in 0..n {
+                // Built before the fork: the child only execs.
+                let code = CString::new((i % 256).to_string()).unwrap_or_else(|_| die("code"));
+                let name = CString::new(format!("{tag}-{i}")).unwrap_or_else(|_| die("tag"));
+                let argv = [argv0.as_ptr(), quiet.as_ptr(), code.as_ptr(), name.as_ptr()];
+                let argv = [argv[0], argv[1], argv[2], argv[3], std::ptr::null()];
+                let pid = fork();
+                if pid == 0 {
+                    unsafe { libc::execv(me.as_ptr(), argv.as_ptr()) };
+                    exit(127);
+                }
+                pids.push(i64::from(pid));
+                let mut status = 0;
+                if unsafe { libc::waitpid(pid, &mut status, 0) } != pid
+                    || !libc::WIFEXITED(status)
+                    || libc::WEXITSTATUS(status) != (i % 256) as i32
+                {
+                    failed += 1;
+                }
+            }
+            rec.begin("burst")
+                .int("children", n as i64)
+                .int("failed", failed)
+                .ints("pids", &pids)
+                .finish();
+            exit(0)
+        }
+        "forkloop" => {
+            let ms: u64 = parse(&args, 2, "MS");
+            let until = std::time::Instant::now() + Duration::from_millis(ms);
+            let mut forks = 0i64;
+            while std::time::Instant::now() < until {
+                let pid = fork();
+                if pid == 0 {
+                    unsafe { libc::_exit(0) };
+                }
+                unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+                forks += 1;
+            }
+            println!("forks {forks}");
+            rec.begin("forkloop").int("forks", forks).finish();
             exit(0)
         }
         "thread-exec" => {

@@ -1,0 +1,643 @@
+//! `spacetime watch` against the kernel: every exit of a known burst, each filter, JSON lines,
+//! ancestry, per-image peaks, thread exits, the OpenMetrics endpoint, and clean stops.
+//!
+//! A watch sees every exit on the machine, other tests' included: each test marks its own
+//! processes with a unique token in argv and looks only at those.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::os::unix::process::CommandExt as _;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use spacetime_tests::watch::{
+    argv_of, http_get, parse_openmetrics, run, token, Watch, WatchOutcome,
+};
+use spacetime_tests::{assert_world_executable, TempDir, MIB};
+
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+const SEEN: Duration = Duration::from_secs(30);
+
+fn wl(args: &[&str]) -> Command {
+    let mut c = Command::new(WL);
+    c.args(args);
+    c
+}
+
+fn pid_of(v: &Value) -> u32 {
+    v["pid"].as_u64().unwrap_or_else(|| panic!("no pid in {v}")) as u32
+}
+
+/// Starts a watch with `flags`, runs `negatives` then `positives` (each with its token in
+/// argv), stops it, and checks that exactly the positives were reported, once each.
+fn check_filter(
+    flags: &[&str],
+    negatives: Vec<(String, Command)>,
+    positives: Vec<(String, Command)>,
+) -> WatchOutcome {
+    let w = Watch::new().flag("--json").flags(flags).start();
+    for (_, mut c) in negatives {
+        run(&mut c);
+    }
+    let mut pos_tokens = Vec::new();
+    for (t, mut c) in positives {
+        run(&mut c);
+        pos_tokens.push(t);
+    }
+    let last = pos_tokens.last().expect("a positive case");
+    w.wait_for_stdout(&format!("\"{last}\""), SEEN);
+    let out = w.interrupt();
+    out.assert_clean();
+    for t in &pos_tokens {
+        let n = out.exits_with(t).len();
+        assert_eq!(
+            n,
+            1,
+            "{flags:?}: {t} reported {n} times, want once\n{}",
+            out.context()
+        );
+    }
+    out
+}
+
+fn assert_absent(out: &WatchOutcome, flags: &[&str], tokens: &[String]) {
+    for t in tokens {
+        let found = out.exits_with(t);
+        assert!(
+            found.is_empty(),
+            "{flags:?}: {t} must be filtered out, got {found:?}\n{}",
+            out.context()
+        );
+    }
+}
+
+/// Runs negatives and positives through `check_filter` and checks the negatives are absent.
+fn filter_case(
+    flags: &[&str],
+    neg: Vec<(String, Command)>,
+    pos: Vec<(String, Command)>,
+) -> WatchOutcome {
+    let neg_tokens: Vec<String> = neg.iter().map(|(t, _)| t.clone()).collect();
+    let out = check_filter(flags, neg, pos);
+    assert_absent(&out, flags, &neg_tokens);
+    out
+}
+
+fn quiet(code: i32, what: &str) -> (String, Command) {
+    let t = token(what);
+    let c = wl(&["quiet-exit", &code.to_string(), &t]);
+    (t, c)
+}
+
+#[test]
+fn watch_sees_every_exit_of_a_burst() {
+    const N: usize = 3000;
+    let w = Watch::new().flag("--json").start();
+    let tag = token("burst");
+    let dir = TempDir::new("watch-burst");
+    let truth = dir.path().join("truth.jsonl");
+    let burst_pid = run(wl(&["burst", &N.to_string(), &tag]).env("ST_TRUTH", &truth));
+    w.wait_for_stdout(&format!("\"{tag}-{}\"", N - 1), Duration::from_secs(60));
+    w.wait_for_stdout(&format!("\"burst\",\"{N}\",\"{tag}\""), SEEN);
+    let out = w.interrupt();
+    out.assert_clean();
+
+    let text = std::fs::read_to_string(&truth).expect("burst truth line");
+    let t: Value = serde_json::from_str(text.trim()).expect("truth is JSON");
+    assert_eq!(t["failed"], json!(0), "burst children failed: {t}");
+    let pids: Vec<u64> = t["pids"]
+        .as_array()
+        .expect("pids")
+        .iter()
+        .map(|p| p.as_u64().expect("pid"))
+        .collect();
+    assert_eq!(pids.len(), N);
+
+    let mut by_index: BTreeMap<usize, Value> = BTreeMap::new();
+    for v in out.exits_containing(&tag) {
+        let argv = argv_of(&v);
+        if argv.get(1).map(String::as_str) == Some("burst") {
+            assert_eq!(pid_of(&v), burst_pid, "the burst process itself: {v}");
+            assert_eq!(v["exit"], json!({"code": 0}), "{v}");
+            continue;
+        }
+        let i: usize = argv
+            .get(3)
+            .and_then(|a| a.strip_prefix(&format!("{tag}-")))
+            .and_then(|i| i.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected argv {argv:?}"));
+        let code = (i % 256).to_string();
+        assert_eq!(
+            argv,
+            [WL, "quiet-exit", code.as_str(), &format!("{tag}-{i}")],
+            "child {i}: argv"
+        );
+        assert_eq!(v["exit"], json!({"code": i % 256}), "child {i}: exit: {v}");
+        assert_eq!(u64::from(pid_of(&v)), pids[i], "child {i}: pid: {v}");
+        assert_eq!(v["ppid"], json!(burst_pid), "child {i}: ppid: {v}");
+        // exec names a process after the file it ran: /proc/self/exe.
+        assert_eq!(v["comm"], json!("exe"), "child {i}: comm: {v}");
+        assert_eq!(
+            v["exe"],
+            json!("/proc/self/exe"),
+            "child {i}: exe as execve'd: {v}"
+        );
+        assert!(
+            v["peak_rss_bytes"].as_u64().unwrap_or(0) > 0,
+            "child {i}: peak: {v}"
+        );
+        assert!(v["runtime_ns"].as_u64().unwrap_or(0) > 0, "child {i}: {v}");
+        assert!(
+            by_index.insert(i, v).is_none(),
+            "child {i} reported twice\n{}",
+            out.context()
+        );
+    }
+    let missing: Vec<usize> = (0..N).filter(|i| !by_index.contains_key(i)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {N} exits missing (first: {:?})\n{}",
+        missing.len(),
+        &missing[..missing.len().min(10)],
+        out.context()
+    );
+    assert_eq!(
+        out.summary_count("ring buffer full"),
+        0,
+        "{}",
+        out.context()
+    );
+    assert_eq!(out.summary_count("undecodable"), 0, "{}", out.context());
+    // Every exit has its taskstats record unless taskstats itself dropped some.
+    if out.summary_count("taskstats ENOBUFS") == 0 {
+        assert!(
+            out.stderr.contains(", 0 BPF only"),
+            "exits without a taskstats record\n{}",
+            out.context()
+        );
+    }
+}
+
+#[test]
+fn filter_comm() {
+    let t = token("comm-neg");
+    let mut neg = Command::new("sh");
+    neg.args(["-c", "exit 0", &t]);
+    filter_case(
+        &["--comm", "st-work*"],
+        vec![(t, neg)],
+        vec![quiet(0, "comm-pos")],
+    );
+}
+
+#[test]
+fn filter_exe() {
+    let t = token("exe-neg");
+    let mut neg = Command::new("sh");
+    neg.args(["-c", "exit 0", &t]);
+    filter_case(
+        &["--exe", "st-workload", "--exe", "/no/such/*"],
+        vec![(t, neg)],
+        vec![quiet(0, "exe-pos")],
+    );
+}
+
+#[test]
+fn filter_uid() {
+    assert_world_executable(std::path::Path::new(WL));
+    let (t, mut c) = quiet(0, "uid-pos");
+    c.uid(65534).gid(65534);
+    let out = filter_case(
+        &["--uid", "65534"],
+        vec![quiet(0, "uid-neg")],
+        vec![(t.clone(), c)],
+    );
+    let v = &out.exits_with(&t)[0];
+    assert_eq!(v["uid"], json!(65534), "{v}");
+}
+
+#[test]
+fn filter_cgroup() {
+    let Some(mount) = cgroup2_mount() else {
+        eprintln!("no cgroup2 mount: skipped");
+        return;
+    };
+    let name = token("cg");
+    let dir = std::path::Path::new(&mount).join(&name);
+    if let Err(e) = std::fs::create_dir(&dir) {
+        eprintln!("cannot create {}: {e}: skipped", dir.display());
+        return;
+    }
+    struct Rmdir(std::path::PathBuf);
+    impl Drop for Rmdir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _cleanup = Rmdir(dir.clone());
+    let procs =
+        std::ffi::CString::new(dir.join("cgroup.procs").to_str().expect("utf-8")).expect("path");
+    let (t, mut c) = quiet(0, "cg-pos");
+    // SAFETY: open/write/close only between fork and exec.
+    unsafe {
+        c.pre_exec(move || {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+            if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::close(fd);
+            Ok(())
+        });
+    }
+    let pattern = format!("/{name}");
+    let out = filter_case(
+        &["--cgroup", &pattern],
+        vec![quiet(0, "cg-neg")],
+        vec![(t.clone(), c)],
+    );
+    let v = &out.exits_with(&t)[0];
+    assert_eq!(v["cgroup"], json!(pattern), "{v}");
+}
+
+fn cgroup2_mount() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        (post.split_whitespace().next()? == "cgroup2")
+            .then(|| pre.split_whitespace().nth(4).map(str::to_string))
+            .flatten()
+    })
+}
+
+#[test]
+fn filter_min_rss() {
+    let t = token("rss-pos");
+    let pos = wl(&["touch", "64", &t]);
+    let out = filter_case(
+        &["--min-rss", "32M"],
+        vec![quiet(0, "rss-neg")],
+        vec![(t.clone(), pos)],
+    );
+    let v = &out.exits_with(&t)[0];
+    let peak = v["peak_rss_bytes"].as_u64().expect("peak");
+    assert!(peak >= 64 * MIB, "peak {peak} < 64 MiB: {v}");
+}
+
+#[test]
+fn filter_min_runtime() {
+    let t = token("rt-pos");
+    let pos = wl(&["sleep", "400", &t]);
+    let out = filter_case(
+        &["--min-runtime", "200ms"],
+        vec![quiet(0, "rt-neg")],
+        vec![(t.clone(), pos)],
+    );
+    let v = &out.exits_with(&t)[0];
+    let rt = v["runtime_ns"].as_u64().expect("runtime");
+    assert!(rt >= 400_000_000, "runtime {rt}: {v}");
+}
+
+#[test]
+fn filter_failed() {
+    let t = token("kill-pos");
+    let killed = wl(&["kill", "9", &t]);
+    let (t7, c7) = quiet(7, "fail-pos");
+    let out = filter_case(
+        &["--failed"],
+        vec![quiet(0, "fail-neg")],
+        vec![(t.clone(), killed), (t7.clone(), c7)],
+    );
+    assert_eq!(out.exits_with(&t)[0]["exit"], json!({"signal": 9}));
+    assert_eq!(out.exits_with(&t7)[0]["exit"], json!({"code": 7}));
+}
+
+#[test]
+fn filter_pid_tree() {
+    let child = token("tree-child");
+    let grandchild = token("tree-grandchild");
+    let script = format!(
+        "read x; {WL} quiet-exit 0 {child}; sh -c '{WL} quiet-exit 0 {grandchild}; true'; true"
+    );
+    let mut holder = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn holder");
+    let flags = ["--pid-tree".to_string(), holder.id().to_string()];
+    let w = Watch::new().flag("--json").flags(&flags).start();
+    let (neg, mut c) = quiet(0, "tree-neg");
+    run(&mut c);
+    holder
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("release holder");
+    holder.wait().expect("wait holder");
+    w.wait_for_stdout(&format!("\"{grandchild}\""), SEEN);
+    let out = w.interrupt();
+    out.assert_clean();
+    assert_eq!(out.exits_with(&child).len(), 1, "{}", out.context());
+    assert_eq!(out.exits_with(&grandchild).len(), 1, "{}", out.context());
+    assert_absent(&out, &["--pid-tree"], &[neg]);
+    // The holder itself is in its tree.
+    assert!(
+        out.json_lines().iter().any(|v| pid_of(v) == holder.id()),
+        "the --pid-tree process's own exit is missing\n{}",
+        out.context()
+    );
+}
+
+#[test]
+fn threads_only_with_the_flag() {
+    for with in [false, true] {
+        let t = token("threads");
+        let w = if with {
+            Watch::new().flags(["--json", "--threads"]).start()
+        } else {
+            Watch::new().flag("--json").start()
+        };
+        let pid = run(&mut wl(&["threads", "3", &t]));
+        w.wait_for_stdout(&t, SEEN);
+        let out = w.interrupt();
+        out.assert_clean();
+        let mine: Vec<Value> = out.exits_with(&t);
+        let threads: Vec<&Value> = mine.iter().filter(|v| v["thread"] == json!(true)).collect();
+        let procs: Vec<&Value> = mine.iter().filter(|v| v.get("thread").is_none()).collect();
+        assert_eq!(
+            procs.len(),
+            1,
+            "with={with}: one process exit\n{}",
+            out.context()
+        );
+        assert_eq!(procs[0]["threads"], json!(4), "1 + 3 threads: {}", procs[0]);
+        if with {
+            assert!(threads.len() >= 3, "with --threads: {threads:?}");
+            for th in &threads {
+                assert_eq!(pid_of(th), pid, "{th}");
+                assert_ne!(th["tid"], json!(pid), "{th}");
+            }
+        } else {
+            assert!(threads.is_empty(), "without --threads: {threads:?}");
+        }
+    }
+}
+
+#[test]
+fn ancestry_survives_exited_parents() {
+    let w = Watch::new().flags(["--json", "--ancestry"]).start();
+    let t = token("anc");
+    let script = format!("{WL} quiet-exit 0 {t}; true");
+    let sh = run(Command::new("sh").args(["-c", &script]));
+    let o = token("orphan");
+    let root = run(&mut wl(&["orphan", "300", &o]));
+    std::thread::sleep(Duration::from_millis(500));
+    let me = std::process::id();
+    w.wait_for_stdout(&o, SEEN);
+    let out = w.interrupt();
+    out.assert_clean();
+
+    let v = &out.exits_with(&t)[0];
+    let chain: Vec<(u64, bool)> = v["ancestry"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no ancestry: {v}"))
+        .iter()
+        .map(|a| (a["pid"].as_u64().expect("pid"), a["exited"] == json!(true)))
+        .collect();
+    assert_eq!(chain[0], (u64::from(sh), false), "parent is the shell: {v}");
+    assert_eq!(chain[1], (u64::from(me), false), "then the test: {v}");
+
+    // orphan: root forks child, child forks grandchild and exits; root exits; grandchild
+    // ends 300 ms later: its chain goes through both, exited.
+    let lines = out.exits_with(&o);
+    assert_eq!(lines.len(), 3, "{}", out.context());
+    let child = lines
+        .iter()
+        .find(|l| l["ppid"] == json!(root))
+        .expect("the orphan's child");
+    let grand = lines
+        .iter()
+        .find(|l| l["ppid"] == child["pid"])
+        .unwrap_or_else(|| panic!("grandchild missing: {lines:?}"));
+    let anc = grand["ancestry"].as_array().expect("ancestry");
+    assert_eq!(anc[0]["pid"], child["pid"], "{grand}");
+    assert_eq!(anc[0]["exited"], json!(true), "{grand}");
+    assert_eq!(anc[1]["pid"], json!(root), "{grand}");
+    assert_eq!(anc[1]["exited"], json!(true), "{grand}");
+    assert_eq!(anc[2]["pid"], json!(me), "{grand}");
+}
+
+#[test]
+fn images_have_their_own_peaks() {
+    let w = Watch::new().flags(["--json", "--images"]).start();
+    let t = token("img");
+    run(&mut wl(&["grow-exec", "48", WL, "quiet-exit", "0", &t]));
+    w.wait_for_stdout(&t, SEEN);
+    let out = w.interrupt();
+    out.assert_clean();
+    let v = &out.exits_with(&t)[0];
+    let all = v["images"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no images: {v}"));
+    // The first image, inherited from the test harness, ran on its address space until the
+    // exec (posix_spawn): it counts 0 bytes.
+    assert_eq!(all[0]["shared_mm"], json!(true), "{v}");
+    assert_eq!(all[0]["peak_rss_bytes"], json!(0), "{v}");
+    let images = &all[1..];
+    assert_eq!(images.len(), 2, "{v}");
+    let first = images[0]["peak_rss_bytes"].as_u64().expect("first peak");
+    let last = images[1]["peak_rss_bytes"].as_u64().expect("last peak");
+    assert!(first >= 48 * MIB, "grow-exec image peak {first}: {v}");
+    assert!(last < 16 * MIB, "quiet-exit image peak {last}: {v}");
+    assert_eq!(argv_of(&images[1]), argv_of(v), "{v}");
+    assert_eq!(
+        v["peak_rss_bytes"].as_u64(),
+        Some(first),
+        "process peak: {v}"
+    );
+}
+
+#[test]
+fn metrics_endpoint_serves_openmetrics() {
+    let w = Watch::new()
+        .flags(["--json", "--metrics", "127.0.0.1:0"])
+        .start();
+    let addr = w.metrics_addr();
+    assert!(addr.ip().is_loopback(), "{addr}");
+    let (ok, mut c0) = quiet(0, "m-ok");
+    let (failed, mut c3) = quiet(3, "m-failed");
+    let killed = token("m-killed");
+    run(&mut c0);
+    run(&mut c3);
+    run(&mut wl(&["kill", "15", &killed]));
+    for t in [&ok, &failed, &killed] {
+        w.wait_for_stdout(t, SEEN);
+    }
+    let (code, headers, body) = http_get(addr, "/metrics");
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        headers
+            .get("content-type")
+            .is_some_and(|c| c.starts_with("application/openmetrics-text")),
+        "{headers:?}"
+    );
+    let families = parse_openmetrics(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
+    let fam = |name: &str| {
+        families
+            .iter()
+            .find(|f| f.name == name)
+            .unwrap_or_else(|| panic!("no family {name}\n{body}"))
+    };
+    let exits = fam("spacetime_watch_exits");
+    assert_eq!(exits.ty, "counter");
+    for status in ["ok", "failed", "signaled"] {
+        let n = exits
+            .value(
+                "spacetime_watch_exits_total",
+                &[("comm", "st-workload"), ("status", status)],
+            )
+            .unwrap_or(0.0);
+        assert!(n >= 1.0, "st-workload {status}: {n}\n{body}");
+    }
+    let rt = fam("spacetime_watch_runtime_seconds");
+    assert_eq!(
+        (rt.ty.as_str(), rt.unit.as_deref()),
+        ("histogram", Some("seconds"))
+    );
+    assert!(
+        rt.value("spacetime_watch_runtime_seconds_count", &[])
+            .unwrap_or(0.0)
+            >= 3.0
+    );
+    assert_eq!(fam("spacetime_watch_peak_rss_bytes").ty, "histogram");
+    let lost = fam("spacetime_watch_lost_events");
+    assert_eq!(
+        lost.value(
+            "spacetime_watch_lost_events_total",
+            &[("source", "ring_buffer")]
+        ),
+        Some(0.0),
+        "{body}"
+    );
+    fam("spacetime_watch_taskstats_coverage");
+    let (code, _, _) = http_get(addr, "/nope");
+    assert_eq!(code, 404);
+    w.interrupt().assert_clean();
+}
+
+/// A holder shell that runs `n` quiet exits once released, for tests that need a watch to
+/// see exactly known processes (`--pid-tree`).
+fn holder(n: usize, t: &str) -> std::process::Child {
+    let script = format!("read x; for i in $(seq 1 {n}); do {WL} quiet-exit 0 {t}-$i; done; true");
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn holder")
+}
+
+#[test]
+fn count_and_duration_stop_cleanly() {
+    let t = token("count");
+    let mut h = holder(5, &t);
+    let w = Watch::new()
+        .flags(["--json", "--count", "3", "--pid-tree"])
+        .flag(h.id().to_string())
+        .start();
+    h.stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("release");
+    h.wait().expect("holder");
+    let out = w.wait();
+    out.assert_clean();
+    assert_eq!(out.json_lines().len(), 3, "--count 3\n{}", out.context());
+
+    let out = Watch::new()
+        .flags(["--json", "--duration", "1s"])
+        .start()
+        .wait();
+    out.assert_clean();
+    out.json_lines();
+}
+
+#[test]
+fn output_file_is_appended_and_sigterm_stops() {
+    let dir = TempDir::new("watch-out");
+    let file = dir.path().join("exits.jsonl");
+    std::fs::write(&file, "earlier line\n").expect("write");
+    let w = Watch::new().flag("--json").flag("-o").flag(&file).start();
+    let (t, mut c) = quiet(0, "outfile");
+    run(&mut c);
+    let until = std::time::Instant::now() + SEEN;
+    while !std::fs::read_to_string(&file)
+        .unwrap_or_default()
+        .contains(&t)
+    {
+        assert!(
+            std::time::Instant::now() < until,
+            "{t} never reached {}",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    w.signal(libc::SIGTERM);
+    let out = w.wait();
+    out.assert_clean();
+    assert!(
+        out.stdout.is_empty(),
+        "stdout must stay empty with -o: {}",
+        out.stdout
+    );
+    let text = std::fs::read_to_string(&file).expect("read");
+    assert!(
+        text.starts_with("earlier line\n"),
+        "not appended: {text:.200}"
+    );
+    for l in text.lines().skip(1) {
+        serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+    }
+}
+
+#[test]
+fn table_output_is_aligned() {
+    let w = Watch::new().start();
+    let (t, mut c) = quiet(5, "table");
+    let pid = run(&mut c);
+    w.wait_for_stdout(&t, SEEN);
+    let out = w.interrupt();
+    out.assert_clean();
+    let header = out.stdout.lines().next().expect("header");
+    assert!(
+        header.starts_with("TIME") && header.ends_with("COMMAND"),
+        "{header}"
+    );
+    let line: Vec<char> = out
+        .stdout
+        .lines()
+        .find(|l| l.contains(&t))
+        .expect("our line")
+        .chars()
+        .collect();
+    let text = |from: usize, to: usize| line[from..to.min(line.len())].iter().collect::<String>();
+    let col = |name: &str| header.find(name).unwrap_or_else(|| panic!("no {name}"));
+    let shown = || format!("{header}\n{}", text(0, line.len()));
+    // Right-aligned numbers end where their header ends; text starts where its header starts.
+    let pid_end = col("PID") + 3;
+    assert_eq!(
+        text(0, pid_end).split_whitespace().last(),
+        Some(pid.to_string().as_str()),
+        "{}",
+        shown()
+    );
+    assert_eq!(text(col("EXIT"), col("EXIT") + 2), "5 ", "{}", shown());
+    assert!(
+        text(col("COMMAND"), line.len()).starts_with(WL),
+        "{}",
+        shown()
+    );
+}
