@@ -217,7 +217,10 @@ impl Probes {
             _pad: 0,
             off: resolved.off,
         };
+        // The programs use no CO-RE relocations (offsets come from our own BTF reading), so
+        // aya need not read and parse the kernel's BTF a second time (~20 ms).
         let mut ebpf = EbpfLoader::new()
+            .btf(None)
             .override_global("CONFIG", &config, true)
             .map_max_entries("EVENTS", ring)
             .map_max_entries("TRACKED", opts.max_tracked.max(1))
