@@ -13,6 +13,7 @@ pub mod events;
 pub mod launch;
 pub mod loader;
 pub mod offsets;
+pub mod pss;
 pub mod report;
 pub mod taskstats;
 pub mod timeline;
