@@ -7,6 +7,7 @@
 //! [`trace`] ties them together for `spacetime trace`.
 
 pub mod btf;
+pub mod chart;
 pub mod cli;
 pub mod crosscheck;
 pub mod events;
