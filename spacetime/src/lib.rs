@@ -16,6 +16,7 @@ pub mod loader;
 pub mod offsets;
 pub mod pss;
 pub mod report;
+pub mod status;
 pub mod taskstats;
 pub mod timeline;
 pub mod trace;
