@@ -11,6 +11,7 @@ pub mod chart;
 pub mod cli;
 pub mod crosscheck;
 pub mod events;
+pub mod export;
 pub mod launch;
 pub mod loader;
 pub mod offsets;
