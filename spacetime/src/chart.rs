@@ -147,15 +147,15 @@ pub fn nice_ceiling(max: u64) -> u64 {
     ((step * unit as f64).ceil() as u64).max(max)
 }
 
-/// A y label in the unit of the top of the scale: "1.2 GiB", "0.6 GiB", "0".
+/// A y label in the unit of the top of the scale: "1.25 GiB", "0.6 GiB", "0".
 fn y_label(v: u64, top: u64) -> String {
     if v == 0 {
         return "0".into();
     }
     let (unit, name) = unit_of(top);
     let x = v as f64 / unit as f64;
-    let s = format!("{x:.1}");
-    let s = s.strip_suffix(".0").unwrap_or(&s);
+    let s = format!("{x:.2}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
     format!("{s} {name}")
 }
 
