@@ -641,3 +641,24 @@ fn table_output_is_aligned() {
         shown()
     );
 }
+
+#[test]
+fn namespace_pid_is_shown_when_it_differs() {
+    if Command::new("unshare").arg("--help").output().is_err() {
+        eprintln!("no unshare(1): skipped");
+        return;
+    }
+    let w = Watch::new().flag("--json").start();
+    let (inside, host) = (token("ns-inside"), token("ns-host"));
+    run(Command::new("unshare").args(["--pid", "--fork", WL, "quiet-exit", "0", &inside]));
+    run(&mut wl(&["quiet-exit", "0", &host]));
+    w.wait_for_stdout(&format!("\"{host}\""), SEEN);
+    let out = w.interrupt();
+    out.assert_clean();
+    let v = &out.exits_with(&inside)[0];
+    // The first process of a new PID namespace is its pid 1.
+    assert_eq!(v["ns_pid"], json!(1), "{v}");
+    assert_ne!(v["pid"], json!(1), "{v}");
+    let h = &out.exits_with(&host)[0];
+    assert!(h.get("ns_pid").is_none(), "same namespace as the host: {h}");
+}
