@@ -29,6 +29,8 @@ pub mod kind {
     pub const IMAGE_END: u32 = 4;
     /// A task exited ([`super::ExitEvent`]); `GROUP_DEAD` marks the end of the process.
     pub const EXIT: u32 = 5;
+    /// An RSS point of a traced process and the tree-wide sum ([`super::RssEvent`]).
+    pub const RSS: u32 = 10;
 }
 
 /// Flag bits for the `flags` fields.
@@ -52,6 +54,8 @@ pub mod flags {
     pub const MEM_VALID: u32 = 1 << 0;
     /// MEM: the RSS counters were summed exactly, per-CPU deltas included.
     pub const MEM_EXACT: u32 = 1 << 1;
+    /// RSS: this point is a new tree-wide maximum.
+    pub const RSS_TREE_PEAK: u32 = 1 << 0;
 }
 
 /// Indexes of the per-CPU `STATS` counters.
@@ -156,6 +160,10 @@ pub struct Config {
     pub wakeup_bytes: u32,
     pub _pad: u32,
     pub off: KernelOffsets,
+    /// Least time between two RSS points of one process (new tree-wide maxima always go).
+    pub rss_interval_ns: u32,
+    /// Follow RSS changes (kmem:rss_stat) of traced processes: 1, or 0 for off.
+    pub track_rss: u32,
 }
 
 /// Start of every record. `tgid` and `leader_start_ns` identify the process: pids are reused,
@@ -312,6 +320,40 @@ pub struct ExitEvent {
     pub comm: [u8; TASK_COMM_LEN],
 }
 
+/// The mm of a traced process, as the kernel side follows it (`MM_STATE` values).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct MmState {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub leader_start_ns: u64,
+    /// Exact file, anon and shmem pages.
+    pub rss_pages: [i64; 3],
+    pub total_pages: i64,
+    pub last_sent_ns: u64,
+}
+
+/// The tree-wide RSS (`TREE_RSS`): the sum over traced mms, its peak and when it happened.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TreeRss {
+    pub rss_pages: i64,
+    pub peak_pages: i64,
+    pub peak_ts_ns: u64,
+    /// The process whose change made the peak.
+    pub peak_tgid: u32,
+    pub _pad: u32,
+}
+
+/// An RSS point: the process's exact RSS and the tree-wide sum at `hdr.ts_ns`.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct RssEvent {
+    pub hdr: EventHeader,
+    pub rss_pages: u64,
+    pub tree_rss_pages: u64,
+}
+
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
@@ -323,6 +365,9 @@ mod pod {
     unsafe impl aya::Pod for ArgsEvent {}
     unsafe impl aya::Pod for ImageEndEvent {}
     unsafe impl aya::Pod for ExitEvent {}
+    unsafe impl aya::Pod for MmState {}
+    unsafe impl aya::Pod for TreeRss {}
+    unsafe impl aya::Pod for RssEvent {}
 }
 
 // Layout checks: the kernel and userspace read these byte for byte.
@@ -336,5 +381,8 @@ const _: () = {
     assert!(EXEC_EVENT_FIXED == 32 + 16 + TASK_COMM_LEN + FILENAME_LEN);
     assert!(ARGS_EVENT_FIXED == 40);
     assert!(size_of::<KernelOffsets>() == 38 * 4);
-    assert!(size_of::<Config>() == 24 + 38 * 4);
+    assert!(size_of::<Config>() == 24 + 38 * 4 + 8);
+    assert!(size_of::<MmState>() == 56);
+    assert!(size_of::<TreeRss>() == 32);
+    assert!(size_of::<RssEvent>() == 48);
 };

@@ -13,7 +13,8 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use spacetime_common::{
-    flags, kind, stat, ImageEndEvent, ARGS_CHUNK, ARGS_EVENT_FIXED, EXEC_EVENT_FIXED, FILENAME_LEN,
+    flags, kind, stat, ArgsEvent, ImageEndEvent, ARGS_CHUNK, ARGS_EVENT_FIXED, EXEC_EVENT_FIXED,
+    FILENAME_LEN,
 };
 
 use crate::{
@@ -131,33 +132,49 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     let chunk = unsafe { &mut *chunk };
     chunk.hdr = hdr;
     chunk.hdr.kind = kind::ARGS;
-    for i in 1..MAX_CHUNKS {
-        let offset = i * ARGS_CHUNK as u32;
-        if offset >= args_len {
-            break;
-        }
-        let n = (args_len - offset).min(ARGS_CHUNK as u32);
-        if n as usize > ARGS_CHUNK {
-            break;
-        }
-        // SAFETY: as above.
-        let ret = unsafe {
-            bpf_probe_read_user(
-                chunk.data.as_mut_ptr() as *mut c_void,
-                n,
-                (arg_start + offset as u64) as *const c_void,
-            )
-        };
-        if ret < 0 {
-            count(stat::READ_FAIL);
-            break;
-        }
-        chunk.offset = offset;
-        chunk.len = n;
-        output_bytes(
-            chunk as *mut _ as *mut c_void,
-            ARGS_EVENT_FIXED + n as usize,
-        );
+    // Straight-line rather than a loop: the verifier then walks each chunk once instead of
+    // comparing loop states at every iteration (64 iterations took ~150 ms to verify).
+    macro_rules! chunks {
+        ($($i:literal)*) => {$(
+            if !send_chunk(chunk, $i, args_len, arg_start) {
+                return Ok(());
+            }
+        )*};
     }
+    chunks!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
+            32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59
+            60 61 62 63);
     Ok(())
+}
+
+/// Sends chunk `i` of the argument area; false when there is nothing more to send.
+#[inline(always)]
+fn send_chunk(chunk: &mut ArgsEvent, i: u32, args_len: u32, arg_start: u64) -> bool {
+    let offset = i * ARGS_CHUNK as u32;
+    if offset >= args_len {
+        return false;
+    }
+    let n = (args_len - offset).min(ARGS_CHUNK as u32);
+    if n as usize > ARGS_CHUNK {
+        return false;
+    }
+    // SAFETY: reads user memory of the current task into our scratch buffer.
+    let ret = unsafe {
+        bpf_probe_read_user(
+            chunk.data.as_mut_ptr() as *mut c_void,
+            n,
+            (arg_start + offset as u64) as *const c_void,
+        )
+    };
+    if ret < 0 {
+        count(stat::READ_FAIL);
+        return false;
+    }
+    chunk.offset = offset;
+    chunk.len = n;
+    output_bytes(
+        chunk as *mut _ as *mut c_void,
+        ARGS_EVENT_FIXED + n as usize,
+    );
+    true
 }

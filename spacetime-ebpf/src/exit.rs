@@ -12,7 +12,7 @@ use aya_ebpf::{
 use spacetime_common::{flags, kind, mode, ExitEvent, TASK_COMM_LEN};
 
 use crate::{
-    conf, mem, output,
+    conf, mem, output, rss,
     task::{header, is_traced, read, Task},
     TRACKED,
 };
@@ -65,6 +65,9 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
         }
     }
     output(&ev);
+    if group_dead {
+        rss::forget(tgid);
+    }
     if group_dead && conf!(mode) == mode::TREE {
         let _ = TRACKED.remove(tgid);
     }

@@ -6,7 +6,7 @@ use aya_log_ebpf::warn;
 use spacetime_common::{flags, kind, mode, stat, ForkEvent};
 
 use crate::{
-    conf, count, output,
+    conf, count, output, rss,
     task::{header, is_traced, Task},
     TRACKED,
 };
@@ -33,6 +33,8 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
         let mm = child.mm()?;
         if mm != 0 && mm == parent.mm()? {
             f |= flags::FORK_SHARED_MM;
+        } else {
+            rss::follow(child.0, mm, child_tgid, child.start_ns()?)?;
         }
     }
     let mut hdr = header(kind::FORK, &parent, ptgid, parent.pid()?)?;

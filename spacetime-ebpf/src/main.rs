@@ -6,21 +6,25 @@
 //! and wrote into [`CONFIG`] before load.
 #![no_std]
 #![no_main]
+// Atomic read-modify-write on map values (the bpfel target's core has no CAS-based atomics).
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
 mod exec;
 mod exit;
 mod fork;
 mod mem;
+mod rss;
 mod task;
 
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     macros::{map, raw_tracepoint},
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::RawTracePointContext,
 };
 use aya_log_ebpf::debug;
-use spacetime_common::{stat, ArgsEvent, Config, ExecEvent};
+use spacetime_common::{stat, ArgsEvent, Config, ExecEvent, MmState, TreeRss, MAX_EXACT_CPUS};
 
 /// Written by userspace before load (`EbpfLoader::override_global`); read-only afterwards.
 #[no_mangle]
@@ -50,6 +54,20 @@ static ARGS_SCRATCH: PerCpuArray<ArgsEvent> = PerCpuArray::with_max_entries(1, 0
 /// plain numbers (see `mem::launder`).
 #[map]
 static ANCHOR: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
+
+/// Each CPU's per-CPU area offset, learned once (see `mem::cpu_offset`).
+#[map]
+static CPU_OFFSETS: Array<u64> = Array::with_max_entries(MAX_EXACT_CPUS, 0);
+
+/// The mm of each traced process, with its exact RSS (see `rss`). Userspace sizes it.
+#[map]
+static MM_STATE: HashMap<u64, MmState> = HashMap::with_max_entries(65536, 0);
+/// Which mm each traced process has now.
+#[map]
+static TGID_MM: HashMap<u32, u64> = HashMap::with_max_entries(65536, 0);
+/// The tree-wide RSS, its peak and when it happened.
+#[map]
+static TREE_RSS: Array<TreeRss> = Array::with_max_entries(1, 0);
 
 /// Reads one field of [`CONFIG`], e.g. `conf!(off.task_pid)`. The volatile read keeps the
 /// compiler from folding the zeroed initializer into the code.
@@ -103,6 +121,24 @@ pub fn sched_prepare_exec(ctx: RawTracePointContext) -> i32 {
             debug!(&ctx, "sched_prepare_exec: error {}", e);
             e
         }
+    }
+}
+
+/// A second program on sched_process_exec: follows the new image's RSS (see `rss`).
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn rss_exec(ctx: RawTracePointContext) -> i32 {
+    match rss::try_exec(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+/// Fires whenever an mm's RSS counter changes.
+#[raw_tracepoint(tracepoint = "rss_stat")]
+pub fn rss_stat(ctx: RawTracePointContext) -> i32 {
+    match rss::try_rss_stat(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
     }
 }
 

@@ -11,7 +11,7 @@ use core::ffi::c_void;
 use aya_ebpf::helpers::generated::bpf_map_lookup_percpu_elem;
 use spacetime_common::{flags, rss_layout, MemStats, MAX_EXACT_CPUS};
 
-use crate::{conf, task::read, ANCHOR};
+use crate::{conf, task::read, ANCHOR, CPU_OFFSETS};
 
 /// Turns a value the verifier tracks as a pointer into a plain number by passing it through
 /// memory. Allowed for privileged programs only, which spacetime's are.
@@ -25,9 +25,19 @@ fn launder(v: u64) -> Option<u64> {
     }
 }
 
-/// Offset of `cpu`'s per-CPU area, given the anchor map's per-CPU base pointer.
+/// Offset of `cpu`'s per-CPU area: learned once from the anchor map (the address of our
+/// element on that CPU minus the map's per-CPU base pointer), then cached; it never changes
+/// after boot.
 #[inline(always)]
-fn cpu_offset(anchor_base: u64, cpu: u32) -> Option<u64> {
+pub fn cpu_offset(cpu: u32) -> Option<u64> {
+    let slot = CPU_OFFSETS.get_ptr_mut(cpu)?;
+    // SAFETY: an array slot of our own map; a racing writer writes the same value.
+    let cached = unsafe { *slot };
+    if cached != 0 {
+        return Some(cached);
+    }
+    let anchor_map = launder(&ANCHOR as *const _ as u64)?;
+    let anchor_base = read::<u64>(anchor_map, conf!(off.bpf_array_pptrs)).ok()?;
     let key: u32 = 0;
     // SAFETY: the helper returns our element's address on `cpu`, or null.
     let elem = unsafe {
@@ -40,7 +50,10 @@ fn cpu_offset(anchor_base: u64, cpu: u32) -> Option<u64> {
     if elem.is_null() {
         return None;
     }
-    Some(launder(elem as u64)?.wrapping_sub(anchor_base))
+    let off = launder(elem as u64)?.wrapping_sub(anchor_base);
+    // SAFETY: as above.
+    unsafe { *slot = off };
+    Some(off)
 }
 
 /// RSS counters of a 6.2+ mm, per-CPU deltas included when the CPU count allows.
@@ -61,8 +74,6 @@ fn percpu_rss(mm: u64, out: &mut MemStats) -> Result<(), i32> {
     ];
     let nr_cpus = conf!(nr_cpus);
     if nr_cpus > 0 && nr_cpus <= MAX_EXACT_CPUS {
-        let anchor_map = launder(&ANCHOR as *const _ as u64).ok_or(-1)?;
-        let anchor_base = read::<u64>(anchor_map, conf!(off.bpf_array_pptrs))?;
         let pcpu = [
             read::<u64>(file, c_counters)?,
             read::<u64>(anon, c_counters)?,
@@ -73,7 +84,7 @@ fn percpu_rss(mm: u64, out: &mut MemStats) -> Result<(), i32> {
             if cpu >= nr_cpus {
                 break;
             }
-            let off = cpu_offset(anchor_base, cpu).ok_or(-1)?;
+            let off = cpu_offset(cpu).ok_or(-1)?;
             for i in 0..3 {
                 let d = read::<i32>(pcpu[i].wrapping_add(off), 0)? as i64;
                 sums[i] += d;

@@ -59,6 +59,24 @@ pub struct TraceArgs {
     /// old value afterwards
     #[arg(long)]
     pub delayacct: bool,
+    /// Skip the memory-over-time chart in the summary
+    #[arg(long)]
+    pub no_chart: bool,
+    /// Write a Perfetto trace (open it in ui.perfetto.dev): a track per process nested by the
+    /// tree, a slice per image, RSS and PSS counters
+    #[arg(long, value_name = "FILE")]
+    pub perfetto: Option<PathBuf>,
+    /// No live status line
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Least time between two RSS points of one process, in ms (new tree-wide peaks always
+    /// count)
+    #[arg(long, value_name = "MS", default_value_t = 5)]
+    pub rss_interval: u32,
+    /// Shortest interval between two PSS samples of one process, in ms (bigger processes are
+    /// sampled less often so sampling stays under 2% of a CPU); 0 turns PSS sampling off
+    #[arg(long, value_name = "MS", default_value_t = 50)]
+    pub pss_interval: u64,
     /// List at most N processes in the summary tree (0: all)
     #[arg(long, value_name = "N", default_value_t = 40)]
     pub top: usize,

@@ -2,7 +2,7 @@
 //! is read: a short or unknown record is an error the caller counts, never a panic.
 
 use spacetime_common::{
-    kind, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, ARGS_CHUNK, ARGS_EVENT_FIXED,
+    kind, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, RssEvent, ARGS_CHUNK, ARGS_EVENT_FIXED,
     EXEC_EVENT_FIXED, FILENAME_LEN, TASK_COMM_LEN,
 };
 
@@ -14,6 +14,8 @@ pub enum Event {
     Args(Args),
     ImageEnd(ImageEndEvent),
     Exit(ExitEvent),
+    /// A traced process's RSS and the tree-wide sum, in pages.
+    Rss(RssEvent),
 }
 
 impl Event {
@@ -24,6 +26,7 @@ impl Event {
             Event::Args(e) => &e.hdr,
             Event::ImageEnd(e) => &e.hdr,
             Event::Exit(e) => &e.hdr,
+            Event::Rss(e) => &e.hdr,
         }
     }
 }
@@ -92,6 +95,7 @@ pub fn decode(buf: &[u8]) -> Result<Event, DecodeError> {
         kind::FORK => Ok(Event::Fork(read_prefix(buf, hdr.kind)?)),
         kind::IMAGE_END => Ok(Event::ImageEnd(read_prefix(buf, hdr.kind)?)),
         kind::EXIT => Ok(Event::Exit(read_prefix(buf, hdr.kind)?)),
+        kind::RSS => Ok(Event::Rss(read_prefix(buf, hdr.kind)?)),
         kind::EXEC => decode_exec(buf, hdr),
         kind::ARGS => decode_args(buf, hdr),
         k => Err(DecodeError::UnknownKind(k)),

@@ -14,6 +14,7 @@ pub mod events;
 pub mod export;
 pub mod launch;
 pub mod loader;
+pub mod memory;
 pub mod offsets;
 pub mod pss;
 pub mod report;

@@ -73,6 +73,10 @@ pub struct LoadOptions {
     pub max_tracked: u32,
     /// argv records per exec (4 KiB each).
     pub max_arg_chunks: u32,
+    /// Follow every RSS change of the traced processes (kmem:rss_stat), when the kernel has it.
+    pub track_rss: bool,
+    /// Least time between two RSS points of one process.
+    pub rss_interval_ns: u32,
 }
 
 impl Default for LoadOptions {
@@ -82,6 +86,8 @@ impl Default for LoadOptions {
             ring_buffer_bytes: 4 << 20,
             max_tracked: 65536,
             max_arg_chunks: 64,
+            track_rss: false,
+            rss_interval_ns: 5_000_000,
         }
     }
 }
@@ -113,6 +119,8 @@ pub struct Probes {
     /// Time spent resolving offsets and loading, for `-v`.
     pub load_ms: f64,
     pub ring_buffer_bytes: u32,
+    /// RSS changes are followed in the kernel (kmem:rss_stat attached).
+    pub rss_tracking: bool,
 }
 
 /// The kernel programs' own diagnostics (aya-log), forwarded to the `log` crate.
@@ -208,6 +216,7 @@ impl Probes {
         let resolved = offsets::resolve(&btf)?;
         let nr_cpus = possible_cpus()?;
         let ring = opts.ring_buffer_bytes.max(4096).next_power_of_two();
+        let rss_tracking = opts.track_rss && btf.has_typedef("btf_trace_rss_stat");
         let config = Config {
             mode: opts.mode,
             rss_layout: resolved.rss_layout,
@@ -216,6 +225,8 @@ impl Probes {
             wakeup_bytes: ring / 8,
             _pad: 0,
             off: resolved.off,
+            rss_interval_ns: opts.rss_interval_ns,
+            track_rss: rss_tracking as u32,
         };
         // The programs use no CO-RE relocations (offsets come from our own BTF reading), so
         // aya need not read and parse the kernel's BTF a second time (~20 ms).
@@ -224,6 +235,8 @@ impl Probes {
             .override_global("CONFIG", &config, true)
             .map_max_entries("EVENTS", ring)
             .map_max_entries("TRACKED", opts.max_tracked.max(1))
+            .map_max_entries("MM_STATE", opts.max_tracked.max(1))
+            .map_max_entries("TGID_MM", opts.max_tracked.max(1))
             .load(object)
             .map_err(map_load_error)?;
 
@@ -239,35 +252,40 @@ impl Probes {
             }
             _ => format!("RSS counters: per-CPU, {nr_cpus} CPUs is above {}: shared count only (approximate)", spacetime_common::MAX_EXACT_CPUS),
         });
-        let mut attach = |name: &'static str| -> Result<(), LoadError> {
-            let prog: &mut RawTracePoint = ebpf
-                .program_mut(name)
-                .ok_or(LoadError::MissingMap(name))?
-                .try_into()
-                .map_err(|source| LoadError::Attach {
-                    tracepoint: name,
-                    source,
-                })?;
-            prog.load().map_err(|source| LoadError::Attach {
-                tracepoint: name,
-                source,
-            })?;
-            prog.attach(name).map_err(|source| LoadError::Attach {
-                tracepoint: name,
-                source,
-            })?;
-            Ok(())
-        };
-        attach("sched_process_fork")?;
-        attach("sched_process_exec")?;
-        attach("sched_process_exit")?;
+        // Program `name` on tracepoint `tracepoint` (the same name but for a second program).
+        let mut attach_to =
+            |name: &'static str, tracepoint: &'static str| -> Result<(), LoadError> {
+                let err = |source| LoadError::Attach { tracepoint, source };
+                let prog: &mut RawTracePoint = ebpf
+                    .program_mut(name)
+                    .ok_or(LoadError::MissingMap(name))?
+                    .try_into()
+                    .map_err(err)?;
+                prog.load().map_err(err)?;
+                prog.attach(tracepoint).map_err(err)?;
+                Ok(())
+            };
+        attach_to("sched_process_fork", "sched_process_fork")?;
+        attach_to("sched_process_exec", "sched_process_exec")?;
+        attach_to("sched_process_exit", "sched_process_exit")?;
         if resolved.has_prepare_exec {
-            attach("sched_prepare_exec")?;
+            attach_to("sched_prepare_exec", "sched_prepare_exec")?;
             mechanisms
                 .push("sched_prepare_exec: image peaks read at exec's point of no return".into());
         } else {
             mechanisms.push(
                 "no sched_prepare_exec on this kernel: images replaced by exec have no peak".into(),
+            );
+        }
+        if rss_tracking {
+            attach_to("rss_stat", "rss_stat")?;
+            attach_to("rss_exec", "sched_process_exec")?;
+            mechanisms.push(
+                "kmem:rss_stat: every RSS change of traced processes; tree-wide sum and peak kept in the kernel".into(),
+            );
+        } else if opts.track_rss {
+            mechanisms.push(
+                "no kmem:rss_stat tracepoint: RSS over time is sampled from /proc/PID/statm".into(),
             );
         }
         let logger = aya_log::EbpfLogger::init(&mut ebpf)
@@ -279,7 +297,19 @@ impl Probes {
             mechanisms,
             load_ms: started.elapsed().as_secs_f64() * 1e3,
             ring_buffer_bytes: ring,
+            rss_tracking,
         })
+    }
+
+    /// The tree-wide RSS as the kernel followed it: current sum, peak and when.
+    pub fn tree_rss(&self) -> Result<spacetime_common::TreeRss, LoadError> {
+        const NAME: &str = "TREE_RSS";
+        let map = self.ebpf.map(NAME).ok_or(LoadError::MissingMap(NAME))?;
+        let arr: aya::maps::Array<_, spacetime_common::TreeRss> =
+            aya::maps::Array::try_from(map)
+                .map_err(|source| LoadError::Map { name: NAME, source })?;
+        arr.get(&0, 0)
+            .map_err(|source| LoadError::Map { name: NAME, source })
     }
 
     /// The kernel programs' log records, to be flushed now and then (can be taken once).

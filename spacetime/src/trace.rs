@@ -11,13 +11,17 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::{
+    chart,
     cli::{TraceArgs, EXIT_OWN_FAILURE},
     crosscheck::{cross_check, Clock, Collector},
     events::decode,
+    export::perfetto,
     launch::{self, LaunchError},
     loader::{KernelLogger, LoadOptions, Probes},
-    report::{self, Meta, Report, TaskstatsMeta},
+    memory::{Memory, MemoryOptions},
+    report::{self, MemoryMeta, Meta, Report, TaskstatsMeta},
     taskstats::{ListenerOptions, TaskstatsListener},
+    timeline::{Point, RssSource, Timeline},
     tree::{ExitStatus, Tree},
 };
 
@@ -91,6 +95,8 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     let opts = LoadOptions {
         ring_buffer_bytes: args.ring_buffer,
         max_tracked: args.max_processes,
+        track_rss: true,
+        rss_interval_ns: args.rss_interval.saturating_mul(1_000_000),
         ..LoadOptions::default()
     };
     let mut probes = Probes::load(&opts)?;
@@ -129,6 +135,17 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     }
     let ring = probes.take_events()?;
     let mut tree = Tree::new(root_pid, std::process::id());
+    // SAFETY: sysconf cannot fail for _SC_PAGESIZE.
+    let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+    let width = terminal_width(&io::stderr());
+    let mut memory = Memory::new(MemoryOptions {
+        kernel_rss: probes.rss_tracking,
+        pss_interval_ns: args.pss_interval.saturating_mul(1_000_000),
+        page_size,
+        quiet: args.quiet,
+        width,
+        started_ns: release_ns,
+    });
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -147,7 +164,20 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
         taskstats: listener.as_mut(),
         collector: &mut collector,
     };
-    let outcome = rt.block_on(consume(ring, sigfd, loop_opts, &mut tree, sources))?;
+    let mut sink = Sink {
+        tree: &mut tree,
+        memory: &mut memory,
+        decode_errors: 0,
+    };
+    let outcome = rt.block_on(consume(ring, sigfd, loop_opts, &mut sink, sources))?;
+    let decode_errors = sink.decode_errors;
+    let kernel_peak = match probes.rss_tracking {
+        true => probes.tree_rss().ok().filter(|t| t.peak_ts_ns != 0),
+        false => None,
+    };
+    memory.finish(
+        kernel_peak.map(|t| Point::new(t.peak_ts_ns, t.peak_pages.max(0) as u64 * page_size)),
+    );
 
     let counters = probes.counters()?;
     let end_ns = if tree.live() == 0 {
@@ -160,8 +190,6 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
         outcome.end_ns
     };
     let t0_ns = tree.root().map_or(release_ns, |r| r.start_ns);
-    // SAFETY: sysconf cannot fail for _SC_PAGESIZE.
-    let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
     let exited = tree
         .processes()
         .iter()
@@ -205,17 +233,31 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
             end_ns,
             page_size,
             counters,
-            decode_errors: outcome.decode_errors,
+            decode_errors,
             ring_buffer_bytes: probes.ring_buffer_bytes,
             mechanisms: probes.mechanisms.clone(),
             taskstats,
+            memory: MemoryMeta::of(&memory.timeline, &tree, t0_ns),
         },
     );
     if let Some(path) = &args.json {
         write_json(path, &report)?;
     }
+    let title = report.command.join(" ");
+    if let Some(path) = &args.perfetto {
+        let opts = perfetto::Options {
+            title: &title,
+            t0_ns,
+            end_ns,
+            page_size,
+        };
+        perfetto::write(path, &tree, &memory.timeline, &opts)
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
     let stderr = io::stderr();
-    let text = report::text::render(&report, terminal_width(&stderr), args.top, verbose > 0);
+    let chart = (!args.no_chart)
+        .then(|| memory_chart(&memory.timeline, t0_ns, end_ns, width, stderr.is_terminal()));
+    let text = report::text::render(&report, width, args.top, verbose > 0, chart.as_deref());
     let _ = stderr.lock().write_all(text.as_bytes());
     Ok(outcome.root_status.map_or(0, |s| s.shell_code()))
 }
@@ -253,20 +295,72 @@ pub const DRAIN_INTERVAL: Duration = Duration::from_millis(50);
 struct Outcome {
     root_status: Option<ExitStatus>,
     end_ns: u64,
+}
+
+/// Where decoded records go.
+struct Sink<'a> {
+    tree: &'a mut Tree,
+    memory: &'a mut Memory,
     decode_errors: u64,
 }
 
-/// Applies every record in the ring buffer to the tree.
-fn drain(ring: &mut RingBuf<MapData>, tree: &mut Tree, decode_errors: &mut u64) {
+/// Applies every record in the ring buffer.
+fn drain(ring: &mut RingBuf<MapData>, sink: &mut Sink) {
     while let Some(item) = ring.next() {
         match decode(&item) {
-            Ok(ev) => tree.apply(ev),
+            Ok(ev) => {
+                sink.memory.observe(&ev);
+                sink.tree.apply(ev);
+            }
             Err(e) => {
-                *decode_errors += 1;
+                sink.decode_errors += 1;
                 log::debug!("undecodable record: {e}");
             }
         }
     }
+}
+
+/// Sleeps until `due` (CLOCK_MONOTONIC ns), or forever when nothing is due.
+async fn sleep_until(due: Option<u64>) {
+    match due {
+        Some(due) => {
+            tokio::time::sleep(Duration::from_nanos(due.saturating_sub(monotonic_ns()))).await
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// The tree-wide RSS over time, as a chart for the summary.
+fn memory_chart(
+    timeline: &Timeline,
+    t0_ns: u64,
+    end_ns: u64,
+    width: usize,
+    terminal: bool,
+) -> String {
+    let peak = timeline.tree_peak();
+    let title = match (timeline.rss_source, peak) {
+        (_, None) => "memory (tree RSS)".to_string(),
+        (RssSource::Kernel, Some(p)) => format!(
+            "memory (tree RSS) · peak {} at {}",
+            crate::units::bytes(p.bytes),
+            crate::units::duration_ns(p.ts_ns.saturating_sub(t0_ns))
+        ),
+        (RssSource::Statm, Some(p)) => format!(
+            "memory (tree RSS, sampled from statm) · peak {} at {}",
+            crate::units::bytes(p.bytes),
+            crate::units::duration_ns(p.ts_ns.saturating_sub(t0_ns))
+        ),
+    };
+    let spec = chart::Spec {
+        title: &title,
+        t0_ns,
+        end_ns,
+        width,
+        height: 10,
+        style: chart::Style::detect(terminal),
+    };
+    chart::render(timeline.tree_rss().points(), &spec)
 }
 
 /// Reaps every child that has exited; returns true when none are left.
@@ -304,7 +398,7 @@ async fn consume(
         root_pid,
         stop_on_root_exit,
     }: LoopOptions,
-    tree: &mut Tree,
+    sink: &mut Sink<'_>,
     Sources {
         mut logger,
         mut taskstats,
@@ -316,7 +410,6 @@ async fn consume(
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }?;
     // SAFETY: as above.
     let sig = unsafe { AsyncFd::register_with_interest(sigfd, Interest::READABLE) }?;
-    let mut decode_errors = 0;
     let mut root_status = None;
     let mut no_children = reap(root_pid, &mut root_status);
     // The kernel wakes us only when the ring fills up (wake-ups are costly per record), so
@@ -326,7 +419,7 @@ async fn consume(
         tokio::select! {
             guard = ring.readable_mut() => {
                 let mut guard = guard?;
-                drain(guard.get_inner_mut(), tree, &mut decode_errors);
+                drain(guard.get_inner_mut(), sink);
                 guard.clear_ready();
             }
             guard = sig.readable() => {
@@ -335,7 +428,7 @@ async fn consume(
                     if signo == libc::SIGCHLD {
                         no_children = reap(root_pid, &mut root_status);
                     } else if from_process {
-                        forward(signo, root_pid, root_status.is_none(), tree);
+                        forward(signo, root_pid, root_status.is_none(), sink.tree);
                     }
                 }
                 guard.clear_ready();
@@ -346,11 +439,17 @@ async fn consume(
                     taskstats = None;
                 }
                 // The ring holds each process's fork before its exit record is sent.
-                drain(ring.get_mut(), tree, &mut decode_errors);
-                collector.keep(tree, &mut batch);
+                drain(ring.get_mut(), sink);
+                collector.keep(sink.tree, &mut batch);
+            }
+            _ = sleep_until(sink.memory.next_due()) => {
+                sink.memory.sample(monotonic_ns(), sink.tree);
             }
             _ = tick.tick() => {
-                drain(ring.get_mut(), tree, &mut decode_errors);
+                // Also picks up new processes for sampling (only due ones are read).
+                sink.memory.sample(monotonic_ns(), sink.tree);
+                sink.memory.tick(monotonic_ns(), sink.tree);
+                drain(ring.get_mut(), sink);
                 if let Some(l) = logger.as_mut() {
                     l.flush();
                 }
@@ -359,7 +458,7 @@ async fn consume(
         }
     }
     // Every exit was recorded before its process became reapable: one last drain has it all.
-    drain(ring.get_mut(), tree, &mut decode_errors);
+    drain(ring.get_mut(), sink);
     if let Some(l) = logger {
         l.flush();
     }
@@ -367,12 +466,11 @@ async fn consume(
         if let Err(e) = t.drain(&mut batch) {
             log::warn!("taskstats: {e}");
         }
-        collector.keep(tree, &mut batch);
+        collector.keep(sink.tree, &mut batch);
     }
     Ok(Outcome {
         root_status,
         end_ns: crate::trace::monotonic_ns(),
-        decode_errors,
     })
 }
 

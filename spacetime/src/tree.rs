@@ -248,6 +248,8 @@ impl Tree {
             Event::Args(a) => self.args(a),
             Event::ImageEnd(m) => self.image_end(&m),
             Event::Exit(x) => self.exit(&x),
+            // Memory over time belongs to the timeline, not to the tree.
+            Event::Rss(_) => {}
         }
     }
 

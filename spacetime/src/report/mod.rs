@@ -51,6 +51,32 @@ pub struct Report {
     pub kernel: KernelReport,
     /// The cross-check of every exit against the kernel's taskstats records.
     pub taskstats: TaskstatsReport,
+    /// Memory over time: tree-wide and per-process RSS and PSS series.
+    pub timeline: serde_json::Value,
+}
+
+/// Memory over time, taken from the [`Timeline`](crate::timeline::Timeline).
+pub struct MemoryMeta {
+    pub tree_peak: Option<crate::timeline::Point>,
+    pub max_pss: Option<crate::timeline::Point>,
+    pub timeline: serde_json::Value,
+}
+
+impl MemoryMeta {
+    pub fn of(timeline: &crate::timeline::Timeline, tree: &Tree, t0_ns: u64) -> MemoryMeta {
+        let mut keys: Vec<(u64, u32, Key)> = tree
+            .processes()
+            .iter()
+            .filter_map(|p| Some((p.start_ns, p.pid, p.key?)))
+            .collect();
+        keys.sort();
+        let order: Vec<Key> = keys.into_iter().map(|k| k.2).collect();
+        MemoryMeta {
+            tree_peak: timeline.tree_peak(),
+            max_pss: timeline.max_pss(),
+            timeline: serde_json::to_value(timeline.report(t0_ns, &order)).unwrap_or_default(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -87,6 +113,12 @@ pub struct Totals {
     pub execs: u64,
     /// Processes still running when the trace stopped.
     pub still_running: u64,
+    /// The tree-wide concurrent RSS peak (the sum over live processes), from the kernel, and
+    /// when it happened (ns since the root started). Null without kernel RSS tracking data.
+    pub tree_peak_rss_bytes: Option<u64>,
+    pub tree_peak_at_ns: Option<u64>,
+    /// The largest tree-wide PSS seen (sampled).
+    pub max_pss_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -153,6 +185,7 @@ pub struct Meta {
     pub ring_buffer_bytes: u32,
     pub mechanisms: Vec<String>,
     pub taskstats: TaskstatsMeta,
+    pub memory: MemoryMeta,
 }
 
 fn image_report(img: &Image, t0: u64, page: u64) -> ImageReport {
@@ -219,6 +252,9 @@ impl Report {
                 .filter(|i| !i.inherited)
                 .count() as u64,
             still_running: processes.iter().filter(|p| p.end_ns.is_none()).count() as u64,
+            tree_peak_rss_bytes: meta.memory.tree_peak.map(|p| p.bytes),
+            tree_peak_at_ns: meta.memory.tree_peak.map(|p| p.ts_ns.saturating_sub(t0)),
+            max_pss_bytes: meta.memory.max_pss.map(|p| p.bytes),
         };
         Report {
             command: meta.command,
@@ -258,6 +294,7 @@ impl Report {
                     rcvbuf_bytes: 0,
                 },
             },
+            timeline: meta.memory.timeline,
         }
     }
 

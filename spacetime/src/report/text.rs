@@ -78,7 +78,7 @@ fn runtime(p: &ProcessReport, wall_ns: u64) -> u64 {
 }
 
 /// Renders the summary for a terminal `width` columns wide.
-pub fn render(r: &Report, width: usize, top: usize, verbose: bool) -> String {
+pub fn render(r: &Report, width: usize, top: usize, verbose: bool, chart: Option<&str>) -> String {
     let mut out = String::new();
     let width = width.max(60);
     let _ = writeln!(out, "spacetime: {}", r.command.join(" "));
@@ -95,6 +95,17 @@ pub fn render(r: &Report, width: usize, top: usize, verbose: bool) -> String {
         r.totals.threads,
         r.totals.execs
     );
+    if let (Some(peak), Some(at)) = (r.totals.tree_peak_rss_bytes, r.totals.tree_peak_at_ns) {
+        let pss = r.totals.max_pss_bytes.map_or(String::new(), |p| {
+            format!(" · max PSS {} (sampled)", bytes(p))
+        });
+        let _ = writeln!(
+            out,
+            "tree-wide peak RSS {} at {}{pss}",
+            bytes(peak),
+            duration_ns(at)
+        );
+    }
     if let Some(pid) = r.totals.peak_rss_pid {
         let who = r
             .processes
@@ -114,6 +125,13 @@ pub fn render(r: &Report, width: usize, top: usize, verbose: bool) -> String {
     } else {
         render_heaviest(&mut out, r, width, top);
         render_programs(&mut out, r, width, top);
+    }
+    if let Some(c) = chart {
+        out.push('\n');
+        out.push_str(c);
+        if !c.ends_with('\n') {
+            out.push('\n');
+        }
     }
     out.push('\n');
     let _ = writeln!(out, "{}", completeness(r));

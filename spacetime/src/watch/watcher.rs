@@ -246,6 +246,8 @@ impl Watch {
                 Ok(Event::Args(a)) => self.table.args(a),
                 Ok(Event::ImageEnd(m)) => self.table.image_end(&m),
                 Ok(Event::Exit(x)) => self.exit(&x, now),
+                // RSS over time is trace's; watch does not turn it on.
+                Ok(Event::Rss(_)) => {}
                 Err(e) => {
                     self.metrics.decode_errors += 1;
                     log::debug!("undecodable record: {e}");

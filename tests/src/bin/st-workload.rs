@@ -387,6 +387,18 @@ fn main() {
             rec.begin("touch").int("mib", mib as i64).finish();
             exit(0)
         }
+        "hold" => {
+            // Touch MIB MiB, keep them resident for MS ms, then exit.
+            let mib: usize = parse(&args, 2, "MIB");
+            let ms: u64 = parse(&args, 3, "MS");
+            touch(mib);
+            std::thread::sleep(Duration::from_millis(ms));
+            rec.begin("hold")
+                .int("mib", mib as i64)
+                .int("ms", ms as i64)
+                .finish();
+            exit(0)
+        }
         "grow-exec" => {
             let mib: usize = parse(&args, 2, "MIB");
             let argv = exec_argv(&args, 3);

@@ -1,0 +1,200 @@
+//! kmem:rss_stat(mm, member): an mm's RSS counter changed. For the traced processes this keeps
+//! each mm's exact RSS, the tree-wide sum and its peak (with when it happened) in the kernel,
+//! and sends RSS points at a bounded rate: at most one per process per `rss_interval_ns`, plus
+//! every new tree-wide maximum. An untracked mm costs one hash lookup.
+
+use core::intrinsics::{
+    atomic_cxchg, atomic_xadd, atomic_xchg,
+    AtomicOrdering::{Relaxed, SeqCst},
+};
+
+use aya_ebpf::{helpers::bpf_ktime_get_ns, programs::RawTracePointContext};
+use spacetime_common::{flags, kind, rss_layout, EventHeader, MmState, RssEvent, MAX_EXACT_CPUS};
+
+use crate::{
+    conf, mem, output,
+    task::{is_traced, read, Task},
+    MM_STATE, TGID_MM, TREE_RSS,
+};
+
+/// Index of `member` among the counters that make up RSS, if it is one of them.
+#[inline(always)]
+fn rss_slot(member: u32) -> Option<usize> {
+    if member == conf!(off.rss_file_idx) {
+        Some(0)
+    } else if member == conf!(off.rss_anon_idx) {
+        Some(1)
+    } else if member == conf!(off.rss_shmem_idx) {
+        Some(2)
+    } else {
+        None
+    }
+}
+
+/// The exact value (pages) of RSS counter `member` of `mm`.
+#[inline(always)]
+pub fn counter_pages(mm: u64, member: u32) -> Result<i64, i32> {
+    let base = mm + conf!(off.mm_rss_stat) as u64 + conf!(off.rss_stride) as u64 * member as u64;
+    if conf!(rss_layout) == rss_layout::ATOMIC_ARRAY {
+        return read::<i64>(base, 0);
+    }
+    let mut v = read::<i64>(base, conf!(off.pcpu_count))?;
+    let nr_cpus = conf!(nr_cpus);
+    if nr_cpus == 0 || nr_cpus > MAX_EXACT_CPUS {
+        return Ok(v);
+    }
+    let counters = read::<u64>(base, conf!(off.pcpu_counters))?;
+    for cpu in 0..MAX_EXACT_CPUS {
+        if cpu >= nr_cpus {
+            break;
+        }
+        let off = mem::cpu_offset(cpu).ok_or(-1)?;
+        v += read::<i32>(counters.wrapping_add(off), 0)? as i64;
+    }
+    Ok(v)
+}
+
+/// Adds `delta` pages to the tree-wide RSS; returns the new sum and whether it is a new peak
+/// (then recorded with its time and process).
+#[inline(always)]
+fn tree_add(delta: i64, now: u64, tgid: u32) -> (i64, bool) {
+    let Some(t) = TREE_RSS.get_ptr_mut(0) else {
+        return (0, false);
+    };
+    // SAFETY: fields of our own map value, updated with atomics (several CPUs at once).
+    unsafe {
+        // SeqCst, not Relaxed: for a relaxed add LLVM's BPF backend emits the legacy XADD,
+        // which returns nothing, even when the old value is used.
+        let sum = atomic_xadd::<i64, i64, { SeqCst }>(&raw mut (*t).rss_pages, delta) + delta;
+        let peak = &raw mut (*t).peak_pages;
+        // An aligned 64-bit load is atomic; BPF has no separate atomic load.
+        let mut cur = core::ptr::read_volatile(peak);
+        // Bounded: each failed exchange means another CPU raised the peak meanwhile.
+        for _ in 0..4 {
+            if sum <= cur {
+                return (sum, false);
+            }
+            let (seen, ok) = atomic_cxchg::<i64, { Relaxed }, { Relaxed }>(peak, cur, sum);
+            if ok {
+                (*t).peak_ts_ns = now;
+                (*t).peak_tgid = tgid;
+                return (sum, true);
+            }
+            cur = seen;
+        }
+        (sum, false)
+    }
+}
+
+fn send(st: &MmState, now: u64, tree_pages: i64, peak: bool) {
+    let ev = RssEvent {
+        hdr: EventHeader {
+            kind: kind::RSS,
+            flags: if peak { flags::RSS_TREE_PEAK } else { 0 },
+            ts_ns: now,
+            tgid: st.tgid,
+            pid: st.tgid,
+            leader_start_ns: st.leader_start_ns,
+        },
+        rss_pages: st.total_pages.max(0) as u64,
+        tree_rss_pages: tree_pages.max(0) as u64,
+    };
+    output(&ev);
+}
+
+pub fn try_rss_stat(ctx: &RawTracePointContext) -> Result<(), i32> {
+    let mm = ctx.arg::<u64>(0);
+    let Some(st) = MM_STATE.get_ptr_mut(mm) else {
+        return Ok(());
+    };
+    let member = ctx.arg::<u64>(1) as u32;
+    let Some(slot) = rss_slot(member) else {
+        return Ok(());
+    };
+    let value = counter_pages(mm, member)?;
+    // SAFETY: our own map value; concurrent updates of one mm go through the atomics.
+    let st = unsafe { &mut *st };
+    let old = unsafe { atomic_xchg::<i64, { Relaxed }>(&raw mut st.rss_pages[slot], value) };
+    let delta = value - old;
+    if delta == 0 {
+        return Ok(());
+    }
+    unsafe { atomic_xadd::<i64, i64, { Relaxed }>(&raw mut st.total_pages, delta) };
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let (tree_pages, peak) = tree_add(delta, now, st.tgid);
+    // Points go at a bounded rate; the exact peak stays in TREE_RSS for userspace to read (a
+    // record per new maximum would be one per page fault while memory grows).
+    if now.wrapping_sub(st.last_sent_ns) >= conf!(rss_interval_ns) as u64 {
+        st.last_sent_ns = now;
+        send(st, now, tree_pages, peak);
+    }
+    Ok(())
+}
+
+/// sched_process_exec: follow the new image's mm. A program of its own on the tracepoint, so
+/// the verifier explores its CPU loop apart from the argv loop of the exec record.
+pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
+    if conf!(track_rss) == 0 {
+        return Ok(());
+    }
+    let task = Task(ctx.arg::<u64>(0));
+    let tgid = task.tgid()?;
+    if !is_traced(tgid) {
+        return Ok(());
+    }
+    follow(task.0, task.mm()?, tgid, task.leader_start_ns()?)
+}
+
+/// Starts following `mm` of `task` for process (`tgid`, `leader_start_ns`), replacing the mm
+/// it had. Its pages so far (an exec's stack, a fork's copied counters) come from one read.
+#[inline(always)]
+pub fn follow(task: u64, mm: u64, tgid: u32, leader_start_ns: u64) -> Result<(), i32> {
+    if conf!(track_rss) == 0 || mm == 0 {
+        return Ok(());
+    }
+    forget(tgid);
+    let m = mem::read_mm(task, mm)?;
+    let rss_pages = [
+        m.rss_file_pages as i64,
+        m.rss_anon_pages as i64,
+        m.rss_shmem_pages as i64,
+    ];
+    let total_pages = rss_pages[0] + rss_pages[1] + rss_pages[2];
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let st = MmState {
+        tgid,
+        leader_start_ns,
+        rss_pages,
+        total_pages,
+        last_sent_ns: now,
+        ..MmState::default()
+    };
+    if MM_STATE.insert(mm, st, 0).is_err() || TGID_MM.insert(tgid, mm, 0).is_err() {
+        let _ = MM_STATE.remove(mm);
+        crate::count(spacetime_common::stat::TRACK_FULL);
+        return Ok(());
+    }
+    let (tree_pages, peak) = tree_add(total_pages, now, tgid);
+    send(&st, now, tree_pages, peak);
+    Ok(())
+}
+
+/// Stops following the mm of `tgid` (exec replaced it, or the process exited): its pages leave
+/// the tree-wide sum.
+#[inline(always)]
+pub fn forget(tgid: u32) {
+    // SAFETY: presence lookups of our own maps.
+    let Some(&mm) = (unsafe { TGID_MM.get(tgid) }) else {
+        return;
+    };
+    if let Some(st) = unsafe { MM_STATE.get(mm) } {
+        let total = st.total_pages;
+        // SAFETY: plain helper call.
+        let now = unsafe { bpf_ktime_get_ns() };
+        tree_add(-total, now, tgid);
+    }
+    let _ = MM_STATE.remove(mm);
+    let _ = TGID_MM.remove(tgid);
+}

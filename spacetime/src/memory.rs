@@ -1,0 +1,134 @@
+//! Memory over time during a trace: the kernel's RSS points (or statm sampling where the
+//! kernel has no rss_stat tracepoint), sampled PSS, and the live status line, gathered into a
+//! [`Timeline`].
+
+use std::io;
+
+use crate::{
+    events::Event,
+    pss::{PssSampler, SamplerConfig, StatmSampler},
+    status::StatusLine,
+    timeline::{Point, RssSource, Timeline},
+    tree::{Key, Tree},
+};
+
+pub struct Memory {
+    pub timeline: Timeline,
+    page_size: u64,
+    pss: Option<PssSampler>,
+    statm: Option<StatmSampler>,
+    status: StatusLine<io::Stderr>,
+    started_ns: u64,
+}
+
+/// How memory is followed.
+pub struct MemoryOptions {
+    /// The kernel follows RSS (kmem:rss_stat); otherwise /proc/PID/statm is sampled.
+    pub kernel_rss: bool,
+    /// Shortest PSS sampling interval per process, ns; 0 turns PSS off.
+    pub pss_interval_ns: u64,
+    pub page_size: u64,
+    pub quiet: bool,
+    pub width: usize,
+    pub started_ns: u64,
+}
+
+fn live_keys(tree: &Tree) -> impl Iterator<Item = Key> + '_ {
+    tree.processes()
+        .iter()
+        .filter(|p| p.end_ns.is_none())
+        .filter_map(|p| p.key)
+}
+
+impl Memory {
+    pub fn new(o: MemoryOptions) -> Memory {
+        let source = if o.kernel_rss {
+            RssSource::Kernel
+        } else {
+            RssSource::Statm
+        };
+        let cfg = |min: u64| SamplerConfig {
+            min_interval_ns: min,
+            ..SamplerConfig::default()
+        };
+        Memory {
+            timeline: Timeline::new(source),
+            page_size: o.page_size,
+            pss: (o.pss_interval_ns > 0).then(|| PssSampler::new(cfg(o.pss_interval_ns))),
+            statm: (!o.kernel_rss)
+                .then(|| StatmSampler::new(cfg(o.pss_interval_ns.max(10_000_000)))),
+            status: StatusLine::stderr(o.quiet, o.width),
+            started_ns: o.started_ns,
+        }
+    }
+
+    /// Takes what concerns memory from a kernel record.
+    pub fn observe(&mut self, ev: &Event) {
+        match ev {
+            Event::Rss(r) => {
+                let key = Key {
+                    tgid: r.hdr.tgid,
+                    start_ns: r.hdr.leader_start_ns,
+                };
+                let ts = r.hdr.ts_ns;
+                self.timeline
+                    .record_rss(key, Point::new(ts, r.rss_pages * self.page_size));
+                self.timeline
+                    .record_tree_rss(Point::new(ts, r.tree_rss_pages * self.page_size));
+            }
+            Event::Exit(x) if x.hdr.flags & spacetime_common::flags::EXIT_GROUP_DEAD != 0 => {
+                let key = Key {
+                    tgid: x.hdr.tgid,
+                    start_ns: x.hdr.leader_start_ns,
+                };
+                self.timeline.process_exited(key, x.hdr.ts_ns);
+            }
+            _ => {}
+        }
+    }
+
+    /// When the next sample is due (CLOCK_MONOTONIC ns), if any.
+    pub fn next_due(&self) -> Option<u64> {
+        let a = self.pss.as_ref().and_then(PssSampler::next_due);
+        let b = self.statm.as_ref().and_then(StatmSampler::next_due);
+        match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Samples the live processes that are due.
+    pub fn sample(&mut self, now_ns: u64, tree: &Tree) {
+        if let Some(s) = self.pss.as_mut() {
+            s.sample_due(now_ns, live_keys(tree), &mut self.timeline);
+        }
+        if let Some(s) = self.statm.as_mut() {
+            s.sample_due(now_ns, live_keys(tree), &mut self.timeline);
+        }
+    }
+
+    /// Redraws the status line (it shows itself only after a second, on a terminal).
+    pub fn tick(&mut self, now_ns: u64, tree: &Tree) {
+        let elapsed = now_ns.saturating_sub(self.started_ns);
+        self.status.tick(
+            elapsed,
+            tree.live(),
+            tree.processes().len(),
+            self.timeline.current_rss(),
+        );
+    }
+
+    /// The trace is over: the status line goes, the kernel's exact peak is recorded.
+    pub fn finish(&mut self, kernel_peak: Option<Point>) {
+        self.status.finish();
+        if let Some(s) = &self.pss {
+            log::debug!("PSS sampling: {:?}", s.stats());
+        }
+        if let Some(s) = &self.statm {
+            log::debug!("statm sampling: {:?}", s.stats());
+        }
+        if let Some(p) = kernel_peak {
+            self.timeline.set_tree_peak(p);
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Memory over time: the tree-wide concurrent peak kept exactly in the kernel, the RSS
+//! timeline's shape, PSS sampling, and the Perfetto export parsed back.
+
+use serde_json::Value;
+use spacetime_tests::{Trace, MIB, PAGE};
+
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+
+fn u64_at(v: &Value, path: &[&str]) -> u64 {
+    let mut cur = v;
+    for k in path {
+        cur = &cur[*k];
+    }
+    cur.as_u64()
+        .unwrap_or_else(|| panic!("{} is not an integer: {cur}", path.join(".")))
+}
+
+/// `sh -c SCRIPT` traced, with the workload path in $WL.
+fn trace_sh(script: &str, tag: &str) -> (spacetime_tests::Outcome, Value) {
+    let out = Trace::new(["/bin/sh", "-c", script])
+        .env("WL", WL)
+        .tag(tag)
+        .run();
+    out.assert_code(0);
+    let _ = out.report();
+    let v = out.json_value();
+    (out, v)
+}
+
+fn largest_process_peak(v: &Value) -> u64 {
+    v["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .map(|p| p["peak_rss_bytes"].as_u64().unwrap_or(0))
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn one_after_the_other_peaks_at_one() {
+    let (_, v) = trace_sh(r#""$WL" hold 200 300; "$WL" hold 200 300"#, "tl-seq");
+    let tree_peak = u64_at(&v, &["totals", "tree_peak_rss_bytes"]);
+    let one = largest_process_peak(&v);
+    assert!(one >= 200 * MIB, "a holder peaks at {one}");
+    // The shell and the holder that is running: one holder's peak plus a few MiB of shell.
+    assert!(
+        tree_peak >= one && tree_peak < one + 8 * MIB,
+        "sequential holders: tree peak {tree_peak} should be about one holder ({one})"
+    );
+}
+
+#[test]
+fn at_the_same_time_peaks_at_two() {
+    let (_, v) = trace_sh(r#""$WL" hold 200 800 & "$WL" hold 200 800; wait"#, "tl-par");
+    let tree_peak = u64_at(&v, &["totals", "tree_peak_rss_bytes"]);
+    let one = largest_process_peak(&v);
+    assert!(
+        tree_peak >= 2 * one - 2 * PAGE && tree_peak < 2 * one + 8 * MIB,
+        "concurrent holders: tree peak {tree_peak} should be about two holders (2 × {one})"
+    );
+    let at = u64_at(&v, &["totals", "tree_peak_at_ns"]);
+    let wall = u64_at(&v, &["wall_ns"]);
+    assert!(
+        at > 0 && at < wall,
+        "peak time {at} within the trace (wall {wall})"
+    );
+    // PSS was sampled while both held their memory: about 400 MiB in all (private pages).
+    let pss = u64_at(&v, &["totals", "max_pss_bytes"]);
+    assert!(
+        pss >= 380 * MIB && pss <= tree_peak,
+        "max PSS {pss} should be about 400 MiB and at most the RSS peak {tree_peak}"
+    );
+}
+
+#[test]
+fn a_one_gib_fill_is_a_rising_staircase() {
+    let out = Trace::new([WL, "touch", "1024"]).tag("tl-fill").run();
+    out.assert_code(0);
+    let v = out.json_value();
+    let series = v["timeline"]["tree_rss"]
+        .as_array()
+        .expect("timeline.tree_rss");
+    let points: Vec<(u64, u64)> = series
+        .iter()
+        .map(|p| (p[0].as_u64().unwrap_or(0), p[1].as_u64().unwrap_or(0)))
+        .collect();
+    assert!(
+        points.len() >= 20,
+        "a 1 GiB fill takes long enough for many points: {}",
+        points.len()
+    );
+    // Up to the peak the series only rises, and it reaches 1 GiB.
+    let peak_at = points
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, p)| p.1)
+        .map_or(0, |(i, _)| i);
+    for w in points[..=peak_at].windows(2) {
+        assert!(
+            w[1].1 >= w[0].1 && w[1].0 >= w[0].0,
+            "the fill must rise monotonically: {w:?}"
+        );
+    }
+    let top = points[peak_at].1;
+    assert!(top >= 1024 * MIB, "the staircase reaches 1 GiB: {top}");
+    let exact = u64_at(&v, &["totals", "tree_peak_rss_bytes"]);
+    let proc_peak = largest_process_peak(&v);
+    assert_eq!(
+        exact, proc_peak,
+        "one process: the tree peak is its peak, to the byte"
+    );
+}
+
+/// Walks a protobuf message: (field number, wire type, payload bytes for length-delimited).
+fn fields(mut b: &[u8]) -> Vec<(u64, u8, &[u8])> {
+    fn varint(b: &mut &[u8]) -> u64 {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let Some((&x, rest)) = b.split_first() else {
+                panic!("truncated varint")
+            };
+            *b = rest;
+            v |= u64::from(x & 0x7f) << shift;
+            if x & 0x80 == 0 {
+                break;
+            }
+        }
+        v
+    }
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let key = varint(&mut b);
+        let (field, wire) = (key >> 3, (key & 7) as u8);
+        match wire {
+            0 => {
+                varint(&mut b);
+                out.push((field, wire, &b[..0]));
+            }
+            1 => {
+                out.push((field, wire, &b[..8]));
+                b = &b[8..];
+            }
+            2 => {
+                let n = varint(&mut b) as usize;
+                assert!(n <= b.len(), "length-delimited field runs past the end");
+                out.push((field, wire, &b[..n]));
+                b = &b[n..];
+            }
+            5 => {
+                out.push((field, wire, &b[..4]));
+                b = &b[4..];
+            }
+            w => panic!("unexpected wire type {w}"),
+        }
+    }
+    out
+}
+
+#[test]
+fn perfetto_export_parses_back_with_every_process() {
+    let dir = std::env::temp_dir().join(format!("spacetime-perfetto-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("trace.pftrace");
+    let out = Trace::new([WL, "tree", "2", "2"])
+        .flag("--perfetto")
+        .flag(&file)
+        .tag("tl-perfetto")
+        .run();
+    out.assert_code(0);
+    let report = out.report();
+    let bytes = std::fs::read(&file).expect("perfetto file written");
+    let _ = std::fs::remove_dir_all(&dir);
+    // Trace { repeated TracePacket packet = 1 }; TracePacket.track_descriptor = 60 with
+    // TrackDescriptor.name = 2; TracePacket.track_event = 11.
+    let mut names = Vec::new();
+    let mut events = 0;
+    for (field, _, packet) in fields(&bytes) {
+        assert_eq!(field, 1, "a Trace holds only packets");
+        for (f, _, body) in fields(packet) {
+            match f {
+                60 => names.extend(
+                    fields(body)
+                        .into_iter()
+                        .filter(|(f, w, _)| *f == 2 && *w == 2)
+                        .map(|(_, _, s)| String::from_utf8_lossy(s).into_owned()),
+                ),
+                11 => events += 1,
+                _ => {}
+            }
+        }
+    }
+    assert!(
+        events >= 2 * report.processes.len(),
+        "a slice (begin+end) per image at least: {events} events"
+    );
+    for p in &report.processes {
+        assert!(
+            names.iter().any(|n| n.contains(&p.pid.to_string())),
+            "pid {} has a track: {names:?}",
+            p.pid
+        );
+    }
+}
