@@ -56,6 +56,9 @@ pub mod flags {
     pub const MEM_EXACT: u32 = 1 << 1;
     /// RSS: this point is a new tree-wide maximum.
     pub const RSS_TREE_PEAK: u32 = 1 << 0;
+    /// RSS: not a point but the end of an mm that was followed since `hdr.ts_ns`: `rss_pages`
+    /// is its exact maximum, the peak of the image that ran on it.
+    pub const RSS_MM_PEAK: u32 = 1 << 1;
 }
 
 /// Indexes of the per-CPU `STATS` counters.
@@ -331,6 +334,9 @@ pub struct MmState {
     pub rss_pages: [i64; 3],
     pub total_pages: i64,
     pub last_sent_ns: u64,
+    /// The largest `total_pages` seen, and since when this mm is followed.
+    pub peak_pages: i64,
+    pub since_ns: u64,
 }
 
 /// The tree-wide RSS (`TREE_RSS`): the sum over traced mms, its peak and when it happened.
@@ -382,7 +388,7 @@ const _: () = {
     assert!(ARGS_EVENT_FIXED == 40);
     assert!(size_of::<KernelOffsets>() == 38 * 4);
     assert!(size_of::<Config>() == 24 + 38 * 4 + 8);
-    assert!(size_of::<MmState>() == 56);
+    assert!(size_of::<MmState>() == 72);
     assert!(size_of::<TreeRss>() == 32);
     assert!(size_of::<RssEvent>() == 48);
 };

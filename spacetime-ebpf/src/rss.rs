@@ -87,16 +87,21 @@ fn tree_add(delta: i64, now: u64, tgid: u32) -> (i64, bool) {
 }
 
 fn send(st: &MmState, now: u64, tree_pages: i64, peak: bool) {
+    let flags = if peak { flags::RSS_TREE_PEAK } else { 0 };
+    record(st, flags, now, st.total_pages, tree_pages);
+}
+
+fn record(st: &MmState, flags: u32, ts_ns: u64, rss_pages: i64, tree_pages: i64) {
     let ev = RssEvent {
         hdr: EventHeader {
             kind: kind::RSS,
-            flags: if peak { flags::RSS_TREE_PEAK } else { 0 },
-            ts_ns: now,
+            flags,
+            ts_ns,
             tgid: st.tgid,
             pid: st.tgid,
             leader_start_ns: st.leader_start_ns,
         },
-        rss_pages: st.total_pages.max(0) as u64,
+        rss_pages: rss_pages.max(0) as u64,
         tree_rss_pages: tree_pages.max(0) as u64,
     };
     output(&ev);
@@ -119,7 +124,13 @@ pub fn try_rss_stat(ctx: &RawTracePointContext) -> Result<(), i32> {
     if delta == 0 {
         return Ok(());
     }
-    unsafe { atomic_xadd::<i64, i64, { Relaxed }>(&raw mut st.total_pages, delta) };
+    let total =
+        unsafe { atomic_xadd::<i64, i64, { SeqCst }>(&raw mut st.total_pages, delta) } + delta;
+    // The mm's own maximum: the exact peak of the image running on it (hiwater_rss is only
+    // raised lazily, from the counters' approximate shared parts).
+    if total > st.peak_pages {
+        st.peak_pages = total;
+    }
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_ns() };
     let (tree_pages, peak) = tree_add(delta, now, st.tgid);
@@ -169,6 +180,8 @@ pub fn follow(task: u64, mm: u64, tgid: u32, leader_start_ns: u64) -> Result<(),
         rss_pages,
         total_pages,
         last_sent_ns: now,
+        peak_pages: total_pages,
+        since_ns: now,
         ..MmState::default()
     };
     if MM_STATE.insert(mm, st, 0).is_err() || TGID_MM.insert(tgid, mm, 0).is_err() {
@@ -190,10 +203,17 @@ pub fn forget(tgid: u32) {
         return;
     };
     if let Some(st) = unsafe { MM_STATE.get(mm) } {
-        let total = st.total_pages;
         // SAFETY: plain helper call.
         let now = unsafe { bpf_ktime_get_ns() };
-        tree_add(-total, now, tgid);
+        let (tree_pages, _) = tree_add(-st.total_pages, now, tgid);
+        // Dated by when following began: userspace gives it to the image running then.
+        record(
+            st,
+            flags::RSS_MM_PEAK,
+            st.since_ns,
+            st.peak_pages,
+            tree_pages,
+        );
     }
     let _ = MM_STATE.remove(mm);
     let _ = TGID_MM.remove(tgid);

@@ -65,6 +65,8 @@ impl Memory {
     /// Takes what concerns memory from a kernel record.
     pub fn observe(&mut self, ev: &Event) {
         match ev {
+            // An mm's end (its exact peak) is the tree's business, not a point in time.
+            Event::Rss(r) if r.hdr.flags & spacetime_common::flags::RSS_MM_PEAK != 0 => {}
             Event::Rss(r) => {
                 let key = Key {
                     tgid: r.hdr.tgid,

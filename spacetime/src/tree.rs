@@ -8,7 +8,9 @@
 
 use std::collections::HashMap;
 
-use spacetime_common::{flags, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, MemStats};
+use spacetime_common::{
+    flags, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, MemStats, RssEvent,
+};
 
 use crate::events::{split_argv, Args, Event, Exec};
 
@@ -73,6 +75,8 @@ pub struct Image {
     pub shared_mm: bool,
     /// Memory figures at the end of the image, when known.
     pub mem: Option<MemStats>,
+    /// The exact maximum RSS of the image's mm, when the kernel followed every change of it.
+    pub followed_peak_pages: Option<u64>,
     /// argv bytes still to come, and what arrived so far.
     args_expected: u32,
     args_area: Vec<u8>,
@@ -87,7 +91,15 @@ impl Image {
         if self.shared_mm {
             return Some(0);
         }
-        self.mem.as_ref().map(MemStats::peak_rss_pages)
+        // The followed maximum is exact; the end-of-image figure may miss a peak that was
+        // freed before (hiwater_rss is raised lazily, from approximate counts).
+        match (
+            self.mem.as_ref().map(MemStats::peak_rss_pages),
+            self.followed_peak_pages,
+        ) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     pub fn peak_vm_pages(&self) -> Option<u64> {
@@ -98,7 +110,9 @@ impl Image {
     }
 
     pub fn exact(&self) -> bool {
-        self.shared_mm || self.mem.is_some_and(|m| m.flags & flags::MEM_EXACT != 0)
+        self.shared_mm
+            || self.followed_peak_pages.is_some()
+            || self.mem.is_some_and(|m| m.flags & flags::MEM_EXACT != 0)
     }
 
     fn finish_argv(&mut self) {
@@ -248,6 +262,7 @@ impl Tree {
             Event::Args(a) => self.args(a),
             Event::ImageEnd(m) => self.image_end(&m),
             Event::Exit(x) => self.exit(&x),
+            Event::Rss(r) if r.hdr.flags & flags::RSS_MM_PEAK != 0 => self.mm_peak(&r),
             // Memory over time belongs to the timeline, not to the tree.
             Event::Rss(_) => {}
         }
@@ -343,6 +358,21 @@ impl Tree {
             if !img.shared_mm && m.mem.flags & flags::MEM_VALID != 0 {
                 img.mem = Some(m.mem);
             }
+        }
+    }
+
+    /// The exact peak of an mm the kernel followed since `hdr.ts_ns`: it belongs to the image
+    /// that was running then.
+    fn mm_peak(&mut self, r: &RssEvent) {
+        let i = self.entry(Key::of(&r.hdr));
+        let ts = r.hdr.ts_ns;
+        let images = &mut self.procs[i].images;
+        let at = images
+            .iter()
+            .rposition(|img| img.start_ns <= ts)
+            .unwrap_or(0);
+        if let Some(img) = images.get_mut(at).filter(|img| !img.shared_mm) {
+            img.followed_peak_pages = Some(img.followed_peak_pages.unwrap_or(0).max(r.rss_pages));
         }
     }
 
@@ -573,6 +603,34 @@ mod tests {
         assert_eq!(img.argv, ["aaaa", "bbbc"]);
         t.apply(args(99, b"x"));
         assert_eq!(t.args_gaps, 1);
+    }
+
+    fn mm_peak(p: (u32, u64), since: u64, pages: u64) -> Event {
+        let mut h = hdr(kind::RSS, p.0, p.0, p.1, since);
+        h.flags = flags::RSS_MM_PEAK;
+        Event::Rss(RssEvent {
+            hdr: h,
+            rss_pages: pages,
+            tree_rss_pages: 0,
+        })
+    }
+
+    #[test]
+    fn followed_peaks_go_to_the_image_running_when_following_began() {
+        let root = (100, 1);
+        let mut t = Tree::new(100, 0);
+        t.apply(exec(root, 10, "/bin/big", b"big\0"));
+        t.apply(image_end(root, 50, mem(100, 90)));
+        t.apply(exec(root, 51, "/bin/small", b"small\0"));
+        // The old mm's end arrives after the new image started; it is dated by its start.
+        t.apply(mm_peak(root, 11, 80_000));
+        // The small image freed 5000 pages before exiting: hiwater lags, the followed peak not.
+        t.apply(exit(root, 90, 0, mem(200, 150)));
+        t.apply(mm_peak(root, 52, 5000));
+        let p = t.root().expect("root");
+        assert_eq!(p.images[0].peak_rss_pages(), Some(80_000));
+        assert_eq!(p.images[1].peak_rss_pages(), Some(5000));
+        assert!(p.images[1].exact());
     }
 
     #[test]

@@ -120,3 +120,25 @@ fn grow_exec_splits_peak_per_image() {
         p.pid
     );
 }
+
+/// A process that peaks, frees, then ends small: its image peak is the peak it reached (its
+/// own VmRSS at that moment), not the smaller figure the kernel's lazily raised hiwater_rss
+/// may keep.
+#[test]
+fn freed_peak_is_still_the_peak() {
+    let out = Trace::new([WL, "peak-free", "96", "8"])
+        .tag("peak-free")
+        .run();
+    out.assert_code(0);
+    let report = out.report();
+    let truth = out.truth_one("peak-free");
+    let want = truth.int("peak_vmrss_kib") as u64 * 1024;
+    assert!(want >= 96 * MIB, "truth: VmRSS at the peak {want}");
+    let p = find_process(&report, truth.pid());
+    // The peak was read right after touching, before the read of /proc itself could add much.
+    assert_rss(
+        &format!("pid {} images[0] (peak then free)", p.pid),
+        p.images[0].peak(),
+        want,
+    );
+}

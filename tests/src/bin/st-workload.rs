@@ -387,6 +387,40 @@ fn main() {
             rec.begin("touch").int("mib", mib as i64).finish();
             exit(0)
         }
+        "peak-free" => {
+            // Reach a peak of BIG MiB, note the exact VmRSS there, free it, then use SMALL MiB:
+            // the kernel's hiwater_rss (raised lazily, from approximate counts) may lag the
+            // peak; spacetime must not.
+            let big: usize = parse(&args, 2, "BIG");
+            let small: usize = parse(&args, 3, "SMALL");
+            let len = big << 20;
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                sys_die("mmap");
+            }
+            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+            for off in (0..len).step_by(page) {
+                unsafe { std::ptr::write_volatile(p.cast::<u8>().add(off), 1) };
+            }
+            let status = std::fs::read("/proc/self/status").unwrap_or_else(|_| die("status"));
+            let at_peak = status_kib(&status, b"VmRSS:");
+            drop(status);
+            unsafe { libc::munmap(p, len) };
+            touch(small);
+            rec.begin("peak-free")
+                .int("peak_vmrss_kib", at_peak)
+                .finish();
+            exit(0)
+        }
         "hold" => {
             // Touch MIB MiB, keep them resident for MS ms, then exit.
             let mib: usize = parse(&args, 2, "MIB");
