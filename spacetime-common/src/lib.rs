@@ -144,6 +144,10 @@ pub struct KernelOffsets {
     pub signal_utime: u32,
     pub signal_stime: u32,
     pub signal_sum_sched_runtime: u32,
+    /// 1 when `sched_process_exit` passes `group_dead` as its second argument (6.16+): the
+    /// kernel's own "last thread" flag. Otherwise `signal->live == 0` is used, which two
+    /// threads exiting at the same moment can both see.
+    pub exit_tp_group_dead: u32,
 }
 
 /// Configuration of the kernel programs, written into their read-only data before load.
@@ -386,8 +390,8 @@ const _: () = {
     assert!(size_of::<ExitEvent>() == 192);
     assert!(EXEC_EVENT_FIXED == 32 + 16 + TASK_COMM_LEN + FILENAME_LEN);
     assert!(ARGS_EVENT_FIXED == 40);
-    assert!(size_of::<KernelOffsets>() == 38 * 4);
-    assert!(size_of::<Config>() == 24 + 38 * 4 + 8);
+    assert!(size_of::<KernelOffsets>() == 39 * 4);
+    assert!(size_of::<Config>() == 24 + 39 * 4 + 8);
     assert!(size_of::<MmState>() == 72);
     assert!(size_of::<TreeRss>() == 32);
     assert!(size_of::<RssEvent>() == 48);

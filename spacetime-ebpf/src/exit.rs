@@ -24,8 +24,13 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
         return Ok(());
     }
     let signal = task.signal()?;
-    // `signal->live` was decremented before the tracepoint: zero means this is the last thread.
-    let group_dead = read::<i32>(signal, conf!(off.signal_live))? == 0;
+    let group_dead = if conf!(off.exit_tp_group_dead) != 0 {
+        ctx.arg::<u64>(1) & 0xff != 0
+    } else {
+        // `signal->live` was decremented before the tracepoint: zero means this is the last
+        // thread (two threads exiting at once may both read zero).
+        read::<i32>(signal, conf!(off.signal_live))? == 0
+    };
     let mut ev = ExitEvent {
         hdr: header(kind::EXIT, &task, tgid, task.pid()?)?,
         utime_ns: read::<u64>(task.0, conf!(off.task_utime))?,

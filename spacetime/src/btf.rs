@@ -308,6 +308,25 @@ impl Btf {
         self.find_named(name, |k| k == Kind::Typedef).is_some()
     }
 
+    /// Number of parameters of the function type that typedef `name` points to. For the
+    /// kernel's `btf_trace_<tracepoint>` typedefs: the tracepoint's arguments plus the leading
+    /// context pointer, which tells which arguments a raw tracepoint receives.
+    pub fn typedef_fn_params(&self, name: &str) -> Result<u32> {
+        let id = self
+            .find_named(name, |k| k == Kind::Typedef)
+            .ok_or_else(|| BtfError::NoSuchType(format!("typedef {name}")))?;
+        let mut id = self.ty(id)?.size_or_type;
+        for _ in 0..MAX_DEPTH {
+            let t = self.ty(id)?;
+            match t.kind {
+                Kind::FuncProto => return Ok(t.vlen as u32),
+                k if k.is_modifier() || k == Kind::Ptr => id = t.size_or_type,
+                _ => return Err(BtfError::NoSuchType(format!("function type behind {name}"))),
+            }
+        }
+        Err(BtfError::TooDeep)
+    }
+
     /// Byte offset of a dotted member path (`"se.sum_exec_runtime"`) in struct `struct_name`.
     /// Members of anonymous structs and unions are found as if they were direct members.
     /// Bitfields are rejected.

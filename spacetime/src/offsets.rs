@@ -129,6 +129,14 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
         off.signal_sum_sched_runtime = signal("sum_sched_runtime")?;
     }
 
+    // sched_process_exit(task, group_dead) since 6.16: the kernel's own answer to "is this the
+    // last thread?". Before, signal->live is read, which two threads exiting at once can both
+    // see at 0.
+    if btf.typedef_fn_params("btf_trace_sched_process_exit").ok() == Some(3) {
+        off.exit_tp_group_dead = 1;
+        notes.push("tracepoint sched_process_exit passes group_dead".into());
+    }
+
     let has_task_rss_stat = btf.has_member("task_struct", "rss_stat.count");
     if has_task_rss_stat {
         off.task_rss_stat_count = task("rss_stat.count")?;
