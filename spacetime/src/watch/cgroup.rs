@@ -6,11 +6,12 @@
 //! cgroup already gone when first seen stays "#id".
 
 use std::{
-    collections::HashMap,
     ffi::CString,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
     sync::Arc,
 };
+
+use super::idhash::IdMap;
 
 /// `FILEID_KERNFS` (include/linux/exportfs.h).
 const FILEID_KERNFS: i32 = 0xfe;
@@ -27,7 +28,7 @@ struct KernfsHandle {
 pub struct Cgroups {
     /// The cgroup2 mount: its directory and its path.
     mount: Option<(OwnedFd, String)>,
-    cache: HashMap<u64, Arc<str>>,
+    cache: IdMap<u64, Arc<str>>,
     /// Lookups that failed (cgroup gone, no cgroup2 mount).
     pub unresolved: u64,
 }
@@ -77,7 +78,7 @@ impl Cgroups {
         });
         Cgroups {
             mount,
-            cache: HashMap::new(),
+            cache: IdMap::default(),
             unresolved: 0,
         }
     }

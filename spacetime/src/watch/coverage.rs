@@ -8,11 +8,9 @@
 //! to about a second. Pids are not reused that fast, so pid + closeness is a match. Records left
 //! unmatched for a few seconds count as `bpf_only` / `taskstats_only`.
 
-use std::{
-    collections::HashMap,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
+use super::idhash::IdMap;
 use crate::taskstats::{flags, RecordKind, TaskstatsRecord};
 
 /// How far the two exit times may be apart (btime has a resolution of one second and is
@@ -35,8 +33,8 @@ pub struct CoverageStats {
 #[derive(Debug, Default)]
 pub struct Coverage {
     /// tid → (exit wall-clock µs, arrival) of BPF process exits waiting for taskstats.
-    bpf: HashMap<u32, (i64, Instant)>,
-    taskstats: HashMap<u32, (i64, Instant)>,
+    bpf: IdMap<u32, (i64, Instant)>,
+    taskstats: IdMap<u32, (i64, Instant)>,
     pub stats: CoverageStats,
     /// The kernel's taskstats version (0 until a record arrived).
     pub version: u16,

@@ -64,6 +64,8 @@ pub struct Metrics {
     rss: Histogram<8>,
     /// Loss: ring-buffer reserve failures (kernel), undecodable records, taskstats ENOBUFS.
     pub ringbuf_lost: u64,
+    /// Kernel reads that failed: a record may have been dropped or left incomplete.
+    pub read_failures: u64,
     pub decode_errors: u64,
     pub enobufs: u64,
     /// Taskstats coverage.
@@ -194,6 +196,7 @@ impl Metrics {
         );
         for (source, v) in [
             ("ring_buffer", self.ringbuf_lost),
+            ("kernel_read_failures", self.read_failures),
             ("undecodable", self.decode_errors),
             ("taskstats_enobufs", self.enobufs),
         ] {

@@ -15,6 +15,7 @@ mod cgroup;
 mod coverage;
 mod exit;
 mod filter;
+mod idhash;
 mod metrics;
 mod output;
 mod procfs;
@@ -47,6 +48,10 @@ use metrics::Metrics;
 use output::{page_size, Output};
 use table::{Table, TableOptions};
 use watcher::{Io, Watch};
+
+/// Receive buffer for taskstats records (the kernel doubles it): room for about 25 000
+/// records, a few seconds of the fastest exit rate, while the event loop drains every 50 ms.
+const TASKSTATS_RCVBUF: usize = 16 << 20;
 
 /// Entry point of the subcommand: returns the process exit status.
 pub fn main(args: WatchArgs, verbose: u8) -> i32 {
@@ -146,7 +151,10 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
     let taskstats = if args.no_taskstats {
         None
     } else {
-        match TaskstatsListener::open(ListenerOptions::default()) {
+        match TaskstatsListener::open(ListenerOptions {
+            rcvbuf_bytes: TASKSTATS_RCVBUF,
+            ..ListenerOptions::default()
+        }) {
             Ok(l) => Some(l),
             Err(e) => {
                 eprintln!("spacetime: no taskstats cross-check: {e}");

@@ -395,7 +395,7 @@ impl Serialize for AncestorJson<'_> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("pid", &self.0.pid)?;
         m.serialize_entry("comm", &*self.0.image.comm)?;
-        m.serialize_entry("argv", &Argv(&self.0.image))?;
+        m.serialize_entry("exe", &*self.0.image.exe)?;
         m.serialize_entry("exited", &self.0.exited)?;
         m.end()
     }

@@ -99,14 +99,16 @@ pub fn render(f: &Final) -> String {
     let lost = m.ringbuf_lost + m.decode_errors;
     let _ = writeln!(
         o,
-        "  loss:          {} (ring buffer full: {}, undecodable: {}, taskstats ENOBUFS: {})",
-        if lost == 0 && m.enobufs == 0 {
+        "  loss:          {} (ring buffer full: {}, undecodable: {}, kernel read failures: {}, \
+         taskstats ENOBUFS: {})",
+        if lost + m.read_failures + m.enobufs == 0 {
             "none".to_string()
         } else {
             format!("{lost} events lost")
         },
         m.ringbuf_lost,
         m.decode_errors,
+        m.read_failures,
         m.enobufs
     );
     match &f.coverage_note {
@@ -122,6 +124,14 @@ pub fn render(f: &Final) -> String {
         }
     }
     let t = f.table;
+    if t.duplicate_exits > 0 {
+        let _ = writeln!(
+            o,
+            "  duplicates:    {} second end records of a process (threads exiting together) \
+             taken as thread exits",
+            t.duplicate_exits
+        );
+    }
     if t.full + t.stale + t.unknown_exits + t.args_gaps > 0 {
         let _ = writeln!(
             o,

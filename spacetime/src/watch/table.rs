@@ -16,6 +16,8 @@ use std::{
     sync::Arc,
 };
 
+use super::idhash::IdMap;
+
 use spacetime_common::{flags, ExitEvent, ForkEvent, ImageEndEvent};
 
 use crate::{
@@ -204,13 +206,22 @@ pub struct TableStats {
     pub args_gaps: u64,
     /// Ghosts dropped to keep the table bounded.
     pub ghosts_evicted: u64,
+    /// Second "last thread" records of a process (kernels before 6.16, where two threads
+    /// exiting at once can both look like the last one): taken as thread exits.
+    pub duplicate_exits: u64,
 }
 
+/// Processes remembered after their exit, to recognize a duplicate end record.
+const RECENTLY_ENDED: usize = 4096;
+
 pub struct Table {
-    live: HashMap<u32, Entry>,
-    ghosts: HashMap<u32, Ghost>,
+    live: IdMap<u32, Entry>,
+    ghosts: IdMap<u32, Ghost>,
     ghost_order: VecDeque<(u32, u64)>,
-    thread_starts: HashMap<u32, u64>,
+    thread_starts: IdMap<u32, u64>,
+    /// (tgid → start) of the last processes that ended, oldest first in `ended_order`.
+    ended: IdMap<u32, u64>,
+    ended_order: VecDeque<u32>,
     opts: TableOptions,
     empty: Arc<ImageInfo>,
     pub stats: TableStats,
@@ -219,10 +230,12 @@ pub struct Table {
 impl Table {
     pub fn new(opts: TableOptions) -> Table {
         Table {
-            live: HashMap::with_capacity(1024),
-            ghosts: HashMap::new(),
+            live: IdMap::default(),
+            ghosts: IdMap::default(),
             ghost_order: VecDeque::new(),
-            thread_starts: HashMap::new(),
+            thread_starts: IdMap::default(),
+            ended: IdMap::default(),
+            ended_order: VecDeque::new(),
             opts,
             empty: Arc::new(ImageInfo::default()),
             stats: TableStats::default(),
@@ -290,7 +303,17 @@ impl Table {
     fn lookup(&mut self, tgid: u32, start_ns: u64) -> Option<&mut Entry> {
         let stale = match self.live.get_mut(&tgid) {
             None => return None,
-            Some(e) => !e.same_process(start_ns),
+            Some(e) => {
+                let stale = !e.same_process(start_ns);
+                if stale {
+                    log::debug!(
+                        "pid {tgid}: record for the process started at {start_ns}, table has                          one started at {} (seeded: {})",
+                        e.start_ns,
+                        e.seeded
+                    );
+                }
+                stale
+            }
         };
         if stale {
             self.live.remove(&tgid);
@@ -452,15 +475,22 @@ impl Table {
 
     /// The process ended: removes it and returns its entry (made up when unknown), with the
     /// last thread's CPU time added. With ancestry on, `ancestry` receives its parent chain.
-    pub fn exit(&mut self, x: &ExitEvent, ancestry: &mut Vec<Ancestor>) -> Entry {
+    /// `None` for a duplicate end record (see [`TableStats::duplicate_exits`]).
+    pub fn exit(&mut self, x: &ExitEvent, ancestry: &mut Vec<Ancestor>) -> Option<Entry> {
         let tgid = x.hdr.tgid;
         let start = x.hdr.leader_start_ns;
         if self.opts.threads && x.hdr.pid != tgid {
             self.thread_starts.remove(&x.hdr.pid);
         }
-        let mut e = match self.lookup(tgid, start) {
-            Some(_) => self.live.remove(&tgid).expect("looked up"),
-            None => {
+        let found = self.lookup(tgid, start).is_some();
+        let mut e = match found {
+            true => self.live.remove(&tgid).expect("looked up"),
+            false if self.ended.get(&tgid) == Some(&start) => {
+                self.stats.duplicate_exits += 1;
+                return None;
+            }
+            false => {
+                log::debug!("exit of unknown process {tgid} (started at {start})");
                 self.stats.unknown_exits += 1;
                 let mut e = Entry::new(tgid, start, self.empty.clone());
                 e.known = false;
@@ -480,7 +510,15 @@ impl Table {
                 self.release_parent(e.ppid, e.start_ns);
             }
         }
-        e
+        if self.ended.insert(tgid, start).is_none() {
+            self.ended_order.push_back(tgid);
+        }
+        if self.ended_order.len() > RECENTLY_ENDED {
+            if let Some(old) = self.ended_order.pop_front() {
+                self.ended.remove(&old);
+            }
+        }
+        Some(e)
     }
 
     /// The parent of a process started at `child_start`: live, or a ghost.

@@ -66,6 +66,15 @@ fn mem(pages: u64) -> MemStats {
 }
 
 fn exit(t: &mut Table, p: (u32, u64), pages: u64, anc: &mut Vec<Ancestor>) -> super::table::Entry {
+    try_exit(t, p, pages, anc).expect("not a duplicate")
+}
+
+fn try_exit(
+    t: &mut Table,
+    p: (u32, u64),
+    pages: u64,
+    anc: &mut Vec<Ancestor>,
+) -> Option<super::table::Entry> {
     let mut h = hdr(kind::EXIT, p, p.1 + 100);
     h.flags = flags::EXIT_GROUP_DEAD;
     t.exit(
@@ -122,6 +131,9 @@ fn fork_exec_streamed_argv_and_peaks() {
     assert_eq!(anc.len(), 1);
     assert_eq!(anc[0].pid, 10);
     assert!(t.get(11).is_none(), "evicted on exit");
+    // A second end record for the same process (two threads exiting at once, old kernels).
+    assert!(try_exit(&mut t, b, 5, &mut anc).is_none());
+    assert_eq!(t.stats.duplicate_exits, 1);
 }
 
 #[test]

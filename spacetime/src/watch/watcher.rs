@@ -26,7 +26,7 @@ use super::{
 use crate::{
     events::{decode, Event},
     loader::{KernelLogger, Probes},
-    taskstats::{TaskstatsError, TaskstatsListener, TaskstatsRecord},
+    taskstats::{TaskstatsListener, TaskstatsRecord},
     tree::{split_runtime, ExitStatus},
 };
 
@@ -61,17 +61,6 @@ pub(super) struct Watch {
     pub(super) stop: Option<Stop>,
     /// Stopped: records only cancel out taskstats records (see `consume`).
     pub(super) late: bool,
-}
-
-/// Waits for a taskstats batch, or forever without a listener.
-async fn taskstats_recv(
-    l: &mut Option<TaskstatsListener>,
-    buf: &mut Vec<TaskstatsRecord>,
-) -> Result<usize, TaskstatsError> {
-    match l {
-        Some(l) => l.recv(buf).await,
-        None => std::future::pending().await,
-    }
 }
 
 async fn accept(l: &Option<tokio::net::TcpListener>) -> io::Result<tokio::net::TcpStream> {
@@ -109,15 +98,6 @@ impl Watch {
                     self.drain(guard.get_inner_mut());
                     guard.clear_ready();
                 }
-                n = taskstats_recv(&mut io.taskstats, &mut ts_buf) => {
-                    match n {
-                        Ok(_) => self.taskstats(&mut ts_buf),
-                        Err(e) => {
-                            eprintln!("spacetime: taskstats stopped: {e}");
-                            io.taskstats = None;
-                        }
-                    }
-                }
                 guard = sig.readable() => {
                     let mut guard = guard?;
                     if let Some(signo) = read_signal(sig.get_ref().as_raw_fd()) {
@@ -134,6 +114,17 @@ impl Watch {
                 _ = &mut sleep, if deadline.is_some() => self.stop = Some(Stop::Duration),
                 _ = tick.tick() => {
                     self.drain(ring.get_mut());
+                    // Taskstats sends a datagram per exit: waking up for each would cost more
+                    // than the exit itself, so they wait in the socket's buffer for the tick.
+                    if let Some(l) = io.taskstats.as_mut() {
+                        match l.drain(&mut ts_buf) {
+                            Ok(_) => self.taskstats(&mut ts_buf),
+                            Err(e) => {
+                                eprintln!("spacetime: taskstats stopped: {e}");
+                                io.taskstats = None;
+                            }
+                        }
+                    }
                     if let Some(l) = logger.as_mut() {
                         l.flush();
                     }
@@ -185,6 +176,7 @@ impl Watch {
                 );
             }
             self.metrics.ringbuf_lost = c.ringbuf_lost;
+            self.metrics.read_failures = c.read_failures;
         }
         if let Some(l) = taskstats {
             let e = l.stats().enobufs;
@@ -224,6 +216,8 @@ impl Watch {
             }
         }
         buf.clear();
+        // A backlog (after a stall) must not keep its memory.
+        buf.shrink_to(1024);
     }
 
     /// Applies every record in the ring buffer, then flushes the output.
@@ -271,12 +265,15 @@ impl Watch {
             self.thread_exit(x);
             return;
         }
+        let Some(e) = self.table.exit(x, &mut self.ancestry) else {
+            self.metrics.seen_threads += 1;
+            return;
+        };
         self.metrics.seen_processes += 1;
         if let Some(c) = self.coverage.as_mut() {
             let wall_us = (x.hdr.ts_ns as i64 + self.wall_offset_ns) / 1000;
             c.bpf_exit(x.hdr.pid, wall_us, now);
         }
-        let e = self.table.exit(x, &mut self.ancestry);
         let comm = comm_str(&x.comm);
         let cgroup = self.cgroups.path(x.cgroup_id).clone();
         let last = last_image_peak_pages(&e, x);
