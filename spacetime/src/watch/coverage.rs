@@ -7,6 +7,11 @@
 //! wall-clock seconds (`ac_btime64`) and its elapsed µs (`ac_etime`), whose sum is its exit time
 //! to about a second. Pids are not reused that fast, so pid + closeness is a match. Records left
 //! unmatched for a few seconds count as `bpf_only` / `taskstats_only`.
+//!
+//! When threads exit together the two sides can name different last threads (taskstats sets
+//! `AGROUP` when the thread list looks empty, the kernel's `group_dead` comes from a counter),
+//! so thread ends are kept briefly too: a process end may match the other side's thread end.
+//! Unmatched thread ends are not gaps.
 
 use std::time::{Duration, Instant};
 
@@ -30,11 +35,29 @@ pub struct CoverageStats {
     pub thread_records: u64,
 }
 
+/// (exit wall-clock µs, arrival) by thread id.
+type Pending = IdMap<u32, (i64, Instant)>;
+
+/// Removes and reports the entry of `tid` in `map` if its exit time is close to `exit_us`.
+fn take(map: &mut Pending, tid: u32, exit_us: i64) -> bool {
+    let close = map
+        .get(&tid)
+        .is_some_and(|&(t, _)| (t - exit_us).abs() <= WINDOW_US);
+    if close {
+        map.remove(&tid);
+    }
+    close
+}
+
+/// Process ends (counted when unmatched) and thread ends (not counted: they only resolve
+/// cases where the two sides disagree on which thread was the last, which happens when
+/// threads exit together), on each side.
 #[derive(Debug, Default)]
 pub struct Coverage {
-    /// tid → (exit wall-clock µs, arrival) of BPF process exits waiting for taskstats.
-    bpf: IdMap<u32, (i64, Instant)>,
-    taskstats: IdMap<u32, (i64, Instant)>,
+    bpf: Pending,
+    bpf_threads: Pending,
+    taskstats: Pending,
+    ts_threads: Pending,
     pub stats: CoverageStats,
     /// The kernel's taskstats version (0 until a record arrived).
     pub version: u16,
@@ -49,18 +72,22 @@ impl Coverage {
 
     /// A process ended (BPF): `tid` is its last thread, `exit_us` the wall-clock exit time.
     pub fn bpf_exit(&mut self, tid: u32, exit_us: i64, now: Instant) {
-        if let Some(&(t, _)) = self.taskstats.get(&tid) {
-            if (t - exit_us).abs() <= WINDOW_US {
-                self.taskstats.remove(&tid);
-                self.stats.matched += 1;
-                return;
-            }
+        if take(&mut self.taskstats, tid, exit_us) || take(&mut self.ts_threads, tid, exit_us) {
+            self.stats.matched += 1;
+            return;
         }
-        if let Some((_, old)) = self.bpf.insert(tid, (exit_us, now)) {
+        if self.bpf.insert(tid, (exit_us, now)).is_some() {
             // The same tid ended twice before taskstats answered for the first: unmatched.
-            let _ = old;
             self.stats.bpf_only += 1;
         }
+    }
+
+    /// A thread (not the last of its process, for BPF) ended.
+    pub fn bpf_thread_exit(&mut self, tid: u32, exit_us: i64, now: Instant) {
+        if take(&mut self.taskstats, tid, exit_us) || take(&mut self.ts_threads, tid, exit_us) {
+            return;
+        }
+        self.bpf_threads.insert(tid, (exit_us, now));
     }
 
     /// A taskstats record arrived.
@@ -78,22 +105,22 @@ impl Coverage {
         );
     }
 
-    /// A taskstats pid record: thread `tid`, ending its group, at about `exit_us`.
+    /// A taskstats pid record: thread `tid`, ending its group or not, at about `exit_us`.
     fn record(&mut self, tid: u32, version: u16, group: bool, exit_us: i64, now: Instant) {
         self.version = self.version.max(version);
-        if version >= AGROUP_VERSION && !group {
-            self.stats.thread_records += 1;
+        // Before version 12 a process's end cannot be told from a thread's.
+        let group = group || version < AGROUP_VERSION;
+        if take(&mut self.bpf, tid, exit_us) {
+            self.stats.matched += 1;
             return;
         }
-        if let Some(&(t, _)) = self.bpf.get(&tid) {
-            // etime is measured after the BPF record's timestamp; btime is rounded down.
-            if (t - exit_us).abs() <= WINDOW_US {
-                self.bpf.remove(&tid);
-                self.stats.matched += 1;
-                return;
-            }
+        if take(&mut self.bpf_threads, tid, exit_us) {
+            return;
         }
-        if self.taskstats.insert(tid, (exit_us, now)).is_some() {
+        if !group {
+            self.stats.thread_records += 1;
+            self.ts_threads.insert(tid, (exit_us, now));
+        } else if self.taskstats.insert(tid, (exit_us, now)).is_some() {
             self.stats.taskstats_only += 1;
         }
     }
@@ -101,12 +128,8 @@ impl Coverage {
     /// A process ended after the watch stopped: its taskstats record, if it already
     /// arrived, is neither a match nor a gap.
     pub fn late_bpf_exit(&mut self, tid: u32, exit_us: i64) {
-        if self
-            .taskstats
-            .get(&tid)
-            .is_some_and(|&(t, _)| (t - exit_us).abs() <= WINDOW_US)
-        {
-            self.taskstats.remove(&tid);
+        if !take(&mut self.taskstats, tid, exit_us) {
+            take(&mut self.ts_threads, tid, exit_us);
         }
     }
 
@@ -117,12 +140,13 @@ impl Coverage {
         self.bpf.retain(|_, v| !old(v));
         self.stats.bpf_only += (before - self.bpf.len()) as u64;
         let before = self.taskstats.len();
-        // Before version 12 thread ends cannot be told apart: unmatched ones are not counted.
-        let count = self.version >= AGROUP_VERSION;
         self.taskstats.retain(|_, v| !old(v));
-        if count {
+        // Before version 12 thread ends cannot be told apart: unmatched ones are not counted.
+        if self.version >= AGROUP_VERSION {
             self.stats.taskstats_only += (before - self.taskstats.len()) as u64;
         }
+        self.bpf_threads.retain(|_, v| !old(v));
+        self.ts_threads.retain(|_, v| !old(v));
     }
 }
 
@@ -148,6 +172,23 @@ mod tests {
         assert_eq!(c.stats.matched, 2);
         assert_eq!(c.stats.thread_records, 1);
         assert_eq!(c.pending(), 0);
+    }
+
+    /// Threads exiting together: BPF and taskstats may name different last threads.
+    #[test]
+    fn disagreeing_last_threads_still_match() {
+        let now = Instant::now();
+        let mut c = Coverage::default();
+        // BPF: 7 is a thread end, 8 the process end. Taskstats: 7 got AGROUP, 8 did not.
+        c.bpf_thread_exit(7, 5_000_000, now);
+        c.bpf_exit(8, 5_000_000, now);
+        rec(&mut c, 7, 5, 0, true, now);
+        rec(&mut c, 8, 5, 0, false, now);
+        c.expire(now, true);
+        assert_eq!(
+            (c.stats.matched, c.stats.bpf_only, c.stats.taskstats_only),
+            (1, 0, 0)
+        );
     }
 
     #[test]

@@ -262,11 +262,12 @@ impl Watch {
 
     fn exit(&mut self, x: &ExitEvent, now: Instant) {
         if x.hdr.flags & flags::EXIT_GROUP_DEAD == 0 {
-            self.thread_exit(x);
+            self.thread_exit(x, now);
             return;
         }
         let Some(e) = self.table.exit(x, &mut self.ancestry) else {
             self.metrics.seen_threads += 1;
+            self.coverage_thread(x, now);
             return;
         };
         self.metrics.seen_processes += 1;
@@ -319,8 +320,16 @@ impl Watch {
         self.after_write(r);
     }
 
-    fn thread_exit(&mut self, x: &ExitEvent) {
+    fn coverage_thread(&mut self, x: &ExitEvent, now: Instant) {
+        if let Some(c) = self.coverage.as_mut() {
+            let wall_us = (x.hdr.ts_ns as i64 + self.wall_offset_ns) / 1000;
+            c.bpf_thread_exit(x.hdr.pid, wall_us, now);
+        }
+    }
+
+    fn thread_exit(&mut self, x: &ExitEvent, now: Instant) {
         self.metrics.seen_threads += 1;
+        self.coverage_thread(x, now);
         let start = self.table.thread_exit(x);
         if !self.threads {
             return;
