@@ -102,8 +102,13 @@ fn a_one_gib_fill_is_a_rising_staircase() {
             "the fill must rise monotonically: {w:?}"
         );
     }
+    // Points are rate-bounded (one per 5 ms per process): the last few MiB of the fill may
+    // land after the last point; the exact peak is checked below.
     let top = points[peak_at].1;
-    assert!(top >= 1024 * MIB, "the staircase reaches 1 GiB: {top}");
+    assert!(
+        top >= 1000 * MIB,
+        "the staircase reaches about 1 GiB: {top}"
+    );
     let exact = u64_at(&v, &["totals", "tree_peak_rss_bytes"]);
     let proc_peak = largest_process_peak(&v);
     assert_eq!(
