@@ -203,7 +203,12 @@ pub fn find_process(report: &Report, pid: i32) -> &Process {
                 if pids.len() > 64 { " …" } else { "" }
             )
         }
-        n => panic!("pid {pid} has {n} entries in the report (must be exactly one)"),
+        // Pids wrap (pid_max is 32768 here) and the report keeps reused pids apart: the workload
+        // that recorded the truth is the newest process with that pid.
+        _ => found
+            .into_iter()
+            .max_by_key(|p| p.start_ns)
+            .unwrap_or_else(|| panic!("pid {pid}: no entry")),
     }
 }
 
@@ -263,10 +268,35 @@ pub fn check_invariants(report: &Report) {
         report.totals.peak_rss_bytes, max_peak,
         "totals.peak_rss_bytes must be the largest process peak"
     );
+    // A pid may come back (pids wrap), as a different process: (pid, start) is unique and two
+    // processes with one pid never overlap in time.
     let mut seen = BTreeSet::new();
+    let mut by_pid: std::collections::BTreeMap<i32, Vec<(u64, Option<u64>)>> = Default::default();
+    for p in &report.processes {
+        by_pid
+            .entry(p.pid)
+            .or_default()
+            .push((p.start_ns, p.end_ns));
+    }
+    for (pid, mut lives) in by_pid {
+        lives.sort();
+        for w in lives.windows(2) {
+            let ended = w[0].1.unwrap_or(u64::MAX);
+            assert!(
+                ended <= w[1].0,
+                "pid {pid} is two processes at once: {:?} and {:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
     for p in &report.processes {
         let pid = p.pid;
-        assert!(seen.insert(pid), "pid {pid} appears more than once");
+        assert!(
+            seen.insert((pid, p.start_ns)),
+            "pid {pid} started at {} appears more than once",
+            p.start_ns
+        );
         assert!(p.threads >= 1, "pid {pid}: threads = 0");
         assert!(!p.images.is_empty(), "pid {pid}: no images");
         for img in &p.images {
