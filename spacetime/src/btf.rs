@@ -327,6 +327,17 @@ impl Btf {
         Err(BtfError::TooDeep)
     }
 
+    /// Whether a function `name` is described (pahole records the functions the kernel kept
+    /// out of line): an fentry program can only attach to those. A linear scan, for the rare
+    /// kernels that need one.
+    pub fn has_func(&self, name: &str) -> bool {
+        (1..self.type_count()).any(|id| {
+            self.ty(id).is_ok_and(|t| {
+                t.kind == Kind::Func && self.name_bytes(t.name_off).ok() == Some(name.as_bytes())
+            })
+        })
+    }
+
     /// Byte offset of a dotted member path (`"se.sum_exec_runtime"`) in struct `struct_name`.
     /// Members of anonymous structs and unions are found as if they were direct members.
     /// Bitfields are rejected.

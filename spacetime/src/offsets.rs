@@ -30,6 +30,23 @@ pub enum OffsetsError {
     },
 }
 
+/// Where the kernel programs read the memory figures of an image that ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemHook {
+    /// In the tracepoint program itself: it fires while the mm is still attached.
+    Tracepoint,
+    /// In an fentry program on this kernel function, which is handed the mm: the tracepoint
+    /// misses it (or is missing) on this kernel.
+    Fentry(&'static str),
+    /// Nowhere: those images report no peak.
+    Unavailable,
+}
+
+/// The kernel function exit_mm() calls with the mm before dropping it (kernel/fork.c).
+pub const EXIT_MM_RELEASE: &str = "exit_mm_release";
+/// The kernel function exec_mmap() calls with the old mm after exec's point of no return.
+pub const EXEC_MM_RELEASE: &str = "exec_mm_release";
+
 /// What [`resolve`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resolved {
@@ -40,6 +57,10 @@ pub struct Resolved {
     pub nr_mm_counters: u32,
     /// `sched_prepare_exec` tracepoint exists (Linux 6.10+): the old image is still mapped there.
     pub has_prepare_exec: bool,
+    /// Where the last image of an exiting process has its figures read.
+    pub exit_mem: MemHook,
+    /// Where an image replaced by exec has its figures read.
+    pub exec_mem: MemHook,
     /// `task_struct.rss_stat` exists: per-task cached RSS deltas (kernels before 6.2 with
     /// SPLIT_RSS_COUNTING) must be added to the mm's counters.
     pub has_task_rss_stat: bool,
@@ -64,6 +85,31 @@ fn rss_index(btf: &Btf, name: &'static str, len: u32) -> Result<u32, OffsetsErro
         .ok()
         .filter(|&v| v < len)
         .ok_or(OffsetsError::RssIndex { name, value, len })
+}
+
+/// Whether `sched_process_exit` fires while the exiting task's mm is still attached.
+///
+/// Linux 6.16 (commit 3e816361e94a, "sched/tracepoints: Move and extend the
+/// sched_process_exit() tracepoint") moved the tracepoint before exit_mm() and, in the same
+/// change, gave it a `group_dead` argument. So the tracepoint's BTF prototype tells which side
+/// of exit_mm() it fires on: `btf_trace_sched_process_exit` is `void (*)(void *, struct
+/// task_struct *)` before, `(void *, struct task_struct *, bool)` since.
+pub fn exit_tracepoint_has_mm(btf: &Btf) -> bool {
+    btf.typedef_fn_params("btf_trace_sched_process_exit")
+        .is_ok_and(|n| n >= 3)
+}
+
+/// An fentry on `function` if the kernel describes it (it then exists and is not inlined).
+fn fentry_hook(btf: &Btf, function: &'static str, notes: &mut Vec<String>) -> MemHook {
+    if btf.has_func(function) {
+        notes.push(format!("function {function}: present (fentry target)"));
+        MemHook::Fentry(function)
+    } else {
+        notes.push(format!(
+            "function {function}: not in BTF (inlined or absent)"
+        ));
+        MemHook::Unavailable
+    }
 }
 
 /// Resolves every offset the kernel programs need from `btf`.
@@ -198,11 +244,32 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
     } else {
         "tracepoint sched_prepare_exec: absent (before 6.10)".into()
     });
+    let exec_mem = if has_prepare_exec {
+        MemHook::Tracepoint
+    } else {
+        fentry_hook(btf, EXEC_MM_RELEASE, &mut notes)
+    };
+    let exit_mem = if off.exit_tp_group_dead != 0 {
+        // Same probe as exit_tracepoint_has_mm().
+        notes.push(
+            "tracepoint sched_process_exit: fires before exit_mm(), the mm is attached".into(),
+        );
+        MemHook::Tracepoint
+    } else {
+        notes.push(
+            "tracepoint sched_process_exit(task): fires after exit_mm() (before 6.16), the mm \
+             is gone"
+                .into(),
+        );
+        fentry_hook(btf, EXIT_MM_RELEASE, &mut notes)
+    };
     Ok(Resolved {
         off,
         rss_layout: layout,
         nr_mm_counters: nr,
         has_prepare_exec,
+        exit_mem,
+        exec_mem,
         has_task_rss_stat,
         notes,
     })
@@ -217,6 +284,13 @@ mod tests {
     /// RSS deltas in `task_struct.rss_stat`, no `sched_prepare_exec`. `skip` ("struct.member" or
     /// an enumerator) is left out, to check the errors.
     fn old_kernel(skip: &str) -> Btf {
+        kernel(skip, false)
+    }
+
+    /// [`old_kernel`], or with `tracepoints_with_mm` the tracepoints of 6.16+: a
+    /// `sched_prepare_exec`, and a `sched_process_exit` with a `group_dead` argument. Both have
+    /// `exit_mm_release` and `exec_mm_release` unless `skip` names them.
+    fn kernel(skip: &str, tracepoints_with_mm: bool) -> Btf {
         let mut e = Enc::new();
         let int = e.int("int", 4, 32);
         let long = e.int("long", 8, 64);
@@ -309,7 +383,85 @@ mod tests {
         .filter(|x| x.0 != skip)
         .collect();
         e.enum32("", false, &counters);
+
+        // Tracepoint typedefs: `void (*)(void *, struct task_struct *[, bool])`.
+        let void_ptr = e.modifier(Kind::Ptr, "", 0);
+        let task_ptr = e.modifier(Kind::Ptr, "", 1); // any pointer will do
+        let boolean = e.int("_Bool", 1, 8);
+        let mut params = vec![void_ptr, task_ptr];
+        if tracepoints_with_mm {
+            params.push(boolean);
+            let proto = e.ty("", Kind::FuncProto, false, 3, 0);
+            e.words(&[0, void_ptr, 0, task_ptr, 0, ptr]);
+            let fp = e.modifier(Kind::Ptr, "", proto);
+            e.modifier(Kind::Typedef, "btf_trace_sched_prepare_exec", fp);
+        }
+        let proto = e.ty("", Kind::FuncProto, false, params.len() as u32, 0);
+        for p in params {
+            e.words(&[0, p]);
+        }
+        let fp = e.modifier(Kind::Ptr, "", proto);
+        e.modifier(Kind::Typedef, "btf_trace_sched_process_exit", fp);
+
+        // `void exit_mm_release(struct task_struct *tsk, struct mm_struct *mm)`, and exec's.
+        let tsk = e.s("tsk");
+        let mm_name = e.s("mm");
+        let release = e.ty("", Kind::FuncProto, false, 2, 0);
+        e.words(&[tsk, task_ptr, mm_name, ptr]);
+        for f in [EXIT_MM_RELEASE, EXEC_MM_RELEASE] {
+            if f != skip {
+                e.ty(f, Kind::Func, false, 0, release);
+            }
+        }
         Btf::parse(e.build()).unwrap()
+    }
+
+    #[test]
+    fn mem_hooks_follow_the_tracepoints_prototypes() {
+        let r = resolve(&old_kernel("")).unwrap();
+        assert_eq!(r.exit_mem, MemHook::Fentry("exit_mm_release"));
+        assert_eq!(r.exec_mem, MemHook::Fentry("exec_mm_release"));
+        assert!(r.notes.iter().any(|n| n.contains("fires after exit_mm()")));
+        assert!(!exit_tracepoint_has_mm(&old_kernel("")));
+
+        let r = resolve(&kernel("", true)).unwrap();
+        assert!(r.has_prepare_exec);
+        assert_eq!(
+            (r.exit_mem, r.exec_mem),
+            (MemHook::Tracepoint, MemHook::Tracepoint)
+        );
+        assert!(exit_tracepoint_has_mm(&kernel("", true)));
+
+        // A function inlined away is not in BTF: no fentry, and the images have no peak.
+        let r = resolve(&old_kernel("exit_mm_release")).unwrap();
+        assert_eq!(r.exit_mem, MemHook::Unavailable);
+        assert_eq!(r.exec_mem, MemHook::Fentry("exec_mm_release"));
+        let r = resolve(&old_kernel("exec_mm_release")).unwrap();
+        assert_eq!(r.exec_mem, MemHook::Unavailable);
+        assert!(r
+            .notes
+            .iter()
+            .any(|n| n.contains("exec_mm_release: not in BTF")));
+    }
+
+    #[test]
+    fn btf_function_probes() {
+        let b = old_kernel("");
+        assert!(b.has_func("exit_mm_release"));
+        assert!(!b.has_func("exit_mm"));
+        assert!(!b.has_func("task_struct")); // a struct, not a function
+        assert_eq!(
+            b.typedef_fn_params("btf_trace_sched_process_exit").unwrap(),
+            2
+        );
+        assert_eq!(
+            kernel("", true)
+                .typedef_fn_params("btf_trace_sched_process_exit")
+                .unwrap(),
+            3
+        );
+        assert!(b.typedef_fn_params("btf_trace_sched_prepare_exec").is_err());
+        assert!(b.typedef_fn_params("atomic_t").is_err()); // a typedef of a struct
     }
 
     #[test]
@@ -446,5 +598,10 @@ mod tests {
         assert_eq!(r.rss_layout, rss_layout::PERCPU_COUNTER);
         assert_eq!((o.rss_file_idx, o.rss_anon_idx, o.rss_shmem_idx), (0, 1, 3));
         assert!(r.has_prepare_exec);
+        assert_eq!(
+            (r.exit_mem, r.exec_mem),
+            (MemHook::Tracepoint, MemHook::Tracepoint)
+        );
+        assert!(btf.has_func(EXIT_MM_RELEASE) && btf.has_func(EXEC_MM_RELEASE));
     }
 }
