@@ -98,10 +98,11 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     } as u32;
     ev.args_len = args_len;
 
-    let first = args_len.min(ARGS_CHUNK as u32);
-    if first as usize > ARGS_CHUNK {
-        return Err(-1);
-    }
+    let first = if args_len == 0 {
+        0
+    } else {
+        chunk_len(args_len.min(ARGS_CHUNK as u32))
+    };
     // SAFETY: reads user memory of the current task into our buffer; failure is reported.
     let ret = unsafe {
         bpf_probe_read_user(
@@ -147,6 +148,17 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     Ok(())
 }
 
+/// A length of 1..=ARGS_CHUNK bytes (`n` must be in that range), in a form every verifier
+/// can bound: a mask, on a value the compiler cannot see through (it would drop a mask it
+/// proves redundant). 6.1's verifier loses the bound of a plain `min` in this code.
+#[inline(always)]
+fn chunk_len(n: u32) -> u32 {
+    let n = n.wrapping_sub(1);
+    // SAFETY: a volatile read of a local.
+    let n = unsafe { core::ptr::read_volatile(&n) };
+    (n & (ARGS_CHUNK as u32 - 1)) + 1
+}
+
 /// Sends chunk `i` of the argument area; false when there is nothing more to send.
 #[inline(always)]
 fn send_chunk(chunk: &mut ArgsEvent, i: u32, args_len: u32, arg_start: u64) -> bool {
@@ -154,10 +166,7 @@ fn send_chunk(chunk: &mut ArgsEvent, i: u32, args_len: u32, arg_start: u64) -> b
     if offset >= args_len {
         return false;
     }
-    let n = (args_len - offset).min(ARGS_CHUNK as u32);
-    if n as usize > ARGS_CHUNK {
-        return false;
-    }
+    let n = chunk_len((args_len - offset).min(ARGS_CHUNK as u32));
     // SAFETY: reads user memory of the current task into our scratch buffer.
     let ret = unsafe {
         bpf_probe_read_user(
