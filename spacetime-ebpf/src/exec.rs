@@ -1,5 +1,6 @@
 //! sched_prepare_exec / sched_process_exec: a traced process replaces its program image.
-//! prepare_exec (the point of no return) closes the old image with its memory peak;
+//! prepare_exec (the point of no return) closes the old image with its memory peak (on
+//! kernels without it, `exec_mm_release` does, see exec_mm.rs);
 //! process_exec opens the new one with its filename and full argv, read from the new mm's
 //! argument area and streamed in chunks when it does not fit one record.
 
@@ -33,11 +34,18 @@ pub fn try_prepare_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
         return Ok(());
     }
     let mm = task.mm()?;
+    image_end(&task, tgid, mm)
+}
+
+/// Sends the memory figures of `mm`, the image `task` (of process `tgid`) is leaving by exec.
+/// Kernel threads (no mm) send nothing.
+#[inline(always)]
+pub fn image_end(task: &Task, tgid: u32, mm: u64) -> Result<(), i32> {
     if mm == 0 {
         return Ok(());
     }
     let ev = ImageEndEvent {
-        hdr: header(kind::IMAGE_END, &task, tgid, task.pid()?)?,
+        hdr: header(kind::IMAGE_END, task, tgid, task.pid()?)?,
         mem: mem::read_mm(task.0, mm)?,
     };
     output(&ev);

@@ -1,6 +1,7 @@
 //! sched_process_exit(task): a traced task exits. The last thread's exit ends the process: its
 //! final image's memory figures are read here, while the mm is still attached (the tracepoint
-//! fires before exit_mm() on 6.16+; older kernels have already dropped it).
+//! fires before exit_mm() on 6.16+); on older kernels, which have already dropped it, they come
+//! from exit_mm_release (exit_mm.rs).
 
 use aya_ebpf::{
     helpers::{
@@ -12,27 +13,52 @@ use aya_ebpf::{
 use spacetime_common::{flags, kind, mode, ExitEvent, TASK_COMM_LEN};
 
 use crate::{
-    conf, mem, output, rss,
+    conf, exit_mm, mem, output, rss,
     task::{header, is_traced, read, Task},
     TRACKED,
 };
 
 pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
+    let mm = task.mm()?;
+    // Before 6.16 the tracepoint fires after exit_mm(): exit_mm_release (exit_mm.rs) decided
+    // whether this is the last thread, and read the final figures, while the mm was attached.
+    let pid = task.pid()?;
+    let stash = if mm == 0 { exit_mm::get(pid) } else { None };
+    // The kernel's own "last thread" flag, where the tracepoint passes it (6.16+).
+    let tp_group_dead = (conf!(off.exit_tp_group_dead) != 0).then(|| ctx.arg::<u64>(1) & 0xff != 0);
+    let r = exit(&task, mm, stash, tp_group_dead);
+    if stash.is_some() {
+        // Whatever happened, no entry outlives its thread.
+        exit_mm::forget(pid);
+    }
+    r
+}
+
+#[inline(always)]
+fn exit(
+    task: &Task,
+    mm: u64,
+    stash: Option<&exit_mm::ExitMm>,
+    tp_group_dead: Option<bool>,
+) -> Result<(), i32> {
     let tgid = task.tgid()?;
     if !is_traced(tgid) {
         return Ok(());
     }
     let signal = task.signal()?;
-    let group_dead = if conf!(off.exit_tp_group_dead) != 0 {
-        ctx.arg::<u64>(1) & 0xff != 0
+    let group_dead = if let Some(g) = tp_group_dead {
+        g
+    } else if let Some(s) = stash {
+        // Before 6.16: decided by exit_mm_release (exit_mm.rs).
+        s.last != 0
     } else {
         // `signal->live` was decremented before the tracepoint: zero means this is the last
         // thread (two threads exiting at once may both read zero).
         read::<i32>(signal, conf!(off.signal_live))? == 0
     };
     let mut ev = ExitEvent {
-        hdr: header(kind::EXIT, &task, tgid, task.pid()?)?,
+        hdr: header(kind::EXIT, task, tgid, task.pid()?)?,
         utime_ns: read::<u64>(task.0, conf!(off.task_utime))?,
         stime_ns: read::<u64>(task.0, conf!(off.task_stime))?,
         runtime_ns: read::<u64>(task.0, conf!(off.task_sum_exec_runtime))?,
@@ -63,10 +89,11 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
                 ev.comm = c;
             }
         }
-        group_times(signal, &task, leader, &mut ev);
-        let mm = task.mm()?;
+        group_times(signal, task, leader, &mut ev);
         if mm != 0 {
             ev.mem = mem::read_mm(task.0, mm)?;
+        } else if let Some(s) = stash {
+            ev.mem = s.mem;
         }
     }
     output(&ev);

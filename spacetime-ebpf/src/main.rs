@@ -1,5 +1,7 @@
 //! spacetime's kernel programs: fork, exec and exit of the traced tree, with the memory
 //! high-water marks of every program image, sent to userspace through one ring buffer.
+//! Raw tracepoints everywhere; on kernels where the tracepoints miss the mm (6.1), fentry
+//! programs on `exit_mm_release` and `exec_mm_release` read it instead (userspace picks).
 //!
 //! Entry points are thin: each delegates to a `try_*` function in the file named after its
 //! probe. Kernel fields are read at offsets userspace resolved from the running kernel's BTF
@@ -11,7 +13,9 @@
 #![allow(internal_features)]
 
 mod exec;
+mod exec_mm;
 mod exit;
+mod exit_mm;
 mod fork;
 mod mem;
 mod rss;
@@ -19,9 +23,9 @@ mod task;
 
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    macros::{map, raw_tracepoint},
+    macros::{fentry, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
-    programs::RawTracePointContext,
+    programs::{FEntryContext, RawTracePointContext},
 };
 use aya_log_ebpf::debug;
 use spacetime_common::{stat, ArgsEvent, Config, ExecEvent, MmState, TreeRss, MAX_EXACT_CPUS};
@@ -38,6 +42,13 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
 /// thread's exit removes the process.
 #[map]
 static TRACKED: HashMap<u32, u32> = HashMap::with_max_entries(65536, 0);
+
+/// Kernels whose exit tracepoint fires after exit_mm() (before 6.16): whether an exiting
+/// thread is the last, and the final image's figures, found by `exit_mm_release` and taken by
+/// the same thread's exit record; keyed by thread id. An entry lives from exit_mm() to the
+/// tracepoint, microseconds later. Userspace shrinks the map to one entry where it is unused.
+#[map]
+static EXIT_MEM: HashMap<u32, exit_mm::ExitMm> = HashMap::with_max_entries(1024, 0);
 
 /// Per-CPU failure counters, indexed by [`stat`].
 #[map]
@@ -149,6 +160,34 @@ pub fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
         Err(e) => {
             // Rare by construction; reaches userspace with -vv / RUST_LOG=debug.
             debug!(&ctx, "sched_process_exit: error {}", e);
+            e
+        }
+    }
+}
+
+/// Kernels whose exit tracepoint fires after exit_mm() (before 6.16): which thread is the last,
+/// and its final image figures, read before the mm is released, for its exit record.
+#[fentry(function = "exit_mm_release")]
+pub fn exit_mm_release(ctx: FEntryContext) -> i32 {
+    match exit_mm::try_exit_mm_release(&ctx) {
+        Ok(()) => 0,
+        Err(e) => {
+            // Rare by construction; reaches userspace with -vv / RUST_LOG=debug.
+            debug!(&ctx, "exit_mm_release: error {}", e);
+            e
+        }
+    }
+}
+
+/// Kernels without sched_prepare_exec (before 6.10): the peak of an image replaced by exec,
+/// read from the old mm after the point of no return.
+#[fentry(function = "exec_mm_release")]
+pub fn exec_mm_release(ctx: FEntryContext) -> i32 {
+    match exec_mm::try_exec_mm_release(&ctx) {
+        Ok(()) => 0,
+        Err(e) => {
+            // Rare by construction; reaches userspace with -vv / RUST_LOG=debug.
+            debug!(&ctx, "exec_mm_release: error {}", e);
             e
         }
     }

@@ -8,12 +8,15 @@ use std::{path::Path, time::Instant};
 
 use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
-    programs::RawTracePoint,
+    programs::{FEntry, RawTracePoint},
     Ebpf, EbpfLoader,
 };
 use spacetime_common::{mode, stat, Config};
 
-use crate::{btf::Btf, offsets};
+use crate::{
+    btf::Btf,
+    offsets::{self, MemHook},
+};
 
 /// The compiled kernel programs, embedded at build time by `cargo xtask build`.
 #[cfg(spacetime_ebpf)]
@@ -22,6 +25,9 @@ static OBJECT: Option<&[u8]> = Some(aya::include_bytes_aligned!(env!("SPACETIME_
 static OBJECT: Option<&[u8]> = None;
 
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+/// Exits in flight between exit_mm() and the exit tracepoint, on kernels that need the
+/// `exit_mm_release` program (preallocated: about 100 KiB).
+const EXIT_MEM_ENTRIES: u32 = 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -47,6 +53,16 @@ pub enum LoadError {
         #[source]
         source: aya::programs::ProgramError,
     },
+    #[error("attaching to kernel function {function} (fentry) failed: {source}")]
+    AttachFentry {
+        function: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("reading the kernel's BTF for fentry: {0}")]
+    KernelBtf(#[source] aya::BtfError),
+    #[error("eBPF program {0} is missing from the object")]
+    MissingProgram(&'static str),
     #[error("eBPF map {0} is missing from the object")]
     MissingMap(&'static str),
     #[error("eBPF map {name}: {source}")]
@@ -201,6 +217,75 @@ fn map_load_error(e: aya::EbpfError) -> LoadError {
     }
 }
 
+/// Which end of an image a memory hook serves, for the `-v` lines.
+#[derive(Clone, Copy)]
+enum MemKind {
+    Exec,
+    Exit,
+}
+
+impl MemKind {
+    fn tracepoint_line(self) -> &'static str {
+        match self {
+            MemKind::Exec => "sched_prepare_exec: image peaks read at exec's point of no return",
+            MemKind::Exit => {
+                "sched_process_exit fires before exit_mm(): final image peaks read there"
+            }
+        }
+    }
+
+    fn fentry_line(self, function: &str) -> String {
+        match self {
+            MemKind::Exec => format!(
+                "fentry {function} (no sched_prepare_exec): peaks of images replaced by exec \
+                 read from the old mm"
+            ),
+            MemKind::Exit => format!(
+                "fentry {function} (sched_process_exit fires after exit_mm()): final image \
+                 peaks read before the mm is released"
+            ),
+        }
+    }
+
+    fn no_hook(self) -> &'static str {
+        match self {
+            MemKind::Exec => "no sched_prepare_exec nor exec_mm_release on this kernel",
+            MemKind::Exit => {
+                "sched_process_exit fires after exit_mm() and exit_mm_release is not traceable"
+            }
+        }
+    }
+
+    fn unavailable(self) -> &'static str {
+        match self {
+            MemKind::Exec => "images replaced by exec have no peak",
+            MemKind::Exit => "the last image of each process has no peak",
+        }
+    }
+}
+
+/// Loads and attaches the fentry program named after kernel function `function`. aya resolves
+/// the target in the kernel's BTF with its own parser, loaded once, only when needed.
+fn attach_fentry(
+    ebpf: &mut Ebpf,
+    function: &'static str,
+    kernel_btf: &mut Option<aya::Btf>,
+) -> Result<(), LoadError> {
+    let err = |source| LoadError::AttachFentry { function, source };
+    if kernel_btf.is_none() {
+        *kernel_btf = Some(aya::Btf::from_sys_fs().map_err(LoadError::KernelBtf)?);
+    }
+    let btf = kernel_btf.as_ref().ok_or(LoadError::NoBtf)?;
+    let prog: &mut FEntry = ebpf
+        .program_mut(function)
+        .ok_or(LoadError::MissingProgram(function))?
+        .try_into()
+        .map_err(err)?;
+    prog.load(function, btf).map_err(err)?;
+    prog.attach().map_err(err)?;
+    Ok(())
+}
+
 impl Probes {
     /// Checks the environment, resolves kernel offsets, loads and attaches the programs.
     pub fn load(opts: &LoadOptions) -> Result<Probes, LoadError> {
@@ -214,6 +299,9 @@ impl Probes {
 
         let btf = Btf::from_sys_fs()?;
         let resolved = offsets::resolve(&btf)?;
+        for note in &resolved.notes {
+            log::debug!("kernel BTF: {note}");
+        }
         let nr_cpus = possible_cpus()?;
         let ring = opts.ring_buffer_bytes.max(4096).next_power_of_two();
         let rss_tracking = opts.track_rss && btf.has_typedef("btf_trace_rss_stat");
@@ -235,6 +323,13 @@ impl Probes {
             .override_global("CONFIG", &config, true)
             .map_max_entries("EVENTS", ring)
             .map_max_entries("TRACKED", opts.max_tracked.max(1))
+            .map_max_entries(
+                "EXIT_MEM",
+                match resolved.exit_mem {
+                    MemHook::Fentry(_) => EXIT_MEM_ENTRIES,
+                    _ => 1,
+                },
+            )
             .map_max_entries("MM_STATE", opts.max_tracked.max(1))
             .map_max_entries("TGID_MM", opts.max_tracked.max(1))
             .load(object)
@@ -270,12 +365,6 @@ impl Probes {
         attach_to("sched_process_exit", "sched_process_exit")?;
         if resolved.has_prepare_exec {
             attach_to("sched_prepare_exec", "sched_prepare_exec")?;
-            mechanisms
-                .push("sched_prepare_exec: image peaks read at exec's point of no return".into());
-        } else {
-            mechanisms.push(
-                "no sched_prepare_exec on this kernel: images replaced by exec have no peak".into(),
-            );
         }
         if rss_tracking {
             attach_to("rss_stat", "rss_stat")?;
@@ -287,6 +376,26 @@ impl Probes {
             mechanisms.push(
                 "no kmem:rss_stat tracepoint: RSS over time is sampled from /proc/PID/statm".into(),
             );
+        }
+        let mut kernel_btf = None;
+        for (hook, what) in [
+            (resolved.exec_mem, MemKind::Exec),
+            (resolved.exit_mem, MemKind::Exit),
+        ] {
+            let line = match hook {
+                MemHook::Tracepoint => what.tracepoint_line().to_string(),
+                MemHook::Fentry(function) => {
+                    match attach_fentry(&mut ebpf, function, &mut kernel_btf) {
+                        Ok(()) => what.fentry_line(function),
+                        Err(e) => {
+                            log::warn!("{e}: {}", what.unavailable());
+                            format!("{e}: {}", what.unavailable())
+                        }
+                    }
+                }
+                MemHook::Unavailable => format!("{}: {}", what.no_hook(), what.unavailable()),
+            };
+            mechanisms.push(line);
         }
         let logger = aya_log::EbpfLogger::init(&mut ebpf)
             .inspect_err(|e| log::debug!("kernel-side logging unavailable: {e}"))

@@ -1,0 +1,20 @@
+//! fentry on `exec_mm_release(task, old_mm)`: exec_mmap() calls it with the image's old mm,
+//! after exec's point of no return and before the mm is dropped. On kernels without the
+//! sched_prepare_exec tracepoint (before 6.10) this is where an image replaced by exec has its
+//! peak read.
+
+use aya_ebpf::programs::FEntryContext;
+
+use crate::{
+    exec::image_end,
+    task::{is_traced, Task},
+};
+
+pub fn try_exec_mm_release(ctx: &FEntryContext) -> Result<(), i32> {
+    let task = Task(ctx.arg::<u64>(0));
+    let tgid = task.tgid()?;
+    if !is_traced(tgid) {
+        return Ok(());
+    }
+    image_end(&task, tgid, ctx.arg::<u64>(1))
+}
