@@ -46,6 +46,9 @@ const STATUS_BUF: usize = 16 * 1024;
 const LINE_BUF: usize = 64 * 1024;
 /// Stack pre-faulted at startup so the recording path doesn't grow the stack.
 const STACK_PREFAULT: usize = 128 * 1024;
+/// Pages read (never written) by `fold_rss_counters`: more than the 64 faults after which a
+/// pre-6.2 kernel folds a thread's pending RSS counts into the mm.
+const FOLD_PAGES: usize = 128;
 
 extern "C" {
     static environ: *const *mut libc::c_char;
@@ -77,6 +80,47 @@ fn gettid() -> i64 {
     unsafe { libc::syscall(libc::SYS_gettid) }
 }
 
+/// Makes this thread's RSS counts visible in /proc/self/status. Before 6.2 (SPLIT_RSS_COUNTING)
+/// each thread keeps its RSS counter updates to itself and folds them into the mm every 64 page
+/// faults (and when it exits or execs), so VmHWM/VmRSS lag by up to 64 faults' worth of pages
+/// (more with file fault-around) while the kernel's own exit figures (ru_maxrss, taskstats)
+/// count them. Reading one byte of each of `FOLD_PAGES` fresh anonymous pages takes that many
+/// faults, each mapping the shared zero page, which is not counted in RSS: the pending counts
+/// are folded and nothing new is pending. A no-op on later kernels (no per-thread counts).
+fn fold_rss_counters(region: usize) {
+    let page = 4096;
+    unsafe {
+        // Drops the zero-page mappings of an earlier fold (not counted either), so the reads
+        // below fault again.
+        libc::madvise(
+            region as *mut libc::c_void,
+            FOLD_PAGES * page,
+            libc::MADV_DONTNEED,
+        );
+        for i in 0..FOLD_PAGES {
+            std::ptr::read_volatile((region + i * page) as *const u8);
+        }
+    }
+}
+
+/// Reserves the never-written region `fold_rss_counters` reads; returns its address.
+fn fold_region() -> usize {
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            FOLD_PAGES * 4096,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        sys_die("mmap fold region");
+    }
+    p as usize
+}
+
 /// Allocates a Vec with `cap` bytes of capacity, every page written once, length 0.
 fn touched_vec(cap: usize) -> Vec<u8> {
     let mut v = vec![0xa5u8; cap];
@@ -89,6 +133,8 @@ struct Recorder {
     truth: Option<CString>,
     status: Vec<u8>,
     line: Vec<u8>,
+    /// The region `fold_rss_counters` reads.
+    fold: usize,
 }
 
 impl Recorder {
@@ -104,6 +150,7 @@ impl Recorder {
             truth,
             status,
             line,
+            fold: fold_region(),
         }
     }
 
@@ -143,6 +190,14 @@ impl Recorder {
         self
     }
 
+    /// Runs the recording path once without writing anything, so recording later faults in
+    /// nothing new (its text, its buffers).
+    fn warm_up(&mut self) {
+        let truth = self.truth.take();
+        self.begin("warm-up").finish();
+        self.truth = truth;
+    }
+
     /// Reads /proc/self/status, appends ppid/vmhwm_kib/vmrss_kib, writes the line.
     ///
     /// The whole path runs twice: the first pass only warms up. A forked child shares its
@@ -155,6 +210,7 @@ impl Recorder {
         for pass in 0..2 {
             self.line.truncate(prefix);
             let ppid = unsafe { libc::getppid() };
+            fold_rss_counters(self.fold);
             let n = self.read_status();
             let status = &self.status[..n];
             let hwm = status_kib(status, b"VmHWM:");
@@ -411,9 +467,16 @@ fn main() {
             for off in (0..len).step_by(page) {
                 unsafe { std::ptr::write_volatile(p.cast::<u8>().add(off), 1) };
             }
-            let status = std::fs::read("/proc/self/status").unwrap_or_else(|_| die("status"));
-            let at_peak = status_kib(&status, b"VmRSS:");
-            drop(status);
+            // The first pass warms the reading path (its text, its buffer); the second folds
+            // this thread's pending RSS counts first (see fold_rss_counters), so VmRSS is exact.
+            let mut at_peak = 0;
+            for pass in 0..2 {
+                if pass == 1 {
+                    fold_rss_counters(rec.fold);
+                }
+                let status = std::fs::read("/proc/self/status").unwrap_or_else(|_| die("status"));
+                at_peak = status_kib(&status, b"VmRSS:");
+            }
             unsafe { libc::munmap(p, len) };
             touch(small);
             rec.begin("peak-free")
@@ -426,6 +489,12 @@ fn main() {
             let mib: usize = parse(&args, 2, "MIB");
             let ms: u64 = parse(&args, 3, "MS");
             touch(mib);
+            // Everything counted in the mm (and seen by kmem:rss_stat) for the whole hold: warm
+            // the sleep and recording paths, then fold this thread's pending RSS counts (see
+            // fold_rss_counters).
+            rec.warm_up();
+            std::thread::sleep(Duration::from_millis(1));
+            fold_rss_counters(rec.fold);
             std::thread::sleep(Duration::from_millis(ms));
             rec.begin("hold")
                 .int("mib", mib as i64)
@@ -606,17 +675,29 @@ fn main() {
         }
         "thread-exec" => {
             let argv = exec_argv(&args, 2);
-            let h = std::thread::Builder::new()
+            // The main thread folds its own pending RSS counts (see fold_rss_counters) before
+            // the exec thread measures, then spins (no syscall text to fault in) until the
+            // exec kills it.
+            let folded = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let go = folded.clone();
+            let fold = rec.fold;
+            let _ = std::thread::Builder::new()
                 .spawn(move || {
                     let argv_ptrs = ptrs(&argv);
                     prefault_stack();
+                    while !go.load(std::sync::atomic::Ordering::Acquire) {
+                        std::hint::spin_loop();
+                    }
                     rec.begin("thread-exec").finish();
                     // The kernel kills the other threads and gives this one the leader's pid.
                     execv(&argv, &argv_ptrs)
                 })
                 .unwrap_or_else(|e| die(&format!("spawn thread: {e}")));
-            let _ = h.join();
-            die("thread-exec: exec thread returned")
+            fold_rss_counters(fold);
+            folded.store(true, std::sync::atomic::Ordering::Release);
+            loop {
+                std::hint::spin_loop();
+            }
         }
         "exit" => {
             let code: i32 = parse(&args, 2, "CODE");
