@@ -2,6 +2,7 @@
 //! pieces that are missing, and runs spacetime and its tests.
 
 mod toolchain;
+mod vm;
 
 use std::{
     ffi::OsString,
@@ -39,6 +40,22 @@ enum Cmd {
     },
     /// rustfmt and clippy (-D warnings) on both the userspace and the eBPF crates
     Lint,
+    /// Build, then run every integration test inside a Debian 6.1 guest (qemu, TCG); fetches
+    /// and caches the kernel package with apt
+    VmTest {
+        /// Boot this kernel image instead of Debian's 6.1 cloud kernel
+        #[arg(long)]
+        kernel: Option<PathBuf>,
+        /// Time limit for the guest, in seconds
+        #[arg(long, default_value_t = 540)]
+        timeout: u64,
+        /// Also run the tests skipped by default as too slow for an emulated CPU
+        #[arg(long)]
+        all: bool,
+        /// Extra arguments for every test binary (after --), e.g. a test name filter
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
 }
 
 pub fn root() -> PathBuf {
@@ -156,6 +173,17 @@ fn main() -> Result<()> {
                 ])
                 .args(&args))
         }
+        Cmd::VmTest {
+            kernel,
+            timeout,
+            all,
+            args,
+        } => vm::vm_test(vm::Options {
+            kernel,
+            timeout: std::time::Duration::from_secs(timeout),
+            all,
+            test_args: args,
+        }),
         Cmd::Lint => {
             toolchain::ensure()?;
             run(cargo().args(["fmt", "--all", "--check"]))?;

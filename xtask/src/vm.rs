@@ -1,0 +1,591 @@
+//! `cargo xtask vm-test`: the whole integration suite inside a Debian 6.1 guest.
+//!
+//! Most servers still run 6.1, which differs from recent kernels exactly where spacetime is
+//! delicate (the exit tracepoint fires after the mm is gone, no `sched_prepare_exec`, atomic RSS
+//! counters). This boots Debian's cloud kernel under qemu (TCG: KVM hangs on the CI machines)
+//! with an initramfs holding busybox, the release `spacetime`, `st-workload` and the integration
+//! test binaries, runs every test binary in the guest and reads the verdict from the console.
+//!
+//! The kernel package is fetched with apt by name (the newest `linux-image-6.1.0-*-cloud-amd64-
+//! unsigned` apt offers) and cached under `<target>/vm/`, so a second run downloads nothing.
+
+use std::{
+    ffi::OsString,
+    fs,
+    io::{BufRead, BufReader, Write},
+    os::unix::fs::{symlink, PermissionsExt},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+
+use crate::{run, target_dir};
+
+/// Host packages the VM test needs: qemu, a static busybox for the guest, cpio for the archive.
+const HOST_PACKAGES: [&str; 3] = ["qemu-system-x86", "busybox-static", "cpio"];
+/// The Debian kernel package, by name: `linux-image-6.1.0-<abi>-cloud-amd64-unsigned`.
+const KERNEL_PREFIX: &str = "linux-image-6.1.0-";
+const KERNEL_SUFFIX: &str = "-cloud-amd64-unsigned";
+/// Printed by the guest's /init as its last line before powering off.
+const MARKER: &str = "SPACETIME-VM-RESULT:";
+/// Where the guest finds things.
+const GUEST_SPACETIME: &str = "/usr/bin/spacetime";
+const GUEST_TESTS: &str = "/tests";
+/// busybox applets linked in the archive (the rest are installed by /init). The tests call
+/// `true` (through PATH), `/bin/echo`, `/bin/sh` and `id -G`.
+const APPLETS: [&str; 17] = [
+    "sh", "echo", "true", "false", "id", "mount", "mkdir", "cat", "cp", "mv", "ls", "uname",
+    "poweroff", "sleep", "grep", "env", "ip",
+];
+
+pub struct Options {
+    /// A kernel image to boot instead of Debian's 6.1.
+    pub kernel: Option<PathBuf>,
+    /// Limit for the guest's whole run.
+    pub timeout: Duration,
+    /// Also run the tests in [`SLOW_UNDER_TCG`].
+    pub all: bool,
+    /// Extra arguments for every test binary (a name filter, `--nocapture`…).
+    pub test_args: Vec<OsString>,
+}
+
+/// Tests skipped by default (`--all` runs them): sized for a real CPU, they cannot finish in
+/// time on qemu's emulated one (about 12 fork+exec per second here, 100 times slower).
+const SLOW_UNDER_TCG: [(&str, &str); 1] = [(
+    "watch_sees_every_exit_of_a_burst",
+    "3000 fork+exec against a 180 s limit: about 250 s under TCG",
+)];
+
+pub fn vm_test(opts: Options) -> Result<()> {
+    let started = Instant::now();
+    ensure_host_packages()?;
+    let dir = target_dir().join("vm");
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let kernel = match &opts.kernel {
+        Some(k) => k.clone(),
+        None => debian_kernel(&dir)?,
+    };
+    if !kernel.is_file() {
+        bail!("kernel image {} does not exist", kernel.display());
+    }
+    crate::build()?;
+    let built = build_tests()?;
+    let initrd = dir.join("initramfs.cpio");
+    let mut test_args = opts.test_args.clone();
+    if !opts.all {
+        for (name, why) in SLOW_UNDER_TCG {
+            eprintln!("xtask: skipping {name} ({why}; --all runs it)");
+            test_args.extend(["--skip".into(), name.into()]);
+        }
+    }
+    make_initramfs(&dir.join("root"), &initrd, &built, &test_args)?;
+    eprintln!(
+        "xtask: prepared in {:.0} s; booting {} (qemu, TCG, time limit {} s)",
+        started.elapsed().as_secs_f64(),
+        kernel.display(),
+        opts.timeout.as_secs()
+    );
+    let booted = Instant::now();
+    let mut verdict = boot(&kernel, &initrd, opts.timeout)?;
+    if !opts.all {
+        verdict.skipped = SLOW_UNDER_TCG.iter().map(|(name, _)| *name).collect();
+    }
+    eprintln!(
+        "xtask: guest ran for {:.0} s (whole vm-test {:.0} s)",
+        booted.elapsed().as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    verdict.summarize()
+}
+
+fn dpkg_installed(package: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", package])
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+}
+
+fn ensure_host_packages() -> Result<()> {
+    let missing: Vec<&str> = HOST_PACKAGES
+        .into_iter()
+        .filter(|p| !dpkg_installed(p))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!(
+        "xtask: installing {} from Debian (the VM test boots a 6.1 guest under qemu)",
+        missing.join(" ")
+    );
+    run(Command::new("apt-get").args(["update", "-qq"]))?;
+    run(Command::new("apt-get")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(&missing))
+}
+
+/// The ABI number of a kernel package or .deb name (`linux-image-6.1.0-<abi>-cloud-…`).
+fn kernel_abi(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(KERNEL_PREFIX)?;
+    let (abi, tail) = rest.split_once('-')?;
+    tail.starts_with(&KERNEL_SUFFIX[1..])
+        .then(|| abi.parse().ok())
+        .flatten()
+}
+
+/// The newest Debian 6.1 cloud kernel package apt offers.
+fn newest_kernel_package() -> Result<String> {
+    let search = || -> Result<Vec<String>> {
+        let out = Command::new("apt-cache")
+            .args([
+                "search",
+                "--names-only",
+                r"^linux-image-6\.1\.0-[0-9]+-cloud-amd64-unsigned$",
+            ])
+            .output()
+            .context("running apt-cache search")?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|n| n.ends_with(KERNEL_SUFFIX) && kernel_abi(n).is_some())
+            .map(str::to_owned)
+            .collect())
+    };
+    let mut names = search()?;
+    if names.is_empty() {
+        eprintln!("xtask: no Debian 6.1 cloud kernel in apt's lists; running apt-get update");
+        run(Command::new("apt-get").args(["update", "-qq"]))?;
+        names = search()?;
+    }
+    names
+        .into_iter()
+        .max_by_key(|n| kernel_abi(n))
+        .context("apt offers no linux-image-6.1.0-*-cloud-amd64-unsigned package")
+}
+
+/// Debian's 6.1 cloud kernel, downloaded once and unpacked under `dir`; returns the vmlinuz.
+fn debian_kernel(dir: &Path) -> Result<PathBuf> {
+    let cached = |dir: &Path| -> Option<PathBuf> {
+        fs::read_dir(dir)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                name.ends_with(".deb") && kernel_abi(name).is_some()
+            })
+            .max_by_key(|p| kernel_abi(p.file_name()?.to_str()?))
+    };
+    let deb = match cached(dir) {
+        Some(deb) => {
+            eprintln!("xtask: using the cached kernel package {}", deb.display());
+            deb
+        }
+        None => {
+            let package = newest_kernel_package()?;
+            eprintln!(
+                "xtask: downloading {package} with apt-get (cached in {})",
+                dir.display()
+            );
+            run(Command::new("apt-get").current_dir(dir).args([
+                "-o",
+                "APT::Sandbox::User=root",
+                "download",
+                &package,
+            ]))?;
+            cached(dir).context("apt-get download left no .deb")?
+        }
+    };
+    let stem = deb
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .context("kernel .deb name")?;
+    let unpacked = dir.join(stem);
+    if !unpacked.join("boot").is_dir() {
+        let partial = dir.join(format!("{stem}.partial"));
+        let _ = fs::remove_dir_all(&partial);
+        run(Command::new("dpkg").arg("-x").arg(&deb).arg(&partial))?;
+        fs::rename(&partial, &unpacked)?;
+    }
+    let boot = unpacked.join("boot");
+    fs::read_dir(&boot)
+        .with_context(|| format!("reading {}", boot.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("vmlinuz-"))
+        })
+        .with_context(|| format!("no vmlinuz-* in {}", boot.display()))
+}
+
+/// What the guest runs.
+struct Built {
+    /// (name, path) of every integration test binary.
+    tests: Vec<(String, PathBuf)>,
+    /// `st-workload`: the tests have its absolute path compiled in, so the guest keeps it.
+    workload: PathBuf,
+}
+
+/// Builds the integration tests (release) and finds their binaries in cargo's JSON messages.
+fn build_tests() -> Result<Built> {
+    eprintln!("xtask: building the integration tests (release)");
+    let out = crate::cargo()
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "spacetime-tests",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo test --no-run")?;
+    if !out.status.success() {
+        bail!("building the integration tests failed with {}", out.status);
+    }
+    let mut tests = Vec::new();
+    let mut workload = None;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" {
+            continue;
+        }
+        let Some(exe) = msg["executable"].as_str() else {
+            continue;
+        };
+        let name = msg["target"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let kinds = msg["target"]["kind"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let is_test = msg["profile"]["test"].as_bool().unwrap_or(false);
+        if kinds.iter().any(|k| k == "test") {
+            tests.push((name, PathBuf::from(exe)));
+        } else if kinds.iter().any(|k| k == "bin") && name == "st-workload" && !is_test {
+            workload = Some(PathBuf::from(exe));
+        }
+    }
+    if tests.is_empty() {
+        bail!("cargo built no integration test binaries");
+    }
+    tests.sort();
+    Ok(Built {
+        tests,
+        workload: workload.context("cargo did not report the st-workload binary")?,
+    })
+}
+
+/// Copies `src` (symlinks followed) to `root` + `guest_path`, executable bits kept.
+fn install(root: &Path, src: &Path, guest_path: &Path) -> Result<()> {
+    let dst = root.join(guest_path.strip_prefix("/").unwrap_or(guest_path));
+    let parent = dst.parent().context("destination has a parent")?;
+    make_dirs(root, parent)?;
+    fs::copy(src, &dst)
+        .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+    Ok(())
+}
+
+/// `mkdir -p` with mode 0755 on every directory created (the sudo test needs `st-workload`'s
+/// directories searchable by `nobody`).
+fn make_dirs(root: &Path, dir: &Path) -> Result<()> {
+    let mut todo = Vec::new();
+    let mut d = dir;
+    while !d.exists() && d.starts_with(root) {
+        todo.push(d.to_path_buf());
+        d = d.parent().context("no parent")?;
+    }
+    for d in todo.into_iter().rev() {
+        fs::create_dir(&d).with_context(|| format!("creating {}", d.display()))?;
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(())
+}
+
+/// The shared libraries (and the dynamic loader) `ldd` names for `bin`.
+fn shared_libraries(bin: &Path) -> Result<Vec<PathBuf>> {
+    let out = Command::new("ldd")
+        .arg(bin)
+        .output()
+        .with_context(|| format!("running ldd {}", bin.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        // A static binary: nothing to copy.
+        return Ok(Vec::new());
+    }
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find(|w| w.starts_with('/'))
+                .map(PathBuf::from)
+        })
+        .collect())
+}
+
+/// Quotes `s` for the guest's shell.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+fn init_script(built: &Built, test_args: &[OsString]) -> String {
+    let args: Vec<String> = test_args
+        .iter()
+        .map(|a| sh_quote(&a.to_string_lossy()))
+        .collect();
+    let mut s = String::from(
+        r#"#!/bin/sh
+# spacetime's VM test: mount the basics, run every integration test binary, power off.
+/bin/busybox --install -s 2>/dev/null
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+# The archive's /tmp holds st-workload at its build path: move it onto the tmpfs.
+mv /tmp /tmp.initramfs
+mkdir -m 1777 /tmp
+mount -t tmpfs -o mode=1777 tmp /tmp
+cp -a /tmp.initramfs/. /tmp/
+mount -t bpf bpf /sys/fs/bpf 2>/dev/null
+ip link set lo up
+# Debian's kernel defaults to THP "always"; the CI host (and the taskstats test, which counts
+# one fault per touched page) has "madvise".
+echo madvise > /sys/kernel/mm/transparent_hugepage/enabled
+echo "spacetime-vm: kernel $(uname -r), $(grep -c ^processor /proc/cpuinfo) CPUs, THP $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
+"#,
+    );
+    s += &format!("export SPACETIME_BIN={GUEST_SPACETIME}\n");
+    s += "echo 'spacetime-vm: spacetime trace -v -- true'\n";
+    s += "$SPACETIME_BIN trace -v -- true 2>&1\n";
+    s += "failed=''\n";
+    for (name, _) in &built.tests {
+        let path = format!("{GUEST_TESTS}/{name}");
+        s += &format!("echo 'spacetime-vm: running {name}'\n");
+        s += &format!(
+            "{path} --test-threads=1 {} || failed=\"$failed {name}\"\n",
+            args.join(" ")
+        );
+    }
+    s += &format!(
+        r#"if [ -z "$failed" ]; then echo "{MARKER} PASS"; else echo "{MARKER} FAIL:$failed"; fi
+poweroff -f
+"#
+    );
+    s
+}
+
+/// Builds the guest's root file system in `root` and archives it (newc cpio) into `out`.
+fn make_initramfs(root: &Path, out: &Path, built: &Built, test_args: &[OsString]) -> Result<()> {
+    eprintln!("xtask: building the initramfs in {}", root.display());
+    if root.exists() {
+        fs::remove_dir_all(root).with_context(|| format!("removing {}", root.display()))?;
+    }
+    make_dirs(root.parent().context("root has a parent")?, root)?;
+    for d in [
+        "proc", "sys", "dev", "tmp", "etc", "root", "bin", "sbin", "usr/bin", "usr/sbin",
+    ] {
+        make_dirs(root, &root.join(d))?;
+    }
+    fs::set_permissions(root.join("tmp"), fs::Permissions::from_mode(0o1777))?;
+
+    install(root, Path::new("/bin/busybox"), Path::new("/bin/busybox"))?;
+    for applet in APPLETS {
+        symlink("busybox", root.join("bin").join(applet))?;
+    }
+
+    let mut binaries = vec![(crate::spacetime_bin(), PathBuf::from(GUEST_SPACETIME))];
+    binaries.push((built.workload.clone(), built.workload.clone()));
+    for (name, path) in &built.tests {
+        binaries.push((path.clone(), Path::new(GUEST_TESTS).join(name)));
+    }
+    let mut libs = Vec::new();
+    for (src, dst) in &binaries {
+        install(root, src, dst)?;
+        for lib in shared_libraries(src)? {
+            if !libs.contains(&lib) {
+                libs.push(lib);
+            }
+        }
+    }
+    for lib in &libs {
+        install(root, lib, lib)?;
+    }
+
+    // root and nobody: the sudo test drops to nobody and compares with `id -G nobody`.
+    let etc = root.join("etc");
+    fs::write(
+        etc.join("passwd"),
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+    )?;
+    fs::write(etc.join("group"), "root:x:0:\nnogroup:x:65534:\n")?;
+    fs::write(etc.join("nsswitch.conf"), "passwd: files\ngroup: files\n")?;
+
+    let init = root.join("init");
+    fs::write(&init, init_script(built, test_args))?;
+    fs::set_permissions(&init, fs::Permissions::from_mode(0o755))?;
+
+    // newc archive of everything under root, by relative path.
+    let file = fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut cpio = Command::new("sh")
+        .current_dir(root)
+        .args(["-c", "find . -print | cpio -o -H newc --quiet"])
+        .stdout(file)
+        .spawn()
+        .context("running cpio")?;
+    let status = cpio.wait()?;
+    if !status.success() {
+        bail!("cpio failed with {status}");
+    }
+    let size = fs::metadata(out)?.len();
+    eprintln!(
+        "xtask: initramfs {} ({:.0} MiB, {} test binaries, {} shared libraries)",
+        out.display(),
+        size as f64 / (1 << 20) as f64,
+        built.tests.len(),
+        libs.len()
+    );
+    Ok(())
+}
+
+/// What the guest said.
+struct Verdict {
+    /// The marker line, if the guest got that far.
+    marker: Option<String>,
+    /// The test harnesses' summary lines (`test result: …`).
+    summaries: Vec<String>,
+    /// Tests not run (see [`SLOW_UNDER_TCG`]).
+    skipped: Vec<&'static str>,
+    timed_out: bool,
+}
+
+impl Verdict {
+    fn summarize(&self) -> Result<()> {
+        eprintln!("xtask: vm-test summary:");
+        for s in &self.summaries {
+            eprintln!("xtask:   {s}");
+        }
+        for name in &self.skipped {
+            eprintln!("xtask:   skipped (too slow under TCG; --all runs it): {name}");
+        }
+        match &self.marker {
+            Some(m) if m.trim_end() == format!("{MARKER} PASS") => {
+                eprintln!("xtask: vm-test PASSED");
+                Ok(())
+            }
+            Some(m) => bail!("vm-test FAILED: {}", m.trim()),
+            None if self.timed_out => bail!("vm-test FAILED: the guest did not finish in time"),
+            None => bail!("vm-test FAILED: the guest stopped without a verdict"),
+        }
+    }
+}
+
+/// Boots the guest, streams its console, and returns what it said.
+fn boot(kernel: &Path, initrd: &Path, timeout: Duration) -> Result<Verdict> {
+    let mut qemu = Command::new("qemu-system-x86_64");
+    qemu.args(["-accel", "tcg", "-cpu", "max", "-m", "2048", "-smp", "2"])
+        .args(["-nographic", "-no-reboot", "-kernel"])
+        .arg(kernel)
+        .arg("-initrd")
+        .arg(initrd)
+        .args(["-append", "console=ttyS0 quiet panic=-1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = qemu.spawn().context("starting qemu-system-x86_64")?;
+    let stdout = child.stdout.take().context("qemu stdout")?;
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(stdout);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match r.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let line = String::from_utf8_lossy(&buf)
+                        .trim_end_matches(['\r', '\n'])
+                        .to_owned();
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+
+    let deadline = Instant::now() + timeout;
+    let mut verdict = Verdict {
+        marker: None,
+        summaries: Vec::new(),
+        skipped: Vec::new(),
+        timed_out: false,
+    };
+    let mut console = std::io::stdout().lock();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                let _ = writeln!(console, "{line}");
+                if let Some(at) = line.find(MARKER) {
+                    verdict.marker = Some(line[at..].to_owned());
+                }
+                if let Some(at) = line.find("test result:") {
+                    verdict.summaries.push(line[at..].to_owned());
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                verdict.timed_out = true;
+                let _ = writeln!(
+                    console,
+                    "xtask: the guest ran past {} s; stopping qemu",
+                    timeout.as_secs()
+                );
+                let _ = child.kill();
+                break;
+            }
+        }
+    }
+    drop(console);
+    let status = child.wait().context("waiting for qemu")?;
+    if !status.success() && verdict.marker.is_none() && !verdict.timed_out {
+        bail!("qemu failed with {status}");
+    }
+    Ok(verdict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_abi_from_names() {
+        assert_eq!(
+            kernel_abi("linux-image-6.1.0-54-cloud-amd64-unsigned"),
+            Some(54)
+        );
+        assert_eq!(
+            kernel_abi("linux-image-6.1.0-54-cloud-amd64-unsigned_6.1.190-1_amd64.deb"),
+            Some(54)
+        );
+        assert_eq!(kernel_abi("linux-image-6.1.0-54-amd64-unsigned"), None);
+        assert_eq!(kernel_abi("linux-image-6.1.0-x-cloud-amd64-unsigned"), None);
+    }
+
+    #[test]
+    fn quoting_for_the_guest_shell() {
+        assert_eq!(sh_quote("a b"), "'a b'");
+        assert_eq!(sh_quote("it's"), r"'it'\''s'");
+    }
+}
