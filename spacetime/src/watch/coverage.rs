@@ -2,11 +2,14 @@
 //! programs report should have a taskstats record, and the other way round.
 //!
 //! A process's end has a taskstats "pid" record for its last thread, flagged `AGROUP`
-//! (taskstats version 12+). It is matched to the BPF exit record of the same thread id whose
-//! exit time is close: taskstats has no monotonic timestamps, only the task's start in
-//! wall-clock seconds (`ac_btime64`) and its elapsed µs (`ac_etime`), whose sum is its exit time
-//! to about a second. Pids are not reused that fast, so pid + closeness is a match. Records left
-//! unmatched for a few seconds count as `bpf_only` / `taskstats_only`.
+//! (taskstats version 12+). It is matched to the BPF exit record of the same thread id:
+//! taskstats has no timestamps of its own clock, but its elapsed time (`ac_etime`, µs since the
+//! thread started, CLOCK_MONOTONIC like the records) equals the BPF record's run time when the
+//! last thread is the group leader, and its start in wall-clock seconds (`ac_btime64`) plus
+//! that elapsed time is the exit time to about a second. A pid can come back within seconds
+//! (pid_max 32768 cycles in 3 s at 12 000 forks/s, and a pid held by a long-lived process is
+//! reused as soon as it is freed), so several ends may wait under one thread id: the closest
+//! fit wins. Records left unmatched for a few seconds count as `bpf_only` / `taskstats_only`.
 //!
 //! When threads exit together the two sides can name different last threads (taskstats sets
 //! `AGROUP` when the thread list looks empty, the kernel's `group_dead` comes from a counter),
@@ -21,6 +24,9 @@ use crate::taskstats::{flags, RecordKind, TaskstatsRecord};
 /// How far the two exit times may be apart (btime has a resolution of one second and is
 /// rounded down, etime is truncated).
 const WINDOW_US: i64 = 2_500_000;
+/// How far the two elapsed times may be apart: taskstats fills its record a little after the
+/// tracepoint (before 6.16, after the address space was torn down: longer for big processes).
+const ETIME_WINDOW_US: i64 = 1_000_000;
 /// How long a record waits for its counterpart.
 const PATIENCE: Duration = Duration::from_secs(3);
 /// First taskstats version with `AGROUP` (the end of a thread group).
@@ -31,27 +37,111 @@ pub struct CoverageStats {
     pub matched: u64,
     pub bpf_only: u64,
     pub taskstats_only: u64,
-    /// Taskstats records that end a thread, not a process (ignored).
+    /// Taskstats records that end a thread, not a process.
     pub thread_records: u64,
 }
 
-/// (exit wall-clock µs, arrival) by thread id.
-type Pending = IdMap<u32, (i64, Instant)>;
+/// One end, on either side.
+#[derive(Debug, Clone, Copy)]
+pub struct End {
+    /// Wall-clock exit time, µs.
+    pub wall_us: i64,
+    /// Time since the thread started, µs, when known.
+    pub etime_us: Option<i64>,
+    pub at: Instant,
+}
 
-/// Removes and reports the entry of `tid` in `map` if its exit time is close to `exit_us`.
-fn take(map: &mut Pending, tid: u32, exit_us: i64) -> bool {
-    let close = map
-        .get(&tid)
-        .is_some_and(|&(t, _)| (t - exit_us).abs() <= WINDOW_US);
-    if close {
-        map.remove(&tid);
+impl End {
+    /// How well two ends fit (lower is better); `None` when they cannot be the same.
+    fn distance(&self, other: &End) -> Option<i64> {
+        let wall = (self.wall_us - other.wall_us).abs();
+        if wall > WINDOW_US {
+            return None;
+        }
+        match (self.etime_us, other.etime_us) {
+            (Some(a), Some(b)) => {
+                let d = (a - b).abs();
+                (d <= ETIME_WINDOW_US).then_some(d)
+            }
+            _ => Some(wall),
+        }
     }
-    close
+}
+
+/// Ends waiting for their counterpart, by thread id; a second end under the same id (the pid
+/// came back) waits in `more`.
+#[derive(Debug, Default)]
+struct Pending {
+    first: IdMap<u32, End>,
+    more: Vec<(u32, End)>,
+}
+
+impl Pending {
+    fn len(&self) -> usize {
+        self.first.len() + self.more.len()
+    }
+
+    fn insert(&mut self, tid: u32, e: End) {
+        if let Some(old) = self.first.insert(tid, e) {
+            self.more.push((tid, old));
+        }
+    }
+
+    /// Removes the end of `tid` that fits `e` best; whether there was one.
+    fn take(&mut self, tid: u32, e: &End) -> bool {
+        let in_first = self.first.get(&tid).and_then(|f| f.distance(e));
+        let in_more = self
+            .more
+            .iter()
+            .enumerate()
+            .filter(|(_, (t, _))| *t == tid)
+            .filter_map(|(i, (_, m))| m.distance(e).map(|d| (d, i)))
+            .min();
+        let from_more = match (in_first, in_more) {
+            (_, None) => None,
+            (None, Some((_, i))) => Some(i),
+            (Some(f), Some((m, i))) => (m < f).then_some(i),
+        };
+        if let Some(i) = from_more {
+            self.more.swap_remove(i);
+            return true;
+        }
+        if in_first.is_none() {
+            return false;
+        }
+        self.first.remove(&tid);
+        if let Some(i) = self.more.iter().position(|(t, _)| *t == tid) {
+            let (_, m) = self.more.swap_remove(i);
+            self.first.insert(tid, m);
+        }
+        true
+    }
+
+    /// Drops the ends that waited too long (all with `flush_all`); returns how many.
+    fn expire(&mut self, now: Instant, flush_all: bool, what: &str) -> u64 {
+        let old = |e: &End| flush_all || now.duration_since(e.at) > PATIENCE;
+        let before = self.len();
+        let log = |tid: &u32, e: &End| log::debug!("{what}: thread {tid} at {} µs", e.wall_us);
+        self.first.retain(|tid, e| {
+            let drop = old(e);
+            if drop {
+                log(tid, e);
+            }
+            !drop
+        });
+        self.more.retain(|(tid, e)| {
+            let drop = old(e);
+            if drop {
+                log(tid, e);
+            }
+            !drop
+        });
+        (before - self.len()) as u64
+    }
 }
 
 /// Process ends (counted when unmatched) and thread ends (not counted: they only resolve
-/// cases where the two sides disagree on which thread was the last, which happens when
-/// threads exit together), on each side.
+/// cases where the two sides disagree on which thread was the last), on each side.
 #[derive(Debug, Default)]
 pub struct Coverage {
     bpf: Pending,
@@ -70,24 +160,21 @@ impl Coverage {
         self.bpf.len() + self.taskstats.len()
     }
 
-    /// A process ended (BPF): `tid` is its last thread, `exit_us` the wall-clock exit time.
-    pub fn bpf_exit(&mut self, tid: u32, exit_us: i64, now: Instant) {
-        if take(&mut self.taskstats, tid, exit_us) || take(&mut self.ts_threads, tid, exit_us) {
+    /// A process ended (BPF): `tid` is its last thread.
+    pub fn bpf_exit(&mut self, tid: u32, e: End) {
+        if self.taskstats.take(tid, &e) || self.ts_threads.take(tid, &e) {
             self.stats.matched += 1;
             return;
         }
-        if self.bpf.insert(tid, (exit_us, now)).is_some() {
-            // The same tid ended twice before taskstats answered for the first: unmatched.
-            self.stats.bpf_only += 1;
-        }
+        self.bpf.insert(tid, e);
     }
 
     /// A thread (not the last of its process, for BPF) ended.
-    pub fn bpf_thread_exit(&mut self, tid: u32, exit_us: i64, now: Instant) {
-        if take(&mut self.taskstats, tid, exit_us) || take(&mut self.ts_threads, tid, exit_us) {
+    pub fn bpf_thread_exit(&mut self, tid: u32, e: End) {
+        if self.taskstats.take(tid, &e) || self.ts_threads.take(tid, &e) {
             return;
         }
-        self.bpf_threads.insert(tid, (exit_us, now));
+        self.bpf_threads.insert(tid, e);
     }
 
     /// A taskstats record arrived.
@@ -96,57 +183,56 @@ impl Coverage {
             return;
         }
         let btime = r.ac_btime64.unwrap_or(r.ac_btime as u64) as i64;
-        self.record(
-            r.ac_pid,
-            r.version,
-            r.ac_flag & flags::AGROUP != 0,
-            btime * 1_000_000 + r.ac_etime_us as i64,
-            now,
-        );
+        let etime = r.ac_etime_us as i64;
+        let e = End {
+            wall_us: btime * 1_000_000 + etime,
+            etime_us: Some(etime),
+            at: now,
+        };
+        self.record(r.ac_pid, r.version, r.ac_flag & flags::AGROUP != 0, e);
     }
 
-    /// A taskstats pid record: thread `tid`, ending its group or not, at about `exit_us`.
-    fn record(&mut self, tid: u32, version: u16, group: bool, exit_us: i64, now: Instant) {
+    /// A taskstats pid record: thread `tid`, ending its group or not.
+    fn record(&mut self, tid: u32, version: u16, group: bool, e: End) {
         self.version = self.version.max(version);
         // Before version 12 a process's end cannot be told from a thread's.
         let group = group || version < AGROUP_VERSION;
-        if take(&mut self.bpf, tid, exit_us) {
+        if self.bpf.take(tid, &e) {
             self.stats.matched += 1;
             return;
         }
-        if take(&mut self.bpf_threads, tid, exit_us) {
+        if self.bpf_threads.take(tid, &e) {
             return;
         }
-        if !group {
+        if group {
+            self.taskstats.insert(tid, e);
+        } else {
             self.stats.thread_records += 1;
-            self.ts_threads.insert(tid, (exit_us, now));
-        } else if self.taskstats.insert(tid, (exit_us, now)).is_some() {
-            self.stats.taskstats_only += 1;
+            self.ts_threads.insert(tid, e);
         }
     }
 
     /// A process ended after the watch stopped: its taskstats record, if it already
     /// arrived, is neither a match nor a gap.
-    pub fn late_bpf_exit(&mut self, tid: u32, exit_us: i64) {
-        if !take(&mut self.taskstats, tid, exit_us) {
-            take(&mut self.ts_threads, tid, exit_us);
+    pub fn late_bpf_exit(&mut self, tid: u32, e: End) {
+        if !self.taskstats.take(tid, &e) {
+            self.ts_threads.take(tid, &e);
         }
     }
 
     /// Counts the records that waited too long (all of them with `flush_all`).
     pub fn expire(&mut self, now: Instant, flush_all: bool) {
-        let old = |(_, at): &(i64, Instant)| flush_all || now.duration_since(*at) > PATIENCE;
-        let before = self.bpf.len();
-        self.bpf.retain(|_, v| !old(v));
-        self.stats.bpf_only += (before - self.bpf.len()) as u64;
-        let before = self.taskstats.len();
-        self.taskstats.retain(|_, v| !old(v));
+        self.stats.bpf_only += self.bpf.expire(now, flush_all, "no taskstats record");
+        let n = self
+            .taskstats
+            .expire(now, flush_all, "taskstats record without a BPF end");
         // Before version 12 thread ends cannot be told apart: unmatched ones are not counted.
         if self.version >= AGROUP_VERSION {
-            self.stats.taskstats_only += (before - self.taskstats.len()) as u64;
+            self.stats.taskstats_only += n;
         }
-        self.bpf_threads.retain(|_, v| !old(v));
-        self.ts_threads.retain(|_, v| !old(v));
+        self.bpf_threads.expire(now, flush_all, "BPF thread end");
+        self.ts_threads
+            .expire(now, flush_all, "taskstats thread end");
     }
 }
 
@@ -154,8 +240,18 @@ impl Coverage {
 mod tests {
     use super::*;
 
+    fn end(wall_us: i64, etime_us: Option<i64>, at: Instant) -> End {
+        End {
+            wall_us,
+            etime_us,
+            at,
+        }
+    }
+
+    /// A taskstats record of a thread started at `btime` s that ran `etime_us`.
     fn rec(c: &mut Coverage, pid: u32, btime: i64, etime_us: i64, group: bool, now: Instant) {
-        c.record(pid, 16, group, btime * 1_000_000 + etime_us, now);
+        let e = end(btime * 1_000_000 + etime_us, Some(etime_us), now);
+        c.record(pid, 16, group, e);
     }
 
     #[test]
@@ -163,10 +259,10 @@ mod tests {
         let now = Instant::now();
         let mut c = Coverage::default();
         // Started at 1000.7 s, ran 0.5 s: btime 1000, etime 500 000 µs.
-        c.bpf_exit(42, 1_001_200_000, now);
+        c.bpf_exit(42, end(1_001_200_000, Some(500_000), now));
         rec(&mut c, 42, 1000, 500_000, true, now);
         rec(&mut c, 43, 1000, 10, true, now);
-        c.bpf_exit(43, 1_000_900_000, now);
+        c.bpf_exit(43, end(1_000_900_000, None, now));
         // A thread's end is not a process's.
         rec(&mut c, 44, 1000, 10, false, now);
         assert_eq!(c.stats.matched, 2);
@@ -180,8 +276,8 @@ mod tests {
         let now = Instant::now();
         let mut c = Coverage::default();
         // BPF: 7 is a thread end, 8 the process end. Taskstats: 7 got AGROUP, 8 did not.
-        c.bpf_thread_exit(7, 5_000_000, now);
-        c.bpf_exit(8, 5_000_000, now);
+        c.bpf_thread_exit(7, end(5_000_000, None, now));
+        c.bpf_exit(8, end(5_000_000, None, now));
         rec(&mut c, 7, 5, 0, true, now);
         rec(&mut c, 8, 5, 0, false, now);
         c.expire(now, true);
@@ -191,11 +287,29 @@ mod tests {
         );
     }
 
+    /// A pid held by a long process comes back at once: both ends wait under one id, and
+    /// each taskstats record finds its own by elapsed time, whatever the order.
+    #[test]
+    fn a_reused_pid_pairs_by_elapsed_time() {
+        let now = Instant::now();
+        let mut c = Coverage::default();
+        // `sleep 6` ends at 973.640 s, its pid is reused by a 27 µs child ending at 974.117 s.
+        c.bpf_exit(5266, end(973_640_162, Some(6_002_078), now));
+        c.bpf_exit(5266, end(974_117_151, Some(27), now));
+        rec(&mut c, 5266, 967, 6_002_078, true, now);
+        rec(&mut c, 5266, 974, 27, true, now);
+        c.expire(now, true);
+        assert_eq!(
+            (c.stats.matched, c.stats.bpf_only, c.stats.taskstats_only),
+            (2, 0, 0)
+        );
+    }
+
     #[test]
     fn leftovers_expire() {
         let now = Instant::now();
         let mut c = Coverage::default();
-        c.bpf_exit(1, 5_000_000, now);
+        c.bpf_exit(1, end(5_000_000, None, now));
         rec(&mut c, 2, 5, 0, true, now);
         // Same pid, far apart in time: a reused pid, not a match.
         rec(&mut c, 1, 100, 0, true, now);

@@ -146,6 +146,8 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
             eprintln!("spacetime:   {m}");
         }
     }
+    // Every program is attached from here on (each was attached in turn while loading).
+    let attached_ns = clock_ns(libc::CLOCK_MONOTONIC) as u64;
     let ring = probes.take_events()?;
     // Opened after the programs are attached: every taskstats record has its BPF exit.
     let taskstats = if args.no_taskstats {
@@ -162,12 +164,15 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
             }
         }
     };
+    // Exits before the listener was registered have no taskstats record to match.
+    let taskstats_since_ns = clock_ns(libc::CLOCK_MONOTONIC) as u64;
     let mut table = Table::new(TableOptions {
         max_processes: args.max_processes.max(1),
         ancestry: args.ancestry,
         images: args.images,
         threads: args.threads,
     });
+    table.set_attached(attached_ns);
     let seeded =
         procfs::seed(&mut table, filter.pid_tree(), args.max_processes).context("reading /proc")?;
     let cgroups = Cgroups::open();
@@ -212,6 +217,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         count: args.count,
         stop: None,
         late: false,
+        taskstats_since_ns,
     };
     let started = Instant::now();
     let mut logger = probes.take_logger();

@@ -42,13 +42,26 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Adds every process in /proc to `table`; returns how many. `pid_tree` marks that process
-/// and its descendants.
-pub fn seed(table: &mut Table, pid_tree: Option<u32>, max: usize) -> io::Result<usize> {
+/// A /proc start time (clock ticks since boot) on the records' clock (CLOCK_MONOTONIC ns),
+/// to the tick.
+fn start_mono_ns(start_ticks: u64) -> u64 {
     // SAFETY: sysconf cannot fail for _SC_CLK_TCK.
     let hz = (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as u64;
     // /proc start times count from boot including suspend; the records' from CLOCK_MONOTONIC.
     let suspended = clock_ns(libc::CLOCK_BOOTTIME).saturating_sub(clock_ns(libc::CLOCK_MONOTONIC));
+    let ns = (start_ticks as u128 * 1_000_000_000 / hz as u128) as u64;
+    ns.saturating_sub(suspended)
+}
+
+/// The start time of the running process `pid` (CLOCK_MONOTONIC ns, to the tick), if any.
+pub fn start_of(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&stat).map(|s| start_mono_ns(s.start_ticks))
+}
+
+/// Adds every process in /proc to `table`; returns how many. `pid_tree` marks that process
+/// and its descendants.
+pub fn seed(table: &mut Table, pid_tree: Option<u32>, max: usize) -> io::Result<usize> {
     let mut threads = HashMap::new();
     let mut n = 0;
     for dirent in std::fs::read_dir("/proc")? {
@@ -81,8 +94,7 @@ pub fn seed(table: &mut Table, pid_tree: Option<u32>, max: usize) -> io::Result<
             args: area.into(),
             argv_complete: true,
         };
-        let start_ns = (stat.start_ticks as u128 * 1_000_000_000 / hz as u128) as u64;
-        let start_ns = start_ns.saturating_sub(suspended);
+        let start_ns = start_mono_ns(stat.start_ticks);
         threads.insert(pid, stat.num_threads);
         table.insert_seeded(Table::seeded_entry(pid, stat.ppid, start_ns, image));
         n += 1;

@@ -132,6 +132,13 @@ pub fn render(f: &Final) -> String {
             t.duplicate_exits
         );
     }
+    if t.missed_at_start > 0 {
+        let _ = writeln!(
+            o,
+            "  at start:      {} processes ended while the kernel programs were being attached",
+            t.missed_at_start
+        );
+    }
     if t.full + t.stale + t.unknown_exits + t.args_gaps > 0 {
         let _ = writeln!(
             o,

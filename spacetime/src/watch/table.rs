@@ -18,6 +18,10 @@ use std::{
 
 use super::idhash::IdMap;
 
+mod ancestry;
+pub use ancestry::Ancestor;
+use ancestry::Ghost;
+
 use spacetime_common::{flags, ExitEvent, ForkEvent, ImageEndEvent};
 
 use crate::{
@@ -168,24 +172,6 @@ impl Entry {
     }
 }
 
-/// A process that exited while children of its still run, kept for their ancestry.
-#[derive(Debug)]
-struct Ghost {
-    start_ns: u64,
-    ppid: u32,
-    image: Arc<ImageInfo>,
-    live_children: u32,
-}
-
-/// One step of a parent chain.
-#[derive(Debug, Clone)]
-pub struct Ancestor {
-    pub pid: u32,
-    pub image: Arc<ImageInfo>,
-    /// It has exited (its children live on).
-    pub exited: bool,
-}
-
 #[derive(Debug, Clone, Copy)]
 pub struct TableOptions {
     pub max_processes: usize,
@@ -206,6 +192,9 @@ pub struct TableStats {
     pub args_gaps: u64,
     /// Ghosts dropped to keep the table bounded.
     pub ghosts_evicted: u64,
+    /// Processes that started while the programs were being attached and were gone when
+    /// checked: their exit fell before the exit program was attached.
+    pub missed_at_start: u64,
     /// Second "last thread" records of a process (kernels before 6.16, where two threads
     /// exiting at once can both look like the last one): taken as thread exits.
     pub duplicate_exits: u64,
@@ -222,6 +211,11 @@ pub struct Table {
     /// (tgid → start) of the last processes that ended, oldest first in `ended_order`.
     ended: IdMap<u32, u64>,
     ended_order: VecDeque<u32>,
+    /// Processes seen by a record but started before every program was attached, to be
+    /// checked against /proc once (`verify_early`).
+    early: Vec<(u32, u64)>,
+    /// CLOCK_MONOTONIC when every program was attached (0: not set).
+    attached_ns: u64,
     opts: TableOptions,
     empty: Arc<ImageInfo>,
     pub stats: TableStats,
@@ -236,9 +230,45 @@ impl Table {
             thread_starts: IdMap::default(),
             ended: IdMap::default(),
             ended_order: VecDeque::new(),
+            early: Vec::new(),
+            attached_ns: 0,
             opts,
             empty: Arc::new(ImageInfo::default()),
             stats: TableStats::default(),
+        }
+    }
+
+    /// When every kernel program was attached (CLOCK_MONOTONIC ns): a process started before
+    /// may have exited before the exit program was attached, leaving no exit record.
+    pub fn set_attached(&mut self, ns: u64) {
+        self.attached_ns = ns;
+    }
+
+    /// Drops the processes created by a record, started before the programs were all
+    /// attached, that `alive` (pid → start time if running) says are gone. Done once, after
+    /// the first records were applied.
+    pub fn verify_early(&mut self, alive: impl Fn(u32) -> Option<u64>) {
+        for (pid, start) in std::mem::take(&mut self.early) {
+            if !self
+                .live
+                .get(&pid)
+                .is_some_and(|e| e.start_ns == start && !e.seeded)
+            {
+                continue;
+            }
+            let running =
+                alive(pid).is_some_and(|s| s.abs_diff(start) <= SEEDED_START_TOLERANCE_NS);
+            if !running {
+                log::debug!("pid {pid}: started while attaching, exited unseen");
+                self.live.remove(&pid);
+                self.stats.missed_at_start += 1;
+            }
+        }
+    }
+
+    fn note_early(&mut self, pid: u32, start_ns: u64) {
+        if start_ns < self.attached_ns && self.early.len() < 65536 {
+            self.early.push((pid, start_ns));
         }
     }
 
@@ -332,6 +362,7 @@ impl Table {
             }
             self.live
                 .insert(tgid, Entry::new(tgid, start_ns, self.empty.clone()));
+            self.note_early(tgid, start_ns);
         }
         self.live.get_mut(&tgid)
     }
@@ -365,8 +396,23 @@ impl Table {
         child.ppid = f.hdr.tgid;
         child.in_tree = in_tree;
         child.shared_mm = f.hdr.flags & flags::FORK_SHARED_MM != 0;
-        if self.live.insert(f.child_tgid, child).is_some() {
-            self.stats.stale += 1;
+        if let Some(mut old) = self.live.insert(f.child_tgid, child) {
+            if old.seeded && old.same_process(f.child_start_ns) {
+                // Forked after the programs were attached, found in /proc too.
+                let child = self.live.get_mut(&f.child_tgid).expect("inserted");
+                child.live_children = old.live_children;
+                child.in_tree |= old.in_tree;
+            } else {
+                log::debug!(
+                    "pid {}: forked (start {}) while the table had one started at {}",
+                    f.child_tgid,
+                    f.child_start_ns,
+                    old.start_ns,
+                );
+                self.stats.stale += 1;
+            }
+        } else {
+            self.note_early(f.child_tgid, f.child_start_ns);
         }
     }
 
@@ -519,86 +565,6 @@ impl Table {
             }
         }
         Some(e)
-    }
-
-    /// The parent of a process started at `child_start`: live, or a ghost.
-    fn parent(&self, ppid: u32, child_start: u64) -> Option<(u64, u32, &Arc<ImageInfo>, bool)> {
-        let limit = child_start.saturating_add(SEEDED_START_TOLERANCE_NS);
-        if let Some(p) = self.live.get(&ppid).filter(|p| p.start_ns <= limit) {
-            return Some((p.start_ns, p.ppid, &p.image, false));
-        }
-        self.ghosts
-            .get(&ppid)
-            .filter(|g| g.start_ns <= limit)
-            .map(|g| (g.start_ns, g.ppid, &g.image, true))
-    }
-
-    /// Fills `out` with the parent chain of a process (parent first), up to 64 steps.
-    pub fn chain(&self, mut ppid: u32, mut start: u64, out: &mut Vec<Ancestor>) {
-        while ppid != 0 && out.len() < 64 {
-            let Some((pstart, pppid, image, exited)) = self.parent(ppid, start) else {
-                break;
-            };
-            out.push(Ancestor {
-                pid: ppid,
-                image: image.clone(),
-                exited,
-            });
-            if pppid == ppid {
-                break;
-            }
-            (ppid, start) = (pppid, pstart);
-        }
-    }
-
-    /// A child of `ppid` exited: a ghost whose last child it was goes, and so on up.
-    fn release_parent(&mut self, mut ppid: u32, mut start: u64) {
-        for _ in 0..64 {
-            let limit = start.saturating_add(SEEDED_START_TOLERANCE_NS);
-            if let Some(p) = self.live.get_mut(&ppid).filter(|p| p.start_ns <= limit) {
-                p.live_children = p.live_children.saturating_sub(1);
-                return;
-            }
-            let Some(g) = self.ghosts.get_mut(&ppid).filter(|g| g.start_ns <= limit) else {
-                return;
-            };
-            g.live_children = g.live_children.saturating_sub(1);
-            if g.live_children > 0 {
-                return;
-            }
-            let g = self.ghosts.remove(&ppid).expect("present");
-            (ppid, start) = (g.ppid, g.start_ns);
-        }
-    }
-
-    fn add_ghost(&mut self, e: &Entry) {
-        let cap = (self.opts.max_processes / 4).max(64);
-        while self.ghosts.len() >= cap {
-            let Some((pid, start)) = self.ghost_order.pop_front() else {
-                break;
-            };
-            if self.ghosts.get(&pid).is_some_and(|g| g.start_ns == start) {
-                let g = self.ghosts.remove(&pid).expect("present");
-                self.stats.ghosts_evicted += 1;
-                self.release_parent(g.ppid, g.start_ns);
-            }
-        }
-        self.ghosts.insert(
-            e.pid,
-            Ghost {
-                start_ns: e.start_ns,
-                ppid: e.ppid,
-                image: e.image.clone(),
-                live_children: e.live_children,
-            },
-        );
-        self.ghost_order.push_back((e.pid, e.start_ns));
-        // Entries of ghosts already gone are dropped lazily; keep the queue proportionate.
-        if self.ghost_order.len() > 2 * self.ghosts.len() + 1024 {
-            let ghosts = &self.ghosts;
-            self.ghost_order
-                .retain(|(pid, start)| ghosts.get(pid).is_some_and(|g| g.start_ns == *start));
-        }
     }
 }
 

@@ -207,3 +207,29 @@ fn the_table_is_bounded() {
     let e = exit(&mut t, (109, 109), 1, &mut anc);
     assert!(!e.known);
 }
+
+#[test]
+fn processes_started_while_attaching_are_checked_once() {
+    let mut t = Table::new(opts(100));
+    t.set_attached(1_000);
+    // Forked before the exit program was attached (its exit may be missing), and after.
+    fork(&mut t, (1, 1), (60, 500));
+    fork(&mut t, (1, 1), (61, 600));
+    fork(&mut t, (1, 1), (62, 2_000));
+    // 60 is gone, 61 still runs.
+    t.verify_early(|pid| (pid == 61).then_some(600));
+    assert!(t.get(60).is_none());
+    assert!(t.get(61).is_some() && t.get(62).is_some());
+    assert_eq!(t.stats.missed_at_start, 1);
+}
+
+#[test]
+fn a_fork_seen_after_seeding_is_the_same_process() {
+    let mut t = Table::new(opts(100));
+    let img = ImageInfo::default();
+    t.insert_seeded(Table::seeded_entry(70, 1, 5_000_000_000, img));
+    t.finish_seeding(None, &Default::default());
+    fork(&mut t, (1, 1), (70, 5_004_000_000));
+    assert_eq!(t.stats.stale, 0);
+    assert_eq!(t.get(70).expect("kept").start_ns, 5_004_000_000);
+}

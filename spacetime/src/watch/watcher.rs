@@ -14,7 +14,7 @@ use tokio::io::{unix::AsyncFd, Interest};
 
 use super::{
     cgroup::Cgroups,
-    coverage::Coverage,
+    coverage::{Coverage, End},
     exit::{comm_str, last_image_peak_pages, ns_pid, process_times, ExitView},
     filter::Filter,
     metrics::{self, Metrics},
@@ -61,6 +61,9 @@ pub(super) struct Watch {
     pub(super) stop: Option<Stop>,
     /// Stopped: records only cancel out taskstats records (see `consume`).
     pub(super) late: bool,
+    /// Exits before this (CLOCK_MONOTONIC) are not cross-checked: the taskstats listener was
+    /// not registered yet.
+    pub(super) taskstats_since_ns: u64,
 }
 
 async fn accept(l: &Option<tokio::net::TcpListener>) -> io::Result<tokio::net::TcpStream> {
@@ -130,6 +133,7 @@ impl Watch {
                     }
                     if last_housekeeping.elapsed() >= HOUSEKEEPING {
                         last_housekeeping = Instant::now();
+                        self.table.verify_early(super::procfs::start_of);
                         self.housekeeping(probes, io.taskstats.as_ref(), &mut enobufs_seen);
                     }
                 }
@@ -228,8 +232,7 @@ impl Watch {
             if self.late {
                 if let (Ok(Event::Exit(x)), Some(c)) = (decode(&item), self.coverage.as_mut()) {
                     if x.hdr.flags & flags::EXIT_GROUP_DEAD != 0 {
-                        let wall_us = (x.hdr.ts_ns as i64 + self.wall_offset_ns) / 1000;
-                        c.late_bpf_exit(x.hdr.pid, wall_us);
+                        c.late_bpf_exit(x.hdr.pid, end_of(&x, self.wall_offset_ns, now));
                     }
                 }
                 continue;
@@ -271,9 +274,12 @@ impl Watch {
             return;
         };
         self.metrics.seen_processes += 1;
-        if let Some(c) = self.coverage.as_mut() {
-            let wall_us = (x.hdr.ts_ns as i64 + self.wall_offset_ns) / 1000;
-            c.bpf_exit(x.hdr.pid, wall_us, now);
+        if let Some(c) = self
+            .coverage
+            .as_mut()
+            .filter(|_| x.hdr.ts_ns >= self.taskstats_since_ns)
+        {
+            c.bpf_exit(x.hdr.pid, end_of(x, self.wall_offset_ns, now));
         }
         let comm = comm_str(&x.comm);
         let cgroup = self.cgroups.path(x.cgroup_id).clone();
@@ -321,9 +327,11 @@ impl Watch {
     }
 
     fn coverage_thread(&mut self, x: &ExitEvent, now: Instant) {
+        if x.hdr.ts_ns < self.taskstats_since_ns {
+            return;
+        }
         if let Some(c) = self.coverage.as_mut() {
-            let wall_us = (x.hdr.ts_ns as i64 + self.wall_offset_ns) / 1000;
-            c.bpf_thread_exit(x.hdr.pid, wall_us, now);
+            c.bpf_thread_exit(x.hdr.pid, end_of(x, self.wall_offset_ns, now));
         }
     }
 
@@ -384,6 +392,17 @@ impl Watch {
                 self.stop = Some(Stop::Count);
             }
         }
+    }
+}
+
+/// An exit record as the taskstats cross-check sees it: wall-clock time, and the thread's
+/// elapsed time when it is the group leader (whose start the record carries).
+fn end_of(x: &ExitEvent, wall_offset_ns: i64, now: Instant) -> End {
+    End {
+        wall_us: (x.hdr.ts_ns as i64 + wall_offset_ns) / 1000,
+        etime_us: (x.hdr.pid == x.hdr.tgid)
+            .then(|| (x.hdr.ts_ns.saturating_sub(x.hdr.leader_start_ns) / 1000) as i64),
+        at: now,
     }
 }
 
