@@ -140,23 +140,28 @@ fn group_times(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent) {
     if conf!(off.signal_sum_sched_runtime) == 0 {
         return;
     }
-    let (Ok(u), Ok(s), Ok(r)) = (
-        read::<u64>(signal, conf!(off.signal_utime)),
-        read::<u64>(signal, conf!(off.signal_stime)),
-        read::<u64>(signal, conf!(off.signal_sum_sched_runtime)),
-    ) else {
+    // One read, one check: checking the three results at once lets the compiler OR the
+    // error codes together, and 6.1's verifier cannot follow that (it then sees a value that
+    // was never read on the failure path).
+    let Ok(u) = read::<u64>(signal, conf!(off.signal_utime)) else {
+        return;
+    };
+    let Ok(s) = read::<u64>(signal, conf!(off.signal_stime)) else {
+        return;
+    };
+    let Ok(r) = read::<u64>(signal, conf!(off.signal_sum_sched_runtime)) else {
         return;
     };
     let (mut u, mut s, mut r) = (u + ev.utime_ns, s + ev.stime_ns, r + ev.runtime_ns);
     if leader != task.0 {
-        if let (Ok(lu), Ok(ls), Ok(lr)) = (
-            read::<u64>(leader, conf!(off.task_utime)),
-            read::<u64>(leader, conf!(off.task_stime)),
-            read::<u64>(leader, conf!(off.task_sum_exec_runtime)),
-        ) {
-            u += lu;
-            s += ls;
-            r += lr;
+        if let Ok(lu) = read::<u64>(leader, conf!(off.task_utime)) {
+            if let Ok(ls) = read::<u64>(leader, conf!(off.task_stime)) {
+                if let Ok(lr) = read::<u64>(leader, conf!(off.task_sum_exec_runtime)) {
+                    u += lu;
+                    s += ls;
+                    r += lr;
+                }
+            }
         }
     }
     ev.group_utime_ns = u;
