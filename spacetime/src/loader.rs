@@ -360,9 +360,11 @@ impl Probes {
                 prog.attach(tracepoint).map_err(err)?;
                 Ok(())
             };
-        attach_to("sched_process_fork", "sched_process_fork")?;
-        attach_to("sched_process_exec", "sched_process_exec")?;
+        // Exit first, fork last: a process seen forking is then always seen exiting (the other
+        // order leaves a window where one starts and ends between the two attaches).
         attach_to("sched_process_exit", "sched_process_exit")?;
+        attach_to("sched_process_exec", "sched_process_exec")?;
+        attach_to("sched_process_fork", "sched_process_fork")?;
         if resolved.has_prepare_exec {
             attach_to("sched_prepare_exec", "sched_prepare_exec")?;
         }
