@@ -18,6 +18,7 @@ pub mod memory;
 pub mod offsets;
 pub mod pss;
 pub mod report;
+pub mod signals;
 pub mod status;
 pub mod taskstats;
 pub mod timeline;

@@ -3,7 +3,7 @@
 
 use std::{
     io::{self, IsTerminal, Write},
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::fd::{AsRawFd, OwnedFd},
     time::Duration,
 };
 
@@ -63,28 +63,6 @@ pub fn monotonic_ns() -> u64 {
 
 const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
-/// Blocks the signals spacetime handles and returns a signalfd that reports them. Called
-/// before any thread exists so every thread inherits the mask; the child unblocks them.
-fn signal_fd() -> io::Result<OwnedFd> {
-    // SAFETY: sigset manipulation on a local set; signalfd returns a new descriptor.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGCHLD);
-        for s in FORWARDED {
-            libc::sigaddset(&mut set, s);
-        }
-        if libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let fd = libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC);
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(OwnedFd::from_raw_fd(fd))
-    }
-}
-
 fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     let path = launch::resolve(&args.command[0]).map_err(Failure::Launch)?;
     let creds = if args.keep_root {
@@ -112,7 +90,9 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     }
     let taskstats = open_taskstats(&args);
     let _delayacct = DelayAcct::configure(args.delayacct);
-    let sigfd = signal_fd()?;
+    let mut handled = vec![libc::SIGCHLD];
+    handled.extend(FORWARDED);
+    let sigfd = crate::signals::signal_fd(&handled)?;
     // SAFETY: prctl with an integer argument.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
         log::warn!("cannot become a child subreaper: orphans will not be waited for");

@@ -62,20 +62,24 @@ fn ensure_nightly() -> Result<()> {
     Ok(())
 }
 
-fn ensure_llvm() -> Result<()> {
-    let missing: Vec<&str> = LLVM_PACKAGES
+/// Whether a Debian package is installed.
+pub fn dpkg_installed(package: &str) -> bool {
+    output(Command::new("dpkg-query").args(["-W", "-f=${Status}", package]))
+        .contains("install ok installed")
+}
+
+/// Installs the Debian packages of `packages` that are missing, saying `why`.
+pub fn apt_install(packages: &[&str], why: &str) -> Result<()> {
+    let missing: Vec<&str> = packages
         .iter()
         .copied()
-        .filter(|p| {
-            !output(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]))
-                .contains("install ok installed")
-        })
+        .filter(|p| !dpkg_installed(p))
         .collect();
     if missing.is_empty() {
         return Ok(());
     }
     eprintln!(
-        "xtask: installing {} from Debian (bpf-linker links against LLVM 22)",
+        "xtask: installing {} from Debian ({why})",
         missing.join(" ")
     );
     run(Command::new("apt-get").args(["update", "-qq"]))?;
@@ -83,6 +87,10 @@ fn ensure_llvm() -> Result<()> {
         .env("DEBIAN_FRONTEND", "noninteractive")
         .args(["install", "-y", "-qq", "--no-install-recommends"])
         .args(&missing))
+}
+
+fn ensure_llvm() -> Result<()> {
+    apt_install(&LLVM_PACKAGES, "bpf-linker links against LLVM 22")
 }
 
 fn ensure_bpf_linker() -> Result<()> {

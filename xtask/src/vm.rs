@@ -22,7 +22,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use crate::{run, target_dir};
+use crate::{run, target_dir, toolchain};
 
 /// Host packages the VM test needs: qemu, a static busybox for the guest, cpio for the archive.
 const HOST_PACKAGES: [&str; 3] = ["qemu-system-x86", "busybox-static", "cpio"];
@@ -101,31 +101,8 @@ pub fn vm_test(opts: Options) -> Result<()> {
     verdict.summarize()
 }
 
-fn dpkg_installed(package: &str) -> bool {
-    Command::new("dpkg-query")
-        .args(["-W", "-f=${Status}", package])
-        .stderr(Stdio::null())
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
-}
-
 fn ensure_host_packages() -> Result<()> {
-    let missing: Vec<&str> = HOST_PACKAGES
-        .into_iter()
-        .filter(|p| !dpkg_installed(p))
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    eprintln!(
-        "xtask: installing {} from Debian (the VM test boots a 6.1 guest under qemu)",
-        missing.join(" ")
-    );
-    run(Command::new("apt-get").args(["update", "-qq"]))?;
-    run(Command::new("apt-get")
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .args(["install", "-y", "-qq", "--no-install-recommends"])
-        .args(&missing))
+    toolchain::apt_install(&HOST_PACKAGES, "the VM test boots a 6.1 guest under qemu")
 }
 
 /// The ABI number of a kernel package or .deb name (`linux-image-6.1.0-<abi>-cloud-…`).

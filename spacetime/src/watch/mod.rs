@@ -25,11 +25,7 @@ mod table;
 mod table_tests;
 mod watcher;
 
-use std::{
-    io,
-    os::fd::{FromRawFd, OwnedFd},
-    time::Instant,
-};
+use std::{io, time::Instant};
 
 use anyhow::Context;
 use spacetime_common::mode;
@@ -79,27 +75,6 @@ fn wall_offset_ns() -> i64 {
     clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC)
 }
 
-/// Blocks SIGINT, SIGTERM and SIGHUP and returns a signalfd reporting them: each ends the
-/// watch cleanly. Called before the runtime exists, so no thread keeps them unblocked.
-fn signal_fd() -> io::Result<OwnedFd> {
-    // SAFETY: sigset manipulation on a local set; signalfd returns a new descriptor.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            libc::sigaddset(&mut set, s);
-        }
-        if libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let fd = libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC);
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(OwnedFd::from_raw_fd(fd))
-    }
-}
-
 /// Why the watch ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stop {
@@ -130,7 +105,8 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let sigfd = signal_fd().context("setting up signal handling")?;
+    let sigfd = crate::signals::signal_fd(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
+        .context("setting up signal handling")?;
     let mut probes = Probes::load(&LoadOptions {
         mode: mode::SYSTEM,
         ring_buffer_bytes: args.ring_buffer,
