@@ -213,11 +213,13 @@ pub fn find_process(report: &Report, pid: i32) -> &Process {
 }
 
 /// Tolerance for comparing a peak RSS with the process's own VmHWM, read right before it
-/// exits: 2 pages. The figures are exact (measured: 0 difference at exit; +1 page for images
-/// ended by exec, which touches a page after the workload's last reading), so anything larger
-/// is a real error, e.g. reading only the shared part of the per-CPU RSS counters.
+/// exits: 4 pages. The figures are exact (measured: 0 difference at exit; +1 page for images
+/// ended by exec, which touches a page after the workload's last reading). spacetime follows
+/// every RSS change, so it also counts the few pages a workload touches after its own last
+/// reading, while it formats and writes its truth line (seen: +3 pages for a forked child).
+/// Anything larger is a real error, e.g. reading only the shared part of the per-CPU counters.
 pub fn rss_tolerance(_want: u64) -> u64 {
-    2 * PAGE
+    4 * PAGE
 }
 
 /// Asserts `|got - want| <= tol`; `what` should name the pid. Always prints the difference
