@@ -4,7 +4,8 @@
 //! [`events`] decodes them, [`tree`] builds the process tree, [`report`] renders it.
 //! [`launch`] starts and reaps the traced command; [`btf`] and [`offsets`] resolve the kernel
 //! fields the programs read; [`taskstats`] listens to the kernel's exit accounting.
-//! [`trace`] ties them together for `spacetime trace`.
+//! [`trace`] ties them together for `spacetime trace`; [`selfstats`] measures what spacetime
+//! itself costs.
 
 pub mod btf;
 pub mod chart;
@@ -18,6 +19,7 @@ pub mod memory;
 pub mod offsets;
 pub mod pss;
 pub mod report;
+pub mod selfstats;
 pub mod signals;
 pub mod status;
 pub mod taskstats;

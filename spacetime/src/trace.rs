@@ -20,6 +20,7 @@ use crate::{
     loader::{KernelLogger, LoadOptions, Probes},
     memory::{Memory, MemoryOptions},
     report::{self, MemoryMeta, Meta, Report, TaskstatsMeta},
+    selfstats::OwnCost,
     taskstats::{ListenerOptions, TaskstatsListener},
     timeline::{Point, RssSource, Timeline},
     tree::{ExitStatus, Tree},
@@ -200,6 +201,8 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     if let Some(l) = listener {
         let _ = l.close();
     }
+    // Measured last, with the programs still attached: the figures cover the whole trace.
+    let own_cost = OwnCost::measure(&probes);
     let report = Report::build(
         &tree,
         Meta {
@@ -218,6 +221,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
             mechanisms: probes.mechanisms.clone(),
             taskstats,
             memory: MemoryMeta::of(&memory.timeline, &tree, t0_ns),
+            own_cost,
         },
     );
     if let Some(path) = &args.json {

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::Value;
-use spacetime_tests::{assert_world_executable, find_process, Exit, Trace};
+use spacetime_tests::{assert_world_executable, find_process, Exit, Trace, MIB};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 
@@ -257,4 +257,151 @@ fn keep_root_ignores_sudo_env() {
     assert_eq!(t.int("euid"), 0, "pid {}: euid with --keep-root", t.pid());
     let report = out.report();
     find_process(&report, t.pid());
+}
+
+/// The programs on the scheduler's fork, exec and exit tracepoints.
+const CORE_PROGRAMS: [&str; 3] = [
+    "sched_process_fork",
+    "sched_process_exec",
+    "sched_process_exit",
+];
+
+/// `$.spacetime.kernel_programs`, checked for shape: name → (run_cnt, run_time_ns).
+fn kernel_programs(own: &Value) -> std::collections::BTreeMap<String, (u64, u64)> {
+    let progs = get(own, "$.spacetime", "kernel_programs")
+        .as_array()
+        .unwrap_or_else(|| panic!("$.spacetime.kernel_programs must be an array, got {own}"));
+    progs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let path = format!("$.spacetime.kernel_programs[{i}]");
+            let name = get(p, &path, "name")
+                .as_str()
+                .unwrap_or_else(|| panic!("{path}.name must be a string, got {p}"));
+            let runs = u64_at(p, &path, "run_cnt");
+            let time = u64_at(p, &path, "run_time_ns");
+            let per_run = get(p, &path, "ns_per_run");
+            match runs {
+                0 => assert!(
+                    per_run.is_null(),
+                    "{path}.ns_per_run: null without runs, got {p}"
+                ),
+                _ => assert_eq!(
+                    per_run.as_u64(),
+                    Some(time / runs),
+                    "{path}.ns_per_run: {p}"
+                ),
+            }
+            (name.to_string(), (runs, time))
+        })
+        .collect()
+}
+
+#[test]
+fn own_cost_is_spacetimes_process_only() {
+    // The traced child is another process after fork+exec: its 600 MiB must not show in
+    // spacetime's own peak.
+    const TOUCH_MIB: u64 = 600;
+    let out = Trace::new([WL, "touch", &TOUCH_MIB.to_string()])
+        .flag("-v")
+        .tag("owncost")
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    let own = get(&v, "$", "spacetime");
+    let cpu = u64_at(own, "$.spacetime", "user_ns") + u64_at(own, "$.spacetime", "sys_ns");
+    assert!(cpu > 0, "$.spacetime: spacetime used no CPU? {own}");
+    let peak = u64_at(own, "$.spacetime", "peak_rss_bytes");
+    assert!(
+        (MIB..=512 * MIB).contains(&peak),
+        "$.spacetime.peak_rss_bytes {peak} must be between 1 MiB and 512 MiB: {own}"
+    );
+    let child = out.truth_one("touch");
+    assert!(
+        child.vmhwm_bytes() >= TOUCH_MIB * MIB,
+        "pid {}: the workload's own peak {} is below {TOUCH_MIB} MiB",
+        child.pid(),
+        child.vmhwm_bytes()
+    );
+    let stats = get(own, "$.spacetime", "bpf_stats_enabled");
+    assert!(stats.is_boolean(), "$.spacetime.bpf_stats_enabled: {stats}");
+    let progs = kernel_programs(own);
+    for name in CORE_PROGRAMS {
+        assert!(
+            progs.contains_key(name),
+            "$.spacetime.kernel_programs lacks {name}: {own}"
+        );
+    }
+    assert!(
+        out.stderr.contains("spacetime itself: user "),
+        "-v must print spacetime's own cost\n{}",
+        out.context()
+    );
+}
+
+/// Sets `kernel.bpf_stats_enabled` and puts the old value back when dropped (panics included).
+struct BpfStats {
+    old: String,
+}
+
+const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+impl BpfStats {
+    fn enable() -> BpfStats {
+        let old =
+            std::fs::read_to_string(BPF_STATS).unwrap_or_else(|e| panic!("read {BPF_STATS}: {e}"));
+        std::fs::write(BPF_STATS, "1").unwrap_or_else(|e| panic!("write 1 to {BPF_STATS}: {e}"));
+        BpfStats { old }
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(BPF_STATS, self.old.trim()) {
+            eprintln!("could not restore {BPF_STATS} to {}: {e}", self.old.trim());
+        }
+    }
+}
+
+#[test]
+fn kernel_program_stats_count_every_exit() {
+    let _stats = BpfStats::enable();
+    let out = Trace::new([WL, "tree", "2", "3"]).tag("bpfstats").run();
+    out.assert_code(0);
+    let nodes = out.truth_of("tree").len() as u64;
+    assert_eq!(nodes, 1 + 3 + 9, "tree 2 3: truth lines");
+    let report = out.report();
+    assert_eq!(report.processes.len() as u64, nodes, "tree 2 3: processes");
+    let v = out.json_value();
+    let own = get(&v, "$", "spacetime");
+    assert_eq!(
+        get(own, "$.spacetime", "bpf_stats_enabled"),
+        &Value::Bool(true),
+        "$.spacetime.bpf_stats_enabled with the sysctl set: {own}"
+    );
+    let progs = kernel_programs(own);
+    let run_cnt = |name: &str| {
+        progs
+            .get(name)
+            .unwrap_or_else(|| panic!("$.spacetime.kernel_programs lacks {name}: {own}"))
+            .0
+    };
+    // The tracepoints fire for every task on the system; the traced ones are a subset.
+    assert!(
+        run_cnt("sched_process_exit") >= nodes,
+        "sched_process_exit ran {} times for a workload of {nodes} processes: {own}",
+        run_cnt("sched_process_exit")
+    );
+    assert!(
+        run_cnt("sched_process_fork") >= nodes - 1,
+        "sched_process_fork ran {} times for {} forks: {own}",
+        run_cnt("sched_process_fork"),
+        nodes - 1
+    );
+    let (_, exit_ns) = progs["sched_process_exit"];
+    assert!(
+        exit_ns > 0,
+        "sched_process_exit: run_time_ns must be > 0: {own}"
+    );
 }

@@ -662,3 +662,129 @@ fn namespace_pid_is_shown_when_it_differs() {
     let h = &out.exits_with(&host)[0];
     assert!(h.get("ns_pid").is_none(), "same namespace as the host: {h}");
 }
+
+/// The figure before "process exits" in the text summary ("watched 1.2 s: 52 process exits").
+fn text_process_exits(out: &WatchOutcome) -> u64 {
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("spacetime: watched "))
+        .unwrap_or_else(|| panic!("no summary line\n{}", out.context()));
+    line.split(" process exits")
+        .next()
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no exit count in {line:?}"))
+}
+
+/// Reads `--summary-json`'s file and checks what holds for any watch: one object, the loss
+/// breakdown adding up to nothing lost, the counts as the text summary says, spacetime's own
+/// cost.
+fn check_summary(out: &WatchOutcome, file: &std::path::Path, stopped_by: &str) -> Value {
+    let text = std::fs::read_to_string(file)
+        .unwrap_or_else(|e| panic!("read {}: {e}\n{}", file.display(), out.context()));
+    assert_eq!(text.lines().count(), 1, "one JSON line: {text}");
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let n = |path: &[&str]| -> u64 {
+        let mut x = &v;
+        for k in path {
+            x = &x[k];
+        }
+        x.as_u64()
+            .unwrap_or_else(|| panic!("{path:?} must be a non-negative integer: {v}"))
+    };
+    assert_eq!(v["stopped_by"], json!(stopped_by), "{v}");
+    assert!(n(&["elapsed_ns"]) > 0, "{v}");
+    assert_eq!(
+        n(&["process_exits"]),
+        text_process_exits(out),
+        "process exits: JSON and text summary differ: {v}\n{}",
+        out.context()
+    );
+    assert!(n(&["process_exits"]) >= n(&["reported"]), "{v}");
+    n(&["thread_exits"]);
+    assert_eq!(n(&["lost_events"]), 0, "{v}\n{}", out.context());
+    for k in ["ringbuf_lost", "decode_errors", "read_failures"] {
+        assert_eq!(n(&["loss", k]), 0, "loss.{k}: {v}");
+    }
+    n(&["loss", "enobufs"]);
+    let ts = &v["taskstats"];
+    match ts["available"].as_bool() {
+        Some(true) => {
+            for k in ["matched", "bpf_only", "taskstats_only"] {
+                n(&["taskstats", k]);
+            }
+        }
+        Some(false) => assert!(ts["unavailable_reason"].is_string(), "{v}"),
+        None => panic!("taskstats.available must be a boolean: {v}"),
+    }
+    let cpu = n(&["spacetime", "user_ns"]) + n(&["spacetime", "sys_ns"]);
+    assert!(cpu > 0, "spacetime's own CPU: {v}");
+    let peak = n(&["spacetime", "peak_rss_bytes"]);
+    assert!((MIB..=512 * MIB).contains(&peak), "own peak RSS: {v}");
+    assert!(v["spacetime"]["bpf_stats_enabled"].is_boolean(), "{v}");
+    let names: Vec<&str> = v["spacetime"]["kernel_programs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("kernel_programs must be an array: {v}"))
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert!(names.contains(&"sched_process_exit"), "{names:?}");
+    v
+}
+
+#[test]
+fn summary_json_after_count_and_sigint() {
+    let dir = TempDir::new("watch-summary");
+    let file = dir.path().join("summary.json");
+
+    let t = token("sumcount");
+    let mut h = holder(5, &t);
+    let w = Watch::new()
+        .flags(["--json", "--count", "3", "--summary-json"])
+        .flag(&file)
+        .flag("--pid-tree")
+        .flag(h.id().to_string())
+        .start();
+    h.stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("release");
+    h.wait().expect("holder");
+    let out = w.wait();
+    out.assert_clean();
+    let v = check_summary(&out, &file, "count");
+    assert_eq!(v["reported"], json!(3), "--count 3: {v}");
+    assert_eq!(out.json_lines().len(), 3, "--count 3\n{}", out.context());
+
+    let t = token("sumint");
+    let mut h = holder(4, &t);
+    let w = Watch::new()
+        .flags(["--json", "--summary-json"])
+        .flag(&file)
+        .flag("--pid-tree")
+        .flag(h.id().to_string())
+        .start();
+    h.stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("release");
+    h.wait().expect("holder");
+    w.wait_for_stdout(&format!("\"{t}-4\""), SEEN);
+    let out = w.interrupt();
+    out.assert_clean();
+    let v = check_summary(&out, &file, "SIGINT");
+    let lines = out.json_lines();
+    assert_eq!(
+        v["reported"],
+        json!(lines.len()),
+        "reported vs JSON lines\n{}",
+        out.context()
+    );
+    for i in 1..=4 {
+        let n = out.exits_with(&format!("{t}-{i}")).len();
+        assert_eq!(n, 1, "{t}-{i} reported {n} times\n{}", out.context());
+    }
+}

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use crate::{
     crosscheck::{Coverage, ProcessTaskstats},
     loader::KernelCounters,
+    selfstats::OwnCost,
     tree::{ExitStatus, Image, Key, Process, Tree},
 };
 
@@ -51,6 +52,8 @@ pub struct Report {
     pub kernel: KernelReport,
     /// The cross-check of every exit against the kernel's taskstats records.
     pub taskstats: TaskstatsReport,
+    /// What spacetime itself cost: its own CPU and peak RSS, its kernel programs' run time.
+    pub spacetime: OwnCost,
     /// Memory over time: tree-wide and per-process RSS and PSS series.
     pub timeline: serde_json::Value,
 }
@@ -186,6 +189,7 @@ pub struct Meta {
     pub mechanisms: Vec<String>,
     pub taskstats: TaskstatsMeta,
     pub memory: MemoryMeta,
+    pub own_cost: OwnCost,
 }
 
 fn image_report(img: &Image, t0: u64, page: u64) -> ImageReport {
@@ -294,6 +298,7 @@ impl Report {
                     rcvbuf_bytes: 0,
                 },
             },
+            spacetime: meta.own_cost,
             timeline: meta.memory.timeline,
         }
     }

@@ -136,6 +136,9 @@ pub fn render(r: &Report, width: usize, top: usize, verbose: bool, chart: Option
     out.push('\n');
     let _ = writeln!(out, "{}", completeness(r));
     let _ = writeln!(out, "{}", coverage(r, verbose));
+    if verbose {
+        let _ = writeln!(out, "{}", r.spacetime.line());
+    }
     out
 }
 

@@ -52,6 +52,10 @@ pub struct WatchArgs {
     /// Table: do not cut lines to the terminal's width, and add a CGROUP column
     #[arg(short = 'w', long)]
     pub wide: bool,
+    /// When the watch stops, write its summary to FILE as one JSON object (exits seen, loss,
+    /// taskstats coverage, spacetime's own CPU, memory and in-kernel time)
+    #[arg(long, value_name = "FILE")]
+    pub summary_json: Option<PathBuf>,
     /// Stop after this long (e.g. 30s, 5m)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,

@@ -25,7 +25,10 @@ mod table;
 mod table_tests;
 mod watcher;
 
-use std::{io, time::Instant};
+use std::{
+    io::{self, Write as _},
+    time::Instant,
+};
 
 use anyhow::Context;
 use spacetime_common::mode;
@@ -35,6 +38,7 @@ pub use args::WatchArgs;
 use crate::{
     cli::EXIT_OWN_FAILURE,
     loader::{LoadOptions, Probes},
+    selfstats::OwnCost,
     taskstats::{ListenerOptions, TaskstatsListener},
 };
 use cgroup::Cgroups;
@@ -85,6 +89,29 @@ enum Stop {
     OutputClosed,
 }
 
+impl Stop {
+    /// How `--summary-json` names it.
+    fn name(self) -> String {
+        match self {
+            Stop::Signal(libc::SIGINT) => "SIGINT".into(),
+            Stop::Signal(libc::SIGTERM) => "SIGTERM".into(),
+            Stop::Signal(libc::SIGHUP) => "SIGHUP".into(),
+            Stop::Signal(n) => format!("signal {n}"),
+            Stop::Duration => "duration".into(),
+            Stop::Count => "count".into(),
+            Stop::OutputClosed => "output_closed".into(),
+        }
+    }
+}
+
+/// Writes the summary object and a newline to `file`.
+fn write_summary_json(mut file: std::fs::File, summary: &summary::Json) -> io::Result<()> {
+    let mut text = serde_json::to_vec(summary)?;
+    text.push(b'\n');
+    file.write_all(&text)?;
+    file.flush()
+}
+
 fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
     let filter = Filter::from_args(&args)?;
     let mut out =
@@ -103,6 +130,14 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
             l.set_nonblocking(true)?;
             Some(l)
         }
+        None => None,
+    };
+    // Created now, so a path that cannot be written fails the watch before it starts.
+    let summary_file = match &args.summary_json {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .with_context(|| format!("--summary-json: creating {}", path.display()))?,
+        ),
         None => None,
     };
     let sigfd = crate::signals::signal_fd(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
@@ -126,17 +161,17 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
     let attached_ns = clock_ns(libc::CLOCK_MONOTONIC) as u64;
     let ring = probes.take_events()?;
     // Opened after the programs are attached: every taskstats record has its BPF exit.
-    let taskstats = if args.no_taskstats {
-        None
+    let (taskstats, taskstats_unavailable) = if args.no_taskstats {
+        (None, Some("--no-taskstats".to_string()))
     } else {
         match TaskstatsListener::open(ListenerOptions {
             rcvbuf_bytes: TASKSTATS_RCVBUF,
             ..ListenerOptions::default()
         }) {
-            Ok(l) => Some(l),
+            Ok(l) => (Some(l), None),
             Err(e) => {
                 eprintln!("spacetime: no taskstats cross-check: {e}");
-                None
+                (None, Some(e.to_string()))
             }
         }
     };
@@ -215,7 +250,10 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         eprintln!("spacetime: writing the output: {e}");
     }
     let coverage_note = match &w.coverage {
-        None => Some("not checked".to_string()),
+        None => Some(match &taskstats_unavailable {
+            Some(why) => format!("not checked ({why})"),
+            None => "not checked".to_string(),
+        }),
         Some(c) if c.version > 0 && c.version < 12 => Some(format!(
             "{} matched (taskstats version {} cannot mark process ends: unmatched records \
              not counted)",
@@ -226,16 +264,24 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
     if verbose > 0 {
         eprintln!("spacetime: stopped: {stop:?}");
     }
-    eprint!(
-        "{}",
-        summary::render(&summary::Final {
-            elapsed,
-            metrics: &w.metrics,
-            peaks: &w.peaks,
-            table: w.table.stats,
-            filtered: !w.filter.is_empty(),
-            coverage_note,
-        })
-    );
+    // Measured with the programs still attached: the figures cover the whole watch.
+    let own_cost = OwnCost::measure(&probes);
+    let fin = summary::Final {
+        elapsed,
+        metrics: &w.metrics,
+        peaks: &w.peaks,
+        table: w.table.stats,
+        filtered: !w.filter.is_empty(),
+        taskstats_unavailable,
+        coverage_note,
+    };
+    eprint!("{}", summary::render(&fin));
+    if verbose > 0 {
+        eprintln!("  {}", own_cost.line());
+    }
+    if let (Some(file), Some(path)) = (summary_file, &args.summary_json) {
+        write_summary_json(file, &summary::json(&fin, &stop.name(), &own_cost))
+            .with_context(|| format!("--summary-json: writing {}", path.display()))?;
+    }
     Ok(())
 }

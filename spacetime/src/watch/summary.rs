@@ -1,10 +1,12 @@
 //! The summary written to stderr when `watch` stops: exits seen, top comms, biggest peaks,
-//! loss and taskstats coverage.
+//! loss and taskstats coverage; and its machine-readable form (`--summary-json`).
 
 use std::{fmt::Write as _, time::Duration};
 
+use serde::Serialize;
+
 use super::{exit::ExitView, metrics::Metrics, table::TableStats};
-use crate::units;
+use crate::{selfstats::OwnCost, units};
 
 /// Processes with the biggest peaks listed.
 const TOP_PEAKS: usize = 5;
@@ -64,7 +66,85 @@ pub struct Final<'a> {
     pub peaks: &'a Peaks,
     pub table: TableStats,
     pub filtered: bool,
+    /// Why exits were not cross-checked against taskstats, when they were not.
+    pub taskstats_unavailable: Option<String>,
+    /// What the taskstats line says instead of the three counts, when it cannot give them.
     pub coverage_note: Option<String>,
+}
+
+/// The summary as `--summary-json` writes it: one object.
+#[derive(Debug, Serialize)]
+pub struct Json<'a> {
+    pub elapsed_ns: u64,
+    /// "SIGINT", "SIGTERM", "SIGHUP", "duration", "count" or "output_closed".
+    pub stopped_by: &'a str,
+    /// Every exit seen, filters or not.
+    pub process_exits: u64,
+    pub thread_exits: u64,
+    /// Exits reported (matching the filters).
+    pub reported: u64,
+    /// Exit records that never became a report: ring buffer full, or undecodable.
+    pub lost_events: u64,
+    pub loss: Loss,
+    pub taskstats: TaskstatsJson<'a>,
+    pub spacetime: &'a OwnCost,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Loss {
+    pub ringbuf_lost: u64,
+    pub decode_errors: u64,
+    pub read_failures: u64,
+    /// Taskstats receive overruns (records the kernel dropped).
+    pub enobufs: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TaskstatsJson<'a> {
+    pub available: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unavailable_reason: Option<&'a str>,
+    pub matched: u64,
+    pub bpf_only: u64,
+    pub taskstats_only: u64,
+    /// Why `bpf_only` and `taskstats_only` are not counted (an old taskstats version).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<&'a str>,
+}
+
+/// Loss as the summary counts it: records lost in the ring buffer or undecodable.
+fn lost_events(m: &Metrics) -> u64 {
+    m.ringbuf_lost + m.decode_errors
+}
+
+pub fn json<'a>(f: &'a Final, stopped_by: &'a str, own: &'a OwnCost) -> Json<'a> {
+    let m = f.metrics;
+    Json {
+        elapsed_ns: u64::try_from(f.elapsed.as_nanos()).unwrap_or(u64::MAX),
+        stopped_by,
+        process_exits: m.seen_processes,
+        thread_exits: m.seen_threads,
+        reported: m.reported,
+        lost_events: lost_events(m),
+        loss: Loss {
+            ringbuf_lost: m.ringbuf_lost,
+            decode_errors: m.decode_errors,
+            read_failures: m.read_failures,
+            enobufs: m.enobufs,
+        },
+        taskstats: TaskstatsJson {
+            available: f.taskstats_unavailable.is_none(),
+            unavailable_reason: f.taskstats_unavailable.as_deref(),
+            matched: m.matched,
+            bpf_only: m.bpf_only,
+            taskstats_only: m.taskstats_only,
+            note: f
+                .coverage_note
+                .as_deref()
+                .filter(|_| f.taskstats_unavailable.is_none()),
+        },
+        spacetime: own,
+    }
 }
 
 pub fn render(f: &Final) -> String {
@@ -96,7 +176,7 @@ pub fn render(f: &Final) -> String {
             units::bytes(*peak)
         );
     }
-    let lost = m.ringbuf_lost + m.decode_errors;
+    let lost = lost_events(m);
     let _ = writeln!(
         o,
         "  loss:          {} (ring buffer full: {}, undecodable: {}, kernel read failures: {}, \
@@ -148,4 +228,65 @@ pub fn render(f: &Final) -> String {
         );
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fin<'a>(m: &'a Metrics, peaks: &'a Peaks, unavailable: Option<&str>) -> Final<'a> {
+        Final {
+            elapsed: Duration::from_millis(1500),
+            metrics: m,
+            peaks,
+            table: TableStats::default(),
+            filtered: true,
+            taskstats_unavailable: unavailable.map(str::to_string),
+            coverage_note: unavailable.map(|_| "not checked".to_string()),
+        }
+    }
+
+    #[test]
+    fn json_keys() {
+        let mut m = Metrics::new(true);
+        m.seen_processes = 12;
+        m.seen_threads = 3;
+        m.reported = 5;
+        m.ringbuf_lost = 2;
+        m.decode_errors = 1;
+        m.read_failures = 4;
+        m.enobufs = 7;
+        m.matched = 11;
+        m.bpf_only = 1;
+        let peaks = Peaks::default();
+        let own = OwnCost::default();
+        let f = fin(&m, &peaks, None);
+        let v = serde_json::to_value(json(&f, "count", &own)).expect("serialize");
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "elapsed_ns": 1_500_000_000u64, "stopped_by": "count",
+                "process_exits": 12, "thread_exits": 3, "reported": 5, "lost_events": 3,
+                "loss": {"ringbuf_lost": 2, "decode_errors": 1, "read_failures": 4, "enobufs": 7},
+                "taskstats": {"available": true, "matched": 11, "bpf_only": 1, "taskstats_only": 0},
+                "spacetime": {"user_ns": 0, "sys_ns": 0, "peak_rss_bytes": 0,
+                              "bpf_stats_enabled": false, "kernel_programs": []}
+            })
+        );
+    }
+
+    #[test]
+    fn json_says_why_taskstats_is_missing() {
+        let m = Metrics::new(false);
+        let peaks = Peaks::default();
+        let own = OwnCost::default();
+        let f = fin(&m, &peaks, Some("--no-taskstats"));
+        let v = serde_json::to_value(json(&f, "SIGINT", &own)).expect("serialize");
+        assert_eq!(
+            v["taskstats"],
+            serde_json::json!({"available": false, "unavailable_reason": "--no-taskstats",
+                               "matched": 0, "bpf_only": 0, "taskstats_only": 0})
+        );
+        assert_eq!(v["stopped_by"], "SIGINT");
+    }
 }
