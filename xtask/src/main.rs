@@ -1,6 +1,7 @@
 //! `cargo xtask`: builds the eBPF object and the binary that embeds it, installs the toolchain
 //! pieces that are missing, and runs spacetime and its tests.
 
+mod bench;
 mod toolchain;
 mod vm;
 
@@ -40,6 +41,31 @@ enum Cmd {
     },
     /// rustfmt and clippy (-D warnings) on both the userspace and the eBPF crates
     Lint,
+    /// Measure what spacetime costs next to bare runs, /usr/bin/time and strace, on workloads
+    /// the bench builds itself (needs root); prints a Markdown table, writes JSON under
+    /// target/bench/ and keeps the latest table in BENCHMARKS.md
+    Bench {
+        /// Repetitions of every runner on every workload (interleaved)
+        #[arg(long, default_value_t = 7)]
+        reps: usize,
+        /// Only these workloads (comma-separated: true, fork-exec, fork-exec-static, make,
+        /// touch, storm)
+        #[arg(long, value_delimiter = ',')]
+        workloads: Vec<String>,
+        /// Only these runners (comma-separated: bare, time, trace, trace-nopss, strace,
+        /// strace-seccomp, watch); bare is always needed
+        #[arg(long, value_delimiter = ',')]
+        runners: Vec<String>,
+        /// Small workloads and no 100k-process run: checks the bench works, measures little
+        #[arg(long)]
+        quick: bool,
+        /// Bench this spacetime binary instead of building one (e.g. an older build)
+        #[arg(long, value_name = "PATH")]
+        spacetime: Option<PathBuf>,
+        /// Do not update BENCHMARKS.md
+        #[arg(long)]
+        no_record: bool,
+    },
     /// Build, then run every integration test inside a Debian 6.1 guest (qemu, TCG); fetches
     /// and caches the kernel package with apt
     VmTest {
@@ -119,14 +145,14 @@ fn cargo() -> Command {
     c
 }
 
-fn build() -> Result<()> {
+pub fn build() -> Result<()> {
     toolchain::ensure()?;
     build_ebpf()?;
     eprintln!("xtask: building spacetime (release)");
     run(cargo().args(["build", "--release", "-p", "spacetime"]))
 }
 
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     // Avoids a libc dependency: root's uid in /proc/self/status.
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -183,6 +209,21 @@ fn main() -> Result<()> {
             timeout: std::time::Duration::from_secs(timeout),
             all,
             test_args: args,
+        }),
+        Cmd::Bench {
+            reps,
+            workloads,
+            runners,
+            quick,
+            spacetime,
+            no_record,
+        } => bench::bench(bench::Options {
+            reps,
+            workloads,
+            runners,
+            quick,
+            spacetime,
+            no_record,
         }),
         Cmd::Lint => {
             toolchain::ensure()?;

@@ -1,0 +1,252 @@
+//! `cargo xtask bench`: what spacetime costs next to the alternatives, side by side in one run.
+//!
+//! Every workload runs under every runner, interleaved (each repetition runs all runners, in
+//! an order rotated from one repetition to the next, so drift in the machine's speed lands on
+//! all of them alike). The kernel's own per-program accounting (`kernel.bpf_stats_enabled`) is
+//! switched on for the bench and restored afterwards, also on Ctrl-C.
+
+mod report;
+mod runners;
+mod stats;
+mod workloads;
+
+use std::{
+    fs,
+    path::PathBuf,
+    sync::atomic::{AtomicU8, Ordering},
+    time::Instant,
+};
+
+use anyhow::{bail, Context, Result};
+
+use runners::{Env, Runner, Sample, WatchSession};
+use stats::Summary;
+use workloads::{Sizes, Workload};
+
+use crate::{target_dir, toolchain};
+
+pub struct Options {
+    pub reps: usize,
+    pub workloads: Vec<String>,
+    pub runners: Vec<String>,
+    pub quick: bool,
+    /// Bench this binary instead of building one.
+    pub spacetime: Option<PathBuf>,
+    /// Leave BENCHMARKS.md alone.
+    pub no_record: bool,
+}
+
+const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+/// The sysctl's value before the bench, restored on exit and on Ctrl-C (255: not changed).
+static SAVED_STATS: AtomicU8 = AtomicU8::new(255);
+
+extern "C" fn restore_on_signal(sig: libc::c_int) {
+    let saved = SAVED_STATS.load(Ordering::SeqCst);
+    if saved != 255 {
+        let byte = [b'0' + saved];
+        // SAFETY: open/write/close/_exit are async-signal-safe; the path is NUL-terminated.
+        unsafe {
+            let fd = libc::open(
+                c"/proc/sys/kernel/bpf_stats_enabled".as_ptr(),
+                libc::O_WRONLY,
+            );
+            if fd >= 0 {
+                libc::write(fd, byte.as_ptr().cast(), 1);
+                libc::close(fd);
+            }
+        }
+    }
+    // SAFETY: ends the process from a signal handler.
+    unsafe { libc::_exit(128 + sig) };
+}
+
+/// Switches per-program statistics on; the old value comes back when this is dropped.
+struct StatsGuard;
+
+impl StatsGuard {
+    fn enable() -> Result<StatsGuard> {
+        let old: u8 = fs::read_to_string(STATS_SYSCTL)
+            .with_context(|| format!("reading {STATS_SYSCTL}"))?
+            .trim()
+            .parse()
+            .context("parsing kernel.bpf_stats_enabled")?;
+        SAVED_STATS.store(old.min(9), Ordering::SeqCst);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: installs a handler that only makes async-signal-safe calls.
+            unsafe { libc::signal(sig, restore_on_signal as *const () as libc::sighandler_t) };
+        }
+        fs::write(STATS_SYSCTL, "1").context("enabling kernel.bpf_stats_enabled")?;
+        Ok(StatsGuard)
+    }
+}
+
+impl Drop for StatsGuard {
+    fn drop(&mut self) {
+        let old = SAVED_STATS.swap(255, Ordering::SeqCst);
+        if old != 255 {
+            let _ = fs::write(STATS_SYSCTL, old.to_string());
+        }
+    }
+}
+
+/// Results of one workload.
+pub struct WorkloadResult {
+    pub name: &'static str,
+    pub title: String,
+    pub expected_processes: Option<u64>,
+    pub ratio_target: bool,
+    pub runners: Vec<Summary>,
+}
+
+/// spacetime's own peak RSS on a big trace.
+pub struct RssRun {
+    pub processes: u64,
+    pub sample: Sample,
+}
+
+fn pick<T: Copy>(all: &[T], names: &[String], name: impl Fn(T) -> &'static str) -> Result<Vec<T>> {
+    if names.is_empty() {
+        return Ok(all.to_vec());
+    }
+    for n in names {
+        if !all.iter().any(|&x| name(x) == n) {
+            let known: Vec<&str> = all.iter().map(|&x| name(x)).collect();
+            bail!("unknown name {n:?} (known: {})", known.join(", "));
+        }
+    }
+    Ok(all
+        .iter()
+        .copied()
+        .filter(|&x| names.iter().any(|n| n == name(x)))
+        .collect())
+}
+
+fn run_workload(
+    env: &Env,
+    w: &Workload,
+    runners: &[Runner],
+    reps: usize,
+) -> Result<WorkloadResult> {
+    // One untimed run to warm the page cache.
+    runners::run_once(env, w, Runner::Bare)?;
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); runners.len()];
+    for rep in 0..reps {
+        for k in 0..runners.len() {
+            let i = (k + rep) % runners.len();
+            let r = runners[i];
+            let s = match r {
+                Runner::Watch => WatchSession::start(env)?.run(env, w)?,
+                _ => runners::run_once(env, w, r)?,
+            };
+            samples[i].push(s);
+        }
+        eprint!(
+            "\rxtask: bench {:<18} repetition {}/{reps}",
+            w.name,
+            rep + 1
+        );
+    }
+    eprintln!();
+    Ok(WorkloadResult {
+        name: w.name,
+        title: w.title.clone(),
+        expected_processes: w.processes,
+        ratio_target: w.ratio_target,
+        runners: runners
+            .iter()
+            .zip(samples)
+            .filter_map(|(&r, s)| Summary::of(r, s))
+            .collect(),
+    })
+}
+
+pub fn bench(opts: Options) -> Result<()> {
+    if !crate::is_root() {
+        bail!("the bench loads eBPF programs: run `sudo -E cargo xtask bench` (or as root)");
+    }
+    if opts.reps == 0 {
+        bail!("--reps must be at least 1");
+    }
+    toolchain::apt_install(
+        &["strace", "time", "gcc", "make", "libc6-dev"],
+        "the bench's workloads and the tools it compares with",
+    )?;
+    let spacetime = match opts.spacetime {
+        Some(p) => p,
+        None => {
+            crate::build()?;
+            crate::spacetime_bin()
+        }
+    };
+    let out = target_dir().join("bench");
+    let scratch = out.join("scratch");
+    fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    let sizes = if opts.quick {
+        Sizes::quick()
+    } else {
+        Sizes::full()
+    };
+    eprintln!("xtask: building the bench workloads");
+    let all = workloads::build(&out.join("work"), &sizes)?;
+    let names: Vec<&'static str> = all.iter().map(|w| w.name).collect();
+    let chosen = pick(&names, &opts.workloads, |n| n)?;
+    let runners = pick(&Runner::ALL, &opts.runners, Runner::name)?;
+    if runners.first() != Some(&Runner::Bare) {
+        bail!("the runners must include bare (every ratio is to bare)");
+    }
+    let env = Env { spacetime, scratch };
+    let machine = report::Machine::probe(&env.spacetime);
+    let started = Instant::now();
+    let guard = StatsGuard::enable()?;
+    let mut results = Vec::new();
+    for w in all.iter().filter(|w| chosen.contains(&w.name)) {
+        results.push(run_workload(&env, w, &runners, opts.reps)?);
+    }
+    let rss = if sizes.rss_processes > 0 && opts.workloads.is_empty() {
+        eprintln!(
+            "xtask: bench: spacetime's own memory on a {}-process trace",
+            sizes.rss_processes
+        );
+        let w = Workload {
+            name: "rss",
+            title: String::new(),
+            argv: workloads::storm_argv(&out.join("work"), sizes.rss_processes),
+            dir: out.join("work"),
+            processes: None,
+            prepare: None,
+            ratio_target: false,
+        };
+        Some(RssRun {
+            processes: sizes.rss_processes + 3,
+            sample: runners::run_once(&env, &w, Runner::Trace)?,
+        })
+    } else {
+        None
+    };
+    drop(guard);
+    let bench = report::Bench {
+        machine,
+        reps: opts.reps,
+        quick: opts.quick,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        workloads: results,
+        rss,
+    };
+    let table = report::markdown(&bench);
+    println!("{table}");
+    let stamp = bench.machine.date.replace([':', ' '], "-");
+    let json = serde_json::to_string_pretty(&report::json(&bench))?;
+    for name in [format!("bench-{stamp}.json"), "latest.json".to_string()] {
+        fs::write(out.join(&name), &json)?;
+    }
+    fs::write(out.join("latest.md"), &table)?;
+    eprintln!(
+        "xtask: bench results in {}",
+        out.join("latest.json").display()
+    );
+    if !(opts.quick || opts.no_record) {
+        report::record(&crate::root().join("BENCHMARKS.md"), &table)?;
+        eprintln!("xtask: BENCHMARKS.md updated");
+    }
+    Ok(())
+}

@@ -1,0 +1,352 @@
+//! The bench's results: a Markdown table, JSON, and the latest table kept in BENCHMARKS.md.
+
+use std::{fmt::Write as _, fs, path::Path, process::Command};
+
+use anyhow::{Context, Result};
+use serde_json::{json, Value};
+
+use super::{
+    runners::Runner,
+    stats::{ratio, Spread, Summary},
+    RssRun, WorkloadResult,
+};
+
+/// The machine and build the bench ran on.
+pub struct Machine {
+    pub date: String,
+    pub kernel: String,
+    pub cpu: String,
+    pub cpus: usize,
+    pub mem_gib: f64,
+    pub commit: String,
+    pub spacetime: String,
+}
+
+fn output(cmd: &mut Command) -> String {
+    cmd.output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+impl Machine {
+    pub fn probe(spacetime: &Path) -> Machine {
+        let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let mem_kib: f64 = meminfo
+            .lines()
+            .find(|l| l.starts_with("MemTotal:"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0.0);
+        Machine {
+            date: output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])),
+            kernel: output(Command::new("uname").arg("-r")),
+            cpu: cpuinfo
+                .lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+                .unwrap_or_else(|| "unknown CPU".into()),
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            mem_gib: mem_kib / (1024.0 * 1024.0),
+            commit: output(
+                Command::new("git")
+                    .current_dir(crate::root())
+                    .args(["describe", "--always", "--dirty"]),
+            ),
+            spacetime: output(Command::new(spacetime).arg("--version")),
+        }
+    }
+}
+
+pub struct Bench {
+    pub machine: Machine,
+    pub reps: usize,
+    pub quick: bool,
+    pub elapsed_s: f64,
+    pub workloads: Vec<WorkloadResult>,
+    pub rss: Option<RssRun>,
+}
+
+fn ms(ns: f64) -> String {
+    let v = ns / 1e6;
+    if v >= 100.0 {
+        format!("{v:.0} ms")
+    } else if v >= 10.0 {
+        format!("{v:.1} ms")
+    } else {
+        format!("{v:.2} ms")
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}
+
+fn spread(s: &Spread) -> String {
+    format!("{} ({}–{})", ms(s.median), ms(s.min), ms(s.max))
+}
+
+fn bare_of(w: &WorkloadResult) -> Option<&Summary> {
+    w.runners.iter().find(|s| s.runner == Runner::Bare)
+}
+
+fn find(w: &WorkloadResult, r: Runner) -> Option<&Summary> {
+    w.runners.iter().find(|s| s.runner == r)
+}
+
+/// The targets of the bench, each with its figure and whether it is met.
+fn targets(b: &Bench) -> Vec<(String, String, bool)> {
+    let mut t = Vec::new();
+    for w in &b.workloads {
+        let (Some(bare), Some(tr)) = (bare_of(w), find(w, Runner::Trace)) else {
+            continue;
+        };
+        if w.ratio_target {
+            let r = ratio(tr.wall.median, bare.wall.median).unwrap_or(f64::NAN);
+            t.push((
+                format!("`trace` ≤ 1.03× bare wall on {}", w.name),
+                format!("{r:.3}×"),
+                r <= 1.03,
+            ));
+        }
+        if w.name == "true" {
+            let added = tr.wall.median - bare.wall.median;
+            t.push((
+                "`trace -- /bin/true` adds ≤ 50 ms".into(),
+                ms(added),
+                added <= 50e6,
+            ));
+        }
+        if w.name == "fork-exec" {
+            if let Some(worst) = tr
+                .programs
+                .iter()
+                .max_by(|a, b| a.ns_per_run.total_cmp(&b.ns_per_run))
+            {
+                t.push((
+                    "≤ 2 µs in-kernel per event (fork-exec, worst program)".into(),
+                    format!("{} {:.2} µs", worst.name, worst.ns_per_run / 1e3),
+                    worst.ns_per_run <= 2000.0,
+                ));
+            }
+        }
+        if w.name == "storm" {
+            if let Some(wa) = find(w, Runner::Watch) {
+                let lost = wa.lost;
+                t.push((
+                    "`watch` loses 0 events on the fork storm".into(),
+                    lost.map_or("unknown".into(), |l| l.to_string()),
+                    lost == Some(0),
+                ));
+            }
+        }
+    }
+    if let Some(r) = &b.rss {
+        let rss = r.sample.tool_peak_rss;
+        t.push((
+            format!(
+                "spacetime's own RSS ≤ 64 MiB on a {}-process trace",
+                r.processes
+            ),
+            rss.map_or("unknown".into(), mib),
+            rss.is_some_and(|x| x <= 64 << 20),
+        ));
+    }
+    t
+}
+
+pub fn markdown(b: &Bench) -> String {
+    let m = &b.machine;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Ran {} on {} × {} ({:.1} GiB), Linux {}, spacetime {} (commit {}); {} interleaved \
+         repetitions{}, {:.0} s in all. kernel.bpf_stats_enabled was on for the whole run (it \
+         adds two clock reads to every BPF program run, so spacetime's ratios are slightly \
+         pessimistic).\n",
+        m.date,
+        m.cpus,
+        m.cpu,
+        m.mem_gib,
+        m.kernel,
+        m.spacetime.trim_start_matches("spacetime "),
+        m.commit,
+        b.reps,
+        if b.quick { " (--quick sizes)" } else { "" },
+        b.elapsed_s
+    );
+    let _ = writeln!(
+        o,
+        "### Targets\n\n| target | measured | met |\n|---|---|---|"
+    );
+    for (what, fig, ok) in targets(b) {
+        let _ = writeln!(
+            o,
+            "| {what} | {fig} | {} |",
+            if ok { "yes" } else { "**no**" }
+        );
+    }
+    for w in &b.workloads {
+        let Some(bare) = bare_of(w) else { continue };
+        let _ = writeln!(o, "\n### {} — {}\n", w.name, w.title);
+        let _ = writeln!(
+            o,
+            "| runner | wall, median (min–max) | × bare | CPU, median | CPU × bare | spacetime CPU | spacetime peak RSS | lost | processes seen |\n|---|---|---|---|---|---|---|---|---|"
+        );
+        for s in &w.runners {
+            let dash = || "–".to_string();
+            let _ = writeln!(
+                o,
+                "| {} | {} | {:.3} | {} | {:.2} | {} | {} | {} | {} |",
+                s.runner.label(),
+                spread(&s.wall),
+                ratio(s.wall.median, bare.wall.median).unwrap_or(f64::NAN),
+                ms(s.cpu.median),
+                ratio(s.cpu.median, bare.cpu.median).unwrap_or(f64::NAN),
+                s.tool_cpu.as_ref().map_or_else(dash, |c| ms(c.median)),
+                s.tool_peak_rss.map_or_else(dash, mib),
+                s.lost.map_or_else(dash, |l| l.to_string()),
+                match (s.processes, s.runner) {
+                    (None, _) => dash(),
+                    (Some((a, b)), Runner::Watch) => format!("{a}–{b} (system-wide)"),
+                    (Some((a, b)), _) if a == b => match w.expected_processes {
+                        Some(e) if e != a => format!("**{a} of {e}**"),
+                        _ => a.to_string(),
+                    },
+                    (Some((a, b)), _) => format!("{a}–{b}"),
+                }
+            );
+        }
+        for s in w.runners.iter().filter(|s| !s.programs.is_empty()) {
+            let list: Vec<String> = s
+                .programs
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{} {:.0} ns × {}",
+                        p.name,
+                        p.ns_per_run,
+                        p.runs / s.samples.len().max(1) as u64
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                o,
+                "\nIn-kernel cost under `{}` (ns per run × runs per repetition): {}.",
+                s.runner.name(),
+                list.join(", ")
+            );
+        }
+    }
+    if let Some(r) = &b.rss {
+        let s = &r.sample;
+        let _ = writeln!(
+            o,
+            "\n### spacetime's own memory on a big trace\n\n`spacetime trace` of a fork storm \
+             of {} processes: spacetime's peak RSS {}, its CPU {}, wall {}, {} processes in \
+             the report, {} lost.",
+            r.processes,
+            s.tool_peak_rss.map_or("unknown".into(), mib),
+            s.tool_cpu_ns.map_or("unknown".into(), |c| ms(c as f64)),
+            ms(s.wall_ns as f64),
+            s.processes.map_or("unknown".into(), |p| p.to_string()),
+            s.lost.map_or("unknown".into(), |l| l.to_string()),
+        );
+    }
+    o
+}
+
+fn spread_json(s: &Spread) -> Value {
+    json!({"median": s.median, "min": s.min, "max": s.max})
+}
+
+pub fn json(b: &Bench) -> Value {
+    let m = &b.machine;
+    let workloads: Vec<Value> = b
+        .workloads
+        .iter()
+        .map(|w| {
+            let bare = bare_of(w).map(|s| (s.wall.median, s.cpu.median));
+            let runners: Vec<Value> = w
+                .runners
+                .iter()
+                .map(|s| {
+                    json!({
+                        "runner": s.runner.name(),
+                        "wall_ns": spread_json(&s.wall),
+                        "cpu_ns": spread_json(&s.cpu),
+                        "wall_ratio": bare.and_then(|(bw, _)| ratio(s.wall.median, bw)),
+                        "cpu_ratio": bare.and_then(|(_, bc)| ratio(s.cpu.median, bc)),
+                        "spacetime_cpu_ns": s.tool_cpu.as_ref().map(spread_json),
+                        "spacetime_peak_rss_bytes": s.tool_peak_rss,
+                        "lost_events": s.lost,
+                        "kernel_programs": s.programs.iter().map(|p| json!({
+                            "name": p.name, "runs": p.runs, "ns_per_run": p.ns_per_run,
+                        })).collect::<Vec<_>>(),
+                        "samples": s.samples.iter().map(|x| json!({
+                            "wall_ns": x.wall_ns, "cpu_ns": x.cpu_ns,
+                            "spacetime_cpu_ns": x.tool_cpu_ns,
+                            "spacetime_peak_rss_bytes": x.tool_peak_rss,
+                            "lost_events": x.lost, "processes": x.processes,
+                        })).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            json!({
+                "name": w.name, "title": w.title,
+                "expected_processes": w.expected_processes, "runners": runners,
+            })
+        })
+        .collect();
+    json!({
+        "date": m.date, "kernel": m.kernel, "cpu": m.cpu, "cpus": m.cpus,
+        "mem_gib": m.mem_gib, "commit": m.commit, "spacetime": m.spacetime,
+        "repetitions": b.reps, "quick": b.quick, "elapsed_s": b.elapsed_s,
+        "workloads": workloads,
+        "rss_run": b.rss.as_ref().map(|r| json!({
+            "processes": r.processes,
+            "wall_ns": r.sample.wall_ns,
+            "spacetime_cpu_ns": r.sample.tool_cpu_ns,
+            "spacetime_peak_rss_bytes": r.sample.tool_peak_rss,
+            "processes_seen": r.sample.processes,
+            "lost_events": r.sample.lost,
+        })),
+        "targets": targets(b).into_iter().map(|(what, fig, ok)| json!({
+            "target": what, "measured": fig, "met": ok,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+const BEGIN: &str = "<!-- bench:begin (cargo xtask bench rewrites this part) -->";
+const END: &str = "<!-- bench:end -->";
+
+/// Puts `table` between the markers of `doc` (appending them if missing).
+pub fn splice(doc: &str, table: &str) -> String {
+    let body = format!("{BEGIN}\n{table}\n{END}");
+    match (doc.find(BEGIN), doc.find(END)) {
+        (Some(a), Some(b)) if a < b => format!("{}{body}{}", &doc[..a], &doc[b + END.len()..]),
+        _ => format!("{}\n## Latest run\n\n{body}\n", doc.trim_end()),
+    }
+}
+
+/// Keeps the latest table in BENCHMARKS.md.
+pub fn record(path: &Path, table: &str) -> Result<()> {
+    let doc = fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".into());
+    fs::write(path, splice(&doc, table)).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splice_replaces_only_between_markers() {
+        let doc = format!("# B\nintro\n{BEGIN}\nold\n{END}\nafter\n");
+        let out = splice(&doc, "new");
+        assert_eq!(out, format!("# B\nintro\n{BEGIN}\nnew\n{END}\nafter\n"));
+        let fresh = splice("# B\n", "t");
+        assert!(fresh.contains(&format!("{BEGIN}\nt\n{END}")), "{fresh}");
+        assert_eq!(splice(&fresh, "u").matches(BEGIN).count(), 1);
+    }
+}

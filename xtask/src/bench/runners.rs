@@ -1,0 +1,351 @@
+//! The runners: how each tool wraps a workload, and one measured run.
+//!
+//! Wall time is taken around fork…wait4; CPU time is the runner's rusage, which covers the
+//! tool and every process of the workload it waited for (the BPF programs run in the
+//! workload's context, so their cost shows up there too). spacetime's own figures come from
+//! its report (`trace --json`, `watch --summary-json`) and, for watch, from the CPU its threads
+//! used during the run (schedstat, ns).
+
+use std::{
+    fs,
+    io::Read,
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use super::workloads::Workload;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runner {
+    Bare,
+    Time,
+    Trace,
+    TraceNoPss,
+    Strace,
+    StraceSeccomp,
+    Watch,
+}
+
+impl Runner {
+    pub const ALL: [Runner; 7] = [
+        Runner::Bare,
+        Runner::Time,
+        Runner::Trace,
+        Runner::TraceNoPss,
+        Runner::Strace,
+        Runner::StraceSeccomp,
+        Runner::Watch,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Runner::Bare => "bare",
+            Runner::Time => "time",
+            Runner::Trace => "trace",
+            Runner::TraceNoPss => "trace-nopss",
+            Runner::Strace => "strace",
+            Runner::StraceSeccomp => "strace-seccomp",
+            Runner::Watch => "watch",
+        }
+    }
+
+    /// The command line, as shown in the table.
+    pub fn label(self) -> &'static str {
+        match self {
+            Runner::Bare => "bare",
+            Runner::Time => "`/usr/bin/time -v`",
+            Runner::Trace => "`spacetime trace` (default: RSS timeline + PSS every 50 ms)",
+            Runner::TraceNoPss => "`spacetime trace --pss-interval 0` (RSS timeline, no PSS)",
+            Runner::Strace => "`strace -f -o /dev/null`",
+            Runner::StraceSeccomp => "`strace -f --seccomp-bpf -e trace=process`",
+            Runner::Watch => "bare, with `spacetime watch` running",
+        }
+    }
+
+    pub fn is_spacetime(self) -> bool {
+        matches!(self, Runner::Trace | Runner::TraceNoPss | Runner::Watch)
+    }
+}
+
+/// One measured run.
+#[derive(Clone, Debug, Default)]
+pub struct Sample {
+    pub wall_ns: u64,
+    /// User + system CPU of the runner and everything it waited for.
+    pub cpu_ns: u64,
+    /// spacetime's own CPU (trace: its report; watch: during the run).
+    pub tool_cpu_ns: Option<u64>,
+    pub tool_peak_rss: Option<u64>,
+    pub lost: Option<u64>,
+    /// Processes spacetime saw (trace: in the tree; watch: exits while it ran).
+    pub processes: Option<u64>,
+    /// Per kernel program: (name, run_cnt, run_time_ns) over the run.
+    pub programs: Vec<(String, u64, u64)>,
+}
+
+/// What the runs need to know about the machine.
+pub struct Env {
+    pub spacetime: PathBuf,
+    /// Scratch space for reports.
+    pub scratch: PathBuf,
+}
+
+fn timeval_ns(t: libc::timeval) -> u64 {
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000
+}
+
+/// Spawns `cmd` and waits for it with wait4: (wall, cpu, exit status).
+fn measure(cmd: &mut Command) -> Result<(u64, u64, i32)> {
+    let start = Instant::now();
+    let child = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = loop {
+        // SAFETY: waits for our own child, whose handle is not waited for elsewhere.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        if r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        break r;
+    };
+    let wall = start.elapsed().as_nanos() as u64;
+    if r != pid {
+        bail!("waiting for {cmd:?}: {}", std::io::Error::last_os_error());
+    }
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    };
+    Ok((
+        wall,
+        timeval_ns(ru.ru_utime) + timeval_ns(ru.ru_stime),
+        code,
+    ))
+}
+
+fn quiet(cmd: &mut Command, stderr: Stdio) -> &mut Command {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+}
+
+/// The kernel programs' statistics in a spacetime report.
+fn programs_of(v: &Value) -> Vec<(String, u64, u64)> {
+    let list = v["spacetime"]["kernel_programs"]
+        .as_array()
+        .or_else(|| v["kernel_programs"].as_array());
+    list.map(|l| {
+        l.iter()
+            .filter_map(|p| {
+                Some((
+                    p["name"].as_str()?.to_string(),
+                    p["run_cnt"].as_u64()?,
+                    p["run_time_ns"].as_u64()?,
+                ))
+            })
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+fn own_cpu(v: &Value) -> Option<u64> {
+    let s = &v["spacetime"];
+    Some(s["user_ns"].as_u64()? + s["sys_ns"].as_u64()?)
+}
+
+fn read_json(path: &Path) -> Result<Value> {
+    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// One run of `w` under `runner` (watch runs use [`WatchSession`] instead).
+pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
+    if let Some(prep) = &w.prepare {
+        let st = Command::new(&prep[0])
+            .args(&prep[1..])
+            .current_dir(&w.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .with_context(|| format!("preparing {}", w.name))?;
+        if !st.success() {
+            bail!("preparing {}: {prep:?} failed with {st}", w.name);
+        }
+    }
+    let report = env.scratch.join("trace.json");
+    let _ = fs::remove_file(&report);
+    let mut cmd = match runner {
+        Runner::Bare | Runner::Watch => Command::new(&w.argv[0]),
+        Runner::Time => {
+            let mut c = Command::new("/usr/bin/time");
+            c.args(["-v", "-o", "/dev/null", &w.argv[0]]);
+            c
+        }
+        Runner::Trace | Runner::TraceNoPss => {
+            let mut c = Command::new(&env.spacetime);
+            c.args(["trace", "--keep-root", "--json"]).arg(&report);
+            if runner == Runner::TraceNoPss {
+                c.args(["--pss-interval", "0"]);
+            }
+            c.args(["--", &w.argv[0]]);
+            c
+        }
+        Runner::Strace => {
+            let mut c = Command::new("strace");
+            c.args(["-f", "-o", "/dev/null", &w.argv[0]]);
+            c
+        }
+        Runner::StraceSeccomp => {
+            let mut c = Command::new("strace");
+            c.args([
+                "-f",
+                "--seccomp-bpf",
+                "-e",
+                "trace=process",
+                "-o",
+                "/dev/null",
+                &w.argv[0],
+            ]);
+            c
+        }
+    };
+    cmd.args(&w.argv[1..]).current_dir(&w.dir);
+    let stderr_path = env.scratch.join("stderr");
+    let stderr = fs::File::create(&stderr_path)?;
+    let (wall_ns, cpu_ns, code) = measure(quiet(&mut cmd, stderr.into()))?;
+    if code != 0 {
+        let err = fs::read_to_string(&stderr_path).unwrap_or_default();
+        let tail: String = err.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+        bail!(
+            "{} under {} exited with {code}: {tail}",
+            w.name,
+            runner.name()
+        );
+    }
+    let mut s = Sample {
+        wall_ns,
+        cpu_ns,
+        ..Sample::default()
+    };
+    if matches!(runner, Runner::Trace | Runner::TraceNoPss) {
+        let v = read_json(&report)?;
+        s.tool_cpu_ns = own_cpu(&v);
+        s.tool_peak_rss = v["spacetime"]["peak_rss_bytes"].as_u64();
+        s.lost = v["lost_events"].as_u64();
+        s.processes = v["totals"]["processes"].as_u64();
+        s.programs = programs_of(&v);
+    }
+    Ok(s)
+}
+
+/// CPU time of every thread of `pid`, in ns (schedstat's first field).
+fn threads_cpu_ns(pid: u32) -> Result<u64> {
+    let mut total = 0;
+    let dir = format!("/proc/{pid}/task");
+    for t in fs::read_dir(&dir).with_context(|| format!("reading {dir}"))? {
+        let path = t?.path().join("schedstat");
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        total += text
+            .split_whitespace()
+            .next()
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Ok(total)
+}
+
+fn status_field(pid: u32, key: &str) -> Option<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    let kib: u64 = line[key.len()..].split_whitespace().next()?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// `spacetime watch` running system-wide around one bare run.
+pub struct WatchSession {
+    child: Child,
+    summary: PathBuf,
+    stderr: PathBuf,
+}
+
+impl WatchSession {
+    pub fn start(env: &Env) -> Result<WatchSession> {
+        let summary = env.scratch.join("watch-summary.json");
+        let stderr = env.scratch.join("watch-stderr");
+        let _ = fs::remove_file(&summary);
+        let err = fs::File::create(&stderr)?;
+        let child = Command::new(&env.spacetime)
+            .args(["watch", "--json", "-o", "/dev/null", "--summary-json"])
+            .arg(&summary)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .context("starting spacetime watch")?;
+        let mut w = WatchSession {
+            child,
+            summary,
+            stderr,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = fs::read_to_string(&w.stderr).unwrap_or_default();
+            if text.contains("watching every exit") {
+                break;
+            }
+            if let Some(st) = w.child.try_wait()? {
+                bail!("spacetime watch ended before it was ready ({st}): {text}");
+            }
+            if Instant::now() > deadline {
+                let _ = w.child.kill();
+                bail!("spacetime watch not ready after 30 s: {text}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Let the start-up /proc scan settle before anything is timed.
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(w)
+    }
+
+    /// Runs `w` bare while the watch runs; stops the watch and reads its summary.
+    pub fn run(mut self, env: &Env, w: &Workload) -> Result<Sample> {
+        let pid = self.child.id();
+        let before = threads_cpu_ns(pid)?;
+        let mut s = run_once(env, w, Runner::Watch)?;
+        // Let the watch drain what the run produced before reading its CPU.
+        std::thread::sleep(Duration::from_millis(200));
+        let after = threads_cpu_ns(pid)?;
+        s.tool_cpu_ns = Some(after.saturating_sub(before));
+        s.tool_peak_rss = status_field(pid, "VmHWM:");
+        // SAFETY: signals our own child.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+        let st = self.child.wait()?;
+        let v = read_json(&self.summary).with_context(|| {
+            let mut err = String::new();
+            let _ = fs::File::open(&self.stderr).and_then(|mut f| f.read_to_string(&mut err));
+            format!("watch ended with {st}: {err}")
+        })?;
+        s.lost = v["lost_events"].as_u64();
+        s.processes = v["process_exits"].as_u64();
+        s.programs = programs_of(&v);
+        Ok(s)
+    }
+}
+
+impl Drop for WatchSession {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

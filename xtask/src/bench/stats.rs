@@ -1,0 +1,153 @@
+//! Medians, spreads and ratios over a runner's samples.
+
+use std::collections::BTreeMap;
+
+use super::runners::{Runner, Sample};
+
+/// Median, minimum and maximum.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    pub fn of(values: &[u64]) -> Option<Spread> {
+        if values.is_empty() {
+            return None;
+        }
+        let mut v = values.to_vec();
+        v.sort_unstable();
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2] as f64
+        } else {
+            (v[n / 2 - 1] as f64 + v[n / 2] as f64) / 2.0
+        };
+        Some(Spread {
+            median,
+            min: v[0] as f64,
+            max: v[n - 1] as f64,
+        })
+    }
+}
+
+/// One kernel program's cost over all runs of a runner: runs and ns per run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgramCost {
+    pub name: String,
+    pub runs: u64,
+    pub ns_per_run: f64,
+}
+
+/// What one runner did on one workload.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    pub runner: Runner,
+    pub samples: Vec<Sample>,
+    pub wall: Spread,
+    pub cpu: Spread,
+    pub tool_cpu: Option<Spread>,
+    pub tool_peak_rss: Option<u64>,
+    /// Total lost over the runs (None: the runner does not report loss).
+    pub lost: Option<u64>,
+    pub processes: Option<(u64, u64)>,
+    pub programs: Vec<ProgramCost>,
+}
+
+impl Summary {
+    pub fn of(runner: Runner, samples: Vec<Sample>) -> Option<Summary> {
+        let wall = Spread::of(&samples.iter().map(|s| s.wall_ns).collect::<Vec<_>>())?;
+        let cpu = Spread::of(&samples.iter().map(|s| s.cpu_ns).collect::<Vec<_>>())?;
+        let tool: Vec<u64> = samples.iter().filter_map(|s| s.tool_cpu_ns).collect();
+        let procs: Vec<u64> = samples.iter().filter_map(|s| s.processes).collect();
+        let mut programs: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        for s in &samples {
+            for (name, cnt, ns) in &s.programs {
+                let e = programs.entry(name).or_default();
+                e.0 += cnt;
+                e.1 += ns;
+            }
+        }
+        let programs = programs
+            .into_iter()
+            .filter(|(_, (cnt, _))| *cnt > 0)
+            .map(|(name, (cnt, ns))| ProgramCost {
+                name: name.to_string(),
+                runs: cnt,
+                ns_per_run: ns as f64 / cnt as f64,
+            })
+            .collect();
+        Some(Summary {
+            runner,
+            wall,
+            cpu,
+            tool_cpu: Spread::of(&tool),
+            tool_peak_rss: samples.iter().filter_map(|s| s.tool_peak_rss).max(),
+            lost: samples
+                .iter()
+                .map(|s| s.lost)
+                .try_fold(0u64, |acc, l| l.map(|l| acc + l))
+                .filter(|_| runner.is_spacetime()),
+            processes: procs
+                .iter()
+                .min()
+                .zip(procs.iter().max())
+                .map(|(a, b)| (*a, *b)),
+            programs,
+            samples,
+        })
+    }
+}
+
+/// The ratio of two medians.
+pub fn ratio(x: f64, bare: f64) -> Option<f64> {
+    (bare > 0.0).then(|| x / bare)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_spread() {
+        assert_eq!(Spread::of(&[]), None);
+        let s = Spread::of(&[5, 1, 3]).unwrap();
+        assert_eq!((s.median, s.min, s.max), (3.0, 1.0, 5.0));
+        assert_eq!(Spread::of(&[4, 1, 3, 2]).unwrap().median, 2.5);
+    }
+
+    #[test]
+    fn programs_are_summed_over_runs() {
+        let sample = |cnt, ns| Sample {
+            wall_ns: 10,
+            cpu_ns: 5,
+            lost: Some(0),
+            programs: vec![("exit".into(), cnt, ns), ("idle".into(), 0, 0)],
+            ..Sample::default()
+        };
+        let s = Summary::of(Runner::Trace, vec![sample(10, 1000), sample(30, 5000)]).unwrap();
+        assert_eq!(
+            s.programs,
+            [ProgramCost {
+                name: "exit".into(),
+                runs: 40,
+                ns_per_run: 150.0
+            }]
+        );
+        assert_eq!(s.lost, Some(0));
+    }
+
+    #[test]
+    fn loss_unknown_when_a_run_did_not_say() {
+        let a = Sample {
+            lost: Some(2),
+            ..Sample::default()
+        };
+        let b = Sample::default();
+        assert_eq!(Summary::of(Runner::Trace, vec![a, b]).unwrap().lost, None);
+        assert_eq!(ratio(3.0, 2.0), Some(1.5));
+        assert_eq!(ratio(3.0, 0.0), None);
+    }
+}
