@@ -19,6 +19,7 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
         return Ok(());
     }
     let child_tgid = child.tgid()?;
+    let child_start_ns = child.start_ns()?;
     let mut f = 0;
     if child_tgid == ptgid {
         f |= flags::FORK_THREAD;
@@ -34,7 +35,7 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
         if mm != 0 && mm == parent.mm()? {
             f |= flags::FORK_SHARED_MM;
         } else {
-            rss::follow(child.0, mm, child_tgid, child.start_ns()?)?;
+            rss::follow(child.0, mm, child_tgid, child_start_ns)?;
         }
     }
     let mut hdr = header(kind::FORK, &parent, ptgid, parent.pid()?)?;
@@ -43,7 +44,7 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
         hdr,
         child_pid: child.pid()?,
         child_tgid,
-        child_start_ns: child.start_ns()?,
+        child_start_ns,
     };
     output(&ev);
     Ok(())

@@ -38,12 +38,11 @@ pub fn counter_pages(mm: u64, member: u32) -> Result<i64, i32> {
     if conf!(rss_layout) == rss_layout::ATOMIC_ARRAY {
         return read::<i64>(base, 0);
     }
-    let mut v = read::<i64>(base, conf!(off.pcpu_count))?;
     let nr_cpus = conf!(nr_cpus);
     if nr_cpus == 0 || nr_cpus > MAX_EXACT_CPUS {
-        return Ok(v);
+        return read::<i64>(base, conf!(off.pcpu_count));
     }
-    let counters = read::<u64>(base, conf!(off.pcpu_counters))?;
+    let (mut v, counters) = mem::percpu_counter(base)?;
     for cpu in 0..MAX_EXACT_CPUS {
         if cpu >= nr_cpus {
             break;
