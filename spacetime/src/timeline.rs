@@ -19,11 +19,9 @@
 //!                               "pss": [[t_ns, bytes], ...], "max_pss_bytes": N | null} ] }
 //! ```
 
-use std::collections::HashMap;
-
 use serde::{ser::SerializeSeq, Serialize, Serializer};
 
-use crate::tree::Key;
+use crate::tree::{Key, KeyMap};
 
 /// One value of a series: `bytes` from `ts_ns` on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -185,10 +183,10 @@ pub struct Timeline {
     pub rss_source: RssSource,
     tree_rss: Series,
     tree_pss: Series,
-    procs: HashMap<Key, ProcessSeries>,
+    procs: KeyMap<Key, ProcessSeries>,
     /// Latest values of live processes, and their sums.
-    live_rss: HashMap<Key, u64>,
-    live_pss: HashMap<Key, u64>,
+    live_rss: KeyMap<Key, u64>,
+    live_pss: KeyMap<Key, u64>,
     rss_sum: u64,
     pss_sum: u64,
     /// The exact tree-wide RSS peak, from the kernel.
@@ -210,9 +208,9 @@ impl Timeline {
             rss_source,
             tree_rss: Series::default(),
             tree_pss: Series::default(),
-            procs: HashMap::new(),
-            live_rss: HashMap::new(),
-            live_pss: HashMap::new(),
+            procs: KeyMap::default(),
+            live_rss: KeyMap::default(),
+            live_pss: KeyMap::default(),
             rss_sum: 0,
             pss_sum: 0,
             tree_peak: None,
@@ -366,7 +364,7 @@ impl Timeline {
     }
 }
 
-fn update_sum(map: &mut HashMap<Key, u64>, sum: &mut u64, key: Key, bytes: u64) {
+fn update_sum(map: &mut KeyMap<Key, u64>, sum: &mut u64, key: Key, bytes: u64) {
     let old = map.insert(key, bytes).unwrap_or(0);
     *sum = *sum - old + bytes;
 }
