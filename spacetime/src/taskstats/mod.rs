@@ -46,7 +46,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
 pub use decode::parse_messages;
-pub use record::{flags, min_size, DelayExtremes, RecordKind, TaskstatsRecord};
+pub use record::{flags, min_size, Comm, DelayExtremes, RecordKind, TaskstatsRecord};
 
 use decode::{
     TASKSTATS_CMD_ATTR_DEREGISTER_CPUMASK, TASKSTATS_CMD_ATTR_REGISTER_CPUMASK, TASKSTATS_CMD_GET,

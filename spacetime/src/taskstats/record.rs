@@ -47,6 +47,96 @@ pub mod flags {
     pub const AGROUP: u8 = 0x20;
 }
 
+/// Bytes a command name keeps inline: the most a record carries.
+const COMM_INLINE: usize = off::TS_COMM_LEN;
+
+/// A task's command name (`ac_comm`), as UTF-8 (lossy: it is bytes to the kernel). Stored
+/// inline: every exit record carries one, and a heap string each was the decoder's one
+/// allocation per record. A name that only fits after lossy replacement goes to the heap.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Comm {
+    Inline { len: u8, bytes: [u8; COMM_INLINE] },
+    Heap(Box<str>),
+}
+
+impl Comm {
+    pub fn new(raw: &[u8]) -> Comm {
+        match std::str::from_utf8(raw) {
+            Ok(s) if s.len() <= COMM_INLINE => {
+                let mut bytes = [0; COMM_INLINE];
+                bytes[..s.len()].copy_from_slice(s.as_bytes());
+                Comm::Inline {
+                    len: s.len() as u8,
+                    bytes,
+                }
+            }
+            _ => Comm::Heap(String::from_utf8_lossy(raw).into()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            // SAFETY: only valid UTF-8 is stored inline (checked in `new`), len ≤ COMM_INLINE.
+            Comm::Inline { len, bytes } => unsafe {
+                std::str::from_utf8_unchecked(bytes.get_unchecked(..*len as usize))
+            },
+            Comm::Heap(s) => s,
+        }
+    }
+}
+
+impl Default for Comm {
+    fn default() -> Comm {
+        Comm::Inline {
+            len: 0,
+            bytes: [0; COMM_INLINE],
+        }
+    }
+}
+
+impl std::ops::Deref for Comm {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl std::fmt::Display for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Comm {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for Comm {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Comm {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<String> for Comm {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
 /// Whether a record describes one task or a whole thread group.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
 pub enum RecordKind {
@@ -104,7 +194,7 @@ pub struct TaskstatsRecord {
     pub ac_flag: u8,
     pub ac_nice: i8,
     pub ac_sched: u8,
-    pub ac_comm: String,
+    pub ac_comm: Comm,
     pub ac_uid: u32,
     pub ac_gid: u32,
     pub ac_pid: u32,
@@ -408,7 +498,7 @@ pub(crate) fn parse_stats(
         ac_flag: r.u8(off::FLAG),
         ac_nice: r.u8(off::NICE) as i8,
         ac_sched: r.u8(off::AC_SCHED),
-        ac_comm: String::from_utf8_lossy(comm).into_owned(),
+        ac_comm: Comm::new(comm),
         ac_uid: r.u32(off::AC_UID),
         ac_gid: r.u32(off::AC_GID),
         ac_pid: r.u32(off::AC_PID),
