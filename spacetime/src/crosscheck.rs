@@ -53,6 +53,41 @@ pub struct Delays {
 }
 
 impl ProcessTaskstats {
+    /// One record's figures.
+    fn of(r: &TaskstatsRecord) -> ProcessTaskstats {
+        let mut s = ProcessTaskstats::default();
+        s.add(r);
+        s
+    }
+
+    /// Sums another sum into this one (peaks: the larger).
+    fn merge(&mut self, o: &ProcessTaskstats) {
+        self.utime_us += o.utime_us;
+        self.stime_us += o.stime_us;
+        self.minflt += o.minflt;
+        self.majflt += o.majflt;
+        self.nvcsw += o.nvcsw;
+        self.nivcsw += o.nivcsw;
+        self.read_char += o.read_char;
+        self.write_char += o.write_char;
+        self.read_syscalls += o.read_syscalls;
+        self.write_syscalls += o.write_syscalls;
+        self.read_bytes += o.read_bytes;
+        self.write_bytes += o.write_bytes;
+        self.hiwater_rss_kib = self.hiwater_rss_kib.max(o.hiwater_rss_kib);
+        self.hiwater_vm_kib = self.hiwater_vm_kib.max(o.hiwater_vm_kib);
+        let (d, e) = (&mut self.delays, &o.delays);
+        d.cpu_ns += e.cpu_ns;
+        d.blkio_ns += e.blkio_ns;
+        d.swapin_ns += e.swapin_ns;
+        d.reclaim_ns += e.reclaim_ns;
+        d.thrashing_ns += e.thrashing_ns;
+        d.compact_ns += e.compact_ns;
+        d.wpcopy_ns += e.wpcopy_ns;
+        d.irq_ns += e.irq_ns;
+        self.records += o.records;
+    }
+
     fn add(&mut self, r: &TaskstatsRecord) {
         let o = |v: Option<u64>| v.unwrap_or(0);
         self.utime_us += r.ac_utime_us;
@@ -103,10 +138,34 @@ pub struct Coverage {
     pub max_exact_diff_kib: u64,
 }
 
+/// What the cross-check needs of one record: ~200 bytes instead of the decoded record's 744,
+/// which matters when a trace holds 100 000 of them.
+#[derive(Clone, Debug)]
+pub struct Kept {
+    pub tgid: u32,
+    pub group: bool,
+    /// Start, seconds since the epoch.
+    pub btime_s: u64,
+    pub etime_us: u64,
+    pub stats: ProcessTaskstats,
+}
+
+impl From<&TaskstatsRecord> for Kept {
+    fn from(r: &TaskstatsRecord) -> Kept {
+        Kept {
+            tgid: record_tgid(r),
+            group: r.ac_flag & ac_flags::AGROUP != 0,
+            btime_s: r.ac_btime64.unwrap_or(r.ac_btime as u64),
+            etime_us: r.ac_etime_us,
+            stats: ProcessTaskstats::of(r),
+        }
+    }
+}
+
 /// The records that concern a traced process, kept as they arrive.
 #[derive(Default)]
 pub struct Collector {
-    records: Vec<TaskstatsRecord>,
+    records: Vec<Kept>,
 }
 
 fn record_tgid(r: &TaskstatsRecord) -> u32 {
@@ -123,11 +182,12 @@ impl Collector {
         self.records.extend(
             batch
                 .drain(..)
-                .filter(|r| r.kind == RecordKind::Pid && tree.knows_tgid(record_tgid(r))),
+                .filter(|r| r.kind == RecordKind::Pid && tree.knows_tgid(record_tgid(r)))
+                .map(|r| Kept::from(&r)),
         );
     }
 
-    pub fn records(&self) -> &[TaskstatsRecord] {
+    pub fn records(&self) -> &[Kept] {
         &self.records
     }
 }
@@ -145,34 +205,30 @@ impl Clock {
     }
 }
 
-fn btime_s(r: &TaskstatsRecord) -> i128 {
-    r.ac_btime64.unwrap_or(r.ac_btime as u64) as i128
-}
-
 /// Does record `r` describe a thread of process `p`? Start within a second of the process's
 /// start or later, and not after its end.
-fn belongs(r: &TaskstatsRecord, p: &Process, clock: Clock) -> bool {
+fn belongs(r: &Kept, p: &Process, clock: Clock) -> bool {
     let Some(end) = p.end_ns else { return false };
-    let b = btime_s(r);
+    let b = r.btime_s as i128;
     b + 1 >= clock.wall_s(p.start_ns) && b <= clock.wall_s(end) + 1
 }
 
 /// How far the group record's elapsed time is from the process's, µs.
-fn elapsed_gap_us(r: &TaskstatsRecord, p: &Process) -> u64 {
+fn elapsed_gap_us(r: &Kept, p: &Process) -> u64 {
     let bpf_us = p.end_ns.unwrap_or(p.start_ns).saturating_sub(p.start_ns) / 1000;
-    bpf_us.abs_diff(r.ac_etime_us)
+    bpf_us.abs_diff(r.etime_us)
 }
 
 /// Matches the exits of `tree` with `records`; `enobufs`/`parse_errors` come from the listener.
 pub fn cross_check(
     tree: &Tree,
-    records: &[TaskstatsRecord],
+    records: &[Kept],
     clock: Clock,
     page_size: u64,
 ) -> (Coverage, HashMap<Key, ProcessTaskstats>) {
     let mut by_tgid: HashMap<u32, Vec<usize>> = HashMap::new();
     for (i, r) in records.iter().enumerate() {
-        by_tgid.entry(record_tgid(r)).or_default().push(i);
+        by_tgid.entry(r.tgid).or_default().push(i);
     }
     let mut used = vec![false; records.len()];
     let mut cov = Coverage::default();
@@ -191,7 +247,7 @@ pub fn cross_check(
         let group = candidates
             .iter()
             .copied()
-            .filter(|&i| records[i].ac_flag & ac_flags::AGROUP != 0)
+            .filter(|&i| records[i].group)
             .min_by_key(|&i| elapsed_gap_us(&records[i], p));
         let Some(g) = group else {
             cov.bpf_only += 1;
@@ -201,11 +257,11 @@ pub fn cross_check(
         let mut sum = ProcessTaskstats::default();
         for &i in &candidates {
             used[i] = true;
-            sum.add(&records[i]);
+            sum.merge(&records[i].stats);
         }
-        let ts_kib = records[g].hiwater_rss_kib;
+        let ts_kib = records[g].stats.hiwater_rss_kib;
         sum.hiwater_rss_kib = ts_kib;
-        sum.hiwater_vm_kib = records[g].hiwater_vm_kib;
+        sum.hiwater_vm_kib = records[g].stats.hiwater_vm_kib;
         if let Some(mem) = p.images.last().and_then(|i| i.mem) {
             let kib = |pages: u64| pages * page_size / 1024;
             cov.max_peak_diff_kib = cov
@@ -217,10 +273,27 @@ pub fn cross_check(
         }
         stats.insert(key, sum);
     }
+    // A group record nobody matched is a traced exit BPF missed only if a traced process with
+    // that tgid has no exit and started then; otherwise another process reused the pid (pids
+    // wrap: a 100k-process trace reuses each one several times).
+    let mut open: HashMap<u32, Vec<u64>> = HashMap::new();
+    for p in tree.processes().iter().filter(|p| p.end_ns.is_none()) {
+        if let Some(key) = p.key {
+            open.entry(key.tgid).or_default().push(p.start_ns);
+        }
+    }
     cov.taskstats_only = records
         .iter()
         .zip(&used)
-        .filter(|(r, used)| !**used && r.ac_flag & ac_flags::AGROUP != 0)
+        .filter(|(r, used)| {
+            !**used
+                && r.group
+                && open.get(&r.tgid).is_some_and(|starts| {
+                    starts
+                        .iter()
+                        .any(|&s| (r.btime_s as i128) + 1 >= clock.wall_s(s))
+                })
+        })
         .count() as u64;
     (cov, stats)
 }
@@ -299,6 +372,27 @@ mod tests {
         }
     }
 
+    fn kept(records: &[TaskstatsRecord]) -> Vec<Kept> {
+        records.iter().map(Kept::from).collect()
+    }
+
+    #[test]
+    fn merged_sums_equal_added_records() {
+        let mut a = record(7, 1010, 5_000, true, 400);
+        a.ac_utime_us = 3;
+        a.nvcsw = Some(2);
+        a.cpu_delay_total = 9;
+        let mut b = record(8, 1010, 1_000, false, 500);
+        b.ac_utime_us = 4;
+        b.write_bytes = Some(4096);
+        let mut added = ProcessTaskstats::default();
+        added.add(&a);
+        added.add(&b);
+        let mut merged = ProcessTaskstats::of(&a);
+        merged.merge(&ProcessTaskstats::of(&b));
+        assert_eq!(merged, added);
+    }
+
     #[test]
     fn reused_pid_matches_by_start_time() {
         let t = tree_with_reused_pid();
@@ -310,7 +404,7 @@ mod tests {
             record(7, 1020, 9_000, true, 388),
             record(7, 1010, 5_000, true, 388),
         ];
-        let (cov, stats) = cross_check(&t, &recs, clock, 4096);
+        let (cov, stats) = cross_check(&t, &kept(&recs), clock, 4096);
         assert_eq!((cov.matched, cov.bpf_only, cov.taskstats_only), (2, 0, 0));
         assert_eq!(stats.len(), 2);
         // Kernel-style peak: 100 - 3 pages = 388 KiB, exactly taskstats; the exact one is 12 KiB more.
@@ -319,16 +413,25 @@ mod tests {
 
     #[test]
     fn unmatched_sides_are_counted() {
-        let t = tree_with_reused_pid();
+        let mut t = tree_with_reused_pid();
         let clock = Clock {
             realtime_offset_ns: 1000 * S as i128,
         };
-        // Only the first process has a record; a stray group record of pid 7 from much later.
+        // A third traced process (pid 9) whose exit BPF never saw.
+        t.apply(Event::Fork(ForkEvent {
+            hdr: hdr(kind::FORK, 1, 0, 30 * S),
+            child_pid: 9,
+            child_tgid: 9,
+            child_start_ns: 30 * S,
+        }));
+        // Only the first pid-7 process has a record; a group record of pid 7 from much later
+        // is another process that reused the pid, not a traced exit; pid 9's record is.
         let recs = vec![
             record(7, 1010, 5_000, true, 400),
             record(7, 1500, 1, true, 1),
+            record(9, 1030, 1, true, 1),
         ];
-        let (cov, _) = cross_check(&t, &recs, clock, 4096);
+        let (cov, _) = cross_check(&t, &kept(&recs), clock, 4096);
         assert_eq!((cov.matched, cov.bpf_only, cov.taskstats_only), (1, 1, 1));
     }
 
@@ -341,7 +444,7 @@ mod tests {
         let mut thread = record(8, 1010, 1_000, false, 0);
         thread.ac_tgid = Some(7);
         let recs = vec![thread, record(7, 1010, 5_000, true, 400)];
-        let (cov, stats) = cross_check(&t, &recs, clock, 4096);
+        let (cov, stats) = cross_check(&t, &kept(&recs), clock, 4096);
         assert_eq!(cov.matched, 1);
         let s = stats
             .get(&Key {

@@ -185,6 +185,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
             let st = l.stats();
             let (mut coverage, per_process) =
                 cross_check(&tree, collector.records(), clock_offset(), page_size);
+            drop(std::mem::take(&mut collector));
             coverage.enobufs = st.enobufs;
             coverage.parse_errors = st.parse_errors;
             TaskstatsMeta::Available {

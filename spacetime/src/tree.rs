@@ -336,6 +336,9 @@ impl Tree {
         child.start_ns = f.child_start_ns;
         // The inherited image runs from the fork until the first exec (or the exit).
         let end_ns = child.images.first().map(|i| i.start_ns).or(child.end_ns);
+        // Most processes have one or two images: without this the first insert reserves
+        // four (864 bytes, the largest allocation per process in a 100k-process trace).
+        child.images.reserve_exact(1);
         child.images.insert(
             0,
             Image {
@@ -368,6 +371,7 @@ impl Tree {
         if let Some(end) = p.end_ns {
             img.end_ns = Some(end);
         }
+        p.images.reserve_exact(1);
         p.images.push(img);
     }
 
