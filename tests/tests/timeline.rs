@@ -52,7 +52,10 @@ fn one_after_the_other_peaks_at_one() {
 
 #[test]
 fn at_the_same_time_peaks_at_two() {
-    let (_, v) = trace_sh(r#""$WL" hold 200 3000 & "$WL" hold 200 3000; wait"#, "tl-par");
+    let (_, v) = trace_sh(
+        r#""$WL" hold 200 3000 & "$WL" hold 200 3000; wait"#,
+        "tl-par",
+    );
     let tree_peak = u64_at(&v, &["totals", "tree_peak_rss_bytes"]);
     // The two holders' own peaks (they may differ by a few pages: code paged in while both
     // start), summed, plus a few MiB of shell.
