@@ -256,6 +256,55 @@ impl NetlinkSocket {
         }
     }
 
+    /// Receives up to `lens.len()` datagrams in one call (recvmmsg) without blocking:
+    /// datagram `i` lands in `buf[i * slot..][..slot]` and its *real* length (`MSG_TRUNC`) in
+    /// `lens[i]`, larger than `slot` when it was truncated. Returns how many arrived.
+    pub fn recv_batch(&self, buf: &mut [u8], slot: usize, lens: &mut [usize]) -> io::Result<usize> {
+        const MAX: usize = 64;
+        let n = lens.len().min(MAX).min(buf.len() / slot.max(1));
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; MAX];
+        // SAFETY: mmsghdr is plain data; all-zero is a valid empty header.
+        let mut hdrs: [libc::mmsghdr; MAX] = unsafe { std::mem::zeroed() };
+        for (i, chunk) in buf.chunks_exact_mut(slot).take(n).enumerate() {
+            iov[i] = libc::iovec {
+                iov_base: chunk.as_mut_ptr().cast(),
+                iov_len: slot,
+            };
+            hdrs[i].msg_hdr.msg_iov = &mut iov[i];
+            hdrs[i].msg_hdr.msg_iovlen = 1;
+        }
+        loop {
+            // SAFETY: each header points at one iovec over a distinct `slot`-byte part of buf,
+            // all alive for the call.
+            let r = unsafe {
+                libc::recvmmsg(
+                    self.fd.as_raw_fd(),
+                    hdrs.as_mut_ptr(),
+                    n as libc::c_uint,
+                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                    std::ptr::null_mut(),
+                )
+            };
+            if r >= 0 {
+                let r = r as usize;
+                for (len, h) in lens.iter_mut().zip(&hdrs[..r]) {
+                    *len = h.msg_len as usize;
+                }
+                return Ok(r);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
     /// Receives one datagram without blocking. Returns the datagram's *real* length
     /// (`MSG_TRUNC`): larger than `buf.len()` means it was truncated.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
