@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::{
     taskstats::{flags as ac_flags, RecordKind, TaskstatsRecord},
-    tree::{Key, Process, Tree},
+    tree::{Process, Tree},
 };
 
 /// Summed taskstats figures of one process (all its threads).
@@ -190,6 +190,39 @@ impl Collector {
     pub fn records(&self) -> &[Kept] {
         &self.records
     }
+
+    pub fn into_records(self) -> Vec<Kept> {
+        self.records
+    }
+}
+
+/// The matched processes' taskstats sums, indexed like the tree's processes: each sum is kept
+/// in its group record (no second copy of ~200 bytes per process, built when the trace is
+/// largest), found through a 4-byte index per process.
+#[derive(Default)]
+pub struct PerProcess {
+    records: Vec<Kept>,
+    /// Per tree process: the index of its group record, or `NONE`.
+    of_process: Vec<u32>,
+}
+
+impl PerProcess {
+    const NONE: u32 = u32::MAX;
+
+    /// The sums of the tree's `i`th process, when its exit was confirmed.
+    pub fn get(&self, i: usize) -> Option<&ProcessTaskstats> {
+        let r = *self.of_process.get(i)?;
+        (r != Self::NONE).then(|| &self.records[r as usize].stats)
+    }
+
+    /// How many processes have sums.
+    pub fn len(&self) -> usize {
+        self.of_process.iter().filter(|&&r| r != Self::NONE).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// Converts CLOCK_MONOTONIC to wall-clock time: taskstats dates tasks in wall-clock seconds.
@@ -222,18 +255,21 @@ fn elapsed_gap_us(r: &Kept, p: &Process) -> u64 {
 /// Matches the exits of `tree` with `records`; `enobufs`/`parse_errors` come from the listener.
 pub fn cross_check(
     tree: &Tree,
-    records: &[Kept],
+    mut records: Vec<Kept>,
     clock: Clock,
     page_size: u64,
-) -> (Coverage, HashMap<Key, ProcessTaskstats>) {
+) -> (Coverage, PerProcess) {
     let mut by_tgid: HashMap<u32, Vec<usize>> = HashMap::new();
     for (i, r) in records.iter().enumerate() {
         by_tgid.entry(r.tgid).or_default().push(i);
     }
     let mut used = vec![false; records.len()];
     let mut cov = Coverage::default();
-    let mut stats = HashMap::new();
-    for p in tree.processes().iter().filter(|p| p.end_ns.is_some()) {
+    let mut of_process = vec![PerProcess::NONE; tree.processes().len()];
+    for (pi, p) in tree.processes().iter().enumerate() {
+        if p.end_ns.is_none() {
+            continue;
+        }
         let Some(key) = p.key else { continue };
         let candidates: Vec<usize> = by_tgid
             .get(&key.tgid)
@@ -271,7 +307,8 @@ pub fn cross_check(
                 .max_exact_diff_kib
                 .max(kib(mem.peak_rss_pages()).abs_diff(ts_kib));
         }
-        stats.insert(key, sum);
+        records[g].stats = sum;
+        of_process[pi] = g as u32;
     }
     // A group record nobody matched is a traced exit BPF missed only if a traced process with
     // that tgid has no exit and started then; otherwise another process reused the pid (pids
@@ -295,13 +332,22 @@ pub fn cross_check(
                 })
         })
         .count() as u64;
-    (cov, stats)
+    (
+        cov,
+        PerProcess {
+            records,
+            of_process,
+        },
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::{Event, Exec};
+    use crate::{
+        events::{Event, Exec},
+        tree::Key,
+    };
     use spacetime_common::{flags, kind, EventHeader, ExitEvent, ForkEvent, MemStats};
 
     const S: u64 = 1_000_000_000;
@@ -404,7 +450,7 @@ mod tests {
             record(7, 1020, 9_000, true, 388),
             record(7, 1010, 5_000, true, 388),
         ];
-        let (cov, stats) = cross_check(&t, &kept(&recs), clock, 4096);
+        let (cov, stats) = cross_check(&t, kept(&recs), clock, 4096);
         assert_eq!((cov.matched, cov.bpf_only, cov.taskstats_only), (2, 0, 0));
         assert_eq!(stats.len(), 2);
         // Kernel-style peak: 100 - 3 pages = 388 KiB, exactly taskstats; the exact one is 12 KiB more.
@@ -431,7 +477,7 @@ mod tests {
             record(7, 1500, 1, true, 1),
             record(9, 1030, 1, true, 1),
         ];
-        let (cov, _) = cross_check(&t, &kept(&recs), clock, 4096);
+        let (cov, _) = cross_check(&t, kept(&recs), clock, 4096);
         assert_eq!((cov.matched, cov.bpf_only, cov.taskstats_only), (1, 1, 1));
     }
 
@@ -444,14 +490,15 @@ mod tests {
         let mut thread = record(8, 1010, 1_000, false, 0);
         thread.ac_tgid = Some(7);
         let recs = vec![thread, record(7, 1010, 5_000, true, 400)];
-        let (cov, stats) = cross_check(&t, &kept(&recs), clock, 4096);
+        let (cov, stats) = cross_check(&t, kept(&recs), clock, 4096);
         assert_eq!(cov.matched, 1);
-        let s = stats
-            .get(&Key {
+        let first = t
+            .index_of(&Key {
                 tgid: 7,
                 start_ns: 10 * S,
             })
             .expect("first 7");
+        let s = stats.get(first).expect("its sums");
         assert_eq!((s.records, s.minflt, s.hiwater_rss_kib), (2, 20, 400));
     }
 }

@@ -184,8 +184,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
         (Some(l), _) => {
             let st = l.stats();
             let (mut coverage, per_process) =
-                cross_check(&tree, collector.records(), clock_offset(), page_size);
-            drop(std::mem::take(&mut collector));
+                cross_check(&tree, std::mem::take(&mut collector).into_records(), clock_offset(), page_size);
             coverage.enobufs = st.enobufs;
             coverage.parse_errors = st.parse_errors;
             TaskstatsMeta::Available {

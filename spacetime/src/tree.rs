@@ -252,6 +252,11 @@ impl Tree {
         self.root.map(|i| &self.procs[i])
     }
 
+    /// Where the process is in [`processes`](Tree::processes).
+    pub fn index_of(&self, key: &Key) -> Option<usize> {
+        self.index.get(key).copied()
+    }
+
     pub fn get(&self, key: &Key) -> Option<&Process> {
         self.index.get(key).map(|&i| &self.procs[i])
     }

@@ -6,10 +6,8 @@ pub mod text;
 
 use serde::Serialize;
 
-use std::collections::HashMap;
-
 use crate::{
-    crosscheck::{Coverage, ProcessTaskstats},
+    crosscheck::{Coverage, PerProcess, ProcessTaskstats},
     loader::KernelCounters,
     selfstats::OwnCost,
     tree::{ExitStatus, Image, Key, Process, Tree},
@@ -106,7 +104,7 @@ pub struct TaskstatsReport {
 pub enum TaskstatsMeta {
     Available {
         coverage: Coverage,
-        per_process: HashMap<Key, ProcessTaskstats>,
+        per_process: PerProcess,
         delayacct: bool,
         rcvbuf_bytes: u64,
     },
@@ -215,12 +213,7 @@ fn image_report(img: &Image, t0: u64, page: u64) -> ImageReport {
     }
 }
 
-fn process_report(
-    p: &Process,
-    t0: u64,
-    page: u64,
-    ts: Option<&HashMap<Key, ProcessTaskstats>>,
-) -> ProcessReport {
+fn process_report(p: &Process, t0: u64, page: u64, ts: Option<&ProcessTaskstats>) -> ProcessReport {
     ProcessReport {
         pid: p.pid,
         ppid: p.ppid,
@@ -233,7 +226,7 @@ fn process_report(
         sys_ns: p.sys_ns,
         ru_maxrss_bytes: p.end_ns.map(|_| p.signal_maxrss_pages * page),
         images: p.images.iter().map(|i| image_report(i, t0, page)).collect(),
-        taskstats: p.key.and_then(|k| ts?.get(&k)).cloned(),
+        taskstats: ts.cloned(),
     }
 }
 
@@ -241,15 +234,16 @@ impl Report {
     pub fn build(tree: &Tree, meta: Meta) -> Report {
         let t0 = meta.t0_ns;
         let page = meta.page_size;
-        let mut procs: Vec<&Process> = tree.processes().iter().collect();
-        procs.sort_by_key(|p| (p.start_ns, p.pid));
+        let procs = tree.processes();
+        let mut order: Vec<usize> = (0..procs.len()).collect();
+        order.sort_by_key(|&i| (procs[i].start_ns, procs[i].pid));
         let per_process = match &meta.taskstats {
             TaskstatsMeta::Available { per_process, .. } => Some(per_process),
             TaskstatsMeta::Unavailable(_) => None,
         };
-        let processes: Vec<ProcessReport> = procs
+        let processes: Vec<ProcessReport> = order
             .iter()
-            .map(|p| process_report(p, t0, page, per_process))
+            .map(|&i| process_report(&procs[i], t0, page, per_process.and_then(|s| s.get(i))))
             .collect();
         let heaviest = processes.iter().max_by_key(|p| p.peak_rss_bytes);
         let totals = Totals {
