@@ -13,7 +13,7 @@ use tokio::io::{unix::AsyncFd, Interest};
 use crate::{
     chart,
     cli::{TraceArgs, EXIT_OWN_FAILURE},
-    crosscheck::{cross_check, Clock, Collector},
+    crosscheck::{cross_check, Clock, Collector, PerProcess},
     events::decode,
     export::perfetto,
     launch::{self, LaunchError},
@@ -176,6 +176,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
         .iter()
         .filter(|p| p.end_ns.is_some())
         .count();
+    let mut per_process = PerProcess::default();
     let taskstats = match (&listener, taskstats_error) {
         // Registered, yet not one record for any exit on the system: they go elsewhere.
         (Some(l), _) if exited > 0 && l.stats().records == 0 => TaskstatsMeta::Unavailable(
@@ -183,13 +184,13 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
         ),
         (Some(l), _) => {
             let st = l.stats();
-            let (mut coverage, per_process) =
+            let (mut coverage, sums) =
                 cross_check(&tree, std::mem::take(&mut collector).into_records(), clock_offset(), page_size);
+            per_process = sums;
             coverage.enobufs = st.enobufs;
             coverage.parse_errors = st.parse_errors;
             TaskstatsMeta::Available {
                 coverage,
-                per_process,
                 delayacct: delayacct_on(),
                 rcvbuf_bytes: st.rcvbuf_bytes as u64,
             }
@@ -205,6 +206,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     let own_cost = OwnCost::measure(&probes);
     let report = Report::build(
         &tree,
+        &per_process,
         Meta {
             command: args
                 .command

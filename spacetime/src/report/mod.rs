@@ -3,14 +3,18 @@
 //! bytes.
 
 pub mod text;
+mod view;
+
+use view::Scale;
+pub use view::{ImageReport, ProcessReport};
 
 use serde::Serialize;
 
 use crate::{
-    crosscheck::{Coverage, PerProcess, ProcessTaskstats},
+    crosscheck::{Coverage, PerProcess},
     loader::KernelCounters,
     selfstats::OwnCost,
-    tree::{ExitStatus, Image, Key, Process, Tree},
+    tree::{ExitStatus, Key, Tree},
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +41,7 @@ impl Serialize for Exit {
 }
 
 #[derive(Debug, Serialize)]
-pub struct Report {
+pub struct Report<'a> {
     pub command: Vec<String>,
     pub exit: Option<Exit>,
     pub wall_ns: u64,
@@ -46,7 +50,8 @@ pub struct Report {
     /// Events that never reached userspace (ring buffer full, tracking map full).
     pub lost_events: u64,
     pub totals: Totals,
-    pub processes: Vec<ProcessReport>,
+    /// Views over the tree's processes, in start order: the report copies none of them.
+    pub processes: Vec<ProcessReport<'a>>,
     pub kernel: KernelReport,
     /// The cross-check of every exit against the kernel's taskstats records.
     pub taskstats: TaskstatsReport,
@@ -100,11 +105,10 @@ pub struct TaskstatsReport {
     pub rcvbuf_bytes: u64,
 }
 
-/// What the taskstats listener produced.
+/// What the taskstats listener produced (the per-process sums are passed on their own).
 pub enum TaskstatsMeta {
     Available {
         coverage: Coverage,
-        per_process: PerProcess,
         delayacct: bool,
         rcvbuf_bytes: u64,
     },
@@ -127,45 +131,6 @@ pub struct Totals {
     pub tree_peak_at_ns: Option<u64>,
     /// The largest tree-wide PSS seen (sampled).
     pub max_pss_bytes: Option<u64>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct ProcessReport {
-    pub pid: u32,
-    pub ppid: u32,
-    pub start_ns: u64,
-    pub end_ns: Option<u64>,
-    pub threads: u32,
-    pub exit: Option<Exit>,
-    pub peak_rss_bytes: u64,
-    pub user_ns: u64,
-    pub sys_ns: u64,
-    /// What getrusage's ru_maxrss says for this process: the maximum over all its images (and
-    /// what it inherited), which is why it misleads after exec.
-    pub ru_maxrss_bytes: Option<u64>,
-    pub images: Vec<ImageReport>,
-    /// The process's taskstats figures (all threads summed), when its exit was confirmed.
-    pub taskstats: Option<ProcessTaskstats>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct ImageReport {
-    pub exe: String,
-    pub argv: Vec<String>,
-    pub comm: String,
-    pub start_ns: u64,
-    pub end_ns: Option<u64>,
-    /// Null while the image is still running or when the kernel gave no figure for it.
-    pub peak_rss_bytes: Option<u64>,
-    pub peak_vm_bytes: Option<u64>,
-    /// Inherited from the parent at fork, rather than started by an exec.
-    pub inherited: bool,
-    /// Ran on the parent's address space (vfork/posix_spawn): its memory is the parent's.
-    pub shared_mm: bool,
-    /// The RSS counters were summed exactly (per-CPU deltas included).
-    pub exact: bool,
-    /// Every byte of argv arrived.
-    pub argv_complete: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -197,66 +162,35 @@ pub struct Meta {
     pub own_cost: OwnCost,
 }
 
-fn image_report(img: &Image, t0: u64, page: u64) -> ImageReport {
-    ImageReport {
-        exe: img.exe.clone(),
-        argv: img.argv.clone(),
-        comm: img.comm.clone(),
-        start_ns: img.start_ns.saturating_sub(t0),
-        end_ns: img.end_ns.map(|e| e.saturating_sub(t0)),
-        peak_rss_bytes: img.peak_rss_pages().map(|p| p * page),
-        peak_vm_bytes: img.peak_vm_pages().map(|p| p * page),
-        inherited: img.inherited,
-        shared_mm: img.shared_mm,
-        exact: img.exact(),
-        argv_complete: img.argv_complete,
-    }
-}
-
-fn process_report(p: &Process, t0: u64, page: u64, ts: Option<&ProcessTaskstats>) -> ProcessReport {
-    ProcessReport {
-        pid: p.pid,
-        ppid: p.ppid,
-        start_ns: p.start_ns.saturating_sub(t0),
-        end_ns: p.end_ns.map(|e| e.saturating_sub(t0)),
-        threads: p.threads,
-        exit: p.exit.map(Exit),
-        peak_rss_bytes: p.peak_rss_pages() * page,
-        user_ns: p.user_ns,
-        sys_ns: p.sys_ns,
-        ru_maxrss_bytes: p.end_ns.map(|_| p.signal_maxrss_pages * page),
-        images: p.images.iter().map(|i| image_report(i, t0, page)).collect(),
-        taskstats: ts.cloned(),
-    }
-}
-
-impl Report {
-    pub fn build(tree: &Tree, meta: Meta) -> Report {
+impl<'a> Report<'a> {
+    /// The report over `tree`, with the taskstats sums of its processes.
+    pub fn build(tree: &'a Tree, per_process: &'a PerProcess, meta: Meta) -> Report<'a> {
         let t0 = meta.t0_ns;
         let page = meta.page_size;
+        let scale = Scale { t0, page };
         let procs = tree.processes();
         let mut order: Vec<usize> = (0..procs.len()).collect();
         order.sort_by_key(|&i| (procs[i].start_ns, procs[i].pid));
-        let per_process = match &meta.taskstats {
-            TaskstatsMeta::Available { per_process, .. } => Some(per_process),
-            TaskstatsMeta::Unavailable(_) => None,
-        };
         let processes: Vec<ProcessReport> = order
-            .iter()
-            .map(|&i| process_report(&procs[i], t0, page, per_process.and_then(|s| s.get(i))))
+            .into_iter()
+            .map(|i| ProcessReport {
+                p: &procs[i],
+                taskstats: per_process.get(i),
+                scale,
+            })
             .collect();
-        let heaviest = processes.iter().max_by_key(|p| p.peak_rss_bytes);
+        let heaviest = processes.iter().max_by_key(|p| p.peak_rss_bytes());
         let totals = Totals {
             processes: processes.len() as u64,
-            threads: processes.iter().map(|p| p.threads as u64).sum(),
-            peak_rss_bytes: heaviest.map_or(0, |p| p.peak_rss_bytes),
-            peak_rss_pid: heaviest.map(|p| p.pid),
+            threads: processes.iter().map(|p| p.threads() as u64).sum(),
+            peak_rss_bytes: heaviest.map_or(0, |p| p.peak_rss_bytes()),
+            peak_rss_pid: heaviest.map(|p| p.pid()),
             execs: processes
                 .iter()
-                .flat_map(|p| &p.images)
-                .filter(|i| !i.inherited)
+                .flat_map(|p| p.images())
+                .filter(|i| !i.inherited())
                 .count() as u64,
-            still_running: processes.iter().filter(|p| p.end_ns.is_none()).count() as u64,
+            still_running: processes.iter().filter(|p| p.end_ns().is_none()).count() as u64,
             tree_peak_rss_bytes: meta.memory.tree_peak.map(|p| p.bytes),
             tree_peak_at_ns: meta.memory.tree_peak.map(|p| p.ts_ns.saturating_sub(t0)),
             max_pss_bytes: meta.memory.max_pss.map(|p| p.bytes),
@@ -265,8 +199,8 @@ impl Report {
             command: meta.command,
             exit: meta.root_exit.map(Exit),
             wall_ns: meta.end_ns.saturating_sub(t0),
-            user_ns: processes.iter().map(|p| p.user_ns).sum(),
-            sys_ns: processes.iter().map(|p| p.sys_ns).sum(),
+            user_ns: processes.iter().map(|p| p.user_ns()).sum(),
+            sys_ns: processes.iter().map(|p| p.sys_ns()).sum(),
             lost_events: meta.counters.lost(),
             totals,
             processes,

@@ -48,10 +48,10 @@ fn signal_name(sig: i32) -> String {
 
 /// argv as a shell would show it, cut to `width` characters.
 fn command_line(img: &ImageReport, width: usize) -> String {
-    let mut s = if img.argv.is_empty() {
-        img.exe.clone()
+    let mut s = if img.argv().is_empty() {
+        img.exe().to_string()
     } else {
-        img.argv.join(" ")
+        img.argv().join(" ")
     };
     if s.chars().count() > width {
         s = s.chars().take(width.saturating_sub(1)).collect::<String>() + "…";
@@ -61,12 +61,12 @@ fn command_line(img: &ImageReport, width: usize) -> String {
 
 fn process_command(p: &ProcessReport, width: usize) -> String {
     // The inherited image repeats the parent; show what the process itself ran.
-    let own: Vec<&ImageReport> = p.images.iter().filter(|i| !i.inherited).collect();
+    let own: Vec<ImageReport> = p.images().filter(|i| !i.inherited()).collect();
     match own.as_slice() {
         [] => p
-            .images
-            .first()
-            .map(|i| format!("(fork) {}", command_line(i, width)))
+            .images()
+            .next()
+            .map(|i| format!("(fork) {}", command_line(&i, width)))
             .unwrap_or_default(),
         [one] => command_line(one, width),
         [.., last] => format!("[{} execs] {}", own.len(), command_line(last, width)),
@@ -74,7 +74,7 @@ fn process_command(p: &ProcessReport, width: usize) -> String {
 }
 
 fn runtime(p: &ProcessReport, wall_ns: u64) -> u64 {
-    p.end_ns.unwrap_or(wall_ns).saturating_sub(p.start_ns)
+    p.end_ns().unwrap_or(wall_ns).saturating_sub(p.start_ns())
 }
 
 /// Renders the summary for a terminal `width` columns wide.
@@ -110,7 +110,7 @@ pub fn render(r: &Report, width: usize, top: usize, verbose: bool, chart: Option
         let who = r
             .processes
             .iter()
-            .find(|p| p.pid == pid)
+            .find(|p| p.pid() == pid)
             .map(|p| process_command(p, 40))
             .unwrap_or_default();
         let _ = writeln!(
@@ -152,7 +152,7 @@ fn coverage(r: &Report, verbose: bool) -> String {
         );
     }
     let c = &t.coverage;
-    let exited = r.processes.iter().filter(|p| p.end_ns.is_some()).count();
+    let exited = r.processes.iter().filter(|p| p.end_ns().is_some()).count();
     let mut s = format!(
         "coverage: {}/{exited} exits confirmed by taskstats, {} lost",
         c.matched, r.lost_events
@@ -182,7 +182,7 @@ fn coverage(r: &Report, verbose: bool) -> String {
 
 /// A process's taskstats figures on one line (-v).
 fn taskstats_line(p: &ProcessReport, delays: bool) -> Option<String> {
-    let t = p.taskstats.as_ref()?;
+    let t = p.taskstats()?;
     let mut s = format!(
         "user {} sys {} · faults {} minor {} major · switches {} voluntary {} involuntary · read {} write {} ({} / {} syscalls)",
         duration_ns(t.utime_us * 1000),
@@ -220,10 +220,10 @@ fn row(p: &ProcessReport, r: &Report, indent: &str, width: usize) -> String {
     let fixed = 44 + indent.chars().count();
     format!(
         "{:>7}  {:>8}  {:>8}  {:<8}  {indent}{}",
-        p.pid,
-        bytes(p.peak_rss_bytes),
+        p.pid(),
+        bytes(p.peak_rss_bytes()),
         duration_ns(runtime(p, r.wall_ns)),
-        exit_text(p.exit.as_ref()),
+        exit_text(p.exit().as_ref()),
         process_command(p, width.saturating_sub(fixed).max(20))
     )
 }
@@ -234,15 +234,15 @@ fn render_tree(out: &mut String, r: &Report, width: usize, verbose: bool) {
         .processes
         .iter()
         .enumerate()
-        .map(|(i, p)| (p.pid, i))
+        .map(|(i, p)| (p.pid(), i))
         .collect();
     let mut children: HashMap<usize, Vec<usize>> = HashMap::new();
     let mut roots = Vec::new();
     for (i, p) in r.processes.iter().enumerate() {
         // Pids may be reused: a parent must have started before its child.
         match pids
-            .get(&p.ppid)
-            .filter(|&&pi| pi != i && r.processes[pi].start_ns <= p.start_ns)
+            .get(&p.ppid())
+            .filter(|&&pi| pi != i && r.processes[pi].start_ns() <= p.start_ns())
         {
             Some(&pi) => children.entry(pi).or_default().push(i),
             None => roots.push(i),
@@ -275,10 +275,10 @@ fn render_tree(out: &mut String, r: &Report, width: usize, verbose: bool) {
                 );
             }
         }
-        if verbose && p.images.len() > 1 {
-            for img in &p.images {
-                let peak = img.peak_rss_bytes.map_or("-".into(), bytes);
-                let kind = if img.inherited { "fork" } else { "exec" };
+        if verbose && p.images().len() > 1 {
+            for img in p.images() {
+                let peak = img.peak_rss_bytes().map_or("-".into(), bytes);
+                let kind = if img.inherited() { "fork" } else { "exec" };
                 let _ = writeln!(
                     out,
                     "{:>7}  {:>8}  {:>8}  {:<8}  {child_prefix}  {kind}: {}",
@@ -286,7 +286,7 @@ fn render_tree(out: &mut String, r: &Report, width: usize, verbose: bool) {
                     peak,
                     "",
                     "",
-                    command_line(img, width.saturating_sub(60).max(20))
+                    command_line(&img, width.saturating_sub(60).max(20))
                 );
             }
         }
@@ -299,11 +299,13 @@ fn render_tree(out: &mut String, r: &Report, width: usize, verbose: bool) {
 }
 
 fn render_heaviest(out: &mut String, r: &Report, width: usize, top: usize) {
-    let mut order: Vec<&ProcessReport> = r.processes.iter().collect();
-    order.sort_by(|a, b| {
-        b.peak_rss_bytes
-            .cmp(&a.peak_rss_bytes)
-            .then(a.start_ns.cmp(&b.start_ns))
+    let mut order: Vec<(u64, &ProcessReport)> = r
+        .processes
+        .iter()
+        .map(|p| (p.peak_rss_bytes(), p))
+        .collect();
+    order.sort_by(|(a_peak, a), (b_peak, b)| {
+        b_peak.cmp(a_peak).then(a.start_ns().cmp(&b.start_ns()))
     });
     let _ = writeln!(
         out,
@@ -311,7 +313,7 @@ fn render_heaviest(out: &mut String, r: &Report, width: usize, top: usize) {
         r.processes.len()
     );
     let _ = writeln!(out, "{HEADER}");
-    for p in order.into_iter().take(top) {
+    for (_, p) in order.into_iter().take(top) {
         let _ = writeln!(out, "{}", row(p, r, "", width));
     }
 }
@@ -324,19 +326,19 @@ fn render_programs(out: &mut String, r: &Report, width: usize, top: usize) {
     }
     let mut progs: HashMap<&str, Prog> = HashMap::new();
     for p in &r.processes {
-        let own: Vec<&ImageReport> = p.images.iter().filter(|i| !i.inherited).collect();
+        let own: Vec<ImageReport> = p.images().filter(|i| !i.inherited()).collect();
         for img in &own {
-            let e = progs.entry(img.exe.as_str()).or_insert(Prog {
+            let e = progs.entry(img.exe()).or_insert(Prog {
                 runs: 0,
                 peak: 0,
                 cpu_ns: 0,
             });
             e.runs += 1;
-            e.peak = e.peak.max(img.peak_rss_bytes.unwrap_or(0));
+            e.peak = e.peak.max(img.peak_rss_bytes().unwrap_or(0));
         }
         if let Some(last) = own.last() {
-            if let Some(e) = progs.get_mut(last.exe.as_str()) {
-                e.cpu_ns += p.user_ns + p.sys_ns;
+            if let Some(e) = progs.get_mut(last.exe()) {
+                e.cpu_ns += p.user_ns() + p.sys_ns();
             }
         }
     }
@@ -367,8 +369,8 @@ fn completeness(r: &Report) -> String {
     let inexact = r
         .processes
         .iter()
-        .flat_map(|p| &p.images)
-        .filter(|i| i.peak_rss_bytes.is_some() && !i.exact)
+        .flat_map(|p| p.images())
+        .filter(|i| i.peak_rss_bytes().is_some() && !i.exact())
         .count();
     let mut s = if r.lost_events == 0 {
         "complete: 0 events lost".to_string()

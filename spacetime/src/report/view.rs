@@ -1,0 +1,228 @@
+//! The report's processes and images: views over the tree's entries that compute each figure
+//! when asked, so the report of a 100k-process trace copies nothing of the tree. Serialized
+//! with the same fields, in the same order, as the JSON contract in the README.
+
+use serde::Serialize;
+
+use super::Exit;
+use crate::{
+    crosscheck::ProcessTaskstats,
+    tree::{Image, Process},
+};
+
+/// What turns the tree's figures into the report's: times since `t0`, pages into bytes.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Scale {
+    pub t0: u64,
+    pub page: u64,
+}
+
+impl Scale {
+    fn since(&self, ns: u64) -> u64 {
+        ns.saturating_sub(self.t0)
+    }
+}
+
+/// One process of the report.
+#[derive(Clone, Copy, Debug)]
+pub struct ProcessReport<'a> {
+    pub(super) p: &'a Process,
+    /// The process's taskstats figures (all threads summed), when its exit was confirmed.
+    pub(super) taskstats: Option<&'a ProcessTaskstats>,
+    pub(super) scale: Scale,
+}
+
+impl<'a> ProcessReport<'a> {
+    pub fn pid(&self) -> u32 {
+        self.p.pid
+    }
+
+    pub fn ppid(&self) -> u32 {
+        self.p.ppid
+    }
+
+    pub fn start_ns(&self) -> u64 {
+        self.scale.since(self.p.start_ns)
+    }
+
+    pub fn end_ns(&self) -> Option<u64> {
+        self.p.end_ns.map(|e| self.scale.since(e))
+    }
+
+    pub fn threads(&self) -> u32 {
+        self.p.threads
+    }
+
+    pub fn exit(&self) -> Option<Exit> {
+        self.p.exit.map(Exit)
+    }
+
+    pub fn peak_rss_bytes(&self) -> u64 {
+        self.p.peak_rss_pages() * self.scale.page
+    }
+
+    pub fn user_ns(&self) -> u64 {
+        self.p.user_ns
+    }
+
+    pub fn sys_ns(&self) -> u64 {
+        self.p.sys_ns
+    }
+
+    /// What getrusage's ru_maxrss says for this process: the maximum over all its images (and
+    /// what it inherited), which is why it misleads after exec.
+    pub fn ru_maxrss_bytes(&self) -> Option<u64> {
+        self.p
+            .end_ns
+            .map(|_| self.p.signal_maxrss_pages * self.scale.page)
+    }
+
+    pub fn images(&self) -> impl DoubleEndedIterator<Item = ImageReport<'a>> + ExactSizeIterator {
+        let scale = self.scale;
+        self.p
+            .images
+            .iter()
+            .map(move |img| ImageReport { img, scale })
+    }
+
+    pub fn taskstats(&self) -> Option<&'a ProcessTaskstats> {
+        self.taskstats
+    }
+}
+
+/// One image of a process.
+#[derive(Clone, Copy, Debug)]
+pub struct ImageReport<'a> {
+    img: &'a Image,
+    scale: Scale,
+}
+
+impl<'a> ImageReport<'a> {
+    pub fn exe(&self) -> &'a str {
+        &self.img.exe
+    }
+
+    pub fn argv(&self) -> &'a [String] {
+        &self.img.argv
+    }
+
+    pub fn comm(&self) -> &'a str {
+        &self.img.comm
+    }
+
+    pub fn start_ns(&self) -> u64 {
+        self.scale.since(self.img.start_ns)
+    }
+
+    pub fn end_ns(&self) -> Option<u64> {
+        self.img.end_ns.map(|e| self.scale.since(e))
+    }
+
+    /// Null while the image is still running or when the kernel gave no figure for it.
+    pub fn peak_rss_bytes(&self) -> Option<u64> {
+        self.img.peak_rss_pages().map(|p| p * self.scale.page)
+    }
+
+    pub fn peak_vm_bytes(&self) -> Option<u64> {
+        self.img.peak_vm_pages().map(|p| p * self.scale.page)
+    }
+
+    /// Inherited from the parent at fork, rather than started by an exec.
+    pub fn inherited(&self) -> bool {
+        self.img.inherited
+    }
+
+    /// Ran on the parent's address space (vfork/posix_spawn): its memory is the parent's.
+    pub fn shared_mm(&self) -> bool {
+        self.img.shared_mm
+    }
+
+    /// The RSS counters were summed exactly (per-CPU deltas included).
+    pub fn exact(&self) -> bool {
+        self.img.exact()
+    }
+
+    /// Every byte of argv arrived.
+    pub fn argv_complete(&self) -> bool {
+        self.img.argv_complete
+    }
+}
+
+/// A process as the JSON contract spells it, built on the stack while it is written.
+#[derive(Serialize)]
+struct ProcessJson<'a> {
+    pid: u32,
+    ppid: u32,
+    start_ns: u64,
+    end_ns: Option<u64>,
+    threads: u32,
+    exit: Option<Exit>,
+    peak_rss_bytes: u64,
+    user_ns: u64,
+    sys_ns: u64,
+    ru_maxrss_bytes: Option<u64>,
+    images: Images<'a>,
+    taskstats: Option<&'a ProcessTaskstats>,
+}
+
+struct Images<'a>(ProcessReport<'a>);
+
+impl Serialize for Images<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.images())
+    }
+}
+
+impl Serialize for ProcessReport<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ProcessJson {
+            pid: self.pid(),
+            ppid: self.ppid(),
+            start_ns: self.start_ns(),
+            end_ns: self.end_ns(),
+            threads: self.threads(),
+            exit: self.exit(),
+            peak_rss_bytes: self.peak_rss_bytes(),
+            user_ns: self.user_ns(),
+            sys_ns: self.sys_ns(),
+            ru_maxrss_bytes: self.ru_maxrss_bytes(),
+            images: Images(*self),
+            taskstats: self.taskstats,
+        }
+        .serialize(s)
+    }
+}
+
+#[derive(Serialize)]
+struct ImageJson<'a> {
+    exe: &'a str,
+    argv: &'a [String],
+    comm: &'a str,
+    start_ns: u64,
+    end_ns: Option<u64>,
+    peak_rss_bytes: Option<u64>,
+    peak_vm_bytes: Option<u64>,
+    inherited: bool,
+    shared_mm: bool,
+    exact: bool,
+    argv_complete: bool,
+}
+
+impl Serialize for ImageReport<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ImageJson {
+            exe: self.exe(),
+            argv: self.argv(),
+            comm: self.comm(),
+            start_ns: self.start_ns(),
+            end_ns: self.end_ns(),
+            peak_rss_bytes: self.peak_rss_bytes(),
+            peak_vm_bytes: self.peak_vm_bytes(),
+            inherited: self.inherited(),
+            shared_mm: self.shared_mm(),
+            exact: self.exact(),
+            argv_complete: self.argv_complete(),
+        }
+        .serialize(s)
+    }
+}
