@@ -355,7 +355,7 @@ impl Timeline {
 
     /// The JSON view, with times relative to `t0_ns`. `order` lists the processes in report
     /// order (others are left out); pass every key of the tree.
-    pub fn report<'a>(&'a self, t0_ns: u64, order: &'a [Key]) -> TimelineReport<'a> {
+    pub fn report(&self, t0_ns: u64, order: Vec<Key>) -> TimelineReport<'_> {
         TimelineReport {
             timeline: self,
             t0_ns,
@@ -369,11 +369,12 @@ fn update_sum(map: &mut KeyMap<Key, u64>, sum: &mut u64, key: Key, bytes: u64) {
     *sum = *sum - old + bytes;
 }
 
-/// Serializes a timeline for the JSON report.
+/// Serializes a timeline for the JSON report, straight from its series: nothing is copied.
+#[derive(Debug)]
 pub struct TimelineReport<'a> {
     timeline: &'a Timeline,
     t0_ns: u64,
-    order: &'a [Key],
+    order: Vec<Key>,
 }
 
 struct Points<'a>(&'a [Point], u64);
@@ -422,22 +423,27 @@ impl Serialize for TimelineReport<'_> {
         m.serialize_entry("tree_pss", &Points(t.tree_pss.points(), t0))?;
         m.serialize_entry("tree_peak_rss", &at(t.tree_peak(), t0))?;
         m.serialize_entry("max_pss", &at(t.max_pss, t0))?;
-        let procs: Vec<ProcessEntry> = self
-            .order
-            .iter()
-            .filter_map(|k| {
-                let s = t.procs.get(k)?;
-                Some(ProcessEntry {
-                    pid: k.tgid,
-                    start_ns: k.start_ns.saturating_sub(t0),
-                    rss: Points(s.rss.points(), t0),
-                    pss: Points(s.pss.points(), t0),
-                    max_pss_bytes: s.max_pss.map(|p| p.bytes),
-                })
-            })
-            .collect();
-        m.serialize_entry("processes", &procs)?;
+        m.serialize_entry("processes", &ProcessEntries(self))?;
         m.end()
+    }
+}
+
+/// The per-process entries, each made as it is written.
+struct ProcessEntries<'r, 'a>(&'r TimelineReport<'a>);
+
+impl Serialize for ProcessEntries<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (t, t0) = (self.0.timeline, self.0.t0_ns);
+        s.collect_seq(self.0.order.iter().filter_map(|k| {
+            let s = t.procs.get(k)?;
+            Some(ProcessEntry {
+                pid: k.tgid,
+                start_ns: k.start_ns.saturating_sub(t0),
+                rss: Points(s.rss.points(), t0),
+                pss: Points(s.pss.points(), t0),
+                max_pss_bytes: s.max_pss.map(|p| p.bytes),
+            })
+        }))
     }
 }
 
@@ -562,8 +568,7 @@ mod tests {
         t.set_tree_peak(p(1_500, 8192));
         t.record_rss(key(7), p(1_200, 4096));
         t.record_pss(key(7), p(1_300, 2048));
-        let order = [key(7)];
-        let v = serde_json::to_value(t.report(1_000, &order)).expect("json");
+        let v = serde_json::to_value(t.report(1_000, vec![key(7)])).expect("json");
         assert_eq!(v["rss_source"], "kernel");
         assert_eq!(v["tree_rss"], serde_json::json!([[0, 4096]]));
         assert_eq!(v["tree_pss"], serde_json::json!([[300, 2048]]));

@@ -222,7 +222,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
             ring_buffer_bytes: probes.ring_buffer_bytes,
             mechanisms: probes.mechanisms.clone(),
             taskstats,
-            memory: MemoryMeta::of(&memory.timeline, &tree, t0_ns),
+            memory: MemoryMeta::of(&memory.timeline),
             own_cost,
         },
     );

@@ -14,7 +14,8 @@ use crate::{
     crosscheck::{Coverage, PerProcess},
     loader::KernelCounters,
     selfstats::OwnCost,
-    tree::{ExitStatus, Key, Tree},
+    timeline::TimelineReport,
+    tree::{ExitStatus, Tree},
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,37 +58,24 @@ pub struct Report<'a> {
     pub taskstats: TaskstatsReport,
     /// What spacetime itself cost: its own CPU and peak RSS, its kernel programs' run time.
     pub spacetime: OwnCost,
-    /// Memory over time: tree-wide and per-process RSS and PSS series.
-    /// Already serialized: as text it takes a fraction of what a `serde_json::Value` tree
-    /// does (~600 bytes per process of a 100k-process trace).
-    pub timeline: Box<serde_json::value::RawValue>,
+    /// Memory over time: tree-wide and per-process RSS and PSS series, serialized straight
+    /// from the timeline when the report is written.
+    pub timeline: TimelineReport<'a>,
 }
 
 /// Memory over time, taken from the [`Timeline`](crate::timeline::Timeline).
-pub struct MemoryMeta {
+pub struct MemoryMeta<'a> {
     pub tree_peak: Option<crate::timeline::Point>,
     pub max_pss: Option<crate::timeline::Point>,
-    pub timeline: Box<serde_json::value::RawValue>,
+    pub timeline: &'a crate::timeline::Timeline,
 }
 
-fn null_json() -> Box<serde_json::value::RawValue> {
-    serde_json::value::RawValue::from_string("null".into()).expect("null is JSON")
-}
-
-impl MemoryMeta {
-    pub fn of(timeline: &crate::timeline::Timeline, tree: &Tree, t0_ns: u64) -> MemoryMeta {
-        let mut keys: Vec<(u64, u32, Key)> = tree
-            .processes()
-            .iter()
-            .filter_map(|p| Some((p.start_ns, p.pid, p.key?)))
-            .collect();
-        keys.sort();
-        let order: Vec<Key> = keys.into_iter().map(|k| k.2).collect();
+impl<'a> MemoryMeta<'a> {
+    pub fn of(timeline: &'a crate::timeline::Timeline) -> MemoryMeta<'a> {
         MemoryMeta {
             tree_peak: timeline.tree_peak(),
             max_pss: timeline.max_pss(),
-            timeline: serde_json::value::to_raw_value(&timeline.report(t0_ns, &order))
-                .unwrap_or_else(|_| null_json()),
+            timeline,
         }
     }
 }
@@ -146,7 +134,7 @@ pub struct KernelReport {
 }
 
 /// What the trace knows beyond the tree.
-pub struct Meta {
+pub struct Meta<'a> {
     pub command: Vec<String>,
     pub root_exit: Option<ExitStatus>,
     /// CLOCK_MONOTONIC when the root started and when the trace ended.
@@ -158,13 +146,13 @@ pub struct Meta {
     pub ring_buffer_bytes: u32,
     pub mechanisms: Vec<String>,
     pub taskstats: TaskstatsMeta,
-    pub memory: MemoryMeta,
+    pub memory: MemoryMeta<'a>,
     pub own_cost: OwnCost,
 }
 
 impl<'a> Report<'a> {
     /// The report over `tree`, with the taskstats sums of its processes.
-    pub fn build(tree: &'a Tree, per_process: &'a PerProcess, meta: Meta) -> Report<'a> {
+    pub fn build(tree: &'a Tree, per_process: &'a PerProcess, meta: Meta<'a>) -> Report<'a> {
         let t0 = meta.t0_ns;
         let page = meta.page_size;
         let scale = Scale { t0, page };
@@ -195,6 +183,11 @@ impl<'a> Report<'a> {
             tree_peak_at_ns: meta.memory.tree_peak.map(|p| p.ts_ns.saturating_sub(t0)),
             max_pss_bytes: meta.memory.max_pss.map(|p| p.bytes),
         };
+        // The timeline lists the processes in the report's order.
+        let timeline = meta
+            .memory
+            .timeline
+            .report(t0, processes.iter().filter_map(|p| p.p.key).collect());
         Report {
             command: meta.command,
             exit: meta.root_exit.map(Exit),
@@ -234,7 +227,8 @@ impl<'a> Report<'a> {
                 },
             },
             spacetime: meta.own_cost,
-            timeline: meta.memory.timeline,
+            // The timeline lists the processes in the report's order.
+            timeline,
         }
     }
 
