@@ -9,6 +9,7 @@
 use std::{
     collections::{HashMap, HashSet},
     hash::{BuildHasherDefault, Hasher},
+    sync::Arc,
 };
 
 use spacetime_common::{
@@ -95,12 +96,15 @@ impl ExitStatus {
 }
 
 /// One program image of a process.
+///
+/// The names are shared: a forked child's inherited image points at its parent's strings
+/// instead of copying them (a 100k-process fork storm would hold 100k copies).
 #[derive(Clone, Debug, Default)]
 pub struct Image {
     /// The path passed to execve (for an inherited image, the parent's).
-    pub exe: String,
-    pub argv: Vec<String>,
-    pub comm: String,
+    pub exe: Arc<str>,
+    pub argv: Arc<[String]>,
+    pub comm: Arc<str>,
     pub start_ns: u64,
     pub end_ns: Option<u64>,
     /// Carried over from the parent at fork rather than started by an exec.
@@ -112,9 +116,8 @@ pub struct Image {
     pub mem: Option<MemStats>,
     /// The exact maximum RSS of the image's mm, when the kernel followed every change of it.
     pub followed_peak_pages: Option<u64>,
-    /// argv bytes still to come, and what arrived so far.
-    args_expected: u32,
-    args_area: Vec<u8>,
+    /// argv while it is assembled from continuation records; dropped once every byte came.
+    pending_args: Option<Box<PendingArgs>>,
     /// Every argv byte arrived and none was cut.
     pub argv_complete: bool,
     pub exec_flags: u32,
@@ -151,10 +154,24 @@ impl Image {
     }
 
     fn finish_argv(&mut self) {
-        self.argv = split_argv(&self.args_area);
-        self.argv_complete = self.args_area.len() == self.args_expected as usize
+        let Some(pending) = self.pending_args.as_deref() else {
+            return;
+        };
+        self.argv = split_argv(&pending.area).into();
+        let arrived = pending.area.len() >= pending.expected as usize;
+        self.argv_complete = pending.area.len() == pending.expected as usize
             && self.exec_flags & (flags::EXEC_ARGS_TRUNCATED | flags::EXEC_ARGS_FAULT) == 0;
+        if arrived {
+            self.pending_args = None;
+        }
     }
+}
+
+/// The argv bytes an exec announced, and those that arrived so far.
+#[derive(Clone, Debug, Default)]
+struct PendingArgs {
+    expected: u32,
+    area: Vec<u8>,
 }
 
 /// One process (thread group).
@@ -363,11 +380,13 @@ impl Tree {
             open.end_ns = Some(e.hdr.ts_ns);
         }
         let mut img = Image {
-            exe: e.filename,
-            comm: e.comm,
+            exe: e.filename.into(),
+            comm: e.comm.into(),
             start_ns: e.hdr.ts_ns,
-            args_expected: e.args_len,
-            args_area: e.args,
+            pending_args: Some(Box::new(PendingArgs {
+                expected: e.args_len,
+                area: e.args,
+            })),
             exec_flags: e.hdr.flags,
             ..Image::default()
         };
@@ -386,11 +405,15 @@ impl Tree {
             self.args_gaps += 1;
             return;
         };
-        if a.offset as usize != img.args_area.len() {
+        let Some(pending) = img
+            .pending_args
+            .as_deref_mut()
+            .filter(|p| p.area.len() == a.offset as usize)
+        else {
             self.args_gaps += 1;
             return;
-        }
-        img.args_area.extend_from_slice(&a.data);
+        };
+        pending.area.extend_from_slice(&a.data);
         img.finish_argv();
     }
 
@@ -519,7 +542,7 @@ mod tests {
         assert_eq!(p.images.len(), 2);
         assert_eq!(p.images[0].peak_rss_pages(), Some(76800));
         assert_eq!(p.images[1].peak_rss_pages(), Some(300));
-        assert_eq!(p.images[1].argv, ["small", "-x"]);
+        assert_eq!(*p.images[1].argv, ["small", "-x"]);
         assert_eq!(p.peak_rss_pages(), 76800);
         assert_eq!(p.exit, Some(ExitStatus::Code(0)));
     }
@@ -571,7 +594,7 @@ mod tests {
             .expect("orphan");
         assert_eq!(orphan.ppid, 2);
         assert_eq!(orphan.end_ns, Some(100));
-        assert_eq!(orphan.images[0].argv, ["w"]);
+        assert_eq!(*orphan.images[0].argv, ["w"]);
     }
 
     #[test]
@@ -591,9 +614,9 @@ mod tests {
         assert_eq!(c.ppid, 1);
         assert_eq!(c.images.len(), 2);
         assert!(c.images[0].inherited);
-        assert_eq!(c.images[0].argv, ["sh", "-c"]);
+        assert_eq!(*c.images[0].argv, ["sh", "-c"]);
         assert_eq!(c.images[0].end_ns, Some(6));
-        assert_eq!(c.images[1].exe, "/bin/ls");
+        assert_eq!(&*c.images[1].exe, "/bin/ls");
         assert_eq!(c.images[1].peak_rss_pages(), Some(12));
         assert_eq!(c.exit, Some(ExitStatus::Code(2)));
     }
@@ -644,7 +667,7 @@ mod tests {
         t.apply(args(8, b"c\0"));
         let img = &t.root().expect("root").images[0];
         assert!(img.argv_complete);
-        assert_eq!(img.argv, ["aaaa", "bbbc"]);
+        assert_eq!(*img.argv, ["aaaa", "bbbc"]);
         t.apply(args(99, b"x"));
         assert_eq!(t.args_gaps, 1);
     }

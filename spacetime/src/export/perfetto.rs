@@ -105,9 +105,9 @@ fn cut(s: &str, n: usize) -> String {
 fn image_command(img: &Image) -> String {
     if img.argv.is_empty() {
         if img.exe.is_empty() {
-            img.comm.clone()
+            img.comm.to_string()
         } else {
-            img.exe.clone()
+            img.exe.to_string()
         }
     } else {
         img.argv.join(" ")
