@@ -7,6 +7,8 @@
 //! did, and how far the two peak figures are apart. Per-thread records are summed into
 //! per-process CPU, fault, context-switch, I/O and delay figures.
 
+mod packed;
+
 use std::collections::HashMap;
 
 use serde::Serialize;
@@ -138,8 +140,8 @@ pub struct Coverage {
     pub max_exact_diff_kib: u64,
 }
 
-/// What the cross-check needs of one record: ~200 bytes instead of the decoded record's 744,
-/// which matters when a trace holds 100 000 of them.
+/// What the cross-check needs of one record: 32 bytes and its figures packed (~30 bytes)
+/// instead of the decoded record's 744, which matters when a trace holds 100 000 of them.
 #[derive(Clone, Debug)]
 pub struct Kept {
     pub tgid: u32,
@@ -147,25 +149,15 @@ pub struct Kept {
     /// Start, seconds since the epoch.
     pub btime_s: u64,
     pub etime_us: u64,
-    pub stats: ProcessTaskstats,
-}
-
-impl From<&TaskstatsRecord> for Kept {
-    fn from(r: &TaskstatsRecord) -> Kept {
-        Kept {
-            tgid: record_tgid(r),
-            group: r.ac_flag & ac_flags::AGROUP != 0,
-            btime_s: r.ac_btime64.unwrap_or(r.ac_btime as u64),
-            etime_us: r.ac_etime_us,
-            stats: ProcessTaskstats::of(r),
-        }
-    }
+    /// Where its figures are in the collector's packed buffer.
+    stats_at: u32,
 }
 
 /// The records that concern a traced process, kept as they arrive.
 #[derive(Default)]
 pub struct Collector {
     records: Vec<Kept>,
+    packed: Vec<u8>,
 }
 
 fn record_tgid(r: &TaskstatsRecord) -> u32 {
@@ -179,30 +171,40 @@ impl Collector {
     /// Keeps the records of thread groups the tree knows; call after draining the ring buffer
     /// (a process's fork is always in the ring before its exit record is sent).
     pub fn keep(&mut self, tree: &Tree, batch: &mut Vec<TaskstatsRecord>) {
-        self.records.extend(
-            batch
-                .drain(..)
-                .filter(|r| r.kind == RecordKind::Pid && tree.knows_tgid(record_tgid(r)))
-                .map(|r| Kept::from(&r)),
-        );
+        for r in batch.drain(..) {
+            if r.kind == RecordKind::Pid && tree.knows_tgid(record_tgid(&r)) {
+                self.push(&r);
+            }
+        }
+    }
+
+    fn push(&mut self, r: &TaskstatsRecord) {
+        let at = packed::pack(&mut self.packed, &ProcessTaskstats::of(r));
+        self.records.push(Kept {
+            tgid: record_tgid(r),
+            group: r.ac_flag & ac_flags::AGROUP != 0,
+            btime_s: r.ac_btime64.unwrap_or(r.ac_btime as u64),
+            etime_us: r.ac_etime_us,
+            stats_at: at as u32,
+        });
     }
 
     pub fn records(&self) -> &[Kept] {
         &self.records
     }
 
-    pub fn into_records(self) -> Vec<Kept> {
-        self.records
+    /// The figures of one of [`records`](Collector::records).
+    pub fn stats(&self, k: &Kept) -> ProcessTaskstats {
+        packed::unpack(&self.packed, k.stats_at as usize)
     }
 }
 
-/// The matched processes' taskstats sums, indexed like the tree's processes: each sum is kept
-/// in its group record (no second copy of ~200 bytes per process, built when the trace is
-/// largest), found through a 4-byte index per process.
-#[derive(Default)]
+/// The matched processes' taskstats sums, indexed like the tree's processes: packed (~30
+/// bytes a process instead of a 184-byte struct in a map), found through a 4-byte index.
+#[derive(Debug, Default)]
 pub struct PerProcess {
-    records: Vec<Kept>,
-    /// Per tree process: the index of its group record, or `NONE`.
+    packed: Vec<u8>,
+    /// Per tree process: where its sums start in `packed`, or `NONE`.
     of_process: Vec<u32>,
 }
 
@@ -210,9 +212,9 @@ impl PerProcess {
     const NONE: u32 = u32::MAX;
 
     /// The sums of the tree's `i`th process, when its exit was confirmed.
-    pub fn get(&self, i: usize) -> Option<&ProcessTaskstats> {
-        let r = *self.of_process.get(i)?;
-        (r != Self::NONE).then(|| &self.records[r as usize].stats)
+    pub fn get(&self, i: usize) -> Option<ProcessTaskstats> {
+        let at = *self.of_process.get(i)?;
+        (at != Self::NONE).then(|| packed::unpack(&self.packed, at as usize))
     }
 
     /// How many processes have sums.
@@ -255,10 +257,11 @@ fn elapsed_gap_us(r: &Kept, p: &Process) -> u64 {
 /// Matches the exits of `tree` with `records`; `enobufs`/`parse_errors` come from the listener.
 pub fn cross_check(
     tree: &Tree,
-    mut records: Vec<Kept>,
+    collector: &Collector,
     clock: Clock,
     page_size: u64,
 ) -> (Coverage, PerProcess) {
+    let records = collector.records();
     let mut by_tgid: HashMap<u32, Vec<usize>> = HashMap::new();
     for (i, r) in records.iter().enumerate() {
         by_tgid.entry(r.tgid).or_default().push(i);
@@ -266,6 +269,7 @@ pub fn cross_check(
     let mut used = vec![false; records.len()];
     let mut cov = Coverage::default();
     let mut of_process = vec![PerProcess::NONE; tree.processes().len()];
+    let mut sums = Vec::new();
     for (pi, p) in tree.processes().iter().enumerate() {
         if p.end_ns.is_none() {
             continue;
@@ -291,13 +295,16 @@ pub fn cross_check(
         };
         cov.matched += 1;
         let mut sum = ProcessTaskstats::default();
-        for &i in &candidates {
+        // One group record per process: another one that fits the time window belongs to a
+        // process that reused the pid within a second of this one's end.
+        for &i in candidates.iter().filter(|&&i| i == g || !records[i].group) {
             used[i] = true;
-            sum.merge(&records[i].stats);
+            sum.merge(&collector.stats(&records[i]));
         }
-        let ts_kib = records[g].stats.hiwater_rss_kib;
+        let group_stats = collector.stats(&records[g]);
+        let ts_kib = group_stats.hiwater_rss_kib;
         sum.hiwater_rss_kib = ts_kib;
-        sum.hiwater_vm_kib = records[g].stats.hiwater_vm_kib;
+        sum.hiwater_vm_kib = group_stats.hiwater_vm_kib;
         if let Some(mem) = p.images.last().and_then(|i| i.mem) {
             let kib = |pages: u64| pages * page_size / 1024;
             cov.max_peak_diff_kib = cov
@@ -307,8 +314,7 @@ pub fn cross_check(
                 .max_exact_diff_kib
                 .max(kib(mem.peak_rss_pages()).abs_diff(ts_kib));
         }
-        records[g].stats = sum;
-        of_process[pi] = g as u32;
+        of_process[pi] = packed::pack(&mut sums, &sum) as u32;
     }
     // A group record nobody matched is a traced exit BPF missed only if a traced process with
     // that tgid has no exit and started then; otherwise another process reused the pid (pids
@@ -332,10 +338,11 @@ pub fn cross_check(
                 })
         })
         .count() as u64;
+    sums.shrink_to_fit();
     (
         cov,
         PerProcess {
-            records,
+            packed: sums,
             of_process,
         },
     )
@@ -418,8 +425,12 @@ mod tests {
         }
     }
 
-    fn kept(records: &[TaskstatsRecord]) -> Vec<Kept> {
-        records.iter().map(Kept::from).collect()
+    fn kept(records: &[TaskstatsRecord]) -> Collector {
+        let mut c = Collector::default();
+        for r in records {
+            c.push(r);
+        }
+        c
     }
 
     #[test]
@@ -450,7 +461,7 @@ mod tests {
             record(7, 1020, 9_000, true, 388),
             record(7, 1010, 5_000, true, 388),
         ];
-        let (cov, stats) = cross_check(&t, kept(&recs), clock, 4096);
+        let (cov, stats) = cross_check(&t, &kept(&recs), clock, 4096);
         assert_eq!((cov.matched, cov.bpf_only, cov.taskstats_only), (2, 0, 0));
         assert_eq!(stats.len(), 2);
         // Kernel-style peak: 100 - 3 pages = 388 KiB, exactly taskstats; the exact one is 12 KiB more.
@@ -477,8 +488,47 @@ mod tests {
             record(7, 1500, 1, true, 1),
             record(9, 1030, 1, true, 1),
         ];
-        let (cov, _) = cross_check(&t, kept(&recs), clock, 4096);
+        let (cov, _) = cross_check(&t, &kept(&recs), clock, 4096);
         assert_eq!((cov.matched, cov.bpf_only, cov.taskstats_only), (1, 1, 1));
+    }
+
+    #[test]
+    fn a_pid_reused_within_a_second_keeps_its_own_record() {
+        let mut t = Tree::new(1, 0);
+        let clock = Clock {
+            realtime_offset_ns: 1000 * S as i128,
+        };
+        // pid 7 lives from 10 s to 16.8 s; the pid is reused at 17.2 s for 50 ms.
+        for (start, end) in [(10 * S, 16_800_000_000), (17_200_000_000, 17_250_000_000)] {
+            t.apply(Event::Fork(ForkEvent {
+                hdr: hdr(kind::FORK, 1, 0, start),
+                child_pid: 7,
+                child_tgid: 7,
+                child_start_ns: start,
+            }));
+            let mut h = hdr(kind::EXIT, 7, start, end);
+            h.flags = flags::EXIT_GROUP_DEAD;
+            t.apply(Event::Exit(ExitEvent {
+                hdr: h,
+                ..ExitEvent::default()
+            }));
+        }
+        let recs = vec![
+            record(7, 1010, 6_800_000, true, 1),
+            record(7, 1017, 50_000, true, 2),
+        ];
+        let (cov, stats) = cross_check(&t, &kept(&recs), clock, 4096);
+        assert_eq!((cov.matched, cov.bpf_only), (2, 0));
+        for (start, kib) in [(10 * S, 1), (17_200_000_000, 2)] {
+            let i = t
+                .index_of(&Key {
+                    tgid: 7,
+                    start_ns: start,
+                })
+                .expect("process");
+            let s = stats.get(i).expect("its sums");
+            assert_eq!((s.records, s.hiwater_rss_kib), (1, kib));
+        }
     }
 
     #[test]
@@ -490,7 +540,7 @@ mod tests {
         let mut thread = record(8, 1010, 1_000, false, 0);
         thread.ac_tgid = Some(7);
         let recs = vec![thread, record(7, 1010, 5_000, true, 400)];
-        let (cov, stats) = cross_check(&t, kept(&recs), clock, 4096);
+        let (cov, stats) = cross_check(&t, &kept(&recs), clock, 4096);
         assert_eq!(cov.matched, 1);
         let first = t
             .index_of(&Key {

@@ -185,7 +185,8 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
         (Some(l), _) => {
             let st = l.stats();
             let (mut coverage, sums) =
-                cross_check(&tree, std::mem::take(&mut collector).into_records(), clock_offset(), page_size);
+                cross_check(&tree, &collector, clock_offset(), page_size);
+            drop(std::mem::take(&mut collector));
             per_process = sums;
             coverage.enobufs = st.enobufs;
             coverage.parse_errors = st.parse_errors;

@@ -163,7 +163,8 @@ impl<'a> Report<'a> {
             .into_iter()
             .map(|i| ProcessReport {
                 p: &procs[i],
-                taskstats: per_process.get(i),
+                sums: per_process,
+                index: i,
                 scale,
             })
             .collect();

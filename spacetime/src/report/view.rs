@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::Exit;
 use crate::{
-    crosscheck::ProcessTaskstats,
+    crosscheck::{PerProcess, ProcessTaskstats},
     tree::{Image, Process},
 };
 
@@ -27,8 +27,9 @@ impl Scale {
 #[derive(Clone, Copy, Debug)]
 pub struct ProcessReport<'a> {
     pub(super) p: &'a Process,
-    /// The process's taskstats figures (all threads summed), when its exit was confirmed.
-    pub(super) taskstats: Option<&'a ProcessTaskstats>,
+    /// The taskstats sums, and where this process is in the tree.
+    pub(super) sums: &'a PerProcess,
+    pub(super) index: usize,
     pub(super) scale: Scale,
 }
 
@@ -85,8 +86,9 @@ impl<'a> ProcessReport<'a> {
             .map(move |img| ImageReport { img, scale })
     }
 
-    pub fn taskstats(&self) -> Option<&'a ProcessTaskstats> {
-        self.taskstats
+    /// The process's taskstats figures (all threads summed), when its exit was confirmed.
+    pub fn taskstats(&self) -> Option<ProcessTaskstats> {
+        self.sums.get(self.index)
     }
 }
 
@@ -162,7 +164,7 @@ struct ProcessJson<'a> {
     sys_ns: u64,
     ru_maxrss_bytes: Option<u64>,
     images: Images<'a>,
-    taskstats: Option<&'a ProcessTaskstats>,
+    taskstats: Option<ProcessTaskstats>,
 }
 
 struct Images<'a>(ProcessReport<'a>);
@@ -187,7 +189,7 @@ impl Serialize for ProcessReport<'_> {
             sys_ns: self.sys_ns(),
             ru_maxrss_bytes: self.ru_maxrss_bytes(),
             images: Images(*self),
-            taskstats: self.taskstats,
+            taskstats: self.taskstats(),
         }
         .serialize(s)
     }
