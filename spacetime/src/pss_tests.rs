@@ -313,7 +313,12 @@ fn schedule_timeline_and_vanished_processes() {
     let next = s.next_due().expect("scheduled");
     assert!(next >= 1_000 + 50_000_000, "{next}");
     assert_eq!(s.sample_due(next, [key], &mut t), 1);
-    let pss = t.process(&key).expect("series").pss.last().expect("point");
+    let pss = t
+        .process(&key)
+        .expect("series")
+        .pss()
+        .last()
+        .expect("point");
     assert!(pss.bytes >= 16 * MIB, "{pss:?}");
     assert_eq!(t.tree_pss().last().map(|p| p.bytes), Some(pss.bytes));
 

@@ -107,6 +107,11 @@ impl Series {
                 return;
             }
         }
+        if self.points.capacity() == 0 {
+            // Most processes get two points (start and exit): not the four a first push
+            // reserves.
+            self.points.reserve_exact(2);
+        }
         self.points.push(p);
         if self.points.len() > cap.max(8) {
             self.compact();
@@ -148,9 +153,36 @@ impl Series {
 #[derive(Clone, Debug, Default)]
 pub struct ProcessSeries {
     pub rss: Series,
-    pub pss: Series,
+    /// PSS, for the processes that were sampled: most short ones never are, and a 100k-process
+    /// trace would otherwise carry 56 empty bytes for each.
+    sampled: Option<Box<PssSeries>>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct PssSeries {
+    pss: Series,
     /// The largest PSS sampled.
-    pub max_pss: Option<Point>,
+    max_pss: Option<Point>,
+}
+
+static NO_POINTS: Series = Series {
+    points: Vec::new(),
+    compactions: 0,
+};
+
+impl ProcessSeries {
+    pub fn pss(&self) -> &Series {
+        self.sampled.as_ref().map_or(&NO_POINTS, |s| &s.pss)
+    }
+
+    /// The largest PSS sampled.
+    pub fn max_pss(&self) -> Option<Point> {
+        self.sampled.as_ref().and_then(|s| s.max_pss)
+    }
+
+    fn sampled(&mut self) -> &mut PssSeries {
+        self.sampled.get_or_insert_with(Box::default)
+    }
 }
 
 /// Limits on the number of points kept.
@@ -252,7 +284,7 @@ impl Timeline {
     pub fn max_process_pss(&self) -> Option<(Key, Point)> {
         self.procs
             .iter()
-            .filter_map(|(k, s)| s.max_pss.map(|p| (*k, p)))
+            .filter_map(|(k, s)| s.max_pss().map(|p| (*k, p)))
             .max_by_key(|(k, p)| (p.bytes, std::cmp::Reverse(*k)))
     }
 
@@ -288,8 +320,8 @@ impl Timeline {
     /// A process's sampled PSS; the tree-wide PSS follows the sum of the latest samples.
     pub fn record_pss(&mut self, key: Key, p: Point) {
         update_sum(&mut self.live_pss, &mut self.pss_sum, key, p.bytes);
-        self.push_process(key, p, |s| &mut s.pss);
-        let s = self.procs.entry(key).or_default();
+        self.push_process(key, p, |s| &mut s.sampled().pss);
+        let s = self.procs.entry(key).or_default().sampled();
         if s.max_pss.is_none_or(|m| p.bytes > m.bytes) {
             s.max_pss = Some(p);
         }
@@ -313,7 +345,7 @@ impl Timeline {
             }
         }
         if had_pss.is_some() {
-            self.push_process(key, end, |s| &mut s.pss);
+            self.push_process(key, end, |s| &mut s.sampled().pss);
             self.tree_pss
                 .push(Point::new(ts_ns, self.pss_sum), self.limits.tree_points);
         }
@@ -342,7 +374,8 @@ impl Timeline {
             let cap = self.process_cap;
             let mut total = 0;
             for s in self.procs.values_mut() {
-                for series in [&mut s.rss, &mut s.pss] {
+                let pss = s.sampled.as_deref_mut().map(|p| &mut p.pss);
+                for series in std::iter::once(&mut s.rss).chain(pss) {
                     while series.len() > cap {
                         series.compact();
                     }
@@ -440,8 +473,8 @@ impl Serialize for ProcessEntries<'_, '_> {
                 pid: k.tgid,
                 start_ns: k.start_ns.saturating_sub(t0),
                 rss: Points(s.rss.points(), t0),
-                pss: Points(s.pss.points(), t0),
-                max_pss_bytes: s.max_pss.map(|p| p.bytes),
+                pss: Points(s.pss().points(), t0),
+                max_pss_bytes: s.max_pss().map(|p| p.bytes),
             })
         }))
     }
@@ -512,7 +545,7 @@ mod tests {
         );
         assert_eq!(t.max_pss(), Some(p(200, 35)));
         assert_eq!(
-            t.process(&key(2)).expect("2").pss.points(),
+            t.process(&key(2)).expect("2").pss().points(),
             [p(100, 5), p(250, 0)]
         );
         assert_eq!(t.max_process_pss(), Some((key(1), p(200, 30))));
@@ -552,7 +585,10 @@ mod tests {
                 t.record_rss(key(pid), p(i, i * (pid as u64) + (i % 3)));
             }
         }
-        let total: usize = t.processes().map(|(_, s)| s.rss.len() + s.pss.len()).sum();
+        let total: usize = t
+            .processes()
+            .map(|(_, s)| s.rss.len() + s.pss().len())
+            .sum();
         assert!(total <= 4096 + 64 * 8, "{total} points");
         // Every process still has its maximum.
         for pid in 1..=64u32 {

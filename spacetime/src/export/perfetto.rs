@@ -273,11 +273,11 @@ impl Builder<'_> {
                 .push(counter_descriptor(uuid + 1, Some(uuid), &name, Some(0)));
             self.counter(uuid + 1, series.rss.points());
         }
-        if !series.pss.is_empty() {
+        if !series.pss().is_empty() {
             let name = format!("PSS {} (sampled)", p.pid);
             self.descriptors
                 .push(counter_descriptor(uuid + 2, Some(uuid), &name, Some(1)));
-            self.counter(uuid + 2, series.pss.points());
+            self.counter(uuid + 2, series.pss().points());
         }
     }
 }
