@@ -309,10 +309,10 @@ pub fn cross_check(
             let kib = |pages: u64| pages * page_size / 1024;
             cov.max_peak_diff_kib = cov
                 .max_peak_diff_kib
-                .max(kib(mem.kernel_peak_rss_pages()).abs_diff(ts_kib));
+                .max(kib(mem.kernel_peak_rss_pages).abs_diff(ts_kib));
             cov.max_exact_diff_kib = cov
                 .max_exact_diff_kib
-                .max(kib(mem.peak_rss_pages()).abs_diff(ts_kib));
+                .max(kib(mem.peak_rss_pages).abs_diff(ts_kib));
         }
         of_process[pi] = packed::pack(&mut sums, &sum) as u32;
     }

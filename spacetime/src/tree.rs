@@ -95,16 +95,42 @@ impl ExitStatus {
     }
 }
 
+/// What an image ran: shared by a forked child's inherited image with its parent's instead of
+/// copied (a 100k-process fork storm would hold 100k copies).
+#[derive(Clone, Debug, Default)]
+pub struct Names {
+    /// The path passed to execve (for an inherited image, the parent's).
+    pub exe: String,
+    pub argv: Vec<String>,
+    pub comm: String,
+}
+
+/// The end-of-image memory figures an image keeps of the kernel's [`MemStats`] (56 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndMem {
+    pub peak_rss_pages: u64,
+    /// As the kernel computes it: what taskstats reports.
+    pub kernel_peak_rss_pages: u64,
+    pub peak_vm_pages: u64,
+    /// [`flags`] `MEM_*`.
+    pub flags: u32,
+}
+
+impl From<MemStats> for EndMem {
+    fn from(m: MemStats) -> EndMem {
+        EndMem {
+            peak_rss_pages: m.peak_rss_pages(),
+            kernel_peak_rss_pages: m.kernel_peak_rss_pages(),
+            peak_vm_pages: m.peak_vm_pages(),
+            flags: m.flags,
+        }
+    }
+}
+
 /// One program image of a process.
-///
-/// The names are shared: a forked child's inherited image points at its parent's strings
-/// instead of copying them (a 100k-process fork storm would hold 100k copies).
 #[derive(Clone, Debug, Default)]
 pub struct Image {
-    /// The path passed to execve (for an inherited image, the parent's).
-    pub exe: Arc<str>,
-    pub argv: Arc<[String]>,
-    pub comm: Arc<str>,
+    pub names: Arc<Names>,
     pub start_ns: u64,
     pub end_ns: Option<u64>,
     /// Carried over from the parent at fork rather than started by an exec.
@@ -113,7 +139,7 @@ pub struct Image {
     /// are the parent's and are not counted for this process.
     pub shared_mm: bool,
     /// Memory figures at the end of the image, when known.
-    pub mem: Option<MemStats>,
+    pub mem: Option<EndMem>,
     /// The exact maximum RSS of the image's mm, when the kernel followed every change of it.
     pub followed_peak_pages: Option<u64>,
     /// argv while it is assembled from continuation records; dropped once every byte came.
@@ -124,6 +150,18 @@ pub struct Image {
 }
 
 impl Image {
+    pub fn exe(&self) -> &str {
+        &self.names.exe
+    }
+
+    pub fn argv(&self) -> &[String] {
+        &self.names.argv
+    }
+
+    pub fn comm(&self) -> &str {
+        &self.names.comm
+    }
+
     /// Peak RSS of this image in pages (None while running or when not measured).
     pub fn peak_rss_pages(&self) -> Option<u64> {
         if self.shared_mm {
@@ -131,10 +169,7 @@ impl Image {
         }
         // The followed maximum is exact; the end-of-image figure may miss a peak that was
         // freed before (hiwater_rss is raised lazily, from approximate counts).
-        match (
-            self.mem.as_ref().map(MemStats::peak_rss_pages),
-            self.followed_peak_pages,
-        ) {
+        match (self.mem.map(|m| m.peak_rss_pages), self.followed_peak_pages) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         }
@@ -144,7 +179,7 @@ impl Image {
         if self.shared_mm {
             return Some(0);
         }
-        self.mem.as_ref().map(MemStats::peak_vm_pages)
+        self.mem.map(|m| m.peak_vm_pages)
     }
 
     pub fn exact(&self) -> bool {
@@ -157,7 +192,7 @@ impl Image {
         let Some(pending) = self.pending_args.as_deref() else {
             return;
         };
-        self.argv = split_argv(&pending.area).into();
+        Arc::make_mut(&mut self.names).argv = split_argv(&pending.area);
         let arrived = pending.area.len() >= pending.expected as usize;
         self.argv_complete = pending.area.len() == pending.expected as usize
             && self.exec_flags & (flags::EXEC_ARGS_TRUNCATED | flags::EXEC_ARGS_FAULT) == 0;
@@ -341,9 +376,7 @@ impl Tree {
         let inherited = self.procs[pi]
             .image_at(f.hdr.ts_ns)
             .map(|img| Image {
-                exe: img.exe.clone(),
-                argv: img.argv.clone(),
-                comm: img.comm.clone(),
+                names: Arc::clone(&img.names),
                 argv_complete: img.argv_complete,
                 ..Image::default()
             })
@@ -380,8 +413,11 @@ impl Tree {
             open.end_ns = Some(e.hdr.ts_ns);
         }
         let mut img = Image {
-            exe: e.filename.into(),
-            comm: e.comm.into(),
+            names: Arc::new(Names {
+                exe: e.filename,
+                argv: Vec::new(),
+                comm: e.comm,
+            }),
             start_ns: e.hdr.ts_ns,
             pending_args: Some(Box::new(PendingArgs {
                 expected: e.args_len,
@@ -423,7 +459,7 @@ impl Tree {
         if let Some(img) = self.procs[i].open_image() {
             img.end_ns = Some(m.hdr.ts_ns);
             if !img.shared_mm && m.mem.flags & flags::MEM_VALID != 0 {
-                img.mem = Some(m.mem);
+                img.mem = Some(m.mem.into());
             }
         }
     }
@@ -458,7 +494,7 @@ impl Tree {
         if let Some(img) = p.open_image() {
             img.end_ns = Some(x.hdr.ts_ns);
             if !img.shared_mm && x.mem.flags & flags::MEM_VALID != 0 {
-                img.mem = Some(x.mem);
+                img.mem = Some(x.mem.into());
             }
         }
     }
@@ -542,7 +578,7 @@ mod tests {
         assert_eq!(p.images.len(), 2);
         assert_eq!(p.images[0].peak_rss_pages(), Some(76800));
         assert_eq!(p.images[1].peak_rss_pages(), Some(300));
-        assert_eq!(*p.images[1].argv, ["small", "-x"]);
+        assert_eq!(p.images[1].argv(), ["small", "-x"]);
         assert_eq!(p.peak_rss_pages(), 76800);
         assert_eq!(p.exit, Some(ExitStatus::Code(0)));
     }
@@ -594,7 +630,7 @@ mod tests {
             .expect("orphan");
         assert_eq!(orphan.ppid, 2);
         assert_eq!(orphan.end_ns, Some(100));
-        assert_eq!(*orphan.images[0].argv, ["w"]);
+        assert_eq!(orphan.images[0].argv(), ["w"]);
     }
 
     #[test]
@@ -614,9 +650,9 @@ mod tests {
         assert_eq!(c.ppid, 1);
         assert_eq!(c.images.len(), 2);
         assert!(c.images[0].inherited);
-        assert_eq!(*c.images[0].argv, ["sh", "-c"]);
+        assert_eq!(c.images[0].argv(), ["sh", "-c"]);
         assert_eq!(c.images[0].end_ns, Some(6));
-        assert_eq!(&*c.images[1].exe, "/bin/ls");
+        assert_eq!(c.images[1].exe(), "/bin/ls");
         assert_eq!(c.images[1].peak_rss_pages(), Some(12));
         assert_eq!(c.exit, Some(ExitStatus::Code(2)));
     }
@@ -667,7 +703,7 @@ mod tests {
         t.apply(args(8, b"c\0"));
         let img = &t.root().expect("root").images[0];
         assert!(img.argv_complete);
-        assert_eq!(*img.argv, ["aaaa", "bbbc"]);
+        assert_eq!(img.argv(), ["aaaa", "bbbc"]);
         t.apply(args(99, b"x"));
         assert_eq!(t.args_gaps, 1);
     }

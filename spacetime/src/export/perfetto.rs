@@ -103,14 +103,14 @@ fn cut(s: &str, n: usize) -> String {
 }
 
 fn image_command(img: &Image) -> String {
-    if img.argv.is_empty() {
-        if img.exe.is_empty() {
-            img.comm.to_string()
+    if img.argv().is_empty() {
+        if img.exe().is_empty() {
+            img.comm().to_string()
         } else {
-            img.exe.to_string()
+            img.exe().to_string()
         }
     } else {
-        img.argv.join(" ")
+        img.argv().join(" ")
     }
 }
 
@@ -227,7 +227,7 @@ impl Builder<'_> {
                 )
                 .msg(
                     field::EVENT_DEBUG_ANNOTATIONS,
-                    annotation_str("exe", &img.exe),
+                    annotation_str("exe", img.exe()),
                 )
                 .msg(
                     field::EVENT_DEBUG_ANNOTATIONS,

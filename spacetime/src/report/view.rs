@@ -101,15 +101,15 @@ pub struct ImageReport<'a> {
 
 impl<'a> ImageReport<'a> {
     pub fn exe(&self) -> &'a str {
-        &self.img.exe
+        self.img.exe()
     }
 
     pub fn argv(&self) -> &'a [String] {
-        &self.img.argv
+        self.img.argv()
     }
 
     pub fn comm(&self) -> &'a str {
-        &self.img.comm
+        self.img.comm()
     }
 
     pub fn start_ns(&self) -> u64 {
