@@ -216,7 +216,9 @@ pub struct Process {
     pub pid: u32,
     /// The process that forked this one (0 when unknown); kept when the kernel reparents.
     pub ppid: u32,
-    pub parent: Option<Key>,
+    /// The start of the process that forked this one (its key is `(ppid, this)`), when its
+    /// fork was seen: see [`Process::parent`].
+    parent_start_ns: u64,
     pub start_ns: u64,
     pub end_ns: Option<u64>,
     /// Every thread it ever had, the main thread included.
@@ -234,6 +236,14 @@ pub struct Process {
 }
 
 impl Process {
+    /// The process that forked this one, when its fork was seen.
+    pub fn parent(&self) -> Option<Key> {
+        self.fork_seen.then_some(Key {
+            tgid: self.ppid,
+            start_ns: self.parent_start_ns,
+        })
+    }
+
     /// Peak RSS over its images, in pages.
     pub fn peak_rss_pages(&self) -> u64 {
         self.images
@@ -387,7 +397,7 @@ impl Tree {
         }
         child.fork_seen = true;
         child.ppid = f.hdr.tgid;
-        child.parent = Some(parent_key);
+        child.parent_start_ns = parent_key.start_ns;
         child.start_ns = f.child_start_ns;
         // The inherited image runs from the fork until the first exec (or the exit).
         let end_ns = child.images.first().map(|i| i.start_ns).or(child.end_ns);

@@ -342,7 +342,7 @@ pub fn encode(tree: &Tree, timeline: &Timeline, opts: &Options) -> Vec<Vec<u8>> 
     for (rank, &i) in order.iter().enumerate() {
         let p = &procs[i];
         let parent = p
-            .parent
+            .parent()
             .and_then(|k| index.get(&k))
             .filter(|&&pi| pi != i)
             .map(|&pi| process_track(pi));
