@@ -9,7 +9,7 @@
 use std::{
     collections::{HashMap, HashSet},
     hash::{BuildHasherDefault, Hasher},
-    sync::Arc,
+    sync::{Arc, LazyLock},
 };
 
 use spacetime_common::{
@@ -128,7 +128,7 @@ impl From<MemStats> for EndMem {
 }
 
 /// One program image of a process.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Image {
     pub names: Arc<Names>,
     pub start_ns: u64,
@@ -147,6 +147,26 @@ pub struct Image {
     /// Every argv byte arrived and none was cut.
     pub argv_complete: bool,
     pub exec_flags: u32,
+}
+
+impl Default for Image {
+    /// An image with no names yet: they point at one shared empty [`Names`] (a fork builds
+    /// its inherited image from a default one, and should not allocate names to drop them).
+    fn default() -> Image {
+        static NO_NAMES: LazyLock<Arc<Names>> = LazyLock::new(Arc::default);
+        Image {
+            names: Arc::clone(&NO_NAMES),
+            start_ns: 0,
+            end_ns: None,
+            inherited: false,
+            shared_mm: false,
+            mem: None,
+            followed_peak_pages: None,
+            pending_args: None,
+            argv_complete: false,
+            exec_flags: 0,
+        }
+    }
 }
 
 impl Image {
