@@ -1,6 +1,8 @@
-//! What spacetime itself costs: its own CPU time and peak RSS (getrusage of its own process,
-//! every thread; the traced processes are other processes after fork+exec and never count
-//! here), and the time its programs spend in the kernel. Serialized as the `"spacetime"`
+//! What spacetime itself costs: its own CPU time (getrusage of its own process, every thread;
+//! the traced processes are other processes after fork+exec and never count here), its peak
+//! RSS (VmHWM: ru_maxrss would carry the peak of whatever ran spacetime, since exec folds the
+//! pre-exec image's peak into it — the very error spacetime exists to avoid), and the time its
+//! programs spend in the kernel. Serialized as the `"spacetime"`
 //! object of `trace --json` and of `watch --summary-json`, rendered as one `-v` line.
 
 use std::fmt::Write as _;
@@ -18,7 +20,7 @@ pub struct OwnCost {
     /// CPU time of spacetime's own process (all its threads), in user and kernel mode.
     pub user_ns: u64,
     pub sys_ns: u64,
-    /// spacetime's own peak RSS (`ru_maxrss` of RUSAGE_SELF).
+    /// spacetime's own peak RSS (VmHWM of its own address space).
     pub peak_rss_bytes: u64,
     /// `kernel.bpf_stats_enabled` was 1: `kernel_programs` figures are counted.
     pub bpf_stats_enabled: bool,
@@ -29,17 +31,23 @@ pub struct OwnCost {
 impl OwnCost {
     /// getrusage now, and the programs' statistics (read while they are still attached).
     pub fn measure(probes: &Probes) -> OwnCost {
-        OwnCost::from_parts(rusage_self(), probes.program_stats())
+        OwnCost::from_parts(rusage_self(), vm_hwm_bytes(), probes.program_stats())
     }
 
-    fn from_parts(usage: Option<libc::rusage>, kernel: KernelProgramStats) -> OwnCost {
-        let (user_ns, sys_ns, peak_rss_bytes) = usage.map_or((0, 0, 0), |u| {
+    /// `vm_hwm`: VmHWM in bytes; without it, ru_maxrss (an upper bound) stands in.
+    fn from_parts(
+        usage: Option<libc::rusage>,
+        vm_hwm: Option<u64>,
+        kernel: KernelProgramStats,
+    ) -> OwnCost {
+        let (user_ns, sys_ns, maxrss) = usage.map_or((0, 0, 0), |u| {
             (
                 timeval_ns(u.ru_utime),
                 timeval_ns(u.ru_stime),
                 (u.ru_maxrss.max(0) as u64).saturating_mul(1024),
             )
         });
+        let peak_rss_bytes = vm_hwm.unwrap_or(maxrss);
         OwnCost {
             user_ns,
             sys_ns,
@@ -94,6 +102,23 @@ fn timeval_ns(t: libc::timeval) -> u64 {
         .saturating_add(t.tv_usec.max(0) as u64 * 1000)
 }
 
+/// The peak RSS of spacetime's own address space, from /proc/self/status.
+fn vm_hwm_bytes() -> Option<u64> {
+    parse_vm_hwm(&std::fs::read_to_string("/proc/self/status").ok()?)
+}
+
+fn parse_vm_hwm(status: &str) -> Option<u64> {
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
 /// getrusage(RUSAGE_SELF): every thread of this process, none of its children.
 fn rusage_self() -> Option<libc::rusage> {
     // SAFETY: an all-zero rusage is valid; getrusage fills it.
@@ -139,6 +164,7 @@ mod tests {
     fn serializes_the_documented_keys() {
         let cost = OwnCost::from_parts(
             Some(usage(1_500_000, 250, 20_480)),
+            None,
             programs(true, &[("sched_process_exit", 10, 5_000)]),
         );
         assert_eq!(
@@ -153,8 +179,22 @@ mod tests {
     }
 
     #[test]
+    fn peak_is_vm_hwm_not_ru_maxrss() {
+        let status = "Name:\tspacetime\nVmPeak:\t  900000 kB\nVmHWM:\t   28892 kB\nVmRSS:\t 1 kB\n";
+        assert_eq!(parse_vm_hwm(status), Some(28892 * 1024));
+        assert_eq!(parse_vm_hwm("VmRSS: 1 kB\n"), None);
+        // ru_maxrss carries the 200 MiB of the process that exec'd spacetime; VmHWM does not.
+        let cost = OwnCost::from_parts(
+            Some(usage(1, 1, 200 << 10)),
+            parse_vm_hwm(status),
+            KernelProgramStats::default(),
+        );
+        assert_eq!(cost.peak_rss_bytes, 28892 * 1024);
+    }
+
+    #[test]
     fn no_rusage_reads_zero() {
-        let cost = OwnCost::from_parts(None, KernelProgramStats::default());
+        let cost = OwnCost::from_parts(None, None, KernelProgramStats::default());
         assert_eq!((cost.user_ns, cost.sys_ns, cost.peak_rss_bytes), (0, 0, 0));
     }
 
@@ -162,6 +202,7 @@ mod tests {
     fn line_times_programs_only_when_counted() {
         let off = OwnCost::from_parts(
             Some(usage(2000, 1000, 4096)),
+            None,
             programs(false, &[("sched_process_fork", 0, 0)]),
         );
         let line = off.line();
@@ -170,6 +211,7 @@ mod tests {
         assert!(line.contains("bpf_stats_enabled=1"), "{line}");
         let on = OwnCost::from_parts(
             Some(usage(2000, 1000, 4096)),
+            None,
             programs(
                 true,
                 &[
