@@ -156,12 +156,23 @@ impl RunningWatch {
 
     /// Waits until stdout holds a line containing `needle` (the exit was reported).
     pub fn wait_for_stdout(&self, needle: &str, timeout: Duration) {
+        self.wait_until(
+            &format!("output line containing {needle:?}"),
+            timeout,
+            |out| out.contains(needle),
+        );
+    }
+
+    /// Waits until `done` holds for the whole standard output so far, `what` naming it in
+    /// the panic message when it does not within `timeout`.
+    pub fn wait_until(&self, what: &str, timeout: Duration, done: impl Fn(&str) -> bool) {
         let until = Instant::now() + timeout;
-        while !self.stdout_now().contains(needle) {
+        while !done(&self.stdout_now()) {
             assert!(
                 Instant::now() < until,
-                "{}: no output line containing {needle:?} within {timeout:?}\nstderr:\n{}",
+                "{}: no {what} within {timeout:?}\nstdout:\n{}\nstderr:\n{}",
                 show_argv(&self.argv),
+                self.stdout_now(),
                 self.stderr_now()
             );
             std::thread::sleep(Duration::from_millis(20));
