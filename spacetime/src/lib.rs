@@ -13,6 +13,7 @@ pub mod cli;
 pub mod crosscheck;
 pub mod events;
 pub mod export;
+pub mod idhash;
 pub mod launch;
 pub mod loader;
 pub mod memory;

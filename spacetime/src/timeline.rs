@@ -21,7 +21,7 @@
 
 use serde::{ser::SerializeSeq, Serialize, Serializer};
 
-use crate::tree::{Key, KeyMap};
+use crate::{idhash::IdMap, tree::Key};
 
 /// One value of a series: `bytes` from `ts_ns` on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -215,10 +215,10 @@ pub struct Timeline {
     pub rss_source: RssSource,
     tree_rss: Series,
     tree_pss: Series,
-    procs: KeyMap<Key, ProcessSeries>,
+    procs: IdMap<Key, ProcessSeries>,
     /// Latest values of live processes, and their sums.
-    live_rss: KeyMap<Key, u64>,
-    live_pss: KeyMap<Key, u64>,
+    live_rss: IdMap<Key, u64>,
+    live_pss: IdMap<Key, u64>,
     rss_sum: u64,
     pss_sum: u64,
     /// The exact tree-wide RSS peak, from the kernel.
@@ -240,9 +240,9 @@ impl Timeline {
             rss_source,
             tree_rss: Series::default(),
             tree_pss: Series::default(),
-            procs: KeyMap::default(),
-            live_rss: KeyMap::default(),
-            live_pss: KeyMap::default(),
+            procs: IdMap::default(),
+            live_rss: IdMap::default(),
+            live_pss: IdMap::default(),
             rss_sum: 0,
             pss_sum: 0,
             tree_peak: None,
@@ -397,7 +397,7 @@ impl Timeline {
     }
 }
 
-fn update_sum(map: &mut KeyMap<Key, u64>, sum: &mut u64, key: Key, bytes: u64) {
+fn update_sum(map: &mut IdMap<Key, u64>, sum: &mut u64, key: Key, bytes: u64) {
     let old = map.insert(key, bytes).unwrap_or(0);
     *sum = *sum - old + bytes;
 }

@@ -6,17 +6,16 @@
 //! Events may arrive out of order (or be lost): an event for an unknown process creates it, and
 //! a later fork fills in where it came from.
 
-use std::{
-    collections::{HashMap, HashSet},
-    hash::{BuildHasherDefault, Hasher},
-    sync::{Arc, LazyLock},
-};
+use std::sync::{Arc, LazyLock};
 
 use spacetime_common::{
     flags, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, MemStats, RssEvent,
 };
 
-use crate::events::{split_argv, Args, Event, Exec};
+use crate::{
+    events::{split_argv, Args, Event, Exec},
+    idhash::{IdMap, IdSet},
+};
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Key {
@@ -32,38 +31,6 @@ impl Key {
         }
     }
 }
-
-/// A fast hasher for process keys and pids: one multiplication per word instead of SipHash,
-/// which every event of a traced process would otherwise pay for a few times (tree, timeline).
-/// Keys are kernel-assigned numbers, not attacker-chosen strings, so flooding resistance is not
-/// needed. The same function as `watch::idhash`.
-#[derive(Default, Clone, Copy)]
-pub struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        // Multiplying by an odd constant is a bijection on every low-bit window, so sequential
-        // pids spread over buckets; the high bits (hashbrown's tags) get the mixed bits.
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-/// A `HashMap` keyed by [`Key`]s (or pids), with [`KeyHasher`].
-pub type KeyMap<K, V> = HashMap<K, V, BuildHasherDefault<KeyHasher>>;
 
 /// How a process ended, decoded from a wait status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -305,9 +272,9 @@ pub fn split_runtime(runtime_ns: u64, utime_ns: u64, stime_ns: u64) -> (u64, u64
 #[derive(Debug, Default)]
 pub struct Tree {
     procs: Vec<Process>,
-    index: KeyMap<Key, usize>,
+    index: IdMap<Key, usize>,
     /// Every tgid seen, for filtering other sources (taskstats) by process.
-    tgids: HashSet<u32, BuildHasherDefault<KeyHasher>>,
+    tgids: IdSet<u32>,
     root_pid: u32,
     root_ppid: u32,
     root: Option<usize>,

@@ -11,7 +11,7 @@ use std::{
     sync::Arc,
 };
 
-use super::idhash::IdMap;
+use crate::idhash::IdMap;
 
 /// `FILEID_KERNFS` (include/linux/exportfs.h).
 const FILEID_KERNFS: i32 = 0xfe;

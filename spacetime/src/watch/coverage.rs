@@ -18,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::idhash::IdMap;
+use crate::idhash::IdMap;
 use crate::taskstats::{flags, RecordKind, TaskstatsRecord};
 
 /// How far the two exit times may be apart (btime has a resolution of one second and is

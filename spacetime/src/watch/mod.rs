@@ -15,7 +15,6 @@ mod cgroup;
 mod coverage;
 mod exit;
 mod filter;
-mod idhash;
 mod metrics;
 mod output;
 mod procfs;

@@ -16,7 +16,7 @@ use std::{
     sync::Arc,
 };
 
-use super::idhash::IdMap;
+use crate::idhash::IdMap;
 
 mod ancestry;
 pub use ancestry::Ancestor;

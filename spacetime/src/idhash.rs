@@ -1,9 +1,10 @@
-//! A fast hasher for maps keyed by pids and ids (u32/u64): one multiplication instead of
-//! SipHash, which the per-exit path would otherwise spend most of its hashing time in. Keys are
+//! A fast hasher for maps keyed by pids, ids and process keys: one multiplication per word
+//! instead of SipHash, which the per-event paths (watch's table, trace's tree and timeline)
+//! would otherwise spend most of their hashing time in. Keys are
 //! kernel-assigned numbers, not attacker-chosen strings, so flooding resistance is not needed.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     hash::{BuildHasherDefault, Hasher},
 };
 
@@ -34,3 +35,6 @@ impl Hasher for IdHasher {
 
 /// A `HashMap` keyed by ids, with [`IdHasher`].
 pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+
+/// A `HashSet` of ids, with [`IdHasher`].
+pub type IdSet<T> = HashSet<T, BuildHasherDefault<IdHasher>>;
