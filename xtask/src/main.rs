@@ -44,28 +44,7 @@ enum Cmd {
     /// Measure what spacetime costs next to bare runs, /usr/bin/time and strace, on workloads
     /// the bench builds itself (needs root); prints a Markdown table, writes JSON under
     /// target/bench/ and keeps the latest table in BENCHMARKS.md
-    Bench {
-        /// Repetitions of every runner on every workload (interleaved)
-        #[arg(long, default_value_t = 7)]
-        reps: usize,
-        /// Only these workloads (comma-separated: true, fork-exec, fork-exec-static, make,
-        /// touch, storm)
-        #[arg(long, value_delimiter = ',')]
-        workloads: Vec<String>,
-        /// Only these runners (comma-separated: bare, time, trace, trace-nopss, strace,
-        /// strace-seccomp, watch); bare is always needed
-        #[arg(long, value_delimiter = ',')]
-        runners: Vec<String>,
-        /// Small workloads and no 100k-process run: checks the bench works, measures little
-        #[arg(long)]
-        quick: bool,
-        /// Bench this spacetime binary instead of building one (e.g. an older build)
-        #[arg(long, value_name = "PATH")]
-        spacetime: Option<PathBuf>,
-        /// Do not update BENCHMARKS.md
-        #[arg(long)]
-        no_record: bool,
-    },
+    Bench(bench::Options),
     /// Build, then run every integration test inside a Debian 6.1 guest (qemu, TCG); fetches
     /// and caches the kernel package with apt
     VmTest {
@@ -210,21 +189,7 @@ fn main() -> Result<()> {
             all,
             test_args: args,
         }),
-        Cmd::Bench {
-            reps,
-            workloads,
-            runners,
-            quick,
-            spacetime,
-            no_record,
-        } => bench::bench(bench::Options {
-            reps,
-            workloads,
-            runners,
-            quick,
-            spacetime,
-            no_record,
-        }),
+        Cmd::Bench(opts) => bench::bench(opts),
         Cmd::Lint => {
             toolchain::ensure()?;
             run(cargo().args(["fmt", "--all", "--check"]))?;

@@ -25,14 +25,27 @@ use workloads::{Sizes, Workload};
 
 use crate::{target_dir, toolchain};
 
+#[derive(clap::Args)]
 pub struct Options {
+    /// Repetitions of every runner on every workload (interleaved)
+    #[arg(long, default_value_t = 7)]
     pub reps: usize,
+    /// Only these workloads (comma-separated: true, fork-exec, fork-exec-static, make,
+    /// touch, storm)
+    #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
+    /// Only these runners (comma-separated: bare, time, trace, trace-nopss, strace,
+    /// strace-seccomp, watch); bare is always needed
+    #[arg(long, value_delimiter = ',')]
     pub runners: Vec<String>,
+    /// Small workloads and no 100k-process run: checks the bench works, measures little
+    #[arg(long)]
     pub quick: bool,
-    /// Bench this binary instead of building one.
+    /// Bench this spacetime binary instead of building one (e.g. an older build)
+    #[arg(long, value_name = "PATH")]
     pub spacetime: Option<PathBuf>,
-    /// Leave BENCHMARKS.md alone.
+    /// Do not update BENCHMARKS.md
+    #[arg(long)]
     pub no_record: bool,
 }
 
