@@ -329,13 +329,7 @@ fn filter_pid_tree() {
     let w = Watch::new().flag("--json").flags(&flags).start();
     let (neg, mut c) = quiet(0, "tree-neg");
     run(&mut c);
-    holder
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"go\n")
-        .expect("release holder");
-    holder.wait().expect("wait holder");
+    release(&mut holder);
     w.wait_for_stdout(&format!("\"{grandchild}\""), SEEN);
     let out = w.interrupt();
     out.assert_clean();
@@ -540,6 +534,16 @@ fn metrics_endpoint_serves_openmetrics() {
 
 /// A holder shell that runs `n` quiet exits once released, for tests that need a watch to
 /// see exactly known processes (`--pid-tree`).
+/// Lets a holder (a shell waiting on its stdin) go on, and waits for it to end.
+fn release(h: &mut std::process::Child) {
+    h.stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("release holder");
+    h.wait().expect("wait holder");
+}
+
 fn holder(n: usize, t: &str) -> std::process::Child {
     let script = format!("read x; for i in $(seq 1 {n}); do {WL} quiet-exit 0 {t}-$i; done; true");
     Command::new("sh")
@@ -558,12 +562,7 @@ fn count_and_duration_stop_cleanly() {
         .flags(["--json", "--count", "3", "--pid-tree"])
         .flag(h.id().to_string())
         .start();
-    h.stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"go\n")
-        .expect("release");
-    h.wait().expect("holder");
+    release(&mut h);
     let out = w.wait();
     out.assert_clean();
     assert_eq!(out.json_lines().len(), 3, "--count 3\n{}", out.context());
@@ -757,12 +756,7 @@ fn summary_json_after_count_and_sigint() {
         .flag("--pid-tree")
         .flag(h.id().to_string())
         .start();
-    h.stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"go\n")
-        .expect("release");
-    h.wait().expect("holder");
+    release(&mut h);
     let out = w.wait();
     out.assert_clean();
     let v = check_summary(&out, &file, "count");
@@ -777,12 +771,7 @@ fn summary_json_after_count_and_sigint() {
         .flag("--pid-tree")
         .flag(h.id().to_string())
         .start();
-    h.stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"go\n")
-        .expect("release");
-    h.wait().expect("holder");
+    release(&mut h);
     w.wait_for_stdout(&format!("\"{t}-4\""), SEEN);
     let out = w.interrupt();
     out.assert_clean();
