@@ -335,6 +335,8 @@ mkdir -m 1777 /tmp
 mount -t tmpfs -o mode=1777 tmp /tmp
 cp -a /tmp.initramfs/. /tmp/
 mount -t bpf bpf /sys/fs/bpf 2>/dev/null
+# cgroup v2, as on the host: watch's --cgroup filter test needs one to create a group in.
+mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 ip link set lo up
 # Debian's kernel defaults to THP "always"; the CI host (and the taskstats test, which counts
 # one fault per touched page) has "madvise".
