@@ -73,6 +73,15 @@ pub mod stat {
     pub const COUNT: u32 = 3;
 }
 
+/// Slots of the kernel's `PIDNS` array (see `spacetime-ebpf/src/pidns.rs`).
+pub mod pidns_slot {
+    /// The level of spacetime's PID namespace: 0 for the initial one.
+    pub const LEVEL: u32 = 0;
+    /// The kernel (initial namespace) pid of the last task that ran `own_pid`.
+    pub const KERNEL_PID: u32 = 1;
+    pub const COUNT: u32 = 2;
+}
+
 /// Which processes the kernel side reports.
 pub mod mode {
     /// Only processes in the tracking map and the processes they fork.
@@ -197,6 +206,10 @@ pub struct ForkEvent {
     pub child_pid: u32,
     pub child_tgid: u32,
     pub child_start_ns: u64,
+    /// A new process's pid as spacetime's PID namespace numbers it; 0 when spacetime runs in
+    /// the initial namespace (`child_tgid` is then that pid), for a thread, or when unknown.
+    pub child_ns_tgid: u32,
+    pub _pad: u32,
 }
 
 /// Memory figures of one mm, in pages.
@@ -384,7 +397,7 @@ mod pod {
 const _: () = {
     use core::mem::size_of;
     assert!(size_of::<EventHeader>() == 32);
-    assert!(size_of::<ForkEvent>() == 48);
+    assert!(size_of::<ForkEvent>() == 56);
     assert!(size_of::<MemStats>() == 56);
     assert!(size_of::<ImageEndEvent>() == 88);
     assert!(size_of::<ExitEvent>() == 192);

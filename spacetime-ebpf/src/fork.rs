@@ -6,7 +6,7 @@ use aya_log_ebpf::warn;
 use spacetime_common::{flags, kind, mode, stat, ForkEvent};
 
 use crate::{
-    conf, count, output, rss,
+    conf, count, output, pidns, rss,
     task::{header, is_traced, Task},
     TRACKED,
 };
@@ -45,6 +45,12 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
         child_pid: child.pid()?,
         child_tgid,
         child_start_ns,
+        child_ns_tgid: if f & flags::FORK_THREAD == 0 {
+            pidns::ns_tgid(&child)
+        } else {
+            0
+        },
+        _pad: 0,
     };
     output(&ev);
     Ok(())

@@ -18,6 +18,7 @@ mod exit;
 mod exit_mm;
 mod fork;
 mod mem;
+mod pidns;
 mod rss;
 mod task;
 
@@ -191,6 +192,14 @@ pub fn exec_mm_release(ctx: FEntryContext) -> i32 {
             e
         }
     }
+}
+
+/// Never attached: spacetime's child runs it once with BPF_PROG_TEST_RUN to learn its own
+/// kernel pid and namespace level (see `pidns`).
+#[raw_tracepoint]
+pub fn own_pid(_ctx: RawTracePointContext) -> i32 {
+    pidns::own_pid();
+    0
 }
 
 #[cfg(not(test))]

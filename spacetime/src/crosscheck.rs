@@ -386,6 +386,7 @@ mod tests {
                 child_pid: 7,
                 child_tgid: 7,
                 child_start_ns: start,
+                ..ForkEvent::default()
             }));
             let mut h = hdr(kind::EXIT, 7, start, end);
             h.flags = flags::EXIT_GROUP_DEAD;
@@ -480,6 +481,7 @@ mod tests {
             child_pid: 9,
             child_tgid: 9,
             child_start_ns: 30 * S,
+            ..ForkEvent::default()
         }));
         // Only the first pid-7 process has a record; a group record of pid 7 from much later
         // is another process that reused the pid, not a traced exit; pid 9's record is.
@@ -505,6 +507,7 @@ mod tests {
                 child_pid: 7,
                 child_tgid: 7,
                 child_start_ns: start,
+                ..ForkEvent::default()
             }));
             let mut h = hdr(kind::EXIT, 7, start, end);
             h.flags = flags::EXIT_GROUP_DEAD;

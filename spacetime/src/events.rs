@@ -207,6 +207,7 @@ mod tests {
             child_pid: 12,
             child_tgid: 12,
             child_start_ns: 9,
+            ..ForkEvent::default()
         };
         assert_eq!(decode(&bytes_of(&f)), Ok(Event::Fork(f)));
     }

@@ -8,7 +8,7 @@ use std::{
     ffi::{CString, OsStr, OsString},
     io,
     os::{
-        fd::{AsRawFd, FromRawFd, OwnedFd},
+        fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
         unix::{ffi::OsStrExt, fs::PermissionsExt},
     },
     path::{Path, PathBuf},
@@ -136,7 +136,11 @@ fn group_list(user: &str, gid: libc::gid_t) -> Result<Vec<libc::gid_t>, LaunchEr
 
 /// A forked child waiting for [`Held::release`] before it execs CMD.
 pub struct Held {
+    /// As spacetime's PID namespace numbers it (what `fork` returned).
     pub pid: libc::pid_t,
+    /// The child ran the program that records its kernel pid: 0, or the errno that failed
+    /// (None when no program was given).
+    pub own_pid_run: Option<i32>,
     release: OwnedFd,
     exec_error: OwnedFd,
     cmd: String,
@@ -159,12 +163,15 @@ fn cstring(s: &OsStr) -> Result<CString, LaunchError> {
     })
 }
 
-/// Forks a child that waits on a pipe, then execs `path` with `argv` as `creds`.
+/// Forks a child that waits on a pipe, then execs `path` with `argv` as `creds`. With
+/// `own_pid` (see [`crate::loader::run_own_pid`]) the child first runs that program, so the
+/// kernel records its kernel pid: inside a PID namespace `fork` only gives the namespace's.
 /// Must be called while the process is single-threaded (before any runtime starts).
 pub fn spawn_held(
     path: &Path,
     argv: &[OsString],
     creds: Option<&Credentials>,
+    own_pid: Option<RawFd>,
 ) -> Result<Held, LaunchError> {
     let cmd = argv
         .first()
@@ -183,6 +190,7 @@ pub fn spawn_held(
     c_argv.push(std::ptr::null());
     let (hold_r, hold_w) = pipe().map_err(spawn_err)?;
     let (err_r, err_w) = pipe().map_err(spawn_err)?;
+    let (ran_r, ran_w) = pipe().map_err(spawn_err)?;
 
     // SAFETY: the caller guarantees a single thread; the child only makes async-signal-safe
     // calls on memory prepared before the fork.
@@ -193,6 +201,11 @@ pub fn spawn_held(
     if pid == 0 {
         // SAFETY: as above; the child never returns.
         unsafe {
+            if let Some(prog) = own_pid {
+                // Before the credentials change: running a BPF program needs spacetime's.
+                let st = crate::loader::run_own_pid(prog).to_ne_bytes();
+                libc::write(ran_w.as_raw_fd(), st.as_ptr().cast(), st.len());
+            }
             child(
                 hold_r.as_raw_fd(),
                 err_w.as_raw_fd(),
@@ -204,12 +217,37 @@ pub fn spawn_held(
     }
     drop(hold_r);
     drop(err_w);
+    drop(ran_w);
+    let own_pid_run = own_pid.map(|_| match read_i32(&ran_r) {
+        Some(st) => st,
+        // The child died before reporting.
+        None => libc::ESRCH,
+    });
     Ok(Held {
         pid,
+        own_pid_run,
         release: hold_w,
         exec_error: err_r,
         cmd,
     })
+}
+
+/// Reads one native-endian i32 from `fd`; None at end of file or on an error.
+fn read_i32(fd: &OwnedFd) -> Option<i32> {
+    let mut buf = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        // SAFETY: valid fd and buffer.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf[got..].as_mut_ptr().cast(), 4 - got) };
+        if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        if n <= 0 {
+            return None;
+        }
+        got += n as usize;
+    }
+    Some(i32::from_ne_bytes(buf))
 }
 
 /// The child side: restore signals, become the target user, wait for release, exec.

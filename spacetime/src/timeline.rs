@@ -393,6 +393,7 @@ impl Timeline {
             timeline: self,
             t0_ns,
             order,
+            pids: Vec::new(),
         }
     }
 }
@@ -408,6 +409,17 @@ pub struct TimelineReport<'a> {
     timeline: &'a Timeline,
     t0_ns: u64,
     order: Vec<Key>,
+    /// The pid shown for each of `order` (inside a PID namespace, not the kernel's); the
+    /// kernel's when empty.
+    pids: Vec<u32>,
+}
+
+impl TimelineReport<'_> {
+    /// The pids to show for the processes of `order`, in the same order.
+    pub fn with_pids(mut self, pids: Vec<u32>) -> Self {
+        self.pids = pids;
+        self
+    }
 }
 
 struct Points<'a>(&'a [Point], u64);
@@ -467,10 +479,10 @@ struct ProcessEntries<'r, 'a>(&'r TimelineReport<'a>);
 impl Serialize for ProcessEntries<'_, '_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let (t, t0) = (self.0.timeline, self.0.t0_ns);
-        s.collect_seq(self.0.order.iter().filter_map(|k| {
+        s.collect_seq(self.0.order.iter().enumerate().filter_map(|(i, k)| {
             let s = t.procs.get(k)?;
             Some(ProcessEntry {
-                pid: k.tgid,
+                pid: self.0.pids.get(i).copied().unwrap_or(k.tgid),
                 start_ns: k.start_ns.saturating_sub(t0),
                 rss: Points(s.rss.points(), t0),
                 pss: Points(s.pss().points(), t0),

@@ -17,7 +17,7 @@ use crate::{
     events::decode,
     export::perfetto,
     launch::{self, LaunchError},
-    loader::{KernelLogger, LoadOptions, Probes},
+    loader::{KernelLogger, LearnedPid, LoadOptions, Probes},
     memory::{Memory, MemoryOptions},
     report::{self, MemoryMeta, Meta, Report, TaskstatsMeta},
     selfstats::OwnCost,
@@ -98,16 +98,30 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
         log::warn!("cannot become a child subreaper: orphans will not be waited for");
     }
-    let held = launch::spawn_held(&path, &args.command, creds.as_ref()).map_err(Failure::Launch)?;
+    let held = launch::spawn_held(
+        &path,
+        &args.command,
+        creds.as_ref(),
+        probes.own_pid_program(),
+    )
+    .map_err(Failure::Launch)?;
+    // Signals and waitpid take the pid as spacetime's namespace numbers it; the kernel
+    // programs and the tree key processes by the kernel's.
     let root_pid = held.pid as u32;
-    if let Err(e) = probes.track(root_pid) {
-        // SAFETY: killing and reaping our own child.
-        unsafe {
-            libc::kill(held.pid, libc::SIGKILL);
-            libc::waitpid(held.pid, std::ptr::null_mut(), 0);
+    let root = match root_kernel_pid(&probes, &held).and_then(|r| {
+        probes.track(r.kernel_pid)?;
+        Ok(r)
+    }) {
+        Ok(r) => r,
+        Err(e) => {
+            // SAFETY: killing and reaping our own child.
+            unsafe {
+                libc::kill(held.pid, libc::SIGKILL);
+                libc::waitpid(held.pid, std::ptr::null_mut(), 0);
+            }
+            return Err(e.into());
         }
-        return Err(e.into());
-    }
+    };
     let release_ns = monotonic_ns();
     if let Err(e) = held.release() {
         // SAFETY: reaping our own child, which exits right after a failed exec.
@@ -115,7 +129,10 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
         return Err(Failure::Launch(e));
     }
     let ring = probes.take_events()?;
-    let mut tree = Tree::new(root_pid, std::process::id());
+    let mut tree = Tree::new(root.kernel_pid, std::process::id());
+    if root.level > 0 {
+        tree = tree.in_namespace(root_pid);
+    }
     // SAFETY: sysconf cannot fail for _SC_PAGESIZE.
     let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
     let width = terminal_width(&io::stderr());
@@ -350,6 +367,48 @@ fn memory_chart(
     chart::render(timeline.tree_rss().points(), &spec)
 }
 
+/// The traced command's kernel pid, which its held child recorded by running `own_pid`.
+fn root_kernel_pid(probes: &Probes, held: &launch::Held) -> anyhow::Result<LearnedPid> {
+    let learned = match held.own_pid_run {
+        Some(0) => probes.learned_pid()?,
+        Some(errno) => {
+            log::debug!("running own_pid: {}", io::Error::from_raw_os_error(errno));
+            None
+        }
+        None => None,
+    };
+    match learned {
+        Some(l) if l.level > 0 || l.kernel_pid == held.pid as u32 => Ok(l),
+        Some(l) => anyhow::bail!(
+            "the kernel numbers the traced command {} while fork returned {} in the initial PID namespace",
+            l.kernel_pid,
+            held.pid
+        ),
+        // Without the program (a kernel without raw tracepoint test runs), pids are the
+        // kernel's only in the initial namespace.
+        None if in_initial_pid_namespace() => Ok(LearnedPid {
+            kernel_pid: held.pid as u32,
+            level: 0,
+        }),
+        None => anyhow::bail!(
+            "spacetime runs inside a PID namespace and this kernel did not tell the traced command's kernel pid (BPF_PROG_TEST_RUN of a raw tracepoint program, Linux 5.10+): it cannot be traced"
+        ),
+    }
+}
+
+/// Whether spacetime runs in the initial PID namespace: its inode number is fixed
+/// (PROC_PID_INIT_INO). Assumed when /proc is not there to ask.
+fn in_initial_pid_namespace() -> bool {
+    const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+    match std::fs::metadata("/proc/self/ns/pid") {
+        Ok(m) => std::os::unix::fs::MetadataExt::ino(&m) == PROC_PID_INIT_INO,
+        Err(e) => {
+            log::debug!("/proc/self/ns/pid: {e}; assuming the initial PID namespace");
+            true
+        }
+    }
+}
+
 /// Reaps every child that has exited; returns true when none are left.
 fn reap(root_pid: u32, root_status: &mut Option<ExitStatus>) -> bool {
     loop {
@@ -489,7 +548,8 @@ fn forward(signo: libc::c_int, root_pid: u32, root_alive: bool, tree: &Tree) {
     } else {
         tree.processes()
             .iter()
-            .filter(|p| p.end_ns.is_none())
+            // pid 0: inside a PID namespace, a process whose fork record was lost.
+            .filter(|p| p.end_ns.is_none() && p.pid != 0)
             .map(|p| p.pid)
             .collect()
     };

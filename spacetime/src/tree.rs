@@ -200,11 +200,15 @@ struct PendingArgs {
 #[derive(Clone, Debug, Default)]
 pub struct Process {
     pub key: Option<Key>,
+    /// The pid as spacetime's PID namespace numbers it (the kernel's, `key.tgid`, unless
+    /// spacetime runs inside a namespace; there 0 when its fork record was lost).
     pub pid: u32,
-    /// The process that forked this one (0 when unknown); kept when the kernel reparents.
+    /// The process that forked this one, numbered like `pid` (0 when unknown); kept when the
+    /// kernel reparents.
     pub ppid: u32,
-    /// The start of the process that forked this one (its key is `(ppid, this)`), when its
-    /// fork was seen: see [`Process::parent`].
+    /// The key of the process that forked this one, when its fork was seen: see
+    /// [`Process::parent`].
+    parent_tgid: u32,
     parent_start_ns: u64,
     pub start_ns: u64,
     pub end_ns: Option<u64>,
@@ -226,7 +230,7 @@ impl Process {
     /// The process that forked this one, when its fork was seen.
     pub fn parent(&self) -> Option<Key> {
         self.fork_seen.then_some(Key {
-            tgid: self.ppid,
+            tgid: self.parent_tgid,
             start_ns: self.parent_start_ns,
         })
     }
@@ -277,6 +281,8 @@ pub struct Tree {
     tgids: IdSet<u32>,
     root_pid: u32,
     root_ppid: u32,
+    /// spacetime runs inside a PID namespace: the root's pid there (see [`Tree::in_namespace`]).
+    root_ns_pid: Option<u32>,
     root: Option<usize>,
     /// Continuation records that did not follow on from what had arrived.
     pub args_gaps: u64,
@@ -291,6 +297,13 @@ impl Tree {
             root_ppid,
             ..Tree::default()
         }
+    }
+
+    /// spacetime runs inside a PID namespace, where the root is `root_ns_pid` (`root_pid` is
+    /// the kernel's): pids shown are the namespace's, from the fork records.
+    pub fn in_namespace(mut self, root_ns_pid: u32) -> Tree {
+        self.root_ns_pid = Some(root_ns_pid);
+        self
     }
 
     pub fn processes(&self) -> &[Process] {
@@ -324,9 +337,15 @@ impl Tree {
         if is_root {
             self.root = Some(i);
         }
+        let pid = match self.root_ns_pid {
+            None => key.tgid,
+            Some(root) if is_root => root,
+            // Until its fork record names it.
+            Some(_) => 0,
+        };
         self.procs.push(Process {
             key: Some(key),
-            pid: key.tgid,
+            pid,
             start_ns: key.start_ns,
             ppid: if is_root { self.root_ppid } else { 0 },
             threads: 1,
@@ -378,12 +397,17 @@ impl Tree {
                 ..Image::default()
             })
             .unwrap_or_default();
+        let parent_pid = self.procs[pi].pid;
         let child = &mut self.procs[ci];
         if child.fork_seen {
             return;
         }
         child.fork_seen = true;
-        child.ppid = f.hdr.tgid;
+        if self.root_ns_pid.is_some() {
+            child.pid = f.child_ns_tgid;
+        }
+        child.ppid = parent_pid;
+        child.parent_tgid = f.hdr.tgid;
         child.parent_start_ns = parent_key.start_ns;
         child.start_ns = f.child_start_ns;
         // The inherited image runs from the fork until the first exec (or the exit).

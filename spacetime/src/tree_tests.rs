@@ -22,6 +22,7 @@ fn fork(parent: (u32, u64), child: (u32, u64), ts: u64, f: u32) -> Event {
         child_pid: child.0,
         child_tgid: child.0,
         child_start_ns: child.1,
+        ..ForkEvent::default()
     })
 }
 

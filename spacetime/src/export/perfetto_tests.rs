@@ -27,6 +27,7 @@ fn fork(parent: (u32, u64), child: (u32, u64)) -> Event {
         child_pid: child.0,
         child_tgid: child.0,
         child_start_ns: child.1,
+        ..ForkEvent::default()
     })
 }
 

@@ -188,7 +188,15 @@ impl<'a> Report<'a> {
         let timeline = meta
             .memory
             .timeline
-            .report(t0, processes.iter().filter_map(|p| p.p.key).collect());
+            .report(t0, processes.iter().filter_map(|p| p.p.key).collect())
+            // Numbered as the report numbers them (spacetime's PID namespace).
+            .with_pids(
+                processes
+                    .iter()
+                    .filter(|p| p.p.key.is_some())
+                    .map(|p| p.p.pid)
+                    .collect(),
+            );
         Report {
             command: meta.command,
             exit: meta.root_exit.map(Exit),

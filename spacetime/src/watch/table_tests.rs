@@ -32,6 +32,7 @@ fn fork(t: &mut Table, parent: (u32, u64), child: (u32, u64)) {
         child_pid: child.0,
         child_tgid: child.0,
         child_start_ns: child.1,
+        ..ForkEvent::default()
     });
 }
 
@@ -43,6 +44,7 @@ fn thread(t: &mut Table, p: (u32, u64), tid: u32) {
         child_pid: tid,
         child_tgid: p.0,
         child_start_ns: p.1 + 1,
+        ..ForkEvent::default()
     });
 }
 
