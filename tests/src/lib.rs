@@ -446,6 +446,8 @@ pub struct Trace {
     json: bool,
     timeout: Duration,
     tag: String,
+    /// A command spacetime runs under (e.g. `unshare --pid --fork`).
+    under: Vec<OsString>,
 }
 
 impl Trace {
@@ -462,7 +464,19 @@ impl Trace {
             json: true,
             timeout: DEFAULT_TIMEOUT,
             tag: "run".into(),
+            under: Vec::new(),
         }
+    }
+
+    /// Starts spacetime through `prefix…` (which must exec or wait for it and pass its status
+    /// on), e.g. `unshare --pid --fork --mount-proc`.
+    pub fn under<I, S>(mut self, prefix: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.under = prefix.into_iter().map(|s| s.as_ref().to_owned()).collect();
+        self
     }
 
     /// Adds a spacetime option (before `--`).
@@ -500,7 +514,14 @@ impl Trace {
         let dir = TempDir::new(&self.tag);
         let json_path = dir.path().join("report.json");
         let truth_path = dir.path().join("truth.jsonl");
-        let mut c = Command::new(&bin);
+        let mut c = match self.under.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(&bin);
+                c
+            }
+            None => Command::new(&bin),
+        };
         c.arg("trace");
         if self.json {
             c.arg("--json").arg(&json_path);
@@ -533,7 +554,8 @@ impl Trace {
         c.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut argv = vec![bin.as_os_str().to_owned(), "trace".into()];
+        let mut argv = self.under.clone();
+        argv.extend([bin.as_os_str().to_owned(), "trace".into()]);
         if self.json {
             argv.push("--json".into());
             argv.push(json_path.clone().into());

@@ -1,0 +1,168 @@
+//! spacetime inside a PID namespace (a container): the kernel programs key processes by the
+//! initial namespace's pids, `fork()` and /proc give the namespace's. The report must hold the
+//! whole tree, numbered as spacetime's namespace numbers it, with the root's status and exact
+//! peaks. The truths are the workload's own getpid()/getppid() and VmHWM, read in its
+//! namespace.
+
+use std::process::Command;
+
+use spacetime_tests::{assert_rss, check_invariants, find_process, Exit, Outcome, Trace, MIB};
+
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+/// A new PID namespace with its own /proc, spacetime as its pid 1.
+const NEW_PIDNS: [&str; 4] = ["unshare", "--pid", "--fork", "--mount-proc"];
+
+fn have_unshare() -> bool {
+    let ok = Command::new("unshare")
+        .arg("--help")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("no unshare(1): skipped");
+    }
+    ok
+}
+
+/// `sh -c` running a tree of 1 + 2 + 4 processes and a process touching 8 MiB, then exiting
+/// with 2: nine processes in all, the shell included.
+fn small_tree() -> [String; 3] {
+    [
+        "sh".into(),
+        "-c".into(),
+        format!("{WL} tree 2 2; {WL} touch 8; exit 2"),
+    ]
+}
+const SMALL_TREE_PROCESSES: usize = 9;
+
+/// Every workload process is in the report under its own getpid(), with its getppid() as
+/// parent and its own VmHWM as peak; the shell is the root, with status 2.
+fn check_small_tree(out: &Outcome) {
+    out.assert_code(2);
+    let report = out.report();
+    check_invariants(&report);
+    assert_eq!(
+        report.processes.len(),
+        SMALL_TREE_PROCESSES,
+        "sh + 7 tree nodes + touch; pids {:?}\n{}",
+        report.pids(),
+        out.context()
+    );
+    assert_eq!(
+        report.exit,
+        Exit::Code(2),
+        "the report's exit\n{}",
+        out.context()
+    );
+    let root = report.root();
+    assert_eq!(
+        root.exit,
+        Some(Exit::Code(2)),
+        "root pid {}: exit",
+        root.pid
+    );
+    // spacetime is the namespace's first process: pid 1 there.
+    assert_eq!(
+        root.ppid, 1,
+        "root pid {}: started by spacetime, pid 1",
+        root.pid
+    );
+    let truths: Vec<_> = out
+        .truth_of("tree")
+        .into_iter()
+        .chain(out.truth_of("touch"))
+        .collect();
+    assert_eq!(truths.len(), 8, "truth lines: {truths:?}");
+    for t in truths {
+        let p = find_process(&report, t.pid());
+        assert_eq!(p.ppid, t.ppid(), "pid {}: ppid as its getppid()", t.pid());
+        assert_eq!(p.exit, Some(Exit::Code(0)), "pid {}: exit", t.pid());
+        assert_rss(
+            &format!("pid {} ({}) peak_rss_bytes", t.pid(), t.mode()),
+            p.peak_rss_bytes,
+            t.vmhwm_bytes(),
+        );
+        if t.mode() == "touch" {
+            assert_eq!(p.ppid, root.pid, "touch pid {}: the shell forked it", p.pid);
+            assert!(p.peak_rss_bytes >= 8 * MIB, "touch pid {}: peak", p.pid);
+        }
+        if t.mode() == "tree" {
+            for child in t.ints("children") {
+                let c = find_process(&report, child as i32);
+                assert_eq!(c.ppid, t.pid(), "tree child {child}: ppid");
+            }
+        }
+    }
+    // A new namespace numbers from 1 up: every pid shown is one of its few.
+    let small = SMALL_TREE_PROCESSES as i32 + 8;
+    assert!(
+        report.pids().iter().all(|&p| p > 1 && p <= small),
+        "namespace pids are small: {:?}",
+        report.pids()
+    );
+}
+
+#[test]
+fn tree_inside_a_pid_namespace() {
+    if !have_unshare() {
+        return;
+    }
+    let out = Trace::new(small_tree())
+        .under(NEW_PIDNS)
+        .tag("pidns-tree")
+        .run();
+    check_small_tree(&out);
+}
+
+/// spacetime two namespaces down: its level is 2, pids are still those of its own namespace.
+#[test]
+fn tree_inside_a_nested_pid_namespace() {
+    if !have_unshare() {
+        return;
+    }
+    let nested: Vec<&str> = NEW_PIDNS.iter().chain(NEW_PIDNS.iter()).copied().collect();
+    let out = Trace::new(small_tree())
+        .under(nested)
+        .tag("pidns-nested")
+        .run();
+    check_small_tree(&out);
+}
+
+/// A traced process in a namespace below spacetime's is shown with the pid spacetime's
+/// namespace gives it (the second number of its NSpid line), not its own pid 1.
+#[test]
+fn process_in_a_deeper_namespace_has_the_pid_spacetime_sees() {
+    if !have_unshare() {
+        return;
+    }
+    let out = Trace::new([
+        "unshare",
+        "--pid",
+        "--fork",
+        "sh",
+        "-c",
+        "exec grep NSpid: /proc/self/status",
+    ])
+    .under(NEW_PIDNS)
+    .tag("pidns-deeper")
+    .run();
+    out.assert_code(0);
+    // /proc is spacetime's namespace's: the line reads "NSpid: <spacetime's pid> 1".
+    let stdout = out.stdout_str();
+    let ns: Vec<i32> = stdout
+        .split_whitespace()
+        .skip(1)
+        .map(|n| n.parse().expect("a pid"))
+        .collect();
+    assert_eq!(
+        ns.len(),
+        2,
+        "two levels below /proc's namespace: {stdout:?}"
+    );
+    assert_eq!(ns[1], 1, "first process of the inner namespace: {stdout:?}");
+    let report = out.report();
+    check_invariants(&report);
+    let p = find_process(&report, ns[0]);
+    let last = p.images.last().expect("an image");
+    assert_eq!(last.argv[0], "grep", "pid {}: {:?}", p.pid, p.images);
+    assert_eq!(p.exit, Some(Exit::Code(0)), "pid {}: exit", p.pid);
+}
