@@ -18,6 +18,7 @@ pub mod launch;
 pub mod loader;
 pub mod memory;
 pub mod offsets;
+pub mod pidns;
 pub mod pss;
 pub mod report;
 pub mod selfstats;

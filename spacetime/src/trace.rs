@@ -386,26 +386,13 @@ fn root_kernel_pid(probes: &Probes, held: &launch::Held) -> anyhow::Result<Learn
         ),
         // Without the program (a kernel without raw tracepoint test runs), pids are the
         // kernel's only in the initial namespace.
-        None if in_initial_pid_namespace() => Ok(LearnedPid {
+        None if crate::pidns::in_initial_namespace() => Ok(LearnedPid {
             kernel_pid: held.pid as u32,
             level: 0,
         }),
         None => anyhow::bail!(
             "spacetime runs inside a PID namespace and this kernel did not tell the traced command's kernel pid (BPF_PROG_TEST_RUN of a raw tracepoint program, Linux 5.10+): it cannot be traced"
         ),
-    }
-}
-
-/// Whether spacetime runs in the initial PID namespace: its inode number is fixed
-/// (PROC_PID_INIT_INO). Assumed when /proc is not there to ask.
-fn in_initial_pid_namespace() -> bool {
-    const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
-    match std::fs::metadata("/proc/self/ns/pid") {
-        Ok(m) => std::os::unix::fs::MetadataExt::ino(&m) == PROC_PID_INIT_INO,
-        Err(e) => {
-            log::debug!("/proc/self/ns/pid: {e}; assuming the initial PID namespace");
-            true
-        }
     }
 }
 

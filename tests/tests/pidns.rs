@@ -6,7 +6,9 @@
 
 use std::process::Command;
 
-use spacetime_tests::{assert_rss, check_invariants, find_process, Exit, Outcome, Trace, MIB};
+use spacetime_tests::{
+    assert_rss, check_invariants, find_process, spacetime_bin, Exit, Outcome, TempDir, Trace, MIB,
+};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 /// A new PID namespace with its own /proc, spacetime as its pid 1.
@@ -165,4 +167,84 @@ fn process_in_a_deeper_namespace_has_the_pid_spacetime_sees() {
     let last = p.images.last().expect("an image");
     assert_eq!(last.argv[0], "grep", "pid {}: {:?}", p.pid, p.images);
     assert_eq!(p.exit, Some(Exit::Code(0)), "pid {}: exit", p.pid);
+}
+
+/// `watch` inside a PID namespace with its own /proc: an exit there carries, as `ns_pid`, the
+/// pid the process had in the namespace (its shell's `$$` before exec), and `pid` stays the
+/// kernel's.
+#[test]
+fn watch_inside_a_pid_namespace_shows_namespace_pids() {
+    if !have_unshare() {
+        return;
+    }
+    let dir = TempDir::new("pidns-watch");
+    let token = format!("pidns-watch-{}", std::process::id());
+    // Waits poll files for a line (bounded): the shell has no other way to see them.
+    let script = r#"
+        "$ST" watch --json --comm st-workload > "$D/out" 2> "$D/err" &
+        w=$!
+        n=0
+        until grep -q 'spacetime: watching every exit' "$D/err"; do
+            kill -0 $w 2>/dev/null || exit 90
+            n=$((n + 1)); [ $n -lt 6000 ] || exit 91
+            sleep 0.01
+        done
+        sh -c 'echo $$ > "$D/pid"; exec "$WL" quiet-exit 3 "$TOKEN"'
+        n=0
+        until grep -q "$TOKEN" "$D/out"; do
+            kill -0 $w 2>/dev/null || exit 92
+            n=$((n + 1)); [ $n -lt 6000 ] || exit 93
+            sleep 0.01
+        done
+        kill -INT $w
+        wait $w
+    "#;
+    let out = Command::new(NEW_PIDNS[0])
+        .args(&NEW_PIDNS[1..])
+        .args(["sh", "-c", script])
+        .env("ST", spacetime_bin())
+        .env("WL", WL)
+        .env("D", dir.path())
+        .env("TOKEN", &token)
+        .output()
+        .expect("run unshare");
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+    let context = format!("status {:?}\nwatch stderr:\n{}", out.status, read("err"));
+    assert!(out.status.success(), "{context}");
+    let ns_pid: u64 = read("pid").trim().parse().expect("the shell's pid");
+    let exits: Vec<serde_json::Value> = read("out")
+        .lines()
+        .filter(|l| l.contains(&token))
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(exits.len(), 1, "one exit with {token}\n{context}");
+    let x = &exits[0];
+    assert_eq!(x["ns_pid"], serde_json::json!(ns_pid), "{x}");
+    assert_ne!(
+        x["pid"],
+        serde_json::json!(ns_pid),
+        "pid is the kernel's: {x}"
+    );
+    assert_eq!(x["exit"], serde_json::json!({"code": 3}), "{x}");
+}
+
+/// `--pid-tree` names a process by the namespace's pid, which the kernel numbers otherwise:
+/// refused in one sentence rather than following a stranger.
+#[test]
+fn watch_pid_tree_inside_a_pid_namespace_is_refused() {
+    if !have_unshare() {
+        return;
+    }
+    let out = Command::new(NEW_PIDNS[0])
+        .args(&NEW_PIDNS[1..])
+        .arg(spacetime_bin())
+        .args(["watch", "--pid-tree", "1", "--duration", "1s"])
+        .output()
+        .expect("run unshare");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("--pid-tree 1: ") && stderr.contains("PID namespace"),
+        "{stderr}"
+    );
 }

@@ -183,8 +183,16 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         threads: args.threads,
     });
     table.set_attached(attached_ns);
-    let seeded =
-        procfs::seed(&mut table, filter.pid_tree(), args.max_processes).context("reading /proc")?;
+    // Inside a PID namespace with its own /proc, its pids are not the kernel's: seeding from
+    // it would name strangers.
+    let seeded = if crate::pidns::proc_has_kernel_pids(&probes) {
+        procfs::seed(&mut table, filter.pid_tree(), args.max_processes).context("reading /proc")?
+    } else if let Some(pid) = filter.pid_tree() {
+        anyhow::bail!("--pid-tree {pid}: spacetime watch runs inside a PID namespace whose /proc numbers processes otherwise than the kernel does, so it cannot tell which process that is");
+    } else {
+        log::debug!("/proc numbers this PID namespace's pids: running processes are not seeded");
+        0
+    };
     let cgroups = Cgroups::open();
     if verbose > 0 && !cgroups.available() {
         eprintln!("spacetime: no cgroup2 mount: cgroups are shown as ids");
