@@ -249,3 +249,42 @@ fn wait_status_decoding() {
     assert_eq!(split_runtime(100, 3, 1), (75, 25));
     assert_eq!(split_runtime(100, 0, 0), (100, 0));
 }
+
+/// Inside a PID namespace: keyed by the kernel's pids, shown with the namespace's from the
+/// fork records; a process whose fork was not seen shows 0, never a kernel pid.
+#[test]
+fn namespace_pids_are_shown_kernel_pids_are_keys() {
+    let (root, child, lost) = ((5000, 1), (5001, 2), (5002, 3));
+    let mut t = Tree::new(5000, 1).in_namespace(7);
+    t.apply(exec(root, 1, "/bin/sh", b"sh\0"));
+    let Event::Fork(mut f) = fork(root, child, 2, 0) else {
+        unreachable!()
+    };
+    f.child_ns_tgid = 8;
+    t.apply(Event::Fork(f));
+    t.apply(exit(lost, 3, 0, mem(1, 1)));
+    let r = t.root().expect("root");
+    assert_eq!((r.pid, r.ppid), (7, 1));
+    let c = t
+        .get(&Key {
+            tgid: 5001,
+            start_ns: 2,
+        })
+        .expect("child");
+    assert_eq!((c.pid, c.ppid), (8, 7));
+    assert_eq!(
+        c.parent(),
+        Some(Key {
+            tgid: 5000,
+            start_ns: 1
+        })
+    );
+    let l = t
+        .get(&Key {
+            tgid: 5002,
+            start_ns: 3,
+        })
+        .expect("lost fork");
+    assert_eq!(l.pid, 0);
+    assert!(t.knows_tgid(5000) && t.knows_tgid(5001));
+}
