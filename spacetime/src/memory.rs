@@ -19,6 +19,8 @@ pub struct Memory {
     statm: Option<StatmSampler>,
     status: StatusLine<io::Stderr>,
     started_ns: u64,
+    /// /proc names processes by the pids the tree shows, not the kernel's.
+    proc_by_shown_pids: bool,
 }
 
 /// How memory is followed.
@@ -59,7 +61,14 @@ impl Memory {
                 .then(|| StatmSampler::new(cfg(o.pss_interval_ns.max(10_000_000)))),
             status: StatusLine::stderr(o.quiet, o.width),
             started_ns: o.started_ns,
+            proc_by_shown_pids: false,
         }
+    }
+
+    /// /proc is mounted for spacetime's PID namespace: processes are read there by the pids
+    /// the tree shows (their namespace pids), not by the kernel's.
+    pub fn proc_by_shown_pids(&mut self) {
+        self.proc_by_shown_pids = true;
     }
 
     /// Takes what concerns memory from a kernel record.
@@ -101,6 +110,17 @@ impl Memory {
 
     /// Samples the live processes that are due.
     pub fn sample(&mut self, now_ns: u64, tree: &Tree) {
+        if self.proc_by_shown_pids {
+            for p in tree.processes().iter().filter(|p| p.end_ns.is_none()) {
+                let Some(key) = p.key else { continue };
+                if let Some(s) = self.pss.as_mut() {
+                    s.set_proc_pid(key.tgid, p.pid);
+                }
+                if let Some(s) = self.statm.as_mut() {
+                    s.set_proc_pid(key.tgid, p.pid);
+                }
+            }
+        }
         if let Some(s) = self.pss.as_mut() {
             s.sample_due(now_ns, live_keys(tree), &mut self.timeline);
         }

@@ -48,3 +48,12 @@ pub fn proc_has_kernel_pids(probes: &Probes) -> bool {
         .and_then(|p| p.to_str()?.parse::<u32>().ok())
         == Some(own.kernel_pid)
 }
+
+/// Whether /proc numbers processes as spacetime's own namespace does: its `self` is
+/// `getpid()`. (In the initial namespace that is also the kernel's numbering.)
+pub fn proc_has_own_pids() -> bool {
+    std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|p| p.to_str()?.parse::<u32>().ok())
+        == Some(std::process::id())
+}

@@ -26,6 +26,7 @@ use std::{
 };
 
 use crate::{
+    idhash::IdMap,
     timeline::{Point, Timeline},
     tree::Key,
 };
@@ -259,6 +260,8 @@ struct ProcReader {
     boot_offset_ns: u64,
     tick_ns: u64,
     verify_start: bool,
+    /// Inside a PID namespace with its own /proc: kernel pid → the pid /proc names it by.
+    proc_pids: Option<IdMap<u32, u32>>,
 }
 
 impl ProcReader {
@@ -269,13 +272,29 @@ impl ProcReader {
             boot_offset_ns: boot_offset_ns(),
             tick_ns: 1_000_000_000 / clock_ticks(),
             verify_start,
+            proc_pids: None,
         }
+    }
+
+    /// From now on, reads `/proc/<proc>` for the process the kernel numbers `kernel`; kernel
+    /// pids without such a pairing are not read (that /proc would name a stranger).
+    fn set_proc_pid(&mut self, kernel: u32, proc: u32) {
+        self.proc_pids
+            .get_or_insert_with(IdMap::default)
+            .insert(kernel, proc);
     }
 
     /// Reads `/proc/<key.tgid>/<name>` into `self.buf`; `Ok(false)` when the process is gone
     /// or the pid now belongs to another process.
     fn read(&mut self, key: Key, name: &CStr) -> io::Result<bool> {
-        let path = format!("/proc/{}\0", key.tgid);
+        let pid = match &self.proc_pids {
+            None => key.tgid,
+            Some(m) => match m.get(&key.tgid) {
+                Some(&p) if p != 0 => p,
+                _ => return Ok(false),
+            },
+        };
+        let path = format!("/proc/{pid}\0");
         // SAFETY: NUL-terminated path; the descriptor is owned below.
         let fd = unsafe {
             libc::open(
@@ -414,6 +433,12 @@ impl PssSampler {
         }
     }
 
+    /// Reads the process the kernel numbers `kernel` as `/proc/<proc>` (see
+    /// [`crate::memory::Memory::proc_by_shown_pids`]).
+    pub fn set_proc_pid(&mut self, kernel: u32, proc: u32) {
+        self.reader.set_proc_pid(kernel, proc);
+    }
+
     /// Reads one process now: None when it is gone.
     pub fn read(&mut self, key: Key) -> io::Result<Option<Usage>> {
         if !self.reader.read(key, c"smaps_rollup")? {
@@ -485,6 +510,12 @@ impl StatmSampler {
             reader: ProcReader::new(cfg.verify_start),
             page: page_size(),
         }
+    }
+
+    /// Reads the process the kernel numbers `kernel` as `/proc/<proc>` (see
+    /// [`crate::memory::Memory::proc_by_shown_pids`]).
+    pub fn set_proc_pid(&mut self, kernel: u32, proc: u32) {
+        self.reader.set_proc_pid(kernel, proc);
     }
 
     /// Samples the due processes' RSS into `out` (which sums them when its source is statm).

@@ -144,6 +144,9 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
         width,
         started_ns: release_ns,
     });
+    if root.level > 0 && crate::pidns::proc_has_own_pids() {
+        memory.proc_by_shown_pids();
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

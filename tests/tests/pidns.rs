@@ -169,6 +169,41 @@ fn process_in_a_deeper_namespace_has_the_pid_spacetime_sees() {
     assert_eq!(p.exit, Some(Exit::Code(0)), "pid {}: exit", p.pid);
 }
 
+/// PSS is sampled from the namespace's own /proc, by the namespace's pid: a process holding
+/// 64 MiB of private pages has a PSS of about that, under its own pid in the timeline.
+#[test]
+fn pss_is_sampled_inside_a_pid_namespace() {
+    if !have_unshare() {
+        return;
+    }
+    let out = Trace::new([WL, "hold", "64", "300"])
+        .under(NEW_PIDNS)
+        .tag("pidns-pss")
+        .run();
+    out.assert_code(0);
+    let truth = out.truth_one("hold");
+    let v = out.json_value();
+    let peak = v["totals"]["peak_rss_bytes"].as_u64().unwrap_or(0);
+    assert_rss("holder peak_rss_bytes", peak, truth.vmhwm_bytes());
+    let pss = v["totals"]["max_pss_bytes"].as_u64().unwrap_or(0);
+    assert!(
+        pss >= 62 * MIB && pss <= peak,
+        "max PSS {pss} should be about 64 MiB and at most the RSS peak {peak}\n{}",
+        out.context()
+    );
+    let series = v["timeline"]["processes"]
+        .as_array()
+        .expect("timeline.processes")
+        .iter()
+        .find(|p| p["pid"] == serde_json::json!(truth.pid()))
+        .unwrap_or_else(|| panic!("no timeline for pid {}: {}", truth.pid(), v["timeline"]));
+    assert!(
+        !series["pss"].as_array().expect("pss").is_empty(),
+        "pid {}: PSS points: {series}",
+        truth.pid()
+    );
+}
+
 /// `watch` inside a PID namespace with its own /proc: an exit there carries, as `ns_pid`, the
 /// pid the process had in the namespace (its shell's `$$` before exec), and `pid` stays the
 /// kernel's.
