@@ -75,11 +75,14 @@ pub mod stat {
 
 /// Slots of the kernel's `PIDNS` array (see `spacetime-ebpf/src/pidns.rs`).
 pub mod pidns_slot {
-    /// The level of spacetime's PID namespace: 0 for the initial one.
-    pub const LEVEL: u32 = 0;
+    /// The PID namespace level fork records number new processes at: spacetime's, in
+    /// [`super::mode::TREE`] only (0: the kernel's pid is the one shown, nothing to read).
+    pub const FORK_LEVEL: u32 = 0;
     /// The kernel (initial namespace) pid of the last task that ran `own_pid`.
     pub const KERNEL_PID: u32 = 1;
-    pub const COUNT: u32 = 2;
+    /// That task's PID namespace level: 0 for the initial one.
+    pub const LEVEL: u32 = 2;
+    pub const COUNT: u32 = 3;
 }
 
 /// Which processes the kernel side reports.

@@ -5,15 +5,15 @@
 //! child's pid as spacetime's namespace numbers it.
 
 use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::map, maps::Array};
-use spacetime_common::pidns_slot;
+use spacetime_common::{mode, pidns_slot};
 
 use crate::{
     conf,
     task::{read, Task},
 };
 
-/// [`pidns_slot`]: spacetime's namespace level (0: the initial namespace, nothing to translate)
-/// and the kernel pid of the last task that ran `own_pid`. Written by `own_pid` only.
+/// [`pidns_slot`]: the level fork records translate to (0: nothing to translate), and the
+/// kernel pid and level of the last task that ran `own_pid`. Written by `own_pid` only.
 #[map]
 pub static PIDNS: Array<u32> = Array::with_max_entries(pidns_slot::COUNT, 0);
 
@@ -33,6 +33,13 @@ pub fn own_pid() {
     if let Some(p) = PIDNS.get_ptr_mut(pidns_slot::LEVEL) {
         // SAFETY: a slot of an array map.
         unsafe { *p = level };
+    }
+    // watch sees every fork on the system and needs no namespace pid in them.
+    if conf!(mode) == mode::TREE {
+        if let Some(p) = PIDNS.get_ptr_mut(pidns_slot::FORK_LEVEL) {
+            // SAFETY: as above.
+            unsafe { *p = level };
+        }
     }
     if let Some(p) = PIDNS.get_ptr_mut(pidns_slot::KERNEL_PID) {
         // SAFETY: as above.
@@ -54,8 +61,7 @@ fn level_of(task: &Task) -> Result<u32, i32> {
 /// the initial namespace (the kernel pid is the one shown) or when it cannot be read.
 #[inline(always)]
 pub fn ns_tgid(child: &Task) -> u32 {
-    // SAFETY: the slot is only read.
-    let want = match PIDNS.get(pidns_slot::LEVEL) {
+    let want = match PIDNS.get(pidns_slot::FORK_LEVEL) {
         Some(&l) if l > 0 && l <= 32 && conf!(off.task_thread_pid) != 0 => l,
         _ => return 0,
     };
