@@ -132,6 +132,10 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     let mut tree = Tree::new(root.kernel_pid, std::process::id());
     if root.level > 0 {
         tree = tree.in_namespace(root_pid);
+        probes.mechanisms.push(format!(
+            "PID namespace at level {}: pids shown are its own; the kernel's learnt by a test run of own_pid, fork records translated",
+            root.level
+        ));
     }
     // SAFETY: sysconf cannot fail for _SC_PAGESIZE.
     let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
