@@ -200,11 +200,8 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         Some(l) => {
             let _guard = rt.enter();
             let l = tokio::net::TcpListener::from_std(l)?;
-            eprintln!(
-                "spacetime: OpenMetrics on http://{}/metrics",
-                l.local_addr()?
-            );
-            Some(l)
+            eprintln!("spacetime: metrics on http://{}/metrics", l.local_addr()?);
+            Some(watcher::MetricsListener::new(l))
         }
         None => None,
     };
@@ -213,7 +210,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
          Ctrl-C to stop"
     );
     let mut w = Watch {
-        metrics: Metrics::new(taskstats.is_some()),
+        metrics: Metrics::new(taskstats.is_some(), args.metrics_comm_limit),
         coverage: taskstats.as_ref().map(|_| Coverage::default()),
         table,
         filter,
