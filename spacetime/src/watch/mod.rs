@@ -15,6 +15,7 @@ mod cgroup;
 mod coverage;
 mod exit;
 mod filter;
+pub mod identity;
 mod metrics;
 mod output;
 mod procfs;
