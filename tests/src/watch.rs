@@ -185,8 +185,8 @@ impl RunningWatch {
         let err = self.stderr_now();
         let line = err
             .lines()
-            .find(|l| l.contains("OpenMetrics on http://"))
-            .unwrap_or_else(|| panic!("no OpenMetrics line on stderr:\n{err}"));
+            .find(|l| l.contains("metrics on http://"))
+            .unwrap_or_else(|| panic!("no metrics address on stderr:\n{err}"));
         let addr = line
             .split("http://")
             .nth(1)
@@ -358,15 +358,29 @@ pub fn run(cmd: &mut Command) -> u32 {
     pid
 }
 
-/// A plain HTTP/1.1 GET: (status code, headers lower-cased, body).
+/// A plain HTTP/1.1 GET asking for OpenMetrics: (status code, headers lower-cased, body).
 pub fn http_get(addr: SocketAddr, path: &str) -> (u16, BTreeMap<String, String>, String) {
+    http_get_accepting(addr, path, "application/openmetrics-text; version=1.0.0")
+}
+
+/// A plain HTTP/1.1 GET with this `Accept` header (none when empty).
+pub fn http_get_accepting(
+    addr: SocketAddr,
+    path: &str,
+    accept: &str,
+) -> (u16, BTreeMap<String, String>, String) {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
         .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("set timeout");
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/openmetrics-text; version=1.0.0\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{}\r\n",
+        if accept.is_empty() {
+            String::new()
+        } else {
+            format!("Accept: {accept}\r\n")
+        }
     )
     .expect("send request");
     let mut resp = Vec::new();

@@ -165,6 +165,7 @@ fn main() -> Result<()> {
                 bail!("the tests load eBPF programs: run `sudo -E cargo xtask test` (or as root)");
             }
             build()?;
+            toolchain::ensure_test_tools()?;
             eprintln!("xtask: running the tests");
             run(cargo()
                 .env("SPACETIME_BIN", spacetime_bin())

@@ -115,6 +115,15 @@ fn ensure_bpf_linker() -> Result<()> {
     .context("installing bpf-linker")
 }
 
+/// What the integration tests run besides spacetime: a real Prometheus server and promtool
+/// for the metrics tests.
+pub fn ensure_test_tools() -> Result<()> {
+    apt_install(
+        &["prometheus"],
+        "the metrics tests scrape `watch --metrics` with a real Prometheus and lint it with promtool",
+    )
+}
+
 /// Installs whatever is missing; a no-op on a machine that has it all.
 pub fn ensure() -> Result<()> {
     ensure_nightly()?;

@@ -4,6 +4,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Args;
 
+use super::metrics;
 use crate::cli::parse_size;
 
 #[derive(Debug, Args)]
@@ -59,12 +60,18 @@ pub struct WatchArgs {
     /// Stop after this long (e.g. 30s, 5m)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Stop after N exits have been reported
-    #[arg(long, value_name = "N")]
+    /// Stop after N exits have been reported (N ≥ 1)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
     /// Serve OpenMetrics on ADDR:PORT (a bare port listens on 127.0.0.1)
     #[arg(long, value_name = "ADDR:PORT", value_parser = parse_listen)]
     pub metrics: Option<SocketAddr>,
+    /// Distinct program names (comm) given their own metrics series; exits of later ones are
+    /// counted under comm="[other programs]" (a value no program can take: comms are at most
+    /// 15 bytes)
+    #[arg(long, value_name = "N", default_value_t = metrics::DEFAULT_COMM_LIMIT,
+          value_parser = parse_comm_limit)]
+    pub metrics_comm_limit: usize,
     /// Do not cross-check exits against the kernel's taskstats records
     #[arg(long)]
     pub no_taskstats: bool,
@@ -74,6 +81,13 @@ pub struct WatchArgs {
     /// Most processes kept in the live process table
     #[arg(long, value_name = "N", default_value_t = 131072)]
     pub max_processes: usize,
+}
+
+fn parse_comm_limit(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=100_000).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?} must be a number from 1 to 100000")),
+    }
 }
 
 /// Parses `4096`, `64K`, `1.5M`, `2G`, `1T` (powers of 1024) into bytes.

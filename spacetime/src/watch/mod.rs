@@ -15,6 +15,7 @@ mod cgroup;
 mod coverage;
 mod exit;
 mod filter;
+pub mod identity;
 mod metrics;
 mod output;
 mod procfs;
@@ -208,11 +209,8 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         Some(l) => {
             let _guard = rt.enter();
             let l = tokio::net::TcpListener::from_std(l)?;
-            eprintln!(
-                "spacetime: OpenMetrics on http://{}/metrics",
-                l.local_addr()?
-            );
-            Some(l)
+            eprintln!("spacetime: metrics on http://{}/metrics", l.local_addr()?);
+            Some(watcher::MetricsListener::new(l))
         }
         None => None,
     };
@@ -221,7 +219,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
          Ctrl-C to stop"
     );
     let mut w = Watch {
-        metrics: Metrics::new(taskstats.is_some()),
+        metrics: Metrics::new(taskstats.is_some(), args.metrics_comm_limit),
         coverage: taskstats.as_ref().map(|_| Coverage::default()),
         table,
         filter,

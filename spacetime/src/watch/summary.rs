@@ -248,7 +248,7 @@ mod tests {
 
     #[test]
     fn json_keys() {
-        let mut m = Metrics::new(true);
+        let mut m = Metrics::new(true, crate::watch::metrics::DEFAULT_COMM_LIMIT);
         m.seen_processes = 12;
         m.seen_threads = 3;
         m.reported = 5;
@@ -277,7 +277,7 @@ mod tests {
 
     #[test]
     fn json_says_why_taskstats_is_missing() {
-        let m = Metrics::new(false);
+        let m = Metrics::new(false, crate::watch::metrics::DEFAULT_COMM_LIMIT);
         let peaks = Peaks::default();
         let own = OwnCost::default();
         let f = fin(&m, &peaks, Some("--no-taskstats"));

@@ -41,7 +41,7 @@ pub(super) struct Io {
     pub(super) ring: RingBuf<MapData>,
     pub(super) sigfd: OwnedFd,
     pub(super) taskstats: Option<TaskstatsListener>,
-    pub(super) metrics: Option<tokio::net::TcpListener>,
+    pub(super) metrics: Option<MetricsListener>,
     pub(super) duration: Option<Duration>,
 }
 
@@ -66,9 +66,53 @@ pub(super) struct Watch {
     pub(super) taskstats_since_ns: u64,
 }
 
-async fn accept(l: &Option<tokio::net::TcpListener>) -> io::Result<tokio::net::TcpStream> {
+/// The metrics listener: accepts unless paused after an accept() error.
+pub(super) struct MetricsListener {
+    listener: tokio::net::TcpListener,
+    slots: metrics::http::Slots,
+    /// After an accept() error (out of descriptors: the pending connection stays queued and
+    /// accept() would fail again at once), no accept until then; the pause doubles while the
+    /// errors go on.
+    paused_until: Option<tokio::time::Instant>,
+    pause: Duration,
+}
+
+/// First pause after an accept() error, and the longest.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
+const ACCEPT_PAUSE_MAX: Duration = Duration::from_secs(2);
+
+impl MetricsListener {
+    pub(super) fn new(listener: tokio::net::TcpListener) -> MetricsListener {
+        MetricsListener {
+            listener,
+            slots: metrics::http::Slots::default(),
+            paused_until: None,
+            pause: ACCEPT_PAUSE,
+        }
+    }
+
+    async fn accept(&mut self) -> io::Result<tokio::net::TcpStream> {
+        if let Some(until) = self.paused_until {
+            tokio::time::sleep_until(until).await;
+            self.paused_until = None;
+        }
+        match self.listener.accept().await {
+            Ok((c, _)) => {
+                self.pause = ACCEPT_PAUSE;
+                Ok(c)
+            }
+            Err(e) => {
+                self.paused_until = Some(tokio::time::Instant::now() + self.pause);
+                self.pause = (self.pause * 2).min(ACCEPT_PAUSE_MAX);
+                Err(e)
+            }
+        }
+    }
+}
+
+async fn accept(l: &mut Option<MetricsListener>) -> io::Result<tokio::net::TcpStream> {
     match l {
-        Some(l) => l.accept().await.map(|(c, _)| c),
+        Some(l) => l.accept().await,
         None => std::future::pending().await,
     }
 }
@@ -108,12 +152,7 @@ impl Watch {
                     }
                     guard.clear_ready();
                 }
-                conn = accept(&io.metrics) => {
-                    if let Ok(conn) = conn {
-                        self.metrics.table_size = self.table.len() as u64;
-                        tokio::spawn(metrics::serve(conn, self.metrics.render()));
-                    }
-                }
+                conn = accept(&mut io.metrics) => self.scrape(conn, io.metrics.as_ref()),
                 _ = &mut sleep, if deadline.is_some() => self.stop = Some(Stop::Duration),
                 _ = tick.tick() => {
                     self.drain(ring.get_mut());
@@ -413,4 +452,22 @@ fn read_signal(fd: libc::c_int) -> Option<i32> {
     // SAFETY: reads one siginfo into a properly sized buffer.
     let n = unsafe { libc::read(fd, (&mut info as *mut libc::signalfd_siginfo).cast(), size) };
     (n == size as isize).then_some(info.ssi_signo as i32)
+}
+
+impl Watch {
+    /// A scrape: answered from a snapshot of the figures, unless too many are being served.
+    fn scrape(&mut self, conn: io::Result<tokio::net::TcpStream>, l: Option<&MetricsListener>) {
+        let (Ok(conn), Some(l)) = (conn, l) else {
+            self.metrics.accept_errors += 1;
+            return;
+        };
+        let Some(slot) = l.slots.take() else {
+            // Closed unanswered: idle connections must not hold the endpoint.
+            self.metrics.rejected_connections += 1;
+            return;
+        };
+        self.metrics.table_size = self.table.len() as u64;
+        let figures = Box::new(self.metrics.clone());
+        tokio::spawn(metrics::http::serve(conn, figures, slot));
+    }
 }
