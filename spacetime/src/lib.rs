@@ -24,6 +24,7 @@ pub mod selfstats;
 pub mod signals;
 pub mod status;
 pub mod taskstats;
+pub mod term;
 pub mod timeline;
 pub mod trace;
 pub mod tree;

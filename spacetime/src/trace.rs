@@ -31,11 +31,11 @@ pub fn main(args: TraceArgs, verbose: u8) -> i32 {
     match run(args, verbose) {
         Ok(code) => code,
         Err(Failure::Launch(e)) => {
-            eprintln!("spacetime: {e}");
+            crate::errln!("spacetime: {e}");
             e.exit_code()
         }
         Err(Failure::Other(e)) => {
-            eprintln!("spacetime: {e:#}");
+            crate::errln!("spacetime: {e:#}");
             EXIT_OWN_FAILURE
         }
     }
@@ -80,13 +80,13 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     };
     let mut probes = Probes::load(&opts)?;
     if verbose > 0 {
-        eprintln!(
+        crate::errln!(
             "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
             probes.load_ms,
             probes.ring_buffer_bytes >> 10
         );
         for m in &probes.mechanisms {
-            eprintln!("spacetime:   {m}");
+            crate::errln!("spacetime:   {m}");
         }
     }
     let taskstats = open_taskstats(&args);
@@ -546,7 +546,7 @@ impl DelayAcct {
     fn configure(enable: bool) -> DelayAcct {
         if !enable {
             if !delayacct_on() {
-                eprintln!("spacetime: delay accounting is off (sysctl kernel.task_delayacct=0): delays read 0; --delayacct turns it on for the trace");
+                crate::errln!("spacetime: delay accounting is off (sysctl kernel.task_delayacct=0): delays read 0; --delayacct turns it on for the trace");
             }
             return DelayAcct { restore: None };
         }
@@ -555,7 +555,7 @@ impl DelayAcct {
                 restore: (!old).then_some(old),
             },
             Err(e) => {
-                eprintln!("spacetime: cannot switch delay accounting on: {e}");
+                crate::errln!("spacetime: cannot switch delay accounting on: {e}");
                 DelayAcct { restore: None }
             }
         }
@@ -566,7 +566,7 @@ impl Drop for DelayAcct {
     fn drop(&mut self) {
         if let Some(old) = self.restore {
             if let Err(e) = crate::taskstats::set_delayacct(old) {
-                eprintln!(
+                crate::errln!(
                     "spacetime: could not restore kernel.task_delayacct={}: {e}",
                     old as u8
                 );

@@ -2,6 +2,7 @@
 //! stderr ([`text`]). All times are nanoseconds since the root process started; all sizes are
 //! bytes.
 
+pub mod lossless;
 pub mod text;
 mod view;
 

@@ -4,7 +4,10 @@
 
 use serde::Serialize;
 
-use super::Exit;
+use super::{
+    lossless::{argv_b64, exe_b64, Argv, ArgvB64, Lossy, B64},
+    Exit,
+};
 use crate::{
     crosscheck::{PerProcess, ProcessTaskstats},
     tree::{Image, Process},
@@ -100,15 +103,17 @@ pub struct ImageReport<'a> {
 }
 
 impl<'a> ImageReport<'a> {
-    pub fn exe(&self) -> &'a str {
+    /// The path passed to execve, exact bytes.
+    pub fn exe(&self) -> &'a [u8] {
         self.img.exe()
     }
 
-    pub fn argv(&self) -> &'a [String] {
+    /// The arguments, exact bytes.
+    pub fn argv(&self) -> impl Iterator<Item = &'a [u8]> + Clone {
         self.img.argv()
     }
 
-    pub fn comm(&self) -> &'a str {
+    pub fn comm(&self) -> &'a [u8] {
         self.img.comm()
     }
 
@@ -196,10 +201,15 @@ impl Serialize for ProcessReport<'_> {
 }
 
 #[derive(Serialize)]
-struct ImageJson<'a> {
-    exe: &'a str,
-    argv: &'a [String],
-    comm: &'a str,
+#[serde(bound(serialize = ""))]
+struct ImageJson<'a, I: Iterator<Item = &'a [u8]> + Clone> {
+    exe: Lossy<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exe_b64: Option<B64<'a>>,
+    argv: Argv<I>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    argv_b64: Option<ArgvB64<I>>,
+    comm: Lossy<'a>,
     start_ns: u64,
     end_ns: Option<u64>,
     peak_rss_bytes: Option<u64>,
@@ -213,9 +223,11 @@ struct ImageJson<'a> {
 impl Serialize for ImageReport<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         ImageJson {
-            exe: self.exe(),
-            argv: self.argv(),
-            comm: self.comm(),
+            exe: Lossy(self.exe()),
+            exe_b64: exe_b64(self.exe()),
+            argv: Argv(self.argv()),
+            argv_b64: argv_b64(self.argv()),
+            comm: Lossy(self.comm()),
             start_ns: self.start_ns(),
             end_ns: self.end_ns(),
             peak_rss_bytes: self.peak_rss_bytes(),

@@ -57,7 +57,7 @@ pub fn main(args: WatchArgs, verbose: u8) -> i32 {
     match run(args, verbose) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("spacetime: {e:#}");
+            crate::errln!("spacetime: {e:#}");
             EXIT_OWN_FAILURE
         }
     }
@@ -147,13 +147,13 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         ..LoadOptions::default()
     })?;
     if verbose > 0 {
-        eprintln!(
+        crate::errln!(
             "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
             probes.load_ms,
             probes.ring_buffer_bytes >> 10
         );
         for m in &probes.mechanisms {
-            eprintln!("spacetime:   {m}");
+            crate::errln!("spacetime:   {m}");
         }
     }
     // Every program is attached from here on (each was attached in turn while loading).
@@ -169,7 +169,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         }) {
             Ok(l) => (Some(l), None),
             Err(e) => {
-                eprintln!("spacetime: no taskstats cross-check: {e}");
+                crate::errln!("spacetime: no taskstats cross-check: {e}");
                 (None, Some(e.to_string()))
             }
         }
@@ -187,7 +187,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         procfs::seed(&mut table, filter.pid_tree(), args.max_processes).context("reading /proc")?;
     let cgroups = Cgroups::open();
     if verbose > 0 && !cgroups.available() {
-        eprintln!("spacetime: no cgroup2 mount: cgroups are shown as ids");
+        crate::errln!("spacetime: no cgroup2 mount: cgroups are shown as ids");
     }
     out.set_wall_offset(wall_offset_ns());
     out.header()?;
@@ -200,7 +200,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         Some(l) => {
             let _guard = rt.enter();
             let l = tokio::net::TcpListener::from_std(l)?;
-            eprintln!(
+            crate::errln!(
                 "spacetime: OpenMetrics on http://{}/metrics",
                 l.local_addr()?
             );
@@ -208,7 +208,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         }
         None => None,
     };
-    eprintln!(
+    crate::errln!(
         "spacetime: watching every exit on the system ({seeded} processes running); \
          Ctrl-C to stop"
     );
@@ -246,7 +246,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         .err()
         .filter(|e| e.kind() != io::ErrorKind::BrokenPipe)
     {
-        eprintln!("spacetime: writing the output: {e}");
+        crate::errln!("spacetime: writing the output: {e}");
     }
     let coverage_note = match &w.coverage {
         None => Some(match &taskstats_unavailable {
@@ -260,8 +260,10 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         )),
         Some(_) => None,
     };
-    if verbose > 0 {
-        eprintln!("spacetime: stopped: {stop:?}");
+    if stop == Stop::OutputClosed {
+        crate::errln!("spacetime: stopped: the output was closed");
+    } else if verbose > 0 {
+        crate::errln!("spacetime: stopped: {stop:?}");
     }
     // Measured with the programs still attached: the figures cover the whole watch.
     let own_cost = OwnCost::measure(&probes);
@@ -274,9 +276,9 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         taskstats_unavailable,
         coverage_note,
     };
-    eprint!("{}", summary::render(&fin));
+    crate::term::err_raw(&summary::render(&fin));
     if verbose > 0 {
-        eprintln!("  {}", own_cost.line());
+        crate::errln!("  {}", own_cost.line());
     }
     if let (Some(file), Some(path)) = (summary_file, &args.summary_json) {
         write_summary_json(file, &summary::json(&fin, &stop.name(), &own_cost))
