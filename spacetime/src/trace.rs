@@ -19,6 +19,7 @@ use crate::{
     launch::{self, LaunchError},
     loader::{KernelLogger, LoadOptions, Probes},
     memory::{Memory, MemoryOptions},
+    outputs::{Outputs, Requested},
     report::{self, MemoryMeta, Meta, Report, TaskstatsMeta},
     selfstats::OwnCost,
     taskstats::{ListenerOptions, TaskstatsListener},
@@ -71,6 +72,13 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     } else {
         launch::sudo_credentials().map_err(Failure::Launch)?
     };
+    // Before anything runs: a path that cannot be written must not cost a whole run.
+    let mut outputs = Outputs::open(&Requested {
+        json: args.json.as_deref(),
+        perfetto: args.perfetto.as_deref(),
+        summary: args.output.as_deref(),
+        append: args.append,
+    })?;
     let opts = LoadOptions {
         ring_buffer_bytes: args.ring_buffer,
         max_tracked: args.max_processes,
@@ -203,6 +211,15 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     if let Some(l) = listener {
         let _ = l.close();
     }
+    // Processes whose exit never arrived: still running (--stop-on-root-exit), or gone with
+    // their exit record lost, which the report must not call running.
+    let gone: crate::idhash::IdSet<crate::tree::Key> = tree
+        .processes()
+        .iter()
+        .filter(|p| p.end_ns.is_none())
+        .filter_map(|p| p.key)
+        .filter(|k| !crate::pidfd::alive(k.tgid, k.start_ns))
+        .collect();
     // Measured last, with the programs still attached: the figures cover the whole trace.
     let own_cost = OwnCost::measure(&probes);
     let report = Report::build(
@@ -225,39 +242,66 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
             taskstats,
             memory: MemoryMeta::of(&memory.timeline),
             own_cost,
+            gone: &gone,
         },
     );
-    if let Some(path) = &args.json {
-        write_json(path, &report)?;
-    }
     let title = report.command.join(" ");
-    if let Some(path) = &args.perfetto {
-        let opts = perfetto::Options {
-            title: &title,
-            t0_ns,
-            end_ns,
-            page_size,
-        };
-        perfetto::write(path, &tree, &memory.timeline, &opts)
-            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
-    }
-    let stderr = io::stderr();
-    let chart = (!args.no_chart)
-        .then(|| memory_chart(&memory.timeline, t0_ns, end_ns, width, stderr.is_terminal()));
-    let text = report::text::render(&report, width, args.top, verbose > 0, chart.as_deref());
-    let _ = stderr.lock().write_all(text.as_bytes());
+    let perfetto_opts = perfetto::Options {
+        title: &title,
+        t0_ns,
+        end_ns,
+        page_size,
+    };
+    let summary = match &args.format {
+        Some(f) => f.render(&report),
+        None => {
+            // Colours only on a terminal: not in a file of `-o`.
+            let terminal = outputs.summary.is_none() && io::stderr().is_terminal();
+            let chart = (!args.no_chart)
+                .then(|| memory_chart(&memory.timeline, t0_ns, end_ns, width, terminal));
+            report::text::render(&report, width, args.top, verbose > 0, chart.as_deref())
+        }
+    };
+    write_outputs(&mut outputs, &report, &summary, |w| {
+        perfetto::write_to(&mut &mut *w, &tree, &memory.timeline, &perfetto_opts)
+    });
     Ok(outcome.root_status.map_or(0, |s| s.shell_code()))
 }
 
-fn write_json(path: &std::path::Path, report: &Report) -> anyhow::Result<()> {
-    use anyhow::Context;
-    let file =
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut w = io::BufWriter::new(file);
-    serde_json::to_writer(&mut w, report).with_context(|| format!("writing {}", path.display()))?;
-    w.write_all(b"\n")?;
-    w.flush()
-        .with_context(|| format!("writing {}", path.display()))
+/// Writes the report's files, then the summary. A write that fails costs that output only
+/// (one line says so): the summary is kept, on stderr if its own file failed.
+fn write_outputs(
+    out: &mut Outputs,
+    report: &Report,
+    summary: &str,
+    perfetto: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) {
+    if let Some(d) = out.json.as_mut() {
+        let written = d.write_with(|w| {
+            serde_json::to_writer(&mut *w, report)?;
+            w.write_all(b"\n")
+        });
+        if let Err(e) = written {
+            crate::errln!("spacetime: writing the JSON report to {}: {e}", d.name());
+        }
+    }
+    if let Some(d) = out.perfetto.as_mut() {
+        if let Err(e) = d.write_with(perfetto) {
+            crate::errln!("spacetime: writing the Perfetto trace to {}: {e}", d.name());
+        }
+    }
+    match out.summary.as_mut() {
+        Some(d) => {
+            if let Err(e) = d.write_with(|w| w.write_all(summary.as_bytes())) {
+                crate::errln!(
+                    "spacetime: writing the summary to {}: {e}; here it is",
+                    d.name()
+                );
+                crate::term::err_raw(summary);
+            }
+        }
+        None => crate::term::err_raw(summary),
+    }
 }
 
 fn terminal_width(stderr: &io::Stderr) -> usize {
@@ -483,19 +527,22 @@ fn read_signals(fd: libc::c_int) -> Vec<(libc::c_int, bool)> {
 }
 
 /// Passes a signal sent to spacetime on to CMD (or, once CMD is gone, to the processes left).
+/// CMD is our child: until reaped its pid stays its own. Any other process is signalled only
+/// through a pidfd once proven to be the one in the tree (pid and start time): a process
+/// whose exit record was lost may be gone and its pid reused by a stranger.
 fn forward(signo: libc::c_int, root_pid: u32, root_alive: bool, tree: &Tree) {
-    let targets: Vec<u32> = if root_alive {
-        vec![root_pid]
-    } else {
-        tree.processes()
-            .iter()
-            .filter(|p| p.end_ns.is_none())
-            .map(|p| p.pid)
-            .collect()
-    };
-    for pid in targets {
-        // SAFETY: plain syscall.
-        unsafe { libc::kill(pid as libc::pid_t, signo) };
+    if root_alive {
+        // SAFETY: plain syscall; the pid is our unreaped child's.
+        unsafe { libc::kill(root_pid as libc::pid_t, signo) };
+        return;
+    }
+    for p in tree.processes().iter().filter(|p| p.end_ns.is_none()) {
+        if !crate::pidfd::signal_if_same(p.pid, p.start_ns, signo) {
+            log::debug!(
+                "not forwarded to pid {}: not the traced process (gone)",
+                p.pid
+            );
+        }
     }
 }
 

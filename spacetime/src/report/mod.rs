@@ -7,16 +7,17 @@ pub mod text;
 mod view;
 
 use view::Scale;
-pub use view::{ImageReport, ProcessReport};
+pub use view::{ImageReport, ProcessReport, State};
 
 use serde::Serialize;
 
 use crate::{
     crosscheck::{Coverage, PerProcess},
+    idhash::IdSet,
     loader::KernelCounters,
     selfstats::OwnCost,
     timeline::TimelineReport,
-    tree::{ExitStatus, Tree},
+    tree::{ExitStatus, Key, Tree},
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +115,8 @@ pub struct Totals {
     pub execs: u64,
     /// Processes still running when the trace stopped.
     pub still_running: u64,
+    /// Processes whose exit was never seen (record lost) and that were gone at the end.
+    pub unknown: u64,
     /// The tree-wide concurrent RSS peak (the sum over live processes), from the kernel, and
     /// when it happened (ns since the root started). Null without kernel RSS tracking data.
     pub tree_peak_rss_bytes: Option<u64>,
@@ -149,6 +152,8 @@ pub struct Meta<'a> {
     pub taskstats: TaskstatsMeta,
     pub memory: MemoryMeta<'a>,
     pub own_cost: OwnCost,
+    /// Processes whose exit was never seen and that were gone when the trace ended.
+    pub gone: &'a IdSet<Key>,
 }
 
 impl<'a> Report<'a> {
@@ -167,6 +172,7 @@ impl<'a> Report<'a> {
                 sums: per_process,
                 index: i,
                 scale,
+                gone: meta.gone,
             })
             .collect();
         let heaviest = processes.iter().max_by_key(|p| p.peak_rss_bytes());
@@ -180,7 +186,14 @@ impl<'a> Report<'a> {
                 .flat_map(|p| p.images())
                 .filter(|i| !i.inherited())
                 .count() as u64,
-            still_running: processes.iter().filter(|p| p.end_ns().is_none()).count() as u64,
+            still_running: processes
+                .iter()
+                .filter(|p| p.state() == State::Running)
+                .count() as u64,
+            unknown: processes
+                .iter()
+                .filter(|p| p.state() == State::Unknown)
+                .count() as u64,
             tree_peak_rss_bytes: meta.memory.tree_peak.map(|p| p.bytes),
             tree_peak_at_ns: meta.memory.tree_peak.map(|p| p.ts_ns.saturating_sub(t0)),
             max_pss_bytes: meta.memory.max_pss.map(|p| p.bytes),

@@ -11,8 +11,9 @@ use crate::{
     units::{bytes, duration_ns},
 };
 
-fn exit_text(e: Option<&super::Exit>) -> String {
+fn exit_text(e: Option<&super::Exit>, state: super::State) -> String {
     match e.map(|e| e.0) {
+        None if state == super::State::Unknown => "unknown".into(),
         None => "running".into(),
         Some(ExitStatus::Code(c)) => c.to_string(),
         Some(ExitStatus::Signal {
@@ -92,7 +93,7 @@ pub fn render(r: &Report, width: usize, top: usize, verbose: bool, chart: Option
         term::fit_command(&command, width - 11)
     );
     let status = r.exit.as_ref().map_or("still running".into(), |e| {
-        format!("exit {}", exit_text(Some(e)))
+        format!("exit {}", exit_text(Some(e), super::State::Exited))
     });
     let _ = writeln!(
         out,
@@ -232,7 +233,7 @@ fn row(p: &ProcessReport, r: &Report, indent: &str, width: usize) -> String {
         p.pid(),
         bytes(p.peak_rss_bytes()),
         duration_ns(runtime(p, r.wall_ns)),
-        exit_text(p.exit().as_ref()),
+        exit_text(p.exit().as_ref(), p.state()),
         process_command(p, width.saturating_sub(fixed).max(20))
     )
 }
@@ -398,6 +399,13 @@ fn completeness(r: &Report) -> String {
     }
     if r.totals.still_running > 0 {
         let _ = write!(s, ", {} processes still running", r.totals.still_running);
+    }
+    if r.totals.unknown > 0 {
+        let _ = write!(
+            s,
+            ", {} processes ended unseen (exit records lost: status unknown)",
+            r.totals.unknown
+        );
     }
     s
 }

@@ -69,6 +69,7 @@ fn hostile_names_render_safely_at_every_width() {
     let mut seed = 0x9E37_79B9_7F4A_7C15;
     let timeline = Timeline::new(RssSource::Kernel);
     let sums = PerProcess::default();
+    let gone = crate::idhash::IdSet::default();
     for round in 0..40u32 {
         let tree = hostile_tree(&mut seed, 1 + round % 13);
         let command = vec![String::from_utf8_lossy(&nasty_bytes(&mut seed, 40)).into_owned()];
@@ -88,6 +89,7 @@ fn hostile_names_render_safely_at_every_width() {
                 taskstats: TaskstatsMeta::Unavailable("test".into()),
                 memory: MemoryMeta::of(&timeline),
                 own_cost: OwnCost::default(),
+                gone: &gone,
             },
         );
         let width = 20 + (round as usize * 7) % 120;

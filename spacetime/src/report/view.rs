@@ -10,7 +10,8 @@ use super::{
 };
 use crate::{
     crosscheck::{PerProcess, ProcessTaskstats},
-    tree::{Image, Process},
+    idhash::IdSet,
+    tree::{Image, Key, Process},
 };
 
 /// What turns the tree's figures into the report's: times since `t0`, pages into bytes.
@@ -34,6 +35,19 @@ pub struct ProcessReport<'a> {
     pub(super) sums: &'a PerProcess,
     pub(super) index: usize,
     pub(super) scale: Scale,
+    /// Processes whose exit was never seen and that were gone when the trace ended.
+    pub(super) gone: &'a IdSet<Key>,
+}
+
+/// Where a process stands at the end of the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Exited,
+    /// Still running when the trace stopped (proven alive).
+    Running,
+    /// Its exit was never seen (record lost) and it is gone: how it ended is unknown.
+    Unknown,
 }
 
 impl<'a> ProcessReport<'a> {
@@ -59,6 +73,14 @@ impl<'a> ProcessReport<'a> {
 
     pub fn exit(&self) -> Option<Exit> {
         self.p.exit.map(Exit)
+    }
+
+    pub fn state(&self) -> State {
+        match (self.p.end_ns, self.p.key) {
+            (Some(_), _) => State::Exited,
+            (None, Some(k)) if self.gone.contains(&k) => State::Unknown,
+            (None, _) => State::Running,
+        }
     }
 
     pub fn peak_rss_bytes(&self) -> u64 {
@@ -164,6 +186,7 @@ struct ProcessJson<'a> {
     end_ns: Option<u64>,
     threads: u32,
     exit: Option<Exit>,
+    state: State,
     peak_rss_bytes: u64,
     user_ns: u64,
     sys_ns: u64,
@@ -189,6 +212,7 @@ impl Serialize for ProcessReport<'_> {
             end_ns: self.end_ns(),
             threads: self.threads(),
             exit: self.exit(),
+            state: self.state(),
             peak_rss_bytes: self.peak_rss_bytes(),
             user_ns: self.user_ns(),
             sys_ns: self.sys_ns(),

@@ -1,0 +1,155 @@
+//! The files a trace writes (`--json`, `--perfetto`, `-o`), opened before CMD starts: a path
+//! that cannot be written stops spacetime with one sentence before anything runs, instead of
+//! losing a whole run at the end. A write that still fails at the end costs that file only:
+//! the summary and CMD's status are kept.
+
+use std::{
+    fs::{File, OpenOptions},
+    io::{self, BufWriter, Write},
+    path::{Path, PathBuf},
+};
+
+/// Where one output goes.
+#[derive(Debug)]
+pub enum Dest {
+    /// `-`: standard output.
+    Stdout,
+    File {
+        file: File,
+        path: PathBuf,
+    },
+}
+
+impl Dest {
+    /// Opens `path` for writing (created, truncated or appended to); `-` means stdout when
+    /// `dash_is_stdout`.
+    fn open(path: &Path, append: bool, dash_is_stdout: bool) -> Result<Dest, OpenError> {
+        if dash_is_stdout && path.as_os_str() == "-" {
+            return Ok(Dest::Stdout);
+        }
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .append(append)
+            .truncate(!append)
+            .open(path)
+            .map_err(|source| OpenError {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(Dest::File {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// How an error message names it (escaped when the line is written).
+    pub fn name(&self) -> String {
+        match self {
+            Dest::Stdout => "standard output".into(),
+            Dest::File { path, .. } => path.display().to_string(),
+        }
+    }
+
+    /// Writes what `f` produces, buffered, and flushes.
+    pub fn write_with(
+        &mut self,
+        f: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    ) -> io::Result<()> {
+        match self {
+            Dest::Stdout => {
+                let mut w = BufWriter::new(io::stdout().lock());
+                f(&mut w)?;
+                w.flush()
+            }
+            Dest::File { file, .. } => {
+                let mut w = BufWriter::new(file);
+                f(&mut w)?;
+                w.flush()
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write to {}: {source}; nothing was run", path.display())]
+pub struct OpenError {
+    pub path: PathBuf,
+    pub source: io::Error,
+}
+
+/// Every output a trace writes besides the summary on stderr.
+#[derive(Debug, Default)]
+pub struct Outputs {
+    pub json: Option<Dest>,
+    pub perfetto: Option<Dest>,
+    /// `-o FILE`: the human summary (or `--format`'s line) goes there instead of stderr.
+    pub summary: Option<Dest>,
+}
+
+/// What the user asked for.
+pub struct Requested<'a> {
+    pub json: Option<&'a Path>,
+    pub perfetto: Option<&'a Path>,
+    pub summary: Option<&'a Path>,
+    pub append: bool,
+}
+
+impl Outputs {
+    /// Opens (creates) every requested output now, before CMD runs.
+    pub fn open(r: &Requested) -> Result<Outputs, OpenError> {
+        Ok(Outputs {
+            json: r.json.map(|p| Dest::open(p, false, true)).transpose()?,
+            perfetto: r.perfetto.map(|p| Dest::open(p, false, true)).transpose()?,
+            summary: r
+                .summary
+                .map(|p| Dest::open(p, r.append, true))
+                .transpose()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_directory_fails_before_anything_runs() {
+        let e = Outputs::open(&Requested {
+            json: Some(Path::new("/nonexistent-dir/x.json")),
+            perfetto: None,
+            summary: None,
+            append: false,
+        })
+        .expect_err("a missing directory");
+        let msg = e.to_string();
+        assert!(msg.contains("/nonexistent-dir/x.json"), "{msg}");
+        assert!(msg.contains("nothing was run"), "{msg}");
+    }
+
+    #[test]
+    fn dash_is_stdout_and_append_keeps_content() {
+        let dir = std::env::temp_dir().join(format!("spacetime-outputs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let f = dir.join("summary.txt");
+        std::fs::write(&f, "before\n").expect("write");
+        let mut o = Outputs::open(&Requested {
+            json: Some(Path::new("-")),
+            perfetto: None,
+            summary: Some(&f),
+            append: true,
+        })
+        .expect("open");
+        assert!(matches!(o.json, Some(Dest::Stdout)));
+        o.summary
+            .as_mut()
+            .expect("summary")
+            .write_with(&mut |w: &mut dyn Write| w.write_all(b"after\n"))
+            .expect("write");
+        assert_eq!(
+            std::fs::read_to_string(&f).expect("read"),
+            "before\nafter\n"
+        );
+        std::fs::remove_dir_all(&dir).expect("rm");
+    }
+}
