@@ -144,7 +144,7 @@ mod tests {
         o.summary
             .as_mut()
             .expect("summary")
-            .write_with(&mut |w: &mut dyn Write| w.write_all(b"after\n"))
+            .write_with(|w: &mut dyn Write| w.write_all(b"after\n"))
             .expect("write");
         assert_eq!(
             std::fs::read_to_string(&f).expect("read"),
