@@ -109,7 +109,7 @@ fn field(out: &mut String, l: char, r: &Report) {
         'S' => secs(r.sys_ns),
         'M' => kib(Some(r.totals.peak_rss_bytes)),
         'x' => r.exit.map_or("?".into(), |e| e.0.shell_code().to_string()),
-        'C' => crate::term::join(r.command.iter().map(|a| a.as_bytes())),
+        'C' => crate::term::join(r.command.iter()),
         'c' => opt(switches(r, |t| t.nivcsw)),
         'w' => opt(switches(r, |t| t.nvcsw)),
         'T' => kib(r.totals.tree_peak_rss_bytes),

@@ -8,7 +8,10 @@
 //! `task->start_boottime` in clock ticks. They differ by the time spent suspended before the
 //! fork, which is taken as the suspended time now (CLOCK_BOOTTIME − CLOCK_MONOTONIC): after
 //! a suspend during the trace the times no longer match and nothing is signalled, the safe
-//! side.
+//! side. A tick is 10 ms: a process that took the pid within the same tick as the original
+//! started cannot be told apart by /proc (the kernel frees a pid only at the end of its
+//! holder's life, and hands it out again only after a full cycle of pid_max, or when root
+//! steers it).
 
 use std::{
     io,
@@ -46,13 +49,19 @@ pub fn parse_stat(stat: &[u8]) -> Option<(u8, u64)> {
     Some((state, start))
 }
 
-/// The start time in clock ticks since boot that stat shows for a process started at
-/// `start_mono_ns`.
-fn expected_ticks(start_mono_ns: u64) -> i128 {
+/// The start times in clock ticks since boot that stat may show for a process started at
+/// `start_mono_ns`: one tick, or two when it lies within the clocks' reading error of a tick
+/// boundary.
+fn expected_ticks(start_mono_ns: u64) -> (u64, u64) {
+    // The kernel reads both clocks at fork; ours are read a few hundred ns apart.
+    const ERROR_NS: i128 = 1_000_000;
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as i128;
+    let tick = 1_000_000_000 / hz;
     let suspended = clock_ns(libc::CLOCK_BOOTTIME) - clock_ns(libc::CLOCK_MONOTONIC);
-    (start_mono_ns as i128 + suspended) / (1_000_000_000 / hz)
+    let boot = start_mono_ns as i128 + suspended;
+    let at = |ns: i128| (ns.max(0) / tick) as u64;
+    (at(boot - ERROR_NS), at(boot + ERROR_NS))
 }
 
 /// A process pinned by a pidfd.
@@ -86,8 +95,10 @@ impl Pinned {
         };
         match parse_stat(&stat) {
             Some((state, ticks))
-                if !matches!(state, b'Z' | b'X')
-                    && (ticks as i128).abs_diff(expected_ticks(start_mono_ns)) <= 1 =>
+                if !matches!(state, b'Z' | b'X') && {
+                    let (lo, hi) = expected_ticks(start_mono_ns);
+                    (lo..=hi).contains(&ticks)
+                } =>
             {
                 Identity::Same
             }

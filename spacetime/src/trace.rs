@@ -226,11 +226,12 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
         &tree,
         &per_process,
         Meta {
-            command: args
-                .command
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect(),
+            command: crate::report::lossless::Args(
+                args.command
+                    .iter()
+                    .map(|a| a.as_encoded_bytes().to_vec())
+                    .collect(),
+            ),
             root_exit: outcome.root_status,
             t0_ns,
             end_ns,
@@ -245,7 +246,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
             gone: &gone,
         },
     );
-    let title = report.command.join(" ");
+    let title = report.command.lossy_line();
     let perfetto_opts = perfetto::Options {
         title: &title,
         t0_ns,
@@ -459,6 +460,10 @@ async fn consume(
                     if signo == libc::SIGCHLD {
                         no_children = reap(root_pid, &mut root_status);
                     } else if from_process {
+                        // CMD may have exited with its SIGCHLD still queued (reaped first, it
+                        // is not taken for alive), and forks may wait in the ring.
+                        no_children = reap(root_pid, &mut root_status);
+                        drain(ring.get_mut(), sink);
                         forward(signo, root_pid, root_status.is_none(), sink.tree);
                     }
                 }

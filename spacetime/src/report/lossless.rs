@@ -50,6 +50,40 @@ impl<'a, I: Iterator<Item = &'a [u8]> + Clone> Serialize for ArgvB64<I> {
     }
 }
 
+/// An owned argument list (the command spacetime ran): `argv` in JSON.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Args(pub Vec<Vec<u8>>);
+
+impl Args {
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + Clone {
+        self.0.iter().map(Vec::as_slice)
+    }
+
+    /// The base64 form, present only when some argument is not UTF-8.
+    pub fn b64(&self) -> Option<Args> {
+        self.iter().any(|a| !is_text(a)).then(|| self.clone())
+    }
+
+    /// The arguments joined by spaces, invalid UTF-8 shown as U+FFFD (for titles).
+    pub fn lossy_line(&self) -> String {
+        String::from_utf8_lossy(&self.0.join(&b' ')).into_owned()
+    }
+}
+
+impl Serialize for Args {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        Argv(self.iter()).serialize(s)
+    }
+}
+
+/// [`Args`] as base64 strings.
+pub fn serialize_b64<S: Serializer>(a: &Option<Args>, s: S) -> Result<S::Ok, S::Error> {
+    match a {
+        Some(a) => ArgvB64(a.iter()).serialize(s),
+        None => s.serialize_none(),
+    }
+}
+
 pub fn is_text(b: &[u8]) -> bool {
     std::str::from_utf8(b).is_ok()
 }

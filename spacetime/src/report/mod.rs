@@ -45,7 +45,14 @@ impl Serialize for Exit {
 
 #[derive(Debug, Serialize)]
 pub struct Report<'a> {
-    pub command: Vec<String>,
+    /// The command as given, exact bytes (strings in JSON, exact when UTF-8).
+    pub command: lossless::Args,
+    /// Each argument's exact bytes in base64, when one is not UTF-8.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "lossless::serialize_b64"
+    )]
+    pub command_b64: Option<lossless::Args>,
     pub exit: Option<Exit>,
     pub wall_ns: u64,
     pub user_ns: u64,
@@ -139,7 +146,7 @@ pub struct KernelReport {
 
 /// What the trace knows beyond the tree.
 pub struct Meta<'a> {
-    pub command: Vec<String>,
+    pub command: lossless::Args,
     pub root_exit: Option<ExitStatus>,
     /// CLOCK_MONOTONIC when the root started and when the trace ended.
     pub t0_ns: u64,
@@ -204,6 +211,7 @@ impl<'a> Report<'a> {
             .timeline
             .report(t0, processes.iter().filter_map(|p| p.p.key).collect());
         Report {
+            command_b64: meta.command.b64(),
             command: meta.command,
             exit: meta.root_exit.map(Exit),
             wall_ns: meta.end_ns.saturating_sub(t0),

@@ -86,7 +86,7 @@ fn runtime(p: &ProcessReport, wall_ns: u64) -> u64 {
 pub fn render(r: &Report, width: usize, top: usize, verbose: bool, chart: Option<&str>) -> String {
     let mut out = String::new();
     let width = width.max(60);
-    let command = term::join(r.command.iter().map(|a| a.as_bytes()));
+    let command = term::join(r.command.iter());
     let _ = writeln!(
         out,
         "spacetime: {}",

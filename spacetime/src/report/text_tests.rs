@@ -72,7 +72,7 @@ fn hostile_names_render_safely_at_every_width() {
     let gone = crate::idhash::IdSet::default();
     for round in 0..40u32 {
         let tree = hostile_tree(&mut seed, 1 + round % 13);
-        let command = vec![String::from_utf8_lossy(&nasty_bytes(&mut seed, 40)).into_owned()];
+        let command = crate::report::lossless::Args(vec![nasty_bytes(&mut seed, 40)]);
         let report = Report::build(
             &tree,
             &sums,
