@@ -247,3 +247,34 @@ fn output_file_appends_and_json_dash_is_stdout() {
     let both = std::fs::read_to_string(dir.path().join("s.txt")).expect("s.txt");
     assert_eq!(both, format!("{first}2\n"), "appended");
 }
+
+#[test]
+fn watch_stops_cleanly_when_its_output_closes() {
+    let mut child = Command::new(spacetime_bin())
+        .arg("watch")
+        .stdin(Stdio::null())
+        .stdout(broken_pipe())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start spacetime watch");
+    // Any exit on the system is written, and the write fails: keep some coming.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while child.try_wait().expect("try_wait").is_none() {
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            panic!("watch still running with its output closed");
+        }
+        let _ = Command::new("true").status();
+    }
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("stopped: the output was closed"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("spacetime: watched "),
+        "the summary\n{stderr}"
+    );
+}

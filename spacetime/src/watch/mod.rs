@@ -190,8 +190,9 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         crate::errln!("spacetime: no cgroup2 mount: cgroups are shown as ids");
     }
     out.set_wall_offset(wall_offset_ns());
-    out.header()?;
-    out.flush()?;
+    // An output already closed stops the watch at its first exit, cleanly, with the summary
+    // saying so: not an error before it starts.
+    let _ = out.header().and_then(|()| out.flush());
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
