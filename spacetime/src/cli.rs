@@ -144,4 +144,31 @@ mod tests {
         };
         assert_eq!(t.command, ["ls", "-l", "--color"]);
     }
+
+    #[test]
+    fn output_options() {
+        let cli = Cli::try_parse_from([
+            "spacetime",
+            "trace",
+            "-o",
+            "t.txt",
+            "--append",
+            "-f",
+            "%e %M",
+            "--json",
+            "-",
+            "--",
+            "true",
+        ])
+        .expect("parse");
+        let Command::Trace(t) = cli.command else {
+            panic!("not parsed as trace")
+        };
+        assert_eq!(t.output.as_deref(), Some(std::path::Path::new("t.txt")));
+        assert!(t.append && t.format.is_some());
+        assert_eq!(t.json.as_deref(), Some(std::path::Path::new("-")));
+        // --append needs -o; a bad format letter is refused before anything runs.
+        assert!(Cli::try_parse_from(["spacetime", "trace", "--append", "--", "true"]).is_err());
+        assert!(Cli::try_parse_from(["spacetime", "trace", "-f", "%q", "--", "true"]).is_err());
+    }
 }

@@ -5,7 +5,9 @@
 //! [`launch`] starts and reaps the traced command; [`btf`] and [`offsets`] resolve the kernel
 //! fields the programs read; [`taskstats`] listens to the kernel's exit accounting.
 //! [`trace`] ties them together for `spacetime trace`; [`selfstats`] measures what spacetime
-//! itself costs.
+//! itself costs. [`term`] makes untrusted bytes (argv, comm, paths) safe for a terminal;
+//! [`outputs`] opens the files a trace writes before CMD starts; [`format`] is `--format`;
+//! [`pidfd`] proves a pid is still the process meant before it is signalled.
 
 pub mod btf;
 pub mod chart;
