@@ -49,9 +49,13 @@ fn push_byte_escape(out: &mut String, b: u8) {
 
 /// Appends `bytes` escaped for a terminal.
 pub fn push_escaped(out: &mut String, bytes: &[u8]) {
+    push(out, bytes, true)
+}
+
+fn push(out: &mut String, bytes: &[u8], backslash: bool) {
     for chunk in bytes.utf8_chunks() {
         for c in chunk.valid().chars() {
-            if c.is_ascii_control() || c == '\\' {
+            if c.is_ascii_control() || (backslash && c == '\\') {
                 push_byte_escape(out, c as u8);
             } else if hidden(c) {
                 let _ = write!(out, "\\u{{{:x}}}", c as u32);
@@ -191,14 +195,22 @@ pub fn fit_command(s: &str, cols: usize) -> String {
     out
 }
 
+/// `s` with its controls escaped and its backslashes kept: text that is already escaped
+/// (a name in an error message) comes out unchanged, anything raw in it is escaped.
+pub fn sanitize(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    push(&mut out, s.as_bytes(), false);
+    out
+}
+
 /// Writes one line to stderr, ignoring errors: a full or closed stderr must neither stop
-/// spacetime nor change CMD's status. The text is escaped, so a command named in an error
-/// cannot drive the terminal.
+/// spacetime nor change CMD's status. Its controls are escaped ([`sanitize`]), so a command
+/// named in an error cannot drive the terminal.
 pub fn err_line(args: std::fmt::Arguments) {
     use std::io::Write;
     let text = match args.as_str() {
-        Some(s) => escape(s.as_bytes()),
-        None => escape(args.to_string().as_bytes()),
+        Some(s) => sanitize(s),
+        None => sanitize(&args.to_string()),
     };
     let mut e = std::io::stderr().lock();
     let _ = e.write_all(text.as_bytes());

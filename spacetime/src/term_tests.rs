@@ -61,6 +61,18 @@ fn escapes_controls_c1_and_invalid_bytes() {
 }
 
 #[test]
+fn sanitize_is_escape_without_backslashes_and_leaves_escaped_text_alone() {
+    let e = escape(b"a\x1b\xffb\\");
+    assert_eq!(sanitize(&e), e);
+    assert_eq!(sanitize("x\x07y\\z"), "x\\ay\\z");
+    let mut seed = 7;
+    for n in 0..300 {
+        let raw = String::from_utf8_lossy(&nasty_bytes(&mut seed, n)).into_owned();
+        assert_terminal_safe(&sanitize(&raw), false);
+    }
+}
+
+#[test]
 fn cuts_by_display_width_never_inside_an_escape() {
     assert_eq!(fit("abcdef", 4), "abc…");
     assert_eq!(fit("abc", 3), "abc");

@@ -298,3 +298,43 @@ fn forwarded_signal_spares_a_stranger_holding_a_traced_pid() {
     );
     assert!(out.stderr.contains("unknown"), "{}", out.stderr);
 }
+
+#[test]
+fn long_non_ascii_path_with_more_processes_than_top() {
+    // The per-program table once cut such a path inside a character: exit 101, no summary.
+    let dir = TempDir::new("non-ascii");
+    let mut path = dir.path().to_path_buf();
+    for _ in 0..6 {
+        path.push("répertoire-très-long-ünïcödé-目录");
+    }
+    std::fs::create_dir_all(&path).expect("mkdir");
+    let prog = path.join("prögram");
+    std::fs::copy("/bin/true", &prog).expect("copy /bin/true");
+    let script = format!("for i in 1 2 3 4 5 6; do '{}'; done", prog.display());
+    let out = Trace::new(["sh", "-c", &script])
+        .flag("--top")
+        .flag("2")
+        .tag("non-ascii")
+        .run();
+    out.assert_code(0);
+    assert!(
+        out.stderr.contains("programs run") && out.stderr.contains("/prögram"),
+        "the per-program table keeps the name\n{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn error_line_naming_a_command_is_escaped() {
+    let out = Trace::new([OsString::from_vec(b"no-such-\x1b]0;pwn\x07-\x9b".to_vec())])
+        .tag("not-found")
+        .run();
+    out.assert_code(127);
+    let bad = raw_controls(&out.stderr);
+    assert!(bad.is_empty(), "raw controls {bad:?} in {:?}", out.stderr);
+    assert!(
+        out.stderr.contains("no-such-\\e]0;pwn\\a-"),
+        "{}",
+        out.stderr
+    );
+}
