@@ -3,6 +3,8 @@
 //! losing a whole run at the end. A write that still fails at the end costs that file only:
 //! the summary and CMD's status are kept.
 
+use crate::report::Report;
+
 use std::{
     fs::{File, OpenOptions},
     io::{self, BufWriter, Write},
@@ -96,6 +98,42 @@ pub struct Requested<'a> {
 }
 
 impl Outputs {
+    /// Writes the report's files, then the summary. A write that fails costs that output only
+    /// (one line says so): the summary is kept, on stderr if its own file failed.
+    pub fn write(
+        &mut self,
+        report: &Report,
+        summary: &str,
+        perfetto: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    ) {
+        if let Some(d) = self.json.as_mut() {
+            let written = d.write_with(|w| {
+                serde_json::to_writer(&mut *w, report)?;
+                w.write_all(b"\n")
+            });
+            if let Err(e) = written {
+                crate::errln!("spacetime: writing the JSON report to {}: {e}", d.name());
+            }
+        }
+        if let Some(d) = self.perfetto.as_mut() {
+            if let Err(e) = d.write_with(perfetto) {
+                crate::errln!("spacetime: writing the Perfetto trace to {}: {e}", d.name());
+            }
+        }
+        match self.summary.as_mut() {
+            Some(d) => {
+                if let Err(e) = d.write_with(|w| w.write_all(summary.as_bytes())) {
+                    crate::errln!(
+                        "spacetime: writing the summary to {}: {e}; here it is",
+                        d.name()
+                    );
+                    crate::term::err_raw(summary);
+                }
+            }
+            None => crate::term::err_raw(summary),
+        }
+    }
+
     /// Opens (creates) every requested output now, before CMD runs.
     pub fn open(r: &Requested) -> Result<Outputs, OpenError> {
         Ok(Outputs {

@@ -140,6 +140,17 @@ pub fn signal_if_same(pid: u32, start_mono_ns: u64, signo: libc::c_int) -> bool 
     }
 }
 
+/// The processes of `tree` whose exit was never seen and that are gone (not proven alive):
+/// their exit records were lost, so how they ended is unknown.
+pub fn gone_unseen(tree: &crate::tree::Tree) -> crate::idhash::IdSet<crate::tree::Key> {
+    tree.processes()
+        .iter()
+        .filter(|p| p.end_ns.is_none())
+        .filter_map(|p| p.key)
+        .filter(|k| !alive(k.tgid, k.start_ns))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

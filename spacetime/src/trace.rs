@@ -2,7 +2,7 @@
 //! events until every traced process has exited (or the root, on request), then report.
 
 use std::{
-    io::{self, IsTerminal, Write},
+    io::{self, IsTerminal},
     os::fd::{AsRawFd, OwnedFd},
     time::Duration,
 };
@@ -213,13 +213,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     }
     // Processes whose exit never arrived: still running (--stop-on-root-exit), or gone with
     // their exit record lost, which the report must not call running.
-    let gone: crate::idhash::IdSet<crate::tree::Key> = tree
-        .processes()
-        .iter()
-        .filter(|p| p.end_ns.is_none())
-        .filter_map(|p| p.key)
-        .filter(|k| !crate::pidfd::alive(k.tgid, k.start_ns))
-        .collect();
+    let gone = crate::pidfd::gone_unseen(&tree);
     // Measured last, with the programs still attached: the figures cover the whole trace.
     let own_cost = OwnCost::measure(&probes);
     let report = Report::build(
@@ -263,46 +257,10 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
             report::text::render(&report, width, args.top, verbose > 0, chart.as_deref())
         }
     };
-    write_outputs(&mut outputs, &report, &summary, |w| {
+    outputs.write(&report, &summary, |w| {
         perfetto::write_to(&mut &mut *w, &tree, &memory.timeline, &perfetto_opts)
     });
     Ok(outcome.root_status.map_or(0, |s| s.shell_code()))
-}
-
-/// Writes the report's files, then the summary. A write that fails costs that output only
-/// (one line says so): the summary is kept, on stderr if its own file failed.
-fn write_outputs(
-    out: &mut Outputs,
-    report: &Report,
-    summary: &str,
-    perfetto: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-) {
-    if let Some(d) = out.json.as_mut() {
-        let written = d.write_with(|w| {
-            serde_json::to_writer(&mut *w, report)?;
-            w.write_all(b"\n")
-        });
-        if let Err(e) = written {
-            crate::errln!("spacetime: writing the JSON report to {}: {e}", d.name());
-        }
-    }
-    if let Some(d) = out.perfetto.as_mut() {
-        if let Err(e) = d.write_with(perfetto) {
-            crate::errln!("spacetime: writing the Perfetto trace to {}: {e}", d.name());
-        }
-    }
-    match out.summary.as_mut() {
-        Some(d) => {
-            if let Err(e) = d.write_with(|w| w.write_all(summary.as_bytes())) {
-                crate::errln!(
-                    "spacetime: writing the summary to {}: {e}; here it is",
-                    d.name()
-                );
-                crate::term::err_raw(summary);
-            }
-        }
-        None => crate::term::err_raw(summary),
-    }
 }
 
 fn terminal_width(stderr: &io::Stderr) -> usize {
