@@ -7,6 +7,10 @@ use crate::{
     events::Comm,
     term::tests::{assert_terminal_safe, nasty_bytes},
     watch::table::{Ancestor, EndedImage},
+    watch::{
+        metrics::Metrics,
+        summary::{Final, Peaks},
+    },
 };
 
 fn output(width: Option<usize>, wide: bool) -> Output {
@@ -34,6 +38,8 @@ fn image(seed: &mut u64, n: usize) -> ImageInfo {
 #[test]
 fn hostile_names_render_safely() {
     let mut seed = 0x1234_5678_9abc_def1;
+    let mut peaks = Peaks::default();
+    let mut metrics = Metrics::new(false);
     for round in 0..300usize {
         let img = image(&mut seed, round % 120);
         let comm = String::from_utf8_lossy(&nasty_bytes(&mut seed, 15)).into_owned();
@@ -87,10 +93,23 @@ fn hostile_names_render_safely() {
                 );
             }
         }
-        let mut peaks = super::super::summary::Peaks::default();
         peaks.observe(&x);
+        metrics.observe(&x);
         let mut json = output(None, false);
         json.json = true;
         json.write(&x).expect("json to a sink");
     }
+    // The summary lists the top comms and the biggest peaks' commands.
+    let fin = Final {
+        elapsed: std::time::Duration::from_secs(1),
+        metrics: &metrics,
+        peaks: &peaks,
+        table: Default::default(),
+        filtered: false,
+        taskstats_unavailable: None,
+        coverage_note: None,
+    };
+    let text = super::super::summary::render(&fin);
+    assert!(text.contains("biggest peaks:"), "{text}");
+    assert_terminal_safe(&text, true);
 }
