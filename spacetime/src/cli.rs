@@ -37,9 +37,20 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct TraceArgs {
-    /// Write the full report as JSON to FILE
+    /// Write the full report as JSON to FILE (`-`: standard output)
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Write the summary to FILE instead of stderr (`-`: standard output), like `time -o`
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// With -o, append to FILE instead of overwriting it
+    #[arg(short = 'a', long, requires = "output")]
+    pub append: bool,
+    /// Print this line instead of the summary, with GNU time's letters (%e %E %U %S %M %x %C
+    /// %c %w, %%, \n, \t) and spacetime's: %T tree-wide peak RSS KiB, %N processes, %Y max
+    /// PSS KiB, %L events lost
+    #[arg(short = 'f', long, value_name = "FMT", value_parser = crate::format::parse)]
+    pub format: Option<crate::format::Format>,
     /// Stop when CMD exits; report descendants still running instead of waiting for them
     #[arg(long)]
     pub stop_on_root_exit: bool,
@@ -63,7 +74,7 @@ pub struct TraceArgs {
     #[arg(long)]
     pub no_chart: bool,
     /// Write a Perfetto trace (open it in ui.perfetto.dev): a track per process nested by the
-    /// tree, a slice per image, RSS and PSS counters
+    /// tree, a slice per image, RSS and PSS counters (`-`: standard output)
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
     /// No live status line
@@ -132,5 +143,32 @@ mod tests {
             panic!("not parsed as trace")
         };
         assert_eq!(t.command, ["ls", "-l", "--color"]);
+    }
+
+    #[test]
+    fn output_options() {
+        let cli = Cli::try_parse_from([
+            "spacetime",
+            "trace",
+            "-o",
+            "t.txt",
+            "--append",
+            "-f",
+            "%e %M",
+            "--json",
+            "-",
+            "--",
+            "true",
+        ])
+        .expect("parse");
+        let Command::Trace(t) = cli.command else {
+            panic!("not parsed as trace")
+        };
+        assert_eq!(t.output.as_deref(), Some(std::path::Path::new("t.txt")));
+        assert!(t.append && t.format.is_some());
+        assert_eq!(t.json.as_deref(), Some(std::path::Path::new("-")));
+        // --append needs -o; a bad format letter is refused before anything runs.
+        assert!(Cli::try_parse_from(["spacetime", "trace", "--append", "--", "true"]).is_err());
+        assert!(Cli::try_parse_from(["spacetime", "trace", "-f", "%q", "--", "true"]).is_err());
     }
 }

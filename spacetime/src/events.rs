@@ -36,8 +36,9 @@ impl Event {
 pub struct Exec {
     pub hdr: EventHeader,
     pub old_pid: u32,
-    pub comm: String,
-    pub filename: String,
+    /// Bytes as the kernel has them: any byte but NUL, not necessarily UTF-8.
+    pub comm: Comm,
+    pub filename: Vec<u8>,
     /// Total bytes of the argument area; more may follow in [`Args`] records.
     pub args_len: u32,
     /// The first bytes of the argument area.
@@ -83,10 +84,46 @@ fn read_prefix<T: Copy>(buf: &[u8], kind: u32) -> Result<T, DecodeError> {
     Ok(unsafe { core::ptr::read_unaligned(buf.as_ptr().cast::<T>()) })
 }
 
-/// Bytes up to the first NUL, as UTF-8 (lossy: paths are bytes to the kernel).
-fn c_string(bytes: &[u8]) -> String {
+/// Bytes up to the first NUL, kept exact (paths are bytes to the kernel, not UTF-8).
+fn c_bytes(bytes: &[u8]) -> &[u8] {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
+    &bytes[..end]
+}
+
+/// A task's comm, held inline (no allocation): up to 15 bytes, not necessarily UTF-8.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Comm {
+    len: u8,
+    bytes: [u8; TASK_COMM_LEN],
+}
+
+impl Comm {
+    /// The bytes of a NUL-terminated (or full) comm field.
+    pub fn new(field: &[u8]) -> Comm {
+        let b = c_bytes(&field[..field.len().min(TASK_COMM_LEN)]);
+        let mut c = Comm {
+            len: b.len() as u8,
+            ..Comm::default()
+        };
+        c.bytes[..b.len()].copy_from_slice(b);
+        c
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+impl From<&str> for Comm {
+    fn from(s: &str) -> Comm {
+        Comm::new(s.as_bytes())
+    }
+}
+
+impl core::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self.as_bytes()))
+    }
 }
 
 pub fn decode(buf: &[u8]) -> Result<Event, DecodeError> {
@@ -129,8 +166,8 @@ fn decode_exec(buf: &[u8], hdr: EventHeader) -> Result<Event, DecodeError> {
     Ok(Event::Exec(Exec {
         hdr,
         old_pid,
-        comm: c_string(&buf[comm_off..name_off]),
-        filename: c_string(&buf[name_off..name_off + FILENAME_LEN]),
+        comm: Comm::new(&buf[comm_off..name_off]),
+        filename: c_bytes(&buf[name_off..name_off + FILENAME_LEN]).to_vec(),
         args_len,
         args: payload[..args_here].to_vec(),
     }))
@@ -164,16 +201,12 @@ fn decode_args(buf: &[u8], hdr: EventHeader) -> Result<Event, DecodeError> {
     }))
 }
 
-/// Splits a NUL-separated argument area into arguments. A trailing NUL ends the last one; an
-/// area cut short keeps its last partial argument.
-pub fn split_argv(area: &[u8]) -> Vec<String> {
+/// The arguments of a NUL-separated argument area, as exact bytes. A trailing NUL ends the
+/// last one; an area cut short keeps its last partial argument.
+pub fn split_argv(area: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
     let area = area.strip_suffix(&[0]).unwrap_or(area);
-    if area.is_empty() {
-        return Vec::new();
-    }
-    area.split(|&b| b == 0)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect()
+    let n = if area.is_empty() { 0 } else { usize::MAX };
+    area.split(|&b| b == 0).take(n)
 }
 
 #[cfg(test)]
@@ -232,8 +265,11 @@ mod tests {
         let Ok(Event::Exec(x)) = decode(sent) else {
             panic!("exec did not decode")
         };
-        assert_eq!((x.comm.as_str(), x.filename.as_str()), ("ls", "/bin/ls"));
-        assert_eq!(split_argv(&x.args), ["ls", "-l", "/x"]);
+        assert_eq!(
+            (x.comm.as_bytes(), x.filename.as_slice()),
+            (b"ls".as_slice(), b"/bin/ls".as_slice())
+        );
+        assert_eq!(argv(&x.args), [b"ls".as_slice(), b"-l", b"/x"]);
         // A record claiming more payload than it carries is rejected.
         assert!(matches!(
             decode(&full[..EXEC_EVENT_FIXED + 3]),
@@ -279,11 +315,17 @@ mod tests {
         }
     }
 
+    fn argv(area: &[u8]) -> Vec<&[u8]> {
+        split_argv(area).collect()
+    }
+
     #[test]
     fn argv_splitting() {
-        assert_eq!(split_argv(b"a\0bc\0"), ["a", "bc"]);
-        assert_eq!(split_argv(b"a\0\0c\0"), ["a", "", "c"]);
-        assert_eq!(split_argv(b"a\0partial"), ["a", "partial"]);
-        assert!(split_argv(b"").is_empty());
+        assert_eq!(argv(b"a\0bc\0"), [b"a".as_slice(), b"bc"]);
+        assert_eq!(argv(b"a\0\0c\0"), [b"a".as_slice(), b"", b"c"]);
+        assert_eq!(argv(b"a\0partial"), [b"a".as_slice(), b"partial"]);
+        assert!(argv(b"").is_empty());
+        // Bytes that are not UTF-8 stay exact.
+        assert_eq!(argv(b"\xff\x9b\0x\0"), [b"\xff\x9b".as_slice(), b"x"]);
     }
 }

@@ -40,6 +40,12 @@ impl LaunchError {
     }
 }
 
+/// A command as an error message names it: escaped for a terminal (its bytes are the user's,
+/// not necessarily UTF-8).
+fn shown(cmd: &OsStr) -> String {
+    crate::term::escape(cmd.as_bytes())
+}
+
 fn is_executable_file(p: &Path) -> Option<bool> {
     let m = std::fs::metadata(p).ok()?;
     Some(m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -48,7 +54,7 @@ fn is_executable_file(p: &Path) -> Option<bool> {
 /// Finds CMD like execvp would: a name with a slash is used as is, others are searched in
 /// PATH.
 pub fn resolve(cmd: &OsStr) -> Result<PathBuf, LaunchError> {
-    let shown = cmd.to_string_lossy().into_owned();
+    let shown = shown(cmd);
     if cmd.is_empty() {
         return Err(LaunchError::NotFound(shown));
     }
@@ -158,7 +164,7 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 
 fn cstring(s: &OsStr) -> Result<CString, LaunchError> {
     CString::new(s.as_bytes()).map_err(|_| LaunchError::Exec {
-        cmd: s.to_string_lossy().into_owned(),
+        cmd: shown(s),
         source: io::Error::from_raw_os_error(libc::EINVAL),
     })
 }
@@ -173,10 +179,7 @@ pub fn spawn_held(
     creds: Option<&Credentials>,
     own_pid: Option<RawFd>,
 ) -> Result<Held, LaunchError> {
-    let cmd = argv
-        .first()
-        .map(|a| a.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let cmd = argv.first().map(|a| shown(a)).unwrap_or_default();
     let spawn_err = |source| LaunchError::Spawn {
         cmd: cmd.clone(),
         source,

@@ -5,7 +5,9 @@
 //! [`launch`] starts and reaps the traced command; [`btf`] and [`offsets`] resolve the kernel
 //! fields the programs read; [`taskstats`] listens to the kernel's exit accounting.
 //! [`trace`] ties them together for `spacetime trace`; [`selfstats`] measures what spacetime
-//! itself costs.
+//! itself costs. [`term`] makes untrusted bytes (argv, comm, paths) safe for a terminal;
+//! [`outputs`] opens the files a trace writes before CMD starts; [`format`] is `--format`;
+//! [`pidfd`] proves a pid is still the process meant before it is signalled.
 
 pub mod btf;
 pub mod chart;
@@ -13,11 +15,14 @@ pub mod cli;
 pub mod crosscheck;
 pub mod events;
 pub mod export;
+pub mod format;
 pub mod idhash;
 pub mod launch;
 pub mod loader;
 pub mod memory;
 pub mod offsets;
+pub mod outputs;
+pub mod pidfd;
 pub mod pidns;
 pub mod pss;
 pub mod report;
@@ -25,6 +30,7 @@ pub mod selfstats;
 pub mod signals;
 pub mod status;
 pub mod taskstats;
+pub mod term;
 pub mod timeline;
 pub mod trace;
 pub mod tree;

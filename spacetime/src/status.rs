@@ -76,9 +76,9 @@ impl<W: Write> StatusLine<W> {
         }
         self.last_draw_ns = Some(elapsed_ns);
         let text = format(elapsed_ns, live, total, tree_rss_bytes);
-        // One column spare so the cursor never wraps, one more for the stopwatch, which
-        // some terminals draw two columns wide.
-        let cut: String = text.chars().take(self.width.saturating_sub(2)).collect();
+        // Cut by display width: one column spare so the cursor never wraps, one more for the
+        // stopwatch, which some terminals draw two columns wide.
+        let cut = crate::term::fit(&text, self.width.saturating_sub(2));
         let _ = write!(self.out, "\r{cut}\x1b[K");
         let _ = self.out.flush();
         self.shown = true;
@@ -134,7 +134,7 @@ mod tests {
         s.tick(S, 2, 3, 4096);
         s.tick(S + 50_000_000, 2, 3, 4096);
         let first = String::from_utf8(s.out.clone()).expect("utf8");
-        assert_eq!(first, "\r⏱ 1.0 s · 2 live · 3 process\x1b[K");
+        assert_eq!(first, "\r⏱ 1.0 s · 2 live · 3 proces…\x1b[K");
         assert_eq!(first.matches('\r').count(), 1, "throttled");
         s.tick(S + REDRAW_NS, 2, 3, 4096);
         let out = String::from_utf8(s.into_inner()).expect("utf8");

@@ -2,7 +2,7 @@
 //! events until every traced process has exited (or the root, on request), then report.
 
 use std::{
-    io::{self, IsTerminal, Write},
+    io::{self, IsTerminal},
     os::fd::{AsRawFd, OwnedFd},
     time::Duration,
 };
@@ -19,6 +19,7 @@ use crate::{
     launch::{self, LaunchError},
     loader::{KernelLogger, LearnedPid, LoadOptions, Probes},
     memory::{Memory, MemoryOptions},
+    outputs::{Outputs, Requested},
     report::{self, MemoryMeta, Meta, Report, TaskstatsMeta},
     selfstats::OwnCost,
     taskstats::{ListenerOptions, TaskstatsListener},
@@ -31,11 +32,11 @@ pub fn main(args: TraceArgs, verbose: u8) -> i32 {
     match run(args, verbose) {
         Ok(code) => code,
         Err(Failure::Launch(e)) => {
-            eprintln!("spacetime: {e}");
+            crate::errln!("spacetime: {e}");
             e.exit_code()
         }
         Err(Failure::Other(e)) => {
-            eprintln!("spacetime: {e:#}");
+            crate::errln!("spacetime: {e:#}");
             EXIT_OWN_FAILURE
         }
     }
@@ -71,6 +72,13 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     } else {
         launch::sudo_credentials().map_err(Failure::Launch)?
     };
+    // Before anything runs: a path that cannot be written must not cost a whole run.
+    let mut outputs = Outputs::open(&Requested {
+        json: args.json.as_deref(),
+        perfetto: args.perfetto.as_deref(),
+        summary: args.output.as_deref(),
+        append: args.append,
+    })?;
     let opts = LoadOptions {
         ring_buffer_bytes: args.ring_buffer,
         max_tracked: args.max_processes,
@@ -80,13 +88,13 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     };
     let mut probes = Probes::load(&opts)?;
     if verbose > 0 {
-        eprintln!(
+        crate::errln!(
             "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
             probes.load_ms,
             probes.ring_buffer_bytes >> 10
         );
         for m in &probes.mechanisms {
-            eprintln!("spacetime:   {m}");
+            crate::errln!("spacetime:   {m}");
         }
     }
     let taskstats = open_taskstats(&args);
@@ -227,17 +235,21 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     if let Some(l) = listener {
         let _ = l.close();
     }
+    // Processes whose exit never arrived: still running (--stop-on-root-exit), or gone with
+    // their exit record lost, which the report must not call running.
+    let gone = crate::pidfd::gone_unseen(&tree);
     // Measured last, with the programs still attached: the figures cover the whole trace.
     let own_cost = OwnCost::measure(&probes);
     let report = Report::build(
         &tree,
         &per_process,
         Meta {
-            command: args
-                .command
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect(),
+            command: crate::report::lossless::Args(
+                args.command
+                    .iter()
+                    .map(|a| a.as_encoded_bytes().to_vec())
+                    .collect(),
+            ),
             root_exit: outcome.root_status,
             t0_ns,
             end_ns,
@@ -249,39 +261,30 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
             taskstats,
             memory: MemoryMeta::of(&memory.timeline),
             own_cost,
+            gone: &gone,
         },
     );
-    if let Some(path) = &args.json {
-        write_json(path, &report)?;
-    }
-    let title = report.command.join(" ");
-    if let Some(path) = &args.perfetto {
-        let opts = perfetto::Options {
-            title: &title,
-            t0_ns,
-            end_ns,
-            page_size,
-        };
-        perfetto::write(path, &tree, &memory.timeline, &opts)
-            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
-    }
-    let stderr = io::stderr();
-    let chart = (!args.no_chart)
-        .then(|| memory_chart(&memory.timeline, t0_ns, end_ns, width, stderr.is_terminal()));
-    let text = report::text::render(&report, width, args.top, verbose > 0, chart.as_deref());
-    let _ = stderr.lock().write_all(text.as_bytes());
+    let title = report.command.lossy_line();
+    let perfetto_opts = perfetto::Options {
+        title: &title,
+        t0_ns,
+        end_ns,
+        page_size,
+    };
+    let summary = match &args.format {
+        Some(f) => f.render(&report),
+        None => {
+            // Colours only on a terminal: not in a file of `-o`.
+            let terminal = outputs.summary.is_none() && io::stderr().is_terminal();
+            let chart = (!args.no_chart)
+                .then(|| memory_chart(&memory.timeline, t0_ns, end_ns, width, terminal));
+            report::text::render(&report, width, args.top, verbose > 0, chart.as_deref())
+        }
+    };
+    outputs.write(&report, &summary, |w| {
+        perfetto::write_to(&mut &mut *w, &tree, &memory.timeline, &perfetto_opts)
+    });
     Ok(outcome.root_status.map_or(0, |s| s.shell_code()))
-}
-
-fn write_json(path: &std::path::Path, report: &Report) -> anyhow::Result<()> {
-    use anyhow::Context;
-    let file =
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut w = io::BufWriter::new(file);
-    serde_json::to_writer(&mut w, report).with_context(|| format!("writing {}", path.display()))?;
-    w.write_all(b"\n")?;
-    w.flush()
-        .with_context(|| format!("writing {}", path.display()))
 }
 
 fn terminal_width(stderr: &io::Stderr) -> usize {
@@ -468,6 +471,10 @@ async fn consume(
                     if signo == libc::SIGCHLD {
                         no_children = reap(root_pid, &mut root_status);
                     } else if from_process {
+                        // CMD may have exited with its SIGCHLD still queued (reaped first, it
+                        // is not taken for alive), and forks may wait in the ring.
+                        no_children = reap(root_pid, &mut root_status);
+                        drain(ring.get_mut(), sink);
                         forward(signo, root_pid, root_status.is_none(), sink.tree);
                     }
                 }
@@ -536,20 +543,27 @@ fn read_signals(fd: libc::c_int) -> Vec<(libc::c_int, bool)> {
 }
 
 /// Passes a signal sent to spacetime on to CMD (or, once CMD is gone, to the processes left).
+/// CMD is our child: until reaped its pid stays its own. Any other process is signalled only
+/// through a pidfd once proven to be the one in the tree (pid and start time): a process
+/// whose exit record was lost may be gone and its pid reused by a stranger.
 fn forward(signo: libc::c_int, root_pid: u32, root_alive: bool, tree: &Tree) {
-    let targets: Vec<u32> = if root_alive {
-        vec![root_pid]
-    } else {
-        tree.processes()
-            .iter()
-            // pid 0: inside a PID namespace, a process whose fork record was lost.
-            .filter(|p| p.end_ns.is_none() && p.pid != 0)
-            .map(|p| p.pid)
-            .collect()
-    };
-    for pid in targets {
-        // SAFETY: plain syscall.
-        unsafe { libc::kill(pid as libc::pid_t, signo) };
+    if root_alive {
+        // SAFETY: plain syscall; the pid is our unreaped child's.
+        unsafe { libc::kill(root_pid as libc::pid_t, signo) };
+        return;
+    }
+    // pid 0: inside a PID namespace, a process whose fork record was lost.
+    for p in tree
+        .processes()
+        .iter()
+        .filter(|p| p.end_ns.is_none() && p.pid != 0)
+    {
+        if !crate::pidfd::signal_if_same(p.pid, p.start_ns, signo) {
+            log::debug!(
+                "not forwarded to pid {}: not the traced process (gone)",
+                p.pid
+            );
+        }
     }
 }
 
@@ -600,7 +614,7 @@ impl DelayAcct {
     fn configure(enable: bool) -> DelayAcct {
         if !enable {
             if !delayacct_on() {
-                eprintln!("spacetime: delay accounting is off (sysctl kernel.task_delayacct=0): delays read 0; --delayacct turns it on for the trace");
+                crate::errln!("spacetime: delay accounting is off (sysctl kernel.task_delayacct=0): delays read 0; --delayacct turns it on for the trace");
             }
             return DelayAcct { restore: None };
         }
@@ -609,7 +623,7 @@ impl DelayAcct {
                 restore: (!old).then_some(old),
             },
             Err(e) => {
-                eprintln!("spacetime: cannot switch delay accounting on: {e}");
+                crate::errln!("spacetime: cannot switch delay accounting on: {e}");
                 DelayAcct { restore: None }
             }
         }
@@ -620,7 +634,7 @@ impl Drop for DelayAcct {
     fn drop(&mut self) {
         if let Some(old) = self.restore {
             if let Err(e) = crate::taskstats::set_delayacct(old) {
-                eprintln!(
+                crate::errln!(
                     "spacetime: could not restore kernel.task_delayacct={}: {e}",
                     old as u8
                 );

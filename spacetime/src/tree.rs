@@ -13,7 +13,7 @@ use spacetime_common::{
 };
 
 use crate::{
-    events::{split_argv, Args, Event, Exec},
+    events::{split_argv, Args, Comm, Event, Exec},
     idhash::{IdMap, IdSet},
 };
 
@@ -63,13 +63,21 @@ impl ExitStatus {
 }
 
 /// What an image ran: shared by a forked child's inherited image with its parent's instead of
-/// copied (a 100k-process fork storm would hold 100k copies).
+/// copied (a 100k-process fork storm would hold 100k copies). Bytes exactly as the kernel had
+/// them: neither paths nor arguments need be UTF-8.
 #[derive(Clone, Debug, Default)]
 pub struct Names {
     /// The path passed to execve (for an inherited image, the parent's).
-    pub exe: String,
-    pub argv: Vec<String>,
-    pub comm: String,
+    pub exe: Box<[u8]>,
+    /// The argument area as it arrived: NUL-separated, one allocation for all arguments.
+    pub args: Box<[u8]>,
+    pub comm: Comm,
+}
+
+impl Names {
+    pub fn argv(&self) -> impl Iterator<Item = &[u8]> + Clone {
+        split_argv(&self.args)
+    }
 }
 
 /// The end-of-image memory figures an image keeps of the kernel's [`MemStats`] (56 bytes).
@@ -137,16 +145,30 @@ impl Default for Image {
 }
 
 impl Image {
-    pub fn exe(&self) -> &str {
+    pub fn exe(&self) -> &[u8] {
         &self.names.exe
     }
 
-    pub fn argv(&self) -> &[String] {
-        &self.names.argv
+    /// The arguments, exact bytes.
+    pub fn argv(&self) -> impl Iterator<Item = &[u8]> + Clone {
+        self.names.argv()
     }
 
-    pub fn comm(&self) -> &str {
-        &self.names.comm
+    pub fn comm(&self) -> &[u8] {
+        self.names.comm.as_bytes()
+    }
+
+    /// argv joined by spaces, or the exe (or comm) when there is none: a name for the image
+    /// where Unicode text is needed (invalid UTF-8 shown as U+FFFD).
+    pub fn title_lossy(&self) -> String {
+        let bytes: Vec<u8> = if self.argv().next().is_some() {
+            self.argv().collect::<Vec<_>>().join(&b' ')
+        } else if !self.exe().is_empty() {
+            self.exe().to_vec()
+        } else {
+            self.comm().to_vec()
+        };
+        String::from_utf8_lossy(&bytes).into_owned()
     }
 
     /// Peak RSS of this image in pages (None while running or when not measured).
@@ -176,15 +198,19 @@ impl Image {
     }
 
     fn finish_argv(&mut self) {
-        let Some(pending) = self.pending_args.as_deref() else {
+        let Some(pending) = self.pending_args.as_deref_mut() else {
             return;
         };
-        Arc::make_mut(&mut self.names).argv = split_argv(&pending.area);
         let arrived = pending.area.len() >= pending.expected as usize;
         self.argv_complete = pending.area.len() == pending.expected as usize
             && self.exec_flags & (flags::EXEC_ARGS_TRUNCATED | flags::EXEC_ARGS_FAULT) == 0;
+        let names = Arc::make_mut(&mut self.names);
         if arrived {
+            // The area moves into the names: no copy for the usual one-record argv.
+            names.args = std::mem::take(&mut pending.area).into_boxed_slice();
             self.pending_args = None;
+        } else {
+            names.args = pending.area.as_slice().into();
         }
     }
 }
@@ -435,8 +461,8 @@ impl Tree {
         }
         let mut img = Image {
             names: Arc::new(Names {
-                exe: e.filename,
-                argv: Vec::new(),
+                exe: e.filename.into_boxed_slice(),
+                args: Box::default(),
                 comm: e.comm,
             }),
             start_ns: e.hdr.ts_ns,

@@ -103,15 +103,7 @@ fn cut(s: &str, n: usize) -> String {
 }
 
 fn image_command(img: &Image) -> String {
-    if img.argv().is_empty() {
-        if img.exe().is_empty() {
-            img.comm().to_string()
-        } else {
-            img.exe().to_string()
-        }
-    } else {
-        img.argv().join(" ")
-    }
+    img.title_lossy()
 }
 
 /// What a process ran: its last exec, else what it was forked running.
@@ -227,7 +219,7 @@ impl Builder<'_> {
                 )
                 .msg(
                     field::EVENT_DEBUG_ANNOTATIONS,
-                    annotation_str("exe", img.exe()),
+                    annotation_str("exe", &String::from_utf8_lossy(img.exe())),
                 )
                 .msg(
                     field::EVENT_DEBUG_ANNOTATIONS,

@@ -2,20 +2,22 @@
 //! stderr ([`text`]). All times are nanoseconds since the root process started; all sizes are
 //! bytes.
 
+pub mod lossless;
 pub mod text;
 mod view;
 
 use view::Scale;
-pub use view::{ImageReport, ProcessReport};
+pub use view::{ImageReport, ProcessReport, State};
 
 use serde::Serialize;
 
 use crate::{
     crosscheck::{Coverage, PerProcess},
+    idhash::IdSet,
     loader::KernelCounters,
     selfstats::OwnCost,
     timeline::TimelineReport,
-    tree::{ExitStatus, Tree},
+    tree::{ExitStatus, Key, Tree},
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +45,14 @@ impl Serialize for Exit {
 
 #[derive(Debug, Serialize)]
 pub struct Report<'a> {
-    pub command: Vec<String>,
+    /// The command as given, exact bytes (strings in JSON, exact when UTF-8).
+    pub command: lossless::Args,
+    /// Each argument's exact bytes in base64, when one is not UTF-8.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "lossless::serialize_b64"
+    )]
+    pub command_b64: Option<lossless::Args>,
     pub exit: Option<Exit>,
     pub wall_ns: u64,
     pub user_ns: u64,
@@ -113,6 +122,8 @@ pub struct Totals {
     pub execs: u64,
     /// Processes still running when the trace stopped.
     pub still_running: u64,
+    /// Processes whose exit was never seen (record lost) and that were gone at the end.
+    pub unknown: u64,
     /// The tree-wide concurrent RSS peak (the sum over live processes), from the kernel, and
     /// when it happened (ns since the root started). Null without kernel RSS tracking data.
     pub tree_peak_rss_bytes: Option<u64>,
@@ -135,7 +146,7 @@ pub struct KernelReport {
 
 /// What the trace knows beyond the tree.
 pub struct Meta<'a> {
-    pub command: Vec<String>,
+    pub command: lossless::Args,
     pub root_exit: Option<ExitStatus>,
     /// CLOCK_MONOTONIC when the root started and when the trace ended.
     pub t0_ns: u64,
@@ -148,6 +159,8 @@ pub struct Meta<'a> {
     pub taskstats: TaskstatsMeta,
     pub memory: MemoryMeta<'a>,
     pub own_cost: OwnCost,
+    /// Processes whose exit was never seen and that were gone when the trace ended.
+    pub gone: &'a IdSet<Key>,
 }
 
 impl<'a> Report<'a> {
@@ -166,6 +179,7 @@ impl<'a> Report<'a> {
                 sums: per_process,
                 index: i,
                 scale,
+                gone: meta.gone,
             })
             .collect();
         let heaviest = processes.iter().max_by_key(|p| p.peak_rss_bytes());
@@ -179,7 +193,14 @@ impl<'a> Report<'a> {
                 .flat_map(|p| p.images())
                 .filter(|i| !i.inherited())
                 .count() as u64,
-            still_running: processes.iter().filter(|p| p.end_ns().is_none()).count() as u64,
+            still_running: processes
+                .iter()
+                .filter(|p| p.state() == State::Running)
+                .count() as u64,
+            unknown: processes
+                .iter()
+                .filter(|p| p.state() == State::Unknown)
+                .count() as u64,
             tree_peak_rss_bytes: meta.memory.tree_peak.map(|p| p.bytes),
             tree_peak_at_ns: meta.memory.tree_peak.map(|p| p.ts_ns.saturating_sub(t0)),
             max_pss_bytes: meta.memory.max_pss.map(|p| p.bytes),
@@ -198,6 +219,7 @@ impl<'a> Report<'a> {
                     .collect(),
             );
         Report {
+            command_b64: meta.command.b64(),
             command: meta.command,
             exit: meta.root_exit.map(Exit),
             wall_ns: meta.end_ns.saturating_sub(t0),

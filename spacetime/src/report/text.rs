@@ -6,12 +6,14 @@ use std::{collections::HashMap, fmt::Write};
 
 use super::{ImageReport, ProcessReport, Report};
 use crate::{
+    term,
     tree::ExitStatus,
     units::{bytes, duration_ns},
 };
 
-fn exit_text(e: Option<&super::Exit>) -> String {
+fn exit_text(e: Option<&super::Exit>, state: super::State) -> String {
     match e.map(|e| e.0) {
+        None if state == super::State::Unknown => "unknown".into(),
         None => "running".into(),
         Some(ExitStatus::Code(c)) => c.to_string(),
         Some(ExitStatus::Signal {
@@ -46,30 +48,33 @@ fn signal_name(sig: i32) -> String {
     name.into()
 }
 
-/// argv as a shell would show it, cut to `width` characters.
+/// argv as a shell would show it, escaped for the terminal, cut to `width` columns (a long
+/// program path is cut in the middle so its name stays).
 fn command_line(img: &ImageReport, width: usize) -> String {
-    let mut s = if img.argv().is_empty() {
-        img.exe().to_string()
+    let s = if img.argv().next().is_none() {
+        term::escape(img.exe())
     } else {
-        img.argv().join(" ")
+        term::join(img.argv())
     };
-    if s.chars().count() > width {
-        s = s.chars().take(width.saturating_sub(1)).collect::<String>() + "…";
-    }
-    s
+    term::fit_command(&s, width)
 }
 
 fn process_command(p: &ProcessReport, width: usize) -> String {
-    // The inherited image repeats the parent; show what the process itself ran.
+    // The inherited image repeats the parent; show what the process itself ran. Prefixes
+    // count in the width.
     let own: Vec<ImageReport> = p.images().filter(|i| !i.inherited()).collect();
+    let with = |prefix: String, img: &ImageReport| {
+        let left = width.saturating_sub(term::width(&prefix));
+        prefix + &command_line(img, left)
+    };
     match own.as_slice() {
         [] => p
             .images()
             .next()
-            .map(|i| format!("(fork) {}", command_line(&i, width)))
+            .map(|i| with("(fork) ".into(), &i))
             .unwrap_or_default(),
         [one] => command_line(one, width),
-        [.., last] => format!("[{} execs] {}", own.len(), command_line(last, width)),
+        [.., last] => with(format!("[{} execs] ", own.len()), last),
     }
 }
 
@@ -81,9 +86,14 @@ fn runtime(p: &ProcessReport, wall_ns: u64) -> u64 {
 pub fn render(r: &Report, width: usize, top: usize, verbose: bool, chart: Option<&str>) -> String {
     let mut out = String::new();
     let width = width.max(60);
-    let _ = writeln!(out, "spacetime: {}", r.command.join(" "));
+    let command = term::join(r.command.iter());
+    let _ = writeln!(
+        out,
+        "spacetime: {}",
+        term::fit_command(&command, width - 11)
+    );
     let status = r.exit.as_ref().map_or("still running".into(), |e| {
-        format!("exit {}", exit_text(Some(e)))
+        format!("exit {}", exit_text(Some(e), super::State::Exited))
     });
     let _ = writeln!(
         out,
@@ -217,13 +227,13 @@ fn taskstats_line(p: &ProcessReport, delays: bool) -> Option<String> {
 const HEADER: &str = "    PID  PEAK RSS      TIME  EXIT      COMMAND";
 
 fn row(p: &ProcessReport, r: &Report, indent: &str, width: usize) -> String {
-    let fixed = 44 + indent.chars().count();
+    let fixed = 44 + term::width(indent);
     format!(
         "{:>7}  {:>8}  {:>8}  {:<8}  {indent}{}",
         p.pid(),
         bytes(p.peak_rss_bytes()),
         duration_ns(runtime(p, r.wall_ns)),
-        exit_text(p.exit().as_ref()),
+        exit_text(p.exit().as_ref(), p.state()),
         process_command(p, width.saturating_sub(fixed).max(20))
     )
 }
@@ -324,7 +334,7 @@ fn render_programs(out: &mut String, r: &Report, width: usize, top: usize) {
         peak: u64,
         cpu_ns: u64,
     }
-    let mut progs: HashMap<&str, Prog> = HashMap::new();
+    let mut progs: HashMap<&[u8], Prog> = HashMap::new();
     for p in &r.processes {
         let own: Vec<ImageReport> = p.images().filter(|i| !i.inherited()).collect();
         for img in &own {
@@ -347,13 +357,7 @@ fn render_programs(out: &mut String, r: &Report, width: usize, top: usize) {
     let _ = writeln!(out, "\nprograms run ({}), by peak RSS:", list.len());
     let _ = writeln!(out, "   RUNS  PEAK RSS       CPU  PROGRAM");
     for (exe, p) in list.into_iter().take(top) {
-        let mut name = exe.to_string();
-        if name.chars().count() > width.saturating_sub(30) {
-            name = format!(
-                "…{}",
-                &name[name.len().saturating_sub(width.saturating_sub(31))..]
-            );
-        }
+        let name = term::fit_path(&term::escape(exe), width.saturating_sub(30));
         let _ = writeln!(
             out,
             "{:>7}  {:>8}  {:>8}  {name}",
@@ -396,5 +400,16 @@ fn completeness(r: &Report) -> String {
     if r.totals.still_running > 0 {
         let _ = write!(s, ", {} processes still running", r.totals.still_running);
     }
+    if r.totals.unknown > 0 {
+        let _ = write!(
+            s,
+            ", {} processes ended unseen (exit records lost: status unknown)",
+            r.totals.unknown
+        );
+    }
     s
 }
+
+#[cfg(test)]
+#[path = "text_tests.rs"]
+mod tests;

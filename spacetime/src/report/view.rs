@@ -4,10 +4,14 @@
 
 use serde::Serialize;
 
-use super::Exit;
+use super::{
+    lossless::{argv_b64, exe_b64, Argv, ArgvB64, Lossy, B64},
+    Exit,
+};
 use crate::{
     crosscheck::{PerProcess, ProcessTaskstats},
-    tree::{Image, Process},
+    idhash::IdSet,
+    tree::{Image, Key, Process},
 };
 
 /// What turns the tree's figures into the report's: times since `t0`, pages into bytes.
@@ -31,6 +35,19 @@ pub struct ProcessReport<'a> {
     pub(super) sums: &'a PerProcess,
     pub(super) index: usize,
     pub(super) scale: Scale,
+    /// Processes whose exit was never seen and that were gone when the trace ended.
+    pub(super) gone: &'a IdSet<Key>,
+}
+
+/// Where a process stands at the end of the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Exited,
+    /// Still running when the trace stopped (proven alive).
+    Running,
+    /// Its exit was never seen (record lost) and it is gone: how it ended is unknown.
+    Unknown,
 }
 
 impl<'a> ProcessReport<'a> {
@@ -56,6 +73,14 @@ impl<'a> ProcessReport<'a> {
 
     pub fn exit(&self) -> Option<Exit> {
         self.p.exit.map(Exit)
+    }
+
+    pub fn state(&self) -> State {
+        match (self.p.end_ns, self.p.key) {
+            (Some(_), _) => State::Exited,
+            (None, Some(k)) if self.gone.contains(&k) => State::Unknown,
+            (None, _) => State::Running,
+        }
     }
 
     pub fn peak_rss_bytes(&self) -> u64 {
@@ -100,15 +125,17 @@ pub struct ImageReport<'a> {
 }
 
 impl<'a> ImageReport<'a> {
-    pub fn exe(&self) -> &'a str {
+    /// The path passed to execve, exact bytes.
+    pub fn exe(&self) -> &'a [u8] {
         self.img.exe()
     }
 
-    pub fn argv(&self) -> &'a [String] {
+    /// The arguments, exact bytes.
+    pub fn argv(&self) -> impl Iterator<Item = &'a [u8]> + Clone {
         self.img.argv()
     }
 
-    pub fn comm(&self) -> &'a str {
+    pub fn comm(&self) -> &'a [u8] {
         self.img.comm()
     }
 
@@ -159,6 +186,7 @@ struct ProcessJson<'a> {
     end_ns: Option<u64>,
     threads: u32,
     exit: Option<Exit>,
+    state: State,
     peak_rss_bytes: u64,
     user_ns: u64,
     sys_ns: u64,
@@ -184,6 +212,7 @@ impl Serialize for ProcessReport<'_> {
             end_ns: self.end_ns(),
             threads: self.threads(),
             exit: self.exit(),
+            state: self.state(),
             peak_rss_bytes: self.peak_rss_bytes(),
             user_ns: self.user_ns(),
             sys_ns: self.sys_ns(),
@@ -196,10 +225,15 @@ impl Serialize for ProcessReport<'_> {
 }
 
 #[derive(Serialize)]
-struct ImageJson<'a> {
-    exe: &'a str,
-    argv: &'a [String],
-    comm: &'a str,
+#[serde(bound(serialize = ""))]
+struct ImageJson<'a, I: Iterator<Item = &'a [u8]> + Clone> {
+    exe: Lossy<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exe_b64: Option<B64<'a>>,
+    argv: Argv<I>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    argv_b64: Option<ArgvB64<I>>,
+    comm: Lossy<'a>,
     start_ns: u64,
     end_ns: Option<u64>,
     peak_rss_bytes: Option<u64>,
@@ -213,9 +247,11 @@ struct ImageJson<'a> {
 impl Serialize for ImageReport<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         ImageJson {
-            exe: self.exe(),
-            argv: self.argv(),
-            comm: self.comm(),
+            exe: Lossy(self.exe()),
+            exe_b64: exe_b64(self.exe()),
+            argv: Argv(self.argv()),
+            argv_b64: argv_b64(self.argv()),
+            comm: Lossy(self.comm()),
             start_ns: self.start_ns(),
             end_ns: self.end_ns(),
             peak_rss_bytes: self.peak_rss_bytes(),

@@ -110,7 +110,7 @@ impl Filter {
             return false;
         }
         if !self.exe.is_empty() {
-            let exe = x.image.exe.as_bytes();
+            let exe: &[u8] = &x.image.exe;
             let name = exe.rsplit(|&b| b == b'/').next().unwrap_or(exe);
             if !self
                 .exe

@@ -58,7 +58,7 @@ pub fn main(args: WatchArgs, verbose: u8) -> i32 {
     match run(args, verbose) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("spacetime: {e:#}");
+            crate::errln!("spacetime: {e:#}");
             EXIT_OWN_FAILURE
         }
     }
@@ -148,13 +148,13 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         ..LoadOptions::default()
     })?;
     if verbose > 0 {
-        eprintln!(
+        crate::errln!(
             "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
             probes.load_ms,
             probes.ring_buffer_bytes >> 10
         );
         for m in &probes.mechanisms {
-            eprintln!("spacetime:   {m}");
+            crate::errln!("spacetime:   {m}");
         }
     }
     // Every program is attached from here on (each was attached in turn while loading).
@@ -170,7 +170,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         }) {
             Ok(l) => (Some(l), None),
             Err(e) => {
-                eprintln!("spacetime: no taskstats cross-check: {e}");
+                crate::errln!("spacetime: no taskstats cross-check: {e}");
                 (None, Some(e.to_string()))
             }
         }
@@ -196,11 +196,12 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
     };
     let cgroups = Cgroups::open();
     if verbose > 0 && !cgroups.available() {
-        eprintln!("spacetime: no cgroup2 mount: cgroups are shown as ids");
+        crate::errln!("spacetime: no cgroup2 mount: cgroups are shown as ids");
     }
     out.set_wall_offset(wall_offset_ns());
-    out.header()?;
-    out.flush()?;
+    // An output already closed stops the watch at its first exit, cleanly, with the summary
+    // saying so: not an error before it starts.
+    let _ = out.header().and_then(|()| out.flush());
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -209,12 +210,12 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         Some(l) => {
             let _guard = rt.enter();
             let l = tokio::net::TcpListener::from_std(l)?;
-            eprintln!("spacetime: metrics on http://{}/metrics", l.local_addr()?);
+            crate::errln!("spacetime: metrics on http://{}/metrics", l.local_addr()?);
             Some(watcher::MetricsListener::new(l))
         }
         None => None,
     };
-    eprintln!(
+    crate::errln!(
         "spacetime: watching every exit on the system ({seeded} processes running); \
          Ctrl-C to stop"
     );
@@ -252,7 +253,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         .err()
         .filter(|e| e.kind() != io::ErrorKind::BrokenPipe)
     {
-        eprintln!("spacetime: writing the output: {e}");
+        crate::errln!("spacetime: writing the output: {e}");
     }
     let coverage_note = match &w.coverage {
         None => Some(match &taskstats_unavailable {
@@ -266,8 +267,10 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         )),
         Some(_) => None,
     };
-    if verbose > 0 {
-        eprintln!("spacetime: stopped: {stop:?}");
+    if stop == Stop::OutputClosed {
+        crate::errln!("spacetime: stopped: the output was closed");
+    } else if verbose > 0 {
+        crate::errln!("spacetime: stopped: {stop:?}");
     }
     // Measured with the programs still attached: the figures cover the whole watch.
     let own_cost = OwnCost::measure(&probes);
@@ -280,9 +283,9 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         taskstats_unavailable,
         coverage_note,
     };
-    eprint!("{}", summary::render(&fin));
+    crate::term::err_raw(&summary::render(&fin));
     if verbose > 0 {
-        eprintln!("  {}", own_cost.line());
+        crate::errln!("  {}", own_cost.line());
     }
     if let (Some(file), Some(path)) = (summary_file, &args.summary_json) {
         write_summary_json(file, &summary::json(&fin, &stop.name(), &own_cost))

@@ -12,7 +12,15 @@ use std::{
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 
 use super::{exit::ExitView, table::ImageInfo};
-use crate::{report::Exit, tree::ExitStatus, units};
+use crate::{
+    report::{
+        lossless::{argv_b64, exe_b64, Argv, Lossy},
+        Exit,
+    },
+    term,
+    tree::ExitStatus,
+    units,
+};
 
 /// Where and how exits are written.
 pub struct Output {
@@ -161,16 +169,18 @@ impl Output {
             x.threads,
         );
         if self.wide {
-            let _ = write!(l, "{:<CGROUP_WIDTH$}  ", x.cgroup);
+            let _ = write!(l, "{:<CGROUP_WIDTH$}  ", term::escape(x.cgroup.as_bytes()));
         }
-        let indent = l.chars().count();
+        let indent = term::width(&l);
         let budget = self.width.map(|w| w.saturating_sub(indent).max(10));
+        let comm = term::escape(x.comm.as_bytes());
         if x.thread {
-            push_cut(&mut l, &format!("[thread {}] of ", x.comm), budget);
-            let left = budget.map(|b| b.saturating_sub(x.comm.len() + 13));
-            command(&mut l, x.image, x.comm, left);
+            let head = format!("[thread {comm}] of ");
+            push_cut(&mut l, &head, budget);
+            let left = budget.map(|b| b.saturating_sub(term::width(&head)));
+            command(&mut l, x.image, &comm, left);
         } else {
-            command(&mut l, x.image, x.comm, budget);
+            command(&mut l, x.image, &comm, budget);
         }
         l.push('\n');
         if !x.ancestry.is_empty() {
@@ -180,10 +190,9 @@ impl Output {
                 if i > 0 {
                     chain.push_str(" ← ");
                 }
-                let name = if a.image.comm.is_empty() {
-                    "?"
-                } else {
-                    &a.image.comm
+                let name = match a.image.comm.as_bytes() {
+                    [] => "?".into(),
+                    c => term::escape(c),
                 };
                 let _ = write!(
                     chain,
@@ -211,7 +220,8 @@ impl Output {
                 let head = format!("· {peak:>10}  ");
                 l.push_str(&pad);
                 l.push_str(&head);
-                command(&mut l, img, &img.comm, budget.map(|b| b.saturating_sub(12)));
+                let comm = term::escape(img.comm.as_bytes());
+                command(&mut l, img, &comm, budget.map(|b| b.saturating_sub(12)));
                 l.push('\n');
             }
         }
@@ -224,34 +234,29 @@ pub fn page_size() -> u64 {
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) as u64 }
 }
 
-/// Appends `s`, cut to `budget` characters with an ellipsis.
+/// Appends `s` (escaped or own text), cut to `budget` columns with an ellipsis.
 fn push_cut(l: &mut String, s: &str, budget: Option<usize>) {
     match budget {
-        Some(b) if s.chars().count() > b => {
-            l.extend(s.chars().take(b.saturating_sub(1)));
-            l.push('…');
-        }
-        _ => l.push_str(s),
+        Some(b) => l.push_str(&term::fit(s, b)),
+        None => l.push_str(s),
     }
 }
 
-/// argv joined by spaces (or `[comm]` when there is none, as ps shows kernel threads).
+/// argv joined by spaces and escaped (or `[comm]` when there is none, as ps shows kernel
+/// threads); `comm` is already escaped. A long program path is cut in the middle.
 fn command(l: &mut String, img: &ImageInfo, comm: &str, budget: Option<usize>) {
     if img.args.is_empty() {
         push_cut(l, &format!("[{comm}]"), budget);
         return;
     }
-    let mut s = String::with_capacity(img.args.len() + 4);
-    for (i, a) in img.argv().enumerate() {
-        if i > 0 {
-            s.push(' ');
-        }
-        s.push_str(&String::from_utf8_lossy(a));
-    }
+    let mut s = term::join(img.argv());
     if !img.argv_complete {
         s.push('…');
     }
-    push_cut(l, &s, budget);
+    match budget {
+        Some(b) => l.push_str(&term::fit_command(&s, b)),
+        None => l.push_str(&s),
+    }
 }
 
 /// "0", "3", "SIGKILL", "SIGSEGV*" (dumped core); "-" for a thread that just ended.
@@ -311,17 +316,18 @@ pub fn signal_name(sig: i32) -> String {
     }
 }
 
-/// argv as a JSON array of strings (lossy UTF-8), without building a Vec.
-struct Argv<'a>(&'a ImageInfo);
-
-impl Serialize for Argv<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(None)?;
-        for a in self.0.argv() {
-            seq.serialize_element(&String::from_utf8_lossy(a))?;
-        }
-        seq.end()
+/// `exe`, `exe_b64`, `argv`, `argv_b64` of an image: strings exact when UTF-8, base64 of
+/// the exact bytes besides when not (as in the trace report).
+fn serialize_names<M: SerializeMap>(m: &mut M, img: &ImageInfo) -> Result<(), M::Error> {
+    m.serialize_entry("exe", &Lossy(&img.exe))?;
+    if let Some(b) = exe_b64(&img.exe) {
+        m.serialize_entry("exe_b64", &b)?;
     }
+    m.serialize_entry("argv", &Argv(img.argv()))?;
+    if let Some(b) = argv_b64(img.argv()) {
+        m.serialize_entry("argv_b64", &b)?;
+    }
+    Ok(())
 }
 
 struct Json<'a, 'b> {
@@ -343,8 +349,7 @@ impl Serialize for Json<'_, '_> {
             m.serialize_entry("ns_pid", &ns)?;
         }
         m.serialize_entry("comm", x.comm)?;
-        m.serialize_entry("exe", &*x.image.exe)?;
-        m.serialize_entry("argv", &Argv(x.image))?;
+        serialize_names(&mut m, x.image)?;
         m.serialize_entry("argv_complete", &x.image.argv_complete)?;
         m.serialize_entry("start_unix_ns", &x.start_ns.map(|s| s as i64 + self.wall))?;
         m.serialize_entry("end_unix_ns", &(x.end_ns as i64 + self.wall))?;
@@ -394,8 +399,11 @@ impl Serialize for AncestorJson<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("pid", &self.0.pid)?;
-        m.serialize_entry("comm", &*self.0.image.comm)?;
-        m.serialize_entry("exe", &*self.0.image.exe)?;
+        m.serialize_entry("comm", &Lossy(self.0.image.comm.as_bytes()))?;
+        m.serialize_entry("exe", &Lossy(&self.0.image.exe))?;
+        if let Some(b) = exe_b64(&self.0.image.exe) {
+            m.serialize_entry("exe_b64", &b)?;
+        }
         m.serialize_entry("exited", &self.0.exited)?;
         m.end()
     }
@@ -426,9 +434,8 @@ struct ImageJson<'a>(&'a ImageInfo, Option<u64>, bool);
 impl Serialize for ImageJson<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
-        m.serialize_entry("exe", &*self.0.exe)?;
-        m.serialize_entry("argv", &Argv(self.0))?;
-        m.serialize_entry("comm", &*self.0.comm)?;
+        serialize_names(&mut m, self.0)?;
+        m.serialize_entry("comm", &Lossy(self.0.comm.as_bytes()))?;
         m.serialize_entry("peak_rss_bytes", &self.1)?;
         m.serialize_entry("argv_complete", &self.0.argv_complete)?;
         m.serialize_entry("shared_mm", &self.2)?;
@@ -437,13 +444,17 @@ impl Serialize for ImageJson<'_> {
 }
 
 #[cfg(test)]
+#[path = "output_tests.rs"]
+mod hostile;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
     fn img(args: &[u8]) -> ImageInfo {
         ImageInfo {
-            exe: "/bin/x".into(),
-            comm: "x".into(),
+            exe: b"/bin/x".as_slice().into(),
+            comm: crate::events::Comm::new(b"x"),
             args: args.into(),
             argv_complete: true,
         }

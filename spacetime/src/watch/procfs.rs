@@ -85,12 +85,12 @@ pub fn seed(table: &mut Table, pid_tree: Option<u32>, max: usize) -> io::Result<
         };
         let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-            .map(|p| p.to_string_lossy().into_owned())
+            .map(|p| std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str()).into())
             .unwrap_or_default();
         let area = args.strip_suffix(&[0]).unwrap_or(&args);
         let image = ImageInfo {
-            exe: exe.into_boxed_str(),
-            comm: stat.comm.into_boxed_str(),
+            exe,
+            comm: crate::events::Comm::new(stat.comm.as_bytes()),
             args: area.into(),
             argv_complete: true,
         };

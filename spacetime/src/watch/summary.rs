@@ -6,7 +6,7 @@ use std::{fmt::Write as _, time::Duration};
 use serde::Serialize;
 
 use super::{exit::ExitView, metrics::Metrics, table::TableStats};
-use crate::{selfstats::OwnCost, units};
+use crate::{selfstats::OwnCost, term, units};
 
 /// Processes with the biggest peaks listed.
 const TOP_PEAKS: usize = 5;
@@ -25,38 +25,14 @@ impl Peaks {
         if self.top.len() == TOP_PEAKS && self.top.last().is_some_and(|l| l.0 >= peak) {
             return;
         }
-        let mut cmd = String::new();
-        for (i, a) in x.image.argv().enumerate() {
-            if i > 0 {
-                cmd.push(' ');
-            }
-            cmd.push_str(&String::from_utf8_lossy(a));
-            if cmd.len() > 60 {
-                cmd.truncate(cmd.floor_boundary(60));
-                cmd.push('…');
-                break;
-            }
-        }
+        // Escaped for the terminal as it is kept: the summary prints it as is.
+        let mut cmd = term::fit_command(&term::join(x.image.argv()), 60);
         if cmd.is_empty() {
-            cmd = format!("[{}]", x.comm);
+            cmd = format!("[{}]", term::escape(x.comm.as_bytes()));
         }
         let at = self.top.partition_point(|t| t.0 >= peak);
         self.top.insert(at, (peak, x.pid, cmd));
         self.top.truncate(TOP_PEAKS);
-    }
-}
-
-trait FloorBoundary {
-    fn floor_boundary(&self, i: usize) -> usize;
-}
-
-impl FloorBoundary for String {
-    fn floor_boundary(&self, i: usize) -> usize {
-        let mut i = i.min(self.len());
-        while !self.is_char_boundary(i) {
-            i -= 1;
-        }
-        i
     }
 }
 
@@ -165,7 +141,10 @@ pub fn render(f: &Final) -> String {
     o.push('\n');
     let top = m.top_comms(8);
     if !top.is_empty() {
-        let list: Vec<String> = top.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        let list: Vec<String> = top
+            .iter()
+            .map(|(c, n)| format!("{} {n}", term::escape(c.as_bytes())))
+            .collect();
         let _ = writeln!(o, "  top comms:     {}", list.join(" · "));
     }
     for (i, (peak, pid, cmd)) in f.peaks.top.iter().enumerate() {
@@ -193,7 +172,7 @@ pub fn render(f: &Final) -> String {
     );
     match &f.coverage_note {
         Some(note) => {
-            let _ = writeln!(o, "  taskstats:     {note}");
+            let _ = writeln!(o, "  taskstats:     {}", term::escape(note.as_bytes()));
         }
         None => {
             let _ = writeln!(

@@ -25,7 +25,7 @@ use ancestry::Ghost;
 use spacetime_common::{flags, ExitEvent, ForkEvent, ImageEndEvent};
 
 use crate::{
-    events::{Args, Exec},
+    events::{Args, Comm, Exec},
     tree::split_runtime,
 };
 
@@ -37,9 +37,9 @@ const MAX_IMAGES: usize = 32;
 /// One program image: what a process runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ImageInfo {
-    /// The path passed to execve, or /proc/PID/exe for processes found at start.
-    pub exe: Box<str>,
-    pub comm: Box<str>,
+    /// The path passed to execve, or /proc/PID/exe for processes found at start: exact bytes.
+    pub exe: Box<[u8]>,
+    pub comm: Comm,
     /// The argument area, NUL-separated, without its final NUL.
     pub args: Box<[u8]>,
     pub argv_complete: bool,
@@ -47,7 +47,7 @@ pub struct ImageInfo {
 
 impl ImageInfo {
     /// The arguments, as bytes.
-    pub fn argv(&self) -> impl Iterator<Item = &[u8]> {
+    pub fn argv(&self) -> impl Iterator<Item = &[u8]> + Clone {
         let area: &[u8] = if self.args.is_empty() {
             &[]
         } else {
@@ -57,7 +57,7 @@ impl ImageInfo {
             .take(if area.is_empty() { 0 } else { usize::MAX })
     }
 
-    fn from_area(exe: Box<str>, comm: Box<str>, area: &[u8], complete: bool) -> ImageInfo {
+    fn from_area(exe: Box<[u8]>, comm: Comm, area: &[u8], complete: bool) -> ImageInfo {
         let area = area.strip_suffix(&[0]).unwrap_or(area);
         ImageInfo {
             exe,
@@ -164,7 +164,7 @@ impl Entry {
             let old = &self.image;
             self.image = Arc::new(ImageInfo::from_area(
                 old.exe.clone(),
-                old.comm.clone(),
+                old.comm,
                 &b.area,
                 false,
             ));
@@ -452,8 +452,8 @@ impl Table {
             }));
         }
         p.image = Arc::new(ImageInfo::from_area(
-            e.filename.into_boxed_str(),
-            e.comm.into_boxed_str(),
+            e.filename.into_boxed_slice(),
+            e.comm,
             &e.args,
             complete,
         ));
@@ -480,7 +480,7 @@ impl Table {
             let old = &p.image;
             p.image = Arc::new(ImageInfo::from_area(
                 old.exe.clone(),
-                old.comm.clone(),
+                old.comm,
                 &area,
                 complete,
             ));

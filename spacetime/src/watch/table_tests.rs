@@ -122,7 +122,7 @@ fn fork_exec_streamed_argv_and_peaks() {
     let e = exit(&mut t, b, 5, &mut anc);
     assert!(e.known && e.image.argv_complete);
     assert_eq!(argv(&e.image), ["tool", "aa", "bb"]);
-    assert_eq!(&*e.image.exe, "/bin/tool");
+    assert_eq!(&*e.image.exe, b"/bin/tool");
     assert_eq!(e.ppid, 10);
     assert_eq!(e.threads, 2);
     assert_eq!(e.left_peak_pages, 300);
@@ -176,7 +176,7 @@ fn ghosts_keep_the_chain_while_descendants_live() {
 fn seeded_entries_adopt_the_exact_start() {
     let mut t = Table::new(opts(100));
     let img = ImageInfo {
-        exe: "/usr/sbin/cron".into(),
+        exe: b"/usr/sbin/cron".as_slice().into(),
         comm: "cron".into(),
         args: b"cron\0-f".as_slice().into(),
         argv_complete: true,

@@ -162,7 +162,7 @@ impl Watch {
                         match l.drain(&mut ts_buf) {
                             Ok(_) => self.taskstats(&mut ts_buf),
                             Err(e) => {
-                                eprintln!("spacetime: taskstats stopped: {e}");
+                                crate::errln!("spacetime: taskstats stopped: {e}");
                                 io.taskstats = None;
                             }
                         }
@@ -213,7 +213,7 @@ impl Watch {
     ) {
         if let Ok(c) = probes.counters() {
             if c.ringbuf_lost > self.metrics.ringbuf_lost {
-                eprintln!(
+                crate::errln!(
                     "spacetime: {} records lost: the ring buffer was full (raise --ring-buffer)",
                     c.ringbuf_lost - self.metrics.ringbuf_lost
                 );
@@ -224,7 +224,7 @@ impl Watch {
         if let Some(l) = taskstats {
             let e = l.stats().enobufs;
             if e > *enobufs_seen {
-                eprintln!(
+                crate::errln!(
                     "spacetime: taskstats dropped records ({} receive overruns): coverage \
                      figures will show taskstats gaps",
                     e - *enobufs_seen
@@ -297,7 +297,7 @@ impl Watch {
 
     fn output_failed(&mut self, e: io::Error) {
         if e.kind() != io::ErrorKind::BrokenPipe {
-            eprintln!("spacetime: writing the output: {e}");
+            crate::errln!("spacetime: writing the output: {e}");
         }
         self.stop = Some(Stop::OutputClosed);
     }

@@ -434,6 +434,17 @@ fn main() {
     if mode == "quiet-exit" {
         exit(parse(&args, 2, "CODE"));
     }
+    if mode == "rename" {
+        // rename NAME [ARGS…]: sets its comm to NAME's bytes (prctl PR_SET_NAME, controls
+        // included), starts a thread that inherits the name and exits, then exits 0.
+        let name = args.get(2).unwrap_or_else(|| die("missing NAME"));
+        let mut bytes = name.as_bytes().to_vec();
+        bytes.truncate(15);
+        bytes.push(0);
+        unsafe { libc::prctl(libc::PR_SET_NAME, bytes.as_ptr()) };
+        let _ = std::thread::spawn(|| ()).join();
+        exit(0);
+    }
     let mode = mode.to_owned();
     let mut rec = Recorder::new();
     match mode.as_str() {

@@ -1,0 +1,235 @@
+//! Text for a terminal made from bytes that traced processes chose (argv, comm, exe, cgroup
+//! paths): any local user controls them, so none reaches a terminal raw.
+//!
+//! The convention, C's and strace's: `\\` for a backslash; `\e \a \b \t \n \v \f \r \0` for those
+//! controls; `\xHH` for the other C0 controls, DEL and every byte that is not valid UTF-8;
+//! `\u{HHHH}` for the C1 controls (U+0080–U+009F) and the invisible characters that reorder or
+//! hide text (bidirectional overrides and isolates, zero-width joiners, line and paragraph
+//! separators). Everything else is kept. Escaped text contains no control character, and every
+//! backslash in it starts an escape, so it is cut by display width without splitting one
+//! ([`fit`]).
+
+use std::fmt::Write as _;
+
+use unicode_width::UnicodeWidthChar;
+
+/// The mark left where text was cut.
+pub const ELLIPSIS: char = '…';
+
+/// Whether `c` is shown as `\u{…}`: C1 controls and invisible characters that move or hide
+/// the text around them.
+fn hidden(c: char) -> bool {
+    matches!(c,
+        '\u{80}'..='\u{9f}'
+        | '\u{200b}'..='\u{200f}'
+        | '\u{2028}'..='\u{202e}'
+        | '\u{2066}'..='\u{2069}'
+        | '\u{feff}')
+}
+
+fn push_byte_escape(out: &mut String, b: u8) {
+    let named = match b {
+        b'\\' => "\\\\",
+        0x1b => "\\e",
+        0x07 => "\\a",
+        0x08 => "\\b",
+        b'\t' => "\\t",
+        b'\n' => "\\n",
+        0x0b => "\\v",
+        0x0c => "\\f",
+        b'\r' => "\\r",
+        0 => "\\0",
+        _ => {
+            let _ = write!(out, "\\x{b:02x}");
+            return;
+        }
+    };
+    out.push_str(named);
+}
+
+/// Appends `bytes` escaped for a terminal.
+pub fn push_escaped(out: &mut String, bytes: &[u8]) {
+    push(out, bytes, true)
+}
+
+fn push(out: &mut String, bytes: &[u8], backslash: bool) {
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_ascii_control() || (backslash && c == '\\') {
+                push_byte_escape(out, c as u8);
+            } else if hidden(c) {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            } else {
+                out.push(c);
+            }
+        }
+        for &b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+}
+
+/// `bytes` escaped for a terminal.
+pub fn escape(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len());
+    push_escaped(&mut s, bytes);
+    s
+}
+
+/// Arguments escaped and joined by spaces, as a shell line reads.
+pub fn join<'a>(args: impl IntoIterator<Item = &'a [u8]>) -> String {
+    let mut s = String::new();
+    for (i, a) in args.into_iter().enumerate() {
+        if i > 0 {
+            s.push(' ');
+        }
+        push_escaped(&mut s, a);
+    }
+    s
+}
+
+/// The length in bytes of the unit starting at `s`: a whole escape, or one character.
+fn unit_len(s: &str) -> usize {
+    let b = s.as_bytes();
+    let first = s.chars().next().map_or(0, char::len_utf8);
+    if b.first() != Some(&b'\\') || b.len() < 2 {
+        return first;
+    }
+    match b[1] {
+        b'x' if b.len() >= 4 => 4,
+        b'u' => s.find('}').map_or(first, |i| i + 1),
+        _ => 2,
+    }
+}
+
+/// Splits escaped text into units that are never cut: escapes and single characters, each
+/// with its display width.
+fn units(s: &str) -> impl DoubleEndedIterator<Item = (&str, usize)> {
+    let mut bounds = Vec::new();
+    let mut i = 0;
+    while i < s.len() {
+        let n = unit_len(&s[i..]).max(1);
+        bounds.push((i, i + n));
+        i += n;
+    }
+    bounds.into_iter().map(move |(a, b)| {
+        let u = &s[a..b];
+        let w = if u.len() > 1 && u.starts_with('\\') {
+            u.len()
+        } else {
+            u.chars()
+                .next()
+                .and_then(UnicodeWidthChar::width)
+                .unwrap_or(0)
+        };
+        (u, w)
+    })
+}
+
+/// Display width (terminal columns) of escaped or own text.
+pub fn width(s: &str) -> usize {
+    if s.is_ascii() {
+        return s.len();
+    }
+    units(s).map(|(_, w)| w).sum()
+}
+
+/// `s` (escaped or own text) cut to at most `cols` columns, ending with `…` when cut.
+pub fn fit(s: &str, cols: usize) -> String {
+    if width(s) <= cols {
+        return s.to_string();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for (u, w) in units(s) {
+        if used + w + 1 > cols {
+            break;
+        }
+        used += w;
+        out.push_str(u);
+    }
+    if cols > 0 {
+        out.push(ELLIPSIS);
+    }
+    out
+}
+
+/// A path cut in the middle to at most `cols` columns, keeping its last component: the
+/// program's name stays visible (`/usr/lib/gcc/…/12/cc1`).
+pub fn fit_path(s: &str, cols: usize) -> String {
+    if width(s) <= cols {
+        return s.to_string();
+    }
+    let base = s.rfind('/').map_or(s, |i| &s[i..]);
+    let base_w = width(base);
+    if base_w + 2 > cols {
+        return fit(s.rsplit('/').next().unwrap_or(s), cols);
+    }
+    let mut head = fit(s, cols - base_w);
+    if !head.ends_with(ELLIPSIS) {
+        head.push(ELLIPSIS);
+    }
+    head.push_str(base);
+    head
+}
+
+/// A command line (escaped) cut to `cols` columns, keeping the program's name: when the
+/// first word is a path too long to leave room for arguments, it is cut in the middle.
+pub fn fit_command(s: &str, cols: usize) -> String {
+    if width(s) <= cols {
+        return s.to_string();
+    }
+    let (prog, rest) = s.split_once(' ').unwrap_or((s, ""));
+    let prog_w = width(prog);
+    // Keep some arguments visible too: the program may take at most two thirds.
+    let room = (cols * 2 / 3).max(cols.min(16));
+    if prog_w <= room || !prog.contains('/') {
+        return fit(s, cols);
+    }
+    let mut out = fit_path(prog, room);
+    if !rest.is_empty() && width(&out) + 2 < cols {
+        out.push(' ');
+        let left = cols - width(&out);
+        out.push_str(&fit(rest, left));
+    }
+    out
+}
+
+/// `s` with its controls escaped and its backslashes kept: text that is already escaped
+/// (a name in an error message) comes out unchanged, anything raw in it is escaped.
+pub fn sanitize(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    push(&mut out, s.as_bytes(), false);
+    out
+}
+
+/// Writes one line to stderr, ignoring errors: a full or closed stderr must neither stop
+/// spacetime nor change CMD's status. Its controls are escaped ([`sanitize`]), so a command
+/// named in an error cannot drive the terminal.
+pub fn err_line(args: std::fmt::Arguments) {
+    use std::io::Write;
+    let text = match args.as_str() {
+        Some(s) => sanitize(s),
+        None => sanitize(&args.to_string()),
+    };
+    let mut e = std::io::stderr().lock();
+    let _ = e.write_all(text.as_bytes());
+    let _ = e.write_all(b"\n");
+}
+
+/// Writes already-safe text to stderr as is (a summary with its own newlines and colours),
+/// ignoring errors.
+pub fn err_raw(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// `eprintln!` that never panics and escapes what it prints.
+#[macro_export]
+macro_rules! errln {
+    ($($t:tt)*) => { $crate::term::err_line(format_args!($($t)*)) };
+}
+
+#[cfg(test)]
+#[path = "term_tests.rs"]
+pub(crate) mod tests;

@@ -1,0 +1,115 @@
+//! watch's table fed with hostile names: never a panic, never a control byte of theirs.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::{
+    events::Comm,
+    term::tests::{assert_terminal_safe, nasty_bytes},
+    watch::table::{Ancestor, EndedImage},
+    watch::{
+        metrics::Metrics,
+        summary::{Final, Peaks},
+    },
+};
+
+fn output(width: Option<usize>, wide: bool) -> Output {
+    Output {
+        w: BufWriter::new(Box::new(io::sink())),
+        fd: None,
+        json: false,
+        wide,
+        width,
+        wall_offset_ns: 0,
+        line: String::new(),
+        clock: (i64::MIN, String::new()),
+    }
+}
+
+fn image(seed: &mut u64, n: usize) -> ImageInfo {
+    ImageInfo {
+        exe: nasty_bytes(seed, n).into(),
+        comm: Comm::new(&nasty_bytes(seed, 15)),
+        args: nasty_bytes(seed, n * 2).into(),
+        argv_complete: n.is_multiple_of(2),
+    }
+}
+
+#[test]
+fn hostile_names_render_safely() {
+    let mut seed = 0x1234_5678_9abc_def1;
+    let mut peaks = Peaks::default();
+    let mut metrics = Metrics::new(false);
+    for round in 0..300usize {
+        let img = image(&mut seed, round % 120);
+        let comm = String::from_utf8_lossy(&nasty_bytes(&mut seed, 15)).into_owned();
+        let cgroup = String::from_utf8_lossy(&nasty_bytes(&mut seed, 40)).into_owned();
+        let ancestry = vec![Ancestor {
+            pid: 1,
+            image: Arc::new(image(&mut seed, 10)),
+            exited: true,
+        }];
+        let images = vec![EndedImage {
+            image: Arc::new(image(&mut seed, 50)),
+            peak_rss_pages: Some(1),
+            shared_mm: false,
+        }];
+        let x = ExitView {
+            thread: round % 5 == 0,
+            pid: 7,
+            tid: 8,
+            ppid: 1,
+            ns_pid: None,
+            comm: &comm,
+            image: &img,
+            start_ns: Some(1),
+            end_ns: 2,
+            user_ns: 0,
+            sys_ns: 0,
+            exit: ExitStatus::Code(0),
+            peak_rss_bytes: Some(4096),
+            ru_maxrss_bytes: None,
+            last_image_peak_bytes: None,
+            threads: 1,
+            uid: 0,
+            gid: 0,
+            cgroup: &cgroup,
+            in_tree: false,
+            images: &images,
+            images_dropped: 0,
+            ancestry: &ancestry,
+            known: true,
+        };
+        let width = [None, Some(20 + round % 100)][round % 2];
+        let mut o = output(width, round % 3 == 0);
+        o.table_line(&x);
+        assert_terminal_safe(&o.line, true);
+        if let Some(w) = width {
+            for l in o.line.lines() {
+                // Fixed columns come first; what follows them is cut to the width.
+                assert!(
+                    term::width(l) <= w.max(HEADER.len() + 10 + CGROUP_WIDTH + 50),
+                    "{l:?}"
+                );
+            }
+        }
+        peaks.observe(&x);
+        metrics.observe(&x);
+        let mut json = output(None, false);
+        json.json = true;
+        json.write(&x).expect("json to a sink");
+    }
+    // The summary lists the top comms and the biggest peaks' commands.
+    let fin = Final {
+        elapsed: std::time::Duration::from_secs(1),
+        metrics: &metrics,
+        peaks: &peaks,
+        table: Default::default(),
+        filtered: false,
+        taskstats_unavailable: None,
+        coverage_note: None,
+    };
+    let text = super::super::summary::render(&fin);
+    assert!(text.contains("biggest peaks:"), "{text}");
+    assert_terminal_safe(&text, true);
+}
