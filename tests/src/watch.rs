@@ -419,3 +419,68 @@ fn headers_len(resp: &str) -> Option<usize> {
 }
 
 pub use crate::openmetrics::{parse_openmetrics, Family, Sample};
+
+/// Where cgroup2 is mounted, from /proc/self/mountinfo.
+pub fn cgroup2_mount() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        (post.split_whitespace().next()? == "cgroup2")
+            .then(|| pre.split_whitespace().nth(4).map(str::to_string))
+            .flatten()
+    })
+}
+
+/// A cgroup v2 directory made for a test (with its missing parents), removed on drop.
+pub struct TempCgroup {
+    /// Below the cgroup2 root, e.g. `/st-x/docker-….scope`.
+    pub rel: String,
+    made: Vec<std::path::PathBuf>,
+}
+
+impl TempCgroup {
+    /// Creates `rel` below the cgroup2 mount; panics when there is none.
+    pub fn new(rel: &str) -> TempCgroup {
+        let mount = cgroup2_mount().expect("no cgroup2 mount: the watch tests need one");
+        let mut made = Vec::new();
+        let mut dir = std::path::PathBuf::from(&mount);
+        for part in rel.split('/').filter(|p| !p.is_empty()) {
+            dir.push(part);
+            if !dir.exists() {
+                std::fs::create_dir(&dir)
+                    .unwrap_or_else(|e| panic!("create cgroup {}: {e}", dir.display()));
+                made.push(dir.clone());
+            }
+        }
+        TempCgroup {
+            rel: rel.to_string(),
+            made,
+        }
+    }
+
+    /// Makes `cmd` join this cgroup before it execs.
+    pub fn join(&self, cmd: &mut Command) {
+        let dir = self.made.last().expect("a cgroup was made");
+        let procs = std::ffi::CString::new(dir.join("cgroup.procs").to_str().expect("utf-8"))
+            .expect("path without NUL");
+        // SAFETY: open/write/close only between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd);
+                Ok(())
+            });
+        }
+    }
+}
+
+impl Drop for TempCgroup {
+    fn drop(&mut self) {
+        for d in self.made.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}

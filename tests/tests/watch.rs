@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use spacetime_tests::watch::{
-    argv_of, http_get, parse_openmetrics, run, token, Watch, WatchOutcome,
+    argv_of, http_get, parse_openmetrics, run, token, TempCgroup, Watch, WatchOutcome,
 };
 use spacetime_tests::{assert_world_executable, TempDir, MIB};
 
@@ -219,55 +219,16 @@ fn filter_uid() {
 
 #[test]
 fn filter_cgroup() {
-    let Some(mount) = cgroup2_mount() else {
-        eprintln!("no cgroup2 mount: skipped");
-        return;
-    };
-    let name = token("cg");
-    let dir = std::path::Path::new(&mount).join(&name);
-    if let Err(e) = std::fs::create_dir(&dir) {
-        eprintln!("cannot create {}: {e}: skipped", dir.display());
-        return;
-    }
-    struct Rmdir(std::path::PathBuf);
-    impl Drop for Rmdir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir(&self.0);
-        }
-    }
-    let _cleanup = Rmdir(dir.clone());
-    let procs =
-        std::ffi::CString::new(dir.join("cgroup.procs").to_str().expect("utf-8")).expect("path");
+    let cg = TempCgroup::new(&format!("/{}", token("cg")));
     let (t, mut c) = quiet(0, "cg-pos");
-    // SAFETY: open/write/close only between fork and exec.
-    unsafe {
-        c.pre_exec(move || {
-            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-            if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            libc::close(fd);
-            Ok(())
-        });
-    }
-    let pattern = format!("/{name}");
+    cg.join(&mut c);
     let out = filter_case(
-        &["--cgroup", &pattern],
+        &["--cgroup", &cg.rel],
         vec![quiet(0, "cg-neg")],
         vec![(t.clone(), c)],
     );
     let v = &out.exits_with(&t)[0];
-    assert_eq!(v["cgroup"], json!(pattern), "{v}");
-}
-
-fn cgroup2_mount() -> Option<String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines().find_map(|l| {
-        let (pre, post) = l.split_once(" - ")?;
-        (post.split_whitespace().next()? == "cgroup2")
-            .then(|| pre.split_whitespace().nth(4).map(str::to_string))
-            .flatten()
-    })
+    assert_eq!(v["cgroup"], json!(cg.rel), "{v}");
 }
 
 #[test]

@@ -11,6 +11,7 @@ use std::{
     sync::Arc,
 };
 
+use super::identity::Identity;
 use crate::idhash::IdMap;
 
 /// `FILEID_KERNFS` (include/linux/exportfs.h).
@@ -25,10 +26,17 @@ struct KernfsHandle {
     id: u64,
 }
 
+/// A cgroup as exits show it: its path and what the path says about its processes.
+#[derive(Debug)]
+pub struct Cgroup {
+    pub path: Box<str>,
+    pub identity: Identity,
+}
+
 pub struct Cgroups {
     /// The cgroup2 mount: its directory and its path.
     mount: Option<(OwnedFd, String)>,
-    cache: IdMap<u64, Arc<str>>,
+    cache: IdMap<u64, Arc<Cgroup>>,
     /// Lookups that failed (cgroup gone, no cgroup2 mount).
     pub unresolved: u64,
 }
@@ -88,20 +96,23 @@ impl Cgroups {
         self.mount.is_some()
     }
 
-    /// The path of cgroup `id` below the cgroup2 root (`/` is the root), or `#id`.
-    pub fn path(&mut self, id: u64) -> &Arc<str> {
+    /// Cgroup `id`: its path below the cgroup2 root (`/` is the root), or `#id`, and the
+    /// identity the path gives (parsed once per cgroup).
+    pub fn get(&mut self, id: u64) -> &Arc<Cgroup> {
         if !self.cache.contains_key(&id) {
             if self.cache.len() >= MAX_CACHED {
                 self.cache.clear();
             }
-            let p: Arc<str> = match self.resolve(id) {
-                Some(p) => p.into(),
-                None => {
-                    self.unresolved += 1;
-                    format!("#{id}").into()
-                }
-            };
-            self.cache.insert(id, p);
+            let path = self.resolve(id).unwrap_or_else(|| {
+                self.unresolved += 1;
+                format!("#{id}")
+            });
+            let identity = Identity::of(&path);
+            let cg = Arc::new(Cgroup {
+                path: path.into(),
+                identity,
+            });
+            self.cache.insert(id, cg);
         }
         &self.cache[&id]
     }
@@ -169,7 +180,7 @@ mod tests {
             eprintln!("not root (open_by_handle_at needs CAP_DAC_READ_SEARCH): skipped");
             return;
         }
-        assert_eq!(cg.path(ino).as_ref(), rel.as_str());
-        assert_eq!(cg.path(u64::MAX - 1).as_ref(), format!("#{}", u64::MAX - 1));
+        assert_eq!(&*cg.get(ino).path, rel.as_str());
+        assert_eq!(&*cg.get(u64::MAX - 1).path, format!("#{}", u64::MAX - 1));
     }
 }

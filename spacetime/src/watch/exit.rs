@@ -3,6 +3,7 @@
 
 use spacetime_common::{flags, ExitEvent, TASK_COMM_LEN};
 
+use super::identity::Identity;
 use super::table::{Ancestor, EndedImage, Entry, ImageInfo};
 use crate::tree::{split_runtime, ExitStatus};
 
@@ -36,6 +37,8 @@ pub struct ExitView<'a> {
     pub uid: u32,
     pub gid: u32,
     pub cgroup: &'a str,
+    /// Container, pod and unit, from the cgroup path.
+    pub identity: &'a Identity,
     pub in_tree: bool,
     /// With `--images`: the images it left by exec (the last one is `image`).
     pub images: &'a [EndedImage],

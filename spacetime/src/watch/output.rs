@@ -365,6 +365,19 @@ impl Serialize for Json<'_, '_> {
         m.serialize_entry("uid", &x.uid)?;
         m.serialize_entry("gid", &x.gid)?;
         m.serialize_entry("cgroup", x.cgroup)?;
+        let id = x.identity;
+        if let Some(r) = id.container_runtime {
+            m.serialize_entry("container_runtime", r)?;
+        }
+        if let Some(c) = &id.container_id {
+            m.serialize_entry("container_id", c)?;
+        }
+        if let Some(p) = &id.pod_uid {
+            m.serialize_entry("pod_uid", p)?;
+        }
+        if let Some(u) = &id.systemd_unit {
+            m.serialize_entry("systemd_unit", u)?;
+        }
         if !x.known {
             m.serialize_entry("known", &false)?;
         }

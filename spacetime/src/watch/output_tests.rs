@@ -39,7 +39,7 @@ fn image(seed: &mut u64, n: usize) -> ImageInfo {
 fn hostile_names_render_safely() {
     let mut seed = 0x1234_5678_9abc_def1;
     let mut peaks = Peaks::default();
-    let mut metrics = Metrics::new(false);
+    let mut metrics = Metrics::new(false, crate::watch::metrics::DEFAULT_COMM_LIMIT);
     for round in 0..300usize {
         let img = image(&mut seed, round % 120);
         let comm = String::from_utf8_lossy(&nasty_bytes(&mut seed, 15)).into_owned();
@@ -74,6 +74,7 @@ fn hostile_names_render_safely() {
             uid: 0,
             gid: 0,
             cgroup: &cgroup,
+            identity: &crate::watch::identity::Identity::of(&cgroup),
             in_tree: false,
             images: &images,
             images_dropped: 0,

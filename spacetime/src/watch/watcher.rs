@@ -5,6 +5,7 @@
 use std::{
     io,
     os::fd::{AsRawFd, OwnedFd},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -321,7 +322,7 @@ impl Watch {
             c.bpf_exit(x.hdr.pid, end_of(x, self.wall_offset_ns, now));
         }
         let comm = comm_str(&x.comm);
-        let cgroup = self.cgroups.path(x.cgroup_id).clone();
+        let cg = Arc::clone(self.cgroups.get(x.cgroup_id));
         let last = last_image_peak_pages(&e, x);
         let peak_pages = match last {
             Some(p) => Some(p.max(e.left_peak_pages)),
@@ -349,7 +350,8 @@ impl Watch {
             threads: e.threads,
             uid: x.uid,
             gid: x.gid,
-            cgroup: &cgroup,
+            cgroup: &cg.path,
+            identity: &cg.identity,
             in_tree: e.in_tree,
             images: &e.images,
             images_dropped: e.images_dropped,
@@ -385,7 +387,7 @@ impl Watch {
             return;
         };
         let comm = comm_str(&x.comm);
-        let cgroup = self.cgroups.path(x.cgroup_id).clone();
+        let cg = Arc::clone(self.cgroups.get(x.cgroup_id));
         let (user_ns, sys_ns) = split_runtime(x.runtime_ns, x.utime_ns, x.stime_ns);
         let view = ExitView {
             thread: true,
@@ -406,7 +408,8 @@ impl Watch {
             threads: p.threads,
             uid: x.uid,
             gid: x.gid,
-            cgroup: &cgroup,
+            cgroup: &cg.path,
+            identity: &cg.identity,
             in_tree: p.in_tree,
             images: &[],
             images_dropped: 0,
