@@ -20,6 +20,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 pub mod openmetrics;
+pub mod python;
 pub mod watch;
 
 pub const PAGE: u64 = 4096;

@@ -1,10 +1,13 @@
 //! The trace report: one model, serialized as JSON (`--json`) and rendered for people on
-//! stderr ([`text`]). All times are nanoseconds since the root process started; all sizes are
-//! bytes.
+//! stderr ([`text`]). All times are nanoseconds since the root process started
+//! (`start_unix_ns` says when that was); all sizes are bytes. docs/trace-report.schema.json
+//! describes the JSON.
 
+mod origin;
 pub mod text;
 mod view;
 
+pub use origin::{Origin, SCHEMA_VERSION};
 use view::Scale;
 pub use view::{ImageReport, ProcessReport};
 
@@ -43,6 +46,9 @@ impl Serialize for Exit {
 
 #[derive(Debug, Serialize)]
 pub struct Report<'a> {
+    /// Schema version, spacetime's version, host, kernel, absolute start time.
+    #[serde(flatten)]
+    pub origin: Origin,
     pub command: Vec<String>,
     pub exit: Option<Exit>,
     pub wall_ns: u64,
@@ -190,6 +196,7 @@ impl<'a> Report<'a> {
             .timeline
             .report(t0, processes.iter().filter_map(|p| p.p.key).collect());
         Report {
+            origin: Origin::now(t0),
             command: meta.command,
             exit: meta.root_exit.map(Exit),
             wall_ns: meta.end_ns.saturating_sub(t0),
