@@ -152,3 +152,76 @@ fn man_page_is_roff_with_every_subcommand() {
         "the rendered page lacks the watch examples"
     );
 }
+
+/// `watch` says what it watches, filters included, before the table header, and warns about a
+/// `--cgroup` that does not exist instead of silently matching nothing.
+#[test]
+fn watch_names_its_filters_before_the_header_and_warns_of_a_missing_cgroup() {
+    let missing = format!("/spacetime-no-such-cgroup-{}", std::process::id());
+    // One pipe for both streams: their order is the order a terminal shows.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec \"$0\" watch --cgroup {missing} --comm make --duration 0.3 2>&1"
+        ))
+        .arg(spacetime_bin())
+        .stdin(Stdio::null())
+        .output()
+        .expect("running spacetime watch");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "watch failed: {text}");
+    let line_of = |needle: &str| {
+        text.lines()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{text}"))
+    };
+    let warning = line_of(&format!("warning: --cgroup {missing}: no such cgroup"));
+    let watching = line_of(&format!(
+        "spacetime: watching process exits with comm make and cgroup {missing} (and below);"
+    ));
+    let header = line_of("PPID");
+    assert!(
+        warning < header && watching < header,
+        "the warning and what is watched come after the header:\n{text}"
+    );
+    assert!(
+        !text.contains("every exit on the system"),
+        "a filtered watch claims to watch everything:\n{text}"
+    );
+}
+
+/// A process whose fork the watch did not see (here: the table is full, `--max-processes 1`)
+/// has no known parent: its row says `?` and its JSON `ppid` is null, never 0.
+#[test]
+fn watch_never_prints_an_unknown_parent_as_pid_0() {
+    use spacetime_tests::watch::{run, Watch};
+    use std::time::Duration;
+    for json in [true, false] {
+        let mut w = Watch::new().flags(["--max-processes", "1"]);
+        if json {
+            w = w.flag("--json");
+        }
+        let w = w.start();
+        let pid = run(&mut Command::new("/bin/true"));
+        let needle = if json {
+            format!("\"pid\":{pid},")
+        } else {
+            format!(" {pid} ")
+        };
+        w.wait_for_stdout(&needle, Duration::from_secs(30));
+        let out = w.interrupt();
+        let row = out
+            .stdout
+            .lines()
+            .find(|l| l.contains(&needle))
+            .expect("the exit's row");
+        if json {
+            let v: serde_json::Value = serde_json::from_str(row).expect("a JSON line");
+            assert!(v["ppid"].is_null(), "ppid of an unseen fork: {row}");
+        } else {
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            assert_eq!(cols[1], pid.to_string(), "PID column: {row}");
+            assert_eq!(cols[2], "?", "PPID column of an unseen fork: {row}");
+        }
+    }
+}

@@ -190,6 +190,11 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         eprintln!("spacetime: no cgroup2 mount: cgroups are shown as ids");
     }
     out.set_wall_offset(wall_offset_ns());
+    // What is watched goes before the table, so the header is the last line before the rows.
+    eprintln!(
+        "spacetime: watching {}; {seeded} processes running; Ctrl-C to stop",
+        filter.describe(args.threads)
+    );
     out.header()?;
     out.flush()?;
 
@@ -208,10 +213,6 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         }
         None => None,
     };
-    eprintln!(
-        "spacetime: watching every exit on the system ({seeded} processes running); \
-         Ctrl-C to stop"
-    );
     let mut w = Watch {
         metrics: Metrics::new(taskstats.is_some()),
         coverage: taskstats.as_ref().map(|_| Coverage::default()),
