@@ -2,6 +2,7 @@
 //! pieces that are missing, and runs spacetime and its tests.
 
 mod bench;
+mod install;
 mod toolchain;
 mod vm;
 
@@ -27,6 +28,9 @@ enum Cmd {
     Setup,
     /// Build the eBPF object and the release binary that embeds it
     Build,
+    /// Build, then install the binary, its shell completions and manual page, the licences
+    /// and a hardened systemd unit for `spacetime watch --metrics` (PREFIX/lib/systemd/system)
+    Install(install::Options),
     /// Build, then run the release binary with ARGS (as root)
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -126,6 +130,7 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Cmd::Setup => toolchain::ensure(),
         Cmd::Build => build(),
+        Cmd::Install(opts) => install::install(opts),
         Cmd::Run { args } => {
             build()?;
             let bin = spacetime_bin();
