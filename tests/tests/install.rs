@@ -218,3 +218,39 @@ fn the_units_capabilities_are_enough_for_watch_metrics() {
     );
     assert!(s["process_exits"].as_u64() >= Some(1), "{s}");
 }
+
+/// spacetime's build script (which builds the kernel programs for `cargo build`,
+/// `cargo install --path spacetime` and `cargo xtask build` alike) stops with one sentence
+/// naming the command to run when the eBPF toolchain is missing. Every kernel test covers
+/// the other path: the binary under test embeds the object this script built.
+#[test]
+fn build_script_without_the_ebpf_toolchain_says_what_to_run() {
+    let build = spacetime_tests::spacetime_bin()
+        .parent()
+        .expect("the binary's directory")
+        .join("build");
+    let script = std::fs::read_dir(&build)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", build.display()))
+        .filter_map(|d| d.ok())
+        .filter(|d| d.file_name().to_string_lossy().starts_with("spacetime-"))
+        .map(|d| d.path().join("build-script-build"))
+        .filter(|p| p.is_file())
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+        .expect("spacetime's compiled build script");
+    let dir = TempDir::new("buildscript");
+    // A PATH without bpf-linker (it lives in ~/.cargo/bin) and without cargo.
+    let out = Command::new(&script)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("OUT_DIR", dir.path())
+        .output()
+        .expect("running the build script");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the build script succeeded without bpf-linker");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "more than one line: {stderr}");
+    assert!(
+        lines[0].starts_with("error: ") && lines[0].contains("run `cargo xtask setup`"),
+        "{stderr}"
+    );
+}
