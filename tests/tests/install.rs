@@ -246,7 +246,10 @@ fn build_script_without_the_ebpf_toolchain_says_what_to_run() {
         .output()
         .expect("running the build script");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "the build script succeeded without bpf-linker");
+    assert!(
+        !out.status.success(),
+        "the build script succeeded without bpf-linker"
+    );
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "more than one line: {stderr}");
     assert!(
