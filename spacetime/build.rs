@@ -1,20 +1,113 @@
-//! Locates the eBPF object that `cargo xtask build` produced and hands its path to the crate.
-//! Without it the binary still builds (for unit tests and clippy) but refuses to trace, saying
-//! how to build it properly.
-use std::path::PathBuf;
+//! Builds the eBPF object (the `spacetime-ebpf` crate: nightly, `bpfel-unknown-none`,
+//! `-Z build-std=core`, linked by bpf-linker) and hands its path to the crate, which embeds it.
+//! This is the one place the object is built: `cargo xtask build`, `cargo build` and
+//! `cargo install --path spacetime` all come through here. `SPACETIME_EBPF_OBJ=FILE` embeds a
+//! prebuilt object instead.
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+/// What to run when the eBPF toolchain is missing, in one sentence.
+const SETUP: &str = "spacetime's eBPF programs need the nightly toolchain with rust-src and \
+                     bpf-linker on LLVM 22: run `cargo xtask setup` once (it installs what is \
+                     missing), then build again";
+
+fn fail(msg: &str) -> ! {
+    eprintln!("error: {msg}");
+    std::process::exit(1)
+}
+
+/// The cargo target directory this build writes to: the nearest ancestor of OUT_DIR that
+/// cargo tagged with CACHEDIR.TAG (`target/`, or the temporary one of `cargo install`).
+fn target_dir(out_dir: &Path) -> PathBuf {
+    out_dir
+        .ancestors()
+        .find(|d| d.join("CACHEDIR.TAG").is_file())
+        .unwrap_or(out_dir)
+        .to_path_buf()
+}
 
 fn main() {
-    println!("cargo:rerun-if-env-changed=SPACETIME_EBPF_OBJ");
     println!("cargo::rustc-check-cfg=cfg(spacetime_ebpf)");
-    let explicit = std::env::var_os("SPACETIME_EBPF_OBJ").map(PathBuf::from);
-    let default = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/bpfel-unknown-none/release/spacetime");
-    let obj = explicit.clone().unwrap_or(default);
-    println!("cargo:rerun-if-changed={}", obj.display());
-    if obj.is_file() {
-        println!("cargo:rustc-cfg=spacetime_ebpf");
-        println!("cargo:rustc-env=SPACETIME_EBPF_OBJ={}", obj.display());
-    } else if explicit.is_some() {
-        panic!("SPACETIME_EBPF_OBJ={} does not exist", obj.display());
+    println!("cargo:rerun-if-env-changed=SPACETIME_EBPF_OBJ");
+    if let Some(obj) = std::env::var_os("SPACETIME_EBPF_OBJ").map(PathBuf::from) {
+        if !obj.is_file() {
+            fail(&format!(
+                "SPACETIME_EBPF_OBJ={} does not exist",
+                obj.display()
+            ));
+        }
+        embed(&obj);
+        return;
     }
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let ebpf = manifest.join("../spacetime-ebpf");
+    let common = manifest.join("../spacetime-common");
+    for p in [
+        ebpf.join("src"),
+        ebpf.join("Cargo.toml"),
+        ebpf.join("Cargo.lock"),
+        ebpf.join(".cargo/config.toml"),
+        common.join("src"),
+        common.join("Cargo.toml"),
+    ] {
+        println!("cargo:rerun-if-changed={}", p.display());
+    }
+    if !ebpf.join("Cargo.toml").is_file() {
+        fail("the spacetime-ebpf crate is not next to this one: build from the repository");
+    }
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    // A directory of its own: the outer cargo holds the locks of the target directory's
+    // profile directories while this script runs.
+    let bpf_target = target_dir(&out_dir).join("bpf");
+    let linker = Command::new("bpf-linker")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if !linker.is_ok_and(|s| s.success()) {
+        fail(SETUP);
+    }
+    let status = Command::new("cargo")
+        .current_dir(&ebpf)
+        // What the outer cargo, clippy or rustup set for the host build must not leak into
+        // the nightly bpfel build (the crate's own .cargo/config.toml sets its flags).
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("RUSTC")
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET")
+        .args([
+            "+nightly",
+            "build",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+        ])
+        .arg("--target-dir")
+        .arg(&bpf_target)
+        // Cargo reads this script's stdout for directives: nothing else may go there.
+        .stdout(std::io::stderr())
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        Ok(s) => fail(&format!(
+            "building the eBPF programs failed ({s}; its output is above); if the toolchain \
+             is the cause, {SETUP}"
+        )),
+        Err(e) => fail(&format!("running cargo +nightly: {e}; {SETUP}")),
+    }
+    embed(&bpf_target.join("bpfel-unknown-none/release/spacetime"));
+}
+
+fn embed(obj: &Path) {
+    println!("cargo:rerun-if-changed={}", obj.display());
+    println!("cargo:rustc-cfg=spacetime_ebpf");
+    println!("cargo:rustc-env=SPACETIME_EBPF_OBJ={}", obj.display());
 }

@@ -26,13 +26,121 @@ pub struct Cli {
     pub command: Command,
 }
 
+const TRACE_EXAMPLES: &str = "\
+Examples:
+  sudo spacetime trace -- make -j8
+      Build, then read the summary: every process, its time and its exact peak memory
+  sudo spacetime trace --json report.json -q -- ./run-tests.sh
+      No live status line; the whole report as JSON (see docs/trace-report.schema.json)
+  sudo spacetime trace --perfetto build.pftrace -- cargo build
+      A timeline to open in ui.perfetto.dev
+  sudo spacetime trace --stop-on-root-exit -- sh -c 'sleep 100 & echo started'
+      Stop when sh exits; report the sleep as still running";
+
+const WATCH_EXAMPLES: &str = "\
+Examples:
+  sudo spacetime watch
+      Every process exit on the system, one row each, until Ctrl-C
+  sudo spacetime watch --failed --ancestry
+      Only the processes that failed, with who started them
+  sudo spacetime watch --cgroup /system.slice/cron.service --min-rss 100M
+      Cron jobs that reached 100 MiB
+  sudo spacetime watch --json -o exits.jsonl --duration 1h
+      One JSON object per exit for an hour, appended to exits.jsonl
+  sudo spacetime watch --metrics 9464 -o /dev/null
+      Serve OpenMetrics for Prometheus on 127.0.0.1:9464";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run CMD and report its whole process tree on stderr
+    #[command(after_help = TRACE_EXAMPLES)]
     Trace(TraceArgs),
     /// Report every process exit on the system: runtime, CPU, peak memory, exit status, argv,
     /// ancestry; as a table, JSON lines or OpenMetrics
+    #[command(after_help = WATCH_EXAMPLES)]
     Watch(crate::watch::WatchArgs),
+    /// Print a shell completion script on stdout
+    #[command(after_help = "\
+Examples:
+  spacetime completions bash > /usr/share/bash-completion/completions/spacetime
+  spacetime completions zsh > /usr/share/zsh/vendor-completions/_spacetime
+  spacetime completions fish > /usr/share/fish/vendor_completions.d/spacetime.fish")]
+    Completions {
+        /// The shell to complete for
+        #[arg(value_enum)]
+        shell: Shell,
+    },
+    /// Print the manual page (roff) on stdout
+    #[command(after_help = "\
+Examples:
+  spacetime man | man -l -
+  spacetime man > /usr/share/man/man1/spacetime.1")]
+    Man,
+}
+
+/// Shells `spacetime completions` writes for.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+/// Writes the completion script for `shell`, generated from the clap definitions.
+pub fn write_completions(shell: Shell, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let shell = match shell {
+        Shell::Bash => clap_complete::Shell::Bash,
+        Shell::Zsh => clap_complete::Shell::Zsh,
+        Shell::Fish => clap_complete::Shell::Fish,
+    };
+    // Generated in memory: clap_complete panics on a write error (a closed pipe).
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "spacetime", &mut script);
+    out.write_all(&script)
+}
+
+/// Writes the manual page: the top command's page followed by one section per subcommand
+/// (their options and examples), so `man spacetime` holds everything.
+pub fn write_man(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let man = clap_mangen::Man::new(cmd.clone());
+    man.render_title(out)?;
+    man.render_name_section(out)?;
+    man.render_synopsis_section(out)?;
+    man.render_description_section(out)?;
+    man.render_options_section(out)?;
+    man.render_subcommands_section(out)?;
+    for sub in cmd.get_subcommands() {
+        write_subcommand_man(sub, out)?;
+    }
+    // The top command's after-help is the exit status paragraph.
+    let mut extra = Vec::new();
+    man.render_extra_section(&mut extra)?;
+    let extra = String::from_utf8_lossy(&extra).replace(".SH EXTRA", ".SH \"EXIT STATUS\"");
+    out.write_all(extra.replace("Exit status: ", "").as_bytes())?;
+    man.render_version_section(out)
+}
+
+fn write_subcommand_man(sub: &clap::Command, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let name = format!("spacetime {}", sub.get_name());
+    let sub = sub.clone().bin_name(name.clone());
+    writeln!(out, ".SH \"{}\"", name.to_uppercase())?;
+    let man = clap_mangen::Man::new(sub.clone());
+    // Each section of the subcommand's own page, one level down (.SS), without its .TH.
+    let mut page = Vec::new();
+    man.render_synopsis_section(&mut page)?;
+    man.render_description_section(&mut page)?;
+    man.render_options_section(&mut page)?;
+    man.render_extra_section(&mut page)?;
+    // A subcommand's after-help is its examples.
+    let page = String::from_utf8_lossy(&page)
+        .replace("\n.SH ", "\n.SS ")
+        .replace(".SS EXTRA\nExamples:\n", ".SS EXAMPLES\n");
+    let page = page
+        .strip_prefix(".SH ")
+        .map_or(page.clone(), |p| format!(".SS {p}"));
+    out.write_all(page.as_bytes())
 }
 
 #[derive(Debug, Args)]

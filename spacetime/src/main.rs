@@ -23,6 +23,23 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Command::Trace(args) => spacetime::trace::main(args, cli.verbose),
         Command::Watch(args) => spacetime::watch::main(args, cli.verbose),
+        Command::Completions { shell } => written(spacetime::cli::write_completions(
+            shell,
+            &mut std::io::stdout().lock(),
+        )),
+        Command::Man => written(spacetime::cli::write_man(&mut std::io::stdout().lock())),
     };
     ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// Exit status of a command that only writes to stdout: a reader that went away is no failure.
+fn written(r: std::io::Result<()>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Err(e) => {
+            eprintln!("spacetime: writing to stdout: {e}");
+            EXIT_OWN_FAILURE
+        }
+    }
 }

@@ -21,6 +21,7 @@ use serde_json::Value;
 
 pub mod openmetrics;
 pub mod prometheus;
+pub mod python;
 pub mod watch;
 
 pub const PAGE: u64 = 4096;

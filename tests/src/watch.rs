@@ -16,7 +16,7 @@ use crate::{reader, show_argv, spacetime_bin, Collector};
 /// How long a watch may take to load its programs and read /proc.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// What `spacetime watch` prints on stderr once every later exit will be seen.
-pub const READY_LINE: &str = "spacetime: watching every exit";
+pub const READY_LINE: &str = "spacetime: watching ";
 
 /// A `spacetime watch` invocation.
 pub struct Watch {

@@ -2,6 +2,7 @@
 //! pieces that are missing, and runs spacetime and its tests.
 
 mod bench;
+mod install;
 mod toolchain;
 mod vm;
 
@@ -27,6 +28,9 @@ enum Cmd {
     Setup,
     /// Build the eBPF object and the release binary that embeds it
     Build,
+    /// Build, then install the binary, its shell completions and manual page, the licences
+    /// and a hardened systemd unit for `spacetime watch --metrics` (PREFIX/lib/systemd/system)
+    Install(install::Options),
     /// Build, then run the release binary with ARGS (as root)
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -77,9 +81,9 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| root().join("target"))
 }
 
-/// Where `cargo xtask build` leaves the eBPF object.
-fn ebpf_object() -> PathBuf {
-    target_dir().join("bpfel-unknown-none/release/spacetime")
+/// Where spacetime's build script builds the eBPF crate (spacetime/build.rs).
+fn ebpf_target_dir() -> PathBuf {
+    target_dir().join("bpf")
 }
 
 /// The release binary.
@@ -96,38 +100,17 @@ pub fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-fn build_ebpf() -> Result<()> {
-    eprintln!("xtask: building the eBPF programs (nightly, bpfel-unknown-none, build-std=core)");
-    run(Command::new("cargo")
-        .current_dir(root().join("spacetime-ebpf"))
-        .env_remove("RUSTUP_TOOLCHAIN")
-        .env_remove("RUSTC")
-        .env_remove("RUSTC_WORKSPACE_WRAPPER")
-        .args([
-            "+nightly",
-            "build",
-            "--release",
-            "--target",
-            "bpfel-unknown-none",
-            "-Z",
-            "build-std=core",
-        ])
-        .arg("--target-dir")
-        .arg(target_dir()))
-}
-
-/// Cargo invocation for the userspace workspace, with the eBPF object to embed.
+/// Cargo invocation for the userspace workspace. spacetime's build script builds the eBPF
+/// object it embeds (nightly, bpfel-unknown-none, build-std=core): that is the one build path.
 fn cargo() -> Command {
     let mut c = Command::new("cargo");
-    c.current_dir(root())
-        .env("SPACETIME_EBPF_OBJ", ebpf_object());
+    c.current_dir(root()).env_remove("SPACETIME_EBPF_OBJ");
     c
 }
 
 pub fn build() -> Result<()> {
     toolchain::ensure()?;
-    build_ebpf()?;
-    eprintln!("xtask: building spacetime (release)");
+    eprintln!("xtask: building spacetime (release; its build script builds the eBPF programs)");
     run(cargo().args(["build", "--release", "-p", "spacetime"]))
 }
 
@@ -147,6 +130,7 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Cmd::Setup => toolchain::ensure(),
         Cmd::Build => build(),
+        Cmd::Install(opts) => install::install(opts),
         Cmd::Run { args } => {
             build()?;
             let bin = spacetime_bin();
@@ -197,7 +181,6 @@ fn main() -> Result<()> {
             run(Command::new("cargo")
                 .current_dir(root().join("spacetime-ebpf"))
                 .args(["+nightly", "fmt", "--check"]))?;
-            build_ebpf()?;
             run(cargo().args([
                 "clippy",
                 "--workspace",
@@ -219,7 +202,7 @@ fn main() -> Result<()> {
                     "build-std=core",
                 ])
                 .arg("--target-dir")
-                .arg(target_dir())
+                .arg(ebpf_target_dir())
                 .args(["--", "-D", "warnings"]))
         }
     }

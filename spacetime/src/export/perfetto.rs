@@ -1,15 +1,19 @@
 //! `--perfetto FILE`: the trace as a Perfetto protobuf trace, for ui.perfetto.dev.
 //!
 //! One track per process, named by its pid and command and nested under the process that
-//! forked it; a slice per program image on it (argv, exe and peak RSS as arguments); RSS and
+//! forked it (beside it, a process track and a thread track carrying Perfetto's process and
+//! thread descriptors, and a process tree packet with every pid's parent, so trace processor's
+//! `process` and `thread` tables are filled); a slice per program image on it (argv, exe and peak RSS as arguments); RSS and
 //! PSS counter tracks under each process; tree-wide RSS and PSS counters, and a track with the
 //! whole trace and its peaks, at the top. Times are nanoseconds since the trace's t0, as in
-//! the JSON report.
+//! the JSON report, on a clock of the trace's own that a clock snapshot ties to BOOTTIME,
+//! MONOTONIC and REALTIME, so the file merges with a system capture.
 //!
 //! The few messages needed are encoded by hand ([`super::protobuf`]); field numbers are those
 //! of perfetto's `protos/perfetto/trace/` (trace.proto, trace_packet.proto,
 //! track_event/track_descriptor.proto, track_event.proto, counter_descriptor.proto,
-//! debug_annotation.proto).
+//! debug_annotation.proto, process_descriptor.proto, thread_descriptor.proto,
+//! ps/process_tree.proto, clock_snapshot.proto, trace_packet_defaults.proto).
 
 use std::{
     collections::HashMap,
@@ -28,14 +32,37 @@ use crate::{
 pub mod field {
     pub const TRACE_PACKET: u32 = 1;
 
+    pub const PACKET_PROCESS_TREE: u32 = 2;
+    pub const PACKET_CLOCK_SNAPSHOT: u32 = 6;
     pub const PACKET_TIMESTAMP: u32 = 8;
     pub const PACKET_SEQUENCE_ID: u32 = 10;
     pub const PACKET_TRACK_EVENT: u32 = 11;
     pub const PACKET_SEQUENCE_FLAGS: u32 = 13;
+    pub const PACKET_TIMESTAMP_CLOCK_ID: u32 = 58;
+    pub const PACKET_DEFAULTS: u32 = 59;
     pub const PACKET_TRACK_DESCRIPTOR: u32 = 60;
+
+    pub const CLOCKS: u32 = 1;
+    pub const CLOCK_ID: u32 = 1;
+    pub const CLOCK_TIMESTAMP: u32 = 2;
+
+    pub const TREE_PROCESSES: u32 = 1;
+    pub const TREE_PROCESS_PID: u32 = 1;
+    pub const TREE_PROCESS_PPID: u32 = 2;
+    pub const TREE_PROCESS_CMDLINE: u32 = 3;
+
+    pub const PROCESS_PID: u32 = 1;
+    pub const PROCESS_CMDLINE: u32 = 2;
+    pub const PROCESS_NAME: u32 = 6;
+
+    pub const THREAD_PID: u32 = 1;
+    pub const THREAD_TID: u32 = 2;
+    pub const THREAD_NAME: u32 = 5;
 
     pub const TRACK_UUID: u32 = 1;
     pub const TRACK_NAME: u32 = 2;
+    pub const TRACK_PROCESS: u32 = 3;
+    pub const TRACK_THREAD: u32 = 4;
     pub const TRACK_PARENT_UUID: u32 = 5;
     pub const TRACK_COUNTER: u32 = 8;
     pub const TRACK_CHILD_ORDERING: u32 = 11;
@@ -68,15 +95,24 @@ const SEQ_INCREMENTAL_STATE_CLEARED: u64 = 1;
 /// TrackDescriptor.ChildTracksOrdering.EXPLICIT: children by sibling_order_rank.
 const ORDER_EXPLICIT: u64 = 3;
 const SEQUENCE_ID: u64 = 1;
+/// The trace's own clock (a sequence-scoped id, 64–127): nanoseconds since t0.
+pub const TRACE_CLOCK: u64 = 64;
+/// BuiltinClock ids.
+pub const CLOCK_REALTIME: u64 = 1;
+pub const CLOCK_MONOTONIC: u64 = 3;
+pub const CLOCK_BOOTTIME: u64 = 6;
 
-/// Track uuids: fixed ones at the top, then four per process (its track, RSS, PSS).
+/// Track uuids: fixed ones at the top, then eight per process (its track, RSS, PSS, its
+/// process descriptor track, its main thread's descriptor track).
 pub const TRACE_TRACK: u64 = 1;
 pub const TREE_RSS_TRACK: u64 = 2;
 pub const TREE_PSS_TRACK: u64 = 3;
 const FIRST_PROCESS_TRACK: u64 = 16;
+pub const PROCESS_DESCRIPTOR_OFFSET: u64 = 3;
+pub const THREAD_DESCRIPTOR_OFFSET: u64 = 4;
 
 fn process_track(i: usize) -> u64 {
-    FIRST_PROCESS_TRACK + 4 * i as u64
+    FIRST_PROCESS_TRACK + 8 * i as u64
 }
 
 /// What the export needs besides the tree and the timeline.
@@ -149,6 +185,96 @@ fn counter_descriptor(uuid: u64, parent: Option<u64>, name: &str, rank: Option<i
     )
 }
 
+/// The name the kernel gave the process's last image (its comm); protobuf strings are UTF-8,
+/// so invalid bytes read U+FFFD here (the JSON report keeps them exact).
+fn process_name(p: &Process) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(p.images.last().map_or(&[][..], |i| i.comm()))
+}
+
+/// What a process ran as argv: its last exec's, else what it was forked running.
+fn process_argv(p: &Process) -> Vec<std::borrow::Cow<'_, str>> {
+    p.images
+        .iter()
+        .rev()
+        .find(|i| !i.inherited)
+        .or(p.images.first())
+        .map_or_else(Vec::new, |i| {
+            i.argv().map(String::from_utf8_lossy).collect()
+        })
+}
+
+/// The process track and the main-thread track that name `p` for trace processor (its
+/// `process` and `thread` tables): pid, name, cmdline; tid = pid.
+fn identity_descriptors(p: &Process, uuid: u64) -> [Msg; 2] {
+    let name = process_name(p);
+    let mut process = Msg::new()
+        .int(field::PROCESS_PID, p.pid as i64)
+        .string(field::PROCESS_NAME, &name);
+    for a in process_argv(p) {
+        process = process.string(field::PROCESS_CMDLINE, &cut(&a, ARGV_CHARS));
+    }
+    let thread = Msg::new()
+        .int(field::THREAD_PID, p.pid as i64)
+        .int(field::THREAD_TID, p.pid as i64)
+        .string(field::THREAD_NAME, &name);
+    let label = format!("{name} {}", p.pid);
+    [
+        Msg::new()
+            .uint(field::TRACK_UUID, uuid + PROCESS_DESCRIPTOR_OFFSET)
+            .string(field::TRACK_NAME, &label)
+            .msg(field::TRACK_PROCESS, process),
+        Msg::new()
+            .uint(field::TRACK_UUID, uuid + THREAD_DESCRIPTOR_OFFSET)
+            .string(field::TRACK_NAME, &label)
+            .msg(field::TRACK_THREAD, thread),
+    ]
+}
+
+/// Every process with its parent (who forked it), for trace processor's process table.
+fn process_tree(tree: &Tree) -> Msg {
+    let mut m = Msg::new();
+    for p in tree.processes() {
+        let mut entry = Msg::new()
+            .int(field::TREE_PROCESS_PID, p.pid as i64)
+            .int(field::TREE_PROCESS_PPID, p.ppid as i64);
+        for a in process_argv(p) {
+            entry = entry.string(field::TREE_PROCESS_CMDLINE, &cut(&a, ARGV_CHARS));
+        }
+        m = m.msg(field::TREE_PROCESSES, entry);
+    }
+    m
+}
+
+fn clock_now_ns(clock: libc::clockid_t) -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid pointer; these clocks always exist.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
+}
+
+/// The trace clock's 0 (t0, a CLOCK_MONOTONIC time) on BOOTTIME, MONOTONIC and REALTIME:
+/// the other clocks' offsets from MONOTONIC are read now.
+fn clock_snapshot(t0_ns: u64) -> Msg {
+    let mono = clock_now_ns(libc::CLOCK_MONOTONIC);
+    let at_t0 = |clock| (t0_ns as i128 + clock_now_ns(clock) - mono).max(0) as u64;
+    let mut m = Msg::new();
+    for (id, ts) in [
+        (TRACE_CLOCK, 0),
+        (CLOCK_BOOTTIME, at_t0(libc::CLOCK_BOOTTIME)),
+        (CLOCK_MONOTONIC, t0_ns),
+        (CLOCK_REALTIME, at_t0(libc::CLOCK_REALTIME)),
+    ] {
+        let clock = Msg::new()
+            .uint(field::CLOCK_ID, id)
+            .uint(field::CLOCK_TIMESTAMP, ts);
+        m = m.msg(field::CLOCKS, clock);
+    }
+    m
+}
+
 /// A timed event, kept for sorting: ends before counters before begins at the same time.
 struct Timed {
     ts: u64,
@@ -198,6 +324,7 @@ impl Builder<'_> {
             descriptor(uuid, parent, &name, Some(rank))
                 .uint(field::TRACK_CHILD_ORDERING, ORDER_EXPLICIT),
         );
+        self.descriptors.extend(identity_descriptors(p, uuid));
         let end = p.end_ns.unwrap_or(self.opts.end_ns);
         let mut from = p.start_ns;
         for (k, img) in p.images.iter().enumerate() {
@@ -349,13 +476,22 @@ pub fn encode(tree: &Tree, timeline: &Timeline, opts: &Options) -> Vec<Vec<u8>> 
             .uint(field::PACKET_SEQUENCE_ID, SEQUENCE_ID)
             .merge(body)
     };
-    let mut out = Vec::with_capacity(b.descriptors.len() + events.len());
-    for (k, d) in b.descriptors.into_iter().enumerate() {
-        let mut p = packet(Msg::new().msg(field::PACKET_TRACK_DESCRIPTOR, d));
-        if k == 0 {
-            p = p.uint(field::PACKET_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
-        }
-        out.push(p.into_bytes());
+    let mut out = Vec::with_capacity(b.descriptors.len() + events.len() + 2);
+    // First the clocks: every later timestamp of the sequence is on the trace clock.
+    let defaults = Msg::new().uint(field::PACKET_TIMESTAMP_CLOCK_ID, TRACE_CLOCK);
+    let clocks = packet(
+        Msg::new()
+            .msg(field::PACKET_CLOCK_SNAPSHOT, clock_snapshot(opts.t0_ns))
+            .uint(field::PACKET_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED)
+            .msg(field::PACKET_DEFAULTS, defaults),
+    );
+    out.push(clocks.into_bytes());
+    let tree_packet = Msg::new()
+        .uint(field::PACKET_TIMESTAMP, 0)
+        .msg(field::PACKET_PROCESS_TREE, process_tree(tree));
+    out.push(packet(tree_packet).into_bytes());
+    for d in b.descriptors {
+        out.push(packet(Msg::new().msg(field::PACKET_TRACK_DESCRIPTOR, d)).into_bytes());
     }
     for e in events {
         let body = Msg::new()

@@ -1,11 +1,14 @@
 //! The trace report: one model, serialized as JSON (`--json`) and rendered for people on
-//! stderr ([`text`]). All times are nanoseconds since the root process started; all sizes are
-//! bytes.
+//! stderr ([`text`]). All times are nanoseconds since the root process started
+//! (`start_unix_ns` says when that was); all sizes are bytes. docs/trace-report.schema.json
+//! describes the JSON.
 
 pub mod lossless;
+mod origin;
 pub mod text;
 mod view;
 
+pub use origin::{Origin, SCHEMA_VERSION};
 use view::Scale;
 pub use view::{ImageReport, ProcessReport, State};
 
@@ -45,6 +48,9 @@ impl Serialize for Exit {
 
 #[derive(Debug, Serialize)]
 pub struct Report<'a> {
+    /// Schema version, spacetime's version, host, kernel, absolute start time.
+    #[serde(flatten)]
+    pub origin: Origin,
     /// The command as given, exact bytes (strings in JSON, exact when UTF-8).
     pub command: lossless::Args,
     /// Each argument's exact bytes in base64, when one is not UTF-8.
@@ -220,6 +226,7 @@ impl<'a> Report<'a> {
             );
         Report {
             command_b64: meta.command.b64(),
+            origin: Origin::now(t0),
             command: meta.command,
             exit: meta.root_exit.map(Exit),
             wall_ns: meta.end_ns.saturating_sub(t0),

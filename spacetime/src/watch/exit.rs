@@ -50,9 +50,21 @@ pub struct ExitView<'a> {
 }
 
 impl ExitView<'_> {
+    /// The parent's pid, when known. Unknown (None) for a process whose fork was not seen
+    /// (started before the watch and gone before /proc was read, or lost): the table then
+    /// holds 0, which is nobody's pid except the parent of pid 1 and of kthreadd (pid 2).
+    pub fn parent(&self) -> Option<u32> {
+        known_parent(self.pid, self.ppid)
+    }
+
     pub fn runtime_ns(&self) -> Option<u64> {
         self.start_ns.map(|s| self.end_ns.saturating_sub(s))
     }
+}
+
+/// `ppid` unless it is the table's 0 for "not seen" (see [`ExitView::parent`]).
+pub fn known_parent(pid: u32, ppid: u32) -> Option<u32> {
+    (ppid != 0 || pid <= 2).then_some(ppid)
 }
 
 /// The name in a record, without allocating when it is valid UTF-8 (it nearly always is).

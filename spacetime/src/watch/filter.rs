@@ -6,8 +6,8 @@ use std::ffi::CString;
 
 use anyhow::{bail, Context, Result};
 
-use super::{args::WatchArgs, exit::ExitView};
-use crate::tree::ExitStatus;
+use super::{args::WatchArgs, cgroup::cgroup2_mount, exit::ExitView};
+use crate::{tree::ExitStatus, units};
 
 #[derive(Debug, Default)]
 pub struct Filter {
@@ -33,7 +33,7 @@ impl Filter {
         for u in &a.uid {
             uids.push(resolve_user(u)?);
         }
-        let cgroup = a
+        let cgroup: Vec<(String, bool)> = a
             .cgroup
             .iter()
             .map(|c| {
@@ -46,6 +46,11 @@ impl Filter {
                 (c.clone(), is_glob(&c))
             })
             .collect();
+        for (path, glob) in &cgroup {
+            if let Some(why) = missing_cgroup(path).filter(|_| !glob) {
+                eprintln!("spacetime: warning: --cgroup {path}: {why}");
+            }
+        }
         if let Some(pid) = a.pid_tree {
             if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
                 bail!("--pid-tree {pid}: there is no process {pid}");
@@ -65,6 +70,68 @@ impl Filter {
             pid_tree: a.pid_tree,
             failed: a.failed,
         })
+    }
+
+    /// What is selected, in words: `every exit on the system` or `process exits with comm
+    /// make or cc, uid 1000 and peak RSS at least 100 MiB`.
+    pub fn describe(&self, threads: bool) -> String {
+        let what = if threads {
+            "process and thread exits"
+        } else {
+            "process exits"
+        };
+        let or = |items: Vec<String>| items.join(" or ");
+        let text = |v: &[Vec<u8>]| {
+            v.iter()
+                .map(|b| String::from_utf8_lossy(b).into())
+                .collect()
+        };
+        let mut parts = Vec::new();
+        if !self.comm.is_empty() {
+            parts.push(format!("comm {}", or(text(&self.comm))));
+        }
+        if !self.exe.is_empty() {
+            let exe: Vec<Vec<u8>> = self.exe.iter().map(|(p, _)| p.clone()).collect();
+            parts.push(format!("exe {}", or(text(&exe))));
+        }
+        if !self.uids.is_empty() {
+            parts.push(format!(
+                "uid {}",
+                or(self.uids.iter().map(u32::to_string).collect())
+            ));
+        }
+        if !self.cgroup.is_empty() {
+            let cg = self.cgroup.iter().map(|(p, glob)| {
+                if *glob {
+                    p.clone()
+                } else {
+                    format!("{p} (and below)")
+                }
+            });
+            parts.push(format!("cgroup {}", or(cg.collect())));
+        }
+        if let Some(b) = self.min_rss_bytes {
+            parts.push(format!("peak RSS at least {}", units::bytes(b)));
+        }
+        if let Some(ns) = self.min_runtime_ns {
+            parts.push(format!("runtime at least {}", units::duration_ns(ns)));
+        }
+        if let Some(pid) = self.pid_tree {
+            parts.push(format!("in the tree of pid {pid}"));
+        }
+        if self.failed {
+            parts.push("a failure (non-zero exit or fatal signal)".into());
+        }
+        match parts.len() {
+            0 if threads => "every exit on the system, threads included".into(),
+            0 => "every exit on the system".into(),
+            1 => format!("{what} with {}", parts[0]),
+            n => format!(
+                "{what} with {} and {}",
+                parts[..n - 1].join(", "),
+                parts[n - 1]
+            ),
+        }
     }
 
     /// The filter lets everything through.
@@ -130,6 +197,18 @@ impl Filter {
         }
         true
     }
+}
+
+/// Why a plain `--cgroup` path can match nothing now, if it cannot: no cgroup2 mount, or no
+/// such directory under it.
+fn missing_cgroup(path: &str) -> Option<String> {
+    let Some(mount) = cgroup2_mount() else {
+        return Some("there is no cgroup2 mount, so it matches nothing".into());
+    };
+    let dir = format!("{}{}", mount.trim_end_matches('/'), path);
+    (!std::path::Path::new(&dir).is_dir()).then(|| {
+        format!("no such cgroup ({dir} does not exist); it matches nothing until it is created")
+    })
 }
 
 fn cgroup_match(pattern: &str, is_glob: bool, path: &str) -> bool {
@@ -231,6 +310,46 @@ fn class(pat: &[u8], p: usize, c: u8) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn described_in_words() {
+        assert_eq!(
+            Filter::default().describe(false),
+            "every exit on the system"
+        );
+        let f = Filter {
+            comm: vec![b"make".to_vec(), b"cc".to_vec()],
+            cgroup: vec![("/system.slice".into(), false)],
+            min_rss_bytes: Some(100 << 20),
+            failed: true,
+            ..Filter::default()
+        };
+        assert_eq!(
+            f.describe(true),
+            "process and thread exits with comm make or cc, cgroup /system.slice (and below), \
+             peak RSS at least 100 MiB and a failure (non-zero exit or fatal signal)"
+        );
+    }
+
+    #[test]
+    fn missing_cgroups_are_named() {
+        if cgroup2_mount().is_none() {
+            assert!(missing_cgroup("/").is_some(), "no mount: nothing matches");
+            return;
+        }
+        assert_eq!(missing_cgroup("/"), None, "the root cgroup exists");
+        let why = missing_cgroup("/no-such-cgroup-here").expect("a missing cgroup is flagged");
+        assert!(why.contains("does not exist"), "{why}");
+    }
+
+    #[test]
+    fn ppid_zero_is_unknown_except_for_the_first_pids() {
+        use super::super::exit::known_parent;
+        assert_eq!(known_parent(4242, 0), None);
+        assert_eq!(known_parent(4242, 17), Some(17));
+        assert_eq!(known_parent(1, 0), Some(0), "init has no parent");
+        assert_eq!(known_parent(2, 0), Some(0), "nor has kthreadd");
+    }
 
     fn g(p: &str, s: &str) -> bool {
         glob(p.as_bytes(), s.as_bytes())

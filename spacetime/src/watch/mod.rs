@@ -199,6 +199,11 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         crate::errln!("spacetime: no cgroup2 mount: cgroups are shown as ids");
     }
     out.set_wall_offset(wall_offset_ns());
+    // What is watched goes before the table, so the header is the last line before the rows.
+    crate::errln!(
+        "spacetime: watching {}; {seeded} processes running; Ctrl-C to stop",
+        filter.describe(args.threads)
+    );
     // An output already closed stops the watch at its first exit, cleanly, with the summary
     // saying so: not an error before it starts.
     let _ = out.header().and_then(|()| out.flush());
@@ -215,10 +220,6 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         }
         None => None,
     };
-    crate::errln!(
-        "spacetime: watching every exit on the system ({seeded} processes running); \
-         Ctrl-C to stop"
-    );
     let mut w = Watch {
         metrics: Metrics::new(taskstats.is_some(), args.metrics_comm_limit),
         coverage: taskstats.as_ref().map(|_| Coverage::default()),

@@ -162,7 +162,12 @@ impl Output {
         let _ = write!(
             l,
             "{time} {pid:>7} {:>7} {:>5}  {:<7} {runtime:>9} {:>10} {peak:>10} {:>4}  ",
-            if x.thread { x.pid } else { x.ppid },
+            match (x.thread, x.parent()) {
+                (true, _) => x.pid.to_string(),
+                (false, Some(ppid)) => ppid.to_string(),
+                // The fork was not seen: say so rather than print 0.
+                (false, None) => "?".into(),
+            },
             x.uid,
             exit_text(x.exit, x.thread),
             units::duration_ns(x.user_ns + x.sys_ns),
@@ -344,7 +349,7 @@ impl Serialize for Json<'_, '_> {
             m.serialize_entry("tid", &x.tid)?;
         }
         m.serialize_entry("pid", &x.pid)?;
-        m.serialize_entry("ppid", &x.ppid)?;
+        m.serialize_entry("ppid", &x.parent())?;
         if let Some(ns) = x.ns_pid {
             m.serialize_entry("ns_pid", &ns)?;
         }

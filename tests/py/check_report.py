@@ -1,0 +1,60 @@
+"""Validates spacetime trace reports against docs/trace-report.schema.json, and checks that
+the schema describes every key the reports hold (the schema's objects are open for readers,
+so a key missing from it would otherwise pass unnoticed).
+
+Usage: check_report.py SCHEMA REPORT...  Prints nothing and exits 0 when all is well."""
+import json
+import sys
+
+import jsonschema
+
+
+def resolve(node, root):
+    while "$ref" in node:
+        path = node["$ref"].lstrip("#/").split("/")
+        node = root
+        for p in path:
+            node = node[p]
+    return node
+
+
+def undocumented(instance, node, root, validator, where, out):
+    node = resolve(node, root)
+    for key in ("anyOf", "oneOf"):
+        for branch in node.get(key, []):
+            # Evolved from the full validator, so the branch's $refs resolve.
+            if validator.evolve(schema=branch).is_valid(instance):
+                undocumented(instance, branch, root, validator, where, out)
+                break
+    if isinstance(instance, dict) and "properties" in node:
+        for k, v in instance.items():
+            if k not in node["properties"]:
+                out.add(f"{where}.{k}")
+            else:
+                undocumented(v, node["properties"][k], root, validator, f"{where}.{k}", out)
+    if isinstance(instance, list) and "items" in node:
+        for v in instance:
+            undocumented(v, node["items"], root, validator, f"{where}[]", out)
+
+
+def main():
+    schema = json.load(open(sys.argv[1]))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(
+        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    )
+    failed = False
+    for path in sys.argv[2:]:
+        report = json.load(open(path))
+        for e in validator.iter_errors(report):
+            print(f"{path}: {e.json_path}: {e.message[:300]}")
+            failed = True
+        missing = set()
+        undocumented(report, schema, schema, validator, "$", missing)
+        for k in sorted(missing):
+            print(f"{path}: {k} is not described by the schema")
+            failed = True
+    sys.exit(1 if failed else 0)
+
+
+main()

@@ -1,0 +1,227 @@
+//! The command line as a user meets it: `--help` examples, shell completions and the manual
+//! page, generated from the same definitions the parser uses. Runs the release binary.
+
+use std::process::{Command, Output, Stdio};
+
+use spacetime_tests::spacetime_bin;
+
+/// Every subcommand and a few flags of each that a completion or the manual must know.
+const SUBCOMMANDS: [&str; 4] = ["trace", "watch", "completions", "man"];
+const FLAGS: [&str; 6] = [
+    "--json",
+    "--perfetto",
+    "--stop-on-root-exit",
+    "--cgroup",
+    "--metrics",
+    "--summary-json",
+];
+
+fn spacetime(args: &[&str]) -> Output {
+    let out = Command::new(spacetime_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running spacetime {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "spacetime {args:?} failed with {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn stdout(args: &[&str]) -> String {
+    String::from_utf8(spacetime(args).stdout).expect("UTF-8 output")
+}
+
+#[test]
+fn help_of_each_subcommand_has_examples_that_parse() {
+    for sub in ["trace", "watch"] {
+        let help = stdout(&[sub, "--help"]);
+        let examples = help
+            .split_once("\nExamples:\n")
+            .unwrap_or_else(|| panic!("`spacetime {sub} --help` has no Examples section:\n{help}"))
+            .1;
+        let commands: Vec<&str> = examples
+            .lines()
+            .filter_map(|l| l.strip_prefix("  sudo spacetime "))
+            .collect();
+        assert!(
+            commands.len() >= 3,
+            "`spacetime {sub} --help` shows {} examples:\n{examples}",
+            commands.len()
+        );
+        for c in commands {
+            assert!(
+                c.starts_with(sub),
+                "an example of {sub} runs another subcommand: {c}"
+            );
+        }
+    }
+}
+
+#[test]
+fn completions_cover_every_subcommand_and_flag() {
+    for shell in ["bash", "zsh", "fish"] {
+        let script = stdout(&["completions", shell]);
+        assert!(
+            script.len() > 1000,
+            "{shell} completions are {} bytes",
+            script.len()
+        );
+        for word in SUBCOMMANDS.iter().chain(FLAGS.iter()) {
+            // fish names long options without their dashes (`-l json`).
+            let fish_form = format!("-l {}", word.trim_start_matches("--"));
+            assert!(
+                script.contains(word) || (shell == "fish" && script.contains(&fish_form)),
+                "{shell} completions do not mention {word}"
+            );
+        }
+    }
+    let bad = Command::new(spacetime_bin())
+        .args(["completions", "tcsh"])
+        .output()
+        .expect("running spacetime completions tcsh");
+    assert_eq!(
+        bad.status.code(),
+        Some(125),
+        "an unknown shell is a usage error"
+    );
+}
+
+#[test]
+fn bash_completion_script_is_valid_bash() {
+    let script = stdout(&["completions", "bash"]);
+    let dir = spacetime_tests::TempDir::new("completion");
+    let path = dir.path().join("spacetime.bash");
+    std::fs::write(&path, script).expect("writing the script");
+    // Sourcing defines the completion function; `complete -p` shows it is registered.
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source {} && complete -p spacetime",
+            path.display()
+        ))
+        .output()
+        .expect("running bash");
+    assert!(
+        out.status.success(),
+        "bash rejects the script: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("spacetime"),
+        "the completion is not registered"
+    );
+}
+
+#[test]
+fn man_page_is_roff_with_every_subcommand() {
+    let page = stdout(&["man"]);
+    assert!(
+        page.lines().any(|l| l.starts_with(".TH spacetime 1")),
+        "no .TH line"
+    );
+    for sub in SUBCOMMANDS {
+        let heading = format!(".SH \"SPACETIME {}\"", sub.to_uppercase());
+        assert!(page.contains(&heading), "no section {heading}");
+    }
+    for flag in FLAGS {
+        let roff = flag.replace('-', "\\-");
+        assert!(page.contains(&roff), "the manual does not describe {flag}");
+    }
+    assert!(page.contains(".SS EXAMPLES"), "no EXAMPLES subsection");
+    // groff (Debian's man-db depends on it) renders it; -ww warns about every dubious request.
+    let dir = spacetime_tests::TempDir::new("man");
+    let path = dir.path().join("spacetime.1");
+    std::fs::write(&path, &page).expect("writing the page");
+    let out = Command::new("groff")
+        .args(["-man", "-Tutf8", "-ww"])
+        .arg(&path)
+        .output()
+        .expect("groff is installed (man-db depends on it)");
+    let warnings = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && warnings.trim().is_empty(),
+        "groff: {warnings}"
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("spacetime watch --failed --ancestry"),
+        "the rendered page lacks the watch examples"
+    );
+}
+
+/// `watch` says what it watches, filters included, before the table header, and warns about a
+/// `--cgroup` that does not exist instead of silently matching nothing.
+#[test]
+fn watch_names_its_filters_before_the_header_and_warns_of_a_missing_cgroup() {
+    let missing = format!("/spacetime-no-such-cgroup-{}", std::process::id());
+    // One pipe for both streams: their order is the order a terminal shows.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec \"$0\" watch --cgroup {missing} --comm make --duration 0.3 2>&1"
+        ))
+        .arg(spacetime_bin())
+        .stdin(Stdio::null())
+        .output()
+        .expect("running spacetime watch");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "watch failed: {text}");
+    let line_of = |needle: &str| {
+        text.lines()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{text}"))
+    };
+    let warning = line_of(&format!("warning: --cgroup {missing}: no such cgroup"));
+    let watching = line_of(&format!(
+        "spacetime: watching process exits with comm make and cgroup {missing} (and below);"
+    ));
+    let header = line_of("PPID");
+    assert!(
+        warning < header && watching < header,
+        "the warning and what is watched come after the header:\n{text}"
+    );
+    assert!(
+        !text.contains("every exit on the system"),
+        "a filtered watch claims to watch everything:\n{text}"
+    );
+}
+
+/// A process whose fork the watch did not see (here: the table is full, `--max-processes 1`)
+/// has no known parent: its row says `?` and its JSON `ppid` is null, never 0.
+#[test]
+fn watch_never_prints_an_unknown_parent_as_pid_0() {
+    use spacetime_tests::watch::{run, Watch};
+    use std::time::Duration;
+    for json in [true, false] {
+        let mut w = Watch::new().flags(["--max-processes", "1"]);
+        if json {
+            w = w.flag("--json");
+        }
+        let w = w.start();
+        let pid = run(&mut Command::new("/bin/true"));
+        let needle = if json {
+            format!("\"pid\":{pid},")
+        } else {
+            format!(" {pid} ")
+        };
+        w.wait_for_stdout(&needle, Duration::from_secs(30));
+        let out = w.interrupt();
+        let row = out
+            .stdout
+            .lines()
+            .find(|l| l.contains(&needle))
+            .expect("the exit's row");
+        if json {
+            let v: serde_json::Value = serde_json::from_str(row).expect("a JSON line");
+            assert!(v["ppid"].is_null(), "ppid of an unseen fork: {row}");
+        } else {
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            assert_eq!(cols[1], pid.to_string(), "PID column: {row}");
+            assert_eq!(cols[2], "?", "PPID column of an unseen fork: {row}");
+        }
+    }
+}

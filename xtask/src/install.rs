@@ -1,0 +1,118 @@
+//! `cargo xtask install`: the release binary, its shell completions, its manual page, the
+//! licences and a hardened systemd unit for `spacetime watch --metrics`, under a prefix
+//! (and a staging DESTDIR for packagers), each path printed as it is written.
+
+use std::{
+    fs,
+    os::unix::fs::PermissionsExt as _,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{bail, Context, Result};
+
+#[derive(Debug, clap::Args)]
+pub struct Options {
+    /// Installation prefix: the binary goes to PREFIX/bin, the rest under PREFIX/share and
+    /// PREFIX/lib/systemd/system
+    #[arg(long, default_value = "/usr/local")]
+    prefix: PathBuf,
+    /// Stage the files under this directory instead of / (paths inside them stay PREFIX's)
+    #[arg(long)]
+    destdir: Option<PathBuf>,
+    /// Install this binary instead of building the release binary
+    #[arg(long, value_name = "PATH")]
+    bin: Option<PathBuf>,
+}
+
+/// Where each file goes, relative to the prefix, and its mode.
+fn layout() -> [(&'static str, &'static str, u32); 8] {
+    [
+        ("bin", "bin/spacetime", 0o755),
+        ("bash", "share/bash-completion/completions/spacetime", 0o644),
+        ("zsh", "share/zsh/site-functions/_spacetime", 0o644),
+        (
+            "fish",
+            "share/fish/vendor_completions.d/spacetime.fish",
+            0o644,
+        ),
+        ("man", "share/man/man1/spacetime.1", 0o644),
+        ("unit", "lib/systemd/system/spacetime-watch.service", 0o644),
+        ("mit", "share/doc/spacetime/LICENSE-MIT", 0o644),
+        ("apache", "share/doc/spacetime/LICENSE-APACHE", 0o644),
+    ]
+}
+
+/// stdout of `spacetime ARGS`.
+fn generated(bin: &Path, args: &[&str]) -> Result<Vec<u8>> {
+    let out = Command::new(bin)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {} {}", bin.display(), args.join(" ")))?;
+    if !out.status.success() || out.stdout.is_empty() {
+        bail!(
+            "{} {} failed: {}",
+            bin.display(),
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(out.stdout)
+}
+
+fn content(what: &str, bin: &Path, prefix: &Path) -> Result<Vec<u8>> {
+    let root = crate::root();
+    Ok(match what {
+        "bin" => fs::read(bin).with_context(|| format!("reading {}", bin.display()))?,
+        "bash" | "zsh" | "fish" => generated(bin, &["completions", what])?,
+        "man" => generated(bin, &["man"])?,
+        "unit" => {
+            let unit = fs::read_to_string(root.join("dist/spacetime-watch.service"))
+                .context("reading dist/spacetime-watch.service")?;
+            unit.replace("@BINDIR@", &prefix.join("bin").to_string_lossy())
+                .into_bytes()
+        }
+        "mit" => fs::read(root.join("LICENSE-MIT"))?,
+        "apache" => fs::read(root.join("LICENSE-APACHE"))?,
+        _ => unreachable!("no such file kind {what}"),
+    })
+}
+
+pub fn install(opts: Options) -> Result<()> {
+    if !opts.prefix.is_absolute() {
+        bail!("--prefix must be an absolute path");
+    }
+    let bin = match opts.bin {
+        Some(b) => b,
+        None => {
+            crate::build()?;
+            crate::spacetime_bin()
+        }
+    };
+    let stage = |rel: &str| -> PathBuf {
+        let full = opts.prefix.join(rel);
+        match &opts.destdir {
+            Some(d) => d.join(full.strip_prefix("/").unwrap_or(&full)),
+            None => full,
+        }
+    };
+    for (what, rel, mode) in layout() {
+        let bytes = content(what, &bin, &opts.prefix)?;
+        let dst = stage(rel);
+        let dir = dst.parent().expect("every path has a directory");
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        // Written beside and renamed: a running binary or a reader never sees half a file.
+        let tmp = dir.join(format!(".{}.tmp", std::process::id()));
+        fs::write(&tmp, &bytes).with_context(|| format!("writing {}", tmp.display()))?;
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))?;
+        fs::rename(&tmp, &dst).with_context(|| format!("installing {}", dst.display()))?;
+        eprintln!("xtask: installed {}", dst.display());
+    }
+    if opts.destdir.is_none() {
+        eprintln!(
+            "xtask: to run the metrics service: systemctl daemon-reload && \
+             systemctl enable --now spacetime-watch (OpenMetrics on 127.0.0.1:9464)"
+        );
+    }
+    Ok(())
+}
