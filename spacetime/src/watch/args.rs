@@ -60,7 +60,7 @@ pub struct WatchArgs {
     /// Stop after this long (e.g. 30s, 5m)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Stop after N exits have been reported (N ≥ 1)
+    /// Stop after N exits have been reported (at least 1)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
     /// Serve OpenMetrics on ADDR:PORT (a bare port listens on 127.0.0.1)
