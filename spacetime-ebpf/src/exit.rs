@@ -4,31 +4,40 @@
 //! from exit_mm_release (exit_mm.rs).
 
 use aya_ebpf::{
+    bindings::BPF_NOEXIST,
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_uid_gid,
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_uid_gid, bpf_ktime_get_ns,
         bpf_probe_read_kernel,
     },
     programs::RawTracePointContext,
 };
-use spacetime_common::{flags, kind, mode, ExitEvent, TASK_COMM_LEN};
+use spacetime_common::{flags, kind, mode, EventHeader, ExitEvent, TASK_COMM_LEN};
 
 use crate::{
-    conf, exit_mm, mem, output, rss,
-    task::{header, is_traced, read, Task},
-    TRACKED,
+    conf, exit_mm, mem, output,
+    reap::fill,
+    rss,
+    task::{is_traced, read, Task},
+    REAPING, TRACKED,
 };
+
+const EEXIST: i32 = 17;
 
 pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
-    let mm = task.mm()?;
+    let mut bad = false;
+    let mm = fill(task.mm(), &mut bad);
     // Before 6.16 the tracepoint fires after exit_mm(): exit_mm_release (exit_mm.rs) decided
     // whether this is the last thread, and read the final figures, while the mm was attached.
-    let pid = task.pid()?;
-    let stash = if mm == 0 { exit_mm::get(pid) } else { None };
+    let pid = task.pid();
+    let stash = match pid {
+        Ok(pid) if mm == 0 => exit_mm::get(pid),
+        _ => None,
+    };
     // The kernel's own "last thread" flag, where the tracepoint passes it (6.16+).
     let tp_group_dead = (conf!(off.exit_tp_group_dead) != 0).then(|| ctx.arg::<u64>(1) & 0xff != 0);
-    let r = exit(&task, mm, stash, tp_group_dead);
-    if stash.is_some() {
+    let r = exit(&task, mm, stash, tp_group_dead, bad);
+    if let (Some(_), Ok(pid)) = (stash, pid) {
         // Whatever happened, no entry outlives its thread.
         exit_mm::forget(pid);
     }
@@ -41,28 +50,47 @@ fn exit(
     mm: u64,
     stash: Option<&exit_mm::ExitMm>,
     tp_group_dead: Option<bool>,
+    mut bad: bool,
 ) -> Result<(), i32> {
+    // Without its tgid the task cannot be matched to anything (the failure is counted).
     let tgid = task.tgid()?;
     if !is_traced(tgid) {
         return Ok(());
     }
-    let signal = task.signal()?;
-    let group_dead = if let Some(g) = tp_group_dead {
+    // From here on every path sends the record and cleans up: a failed read fills 0 and
+    // flags the record.
+    let signal = fill(task.signal(), &mut bad);
+    let leader = fill(read::<u64>(task.0, conf!(off.task_group_leader)), &mut bad);
+    let leader_start = fill(Task(leader).start_ns(), &mut bad);
+    let last = if let Some(g) = tp_group_dead {
         g
     } else if let Some(s) = stash {
         // Before 6.16: decided by exit_mm_release (exit_mm.rs).
         s.last != 0
     } else {
         // `signal->live` was decremented before the tracepoint: zero means this is the last
-        // thread (two threads exiting at once may both read zero).
-        read::<i32>(signal, conf!(off.signal_live))? == 0
+        // thread (two threads exiting at once may both read zero: see `claim_group_exit`).
+        signal != 0 && fill(read::<i32>(signal, conf!(off.signal_live)), &mut bad) == 0
     };
+    let group_dead = last && claim_group_exit(tgid, leader_start);
+    let pid = fill(task.pid(), &mut bad);
     let mut ev = ExitEvent {
-        hdr: header(kind::EXIT, task, tgid, task.pid()?)?,
-        utime_ns: read::<u64>(task.0, conf!(off.task_utime))?,
-        stime_ns: read::<u64>(task.0, conf!(off.task_stime))?,
-        runtime_ns: read::<u64>(task.0, conf!(off.task_sum_exec_runtime))?,
-        exit_code: read::<u32>(task.0, conf!(off.task_exit_code))?,
+        hdr: EventHeader {
+            kind: kind::EXIT,
+            flags: 0,
+            // SAFETY: plain helper call.
+            ts_ns: unsafe { bpf_ktime_get_ns() },
+            tgid,
+            pid,
+            leader_start_ns: leader_start,
+        },
+        utime_ns: fill(read::<u64>(task.0, conf!(off.task_utime)), &mut bad),
+        stime_ns: fill(read::<u64>(task.0, conf!(off.task_stime)), &mut bad),
+        runtime_ns: fill(
+            read::<u64>(task.0, conf!(off.task_sum_exec_runtime)),
+            &mut bad,
+        ),
+        exit_code: fill(read::<u32>(task.0, conf!(off.task_exit_code)), &mut bad),
         // SAFETY: plain helper calls.
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
         comm: bpf_get_current_comm().unwrap_or_default(),
@@ -71,39 +99,65 @@ fn exit(
     let ids = bpf_get_current_uid_gid();
     ev.uid = ids as u32;
     ev.gid = (ids >> 32) as u32;
-    let leader = read::<u64>(task.0, conf!(off.task_group_leader))?;
-    ns_tgid(leader, &mut ev);
+    if leader != 0 {
+        ns_tgid(leader, &mut ev);
+    }
     if group_dead {
         ev.hdr.flags |= flags::EXIT_GROUP_DEAD;
-        let sflags = read::<u32>(signal, conf!(off.signal_flags))?;
-        if sflags & conf!(off.signal_group_exit_flag) != 0 {
-            ev.exit_code = read::<u32>(signal, conf!(off.signal_group_exit_code))?;
-            ev.hdr.flags |= flags::EXIT_GROUP_CODE;
+        if signal != 0 {
+            group_fields(signal, task, leader, &mut ev, &mut bad);
         }
-        ev.signal_maxrss_pages = read::<u64>(signal, conf!(off.signal_maxrss))?;
-        let comm_off = conf!(off.task_comm);
-        if leader != task.0 && comm_off != 0 {
-            let at = (leader + comm_off as u64) as *const [u8; TASK_COMM_LEN];
-            // SAFETY: bpf_probe_read_kernel checks the address.
-            if let Ok(c) = unsafe { bpf_probe_read_kernel(at) } {
-                ev.comm = c;
-            }
-        }
-        group_times(signal, task, leader, &mut ev);
         if mm != 0 {
-            ev.mem = mem::read_mm(task.0, mm)?;
+            ev.mem = fill(mem::read_mm(task.0, mm), &mut bad);
         } else if let Some(s) = stash {
             ev.mem = s.mem;
         }
-    }
-    output(&ev);
-    if group_dead {
         rss::forget(tgid);
     }
-    if group_dead && conf!(mode) == mode::TREE {
-        let _ = TRACKED.remove(tgid);
+    if bad {
+        ev.hdr.flags |= flags::EXIT_READ_FAILED;
     }
+    output(&ev);
     Ok(())
+}
+
+/// Whether this exit is the process's one group exit. Before 6.16 two threads exiting at once
+/// can both pass the last-thread test; the first to claim the process wins. Tree mode: the
+/// removal from `TRACKED` (atomic in the kernel) is the claim, and the process waits in
+/// `REAPING` for its release (reap.rs). System mode: inserting into `REAPING` is the claim; an
+/// entry of an earlier process with the same pid (whose release was not seen) is replaced.
+#[inline(always)]
+fn claim_group_exit(tgid: u32, leader_start: u64) -> bool {
+    // Kernels where reap.rs does not run (no release_task target) never empty REAPING.
+    let reaps = conf!(off.signal_prev_utime) != 0;
+    if conf!(mode) == mode::TREE {
+        if TRACKED.remove(tgid).is_err() {
+            return false;
+        }
+        // A full map only costs this process its release record (it keeps the exit figures).
+        if reaps {
+            let _ = REAPING.insert(tgid, leader_start, 0);
+        }
+        return true;
+    }
+    if !reaps {
+        return true;
+    }
+    match REAPING.insert(tgid, leader_start, BPF_NOEXIST as u64) {
+        Ok(()) => true,
+        Err(e) if e == -EEXIST => {
+            // SAFETY: the value is copied out.
+            match unsafe { REAPING.get(tgid) } {
+                Some(&s) if s == leader_start => false,
+                _ => {
+                    let _ = REAPING.insert(tgid, leader_start, 0);
+                    true
+                }
+            }
+        }
+        // Map full: no duplicate detection for this one.
+        Err(_) => true,
+    }
 }
 
 /// The process's id in its own PID namespace: `leader->thread_pid->numbers[level].nr`.
@@ -132,6 +186,26 @@ fn ns_tgid(leader: u64, ev: &mut ExitEvent) {
     }
 }
 
+/// The process-wide fields of a group exit: exit code, maxrss, the leader's comm, CPU times.
+#[inline(always)]
+fn group_fields(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent, bad: &mut bool) {
+    let sflags = fill(read::<u32>(signal, conf!(off.signal_flags)), bad);
+    if sflags & conf!(off.signal_group_exit_flag) != 0 {
+        ev.exit_code = fill(read::<u32>(signal, conf!(off.signal_group_exit_code)), bad);
+        ev.hdr.flags |= flags::EXIT_GROUP_CODE;
+    }
+    ev.signal_maxrss_pages = fill(read::<u64>(signal, conf!(off.signal_maxrss)), bad);
+    let comm_off = conf!(off.task_comm);
+    if leader != 0 && leader != task.0 && comm_off != 0 {
+        let at = (leader + comm_off as u64) as *const [u8; TASK_COMM_LEN];
+        // SAFETY: bpf_probe_read_kernel checks the address.
+        if let Ok(c) = unsafe { bpf_probe_read_kernel(at) } {
+            ev.comm = c;
+        }
+    }
+    group_times(signal, task, leader, ev);
+}
+
 /// CPU time of the whole process at the last thread's exit: released threads (accumulated in
 /// `signal`), this thread, and the leader if it exited earlier (it is released only when the
 /// process is reaped).
@@ -153,7 +227,7 @@ fn group_times(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent) {
         return;
     };
     let (mut u, mut s, mut r) = (u + ev.utime_ns, s + ev.stime_ns, r + ev.runtime_ns);
-    if leader != task.0 {
+    if leader != 0 && leader != task.0 {
         if let Ok(lu) = read::<u64>(leader, conf!(off.task_utime)) {
             if let Ok(ls) = read::<u64>(leader, conf!(off.task_stime)) {
                 if let Ok(lr) = read::<u64>(leader, conf!(off.task_sum_exec_runtime)) {

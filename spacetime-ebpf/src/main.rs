@@ -18,11 +18,12 @@ mod exit;
 mod exit_mm;
 mod fork;
 mod mem;
+mod reap;
 mod rss;
 mod task;
 
 use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::{BPF_F_NO_PREALLOC, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     macros::{fentry, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{FEntryContext, RawTracePointContext},
@@ -33,6 +34,12 @@ use spacetime_common::{stat, ArgsEvent, Config, ExecEvent, MmState, TreeRss, MAX
 /// Written by userspace before load (`EbpfLoader::override_global`); read-only afterwards.
 #[no_mangle]
 static CONFIG: Config = unsafe { core::mem::zeroed() };
+
+/// Processes whose group exit was seen, waiting for their release (reap.rs): tgid → start
+/// time of the group leader. Tree mode: traced zombies; system mode: the one-shot of each
+/// process's group exit. Allocated on use, not preallocated.
+#[map]
+static REAPING: HashMap<u32, u64> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC as u32);
 
 /// Records to userspace. Userspace sizes it (4 MiB by default).
 #[map]
@@ -176,6 +183,15 @@ pub fn exit_mm_release(ctx: FEntryContext) -> i32 {
             debug!(&ctx, "exit_mm_release: error {}", e);
             e
         }
+    }
+}
+
+/// A task is freed: for a group leader, the process's final CPU figures (see `reap`).
+#[raw_tracepoint(tracepoint = "sched_process_free")]
+pub fn sched_process_free(ctx: RawTracePointContext) -> i32 {
+    match reap::try_process_free(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
     }
 }
 

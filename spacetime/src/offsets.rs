@@ -173,6 +173,21 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
         off.signal_utime = signal("utime")?;
         off.signal_stime = signal("stime")?;
         off.signal_sum_sched_runtime = signal("sum_sched_runtime")?;
+        // What wait4 returns is cputime_adjust() of these, remembered in prev_cputime: read
+        // when the process is freed (sched_process_free).
+        if btf.has_member("signal_struct", "prev_cputime.utime")
+            && btf.has_member("signal_struct", "prev_cputime.stime")
+            && btf.has_typedef("btf_trace_sched_process_free")
+        {
+            off.signal_prev_utime = signal("prev_cputime.utime")?;
+            off.signal_prev_stime = signal("prev_cputime.stime")?;
+            notes.push("tracepoint sched_process_free: present".into());
+        } else {
+            notes.push(
+                "no sched_process_free or signal_struct.prev_cputime: CPU figures read at exit"
+                    .into(),
+            );
+        }
     }
 
     // sched_process_exit(task, group_dead) since 6.16: the kernel's own answer to "is this the

@@ -134,6 +134,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     let loop_opts = LoopOptions {
         root_pid,
         stop_on_root_exit: args.stop_on_root_exit,
+        await_release: probes.cpu_at_release,
     };
     let (mut listener, taskstats_error) = match taskstats {
         Ok(l) => (Some(l), None),
@@ -369,7 +370,13 @@ fn reap(root_pid: u32, root_status: &mut Option<ExitStatus>) -> bool {
 struct LoopOptions {
     root_pid: u32,
     stop_on_root_exit: bool,
+    /// Free records come (see [`RELEASE_GRACE`]).
+    await_release: bool,
 }
+
+/// Longest the trace waits at its end for the free records of processes already reaped: each
+/// comes one RCU grace period after the reap (milliseconds) with the final CPU time.
+const RELEASE_GRACE: Duration = Duration::from_millis(250);
 
 /// Where records come from besides the ring buffer.
 struct Sources<'a> {
@@ -384,6 +391,7 @@ async fn consume(
     LoopOptions {
         root_pid,
         stop_on_root_exit,
+        await_release,
     }: LoopOptions,
     sink: &mut Sink<'_>,
     Sources {
@@ -446,6 +454,14 @@ async fn consume(
                 no_children = reap(root_pid, &mut root_status);
             }
         }
+    }
+    // Processes reaped in the last moments get their final CPU time one grace period later.
+    // Those never reaped (--stop-on-root-exit) keep their exit figures: the wait is bounded.
+    let grace_end = std::time::Instant::now() + RELEASE_GRACE;
+    while await_release && sink.tree.awaiting_release() > 0 && std::time::Instant::now() < grace_end
+    {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        drain(ring.get_mut(), sink);
     }
     // Every exit was recorded before its process became reapable: one last drain has it all
     // (taskstats first, as on the tick).

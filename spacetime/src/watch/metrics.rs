@@ -75,6 +75,13 @@ pub struct Metrics {
     pub taskstats_enabled: bool,
     /// Live processes in the table.
     pub table_size: u64,
+    /// CPU time of the processes reported (as wait4 reports it, where `cpu_final`).
+    pub user_ns: u64,
+    pub sys_ns: u64,
+    /// Process rows whose CPU time came from their release record, and those that went out
+    /// with the exit-time figure (no release in time).
+    pub cpu_released: u64,
+    pub cpu_at_exit: u64,
 }
 
 fn status_index(e: ExitStatus) -> usize {
@@ -110,6 +117,8 @@ impl Metrics {
         if let Some(rt) = x.runtime_ns() {
             self.runtime.observe(&RUNTIME_BUCKETS_S, rt as f64 / 1e9);
         }
+        self.user_ns = self.user_ns.saturating_add(x.user_ns);
+        self.sys_ns = self.sys_ns.saturating_add(x.sys_ns);
         if let Some(rss) = x.peak_rss_bytes {
             self.rss.observe(&RSS_BUCKETS.map(|b| b as f64), rss as f64);
         }
@@ -178,6 +187,34 @@ impl Metrics {
             &RUNTIME_BUCKETS_S,
             &self.runtime,
         );
+        family(
+            &mut o,
+            "spacetime_watch_cpu_seconds",
+            "counter",
+            "CPU time of the processes reported, as wait4 reports it, by mode.",
+            Some("seconds"),
+        );
+        for (mode, ns) in [("user", self.user_ns), ("system", self.sys_ns)] {
+            let _ = writeln!(
+                o,
+                "spacetime_watch_cpu_seconds_total{{mode=\"{mode}\"}} {}",
+                ns as f64 / 1e9
+            );
+        }
+        family(
+            &mut o,
+            "spacetime_watch_cpu_figures",
+            "counter",
+            "Process rows by where their CPU time came from: the release (what wait4 \
+             returned) or the exit (no release within the wait; misses the last slice).",
+            None,
+        );
+        for (source, v) in [("release", self.cpu_released), ("exit", self.cpu_at_exit)] {
+            let _ = writeln!(
+                o,
+                "spacetime_watch_cpu_figures_total{{source=\"{source}\"}} {v}"
+            );
+        }
         histogram(
             &mut o,
             "spacetime_watch_peak_rss_bytes",

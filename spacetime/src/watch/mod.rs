@@ -18,6 +18,7 @@ mod filter;
 mod metrics;
 mod output;
 mod procfs;
+mod reap;
 mod summary;
 mod table;
 #[cfg(test)]
@@ -228,6 +229,8 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         stop: None,
         late: false,
         taskstats_since_ns,
+        waiting: reap::Waiting::default(),
+        reaps: probes.cpu_at_release,
     };
     let started = Instant::now();
     let mut logger = probes.take_logger();

@@ -1,0 +1,73 @@
+//! sched_process_free(p): a task's last reference is going (an RCU callback after
+//! `release_task()`). For a group leader this is the end of the process: every other thread
+//! was released before it (a leader is reaped only once its group is empty), the leader did
+//! its final schedule, and when the parent's wait4 reaped it, `signal->prev_cputime` holds the
+//! user/system split that wait4 returned. Unlike an fentry on `release_task`, the tracepoint
+//! also fires for a leader released by its last thread's `release_task()` looping on it
+//! (leader exited first, SIGCHLD ignored), and raw tracepoints load where fentry is refused.
+//!
+//! Call order (kernel/exit.c, 6.1 to 6.18): the last thread's `sched_process_exit`; then the
+//! parent's `wait_task_zombie()` runs `thread_group_cputime_adjusted()` and calls
+//! `release_task(leader)` (or an autoreaped leader releases itself in `exit_notify()`), which
+//! frees the pid; one RCU grace period later, `delayed_put_task_struct()` fires this
+//! tracepoint. The signal struct lives until the task's last reference is dropped, after it.
+
+use aya_ebpf::programs::RawTracePointContext;
+use spacetime_common::{flags, kind, mode, ReapEvent};
+
+use crate::{
+    conf, output,
+    task::{header, read, Task},
+    REAPING,
+};
+
+pub fn try_process_free(ctx: &RawTracePointContext) -> Result<(), i32> {
+    let task = Task(ctx.arg::<u64>(0));
+    let leader = read::<u64>(task.0, conf!(off.task_group_leader))?;
+    // A thread, or a leader replaced by a thread's exec (de_thread): not the process's end.
+    if leader != task.0 {
+        return Ok(());
+    }
+    let tgid = task.tgid()?;
+    let start = task.start_ns()?;
+    // The pid was freed a grace period ago: a new process may have it already, so the entry
+    // goes only if it is this process's.
+    // SAFETY: the value is copied out.
+    let waiting = matches!(unsafe { REAPING.get(tgid) }, Some(&s) if s == start);
+    if waiting {
+        let _ = REAPING.remove(tgid);
+    } else if conf!(mode) == mode::TREE {
+        // Traced processes only, and only the one whose group exit was seen.
+        return Ok(());
+    }
+    let mut ev = ReapEvent {
+        hdr: header(kind::REAP, &task, tgid, tgid)?,
+        ..ReapEvent::default()
+    };
+    let mut bad = false;
+    // release_task()'s __exit_signal() added every thread's figures, the leader's included,
+    // to the signal struct: what thread_group_cputime() summed at the wait is all there now.
+    let signal = fill(task.signal(), &mut bad);
+    if signal != 0 {
+        let sig = |off: u32, bad: &mut bool| fill(read::<u64>(signal, off), bad);
+        ev.rtime_ns = sig(conf!(off.signal_sum_sched_runtime), &mut bad);
+        ev.utime_ns = sig(conf!(off.signal_utime), &mut bad);
+        ev.stime_ns = sig(conf!(off.signal_stime), &mut bad);
+        ev.prev_utime_ns = sig(conf!(off.signal_prev_utime), &mut bad);
+        ev.prev_stime_ns = sig(conf!(off.signal_prev_stime), &mut bad);
+    }
+    if bad {
+        ev.hdr.flags |= flags::REAP_READ_FAILED;
+    }
+    output(&ev);
+    Ok(())
+}
+
+/// The value read, or 0 with `bad` set: a failed read never drops the record.
+#[inline(always)]
+pub fn fill<T: Default>(r: Result<T, i32>, bad: &mut bool) -> T {
+    r.unwrap_or_else(|_| {
+        *bad = true;
+        T::default()
+    })
+}

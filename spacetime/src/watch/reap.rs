@@ -1,0 +1,77 @@
+//! Exits waiting for their release record. A process's CPU time is final only when it is
+//! released (its parent's wait4, or autoreap): the exit record, read inside the exit path,
+//! misses the running slice, which for a short process is nearly all of it. So a process's row
+//! waits for its release record, which comes microseconds later when the parent is waiting, or
+//! at most [`REAP_WAIT`]; then it goes out with the exit-time figure (`cpu_final: false`).
+
+use std::{
+    collections::VecDeque,
+    time::{Duration, Instant},
+};
+
+use spacetime_common::{ExitEvent, ReapEvent};
+
+use super::table::{Ancestor, Entry};
+use crate::cputime::{self, Split};
+
+/// Longest a row waits for its process's release.
+pub const REAP_WAIT: Duration = Duration::from_millis(100);
+
+/// A process's group exit, its table entry and ancestry at that moment, and its CPU time once
+/// released.
+pub struct Exited {
+    pub x: ExitEvent,
+    pub e: Entry,
+    pub ancestry: Vec<Ancestor>,
+    pub cpu: Option<Split>,
+    due: Instant,
+}
+
+/// Rows in exit order.
+#[derive(Default)]
+pub struct Waiting {
+    rows: VecDeque<Exited>,
+    /// Rows whose release came in time, and those that went out without it.
+    pub released: u64,
+    pub timed_out: u64,
+}
+
+impl Waiting {
+    pub fn push(&mut self, x: ExitEvent, e: Entry, ancestry: Vec<Ancestor>, now: Instant) {
+        self.rows.push_back(Exited {
+            x,
+            e,
+            ancestry,
+            cpu: None,
+            due: now + REAP_WAIT,
+        });
+    }
+
+    /// The release of a waiting process: its final CPU time. Releases of processes whose
+    /// exit went out already (or was never seen) are ignored.
+    pub fn reap(&mut self, r: &ReapEvent) {
+        let key = (r.hdr.tgid, r.hdr.leader_start_ns);
+        if let Some(w) = self
+            .rows
+            .iter_mut()
+            .find(|w| (w.x.hdr.tgid, w.x.hdr.leader_start_ns) == key && w.cpu.is_none())
+        {
+            w.cpu = Some(cputime::at_release(r));
+        }
+    }
+
+    /// The next row ready to go: released, past its wait, or every row with `all`.
+    pub fn next_ready(&mut self, now: Instant, all: bool) -> Option<Exited> {
+        let i = self
+            .rows
+            .iter()
+            .position(|w| all || w.cpu.is_some() || now >= w.due)?;
+        let w = self.rows.remove(i)?;
+        if w.cpu.is_some() {
+            self.released += 1;
+        } else {
+            self.timed_out += 1;
+        }
+        Some(w)
+    }
+}
