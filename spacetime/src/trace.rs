@@ -457,11 +457,19 @@ async fn consume(
     }
     // Processes reaped in the last moments get their final CPU time one grace period later.
     // Those never reaped (--stop-on-root-exit) keep their exit figures: the wait is bounded.
-    let grace_end = std::time::Instant::now() + RELEASE_GRACE;
-    while await_release && sink.tree.awaiting_release() > 0 && std::time::Instant::now() < grace_end
-    {
-        tokio::time::sleep(Duration::from_millis(2)).await;
+    let waited = std::time::Instant::now();
+    let grace_end = waited + RELEASE_GRACE;
+    while await_release {
         drain(ring.get_mut(), sink);
+        let missing = sink.tree.awaiting_release();
+        if missing == 0 || std::time::Instant::now() >= grace_end {
+            log::debug!(
+                "waited {:?} for free records; {missing} missing",
+                waited.elapsed()
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
     // Every exit was recorded before its process became reapable: one last drain has it all
     // (taskstats first, as on the tick).
