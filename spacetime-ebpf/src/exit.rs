@@ -11,22 +11,20 @@ use aya_ebpf::{
     },
     programs::RawTracePointContext,
 };
-use spacetime_common::{flags, kind, mode, EventHeader, ExitEvent, TASK_COMM_LEN};
+use spacetime_common::{flags, kind, mode, stat, EventHeader, ExitEvent, TASK_COMM_LEN};
 
 use crate::{
-    conf, exit_mm, mem, output,
-    reap::fill,
-    rss,
-    task::{is_traced, read, Task},
-    REAPING, TRACKED,
+    conf, count, exit_mm, mem, output, rss,
+    task::{is_traced, read, read_or_zero, Task},
+    EXITED, REAPING, TRACKED,
 };
 
 const EEXIST: i32 = 17;
 
 pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
-    let mut bad = false;
-    let mm = fill(task.mm(), &mut bad);
+    let mut mm = 0u64;
+    let bad = read_or_zero(&mut mm, task.0, conf!(off.task_mm)) != 0;
     // Before 6.16 the tracepoint fires after exit_mm(): exit_mm_release (exit_mm.rs) decided
     // whether this is the last thread, and read the final figures, while the mm was attached.
     let pid = task.pid();
@@ -50,18 +48,22 @@ fn exit(
     mm: u64,
     stash: Option<&exit_mm::ExitMm>,
     tp_group_dead: Option<bool>,
-    mut bad: bool,
+    bad: bool,
 ) -> Result<(), i32> {
     // Without its tgid the task cannot be matched to anything (the failure is counted).
     let tgid = task.tgid()?;
     if !is_traced(tgid) {
         return Ok(());
     }
-    // From here on every path sends the record and cleans up: a failed read fills 0 and
-    // flags the record.
-    let signal = fill(task.signal(), &mut bad);
-    let leader = fill(read::<u64>(task.0, conf!(off.task_group_leader)), &mut bad);
-    let leader_start = fill(Task(leader).start_ns(), &mut bad);
+    // From here on every path sends the record and cleans up: a failed read leaves 0 and
+    // flags the record (`err` collects the helpers' results, see `read_or_zero`).
+    let mut err: i64 = if bad { -1 } else { 0 };
+    let mut signal = 0u64;
+    err |= read_or_zero(&mut signal, task.0, conf!(off.task_signal));
+    let mut leader = 0u64;
+    err |= read_or_zero(&mut leader, task.0, conf!(off.task_group_leader));
+    let mut leader_start = 0u64;
+    err |= read_or_zero(&mut leader_start, leader, conf!(off.task_start_time));
     let last = if let Some(g) = tp_group_dead {
         g
     } else if let Some(s) = stash {
@@ -70,10 +72,12 @@ fn exit(
     } else {
         // `signal->live` was decremented before the tracepoint: zero means this is the last
         // thread (two threads exiting at once may both read zero: see `claim_group_exit`).
-        signal != 0 && fill(read::<i32>(signal, conf!(off.signal_live)), &mut bad) == 0
+        let mut live = 0i32;
+        let r = read_or_zero(&mut live, signal, conf!(off.signal_live));
+        err |= r;
+        r == 0 && live == 0
     };
     let group_dead = last && claim_group_exit(tgid, leader_start);
-    let pid = fill(task.pid(), &mut bad);
     let mut ev = ExitEvent {
         hdr: EventHeader {
             kind: kind::EXIT,
@@ -81,21 +85,19 @@ fn exit(
             // SAFETY: plain helper call.
             ts_ns: unsafe { bpf_ktime_get_ns() },
             tgid,
-            pid,
+            pid: 0,
             leader_start_ns: leader_start,
         },
-        utime_ns: fill(read::<u64>(task.0, conf!(off.task_utime)), &mut bad),
-        stime_ns: fill(read::<u64>(task.0, conf!(off.task_stime)), &mut bad),
-        runtime_ns: fill(
-            read::<u64>(task.0, conf!(off.task_sum_exec_runtime)),
-            &mut bad,
-        ),
-        exit_code: fill(read::<u32>(task.0, conf!(off.task_exit_code)), &mut bad),
         // SAFETY: plain helper calls.
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
         comm: bpf_get_current_comm().unwrap_or_default(),
         ..ExitEvent::default()
     };
+    err |= read_or_zero(&mut ev.hdr.pid, task.0, conf!(off.task_pid));
+    err |= read_or_zero(&mut ev.utime_ns, task.0, conf!(off.task_utime));
+    err |= read_or_zero(&mut ev.stime_ns, task.0, conf!(off.task_stime));
+    err |= read_or_zero(&mut ev.runtime_ns, task.0, conf!(off.task_sum_exec_runtime));
+    err |= read_or_zero(&mut ev.exit_code, task.0, conf!(off.task_exit_code));
     let ids = bpf_get_current_uid_gid();
     ev.uid = ids as u32;
     ev.gid = (ids >> 32) as u32;
@@ -104,18 +106,20 @@ fn exit(
     }
     if group_dead {
         ev.hdr.flags |= flags::EXIT_GROUP_DEAD;
-        if signal != 0 {
-            group_fields(signal, task, leader, &mut ev, &mut bad);
-        }
+        err |= group_fields(signal, task, leader, &mut ev);
         if mm != 0 {
-            ev.mem = fill(mem::read_mm(task.0, mm), &mut bad);
+            match mem::read_mm(task.0, mm) {
+                Ok(m) => ev.mem = m,
+                Err(_) => err = -1,
+            }
         } else if let Some(s) = stash {
             ev.mem = s.mem;
         }
         rss::forget(tgid);
     }
-    if bad {
+    if err != 0 {
         ev.hdr.flags |= flags::EXIT_READ_FAILED;
+        count(stat::READ_FAIL);
     }
     output(&ev);
     Ok(())
@@ -124,11 +128,11 @@ fn exit(
 /// Whether this exit is the process's one group exit. Before 6.16 two threads exiting at once
 /// can both pass the last-thread test; the first to claim the process wins. Tree mode: the
 /// removal from `TRACKED` (atomic in the kernel) is the claim, and the process waits in
-/// `REAPING` for its release (reap.rs). System mode: inserting into `REAPING` is the claim; an
-/// entry of an earlier process with the same pid (whose release was not seen) is replaced.
+/// `REAPING` for its free record (reap.rs). System mode: inserting into `EXITED` is the claim;
+/// an entry of an earlier process with the same pid (whose free was not seen) is replaced.
 #[inline(always)]
 fn claim_group_exit(tgid: u32, leader_start: u64) -> bool {
-    // Kernels where reap.rs does not run (no release_task target) never empty REAPING.
+    // Kernels where reap.rs does not run (no sched_process_free) never empty the maps.
     let reaps = conf!(off.signal_prev_utime) != 0;
     if conf!(mode) == mode::TREE {
         if TRACKED.remove(tgid).is_err() {
@@ -143,14 +147,14 @@ fn claim_group_exit(tgid: u32, leader_start: u64) -> bool {
     if !reaps {
         return true;
     }
-    match REAPING.insert(tgid, leader_start, BPF_NOEXIST as u64) {
+    match EXITED.insert(tgid, leader_start, BPF_NOEXIST as u64) {
         Ok(()) => true,
         Err(e) if e == -EEXIST => {
             // SAFETY: the value is copied out.
-            match unsafe { REAPING.get(tgid) } {
+            match unsafe { EXITED.get(tgid) } {
                 Some(&s) if s == leader_start => false,
                 _ => {
-                    let _ = REAPING.insert(tgid, leader_start, 0);
+                    let _ = EXITED.insert(tgid, leader_start, 0);
                     true
                 }
             }
@@ -187,14 +191,20 @@ fn ns_tgid(leader: u64, ev: &mut ExitEvent) {
 }
 
 /// The process-wide fields of a group exit: exit code, maxrss, the leader's comm, CPU times.
+/// Returns the reads' results ORed (see `read_or_zero`).
 #[inline(always)]
-fn group_fields(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent, bad: &mut bool) {
-    let sflags = fill(read::<u32>(signal, conf!(off.signal_flags)), bad);
+fn group_fields(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent) -> i64 {
+    let mut sflags = 0u32;
+    let mut err = read_or_zero(&mut sflags, signal, conf!(off.signal_flags));
     if sflags & conf!(off.signal_group_exit_flag) != 0 {
-        ev.exit_code = fill(read::<u32>(signal, conf!(off.signal_group_exit_code)), bad);
+        err |= read_or_zero(&mut ev.exit_code, signal, conf!(off.signal_group_exit_code));
         ev.hdr.flags |= flags::EXIT_GROUP_CODE;
     }
-    ev.signal_maxrss_pages = fill(read::<u64>(signal, conf!(off.signal_maxrss)), bad);
+    err |= read_or_zero(
+        &mut ev.signal_maxrss_pages,
+        signal,
+        conf!(off.signal_maxrss),
+    );
     let comm_off = conf!(off.task_comm);
     if leader != 0 && leader != task.0 && comm_off != 0 {
         let at = (leader + comm_off as u64) as *const [u8; TASK_COMM_LEN];
@@ -203,7 +213,10 @@ fn group_fields(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent, bad: 
             ev.comm = c;
         }
     }
-    group_times(signal, task, leader, ev);
+    if signal != 0 {
+        group_times(signal, task, leader, ev);
+    }
+    err
 }
 
 /// CPU time of the whole process at the last thread's exit: released threads (accumulated in

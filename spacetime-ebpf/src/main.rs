@@ -35,11 +35,18 @@ use spacetime_common::{stat, ArgsEvent, Config, ExecEvent, MmState, TreeRss, MAX
 #[no_mangle]
 static CONFIG: Config = unsafe { core::mem::zeroed() };
 
-/// Processes whose group exit was seen, waiting for their release (reap.rs): tgid → start
-/// time of the group leader. Tree mode: traced zombies; system mode: the one-shot of each
-/// process's group exit. Allocated on use, not preallocated.
+/// Tree mode: traced processes whose group exit was seen, waiting for their free record
+/// (reap.rs): tgid → start time of the group leader. Preallocated: an insert into a map
+/// allocated on use can fail in a burst of exits (its per-CPU caches refill asynchronously),
+/// and a process missing here loses its final CPU figures. Userspace sizes it (1 in system
+/// mode).
 #[map]
-static REAPING: HashMap<u32, u64> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC as u32);
+static REAPING: HashMap<u32, u64> = HashMap::with_max_entries(16384, 0);
+
+/// System mode: the one-shot of each process's group exit (exit.rs), until it is freed; same
+/// layout as REAPING. Allocated on use: a failed insert only skips the duplicate check.
+#[map]
+static EXITED: HashMap<u32, u64> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC as u32);
 
 /// Records to userspace. Userspace sizes it (4 MiB by default).
 #[map]

@@ -13,12 +13,12 @@
 //! tracepoint. The signal struct lives until the task's last reference is dropped, after it.
 
 use aya_ebpf::programs::RawTracePointContext;
-use spacetime_common::{flags, kind, mode, ReapEvent};
+use spacetime_common::{flags, kind, mode, stat, ReapEvent};
 
 use crate::{
-    conf, output,
-    task::{header, read, Task},
-    REAPING,
+    conf, count, output,
+    task::{header, read, read_or_zero, Task},
+    EXITED, REAPING,
 };
 
 pub fn try_process_free(ctx: &RawTracePointContext) -> Result<(), i32> {
@@ -32,10 +32,15 @@ pub fn try_process_free(ctx: &RawTracePointContext) -> Result<(), i32> {
     let start = task.start_ns()?;
     // The pid was freed a grace period ago: a new process may have it already, so the entry
     // goes only if it is this process's.
+    let map = if conf!(mode) == mode::TREE {
+        &REAPING
+    } else {
+        &EXITED
+    };
     // SAFETY: the value is copied out.
-    let waiting = matches!(unsafe { REAPING.get(tgid) }, Some(&s) if s == start);
+    let waiting = matches!(unsafe { map.get(tgid) }, Some(&s) if s == start);
     if waiting {
-        let _ = REAPING.remove(tgid);
+        let _ = map.remove(tgid);
     } else if conf!(mode) == mode::TREE {
         // Traced processes only, and only the one whose group exit was seen.
         return Ok(());
@@ -44,30 +49,23 @@ pub fn try_process_free(ctx: &RawTracePointContext) -> Result<(), i32> {
         hdr: header(kind::REAP, &task, tgid, tgid)?,
         ..ReapEvent::default()
     };
-    let mut bad = false;
     // release_task()'s __exit_signal() added every thread's figures, the leader's included,
     // to the signal struct: what thread_group_cputime() summed at the wait is all there now.
-    let signal = fill(task.signal(), &mut bad);
-    if signal != 0 {
-        let sig = |off: u32, bad: &mut bool| fill(read::<u64>(signal, off), bad);
-        ev.rtime_ns = sig(conf!(off.signal_sum_sched_runtime), &mut bad);
-        ev.utime_ns = sig(conf!(off.signal_utime), &mut bad);
-        ev.stime_ns = sig(conf!(off.signal_stime), &mut bad);
-        ev.prev_utime_ns = sig(conf!(off.signal_prev_utime), &mut bad);
-        ev.prev_stime_ns = sig(conf!(off.signal_prev_stime), &mut bad);
-    }
-    if bad {
+    let mut signal = 0u64;
+    let mut err = read_or_zero(&mut signal, task.0, conf!(off.task_signal));
+    err |= read_or_zero(
+        &mut ev.rtime_ns,
+        signal,
+        conf!(off.signal_sum_sched_runtime),
+    );
+    err |= read_or_zero(&mut ev.utime_ns, signal, conf!(off.signal_utime));
+    err |= read_or_zero(&mut ev.stime_ns, signal, conf!(off.signal_stime));
+    err |= read_or_zero(&mut ev.prev_utime_ns, signal, conf!(off.signal_prev_utime));
+    err |= read_or_zero(&mut ev.prev_stime_ns, signal, conf!(off.signal_prev_stime));
+    if err != 0 {
         ev.hdr.flags |= flags::REAP_READ_FAILED;
+        count(stat::READ_FAIL);
     }
     output(&ev);
     Ok(())
-}
-
-/// The value read, or 0 with `bad` set: a failed read never drops the record.
-#[inline(always)]
-pub fn fill<T: Default>(r: Result<T, i32>, bad: &mut bool) -> T {
-    r.unwrap_or_else(|_| {
-        *bad = true;
-        T::default()
-    })
 }

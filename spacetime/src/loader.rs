@@ -29,6 +29,13 @@ const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 /// `exit_mm_release` program (preallocated: about 100 KiB).
 const EXIT_MEM_ENTRIES: u32 = 1024;
 
+/// Traced processes exited and not yet freed at once (preallocated: about 1 MiB). A process
+/// beyond it keeps its exit-time CPU figures (`cpu_final: false`).
+const REAPING_ENTRIES: u32 = 16384;
+/// System mode: processes exited and not yet freed, for the one group exit of each
+/// (allocated on use).
+const EXITED_ENTRIES: u32 = 65536;
+
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("spacetime needs root to load its eBPF programs; run it with sudo")]
@@ -384,7 +391,15 @@ impl Probes {
             )
             .map_max_entries("MM_STATE", per_process)
             .map_max_entries("TGID_MM", per_process)
-            .map_max_entries("REAPING", opts.max_tracked.max(1))
+            .map_max_entries("REAPING", per_process.min(REAPING_ENTRIES))
+            .map_max_entries(
+                "EXITED",
+                if opts.mode == mode::TREE {
+                    1
+                } else {
+                    EXITED_ENTRIES
+                },
+            )
             .load(object)
             .map_err(map_load_error)?;
 

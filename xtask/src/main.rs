@@ -57,6 +57,9 @@ enum Cmd {
         /// Also run the tests skipped by default as too slow for an emulated CPU
         #[arg(long)]
         all: bool,
+        /// vCPUs of the guest (qemu -smp)
+        #[arg(long, default_value_t = 2)]
+        cpus: u32,
         /// Extra arguments for every test binary (after --), e.g. a test name filter
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
@@ -182,12 +185,14 @@ fn main() -> Result<()> {
             kernel,
             timeout,
             all,
+            cpus,
             args,
         } => vm::vm_test(vm::Options {
             kernel,
             timeout: std::time::Duration::from_secs(timeout),
             all,
             test_args: args,
+            cpus,
         }),
         Cmd::Bench(opts) => bench::bench(opts),
         Cmd::Lint => {
