@@ -60,6 +60,9 @@ enum Cmd {
         /// vCPUs of the guest (qemu -smp)
         #[arg(long, default_value_t = 2)]
         cpus: u32,
+        /// Run only this integration test binary (tests/tests/NAME.rs); repeatable
+        #[arg(long = "test", value_name = "NAME")]
+        only: Vec<String>,
         /// Extra arguments for every test binary (after --), e.g. a test name filter
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
@@ -116,7 +119,58 @@ fn build_ebpf() -> Result<()> {
             "build-std=core",
         ])
         .arg("--target-dir")
-        .arg(target_dir()))
+        .arg(target_dir()))?;
+    let obj = ebpf_object();
+    let bytes = std::fs::read(&obj).with_context(|| format!("reading {}", obj.display()))?;
+    if !elf_has_section(&bytes, ".BTF") {
+        bail!(
+            "{} has no .BTF section: bpf-linker must run with --btf (spacetime-ebpf/.cargo/config.toml)",
+            obj.display()
+        );
+    }
+    Ok(())
+}
+
+/// Whether a little-endian ELF64 file has a section named `name`.
+fn elf_has_section(elf: &[u8], name: &str) -> bool {
+    let u16_at = |o: usize| {
+        elf.get(o..o + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+    };
+    let u64_at = |o: usize| {
+        elf.get(o..o + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as usize)
+    };
+    if elf.get(..5) != Some(b"\x7fELF\x02") {
+        return false;
+    }
+    let (Some(shoff), Some(shentsize), Some(shnum), Some(shstrndx)) =
+        (u64_at(0x28), u16_at(0x3a), u16_at(0x3c), u16_at(0x3e))
+    else {
+        return false;
+    };
+    let Some(strtab) = u64_at(shoff + shstrndx * shentsize + 0x18) else {
+        return false;
+    };
+    (0..shnum).any(|i| {
+        let Some(name_off) = elf
+            .get(shoff + i * shentsize..shoff + i * shentsize + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        else {
+            return false;
+        };
+        let start = strtab + name_off;
+        elf.get(start..start + name.len() + 1)
+            .is_some_and(|n| &n[..name.len()] == name.as_bytes() && n[name.len()] == 0)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn not_an_elf_has_no_section() {
+        assert!(!super::elf_has_section(b"not an ELF file at all", ".BTF"));
+    }
 }
 
 /// Cargo invocation for the userspace workspace, with the eBPF object to embed.
@@ -186,6 +240,7 @@ fn main() -> Result<()> {
             timeout,
             all,
             cpus,
+            only,
             args,
         } => vm::vm_test(vm::Options {
             kernel,
@@ -193,6 +248,7 @@ fn main() -> Result<()> {
             all,
             test_args: args,
             cpus,
+            only,
         }),
         Cmd::Bench(opts) => bench::bench(opts),
         Cmd::Lint => {
