@@ -38,6 +38,9 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
                                `st-workload quiet-exit (i % 256) TAG-i`; record {children, failed, pids}
   forkloop MS                  fork children that _exit(0) at once, one at a time, for MS ms;
                                print and record {forks}
+  hold-together N DIR MIB MS   touch MIB MiB, create DIR/PID, keep them until DIR holds N
+                               entries (N holders all at their peak at once) and MS ms more,
+                               record {mib}
   rusage US... [TOKEN]         one child per US: it burns US µs of CPU (0: exits at once), the
                                parent reaps each with wait4; record {pids, user_us, sys_us}
   rusage-of PROG [ARGS...]     fork+execv(PROG), reap it with wait4 (as time(1) does); record
@@ -527,6 +530,37 @@ fn main() {
             rec.begin("peak-free")
                 .int("peak_vmrss_kib", at_peak)
                 .finish();
+            exit(0)
+        }
+        "hold-together" => {
+            // Concurrent holders that overlap by construction, not by timing: each keeps its
+            // memory until every one of them has reached its peak (an emulated CPU can stall
+            // one holder for seconds while another's sleep runs out).
+            let n: usize = parse(&args, 2, "N");
+            let dir = args
+                .get(3)
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| die("missing DIR"));
+            let mib: usize = parse(&args, 4, "MIB");
+            let ms: u64 = parse(&args, 5, "MS");
+            touch(mib);
+            rec.warm_up();
+            fold_rss_counters(rec.fold);
+            let me = dir.join(std::process::id().to_string());
+            std::fs::write(&me, b"").unwrap_or_else(|_| die("create the ready file"));
+            loop {
+                let ready = std::fs::read_dir(&dir)
+                    .unwrap_or_else(|_| die("read DIR"))
+                    .count();
+                if ready >= n {
+                    break;
+                }
+                // Waiting for the others' files: a poll, not a guess at how long they take.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // All at their peak: long enough for the sampled figures (PSS) to see it too.
+            std::thread::sleep(Duration::from_millis(ms));
+            rec.begin("hold-together").int("mib", mib as i64).finish();
             exit(0)
         }
         "hold" => {
