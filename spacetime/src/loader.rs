@@ -34,7 +34,7 @@ const EXIT_MEM_ENTRIES: u32 = 1024;
 const REAPING_ENTRIES: u32 = 16384;
 /// System mode: processes exited and not yet freed, for the one group exit of each
 /// (allocated on use).
-const EXITED_ENTRIES: u32 = 65536;
+const EXITED_ENTRIES: u32 = 16384;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {

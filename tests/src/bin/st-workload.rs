@@ -41,6 +41,8 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
   hold-together N DIR MIB MS   touch MIB MiB, create DIR/PID, keep them until DIR holds N
                                entries (N holders all at their peak at once) and MS ms more,
                                record {mib}
+  exit-together N [TOKEN]      N threads (main included) leave with exit(2), not exit_group, at
+                               the same moment; the last one ends the process; record {threads}
   rusage US... [TOKEN]         one child per US: it burns US µs of CPU (0: exits at once), the
                                parent reaps each with wait4; record {pids, user_us, sys_us}
   rusage-of PROG [ARGS...]     fork+execv(PROG), reap it with wait4 (as time(1) does); record
@@ -530,6 +532,23 @@ fn main() {
             rec.begin("peak-free")
                 .int("peak_vmrss_kib", at_peak)
                 .finish();
+            exit(0)
+        }
+        "exit-together" => {
+            // Several threads end at once: before 6.16 more than one of them can pass the
+            // kernel-side "last thread" test, and the process must still end once.
+            let n: usize = parse(&args, 2, "N");
+            rec.begin("exit-together").int("threads", n as i64).finish();
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
+            for _ in 1..n {
+                let b = std::sync::Arc::clone(&barrier);
+                std::thread::spawn(move || {
+                    b.wait();
+                    unsafe { libc::syscall(libc::SYS_exit, 0) };
+                });
+            }
+            barrier.wait();
+            unsafe { libc::syscall(libc::SYS_exit, 0) };
             exit(0)
         }
         "hold-together" => {
