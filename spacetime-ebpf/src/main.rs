@@ -46,7 +46,7 @@ static REAPING: HashMap<u32, u64> = HashMap::with_max_entries(16384, 0);
 /// System mode: the one-shot of each process's group exit (exit.rs), until it is freed; same
 /// layout as REAPING. Allocated on use: a failed insert only skips the duplicate check.
 #[map]
-static EXITED: HashMap<u32, u64> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC as u32);
+static EXITED: HashMap<u32, u64> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
 
 /// Records to userspace. Userspace sizes it (4 MiB by default).
 #[map]

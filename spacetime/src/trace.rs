@@ -458,19 +458,8 @@ async fn consume(
     }
     // Processes reaped in the last moments get their final CPU time one grace period later.
     // Those never reaped (--stop-on-root-exit) keep their exit figures: the wait is bounded.
-    let waited = std::time::Instant::now();
-    let grace_end = waited + RELEASE_GRACE;
-    while await_release {
-        drain(ring.get_mut(), sink);
-        let missing = sink.tree.awaiting_release();
-        if missing == 0 || std::time::Instant::now() >= grace_end {
-            log::debug!(
-                "waited {:?} for free records; {missing} missing",
-                waited.elapsed()
-            );
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+    if await_release {
+        wait_for_free_records(&mut ring, sink).await;
     }
     // Every exit was recorded before its process became reapable: one last drain has it all
     // (taskstats first, as on the tick).
@@ -488,6 +477,24 @@ async fn consume(
         root_status,
         end_ns: crate::trace::monotonic_ns(),
     })
+}
+
+/// Drains until every exited process has its free record (final CPU time), or
+/// [`RELEASE_GRACE`] has passed.
+async fn wait_for_free_records(ring: &mut AsyncFd<RingBuf<MapData>>, sink: &mut Sink<'_>) {
+    let waited = std::time::Instant::now();
+    loop {
+        drain(ring.get_mut(), sink);
+        let missing = sink.tree.awaiting_release();
+        if missing == 0 || waited.elapsed() >= RELEASE_GRACE {
+            log::debug!(
+                "waited {:?} for free records; {missing} missing",
+                waited.elapsed()
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }
 
 /// Pending signals: (number, sent by a process rather than by the kernel or the terminal).

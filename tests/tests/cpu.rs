@@ -17,7 +17,7 @@ const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 /// See the module comment: the slice a child may still run after its parent's wait4 read it.
 const AFTER_WAIT_US: i64 = 50;
 
-fn process<'a>(report: &'a Value, pid: i64) -> &'a Value {
+fn process(report: &Value, pid: i64) -> &Value {
     report["processes"]
         .as_array()
         .expect("processes array")

@@ -165,14 +165,6 @@ fn elf_has_section(elf: &[u8], name: &str) -> bool {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn not_an_elf_has_no_section() {
-        assert!(!super::elf_has_section(b"not an ELF file at all", ".BTF"));
-    }
-}
-
 /// Cargo invocation for the userspace workspace, with the eBPF object to embed.
 fn cargo() -> Command {
     let mut c = Command::new("cargo");
@@ -282,5 +274,13 @@ fn main() -> Result<()> {
                 .arg(target_dir())
                 .args(["--", "-D", "warnings"]))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn not_an_elf_has_no_section() {
+        assert!(!super::elf_has_section(b"not an ELF file at all", ".BTF"));
     }
 }
