@@ -202,6 +202,16 @@ pub fn sched_process_free(ctx: RawTracePointContext) -> i32 {
     }
 }
 
+/// Kernels whose exit tracepoint lacks `group_dead` (before 6.16): the kernel's own flag,
+/// passed to taskstats_exit() before exit_mm().
+#[fentry(function = "taskstats_exit")]
+pub fn taskstats_exit(ctx: FEntryContext) -> i32 {
+    match exit_mm::try_taskstats_exit(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
 /// Kernels without sched_prepare_exec (before 6.10): the peak of an image replaced by exec,
 /// read from the old mm after the point of no return.
 #[fentry(function = "exec_mm_release")]

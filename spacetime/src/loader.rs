@@ -384,8 +384,8 @@ impl Probes {
             .map_max_entries("TRACKED", per_process)
             .map_max_entries(
                 "EXIT_MEM",
-                match resolved.exit_mem {
-                    MemHook::Fentry(_) => EXIT_MEM_ENTRIES,
+                match (resolved.exit_mem, resolved.group_dead_hook) {
+                    (MemHook::Fentry(_), _) | (_, Some(_)) => EXIT_MEM_ENTRIES,
                     _ => 1,
                 },
             )
@@ -466,6 +466,16 @@ impl Probes {
             );
         }
         let mut kernel_btf = None;
+        if let Some(function) = resolved.group_dead_hook {
+            // Before exit_mm_release: it reads what this one stashed.
+            mechanisms.push(match attach_fentry(&mut ebpf, function, &mut kernel_btf) {
+                Ok(()) => format!("fentry {function}: the kernel's own group_dead (last thread)"),
+                Err(e) => {
+                    log::warn!("{e}: the last thread is told by signal->live");
+                    format!("{e}: the last thread is told by signal->live")
+                }
+            });
+        }
         for (hook, what) in [
             (resolved.exec_mem, MemKind::Exec),
             (resolved.exit_mem, MemKind::Exit),
