@@ -54,10 +54,11 @@ fn one_after_the_other_peaks_at_one() {
 fn at_the_same_time_peaks_at_two() {
     // The holders wait for each other at their peaks: with a timed hold, a stalled vCPU
     // under TCG once let one exit before the other had touched its memory (tree peak 202 MiB).
+    // Then 3 s more for PSS, which is sampled (and less often for big processes).
     let dir = spacetime_tests::TempDir::new("tl-par");
     let (_, v) = trace_sh(
         &format!(
-            r#""$WL" hold-together 2 '{d}' 200 1000 & "$WL" hold-together 2 '{d}' 200 1000; wait"#,
+            r#""$WL" hold-together 2 '{d}' 200 3000 & "$WL" hold-together 2 '{d}' 200 3000; wait"#,
             d = dir.path().display()
         ),
         "tl-par",
