@@ -77,3 +77,101 @@ impl Waiting {
         Some(w)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use spacetime_common::{flags, kind, EventHeader};
+
+    use super::super::table::{Table, TableOptions};
+    use super::*;
+
+    fn exit(pid: u32, start: u64) -> (ExitEvent, Entry) {
+        let x = ExitEvent {
+            hdr: EventHeader {
+                kind: kind::EXIT,
+                flags: flags::EXIT_GROUP_DEAD,
+                ts_ns: start + 10,
+                tgid: pid,
+                pid,
+                leader_start_ns: start,
+            },
+            ..ExitEvent::default()
+        };
+        let mut t = Table::new(TableOptions {
+            max_processes: 8,
+            ancestry: false,
+            images: false,
+            threads: false,
+        });
+        let e = t
+            .exit(&x, &mut Vec::new())
+            .expect("a group exit makes an entry");
+        (x, e)
+    }
+
+    fn free(pid: u32, start: u64, rtime_ns: u64) -> ReapEvent {
+        ReapEvent {
+            hdr: EventHeader {
+                kind: kind::REAP,
+                tgid: pid,
+                pid,
+                leader_start_ns: start,
+                ..EventHeader::default()
+            },
+            rtime_ns,
+            ..ReapEvent::default()
+        }
+    }
+
+    #[test]
+    fn a_row_waits_for_its_free_record_then_goes_with_it() {
+        let now = Instant::now();
+        let mut w = Waiting::default();
+        let (x, e) = exit(10, 100);
+        w.push(x, e, Vec::new(), now);
+        assert!(
+            w.next_ready(now, false).is_none(),
+            "waits for the free record"
+        );
+        // Another process with the same pid (reused) does not release it.
+        w.reap(&free(10, 999, 5));
+        assert!(w.next_ready(now, false).is_none());
+        w.reap(&free(10, 100, 700_000));
+        let row = w.next_ready(now, false).expect("released");
+        assert_eq!(
+            row.cpu,
+            Some(Split {
+                user_ns: 700_000,
+                sys_ns: 0
+            })
+        );
+        assert_eq!((w.released, w.timed_out), (1, 0));
+    }
+
+    #[test]
+    fn a_row_without_its_free_record_goes_after_the_wait() {
+        let now = Instant::now();
+        let mut w = Waiting::default();
+        let (x, e) = exit(11, 100);
+        w.push(x, e, Vec::new(), now);
+        assert!(w.next_ready(now + REAP_WAIT / 2, false).is_none());
+        let row = w.next_ready(now + REAP_WAIT, false).expect("past the wait");
+        assert_eq!(row.cpu, None);
+        assert_eq!((w.released, w.timed_out), (0, 1));
+    }
+
+    #[test]
+    fn stopping_writes_every_row() {
+        let now = Instant::now();
+        let mut w = Waiting::default();
+        for pid in [1, 2, 3] {
+            let (x, e) = exit(pid, 100);
+            w.push(x, e, Vec::new(), now);
+        }
+        let mut n = 0;
+        while w.next_ready(now, true).is_some() {
+            n += 1;
+        }
+        assert_eq!(n, 3);
+    }
+}
