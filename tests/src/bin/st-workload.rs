@@ -564,7 +564,6 @@ fn main() {
             let ms: u64 = parse(&args, 5, "MS");
             touch(mib);
             rec.warm_up();
-            fold_rss_counters(rec.fold);
             let me = dir.join(std::process::id().to_string());
             std::fs::write(&me, b"").unwrap_or_else(|_| die("create the ready file"));
             loop {
@@ -577,7 +576,11 @@ fn main() {
                 // Waiting for the others' files: a poll, not a guess at how long they take.
                 std::thread::sleep(Duration::from_millis(1));
             }
-            // All at their peak: long enough for the sampled figures (PSS) to see it too.
+            // Everything this process will touch is touched (the wait allocated too): fold its
+            // pending RSS counts into the mm (see fold_rss_counters) so the kernel's tree sum
+            // sees all of it. Then all are at their peak, long enough for the sampled figures
+            // (PSS) to see it too.
+            fold_rss_counters(rec.fold);
             std::thread::sleep(Duration::from_millis(ms));
             rec.begin("hold-together").int("mib", mib as i64).finish();
             exit(0)
