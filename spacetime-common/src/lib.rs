@@ -31,6 +31,10 @@ pub mod kind {
     pub const EXIT: u32 = 5;
     /// An RSS point of a traced process and the tree-wide sum ([`super::RssEvent`]).
     pub const RSS: u32 = 10;
+    /// A process was released (reaped by its parent's wait, or autoreaped) and is being
+    /// freed: its final CPU figures as `wait4` computes them ([`super::ReapEvent`]). Once per
+    /// process.
+    pub const REAP: u32 = 16;
 }
 
 /// Flag bits for the `flags` fields.
@@ -59,6 +63,10 @@ pub mod flags {
     /// RSS: not a point but the end of an mm that was followed since `hdr.ts_ns`: `rss_pages`
     /// is its exact maximum, the peak of the image that ran on it.
     pub const RSS_MM_PEAK: u32 = 1 << 1;
+    /// EXIT: a kernel read failed; the fields it would have filled are 0.
+    pub const EXIT_READ_FAILED: u32 = 1 << 2;
+    /// REAP: a kernel read failed; the fields it would have filled are 0.
+    pub const REAP_READ_FAILED: u32 = 1 << 0;
 }
 
 /// Indexes of the per-CPU `STATS` counters.
@@ -160,6 +168,10 @@ pub struct KernelOffsets {
     /// kernel's own "last thread" flag. Otherwise `signal->live == 0` is used, which two
     /// threads exiting at the same moment can both see.
     pub exit_tp_group_dead: u32,
+    /// `signal_struct.prev_cputime.utime` and `.stime`: what the last `cputime_adjust()` of the
+    /// process returned (wait4, getrusage, /proc/PID/stat); 0 when absent (no REAP records).
+    pub signal_prev_utime: u32,
+    pub signal_prev_stime: u32,
 }
 
 /// Configuration of the kernel programs, written into their read-only data before load.
@@ -343,6 +355,25 @@ pub struct ExitEvent {
     pub comm: [u8; TASK_COMM_LEN],
 }
 
+/// A process is freed (`sched_process_free` of its group leader, after `release_task`): every
+/// thread has exited and done its final schedule, so the figures are final. `wait4` returns
+/// `cputime_adjust({utime, stime, rtime}, prev)` (kernel/sched/cputime.c); userspace runs the
+/// same computation on these inputs.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReapEvent {
+    pub hdr: EventHeader,
+    /// `signal->sum_sched_runtime`: every thread's, the leader's included (release_task()
+    /// added them).
+    pub rtime_ns: u64,
+    /// Tick samples: `signal->utime`, `signal->stime`.
+    pub utime_ns: u64,
+    pub stime_ns: u64,
+    /// `signal->prev_cputime`: the last adjusted split (what the reaping wait4 returned).
+    pub prev_utime_ns: u64,
+    pub prev_stime_ns: u64,
+}
+
 /// The mm of a traced process, as the kernel side follows it (`MM_STATE` values).
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -394,6 +425,7 @@ mod pod {
     unsafe impl aya::Pod for MmState {}
     unsafe impl aya::Pod for TreeRss {}
     unsafe impl aya::Pod for RssEvent {}
+    unsafe impl aya::Pod for ReapEvent {}
 }
 
 // Layout checks: the kernel and userspace read these byte for byte.
@@ -406,9 +438,10 @@ const _: () = {
     assert!(size_of::<ExitEvent>() == 192);
     assert!(EXEC_EVENT_FIXED == 32 + 16 + TASK_COMM_LEN + FILENAME_LEN);
     assert!(ARGS_EVENT_FIXED == 40);
-    assert!(size_of::<KernelOffsets>() == 39 * 4);
-    assert!(size_of::<Config>() == 24 + 39 * 4 + 8);
+    assert!(size_of::<KernelOffsets>() == 41 * 4);
+    assert!(size_of::<Config>() == 24 + 41 * 4 + 8);
     assert!(size_of::<MmState>() == 72);
     assert!(size_of::<TreeRss>() == 32);
     assert!(size_of::<RssEvent>() == 48);
+    assert!(size_of::<ReapEvent>() == 72);
 };

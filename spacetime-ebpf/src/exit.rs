@@ -4,31 +4,38 @@
 //! from exit_mm_release (exit_mm.rs).
 
 use aya_ebpf::{
+    bindings::BPF_NOEXIST,
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_uid_gid,
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_uid_gid, bpf_ktime_get_ns,
         bpf_probe_read_kernel,
     },
     programs::RawTracePointContext,
 };
-use spacetime_common::{flags, kind, mode, ExitEvent, TASK_COMM_LEN};
+use spacetime_common::{flags, kind, mode, stat, EventHeader, ExitEvent, TASK_COMM_LEN};
 
 use crate::{
-    conf, exit_mm, mem, output, rss,
-    task::{header, is_traced, read, Task},
-    TRACKED,
+    conf, count, exit_mm, mem, output, rss,
+    task::{is_traced, read, read_or_zero, Task},
+    EXITED, REAPING, TRACKED,
 };
+
+const EEXIST: i32 = 17;
 
 pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
-    let mm = task.mm()?;
+    let mut mm = 0u64;
+    let bad = read_or_zero(&mut mm, task.0, conf!(off.task_mm)) != 0;
     // Before 6.16 the tracepoint fires after exit_mm(): exit_mm_release (exit_mm.rs) decided
     // whether this is the last thread, and read the final figures, while the mm was attached.
-    let pid = task.pid()?;
-    let stash = if mm == 0 { exit_mm::get(pid) } else { None };
+    let pid = task.pid();
+    let stash = match pid {
+        Ok(pid) if mm == 0 => exit_mm::get(pid),
+        _ => None,
+    };
     // The kernel's own "last thread" flag, where the tracepoint passes it (6.16+).
     let tp_group_dead = (conf!(off.exit_tp_group_dead) != 0).then(|| ctx.arg::<u64>(1) & 0xff != 0);
-    let r = exit(&task, mm, stash, tp_group_dead);
-    if stash.is_some() {
+    let r = exit(&task, mm, stash, tp_group_dead, bad);
+    if let (Some(_), Ok(pid)) = (stash, pid) {
         // Whatever happened, no entry outlives its thread.
         exit_mm::forget(pid);
     }
@@ -41,69 +48,120 @@ fn exit(
     mm: u64,
     stash: Option<&exit_mm::ExitMm>,
     tp_group_dead: Option<bool>,
+    bad: bool,
 ) -> Result<(), i32> {
+    // Without its tgid the task cannot be matched to anything (the failure is counted).
     let tgid = task.tgid()?;
     if !is_traced(tgid) {
         return Ok(());
     }
-    let signal = task.signal()?;
-    let group_dead = if let Some(g) = tp_group_dead {
+    // From here on every path sends the record and cleans up: a failed read leaves 0 and
+    // flags the record (`err` collects the helpers' results, see `read_or_zero`).
+    let mut err: i64 = if bad { -1 } else { 0 };
+    let mut signal = 0u64;
+    err |= read_or_zero(&mut signal, task.0, conf!(off.task_signal));
+    let mut leader = 0u64;
+    err |= read_or_zero(&mut leader, task.0, conf!(off.task_group_leader));
+    let mut leader_start = 0u64;
+    err |= read_or_zero(&mut leader_start, leader, conf!(off.task_start_time));
+    let last = if let Some(g) = tp_group_dead {
         g
     } else if let Some(s) = stash {
         // Before 6.16: decided by exit_mm_release (exit_mm.rs).
         s.last != 0
     } else {
         // `signal->live` was decremented before the tracepoint: zero means this is the last
-        // thread (two threads exiting at once may both read zero).
-        read::<i32>(signal, conf!(off.signal_live))? == 0
+        // thread (two threads exiting at once may both read zero: see `claim_group_exit`).
+        let mut live = 0i32;
+        let r = read_or_zero(&mut live, signal, conf!(off.signal_live));
+        err |= r;
+        r == 0 && live == 0
     };
+    let group_dead = last && claim_group_exit(tgid, leader_start);
     let mut ev = ExitEvent {
-        hdr: header(kind::EXIT, task, tgid, task.pid()?)?,
-        utime_ns: read::<u64>(task.0, conf!(off.task_utime))?,
-        stime_ns: read::<u64>(task.0, conf!(off.task_stime))?,
-        runtime_ns: read::<u64>(task.0, conf!(off.task_sum_exec_runtime))?,
-        exit_code: read::<u32>(task.0, conf!(off.task_exit_code))?,
+        hdr: EventHeader {
+            kind: kind::EXIT,
+            flags: 0,
+            // SAFETY: plain helper call.
+            ts_ns: unsafe { bpf_ktime_get_ns() },
+            tgid,
+            pid: 0,
+            leader_start_ns: leader_start,
+        },
         // SAFETY: plain helper calls.
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
         comm: bpf_get_current_comm().unwrap_or_default(),
         ..ExitEvent::default()
     };
+    err |= read_or_zero(&mut ev.hdr.pid, task.0, conf!(off.task_pid));
+    err |= read_or_zero(&mut ev.utime_ns, task.0, conf!(off.task_utime));
+    err |= read_or_zero(&mut ev.stime_ns, task.0, conf!(off.task_stime));
+    err |= read_or_zero(&mut ev.runtime_ns, task.0, conf!(off.task_sum_exec_runtime));
+    err |= read_or_zero(&mut ev.exit_code, task.0, conf!(off.task_exit_code));
     let ids = bpf_get_current_uid_gid();
     ev.uid = ids as u32;
     ev.gid = (ids >> 32) as u32;
-    let leader = read::<u64>(task.0, conf!(off.task_group_leader))?;
-    ns_tgid(leader, &mut ev);
+    if leader != 0 {
+        ns_tgid(leader, &mut ev);
+    }
     if group_dead {
         ev.hdr.flags |= flags::EXIT_GROUP_DEAD;
-        let sflags = read::<u32>(signal, conf!(off.signal_flags))?;
-        if sflags & conf!(off.signal_group_exit_flag) != 0 {
-            ev.exit_code = read::<u32>(signal, conf!(off.signal_group_exit_code))?;
-            ev.hdr.flags |= flags::EXIT_GROUP_CODE;
-        }
-        ev.signal_maxrss_pages = read::<u64>(signal, conf!(off.signal_maxrss))?;
-        let comm_off = conf!(off.task_comm);
-        if leader != task.0 && comm_off != 0 {
-            let at = (leader + comm_off as u64) as *const [u8; TASK_COMM_LEN];
-            // SAFETY: bpf_probe_read_kernel checks the address.
-            if let Ok(c) = unsafe { bpf_probe_read_kernel(at) } {
-                ev.comm = c;
-            }
-        }
-        group_times(signal, task, leader, &mut ev);
+        err |= group_fields(signal, task, leader, &mut ev);
         if mm != 0 {
-            ev.mem = mem::read_mm(task.0, mm)?;
+            match mem::read_mm(task.0, mm) {
+                Ok(m) => ev.mem = m,
+                Err(_) => err = -1,
+            }
         } else if let Some(s) = stash {
             ev.mem = s.mem;
         }
-    }
-    output(&ev);
-    if group_dead {
         rss::forget(tgid);
     }
-    if group_dead && conf!(mode) == mode::TREE {
-        let _ = TRACKED.remove(tgid);
+    if err != 0 {
+        ev.hdr.flags |= flags::EXIT_READ_FAILED;
+        count(stat::READ_FAIL);
     }
+    output(&ev);
     Ok(())
+}
+
+/// Whether this exit is the process's one group exit. Before 6.16 two threads exiting at once
+/// can both pass the last-thread test; the first to claim the process wins. Tree mode: the
+/// removal from `TRACKED` (atomic in the kernel) is the claim, and the process waits in
+/// `REAPING` for its free record (reap.rs). System mode: inserting into `EXITED` is the claim;
+/// an entry of an earlier process with the same pid (whose free was not seen) is replaced.
+#[inline(always)]
+fn claim_group_exit(tgid: u32, leader_start: u64) -> bool {
+    // Kernels where reap.rs does not run (no sched_process_free) never empty the maps.
+    let reaps = conf!(off.signal_prev_utime) != 0;
+    if conf!(mode) == mode::TREE {
+        if TRACKED.remove(tgid).is_err() {
+            return false;
+        }
+        // A full map only costs this process its release record (it keeps the exit figures).
+        if reaps {
+            let _ = REAPING.insert(tgid, leader_start, 0);
+        }
+        return true;
+    }
+    if !reaps {
+        return true;
+    }
+    match EXITED.insert(tgid, leader_start, BPF_NOEXIST as u64) {
+        Ok(()) => true,
+        Err(e) if e == -EEXIST => {
+            // SAFETY: the value is copied out.
+            match unsafe { EXITED.get(tgid) } {
+                Some(&s) if s == leader_start => false,
+                _ => {
+                    let _ = EXITED.insert(tgid, leader_start, 0);
+                    true
+                }
+            }
+        }
+        // Map full: no duplicate detection for this one.
+        Err(_) => true,
+    }
 }
 
 /// The process's id in its own PID namespace: `leader->thread_pid->numbers[level].nr`.
@@ -132,6 +190,35 @@ fn ns_tgid(leader: u64, ev: &mut ExitEvent) {
     }
 }
 
+/// The process-wide fields of a group exit: exit code, maxrss, the leader's comm, CPU times.
+/// Returns the reads' results ORed (see `read_or_zero`).
+#[inline(always)]
+fn group_fields(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent) -> i64 {
+    let mut sflags = 0u32;
+    let mut err = read_or_zero(&mut sflags, signal, conf!(off.signal_flags));
+    if sflags & conf!(off.signal_group_exit_flag) != 0 {
+        err |= read_or_zero(&mut ev.exit_code, signal, conf!(off.signal_group_exit_code));
+        ev.hdr.flags |= flags::EXIT_GROUP_CODE;
+    }
+    err |= read_or_zero(
+        &mut ev.signal_maxrss_pages,
+        signal,
+        conf!(off.signal_maxrss),
+    );
+    let comm_off = conf!(off.task_comm);
+    if leader != 0 && leader != task.0 && comm_off != 0 {
+        let at = (leader + comm_off as u64) as *const [u8; TASK_COMM_LEN];
+        // SAFETY: bpf_probe_read_kernel checks the address.
+        if let Ok(c) = unsafe { bpf_probe_read_kernel(at) } {
+            ev.comm = c;
+        }
+    }
+    if signal != 0 {
+        group_times(signal, task, leader, ev);
+    }
+    err
+}
+
 /// CPU time of the whole process at the last thread's exit: released threads (accumulated in
 /// `signal`), this thread, and the leader if it exited earlier (it is released only when the
 /// process is reaped).
@@ -153,7 +240,7 @@ fn group_times(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent) {
         return;
     };
     let (mut u, mut s, mut r) = (u + ev.utime_ns, s + ev.stime_ns, r + ev.runtime_ns);
-    if leader != task.0 {
+    if leader != 0 && leader != task.0 {
         if let Ok(lu) = read::<u64>(leader, conf!(off.task_utime)) {
             if let Ok(ls) = read::<u64>(leader, conf!(off.task_stime)) {
                 if let Ok(lr) = read::<u64>(leader, conf!(off.task_sum_exec_runtime)) {

@@ -21,7 +21,9 @@ pub struct ExitMm {
     pub mem: MemStats,
     /// Non-zero for the last thread of the process.
     pub last: u32,
-    pub _pad: u32,
+    /// Non-zero when `last` is the kernel's own `group_dead` (taskstats_exit), not a reading
+    /// of `signal->live`.
+    pub known: u32,
 }
 
 pub fn try_exit_mm_release(ctx: &FEntryContext) -> Result<(), i32> {
@@ -34,19 +36,45 @@ pub fn try_exit_mm_release(ctx: &FEntryContext) -> Result<(), i32> {
     if mm == 0 {
         return Ok(());
     }
-    // do_exit() decremented `signal->live` before exit_mm(): zero means the last thread. By the
-    // time the tracepoint fires, later, a thread that was not the last may see zero too (the
-    // last one exited meanwhile), so the decision is taken here.
-    let last = read::<i32>(task.signal()?, conf!(off.signal_live))? == 0;
+    let pid = task.pid()?;
+    // The kernel's own answer, when taskstats_exit (called just before) passed it on. Else
+    // `signal->live`, which do_exit() decremented before exit_mm(): zero means the last
+    // thread, but a thread that is not the last reads zero too once the last one has passed.
+    let known = get(pid).filter(|s| s.known != 0).map(|s| s.last != 0);
+    let last = match known {
+        Some(l) => l,
+        None => read::<i32>(task.signal()?, conf!(off.signal_live))? == 0,
+    };
     let mut stash = ExitMm {
         mem: MemStats::default(),
         last: last as u32,
-        _pad: 0,
+        known: known.is_some() as u32,
     };
     if last {
         // A failed read leaves the figures invalid; the decision still counts.
         stash.mem = mem::read_mm(task.0, mm).unwrap_or_default();
     }
+    if EXIT_MEM.insert(pid, stash, 0).is_err() {
+        count(stat::READ_FAIL);
+    }
+    Ok(())
+}
+
+/// fentry on `taskstats_exit(tsk, group_dead)`: do_exit() passes the kernel's own "last
+/// thread" flag (the result of `atomic_dec_and_test(&signal->live)`), before exit_mm(). On
+/// kernels whose exit tracepoint lacks it (before 6.16) this is the exact answer.
+pub fn try_taskstats_exit(ctx: &FEntryContext) -> Result<(), i32> {
+    let task = Task(ctx.arg::<u64>(0));
+    let tgid = task.tgid()?;
+    if !is_traced(tgid) {
+        return Ok(());
+    }
+    let group_dead = ctx.arg::<u64>(1) as u32 != 0;
+    let stash = ExitMm {
+        mem: MemStats::default(),
+        last: group_dead as u32,
+        known: 1,
+    };
     if EXIT_MEM.insert(task.pid()?, stash, 0).is_err() {
         count(stat::READ_FAIL);
     }

@@ -18,12 +18,25 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
     if !is_traced(ptgid) {
         return Ok(());
     }
+    // Every read that can fail comes before the child joins TRACKED: a child tracked without
+    // its fork record would be a process nobody knows about.
     let child_tgid = child.tgid()?;
     let child_start_ns = child.start_ns()?;
-    let mut f = 0;
-    if child_tgid == ptgid {
-        f |= flags::FORK_THREAD;
+    let child_pid = child.pid()?;
+    let mut hdr = header(kind::FORK, &parent, ptgid, parent.pid()?)?;
+    // The new process's pid in spacetime's PID namespace (0 on the host, or for a thread).
+    let child_ns_tgid = if child_tgid == ptgid {
+        0
     } else {
+        pidns::ns_tgid(&child)
+    };
+    if child_tgid == ptgid {
+        hdr.flags |= flags::FORK_THREAD;
+    } else {
+        let mm = child.mm()?;
+        if mm != 0 && mm == parent.mm()? {
+            hdr.flags |= flags::FORK_SHARED_MM;
+        }
         if conf!(mode) == mode::TREE && TRACKED.insert(child_tgid, 1, 0).is_err() {
             count(stat::TRACK_FULL);
             warn!(
@@ -31,25 +44,17 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
                 "tracking map full: process {} is not traced", child_tgid
             );
         }
-        let mm = child.mm()?;
-        if mm != 0 && mm == parent.mm()? {
-            f |= flags::FORK_SHARED_MM;
-        } else {
-            rss::follow(child.0, mm, child_tgid, child_start_ns)?;
+        if hdr.flags & flags::FORK_SHARED_MM == 0 {
+            // A failure (counted) leaves the child's RSS unfollowed, not the child untraced.
+            let _ = rss::follow(child.0, mm, child_tgid, child_start_ns);
         }
     }
-    let mut hdr = header(kind::FORK, &parent, ptgid, parent.pid()?)?;
-    hdr.flags = f;
     let ev = ForkEvent {
         hdr,
-        child_pid: child.pid()?,
+        child_pid,
         child_tgid,
         child_start_ns,
-        child_ns_tgid: if f & flags::FORK_THREAD == 0 {
-            pidns::ns_tgid(&child)
-        } else {
-            0
-        },
+        child_ns_tgid,
         _pad: 0,
     };
     output(&ev);

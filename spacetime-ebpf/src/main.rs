@@ -19,11 +19,12 @@ mod exit_mm;
 mod fork;
 mod mem;
 mod pidns;
+mod reap;
 mod rss;
 mod task;
 
 use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::{BPF_F_NO_PREALLOC, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     macros::{fentry, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{FEntryContext, RawTracePointContext},
@@ -34,6 +35,19 @@ use spacetime_common::{stat, ArgsEvent, Config, ExecEvent, MmState, TreeRss, MAX
 /// Written by userspace before load (`EbpfLoader::override_global`); read-only afterwards.
 #[no_mangle]
 static CONFIG: Config = unsafe { core::mem::zeroed() };
+
+/// Tree mode: traced processes whose group exit was seen, waiting for their free record
+/// (reap.rs): tgid → start time of the group leader. Preallocated: an insert into a map
+/// allocated on use can fail in a burst of exits (its per-CPU caches refill asynchronously),
+/// and a process missing here loses its final CPU figures. Userspace sizes it (1 in system
+/// mode).
+#[map]
+static REAPING: HashMap<u32, u64> = HashMap::with_max_entries(16384, 0);
+
+/// System mode: the one-shot of each process's group exit (exit.rs), until it is freed; same
+/// layout as REAPING. Allocated on use: a failed insert only skips the duplicate check.
+#[map]
+static EXITED: HashMap<u32, u64> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
 
 /// Records to userspace. Userspace sizes it (4 MiB by default).
 #[map]
@@ -177,6 +191,25 @@ pub fn exit_mm_release(ctx: FEntryContext) -> i32 {
             debug!(&ctx, "exit_mm_release: error {}", e);
             e
         }
+    }
+}
+
+/// A task is freed: for a group leader, the process's final CPU figures (see `reap`).
+#[raw_tracepoint(tracepoint = "sched_process_free")]
+pub fn sched_process_free(ctx: RawTracePointContext) -> i32 {
+    match reap::try_process_free(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+/// Kernels whose exit tracepoint lacks `group_dead` (before 6.16): the kernel's own flag,
+/// passed to taskstats_exit() before exit_mm().
+#[fentry(function = "taskstats_exit")]
+pub fn taskstats_exit(ctx: FEntryContext) -> i32 {
+    match exit_mm::try_taskstats_exit(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
     }
 }
 

@@ -1,7 +1,7 @@
 //! Reads of kernel structures at BTF-resolved offsets, and the record header every event
 //! starts with.
 
-use aya_ebpf::helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel};
+use aya_ebpf::helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel, generated};
 use spacetime_common::{mode, stat, EventHeader};
 
 use crate::{conf, count, TRACKED};
@@ -12,6 +12,22 @@ pub fn read<T>(base: u64, off: u32) -> Result<T, i32> {
     // SAFETY: bpf_probe_read_kernel checks the address; a bad one returns an error.
     unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) }
         .inspect_err(|_| count(stat::READ_FAIL))
+}
+
+/// Reads a `T` at `base + off` into `dst`; on failure the helper zeroes `dst`. Returns the
+/// helper's result (0 or a negative error) for the caller to OR together and check once: a
+/// branch per read would make the verifier walk a path per failure, and 6.1's gives up
+/// ("program too large") on a record with a dozen of them.
+#[inline(always)]
+pub fn read_or_zero<T>(dst: &mut T, base: u64, off: u32) -> i64 {
+    // SAFETY: `dst` is a valid, writable `T`; the helper checks the source address.
+    unsafe {
+        generated::bpf_probe_read_kernel(
+            (dst as *mut T).cast(),
+            core::mem::size_of::<T>() as u32,
+            (base + off as u64) as *const core::ffi::c_void,
+        )
+    }
 }
 
 pub struct Task(pub u64);

@@ -2,8 +2,8 @@
 //! is read: a short or unknown record is an error the caller counts, never a panic.
 
 use spacetime_common::{
-    kind, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, RssEvent, ARGS_CHUNK, ARGS_EVENT_FIXED,
-    EXEC_EVENT_FIXED, FILENAME_LEN, TASK_COMM_LEN,
+    kind, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, ReapEvent, RssEvent, ARGS_CHUNK,
+    ARGS_EVENT_FIXED, EXEC_EVENT_FIXED, FILENAME_LEN, TASK_COMM_LEN,
 };
 
 /// A decoded record.
@@ -16,6 +16,8 @@ pub enum Event {
     Exit(ExitEvent),
     /// A traced process's RSS and the tree-wide sum, in pages.
     Rss(RssEvent),
+    /// A process was released: its final CPU figures, as wait4 computes them.
+    Reap(ReapEvent),
 }
 
 impl Event {
@@ -27,6 +29,7 @@ impl Event {
             Event::ImageEnd(e) => &e.hdr,
             Event::Exit(e) => &e.hdr,
             Event::Rss(e) => &e.hdr,
+            Event::Reap(e) => &e.hdr,
         }
     }
 }
@@ -133,6 +136,7 @@ pub fn decode(buf: &[u8]) -> Result<Event, DecodeError> {
         kind::IMAGE_END => Ok(Event::ImageEnd(read_prefix(buf, hdr.kind)?)),
         kind::EXIT => Ok(Event::Exit(read_prefix(buf, hdr.kind)?)),
         kind::RSS => Ok(Event::Rss(read_prefix(buf, hdr.kind)?)),
+        kind::REAP => Ok(Event::Reap(read_prefix(buf, hdr.kind)?)),
         kind::EXEC => decode_exec(buf, hdr),
         kind::ARGS => decode_args(buf, hdr),
         k => Err(DecodeError::UnknownKind(k)),

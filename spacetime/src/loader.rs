@@ -33,6 +33,13 @@ const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 /// `exit_mm_release` program (preallocated: about 100 KiB).
 const EXIT_MEM_ENTRIES: u32 = 1024;
 
+/// Traced processes exited and not yet freed at once (preallocated: about 1 MiB). A process
+/// beyond it keeps its exit-time CPU figures (`cpu_final: false`).
+const REAPING_ENTRIES: u32 = 16384;
+/// System mode: processes exited and not yet freed, for the one group exit of each
+/// (allocated on use).
+const EXITED_ENTRIES: u32 = 16384;
+
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("spacetime needs root to load its eBPF programs; run it with sudo")]
@@ -143,6 +150,8 @@ pub struct Probes {
     pub ring_buffer_bytes: u32,
     /// RSS changes are followed in the kernel (kmem:rss_stat attached).
     pub rss_tracking: bool,
+    /// Release records come (sched_process_free attached): CPU figures as wait4's.
+    pub cpu_at_release: bool,
 }
 
 /// The kernel programs' own diagnostics (aya-log), forwarded to the `log` crate.
@@ -361,6 +370,13 @@ impl Probes {
             rss_interval_ns: opts.rss_interval_ns,
             track_rss: rss_tracking as u32,
         };
+        // System mode reads neither the tracking map nor the followed mms: one entry each
+        // instead of preallocating room for `max_tracked` processes.
+        let per_process = if opts.mode == mode::TREE {
+            opts.max_tracked.max(1)
+        } else {
+            1
+        };
         // The programs use no CO-RE relocations (offsets come from our own BTF reading).
         let mut aya_loader = aya_loader
             .join()
@@ -369,16 +385,25 @@ impl Probes {
             .btf(None)
             .override_global("CONFIG", &config, true)
             .map_max_entries("EVENTS", ring)
-            .map_max_entries("TRACKED", opts.max_tracked.max(1))
+            .map_max_entries("TRACKED", per_process)
             .map_max_entries(
                 "EXIT_MEM",
-                match resolved.exit_mem {
-                    MemHook::Fentry(_) => EXIT_MEM_ENTRIES,
+                match (resolved.exit_mem, resolved.group_dead_hook) {
+                    (MemHook::Fentry(_), _) | (_, Some(_)) => EXIT_MEM_ENTRIES,
                     _ => 1,
                 },
             )
-            .map_max_entries("MM_STATE", opts.max_tracked.max(1))
-            .map_max_entries("TGID_MM", opts.max_tracked.max(1))
+            .map_max_entries("MM_STATE", per_process)
+            .map_max_entries("TGID_MM", per_process)
+            .map_max_entries("REAPING", per_process.min(REAPING_ENTRIES))
+            .map_max_entries(
+                "EXITED",
+                if opts.mode == mode::TREE {
+                    1
+                } else {
+                    EXITED_ENTRIES
+                },
+            )
             .load(object)
             .map_err(map_load_error)?;
 
@@ -406,6 +431,10 @@ impl Probes {
         if rss_tracking {
             hooks.extend([("rss_stat", "rss_stat"), ("rss_exec", "sched_process_exec")]);
         }
+        let cpu_at_release = resolved.off.signal_prev_utime != 0;
+        if cpu_at_release {
+            hooks.push(("sched_process_free", "sched_process_free"));
+        }
         load_in_parallel(&mut ebpf, &hooks)?;
         load_own_pid(&mut ebpf);
         let mut attach_to =
@@ -419,8 +448,11 @@ impl Probes {
                 prog.attach(tracepoint).map_err(err)?;
                 Ok(())
             };
-        // Exit first, fork last: a process seen forking is then always seen exiting (the other
-        // order leaves a window where one starts and ends between the two attaches).
+        // Free, exit first, fork last: a process seen forking is then always seen exiting (the
+        // other order leaves a window where one starts and ends between the two attaches).
+        if cpu_at_release {
+            attach_to("sched_process_free", "sched_process_free")?;
+        }
         attach_to("sched_process_exit", "sched_process_exit")?;
         attach_to("sched_process_exec", "sched_process_exec")?;
         attach_to("sched_process_fork", "sched_process_fork")?;
@@ -439,6 +471,16 @@ impl Probes {
             );
         }
         let mut kernel_btf = None;
+        if let Some(function) = resolved.group_dead_hook {
+            // Before exit_mm_release: it reads what this one stashed.
+            mechanisms.push(match attach_fentry(&mut ebpf, function, &mut kernel_btf) {
+                Ok(()) => format!("fentry {function}: the kernel's own group_dead (last thread)"),
+                Err(e) => {
+                    log::warn!("{e}: the last thread is told by signal->live");
+                    format!("{e}: the last thread is told by signal->live")
+                }
+            });
+        }
         for (hook, what) in [
             (resolved.exec_mem, MemKind::Exec),
             (resolved.exit_mem, MemKind::Exit),
@@ -458,6 +500,11 @@ impl Probes {
             };
             mechanisms.push(line);
         }
+        mechanisms.push(if cpu_at_release {
+            "raw tracepoint sched_process_free: each process's CPU as wait4 reports it".into()
+        } else {
+            "CPU read at exit (no sched_process_free): short processes read low".into()
+        });
         let logger = aya_log::EbpfLogger::init(&mut ebpf)
             .inspect_err(|e| log::debug!("kernel-side logging unavailable: {e}"))
             .ok();
@@ -468,6 +515,7 @@ impl Probes {
             load_ms: started.elapsed().as_secs_f64() * 1e3,
             ring_buffer_bytes: ring,
             rss_tracking,
+            cpu_at_release,
         })
     }
 

@@ -47,6 +47,9 @@ pub const EXIT_MM_RELEASE: &str = "exit_mm_release";
 /// The kernel function exec_mmap() calls with the old mm after exec's point of no return.
 pub const EXEC_MM_RELEASE: &str = "exec_mm_release";
 
+/// The kernel function do_exit() hands its own `group_dead` to, before exit_mm().
+pub const TASKSTATS_EXIT: &str = "taskstats_exit";
+
 /// What [`resolve`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resolved {
@@ -61,6 +64,9 @@ pub struct Resolved {
     pub exit_mem: MemHook,
     /// Where an image replaced by exec has its figures read.
     pub exec_mem: MemHook,
+    /// An fentry that learns the kernel's own `group_dead`, where the exit tracepoint does not
+    /// pass it (before 6.16); `None` otherwise or when the function is not traceable.
+    pub group_dead_hook: Option<&'static str>,
     /// `task_struct.rss_stat` exists: per-task cached RSS deltas (kernels before 6.2 with
     /// SPLIT_RSS_COUNTING) must be added to the mm's counters.
     pub has_task_rss_stat: bool,
@@ -173,6 +179,21 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
         off.signal_utime = signal("utime")?;
         off.signal_stime = signal("stime")?;
         off.signal_sum_sched_runtime = signal("sum_sched_runtime")?;
+        // What wait4 returns is cputime_adjust() of these, remembered in prev_cputime: read
+        // when the process is freed (sched_process_free).
+        if btf.has_member("signal_struct", "prev_cputime.utime")
+            && btf.has_member("signal_struct", "prev_cputime.stime")
+            && btf.has_typedef("btf_trace_sched_process_free")
+        {
+            off.signal_prev_utime = signal("prev_cputime.utime")?;
+            off.signal_prev_stime = signal("prev_cputime.stime")?;
+            notes.push("tracepoint sched_process_free: present".into());
+        } else {
+            notes.push(
+                "no sched_process_free or signal_struct.prev_cputime: CPU figures read at exit"
+                    .into(),
+            );
+        }
     }
 
     // sched_process_exit(task, group_dead) since 6.16: the kernel's own answer to "is this the
@@ -263,7 +284,15 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
         );
         fentry_hook(btf, EXIT_MM_RELEASE, &mut notes)
     };
+    let group_dead_hook =
+        (off.exit_tp_group_dead == 0 && btf.has_func(TASKSTATS_EXIT)).then(|| {
+            notes.push(format!(
+                "function {TASKSTATS_EXIT}: present (fentry target: the kernel's group_dead)"
+            ));
+            TASKSTATS_EXIT
+        });
     Ok(Resolved {
+        group_dead_hook,
         off,
         rss_layout: layout,
         nr_mm_counters: nr,

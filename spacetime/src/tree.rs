@@ -9,10 +9,11 @@
 use std::sync::{Arc, LazyLock};
 
 use spacetime_common::{
-    flags, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, MemStats, RssEvent,
+    flags, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, MemStats, ReapEvent, RssEvent,
 };
 
 use crate::{
+    cputime,
     events::{split_argv, Args, Comm, Event, Exec},
     idhash::{IdMap, IdSet},
 };
@@ -242,9 +243,13 @@ pub struct Process {
     pub threads: u32,
     pub exit: Option<ExitStatus>,
     pub images: Vec<Image>,
-    /// CPU time summed over exited threads, split like the kernel's cputime_adjust.
+    /// CPU time: what wait4 reported for it once its release was seen (`cpu_final`); until
+    /// then the sum over its exited threads, each read in the exit path (a thread's last
+    /// slice is not yet counted there, so short processes read low).
     pub user_ns: u64,
     pub sys_ns: u64,
+    /// `user_ns`/`sys_ns` are the kernel's figures at the process's release (as wait4).
+    pub cpu_final: bool,
     /// `signal->maxrss` at exit: what ru_maxrss reports (pages).
     pub signal_maxrss_pages: u64,
     /// Its fork was seen (false for the root and for processes whose fork was lost).
@@ -349,6 +354,14 @@ impl Tree {
         self.index.get(key).map(|&i| &self.procs[i])
     }
 
+    /// Processes that exited but whose final CPU time (their free record) has not come.
+    pub fn awaiting_release(&self) -> usize {
+        self.procs
+            .iter()
+            .filter(|p| p.end_ns.is_some() && !p.cpu_final)
+            .count()
+    }
+
     /// Processes that have not exited.
     pub fn live(&self) -> usize {
         self.procs.iter().filter(|p| p.end_ns.is_none()).count()
@@ -399,6 +412,7 @@ impl Tree {
             Event::Rss(r) if r.hdr.flags & flags::RSS_MM_PEAK != 0 => self.mm_peak(&r),
             // Memory over time belongs to the timeline, not to the tree.
             Event::Rss(_) => {}
+            Event::Reap(r) => self.reap(&r),
         }
     }
 
@@ -526,12 +540,26 @@ impl Tree {
         }
     }
 
+    /// The process was released: its CPU figures are final, as its parent's wait4 saw them.
+    fn reap(&mut self, r: &ReapEvent) {
+        // A release of a process never seen (its exit was lost) still tells its CPU.
+        let i = self.entry(Key::of(&r.hdr));
+        let p = &mut self.procs[i];
+        let cpu = cputime::at_release(r);
+        p.user_ns = cpu.user_ns;
+        p.sys_ns = cpu.sys_ns;
+        p.cpu_final = true;
+    }
+
     fn exit(&mut self, x: &ExitEvent) {
         let i = self.entry(Key::of(&x.hdr));
         let p = &mut self.procs[i];
-        let (user, sys) = split_runtime(x.runtime_ns, x.utime_ns, x.stime_ns);
-        p.user_ns += user;
-        p.sys_ns += sys;
+        // Out of order: the release already gave the final figures.
+        if !p.cpu_final {
+            let (user, sys) = split_runtime(x.runtime_ns, x.utime_ns, x.stime_ns);
+            p.user_ns += user;
+            p.sys_ns += sys;
+        }
         if x.hdr.flags & flags::EXIT_GROUP_DEAD == 0 {
             return;
         }

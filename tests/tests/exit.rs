@@ -175,3 +175,40 @@ fn forwards_sigint() {
 fn forwards_sighup() {
     forwards(libc::SIGHUP);
 }
+
+/// Processes whose threads all leave at the same moment end once each: before 6.16 two of
+/// them can both see `signal->live == 0`, and a second group exit would report the process
+/// twice (watch) or overwrite it (trace).
+#[test]
+fn threads_leaving_together_end_their_process_once() {
+    use spacetime_tests::watch::{run, token, Watch};
+    const PROCESSES: usize = 20;
+    let tok = token("together");
+    let w = Watch::new().flag("--json").start();
+    let mut pids = Vec::new();
+    for _ in 0..PROCESSES {
+        pids.push(run(std::process::Command::new(WL).args([
+            "exit-together",
+            "8",
+            &tok,
+        ])));
+    }
+    let last = pids.last().expect("processes");
+    w.wait_for_stdout(&format!("\"pid\":{last},"), Duration::from_secs(60));
+    let out = w.interrupt();
+    out.assert_clean();
+    let rows = out.exits_with(&tok);
+    for pid in &pids {
+        let mine: Vec<_> = rows
+            .iter()
+            .filter(|r| r["pid"].as_u64() == Some(u64::from(*pid)))
+            .collect();
+        assert_eq!(
+            mine.len(),
+            1,
+            "pid {pid}: one exit row, got {mine:?}\n{}",
+            out.context()
+        );
+        assert_eq!(mine[0]["exit"]["code"], 0, "pid {pid}: {}", mine[0]);
+    }
+}

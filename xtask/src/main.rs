@@ -61,6 +61,12 @@ enum Cmd {
         /// Also run the tests skipped by default as too slow for an emulated CPU
         #[arg(long)]
         all: bool,
+        /// vCPUs of the guest (qemu -smp)
+        #[arg(long, default_value_t = 2)]
+        cpus: u32,
+        /// Run only this integration test binary (tests/tests/NAME.rs); repeatable
+        #[arg(long = "test", value_name = "NAME")]
+        only: Vec<String>,
         /// Extra arguments for every test binary (after --), e.g. a test name filter
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
@@ -100,6 +106,40 @@ pub fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// Whether a little-endian ELF64 file has a section named `name`.
+fn elf_has_section(elf: &[u8], name: &str) -> bool {
+    let u16_at = |o: usize| {
+        elf.get(o..o + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+    };
+    let u64_at = |o: usize| {
+        elf.get(o..o + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as usize)
+    };
+    if elf.get(..5) != Some(b"\x7fELF\x02") {
+        return false;
+    }
+    let (Some(shoff), Some(shentsize), Some(shnum), Some(shstrndx)) =
+        (u64_at(0x28), u16_at(0x3a), u16_at(0x3c), u16_at(0x3e))
+    else {
+        return false;
+    };
+    let Some(strtab) = u64_at(shoff + shstrndx * shentsize + 0x18) else {
+        return false;
+    };
+    (0..shnum).any(|i| {
+        let Some(name_off) = elf
+            .get(shoff + i * shentsize..shoff + i * shentsize + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        else {
+            return false;
+        };
+        let start = strtab + name_off;
+        elf.get(start..start + name.len() + 1)
+            .is_some_and(|n| &n[..name.len()] == name.as_bytes() && n[name.len()] == 0)
+    })
+}
+
 /// Cargo invocation for the userspace workspace. spacetime's build script builds the eBPF
 /// object it embeds (nightly, bpfel-unknown-none, build-std=core): that is the one build path.
 fn cargo() -> Command {
@@ -111,7 +151,18 @@ fn cargo() -> Command {
 pub fn build() -> Result<()> {
     toolchain::ensure()?;
     eprintln!("xtask: building spacetime (release; its build script builds the eBPF programs)");
-    run(cargo().args(["build", "--release", "-p", "spacetime"]))
+    run(cargo().args(["build", "--release", "-p", "spacetime"]))?;
+    // Linked with BTF (--btf in spacetime-ebpf/.cargo/config.toml), the object carries the
+    // types of its maps and programs for the loader and for bpftool.
+    let obj = ebpf_target_dir().join("bpfel-unknown-none/release/spacetime");
+    let bytes = std::fs::read(&obj).with_context(|| format!("reading {}", obj.display()))?;
+    if !elf_has_section(&bytes, ".BTF") {
+        bail!(
+            "{} has no .BTF section: bpf-linker must run with --btf (spacetime-ebpf/.cargo/config.toml)",
+            obj.display()
+        );
+    }
+    Ok(())
 }
 
 pub fn is_root() -> bool {
@@ -167,12 +218,16 @@ fn main() -> Result<()> {
             kernel,
             timeout,
             all,
+            cpus,
+            only,
             args,
         } => vm::vm_test(vm::Options {
             kernel,
             timeout: std::time::Duration::from_secs(timeout),
             all,
             test_args: args,
+            cpus,
+            only,
         }),
         Cmd::Bench(opts) => bench::bench(opts),
         Cmd::Lint => {
@@ -205,5 +260,13 @@ fn main() -> Result<()> {
                 .arg(ebpf_target_dir())
                 .args(["--", "-D", "warnings"]))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn not_an_elf_has_no_section() {
+        assert!(!super::elf_has_section(b"not an ELF file at all", ".BTF"));
     }
 }

@@ -50,6 +50,10 @@ pub struct Options {
     pub all: bool,
     /// Extra arguments for every test binary (a name filter, `--nocapture`…).
     pub test_args: Vec<OsString>,
+    /// vCPUs of the guest: the exact RSS sums add per-CPU deltas, so more CPUs test more.
+    pub cpus: u32,
+    /// Run only these integration test binaries (by file name: `memory`); all when empty.
+    pub only: Vec<String>,
 }
 
 /// Tests skipped by default (`--all` runs them): sized for a real CPU, they cannot finish in
@@ -85,6 +89,12 @@ pub fn vm_test(opts: Options) -> Result<()> {
         "xtask: not run in the guest (they need host tools; cargo xtask test runs them): {}",
         HOST_ONLY.join(", ")
     );
+    if !opts.only.is_empty() {
+        built.tests.retain(|(name, _)| opts.only.contains(name));
+        if built.tests.is_empty() {
+            bail!("no integration test binary named {:?}", opts.only);
+        }
+    }
     let initrd = dir.join("initramfs.cpio");
     let mut test_args = opts.test_args.clone();
     if !opts.all {
@@ -95,13 +105,14 @@ pub fn vm_test(opts: Options) -> Result<()> {
     }
     make_initramfs(&dir.join("root"), &initrd, &built, &test_args)?;
     eprintln!(
-        "xtask: prepared in {:.0} s; booting {} (qemu, TCG, time limit {} s)",
+        "xtask: prepared in {:.0} s; booting {} (qemu, TCG, {} vCPUs, time limit {} s)",
         started.elapsed().as_secs_f64(),
         kernel.display(),
+        opts.cpus,
         opts.timeout.as_secs()
     );
     let booted = Instant::now();
-    let mut verdict = boot(&kernel, &initrd, opts.timeout)?;
+    let mut verdict = boot(&kernel, &initrd, opts.timeout, opts.cpus)?;
     if !opts.all {
         verdict.skipped = SLOW_UNDER_TCG.iter().map(|(name, _)| *name).collect();
     }
@@ -482,9 +493,10 @@ impl Verdict {
 }
 
 /// Boots the guest, streams its console, and returns what it said.
-fn boot(kernel: &Path, initrd: &Path, timeout: Duration) -> Result<Verdict> {
+fn boot(kernel: &Path, initrd: &Path, timeout: Duration, cpus: u32) -> Result<Verdict> {
     let mut qemu = Command::new("qemu-system-x86_64");
-    qemu.args(["-accel", "tcg", "-cpu", "max", "-m", "2048", "-smp", "2"])
+    qemu.args(["-accel", "tcg", "-cpu", "max", "-m", "2048", "-smp"])
+        .arg(cpus.max(1).to_string())
         .args(["-nographic", "-no-reboot", "-kernel"])
         .arg(kernel)
         .arg("-initrd")

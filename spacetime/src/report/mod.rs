@@ -136,6 +136,9 @@ pub struct Totals {
     pub tree_peak_at_ns: Option<u64>,
     /// The largest tree-wide PSS seen (sampled).
     pub max_pss_bytes: Option<u64>,
+    /// Processes whose CPU time is not wait4's final figure (`cpu_final: false`): not released
+    /// when the trace ended, so summed at their threads' exits.
+    pub cpu_not_final: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -210,6 +213,7 @@ impl<'a> Report<'a> {
             tree_peak_rss_bytes: meta.memory.tree_peak.map(|p| p.bytes),
             tree_peak_at_ns: meta.memory.tree_peak.map(|p| p.ts_ns.saturating_sub(t0)),
             max_pss_bytes: meta.memory.max_pss.map(|p| p.bytes),
+            cpu_not_final: processes.iter().filter(|p| !p.cpu_final()).count() as u64,
         };
         // The timeline lists the processes in the report's order.
         let timeline = meta

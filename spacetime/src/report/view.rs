@@ -95,6 +95,12 @@ impl<'a> ProcessReport<'a> {
         self.p.sys_ns
     }
 
+    /// The CPU figures are wait4's, read at the process's release; false: summed at its
+    /// threads' exits (not reaped when the trace ended), which misses each thread's last slice.
+    pub fn cpu_final(&self) -> bool {
+        self.p.cpu_final
+    }
+
     /// What getrusage's ru_maxrss says for this process: the maximum over all its images (and
     /// what it inherited), which is why it misleads after exec.
     pub fn ru_maxrss_bytes(&self) -> Option<u64> {
@@ -190,6 +196,7 @@ struct ProcessJson<'a> {
     peak_rss_bytes: u64,
     user_ns: u64,
     sys_ns: u64,
+    cpu_final: bool,
     ru_maxrss_bytes: Option<u64>,
     images: Images<'a>,
     taskstats: Option<ProcessTaskstats>,
@@ -216,6 +223,7 @@ impl Serialize for ProcessReport<'_> {
             peak_rss_bytes: self.peak_rss_bytes(),
             user_ns: self.user_ns(),
             sys_ns: self.sys_ns(),
+            cpu_final: self.cpu_final(),
             ru_maxrss_bytes: self.ru_maxrss_bytes(),
             images: Images(*self),
             taskstats: self.taskstats(),

@@ -26,6 +26,9 @@ pub struct ExitView<'a> {
     pub end_ns: u64,
     pub user_ns: u64,
     pub sys_ns: u64,
+    /// `user_ns`/`sys_ns` are what wait4 reported at the process's release; false: read at
+    /// exit (a thread row, or no release within the wait), which misses the last slice.
+    pub cpu_final: bool,
     pub exit: ExitStatus,
     /// Peak RSS over the images seen (null when none was measured: kernel threads).
     pub peak_rss_bytes: Option<u64>,

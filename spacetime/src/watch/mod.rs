@@ -19,6 +19,7 @@ pub mod identity;
 mod metrics;
 mod output;
 mod procfs;
+mod reap;
 mod summary;
 mod table;
 #[cfg(test)]
@@ -236,6 +237,8 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         stop: None,
         late: false,
         taskstats_since_ns,
+        waiting: reap::Waiting::default(),
+        reaps: probes.cpu_at_release,
     };
     let started = Instant::now();
     let mut logger = probes.take_logger();

@@ -366,6 +366,7 @@ impl Serialize for Json<'_, '_> {
             m.serialize_entry("peak_rss_bytes", &x.peak_rss_bytes)?;
             m.serialize_entry("ru_maxrss_bytes", &x.ru_maxrss_bytes)?;
             m.serialize_entry("threads", &x.threads)?;
+            m.serialize_entry("cpu_final", &x.cpu_final)?;
         }
         m.serialize_entry("uid", &x.uid)?;
         m.serialize_entry("gid", &x.gid)?;

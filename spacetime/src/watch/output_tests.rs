@@ -80,6 +80,7 @@ fn hostile_names_render_safely() {
             images_dropped: 0,
             ancestry: &ancestry,
             known: true,
+            cpu_final: true,
         };
         let width = [None, Some(20 + round % 100)][round % 2];
         let mut o = output(width, round % 3 == 0);

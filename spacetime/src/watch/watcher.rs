@@ -10,7 +10,7 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use spacetime_common::{flags, ExitEvent};
+use spacetime_common::{flags, ExitEvent, ReapEvent};
 use tokio::io::{unix::AsyncFd, Interest};
 
 use super::{
@@ -20,7 +20,7 @@ use super::{
     filter::Filter,
     metrics::{self, Metrics},
     output::Output,
-    summary,
+    reap, summary,
     table::{Ancestor, Table},
     wall_offset_ns, Stop,
 };
@@ -65,6 +65,10 @@ pub(super) struct Watch {
     /// Exits before this (CLOCK_MONOTONIC) are not cross-checked: the taskstats listener was
     /// not registered yet.
     pub(super) taskstats_since_ns: u64,
+    /// Process rows waiting for their release record (final CPU time).
+    pub(super) waiting: reap::Waiting,
+    /// The kernel sends release records (fentry release_task attached).
+    pub(super) reaps: bool,
 }
 
 /// The metrics listener: accepts unless paused after an accept() error.
@@ -185,6 +189,8 @@ impl Watch {
         if matches!(stop, Stop::Signal(_) | Stop::Duration) {
             self.stop = None;
             self.drain(ring.get_mut());
+            // Rows still waiting for a release go out with their exit figures.
+            self.write_ready(Instant::now(), true);
         }
         if let Some(l) = io.taskstats.as_mut() {
             // Taskstats records of the exits reported may still be on their way. Exits after
@@ -285,11 +291,15 @@ impl Watch {
                 Ok(Event::Exit(x)) => self.exit(&x, now),
                 // RSS over time is trace's; watch does not turn it on.
                 Ok(Event::Rss(_)) => {}
+                Ok(Event::Reap(r)) => self.reap(&r),
                 Err(e) => {
                     self.metrics.decode_errors += 1;
                     log::debug!("undecodable record: {e}");
                 }
             }
+        }
+        if !self.late {
+            self.write_ready(now, false);
         }
         if let Err(e) = self.out.flush() {
             self.output_failed(e);
@@ -321,6 +331,40 @@ impl Watch {
         {
             c.bpf_exit(x.hdr.pid, end_of(x, self.wall_offset_ns, now));
         }
+        let ancestry = std::mem::take(&mut self.ancestry);
+        self.waiting.push(*x, e, ancestry, now);
+        if !self.reaps {
+            // No release records on this kernel: the exit's figures are all there is.
+            self.write_ready(now, true);
+        }
+    }
+
+    /// A process was released: its row can go out with its final CPU time.
+    fn reap(&mut self, r: &ReapEvent) {
+        self.waiting.reap(r);
+    }
+
+    /// Writes the rows whose release came, or that waited long enough (every row with `all`).
+    pub(super) fn write_ready(&mut self, now: Instant, all: bool) {
+        while self.stop.is_none() {
+            let Some(w) = self.waiting.next_ready(now, all) else {
+                break;
+            };
+            self.write_exit(w);
+        }
+        self.metrics.cpu_released = self.waiting.released;
+        self.metrics.cpu_at_exit = self.waiting.timed_out;
+    }
+
+    fn write_exit(&mut self, w: reap::Exited) {
+        let reap::Exited {
+            x,
+            e,
+            ancestry,
+            cpu,
+            ..
+        } = w;
+        let x = &x;
         let comm = comm_str(&x.comm);
         let cg = Arc::clone(self.cgroups.get(x.cgroup_id));
         let last = last_image_peak_pages(&e, x);
@@ -328,7 +372,10 @@ impl Watch {
             Some(p) => Some(p.max(e.left_peak_pages)),
             None => (e.left_peak_pages > 0).then_some(e.left_peak_pages),
         };
-        let (user_ns, sys_ns) = process_times(&e, x);
+        let (user_ns, sys_ns) = match cpu {
+            Some(c) => (c.user_ns, c.sys_ns),
+            None => process_times(&e, x),
+        };
         let page = self.page;
         let view = ExitView {
             thread: false,
@@ -342,6 +389,7 @@ impl Watch {
             end_ns: x.hdr.ts_ns,
             user_ns,
             sys_ns,
+            cpu_final: cpu.is_some(),
             exit: ExitStatus::from_wait(x.exit_code),
             peak_rss_bytes: peak_pages.map(|p| p * page),
             ru_maxrss_bytes: (x.mem.flags & flags::MEM_VALID != 0)
@@ -355,7 +403,7 @@ impl Watch {
             in_tree: e.in_tree,
             images: &e.images,
             images_dropped: e.images_dropped,
-            ancestry: &self.ancestry,
+            ancestry: &ancestry,
             known: e.known,
         };
         if !self.filter.matches(&view) {
@@ -401,6 +449,7 @@ impl Watch {
             end_ns: x.hdr.ts_ns,
             user_ns,
             sys_ns,
+            cpu_final: false,
             exit: ExitStatus::from_wait(x.exit_code),
             peak_rss_bytes: None,
             ru_maxrss_bytes: None,

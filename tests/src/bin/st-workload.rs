@@ -38,6 +38,15 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
                                `st-workload quiet-exit (i % 256) TAG-i`; record {children, failed, pids}
   forkloop MS                  fork children that _exit(0) at once, one at a time, for MS ms;
                                print and record {forks}
+  hold-together N DIR MIB MS   touch MIB MiB, create DIR/PID, keep them until DIR holds N
+                               entries (N holders all at their peak at once) and MS ms more,
+                               record {mib}
+  exit-together N [TOKEN]      N threads (main included) leave with exit(2), not exit_group, at
+                               the same moment; the last one ends the process; record {threads}
+  rusage US... [TOKEN]         one child per US: it burns US µs of CPU (0: exits at once), the
+                               parent reaps each with wait4; record {pids, user_us, sys_us}
+  rusage-of PROG [ARGS...]     fork+execv(PROG), reap it with wait4 (as time(1) does); record
+                               {pid, user_us, sys_us}: the child's CPU and its reaped children's
 ";
 
 /// Bytes reserved (and touched) for reading /proc/self/status.
@@ -357,6 +366,47 @@ fn fork() -> libc::pid_t {
     pid
 }
 
+/// Burns `us` µs of this thread's CPU time (nothing for 0).
+fn burn_cpu_us(us: u64) {
+    if us == 0 {
+        return;
+    }
+    let cpu_ns = || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    };
+    let until = cpu_ns() + us * 1000;
+    while cpu_ns() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// wait4(pid): the child's rusage (dies unless it exited with status 0).
+fn wait4_rusage(pid: libc::pid_t) -> libc::rusage {
+    let mut st = 0;
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        let r = unsafe { libc::wait4(pid, &mut st, 0, &mut ru) };
+        if r == pid {
+            if !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0) {
+                die("child failed");
+            }
+            return ru;
+        }
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            sys_die("wait4");
+        }
+    }
+}
+
+fn timeval_us(tv: libc::timeval) -> i64 {
+    tv.tv_sec * 1_000_000 + tv.tv_usec
+}
+
 /// waitpid(pid); true iff it exited with status 0.
 fn wait_ok(pid: libc::pid_t) -> bool {
     let mut st = 0;
@@ -495,6 +545,57 @@ fn main() {
                 .finish();
             exit(0)
         }
+        "exit-together" => {
+            // Several threads end at once: before 6.16 more than one of them can pass the
+            // kernel-side "last thread" test, and the process must still end once.
+            let n: usize = parse(&args, 2, "N");
+            rec.begin("exit-together").int("threads", n as i64).finish();
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
+            for _ in 1..n {
+                let b = std::sync::Arc::clone(&barrier);
+                std::thread::spawn(move || {
+                    b.wait();
+                    unsafe { libc::syscall(libc::SYS_exit, 0) };
+                });
+            }
+            barrier.wait();
+            unsafe { libc::syscall(libc::SYS_exit, 0) };
+            exit(0)
+        }
+        "hold-together" => {
+            // Concurrent holders that overlap by construction, not by timing: each keeps its
+            // memory until every one of them has reached its peak (an emulated CPU can stall
+            // one holder for seconds while another's sleep runs out).
+            let n: usize = parse(&args, 2, "N");
+            let dir = args
+                .get(3)
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| die("missing DIR"));
+            let mib: usize = parse(&args, 4, "MIB");
+            let ms: u64 = parse(&args, 5, "MS");
+            touch(mib);
+            rec.warm_up();
+            let me = dir.join(std::process::id().to_string());
+            std::fs::write(&me, b"").unwrap_or_else(|_| die("create the ready file"));
+            loop {
+                let ready = std::fs::read_dir(&dir)
+                    .unwrap_or_else(|_| die("read DIR"))
+                    .count();
+                if ready >= n {
+                    break;
+                }
+                // Waiting for the others' files: a poll, not a guess at how long they take.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Everything this process will touch is touched (the wait allocated too): fold its
+            // pending RSS counts into the mm (see fold_rss_counters) so the kernel's tree sum
+            // sees all of it. Then all are at their peak, long enough for the sampled figures
+            // (PSS) to see it too.
+            fold_rss_counters(rec.fold);
+            std::thread::sleep(Duration::from_millis(ms));
+            rec.begin("hold-together").int("mib", mib as i64).finish();
+            exit(0)
+        }
         "hold" => {
             // Touch MIB MiB, keep them resident for MS ms, then exit.
             let mib: usize = parse(&args, 2, "MIB");
@@ -578,6 +679,49 @@ fn main() {
                 .str("role", "root")
                 .int("child", i64::from(child))
                 .int("failed", i64::from(!ok))
+                .finish();
+            exit(0)
+        }
+        "rusage" => {
+            // Arguments that are not numbers (a test's token) are skipped.
+            let spins: Vec<u64> = args[2..]
+                .iter()
+                .filter_map(|a| a.to_str()?.parse().ok())
+                .collect();
+            let mut pids = Vec::with_capacity(spins.len());
+            let mut user = Vec::with_capacity(spins.len());
+            let mut sys = Vec::with_capacity(spins.len());
+            for &us in &spins {
+                let pid = fork();
+                if pid == 0 {
+                    burn_cpu_us(us);
+                    exit(0);
+                }
+                let ru = wait4_rusage(pid);
+                pids.push(i64::from(pid));
+                user.push(timeval_us(ru.ru_utime));
+                sys.push(timeval_us(ru.ru_stime));
+            }
+            rec.begin("rusage")
+                .ints("pids", &pids)
+                .ints("user_us", &user)
+                .ints("sys_us", &sys)
+                .finish();
+            exit(0)
+        }
+        "rusage-of" => {
+            let argv = exec_argv(&args, 2);
+            let argv_ptrs = ptrs(&argv);
+            let pid = fork();
+            if pid == 0 {
+                unsafe { libc::execv(argv[0].as_ptr(), argv_ptrs.as_ptr()) };
+                exit(127);
+            }
+            let ru = wait4_rusage(pid);
+            rec.begin("rusage-of")
+                .int("child", i64::from(pid))
+                .int("user_us", timeval_us(ru.ru_utime))
+                .int("sys_us", timeval_us(ru.ru_stime))
                 .finish();
             exit(0)
         }

@@ -190,6 +190,15 @@ fn exits(w: &mut Writer, m: &Metrics) {
             );
         }
     }
+    let source = w.family(
+        "spacetime_watch_cpu_figures",
+        Kind::Counter,
+        None,
+        "Process rows by where their CPU time came from: the release (what wait4 returned) or \
+         the exit (no release within the wait; misses the last slice).",
+    );
+    w.sample(&source, &[("source", "release")], m.cpu_released);
+    w.sample(&source, &[("source", "exit")], m.cpu_at_exit);
 }
 
 /// Loss, cross-check coverage and the endpoint's own state.

@@ -120,6 +120,10 @@ pub struct Metrics {
     /// out of file descriptors), each followed by a pause.
     pub rejected_connections: u64,
     pub accept_errors: u64,
+    /// Process rows whose CPU time came from their release record (what wait4 returned), and
+    /// those that went out with the exit-time figure (no release in time).
+    pub cpu_released: u64,
+    pub cpu_at_exit: u64,
 }
 
 impl Default for Metrics {
@@ -158,6 +162,8 @@ impl Metrics {
             table_size: 0,
             rejected_connections: 0,
             accept_errors: 0,
+            cpu_released: 0,
+            cpu_at_exit: 0,
         }
     }
 

@@ -1,0 +1,176 @@
+//! CPU time against its truth: what `wait4` returned to the parent that reaped each process.
+//!
+//! wait4's rusage has microsecond fields, the kernel's nanoseconds truncated
+//! (`ns_to_kernel_old_timeval`); spacetime's nanoseconds truncated the same way must match.
+//! One difference is possible: if a child's final schedule folds its last slice in after its
+//! parent's wait read the runtime (the parent reaps on another CPU while the child is still
+//! leaving), the kernel's own figure grows by that slice, microseconds, after wait4 returned.
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+use spacetime_tests::watch::{token, Watch};
+use spacetime_tests::{TempDir, Trace};
+
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+/// See the module comment: the slice a child may still run after its parent's wait4 read it.
+const AFTER_WAIT_US: i64 = 50;
+
+fn process(report: &Value, pid: i64) -> &Value {
+    report["processes"]
+        .as_array()
+        .expect("processes array")
+        .iter()
+        .find(|p| p["pid"].as_i64() == Some(pid))
+        .unwrap_or_else(|| panic!("pid {pid} missing from the report"))
+}
+
+fn us(v: &Value, key: &str) -> i64 {
+    v[key]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no integer {key} in {v}"))
+        / 1000
+}
+
+/// Asserts one process's (user, sys) in µs against wait4's.
+fn assert_wait4(what: &str, got: (i64, i64), want: (i64, i64)) {
+    if got == want {
+        return;
+    }
+    let d = (got.0 + got.1) - (want.0 + want.1);
+    assert!(
+        (0..=AFTER_WAIT_US).contains(&d),
+        "{what}: spacetime user+sys {got:?} µs, wait4 {want:?} µs"
+    );
+}
+
+#[test]
+fn each_process_cpu_is_what_wait4_returned() {
+    // Very short children (0: exit at once; one tick is 1-10 ms) and longer ones, with user
+    // and system ticks.
+    let spins = [
+        "0", "0", "0", "100", "700", "3000", "0", "15000", "40000", "0",
+    ];
+    let mut argv = vec![WL, "rusage"];
+    argv.extend(spins);
+    let out = Trace::new(argv).tag("cpu-rusage").run();
+    out.assert_code(0);
+    let report = out.json_value();
+    let t = out.truth_one("rusage");
+    let (pids, user, sys) = (t.ints("pids"), t.ints("user_us"), t.ints("sys_us"));
+    assert_eq!(pids.len(), spins.len(), "children");
+    for (i, &pid) in pids.iter().enumerate() {
+        let p = process(&report, pid);
+        assert_eq!(
+            p["cpu_final"],
+            Value::Bool(true),
+            "pid {pid}: CPU must be the figure at release: {p}"
+        );
+        let got = (us(p, "user_ns"), us(p, "sys_ns"));
+        assert_wait4(
+            &format!("pid {pid} ({} µs burnt)", spins[i]),
+            got,
+            (user[i], sys[i]),
+        );
+        assert!(
+            got.0 + got.1 > 0,
+            "pid {pid}: a process never runs for 0 ns"
+        );
+    }
+    // The totals are the processes' sum.
+    let sum: i64 = report["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .map(|p| p["user_ns"].as_i64().unwrap_or(0) + p["sys_ns"].as_i64().unwrap_or(0))
+        .sum();
+    let total = report["user_ns"].as_i64().unwrap_or(-1) + report["sys_ns"].as_i64().unwrap_or(-1);
+    assert_eq!(total, sum, "report user_ns + sys_ns = sum over processes");
+}
+
+#[test]
+fn five_hundred_short_processes_sum_to_wait4() {
+    // What time(1) does: fork+exec a shell running the loop, wait4 it. The rusage covers the
+    // shell and the 500 children it reaped; spacetime's sum over the same processes must be
+    // within 10 % (it was 0.24x when CPU was read in the exit path).
+    let script = "i=0; while [ $i -lt 500 ]; do /bin/true; i=$((i+1)); done";
+    let out = Trace::new([WL, "rusage-of", "/bin/sh", "-c", script])
+        .tag("cpu-500")
+        .timeout(Duration::from_secs(240))
+        .run();
+    out.assert_code(0);
+    let report = out.json_value();
+    let t = out.truth_one("rusage-of");
+    let want_us = t.int("user_us") + t.int("sys_us");
+    let root = t.pid() as i64;
+    let procs = report["processes"].as_array().expect("processes");
+    let others: Vec<&Value> = procs
+        .iter()
+        .filter(|p| p["pid"].as_i64() != Some(root))
+        .collect();
+    assert_eq!(others.len(), 501, "the shell and its 500 children");
+    let not_final: Vec<&&Value> = others
+        .iter()
+        .filter(|p| p["cpu_final"] != Value::Bool(true))
+        .collect();
+    assert!(
+        not_final.is_empty(),
+        "every process was reaped: its CPU must be final: {not_final:?}"
+    );
+    let got_us: i64 = others
+        .iter()
+        .map(|p| (p["user_ns"].as_i64().unwrap_or(0) + p["sys_ns"].as_i64().unwrap_or(0)) / 1000)
+        .sum();
+    let ratio = got_us as f64 / want_us as f64;
+    assert!(
+        (0.9..=1.1).contains(&ratio),
+        "spacetime's sum {got_us} µs vs wait4's {want_us} µs (ratio {ratio:.3})"
+    );
+}
+
+#[test]
+fn watch_reports_short_exits_with_wait4_cpu() {
+    let tok = token("cpu");
+    let dir = TempDir::new("cpu-watch");
+    let truth = dir.path().join("truth.jsonl");
+    let w = Watch::new().flag("--json").start();
+    let spins = ["0", "0", "0", "0", "0", "200", "0", "0"];
+    let status = Command::new(WL)
+        .arg("rusage")
+        .args(spins)
+        .arg(&tok)
+        .env("ST_TRUTH", &truth)
+        .status()
+        .expect("run st-workload");
+    assert!(status.success(), "st-workload rusage: {status}");
+    let text = std::fs::read_to_string(&truth).expect("truth file");
+    let t: Value =
+        serde_json::from_str(text.lines().next().expect("a truth line")).expect("truth JSON");
+    let ints = |k: &str| -> Vec<i64> {
+        t[k].as_array()
+            .unwrap_or_else(|| panic!("truth has no {k}: {t}"))
+            .iter()
+            .map(|v| v.as_i64().expect("integer"))
+            .collect()
+    };
+    let (pids, user, sys) = (ints("pids"), ints("user_us"), ints("sys_us"));
+    let last = pids.last().expect("children");
+    w.wait_for_stdout(&format!("\"pid\":{last},"), Duration::from_secs(30));
+    let out = w.interrupt();
+    out.assert_clean();
+    let rows = out.exits_with(&tok);
+    for (i, pid) in pids.iter().enumerate() {
+        let row = rows
+            .iter()
+            .find(|r| r["pid"].as_i64() == Some(*pid))
+            .unwrap_or_else(|| panic!("pid {pid} not reported\n{}", out.context()));
+        assert_eq!(row["cpu_final"], Value::Bool(true), "pid {pid}: {row}");
+        let got = (us(row, "user_ns"), us(row, "sys_ns"));
+        assert!(
+            got.0 + got.1 > 0,
+            "pid {pid}: 0 CPU for a short exit: {row}"
+        );
+        assert_wait4(&format!("watch pid {pid}"), got, (user[i], sys[i]));
+    }
+}
