@@ -33,20 +33,13 @@ pub struct Style {
 
 impl Style {
     /// What suits the output: color only on a terminal and without `NO_COLOR` (or
-    /// `TERM=dumb`); Unicode unless the locale says another character set.
+    /// `TERM=dumb`); Unicode unless the locale is not UTF-8 ([`crate::term::ascii`]).
     pub fn detect(is_terminal: bool) -> Style {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let no_color = env("NO_COLOR").is_some() || env("TERM").is_some_and(|t| t == "dumb");
-        let locale = env("LC_ALL")
-            .or_else(|| env("LC_CTYPE"))
-            .or_else(|| env("LANG"));
-        let unicode = locale.is_none_or(|l| {
-            let l = l.to_ascii_lowercase();
-            l.contains("utf-8") || l.contains("utf8")
-        });
         Style {
             color: is_terminal && !no_color,
-            unicode,
+            unicode: !crate::term::ascii(),
         }
     }
 }

@@ -70,6 +70,9 @@ pub struct TraceArgs {
     /// old value afterwards
     #[arg(long)]
     pub delayacct: bool,
+    /// Do not cut the summary's lines to the terminal's width
+    #[arg(short = 'w', long)]
+    pub wide: bool,
     /// Skip the memory-over-time chart in the summary
     #[arg(long)]
     pub no_chart: bool,
