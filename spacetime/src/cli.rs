@@ -80,7 +80,7 @@ pub struct TraceArgs {
     /// tree, a slice per image, RSS and PSS counters (`-`: standard output)
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
-    /// No live status line
+    /// Quiet: no live status line and no notices (errors are still shown)
     #[arg(short, long)]
     pub quiet: bool,
     /// Least time between two RSS points of one process, in ms (new tree-wide peaks always

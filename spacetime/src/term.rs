@@ -144,8 +144,11 @@ pub fn fit_lines(text: &str, cols: usize) -> String {
 /// `s` (own prose, or escaped text) wrapped between words into lines of at most `cols`
 /// columns, continuation lines indented by `indent` spaces; a word longer than a line is cut.
 pub fn wrap(s: &str, cols: usize, indent: usize) -> Vec<String> {
-    let mut lines = vec![String::new()];
-    for word in s.split(' ') {
+    // The line's own indent is kept on its first line.
+    let body = s.trim_start_matches(' ');
+    let lead = (s.len() - body.len()).min(cols / 2);
+    let mut lines = vec![" ".repeat(lead)];
+    for word in body.split(' ') {
         let last = lines.last_mut().expect("one line");
         let fresh = last.trim_start().is_empty();
         let need = width(word) + usize::from(!fresh);
@@ -364,9 +367,26 @@ pub fn err_line(args: std::fmt::Arguments) {
         None => sanitize(&args.to_string()),
     };
     let text = localize(&text);
+    let text = wrap_for_stderr(&text);
     let mut e = std::io::stderr().lock();
     let _ = e.write_all(text.as_bytes());
     let _ = e.write_all(b"\n");
+}
+
+/// `text` wrapped between words to stderr's width when stderr is a terminal: a long notice
+/// or error is never wrapped by the terminal mid-word. Elsewhere it is kept on one line.
+fn wrap_for_stderr(text: &str) -> Cow<'_, str> {
+    use std::io::IsTerminal;
+    let err = std::io::stderr();
+    if !err.is_terminal() {
+        return Cow::Borrowed(text);
+    }
+    let cols = columns(Some(libc::STDERR_FILENO), false).unwrap_or(80);
+    if text.lines().all(|l| width(l) <= cols) {
+        return Cow::Borrowed(text);
+    }
+    let lines: Vec<String> = text.lines().flat_map(|l| wrap(l, cols, 2)).collect();
+    Cow::Owned(lines.join("\n"))
 }
 
 /// Writes already-safe text to stderr as is (a summary with its own newlines and colours),

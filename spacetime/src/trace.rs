@@ -98,7 +98,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
         }
     }
     let taskstats = open_taskstats(&args);
-    let _delayacct = DelayAcct::configure(args.delayacct);
+    let _delayacct = DelayAcct::configure(args.delayacct, verbose > 0 && !args.quiet);
     let mut handled = vec![libc::SIGCHLD];
     handled.extend(FORWARDED);
     let sigfd = crate::signals::signal_fd(&handled)?;
@@ -616,9 +616,11 @@ struct DelayAcct {
 }
 
 impl DelayAcct {
-    fn configure(enable: bool) -> DelayAcct {
+    /// `notice`: say that delays read 0 when accounting is off (-v only: the summary shows
+    /// delays only then).
+    fn configure(enable: bool, notice: bool) -> DelayAcct {
         if !enable {
-            if !delayacct_on() {
+            if notice && !delayacct_on() {
                 crate::errln!("spacetime: delay accounting is off (sysctl kernel.task_delayacct=0): delays read 0; --delayacct turns it on for the trace");
             }
             return DelayAcct { restore: None };

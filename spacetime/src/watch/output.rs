@@ -40,8 +40,125 @@ pub struct Output {
 
 /// Characters of the CGROUP column (`--wide`); longer paths push the command right.
 const CGROUP_WIDTH: usize = 24;
-const HEADER: &str =
-    "TIME             PID    PPID   UID  EXIT      RUNTIME        CPU   PEAK RSS  THR  ";
+
+/// The table's columns before COMMAND, in order.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Col {
+    Time,
+    Pid,
+    Ppid,
+    Uid,
+    Exit,
+    Runtime,
+    Cpu,
+    Peak,
+    Thr,
+}
+
+impl Col {
+    const ALL: [Col; 9] = [
+        Col::Time,
+        Col::Pid,
+        Col::Ppid,
+        Col::Uid,
+        Col::Exit,
+        Col::Runtime,
+        Col::Cpu,
+        Col::Peak,
+        Col::Thr,
+    ];
+
+    /// (header, width, right-aligned, spaces before it).
+    fn spec(self, ms: bool) -> (&'static str, usize, bool, usize) {
+        match self {
+            Col::Time => ("TIME", if ms { 12 } else { 8 }, false, 0),
+            Col::Pid => ("PID", 7, true, 1),
+            Col::Ppid => ("PPID", 7, true, 1),
+            Col::Uid => ("UID", 5, true, 1),
+            Col::Exit => ("EXIT", 7, false, 2),
+            Col::Runtime => ("RUNTIME", 8, true, 1),
+            Col::Cpu => ("CPU", 8, true, 1),
+            Col::Peak => ("PEAK RSS", 8, true, 1),
+            Col::Thr => ("THR", 4, true, 1),
+        }
+    }
+}
+
+/// The columns a table line has: all of them when the width is unlimited; on a narrow
+/// terminal THR, UID, the milliseconds, CPU, PPID, RUNTIME then TIME go, in that order, until
+/// COMMAND keeps a third of the line (at least 16 columns). Header and rows share it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Layout {
+    cols: Vec<Col>,
+    ms: bool,
+}
+
+impl Layout {
+    fn for_width(width: Option<usize>) -> Layout {
+        let mut lay = Layout {
+            cols: Col::ALL.to_vec(),
+            ms: true,
+        };
+        let Some(w) = width else { return lay };
+        let want = (w / 3).max(16);
+        let drops = [
+            Some(Col::Thr),
+            Some(Col::Uid),
+            None,
+            Some(Col::Cpu),
+            Some(Col::Ppid),
+            Some(Col::Runtime),
+            Some(Col::Time),
+        ];
+        for d in drops {
+            if lay.fixed() + want <= w {
+                break;
+            }
+            match d {
+                Some(c) => lay.cols.retain(|&x| x != c),
+                None => lay.ms = false,
+            }
+        }
+        lay
+    }
+
+    /// Columns taken before COMMAND.
+    fn fixed(&self) -> usize {
+        let first = self.cols.first().map_or(0, |c| c.spec(self.ms).3);
+        self.cols
+            .iter()
+            .map(|c| {
+                let (_, w, _, sep) = c.spec(self.ms);
+                w + sep
+            })
+            .sum::<usize>()
+            - first
+            + 2
+    }
+
+    /// Each column's text laid out, then the two spaces before COMMAND.
+    fn line(&self, cell: impl Fn(Col) -> String) -> String {
+        let mut s = String::new();
+        for (i, &c) in self.cols.iter().enumerate() {
+            let (_, w, right, sep) = c.spec(self.ms);
+            if i > 0 {
+                s.extend(std::iter::repeat_n(' ', sep));
+            }
+            let v = cell(c);
+            let _ = if right {
+                write!(s, "{v:>w$}")
+            } else {
+                write!(s, "{v:<w$}")
+            };
+        }
+        s.push_str("  ");
+        s
+    }
+
+    fn header(&self) -> String {
+        self.line(|c| c.spec(self.ms).0.to_string())
+    }
+}
 
 impl Output {
     /// stdout, or FILE opened for appending.
@@ -100,7 +217,11 @@ impl Output {
         } else {
             String::new()
         };
-        writeln!(self.w, "{HEADER}{cg}COMMAND")
+        let head = format!("{}{cg}COMMAND", Layout::for_width(self.width).header());
+        match self.width {
+            Some(w) => writeln!(self.w, "{}", term::fit(&head, w)),
+            None => writeln!(self.w, "{head}"),
+        }
     }
 
     pub fn flush(&mut self) -> io::Result<()> {
@@ -119,7 +240,7 @@ impl Output {
             self.w.write_all(b"\n")
         } else {
             self.table_line(x);
-            self.w.write_all(self.line.as_bytes())
+            self.w.write_all(term::localize(&self.line).as_bytes())
         }
     }
 
@@ -159,15 +280,20 @@ impl Output {
         } else {
             x.peak_rss_bytes.map_or("-".into(), units::bytes)
         };
-        let _ = write!(
-            l,
-            "{time} {pid:>7} {:>7} {:>5}  {:<7} {runtime:>9} {:>10} {peak:>10} {:>4}  ",
-            if x.thread { x.pid } else { x.ppid },
-            x.uid,
-            exit_text(x.exit, x.thread),
-            units::duration_ns(x.user_ns + x.sys_ns),
-            x.threads,
-        );
+        let lay = Layout::for_width(self.width);
+        let time = if lay.ms { time } else { time[..8].to_string() };
+        let cells = lay.line(|c| match c {
+            Col::Time => time.clone(),
+            Col::Pid => pid.clone(),
+            Col::Ppid => (if x.thread { x.pid } else { x.ppid }).to_string(),
+            Col::Uid => x.uid.to_string(),
+            Col::Exit => exit_text(x.exit, x.thread),
+            Col::Runtime => runtime.clone(),
+            Col::Cpu => units::duration_ns(x.user_ns + x.sys_ns),
+            Col::Peak => peak.clone(),
+            Col::Thr => x.threads.to_string(),
+        });
+        l.push_str(&cells);
         if self.wide {
             let _ = write!(l, "{:<CGROUP_WIDTH$}  ", term::escape(x.cgroup.as_bytes()));
         }
@@ -225,6 +351,10 @@ impl Output {
                 l.push('\n');
             }
         }
+        // A last guard: a line too long for a very narrow terminal is cut, never wrapped.
+        if let Some(w) = self.width {
+            l = term::fit_lines(&l, w);
+        }
         self.line = l;
     }
 }
@@ -251,7 +381,7 @@ fn command(l: &mut String, img: &ImageInfo, comm: &str, budget: Option<usize>) {
     }
     let mut s = term::join(img.argv());
     if !img.argv_complete {
-        s.push('…');
+        s.push_str(if term::ascii() { "..." } else { "…" });
     }
     match budget {
         Some(b) => l.push_str(&term::fit_command(&s, b)),
