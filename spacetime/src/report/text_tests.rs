@@ -118,16 +118,26 @@ fn long_path_tree(n: u32, exe: &[u8]) -> Tree {
                 ..ForkEvent::default()
             }));
         }
-        let mut args = exe.to_vec();
-        args.extend_from_slice(b"\0-quiet\0-imultiarch\0x86_64-linux-gnu\0-O2\0");
-        tree.apply(Event::Exec(Exec {
-            hdr: hdr(kind::EXEC, pid, pid as u64 + 1),
-            old_pid: pid,
-            comm: Comm::new(b"cc1"),
-            filename: exe.to_vec(),
-            args_len: args.len() as u32,
-            args,
-        }));
+        // Some only fork (shown "(fork) …"), some exec twice ("[2 execs] …"): prefixes that
+        // must count in the width. The root execs.
+        let execs = match i % 5 {
+            _ if i == 0 => 1,
+            4 => 0,
+            1 | 3 => 2,
+            _ => 1,
+        };
+        for e in 0..execs {
+            let mut args = exe.to_vec();
+            args.extend_from_slice(b"\0-quiet\0-imultiarch\0x86_64-linux-gnu\0-O2\0");
+            tree.apply(Event::Exec(Exec {
+                hdr: hdr(kind::EXEC, pid, pid as u64 + 1 + e),
+                old_pid: pid,
+                comm: Comm::new(b"cc1"),
+                filename: exe.to_vec(),
+                args_len: args.len() as u32,
+                args,
+            }));
+        }
     }
     tree
 }
@@ -182,7 +192,11 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
             assert!(one.contains("1 process, 1 thread, 1 exec"), "{one}");
         } else {
             assert!(
-                one.contains(&format!("{n} processes, {n} threads, {n} execs")),
+                one.contains(&format!("{n} processes, {n} threads,")),
+                "{one}"
+            );
+            assert!(
+                one.contains("[2 execs] ") && one.contains("(fork) "),
                 "{one}"
             );
         }
