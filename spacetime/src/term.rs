@@ -337,7 +337,9 @@ pub fn fit_command(s: &str, cols: usize) -> String {
     let prog_w = width(prog);
     // Keep some arguments visible too: the program may take at most two thirds.
     let room = (cols * 2 / 3).max(cols.min(16));
-    if prog_w <= room || !prog.contains('/') {
+    // Cut at the end only when the whole path stays visible before the ellipsis.
+    let whole = prog_w + width(ellipsis()) <= cols;
+    if (prog_w <= room && whole) || !prog.contains('/') {
         return fit(s, cols);
     }
     let mut out = fit_path(prog, room);

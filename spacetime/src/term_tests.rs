@@ -143,3 +143,17 @@ fn wraps_between_words_within_the_width() {
     assert!(!locale_is_utf8(c), "LC_ALL decides");
     assert!(!locale_is_utf8(|_| None), "no locale is C");
 }
+
+#[test]
+fn a_short_path_is_never_cut_before_its_name() {
+    for cols in 4..30 {
+        let s = fit_command(
+            "/usr/bin/ld -plugin /usr/lib/gcc/x86_64-linux-gnu/12/liblto_plugin.so",
+            cols,
+        );
+        assert!(width(&s) <= cols, "{s:?} over {cols}");
+        if cols >= 4 {
+            assert!(s.contains("ld"), "{cols}: {s:?}");
+        }
+    }
+}
