@@ -33,20 +33,13 @@ pub struct Style {
 
 impl Style {
     /// What suits the output: color only on a terminal and without `NO_COLOR` (or
-    /// `TERM=dumb`); Unicode unless the locale says another character set.
+    /// `TERM=dumb`); Unicode unless the locale is not UTF-8 ([`crate::term::ascii`]).
     pub fn detect(is_terminal: bool) -> Style {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let no_color = env("NO_COLOR").is_some() || env("TERM").is_some_and(|t| t == "dumb");
-        let locale = env("LC_ALL")
-            .or_else(|| env("LC_CTYPE"))
-            .or_else(|| env("LANG"));
-        let unicode = locale.is_none_or(|l| {
-            let l = l.to_ascii_lowercase();
-            l.contains("utf-8") || l.contains("utf8")
-        });
         Style {
             color: is_terminal && !no_color,
-            unicode,
+            unicode: !crate::term::ascii(),
         }
     }
 }
@@ -165,9 +158,13 @@ pub fn render(series: &[Point], spec: &Spec) -> String {
     let style = spec.style;
     let g = if style.unicode { &UNICODE } else { &ASCII };
     if style.color {
-        let _ = writeln!(out, "{BOLD}{}{RESET}", spec.title);
+        let _ = writeln!(
+            out,
+            "{BOLD}{}{RESET}",
+            crate::term::fit(spec.title, spec.width)
+        );
     } else {
-        let _ = writeln!(out, "{}", spec.title);
+        let _ = writeln!(out, "{}", crate::term::fit(spec.title, spec.width));
     }
     if series.is_empty() {
         let _ = writeln!(out, "  (no memory samples)");
@@ -314,6 +311,24 @@ mod tests {
         (0..16u64)
             .map(|i| Point::new(i * 75 * MS, (i + 1) * GIB / 16))
             .collect()
+    }
+
+    #[test]
+    fn every_line_fits_the_width() {
+        let long = "memory (tree RSS, sampled from statm) · peak 1.2 GiB at 2m05s";
+        for width in [120, 80, 60, 40, 30] {
+            for end in [1_200 * MS, 7_530_000 * MS] {
+                let sp = Spec {
+                    title: long,
+                    ..spec(width, 6, end, plain(true))
+                };
+                let s = render(&staircase(), &sp);
+                for l in s.lines() {
+                    let w = crate::term::width(l);
+                    assert!(w <= width, "{w} over {width}: {l:?}\n{s}");
+                }
+            }
+        }
     }
 
     #[test]

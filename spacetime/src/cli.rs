@@ -178,6 +178,9 @@ pub struct TraceArgs {
     /// old value afterwards
     #[arg(long)]
     pub delayacct: bool,
+    /// Do not cut the summary's lines to the terminal's width
+    #[arg(short = 'w', long)]
+    pub wide: bool,
     /// Skip the memory-over-time chart in the summary
     #[arg(long)]
     pub no_chart: bool,
@@ -185,7 +188,7 @@ pub struct TraceArgs {
     /// tree, a slice per image, RSS and PSS counters (`-`: standard output)
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
-    /// No live status line
+    /// Quiet: no live status line and no notices (errors are still shown)
     #[arg(short, long)]
     pub quiet: bool,
     /// Least time between two RSS points of one process, in ms (new tree-wide peaks always

@@ -42,9 +42,9 @@ const EXITED_ENTRIES: u32 = 16384;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("spacetime needs root to load its eBPF programs; run it with sudo")]
+    #[error("root is needed to load the eBPF programs; run it with sudo")]
     NotRoot,
-    #[error("spacetime runs as root but lacks {0}: it needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) to load its eBPF programs")]
+    #[error("running as root but without {0}: loading the eBPF programs needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)")]
     MissingCapability(&'static str),
     #[error("this kernel has no BTF ({BTF_PATH} is missing); spacetime needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
     NoBtf,

@@ -4,6 +4,7 @@ use clap::Parser;
 use spacetime::cli::{Cli, Command, EXIT_OWN_FAILURE};
 
 fn main() -> ExitCode {
+    spacetime::term::init_locale();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -79,6 +79,7 @@ impl<W: Write> StatusLine<W> {
         // Cut by display width: one column spare so the cursor never wraps, one more for the
         // stopwatch, which some terminals draw two columns wide.
         let cut = crate::term::fit(&text, self.width.saturating_sub(2));
+        let cut = crate::term::localize(&cut);
         let _ = write!(self.out, "\r{cut}\x1b[K");
         let _ = self.out.flush();
         self.shown = true;

@@ -8,13 +8,162 @@
 //! separators). Everything else is kept. Escaped text contains no control character, and every
 //! backslash in it starts an escape, so it is cut by display width without splitting one
 //! ([`fit`]).
+//!
+//! When the locale is not UTF-8 (`LC_ALL`, else `LC_CTYPE`, else `LANG` names no UTF-8
+//! codeset), the terminal cannot decode anything but ASCII: untrusted text then shows every
+//! non-ASCII character as `\u{HHHH}` too, and spacetime's own symbols are replaced by ASCII
+//! ([`localize`]: `us` for `µs`, `...` for `…`, `|` for `·`, box drawing as `|`, `-`, `` ` ``).
 
-use std::fmt::Write as _;
+use std::{
+    borrow::Cow,
+    fmt::Write as _,
+    sync::atomic::{AtomicBool, Ordering},
+};
 
 use unicode_width::UnicodeWidthChar;
 
-/// The mark left where text was cut.
+/// The mark left where text was cut (in a UTF-8 locale; `...` otherwise).
 pub const ELLIPSIS: char = '…';
+
+/// Set once at start when the locale is not UTF-8; tests and library users keep UTF-8.
+static ASCII: AtomicBool = AtomicBool::new(false);
+
+/// Whether the locale's codeset, as `LC_ALL`, else `LC_CTYPE`, else `LANG` names it, is
+/// UTF-8 (the first of them set and non-empty decides, as setlocale(3) does).
+pub fn locale_is_utf8(var: impl Fn(&str) -> Option<String>) -> bool {
+    let name = ["LC_ALL", "LC_CTYPE", "LANG"]
+        .iter()
+        .find_map(|v| var(v).filter(|s| !s.is_empty()))
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    name.contains("utf-8") || name.contains("utf8")
+}
+
+/// Reads the locale from the environment once, at start: every human line after it follows.
+pub fn init_locale() {
+    let utf8 = locale_is_utf8(|v| std::env::var(v).ok());
+    ASCII.store(!utf8, Ordering::Relaxed);
+}
+
+/// Whether human output must be plain ASCII.
+pub fn ascii() -> bool {
+    ASCII.load(Ordering::Relaxed)
+}
+
+/// The ASCII stand-in for one of spacetime's own symbols (None: drop it).
+fn ascii_for(c: char) -> Option<&'static str> {
+    Some(match c {
+        '…' => "...",
+        'µ' | 'μ' => "u",
+        '·' | '│' | '┃' | '├' | '┤' | '║' => "|",
+        '—' | '–' | '─' | '━' | '‐' => "-",
+        '└' | '┌' | '┐' | '┘' | '┼' | '┬' | '┴' => "+",
+        '†' => "+",
+        '↑' => "^",
+        '←' => "<",
+        '→' => ">",
+        '×' => "x",
+        '≤' => "<=",
+        '≥' => ">=",
+        '⏱' => return None,
+        _ => "?",
+    })
+}
+
+/// `s` (own text, or escaped text) made fit for the locale: unchanged in a UTF-8 locale,
+/// else every non-ASCII character replaced by ASCII.
+pub fn localize(s: &str) -> Cow<'_, str> {
+    if s.is_ascii() || !ascii() {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else if let Some(r) = ascii_for(c) {
+            out.push_str(r);
+        }
+    }
+    // A dropped stopwatch leaves a leading space.
+    Cow::Owned(match out.strip_prefix(' ') {
+        Some(rest) if s.starts_with('⏱') => rest.to_string(),
+        _ => out,
+    })
+}
+
+/// The ellipsis of the locale.
+fn ellipsis() -> &'static str {
+    if ascii() {
+        "..."
+    } else {
+        "…"
+    }
+}
+
+/// Columns to render human text for: the terminal's when `fd` is one (TIOCGWINSZ), else
+/// `COLUMNS`, else 120. None when the wide form is asked for.
+pub fn columns(fd: Option<std::os::fd::RawFd>, wide: bool) -> Option<usize> {
+    if wide {
+        return None;
+    }
+    if let Some(fd) = fd {
+        // SAFETY: TIOCGWINSZ fills a winsize; a descriptor that is no terminal fails it.
+        let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+        if unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_col > 0 {
+            return Some(ws.ws_col as usize);
+        }
+    }
+    Some(
+        std::env::var("COLUMNS")
+            .ok()
+            .and_then(|c| c.trim().parse().ok())
+            .filter(|&c: &usize| c > 0)
+            .unwrap_or(120),
+    )
+}
+
+/// `text`'s lines cut to `cols` columns each (a last guard: no line wraps on the terminal).
+/// Lines carrying colour escapes are left alone: the chart sizes itself.
+pub fn fit_lines(text: &str, cols: usize) -> String {
+    let mut out = String::with_capacity(text.len());
+    for l in text.split_inclusive('\n') {
+        let (body, nl) = match l.strip_suffix('\n') {
+            Some(b) => (b, "\n"),
+            None => (l, ""),
+        };
+        if body.contains('\x1b') {
+            out.push_str(body);
+        } else {
+            out.push_str(&fit(body, cols));
+        }
+        out.push_str(nl);
+    }
+    out
+}
+
+/// `s` (own prose, or escaped text) wrapped between words into lines of at most `cols`
+/// columns, continuation lines indented by `indent` spaces; a word longer than a line is cut.
+pub fn wrap(s: &str, cols: usize, indent: usize) -> Vec<String> {
+    // The line's own indent is kept on its first line.
+    let body = s.trim_start_matches(' ');
+    let lead = (s.len() - body.len()).min(cols / 2);
+    let mut lines = vec![" ".repeat(lead)];
+    for word in body.split(' ') {
+        let last = lines.last_mut().expect("one line");
+        let fresh = last.trim_start().is_empty();
+        let need = width(word) + usize::from(!fresh);
+        if !fresh && width(last) + need > cols {
+            lines.push(" ".repeat(indent.min(cols / 2)));
+        }
+        let last = lines.last_mut().expect("one line");
+        if !last.trim_start().is_empty() {
+            last.push(' ');
+        }
+        let room = cols.saturating_sub(width(last));
+        last.push_str(&fit(word, room));
+    }
+    lines
+}
 
 /// Whether `c` is shown as `\u{…}`: C1 controls and invisible characters that move or hide
 /// the text around them.
@@ -57,7 +206,7 @@ fn push(out: &mut String, bytes: &[u8], backslash: bool) {
         for c in chunk.valid().chars() {
             if c.is_ascii_control() || (backslash && c == '\\') {
                 push_byte_escape(out, c as u8);
-            } else if hidden(c) {
+            } else if hidden(c) || (backslash && !c.is_ascii() && ascii()) {
                 let _ = write!(out, "\\u{{{:x}}}", c as u32);
             } else {
                 out.push(c);
@@ -134,23 +283,28 @@ pub fn width(s: &str) -> usize {
     units(s).map(|(_, w)| w).sum()
 }
 
-/// `s` (escaped or own text) cut to at most `cols` columns, ending with `…` when cut.
+/// `s` (escaped or own text) cut to at most `cols` columns, ending with `…` (`...` in an
+/// ASCII locale) when cut.
 pub fn fit(s: &str, cols: usize) -> String {
     if width(s) <= cols {
         return s.to_string();
     }
+    let mark = match ellipsis() {
+        m if width(m) <= cols => m,
+        // Too narrow for the whole mark: as many dots as fit.
+        _ => &"..."[..cols.min(3)],
+    };
+    let mark_w = width(mark);
     let mut out = String::new();
     let mut used = 0;
     for (u, w) in units(s) {
-        if used + w + 1 > cols {
+        if used + w + mark_w > cols {
             break;
         }
         used += w;
         out.push_str(u);
     }
-    if cols > 0 {
-        out.push(ELLIPSIS);
-    }
+    out.push_str(mark);
     out
 }
 
@@ -166,8 +320,8 @@ pub fn fit_path(s: &str, cols: usize) -> String {
         return fit(s.rsplit('/').next().unwrap_or(s), cols);
     }
     let mut head = fit(s, cols - base_w);
-    if !head.ends_with(ELLIPSIS) {
-        head.push(ELLIPSIS);
+    if !head.ends_with(ellipsis()) {
+        head.push_str(ellipsis());
     }
     head.push_str(base);
     head
@@ -183,7 +337,9 @@ pub fn fit_command(s: &str, cols: usize) -> String {
     let prog_w = width(prog);
     // Keep some arguments visible too: the program may take at most two thirds.
     let room = (cols * 2 / 3).max(cols.min(16));
-    if prog_w <= room || !prog.contains('/') {
+    // Cut at the end only when the whole path stays visible before the ellipsis.
+    let whole = prog_w + width(ellipsis()) <= cols;
+    if (prog_w <= room && whole) || !prog.contains('/') {
         return fit(s, cols);
     }
     let mut out = fit_path(prog, room);
@@ -212,16 +368,36 @@ pub fn err_line(args: std::fmt::Arguments) {
         Some(s) => sanitize(s),
         None => sanitize(&args.to_string()),
     };
+    let text = localize(&text);
+    let text = wrap_for_stderr(&text);
     let mut e = std::io::stderr().lock();
     let _ = e.write_all(text.as_bytes());
     let _ = e.write_all(b"\n");
+}
+
+/// `text` wrapped between words to stderr's width when stderr is a terminal: a long notice
+/// or error is never wrapped by the terminal mid-word. Elsewhere it is kept on one line.
+fn wrap_for_stderr(text: &str) -> Cow<'_, str> {
+    use std::io::IsTerminal;
+    let err = std::io::stderr();
+    if !err.is_terminal() {
+        return Cow::Borrowed(text);
+    }
+    let cols = columns(Some(libc::STDERR_FILENO), false).unwrap_or(80);
+    if text.lines().all(|l| width(l) <= cols) {
+        return Cow::Borrowed(text);
+    }
+    let lines: Vec<String> = text.lines().flat_map(|l| wrap(l, cols, 2)).collect();
+    Cow::Owned(lines.join("\n"))
 }
 
 /// Writes already-safe text to stderr as is (a summary with its own newlines and colours),
 /// ignoring errors.
 pub fn err_raw(text: &str) {
     use std::io::Write;
-    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+    let _ = std::io::stderr()
+        .lock()
+        .write_all(localize(text).as_bytes());
 }
 
 /// `eprintln!` that never panics and escapes what it prints.

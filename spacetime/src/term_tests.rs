@@ -120,3 +120,40 @@ fn random_bytes_come_out_safe_and_within_width() {
         }
     }
 }
+
+#[test]
+fn wraps_between_words_within_the_width() {
+    let s = "  loss:          none (ring buffer full: 0, undecodable: 0, kernel read failures: 0)";
+    for cols in [80, 40, 20, 10] {
+        let lines = wrap(s, cols, 17);
+        for l in &lines {
+            assert!(width(l) <= cols, "{l:?} over {cols}: {lines:?}");
+        }
+        assert!(lines[0].starts_with("  loss:"), "{lines:?}");
+    }
+    assert_eq!(wrap("a b", 80, 2), ["a b"]);
+    assert_eq!(wrap("aaa bbb", 5, 2), ["aaa", "  bbb"]);
+    assert!(locale_is_utf8(
+        |v| (v == "LANG").then(|| "en_US.UTF-8".into())
+    ));
+    let c = |v: &str| match v {
+        "LC_ALL" => Some("C".to_string()),
+        _ => Some("en_US.utf8".to_string()),
+    };
+    assert!(!locale_is_utf8(c), "LC_ALL decides");
+    assert!(!locale_is_utf8(|_| None), "no locale is C");
+}
+
+#[test]
+fn a_short_path_is_never_cut_before_its_name() {
+    for cols in 4..30 {
+        let s = fit_command(
+            "/usr/bin/ld -plugin /usr/lib/gcc/x86_64-linux-gnu/12/liblto_plugin.so",
+            cols,
+        );
+        assert!(width(&s) <= cols, "{s:?} over {cols}");
+        if cols >= 4 {
+            assert!(s.contains("ld"), "{cols}: {s:?}");
+        }
+    }
+}

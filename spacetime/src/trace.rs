@@ -98,7 +98,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
         }
     }
     let taskstats = open_taskstats(&args);
-    let _delayacct = DelayAcct::configure(args.delayacct);
+    let _delayacct = DelayAcct::configure(args.delayacct, verbose > 0 && !args.quiet);
     let mut handled = vec![libc::SIGCHLD];
     handled.extend(FORWARDED);
     let sigfd = crate::signals::signal_fd(&handled)?;
@@ -277,9 +277,11 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
         None => {
             // Colours only on a terminal: not in a file of `-o`.
             let terminal = outputs.summary.is_none() && io::stderr().is_terminal();
+            let cols = summary_width(outputs.summary.as_ref(), args.wide);
+            let chart_w = cols.unwrap_or(width);
             let chart = (!args.no_chart)
-                .then(|| memory_chart(&memory.timeline, t0_ns, end_ns, width, terminal));
-            report::text::render(&report, width, args.top, verbose > 0, chart.as_deref())
+                .then(|| memory_chart(&memory.timeline, t0_ns, end_ns, chart_w, terminal));
+            report::text::render(&report, cols, args.top, verbose > 0, chart.as_deref())
         }
     };
     outputs.write(&report, &summary, |w| {
@@ -288,20 +290,23 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     Ok(outcome.root_status.map_or(0, |s| s.shell_code()))
 }
 
+/// stderr's width when it is a terminal, else `COLUMNS`, else 120.
 fn terminal_width(stderr: &io::Stderr) -> usize {
-    if stderr.is_terminal() {
-        let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-        // SAFETY: TIOCGWINSZ fills a winsize.
-        if unsafe { libc::ioctl(stderr.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) } == 0
-            && ws.ws_col > 0
-        {
-            return ws.ws_col as usize;
+    let fd = stderr.is_terminal().then(|| stderr.as_raw_fd());
+    crate::term::columns(fd, false).unwrap_or(120)
+}
+
+/// The summary's width: its terminal's (stderr, or stdout for `-o -`), else `COLUMNS`, else
+/// 120; a file is not cut to a terminal it is not on. None (no cut) with `--wide`.
+fn summary_width(summary: Option<&crate::outputs::Dest>, wide: bool) -> Option<usize> {
+    let fd = match summary {
+        None => io::stderr().is_terminal().then_some(libc::STDERR_FILENO),
+        Some(crate::outputs::Dest::Stdout) => {
+            io::stdout().is_terminal().then_some(libc::STDOUT_FILENO)
         }
-    }
-    std::env::var("COLUMNS")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(120)
+        Some(_) => None,
+    };
+    crate::term::columns(fd, wide)
 }
 
 /// How often the ring buffer is drained when the kernel has not woken us.
@@ -643,9 +648,11 @@ struct DelayAcct {
 }
 
 impl DelayAcct {
-    fn configure(enable: bool) -> DelayAcct {
+    /// `notice`: say that delays read 0 when accounting is off (-v only: the summary shows
+    /// delays only then).
+    fn configure(enable: bool, notice: bool) -> DelayAcct {
         if !enable {
-            if !delayacct_on() {
+            if notice && !delayacct_on() {
                 crate::errln!("spacetime: delay accounting is off (sysctl kernel.task_delayacct=0): delays read 0; --delayacct turns it on for the trace");
             }
             return DelayAcct { restore: None };

@@ -21,6 +21,7 @@ pub const READY_LINE: &str = "spacetime: watching ";
 /// A `spacetime watch` invocation.
 pub struct Watch {
     flags: Vec<OsString>,
+    envs: Vec<(OsString, OsString)>,
     timeout: Duration,
 }
 
@@ -34,8 +35,16 @@ impl Watch {
     pub fn new() -> Self {
         Watch {
             flags: Vec::new(),
+            envs: Vec::new(),
             timeout: Duration::from_secs(180),
         }
+    }
+
+    /// Sets an environment variable for spacetime (a locale, `COLUMNS`).
+    pub fn env(mut self, k: impl AsRef<OsStr>, v: impl AsRef<OsStr>) -> Self {
+        self.envs
+            .push((k.as_ref().to_owned(), v.as_ref().to_owned()));
+        self
     }
 
     pub fn flag(mut self, f: impl AsRef<OsStr>) -> Self {
@@ -63,7 +72,9 @@ impl Watch {
     pub fn start(self) -> RunningWatch {
         let bin = spacetime_bin();
         let mut c = Command::new(&bin);
-        c.arg("watch").args(&self.flags);
+        c.arg("watch")
+            .args(&self.flags)
+            .envs(self.envs.iter().cloned());
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             c.pre_exec(|| {

@@ -641,7 +641,7 @@ fn text_process_exits(out: &WatchOutcome) -> u64 {
         .lines()
         .find(|l| l.starts_with("spacetime: watched "))
         .unwrap_or_else(|| panic!("no summary line\n{}", out.context()));
-    line.split(" process exits")
+    line.split(" process exit")
         .next()
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|n| n.parse().ok())

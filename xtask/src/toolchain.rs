@@ -116,11 +116,12 @@ fn ensure_bpf_linker() -> Result<()> {
 }
 
 /// What the integration tests run besides spacetime: a real Prometheus server and promtool
-/// for the metrics tests.
+/// for the metrics tests, tmux for the terminal tests (an 80-column pane).
 pub fn ensure_test_tools() -> Result<()> {
     apt_install(
-        &["prometheus"],
-        "the metrics tests scrape `watch --metrics` with a real Prometheus and lint it with promtool",
+        &["prometheus", "tmux"],
+        "the metrics tests scrape `watch --metrics` with a real Prometheus and lint it with \
+         promtool; the terminal tests run spacetime in an 80-column tmux pane",
     )
 }
 

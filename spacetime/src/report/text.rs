@@ -82,10 +82,46 @@ fn runtime(p: &ProcessReport, wall_ns: u64) -> u64 {
     p.end_ns().unwrap_or(wall_ns).saturating_sub(p.start_ns())
 }
 
-/// Renders the summary for a terminal `width` columns wide.
-pub fn render(r: &Report, width: usize, top: usize, verbose: bool, chart: Option<&str>) -> String {
+/// `n` and the noun, singular for one.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// `parts` joined by ` · `, broken between parts into lines of at most `width` columns
+/// (continuations indented by two).
+fn flow(out: &mut String, parts: &[String], width: usize) {
+    let mut line = String::new();
+    for part in parts {
+        if !line.is_empty() && term::width(&line) + 3 + term::width(part) > width {
+            let _ = writeln!(out, "{line}");
+            line = "  ".into();
+        }
+        if !line.trim_start().is_empty() {
+            line.push_str(" · ");
+        }
+        line.push_str(part);
+    }
+    let _ = writeln!(out, "{}", term::fit(&line, width));
+}
+
+/// Prose wrapped between words to `width`, continuations indented by two.
+fn prose(out: &mut String, s: &str, width: usize) {
+    for l in term::wrap(s, width, 2) {
+        let _ = writeln!(out, "{l}");
+    }
+}
+
+/// Renders the summary for a terminal `width` columns wide (None: the wide form, uncut).
+/// Every line fits the width; text is made plain ASCII in a non-UTF-8 locale.
+pub fn render(
+    r: &Report,
+    width: Option<usize>,
+    top: usize,
+    verbose: bool,
+    chart: Option<&str>,
+) -> String {
     let mut out = String::new();
-    let width = width.max(60);
+    let width = width.unwrap_or(usize::MAX / 4).max(16);
     let command = term::join(r.command.iter());
     let _ = writeln!(
         out,
@@ -95,39 +131,41 @@ pub fn render(r: &Report, width: usize, top: usize, verbose: bool, chart: Option
     let status = r.exit.as_ref().map_or("still running".into(), |e| {
         format!("exit {}", exit_text(Some(e), super::State::Exited))
     });
-    let _ = writeln!(
-        out,
-        "{status} · wall {} · user {} · sys {} · {} processes, {} threads, {} execs",
-        duration_ns(r.wall_ns),
-        duration_ns(r.user_ns),
-        duration_ns(r.sys_ns),
-        r.totals.processes,
-        r.totals.threads,
-        r.totals.execs
-    );
-    if let (Some(peak), Some(at)) = (r.totals.tree_peak_rss_bytes, r.totals.tree_peak_at_ns) {
-        let pss = r.totals.max_pss_bytes.map_or(String::new(), |p| {
-            format!(" · max PSS {} (sampled)", bytes(p))
-        });
-        let _ = writeln!(
-            out,
-            "tree-wide peak RSS {} at {}{pss}",
+    let t = &r.totals;
+    let totals = [
+        status,
+        format!("wall {}", duration_ns(r.wall_ns)),
+        format!("user {}", duration_ns(r.user_ns)),
+        format!("sys {}", duration_ns(r.sys_ns)),
+        format!(
+            "{}, {}, {}",
+            count(t.processes, "process", "processes"),
+            count(t.threads, "thread", "threads"),
+            count(t.execs, "exec", "execs")
+        ),
+    ];
+    flow(&mut out, &totals, width);
+    if let (Some(peak), Some(at)) = (t.tree_peak_rss_bytes, t.tree_peak_at_ns) {
+        let mut parts = vec![format!(
+            "tree-wide peak RSS {} at {}",
             bytes(peak),
             duration_ns(at)
-        );
+        )];
+        if let Some(p) = t.max_pss_bytes {
+            parts.push(format!("max PSS {} (sampled)", bytes(p)));
+        }
+        flow(&mut out, &parts, width);
     }
-    if let Some(pid) = r.totals.peak_rss_pid {
+    if let Some(pid) = t.peak_rss_pid {
+        let head = format!("peak RSS {} (pid {pid}: ", bytes(t.peak_rss_bytes));
+        let room = width.saturating_sub(term::width(&head) + 1).max(8);
         let who = r
             .processes
             .iter()
             .find(|p| p.pid() == pid)
-            .map(|p| process_command(p, 40))
+            .map(|p| process_command(p, room))
             .unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "peak RSS {} (pid {pid}: {who})",
-            bytes(r.totals.peak_rss_bytes)
-        );
+        let _ = writeln!(out, "{head}{who})");
     }
     out.push('\n');
     if top == 0 || r.processes.len() <= top {
@@ -144,12 +182,12 @@ pub fn render(r: &Report, width: usize, top: usize, verbose: bool, chart: Option
         }
     }
     out.push('\n');
-    let _ = writeln!(out, "{}", completeness(r));
-    let _ = writeln!(out, "{}", coverage(r, verbose));
+    prose(&mut out, &completeness(r), width);
+    prose(&mut out, &coverage(r, verbose), width);
     if verbose {
-        let _ = writeln!(out, "{}", r.spacetime.line());
+        prose(&mut out, &r.spacetime.line(), width);
     }
-    out
+    term::localize(&term::fit_lines(&out, width)).into_owned()
 }
 
 /// The taskstats cross-check in one line.
@@ -224,22 +262,100 @@ fn taskstats_line(p: &ProcessReport, delays: bool) -> Option<String> {
     Some(s)
 }
 
-const HEADER: &str = "    PID  PEAK RSS      TIME  EXIT      COMMAND";
+/// Which columns a row has: narrow terminals drop TIME, then EXIT (then shown before the
+/// command when not 0), so the command keeps room.
+#[derive(Clone, Copy)]
+struct Layout {
+    time: bool,
+    exit: bool,
+}
+
+impl Layout {
+    fn for_width(width: usize) -> Layout {
+        Layout {
+            time: width >= 70,
+            exit: width >= 54,
+        }
+    }
+
+    fn header(self) -> String {
+        let mut s = String::from("    PID  PEAK RSS  ");
+        if self.time {
+            s.push_str("    TIME  ");
+        }
+        if self.exit {
+            s.push_str("EXIT      ");
+        }
+        s + "COMMAND"
+    }
+
+    /// The figures' columns (or blanks, for a detail line under a row).
+    fn figures(self, p: Option<(&ProcessReport, &Report)>) -> String {
+        let f = |g: &dyn Fn(&ProcessReport, &Report) -> String| {
+            p.map_or(String::new(), |(p, r)| g(p, r))
+        };
+        let mut s = format!(
+            "{:>7}  {:>8}  ",
+            f(&|p, _| p.pid().to_string()),
+            f(&|p, _| bytes(p.peak_rss_bytes()))
+        );
+        if self.time {
+            let t = f(&|p, r| duration_ns(runtime(p, r.wall_ns)));
+            let _ = write!(s, "{t:>8}  ");
+        }
+        if self.exit {
+            let e = f(&|p, _| exit_text(p.exit().as_ref(), p.state()));
+            let _ = write!(s, "{e:<8}  ");
+        }
+        s
+    }
+}
+
+/// A tree indent too deep for the room left keeps its innermost levels.
+fn clamp_indent(indent: &str, room: usize) -> String {
+    let n = indent.chars().count();
+    if n <= room / 2 {
+        return indent.to_string();
+    }
+    indent.chars().skip(n - room / 2).collect()
+}
 
 fn row(p: &ProcessReport, r: &Report, indent: &str, width: usize) -> String {
-    let fixed = 44 + term::width(indent);
-    format!(
-        "{:>7}  {:>8}  {:>8}  {:<8}  {indent}{}",
-        p.pid(),
-        bytes(p.peak_rss_bytes()),
-        duration_ns(runtime(p, r.wall_ns)),
-        exit_text(p.exit().as_ref(), p.state()),
-        process_command(p, width.saturating_sub(fixed).max(20))
-    )
+    let lay = Layout::for_width(width);
+    let mut s = lay.figures(Some((p, r)));
+    let room = width.saturating_sub(term::width(&s));
+    s.push_str(&clamp_indent(indent, room));
+    if !lay.exit {
+        let e = exit_text(p.exit().as_ref(), p.state());
+        if e != "0" {
+            let _ = write!(s, "[{e}] ");
+        }
+    }
+    let left = width.saturating_sub(term::width(&s)).max(8);
+    s + &process_command(p, left)
+}
+
+/// The head of a detail line under a row: blank figures, the tree's indent, two spaces.
+fn detail_head(indent: &str, width: usize) -> String {
+    let lay = Layout::for_width(width);
+    let mut head = lay.figures(None);
+    let room = width.saturating_sub(term::width(&head));
+    head.push_str(&clamp_indent(indent, room));
+    head.push_str("  ");
+    head
+}
+
+/// A detail line under a row: its head, then `text` wrapped to what is left.
+fn detail(out: &mut String, indent: &str, text: &str, width: usize) {
+    let head = detail_head(indent, width);
+    let left = width.saturating_sub(term::width(&head)).max(8);
+    for l in term::wrap(text, left, 2) {
+        let _ = writeln!(out, "{head}{l}");
+    }
 }
 
 fn render_tree(out: &mut String, r: &Report, width: usize, verbose: bool) {
-    let _ = writeln!(out, "{HEADER}");
+    let _ = writeln!(out, "{}", Layout::for_width(width).header());
     let pids: HashMap<u32, usize> = r
         .processes
         .iter()
@@ -278,26 +394,17 @@ fn render_tree(out: &mut String, r: &Report, width: usize, verbose: bool) {
         };
         if verbose {
             if let Some(line) = taskstats_line(p, r.taskstats.delayacct) {
-                let _ = writeln!(
-                    out,
-                    "{:>7}  {:>8}  {:>8}  {:<8}  {child_prefix}  {line}",
-                    "", "", "", ""
-                );
+                detail(out, &child_prefix, &line, width);
             }
         }
         if verbose && p.images().len() > 1 {
             for img in p.images() {
                 let peak = img.peak_rss_bytes().map_or("-".into(), bytes);
                 let kind = if img.inherited() { "fork" } else { "exec" };
-                let _ = writeln!(
-                    out,
-                    "{:>7}  {:>8}  {:>8}  {:<8}  {child_prefix}  {kind}: {}",
-                    "",
-                    peak,
-                    "",
-                    "",
-                    command_line(&img, width.saturating_sub(60).max(20))
-                );
+                let mut line = detail_head(&child_prefix, width);
+                let _ = write!(line, "{kind} (peak {peak}): ");
+                let room = width.saturating_sub(term::width(&line)).max(12);
+                let _ = writeln!(out, "{line}{}", command_line(&img, room));
             }
         }
         if let Some(kids) = children.get(&i) {
@@ -317,12 +424,12 @@ fn render_heaviest(out: &mut String, r: &Report, width: usize, top: usize) {
     order.sort_by(|(a_peak, a), (b_peak, b)| {
         b_peak.cmp(a_peak).then(a.start_ns().cmp(&b.start_ns()))
     });
-    let _ = writeln!(
-        out,
-        "{} processes; the {top} with the highest peak RSS:",
-        r.processes.len()
+    let head = format!(
+        "{}; the {top} with the highest peak RSS:",
+        count(r.processes.len() as u64, "process", "processes")
     );
-    let _ = writeln!(out, "{HEADER}");
+    prose(out, &head, width);
+    let _ = writeln!(out, "{}", Layout::for_width(width).header());
     for (_, p) in order.into_iter().take(top) {
         let _ = writeln!(out, "{}", row(p, r, "", width));
     }
@@ -357,7 +464,7 @@ fn render_programs(out: &mut String, r: &Report, width: usize, top: usize) {
     let _ = writeln!(out, "\nprograms run ({}), by peak RSS:", list.len());
     let _ = writeln!(out, "   RUNS  PEAK RSS       CPU  PROGRAM");
     for (exe, p) in list.into_iter().take(top) {
-        let name = term::fit_path(&term::escape(exe), width.saturating_sub(30));
+        let name = term::fit_path(&term::escape(exe), width.saturating_sub(30).max(8));
         let _ = writeln!(
             out,
             "{:>7}  {:>8}  {:>8}  {name}",
@@ -380,8 +487,10 @@ fn completeness(r: &Report) -> String {
         "complete: 0 events lost".to_string()
     } else {
         format!(
-            "INCOMPLETE: {} events lost ({} ring buffer full, {} tracking map full); figures below cover what arrived",
-            r.lost_events, c.ringbuf_lost, c.track_full
+            "INCOMPLETE: {} lost ({} ring buffer full, {} tracking map full); figures below cover what arrived",
+            count(r.lost_events, "event", "events"),
+            c.ringbuf_lost,
+            c.track_full
         )
     };
     if r.kernel.decode_errors > 0 || r.kernel.args_gaps > 0 {
@@ -398,14 +507,12 @@ fn completeness(r: &Report) -> String {
         let _ = write!(s, ", {inexact} image peaks approximate");
     }
     if r.totals.still_running > 0 {
-        let _ = write!(s, ", {} processes still running", r.totals.still_running);
+        let n = r.totals.still_running;
+        let _ = write!(s, ", {} still running", count(n, "process", "processes"));
     }
     if r.totals.unknown > 0 {
-        let _ = write!(
-            s,
-            ", {} processes ended unseen (exit records lost: status unknown)",
-            r.totals.unknown
-        );
+        let n = count(r.totals.unknown, "process", "processes");
+        let _ = write!(s, ", {n} ended unseen (exit records lost: status unknown)");
     }
     s
 }

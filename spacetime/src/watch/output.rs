@@ -40,8 +40,10 @@ pub struct Output {
 
 /// Characters of the CGROUP column (`--wide`); longer paths push the command right.
 const CGROUP_WIDTH: usize = 24;
-const HEADER: &str =
-    "TIME             PID    PPID   UID  EXIT      RUNTIME        CPU   PEAK RSS  THR  ";
+
+#[path = "output_layout.rs"]
+mod layout;
+use layout::{Col, Layout};
 
 impl Output {
     /// stdout, or FILE opened for appending.
@@ -100,7 +102,11 @@ impl Output {
         } else {
             String::new()
         };
-        writeln!(self.w, "{HEADER}{cg}COMMAND")
+        let head = format!("{}{cg}COMMAND", Layout::for_width(self.width).header());
+        match self.width {
+            Some(w) => writeln!(self.w, "{}", term::fit(&head, w)),
+            None => writeln!(self.w, "{head}"),
+        }
     }
 
     pub fn flush(&mut self) -> io::Result<()> {
@@ -119,7 +125,7 @@ impl Output {
             self.w.write_all(b"\n")
         } else {
             self.table_line(x);
-            self.w.write_all(self.line.as_bytes())
+            self.w.write_all(term::localize(&self.line).as_bytes())
         }
     }
 
@@ -159,20 +165,25 @@ impl Output {
         } else {
             x.peak_rss_bytes.map_or("-".into(), units::bytes)
         };
-        let _ = write!(
-            l,
-            "{time} {pid:>7} {:>7} {:>5}  {:<7} {runtime:>9} {:>10} {peak:>10} {:>4}  ",
-            match (x.thread, x.parent()) {
+        let lay = Layout::for_width(self.width);
+        let time = if lay.ms { time } else { time[..8].to_string() };
+        let cells = lay.line(|c| match c {
+            Col::Time => time.clone(),
+            Col::Pid => pid.clone(),
+            Col::Ppid => match (x.thread, x.parent()) {
                 (true, _) => x.pid.to_string(),
                 (false, Some(ppid)) => ppid.to_string(),
                 // The fork was not seen: say so rather than print 0.
                 (false, None) => "?".into(),
             },
-            x.uid,
-            exit_text(x.exit, x.thread),
-            units::duration_ns(x.user_ns + x.sys_ns),
-            x.threads,
-        );
+            Col::Uid => x.uid.to_string(),
+            Col::Exit => exit_text(x.exit, x.thread),
+            Col::Runtime => runtime.clone(),
+            Col::Cpu => units::duration_ns(x.user_ns + x.sys_ns),
+            Col::Peak => peak.clone(),
+            Col::Thr => x.threads.to_string(),
+        });
+        l.push_str(&cells);
         if self.wide {
             let _ = write!(l, "{:<CGROUP_WIDTH$}  ", term::escape(x.cgroup.as_bytes()));
         }
@@ -230,6 +241,10 @@ impl Output {
                 l.push('\n');
             }
         }
+        // A last guard: a line too long for a very narrow terminal is cut, never wrapped.
+        if let Some(w) = self.width {
+            l = term::fit_lines(&l, w);
+        }
         self.line = l;
     }
 }
@@ -256,7 +271,7 @@ fn command(l: &mut String, img: &ImageInfo, comm: &str, budget: Option<usize>) {
     }
     let mut s = term::join(img.argv());
     if !img.argv_complete {
-        s.push('…');
+        s.push_str(if term::ascii() { "..." } else { "…" });
     }
     match budget {
         Some(b) => l.push_str(&term::fit_command(&s, b)),

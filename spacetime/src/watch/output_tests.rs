@@ -88,11 +88,7 @@ fn hostile_names_render_safely() {
         assert_terminal_safe(&o.line, true);
         if let Some(w) = width {
             for l in o.line.lines() {
-                // Fixed columns come first; what follows them is cut to the width.
-                assert!(
-                    term::width(l) <= w.max(HEADER.len() + 10 + CGROUP_WIDTH + 50),
-                    "{l:?}"
-                );
+                assert!(term::width(l) <= w, "{l:?} over {w}");
             }
         }
         peaks.observe(&x);
@@ -114,4 +110,48 @@ fn hostile_names_render_safely() {
     let text = super::super::summary::render(&fin);
     assert!(text.contains("biggest peaks:"), "{text}");
     assert_terminal_safe(&text, true);
+    for w in [120, 80, 60, 40] {
+        let text = super::super::summary::render_at(&fin, w);
+        assert!(text.contains("biggest peaks:"), "{text}");
+        for l in text.lines() {
+            assert!(term::width(l) <= w, "{l:?} over {w}\n{text}");
+        }
+    }
+}
+
+#[test]
+fn header_and_rows_agree_and_fit_80_60_40() {
+    let full = Layout::for_width(None);
+    assert_eq!(full.cols, Col::ALL.to_vec(), "not a terminal: every column");
+    for w in [200, 120, 80, 60, 40, 20] {
+        let lay = Layout::for_width(Some(w));
+        let head = lay.header();
+        let row = lay.line(|c| "9".repeat(c.spec(lay.ms).1));
+        assert_eq!(head.len(), row.len(), "{w}: {head:?} / {row:?}");
+        assert_eq!(lay.fixed(), head.len(), "{w}");
+        // Every header name ends (right-aligned) or starts (left) where its figures do.
+        for &c in &lay.cols {
+            let (name, cw, right, _) = c.spec(lay.ms);
+            let at = head.find(name).expect("name in header");
+            let (a, b) = if right {
+                (at + name.len() - cw, at + name.len())
+            } else {
+                (at, at + cw)
+            };
+            assert!(
+                row[a..b].chars().all(|ch| ch == '9'),
+                "{w} {name}: {head:?} / {row:?}"
+            );
+        }
+        assert!(
+            head.len() + (w / 3).max(16) <= w || lay.cols.len() == 3,
+            "{w}: COMMAND left {} columns",
+            w.saturating_sub(head.len())
+        );
+    }
+    let at80 = Layout::for_width(Some(80));
+    assert!(
+        at80.cols.contains(&Col::Ppid) && at80.cols.contains(&Col::Runtime),
+        "{at80:?}"
+    );
 }

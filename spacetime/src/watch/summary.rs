@@ -6,7 +6,7 @@ use std::{fmt::Write as _, time::Duration};
 use serde::Serialize;
 
 use super::{exit::ExitView, metrics::Metrics, table::TableStats};
-use crate::{selfstats::OwnCost, term, units};
+use crate::{report::text::count, selfstats::OwnCost, term, units};
 
 /// Processes with the biggest peaks listed.
 const TOP_PEAKS: usize = 5;
@@ -123,20 +123,48 @@ pub fn json<'a>(f: &'a Final, stopped_by: &'a str, own: &'a OwnCost) -> Json<'a>
     }
 }
 
+/// The summary for stderr, fitted to its terminal (else `COLUMNS`, else 120 columns).
 pub fn render(f: &Final) -> String {
+    use std::io::IsTerminal;
+    let fd = std::io::stderr()
+        .is_terminal()
+        .then_some(libc::STDERR_FILENO);
+    render_at(f, term::columns(fd, false).unwrap_or(120))
+}
+
+/// The summary with every line at most `width` columns: long lines wrap between words under
+/// their label, a command is cut keeping its program's name.
+pub fn render_at(f: &Final, width: usize) -> String {
+    let width = width.max(20);
+    let mut out = String::new();
+    for l in render_lines(f, width).lines() {
+        if term::width(l) <= width {
+            let _ = writeln!(out, "{l}");
+            continue;
+        }
+        let indent = if l.starts_with("  ") { 17 } else { 2 };
+        for w in term::wrap(l, width, indent) {
+            let _ = writeln!(out, "{w}");
+        }
+    }
+    term::localize(&out).into_owned()
+}
+
+fn render_lines(f: &Final, width: usize) -> String {
     let m = f.metrics;
     let mut o = String::new();
     let _ = write!(
         o,
-        "spacetime: watched {}: {} process exits",
+        "spacetime: watched {}: {}",
         units::duration_ns(f.elapsed.as_nanos() as u64),
-        m.seen_processes
+        count(m.seen_processes, "process exit", "process exits")
     );
     if f.filtered {
         let _ = write!(o, ", {} matching the filters", m.reported);
     }
     if m.seen_threads > 0 {
-        let _ = write!(o, " (and {} thread exits)", m.seen_threads);
+        let threads = count(m.seen_threads, "thread exit", "thread exits");
+        let _ = write!(o, " (and {threads})");
     }
     o.push('\n');
     let top = m.top_comms(8);
@@ -149,11 +177,11 @@ pub fn render(f: &Final) -> String {
     }
     for (i, (peak, pid, cmd)) in f.peaks.top.iter().enumerate() {
         let label = if i == 0 { "biggest peaks:" } else { "" };
-        let _ = writeln!(
-            o,
-            "  {label:<14} {:>9}  pid {pid:<7} {cmd}",
-            units::bytes(*peak)
-        );
+        let head = format!("  {label:<14} {:>9}  pid {pid:<7} ", units::bytes(*peak));
+        let room = width.saturating_sub(term::width(&head)).max(12);
+        // Cut, not wrapped: the line then fits as it is.
+        let cmd = term::fit_command(cmd, room);
+        let _ = writeln!(o, "{head}{cmd}");
     }
     let lost = lost_events(m);
     let _ = writeln!(
