@@ -278,3 +278,35 @@ fn watch_stops_cleanly_when_its_output_closes() {
         "the summary\n{stderr}"
     );
 }
+
+#[test]
+fn watch_output_on_a_full_disk_is_a_failure_with_the_summary() {
+    let dir = TempDir::new("watch-full");
+    let _full = FullTmpfs::mount(dir.path());
+    let log = dir.path().join("exits.jsonl");
+    let mut child = Command::new(spacetime_bin())
+        .args(["watch", "--json", "-o"])
+        .arg(&log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start spacetime watch");
+    // Exits keep coming until a write reaches the full disk.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while child.try_wait().expect("try_wait").is_none() {
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            panic!("watch still running with its output on a full disk");
+        }
+        let _ = Command::new("true").status();
+    }
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(74), "{stderr}");
+    assert!(stderr.contains("writing the output"), "{stderr}");
+    assert!(
+        stderr.contains("spacetime: watched "),
+        "the summary\n{stderr}"
+    );
+}

@@ -95,7 +95,8 @@ fn check_small_tree(out: &Outcome) {
         }
     }
     // A new namespace numbers from 1 up: every pid shown is one of its few.
-    let small = SMALL_TREE_PROCESSES as i32 + 8;
+    // (spacetime's own threads take pids there too: the programs are verified on several.)
+    let small = SMALL_TREE_PROCESSES as i32 + 64;
     assert!(
         report.pids().iter().all(|&p| p > 1 && p <= small),
         "namespace pids are small: {:?}",
@@ -219,7 +220,7 @@ fn watch_inside_a_pid_namespace_shows_namespace_pids() {
         "$ST" watch --json --comm st-workload > "$D/out" 2> "$D/err" &
         w=$!
         n=0
-        until grep -q 'spacetime: watching every exit' "$D/err"; do
+        until grep -q 'spacetime: watching ' "$D/err"; do
             kill -0 $w 2>/dev/null || exit 90
             n=$((n + 1)); [ $n -lt 6000 ] || exit 91
             sleep 0.01

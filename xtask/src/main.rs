@@ -56,7 +56,7 @@ enum Cmd {
         #[arg(long)]
         kernel: Option<PathBuf>,
         /// Time limit for the guest, in seconds
-        #[arg(long, default_value_t = 540)]
+        #[arg(long, default_value_t = 900)]
         timeout: u64,
         /// Also run the tests skipped by default as too slow for an emulated CPU
         #[arg(long)]

@@ -55,9 +55,14 @@ use watcher::{Io, Watch};
 const TASKSTATS_RCVBUF: usize = 16 << 20;
 
 /// Entry point of the subcommand: returns the process exit status.
+/// Status when writing the output failed (full disk, I/O error): the summary is still
+/// printed, but a script must not take the watch for complete (as `sysexits.h`'s EX_IOERR).
+pub const EXIT_OUTPUT_FAILED: i32 = 74;
+
 pub fn main(args: WatchArgs, verbose: u8) -> i32 {
     match run(args, verbose) {
-        Ok(()) => 0,
+        Ok(Stop::OutputFailed) => EXIT_OUTPUT_FAILED,
+        Ok(_) => 0,
         Err(e) => {
             crate::errln!("spacetime: {e:#}");
             EXIT_OWN_FAILURE
@@ -88,6 +93,8 @@ enum Stop {
     Count,
     /// The reader of the output went away (EPIPE).
     OutputClosed,
+    /// Writing the output failed otherwise (ENOSPC, EIO…).
+    OutputFailed,
 }
 
 impl Stop {
@@ -101,6 +108,7 @@ impl Stop {
             Stop::Duration => "duration".into(),
             Stop::Count => "count".into(),
             Stop::OutputClosed => "output_closed".into(),
+            Stop::OutputFailed => "output_failed".into(),
         }
     }
 }
@@ -113,7 +121,7 @@ fn write_summary_json(mut file: std::fs::File, summary: &summary::Json) -> io::R
     file.flush()
 }
 
-fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
+fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     let filter = Filter::from_args(&args)?;
     let mut out =
         Output::open(args.output.as_deref(), args.json, args.wide).with_context(|| {
@@ -273,6 +281,10 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
     };
     if stop == Stop::OutputClosed {
         crate::errln!("spacetime: stopped: the output was closed");
+    } else if stop == Stop::OutputFailed {
+        crate::errln!(
+            "spacetime: stopped: writing the output failed (exit status {EXIT_OUTPUT_FAILED})"
+        );
     } else if verbose > 0 {
         crate::errln!("spacetime: stopped: {stop:?}");
     }
@@ -295,5 +307,5 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<()> {
         write_summary_json(file, &summary::json(&fin, &stop.name(), &own_cost))
             .with_context(|| format!("--summary-json: writing {}", path.display()))?;
     }
-    Ok(())
+    Ok(stop)
 }

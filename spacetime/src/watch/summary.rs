@@ -52,7 +52,7 @@ pub struct Final<'a> {
 #[derive(Debug, Serialize)]
 pub struct Json<'a> {
     pub elapsed_ns: u64,
-    /// "SIGINT", "SIGTERM", "SIGHUP", "duration", "count" or "output_closed".
+    /// "SIGINT", "SIGTERM", "SIGHUP", "duration", "count", "output_closed" or "output_failed".
     pub stopped_by: &'a str,
     /// Every exit seen, filters or not.
     pub process_exits: u64,

@@ -307,10 +307,12 @@ impl Watch {
     }
 
     fn output_failed(&mut self, e: io::Error) {
-        if e.kind() != io::ErrorKind::BrokenPipe {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            self.stop = Some(Stop::OutputClosed);
+        } else {
             crate::errln!("spacetime: writing the output: {e}");
+            self.stop = Some(Stop::OutputFailed);
         }
-        self.stop = Some(Stop::OutputClosed);
     }
 
     fn exit(&mut self, x: &ExitEvent, now: Instant) {
