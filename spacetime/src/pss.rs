@@ -34,6 +34,12 @@ use crate::{
 pub const SMAPS_NS_PER_KIB: u64 = 7;
 /// The measured cost of reading statm.
 pub const STATM_NS: u64 = 4_000;
+/// RSS growth since a process's last read that makes it due before its clock: this fraction
+/// of its RSS then (1/8), and at least [`GROWTH_MIN_BYTES`].
+pub const GROWTH_SHIFT: u32 = 3;
+pub const GROWTH_MIN_BYTES: u64 = 4 << 20;
+/// Unspent budget kept for growth reads, at most this much time's worth.
+const CREDIT_WINDOW_NS: f64 = 10e9;
 
 #[derive(Clone, Copy, Debug)]
 pub struct SamplerConfig {
@@ -45,6 +51,9 @@ pub struct SamplerConfig {
     pub max_call_ns: u64,
     /// Check each process's start time before trusting what its pid's files say.
     pub verify_start: bool,
+    /// The exact RSS of each process is known ([`PssSampler::note_rss`]): reads also follow
+    /// growth. The clock then gets half the budget; growth reads are paid from what is left.
+    pub follow_growth: bool,
 }
 
 impl Default for SamplerConfig {
@@ -54,6 +63,7 @@ impl Default for SamplerConfig {
             cpu_budget: 0.02,
             max_call_ns: 10_000_000,
             verify_start: true,
+            follow_growth: false,
         }
     }
 }
@@ -68,6 +78,8 @@ pub struct SamplerStats {
     pub max_read_ns: u64,
     /// Processes found gone (exited, zombie, or pid reused) when read.
     pub vanished: u64,
+    /// Reads made because a process's RSS grew, before its clock.
+    pub growth_samples: u64,
 }
 
 /// Per-process schedule.
@@ -79,12 +91,28 @@ struct Tracked {
     last_ns: Option<u64>,
     interval_ns: u64,
     generation: u64,
+    /// Exact RSS now and at the last read (bytes; 0: unknown), from the kernel's points.
+    rss_now: u64,
+    rss_read: u64,
 }
 
 impl Tracked {
     fn due_ns(&self) -> u64 {
         self.last_ns
             .map_or(0, |l| l.saturating_add(self.interval_ns))
+    }
+
+    /// What a read costs now: what reads of it cost, and no less than the page walk of its
+    /// exact RSS now (it may have grown a lot since it was last read).
+    fn cost_now(&self) -> u64 {
+        self.cost_ns.max(self.rss_now / 1024 * SMAPS_NS_PER_KIB)
+    }
+
+    /// RSS grew enough since the last read to read again before the clock says so.
+    fn grown(&self) -> bool {
+        self.last_ns.is_some()
+            && self.rss_read > 0
+            && self.rss_now >= self.rss_read + (self.rss_read >> GROWTH_SHIFT).max(GROWTH_MIN_BYTES)
     }
 }
 
@@ -117,6 +145,9 @@ struct Scheduler {
     gone: HashSet<Key>,
     generation: u64,
     stats: SamplerStats,
+    /// Budget not spent yet (ns of reading), as of `credit_at`: every read is paid from it.
+    credit_ns: f64,
+    credit_at: Option<u64>,
 }
 
 impl Scheduler {
@@ -127,6 +158,27 @@ impl Scheduler {
             gone: HashSet::new(),
             generation: 0,
             stats: SamplerStats::default(),
+            credit_ns: 0.0,
+            credit_at: None,
+        }
+    }
+
+    /// The budget earned since the last call, kept up to [`CREDIT_WINDOW_NS`]'s worth.
+    fn earn(&mut self, now_ns: u64) {
+        let budget = self.cfg.cpu_budget;
+        if let Some(at) = self.credit_at {
+            let earned = now_ns.saturating_sub(at) as f64 * budget;
+            self.credit_ns = (self.credit_ns + earned).min(CREDIT_WINDOW_NS * budget);
+        }
+        self.credit_at = Some(now_ns);
+    }
+
+    /// The clock's share of the budget.
+    fn clock_budget(&self) -> f64 {
+        if self.cfg.follow_growth {
+            self.cfg.cpu_budget / 2.0
+        } else {
+            self.cfg.cpu_budget
         }
     }
 
@@ -148,6 +200,8 @@ impl Scheduler {
                     last_ns: None,
                     interval_ns: 0,
                     generation: g,
+                    rss_now: 0,
+                    rss_read: 0,
                 })
                 .generation = g;
         }
@@ -157,8 +211,8 @@ impl Scheduler {
 
     fn reschedule(&mut self) {
         let keys: Vec<Key> = self.procs.keys().copied().collect();
-        let costs: Vec<u64> = keys.iter().map(|k| self.procs[k].cost_ns).collect();
-        let iv = intervals(&costs, self.cfg.min_interval_ns, self.cfg.cpu_budget);
+        let costs: Vec<u64> = keys.iter().map(|k| self.procs[k].cost_now()).collect();
+        let iv = intervals(&costs, self.cfg.min_interval_ns, self.clock_budget());
         for (k, i) in keys.iter().zip(iv) {
             if let Some(t) = self.procs.get_mut(k) {
                 t.interval_ns = i;
@@ -166,7 +220,9 @@ impl Scheduler {
         }
     }
 
-    fn due(&self, now_ns: u64) -> Vec<Key> {
+    /// The processes to read now: those the clock says, then those that grew, as far as the
+    /// unspent budget pays for them.
+    fn due(&self, now_ns: u64) -> Vec<(Key, bool)> {
         let mut due: Vec<(u64, Key)> = self
             .procs
             .iter()
@@ -174,24 +230,43 @@ impl Scheduler {
             .map(|(k, t)| (t.due_ns(), *k))
             .collect();
         due.sort_unstable();
-        due.into_iter().map(|(_, k)| k).collect()
+        let mut out: Vec<(Key, bool)> = due.into_iter().map(|(_, k)| (k, false)).collect();
+        let mut grown: Vec<(u64, Key)> = self
+            .procs
+            .iter()
+            .filter(|(_, t)| t.due_ns() > now_ns && t.grown())
+            .map(|(k, t)| (t.cost_now(), *k))
+            .collect();
+        grown.sort_unstable();
+        let mut credit = self.credit_ns;
+        for (cost, key) in grown {
+            if (cost as f64) > credit {
+                break;
+            }
+            credit -= cost as f64;
+            out.push((key, true));
+        }
+        out
     }
 
     /// Samples what is due with `read`, within the per-call work limit.
     fn run(&mut self, now_ns: u64, mut read: impl FnMut(Key) -> io::Result<Option<u64>>) -> usize {
+        self.earn(now_ns);
         self.reschedule();
         let started = Instant::now();
         let mut n = 0;
-        for key in self.due(now_ns) {
+        for (key, growth) in self.due(now_ns) {
             if started.elapsed().as_nanos() as u64 >= self.cfg.max_call_ns {
                 break;
             }
             let t0 = Instant::now();
             let got = read(key);
             let took = t0.elapsed().as_nanos() as u64;
+            self.credit_ns -= took as f64;
             match got {
                 Ok(Some(_)) => {
                     self.stats.samples += 1;
+                    self.stats.growth_samples += growth as u64;
                     self.stats.read_ns += took;
                     self.stats.max_read_ns = self.stats.max_read_ns.max(took);
                     if let Some(t) = self.procs.get_mut(&key) {
@@ -202,6 +277,7 @@ impl Scheduler {
                         };
                         t.measured = true;
                         t.last_ns = Some(now_ns);
+                        t.rss_read = t.rss_now;
                     }
                     n += 1;
                 }
@@ -216,8 +292,34 @@ impl Scheduler {
         n
     }
 
+    /// When the next read is due: by the clock, or once the budget pays for a grown process.
     fn next_due(&self) -> Option<u64> {
-        self.procs.values().map(Tracked::due_ns).min()
+        let clock = self.procs.values().map(Tracked::due_ns).min();
+        let budget = self.cfg.cpu_budget.max(1e-6);
+        let growth = self
+            .procs
+            .values()
+            .filter(|t| t.grown())
+            .map(|t| {
+                let short = (t.cost_now() as f64 - self.credit_ns).max(0.0);
+                let at = self.credit_at.unwrap_or(0);
+                at.saturating_add((short / budget).ceil().min(u64::MAX as f64 / 4.0) as u64)
+            })
+            .min();
+        match (clock, growth) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn note_rss(&mut self, key: Key, bytes: u64) {
+        if let Some(t) = self.procs.get_mut(&key) {
+            t.rss_now = bytes;
+            if t.rss_read == 0 && t.last_ns.is_some() {
+                // Read before its RSS was known: growth counts from now.
+                t.rss_read = bytes;
+            }
+        }
     }
 }
 
@@ -457,6 +559,12 @@ impl PssSampler {
     /// When the next process is due (CLOCK_MONOTONIC), if any is tracked.
     pub fn next_due(&self) -> Option<u64> {
         self.sched.next_due()
+    }
+
+    /// The exact RSS of a process now (from the kernel's points): a process whose RSS grew
+    /// since its last read is read again before its clock, within the budget.
+    pub fn note_rss(&mut self, key: Key, bytes: u64) {
+        self.sched.note_rss(key, bytes);
     }
 
     /// The current interval of a process.

@@ -118,6 +118,30 @@ impl Series {
         }
     }
 
+    /// Inserts a value at its time, for exact samples that may arrive late (a point the kernel
+    /// held back, sent after later points of other processes): a value holds until the next
+    /// point, so a late one goes where it belongs instead of after the last. Appending stays
+    /// [`Series::push`].
+    pub fn insert(&mut self, p: Point, cap: usize) {
+        let at = self.points.partition_point(|q| q.ts_ns <= p.ts_ns);
+        if at == self.points.len() {
+            return self.push(p, cap);
+        }
+        if at > 0 && self.points[at - 1].bytes == p.bytes {
+            return;
+        }
+        if at > 0 && self.points[at - 1].ts_ns == p.ts_ns {
+            // Two values at one time: keep the larger, so a maximum is never replaced.
+            let prev = &mut self.points[at - 1];
+            prev.bytes = prev.bytes.max(p.bytes);
+            return;
+        }
+        self.points.insert(at, p);
+        if self.points.len() > cap.max(8) {
+            self.compact();
+        }
+    }
+
     /// Halves the number of points: each bucket of four keeps its minimum and maximum (in
     /// time order), so the series' extremes are never lost. The first point stays, so the
     /// series still starts where it did.
@@ -301,9 +325,26 @@ impl Timeline {
         self.tree_peak = Some(p);
     }
 
-    /// A tree-wide RSS value from the kernel.
+    /// A tree-wide RSS value from the kernel, exact at its time (which may be earlier than
+    /// the last point's: a point the kernel held back).
     pub fn record_tree_rss(&mut self, p: Point) {
-        self.tree_rss.push(p, self.limits.tree_points);
+        self.tree_rss.insert(p, self.limits.tree_points);
+    }
+
+    /// A process's RSS from the kernel, exact at its time. Unlike statm samples it is not
+    /// summed (the kernel sums the tree), and it may arrive after the process's exit record:
+    /// the kernel sends a held-back point and the last value as it stops following the mm.
+    pub fn record_kernel_rss(&mut self, key: Key, p: Point) {
+        let cap = self.process_cap;
+        let series = &mut self.procs.entry(key).or_default().rss;
+        let before = series.len();
+        series.insert(p, cap);
+        self.process_points = self.process_points - before + series.len();
+        if self.process_points > self.limits.total_process_points
+            && self.process_cap > MIN_PROCESS_POINTS
+        {
+            self.shrink();
+        }
     }
 
     /// A process's RSS (kernel event or statm sample). With statm sampling, the tree-wide
@@ -337,7 +378,9 @@ impl Timeline {
         let had_rss = self.live_rss.remove(&key).inspect(|b| self.rss_sum -= b);
         let had_pss = self.live_pss.remove(&key).inspect(|b| self.pss_sum -= b);
         let end = Point::new(ts_ns, 0);
-        if had_rss.is_some() {
+        let followed = self.rss_source == RssSource::Kernel
+            && self.procs.get(&key).is_some_and(|s| !s.rss.is_empty());
+        if had_rss.is_some() || followed {
             self.push_process(key, end, |s| &mut s.rss);
             if self.rss_source == RssSource::Statm {
                 self.tree_rss
