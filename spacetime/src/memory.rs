@@ -94,9 +94,37 @@ impl Memory {
                     tgid: x.hdr.tgid,
                     start_ns: x.hdr.leader_start_ns,
                 };
+                // The exact RSS as the image ended, read with the exit record: before 6.2 it
+                // also counts the thread's RSS changes not folded into the mm yet, which no
+                // rss_stat event reported.
+                self.image_end_rss(key, x.hdr.ts_ns.saturating_sub(1), &x.mem);
                 self.timeline.process_exited(key, x.hdr.ts_ns);
             }
+            Event::ImageEnd(m) => {
+                let key = Key {
+                    tgid: m.hdr.tgid,
+                    start_ns: m.hdr.leader_start_ns,
+                };
+                self.image_end_rss(key, m.hdr.ts_ns, &m.mem);
+            }
             _ => {}
+        }
+    }
+
+    /// A process's exact RSS read as an image ended, as a point of its series (kernel source
+    /// only; a process the kernel did not follow has no series to add to).
+    fn image_end_rss(&mut self, key: Key, ts_ns: u64, mem: &spacetime_common::MemStats) {
+        let followed = self
+            .timeline
+            .process(&key)
+            .is_some_and(|s| !s.rss.is_empty());
+        if self.timeline.rss_source == RssSource::Kernel
+            && followed
+            && mem.flags & flags::MEM_VALID != 0
+        {
+            let bytes = mem.rss_pages() * self.page_size;
+            self.timeline
+                .record_kernel_rss(key, Point::new(ts_ns, bytes));
         }
     }
 
@@ -135,7 +163,14 @@ impl Memory {
     pub fn finish(&mut self, kernel_peak: Option<Point>) {
         self.status.finish();
         if let Some(s) = &self.pss {
-            log::debug!("PSS sampling: {:?}", s.stats());
+            let st = s.stats();
+            log::debug!("PSS sampling: {st:?}");
+            self.timeline.pss_sampling = Some(crate::timeline::PssSampling {
+                samples: st.samples,
+                growth_samples: st.growth_samples,
+                read_ns: st.read_ns,
+                cpu_budget: s.cpu_budget(),
+            });
         }
         if let Some(s) = &self.statm {
             log::debug!("statm sampling: {:?}", s.stats());

@@ -575,6 +575,10 @@ impl PssSampler {
     pub fn stats(&self) -> SamplerStats {
         self.sched.stats
     }
+
+    pub fn cpu_budget(&self) -> f64 {
+        self.sched.cfg.cpu_budget
+    }
 }
 
 /// Samples RSS from statm (the fallback when kmem:rss_stat is missing): cheap, so every

@@ -14,7 +14,9 @@
 //! "timeline": { "rss_source": "kernel" | "statm", "pss_sampled": true,
 //!               "tree_rss": [[t_ns, bytes], ...], "tree_pss": [[t_ns, bytes], ...],
 //!               "tree_peak_rss": {"t_ns": N, "bytes": N} | null,
-//!               "max_pss": {"t_ns": N, "bytes": N} | null,
+//!               "max_pss": {"t_ns": N, "bytes": N, "sampled": true} | null,
+//!               "pss_sampling": {"samples": N, "growth_samples": N, "read_ns": N,
+//!                                "cpu_budget": F} | null,
 //!               "processes": [ {"pid": N, "start_ns": N, "rss": [[t_ns, bytes], ...],
 //!                               "pss": [[t_ns, bytes], ...], "max_pss_bytes": N | null} ] }
 //! ```
@@ -252,6 +254,20 @@ pub struct Timeline {
     limits: Limits,
     process_cap: usize,
     process_points: usize,
+    /// What PSS sampling did and cost, when it ran.
+    pub pss_sampling: Option<PssSampling>,
+}
+
+/// What PSS sampling did and cost: every PSS figure is sampled, and this says how densely.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct PssSampling {
+    pub samples: u64,
+    /// Samples taken because a process's exact RSS grew, before its clock.
+    pub growth_samples: u64,
+    /// Time spent reading smaps_rollup: the sampling's CPU.
+    pub read_ns: u64,
+    /// The fraction of one CPU sampling may use.
+    pub cpu_budget: f64,
 }
 
 impl Timeline {
@@ -274,6 +290,7 @@ impl Timeline {
             limits,
             process_cap: limits.process_points,
             process_points: 0,
+            pss_sampling: None,
         }
     }
 
@@ -471,6 +488,14 @@ struct At {
     bytes: u64,
 }
 
+/// A sampled maximum, labelled so.
+#[derive(Serialize)]
+struct SampledAt {
+    t_ns: u64,
+    bytes: u64,
+    sampled: bool,
+}
+
 fn at(p: Option<Point>, t0: u64) -> Option<At> {
     p.map(|p| At {
         t_ns: p.ts_ns.saturating_sub(t0),
@@ -498,7 +523,13 @@ impl Serialize for TimelineReport<'_> {
         m.serialize_entry("tree_rss", &Points(t.tree_rss.points(), t0))?;
         m.serialize_entry("tree_pss", &Points(t.tree_pss.points(), t0))?;
         m.serialize_entry("tree_peak_rss", &at(t.tree_peak(), t0))?;
-        m.serialize_entry("max_pss", &at(t.max_pss, t0))?;
+        let max_pss = t.max_pss.map(|p| SampledAt {
+            t_ns: p.ts_ns.saturating_sub(t0),
+            bytes: p.bytes,
+            sampled: true,
+        });
+        m.serialize_entry("max_pss", &max_pss)?;
+        m.serialize_entry("pss_sampling", &t.pss_sampling)?;
         m.serialize_entry("processes", &ProcessEntries(self))?;
         m.end()
     }

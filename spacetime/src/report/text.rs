@@ -221,7 +221,10 @@ fn row(p: &ProcessReport, r: &Report, indent: &str, width: usize) -> String {
     format!(
         "{:>7}  {:>8}  {:>8}  {:<8}  {indent}{}",
         p.pid(),
-        bytes(p.peak_rss_bytes()),
+        match p.peak_rss_unknown() {
+            None => bytes(p.peak_rss_bytes()),
+            Some(_) => "?".into(),
+        },
         duration_ns(runtime(p, r.wall_ns)),
         exit_text(p.exit().as_ref()),
         process_command(p, width.saturating_sub(fixed).max(20))
