@@ -52,7 +52,7 @@ pub struct SamplerConfig {
     /// Check each process's start time before trusting what its pid's files say.
     pub verify_start: bool,
     /// The exact RSS of each process is known ([`PssSampler::note_rss`]): reads also follow
-    /// growth. The clock then gets half the budget; growth reads are paid from what is left.
+    /// growth, paid from the budget the clock leaves unspent.
     pub follow_growth: bool,
 }
 
@@ -173,15 +173,6 @@ impl Scheduler {
         self.credit_at = Some(now_ns);
     }
 
-    /// The clock's share of the budget.
-    fn clock_budget(&self) -> f64 {
-        if self.cfg.follow_growth {
-            self.cfg.cpu_budget / 2.0
-        } else {
-            self.cfg.cpu_budget
-        }
-    }
-
     /// Brings the schedule in line with the live set; `estimate` gives a new process's cost.
     fn sync(&mut self, live: impl IntoIterator<Item = Key>, mut estimate: impl FnMut(Key) -> u64) {
         self.generation += 1;
@@ -211,8 +202,8 @@ impl Scheduler {
 
     fn reschedule(&mut self) {
         let keys: Vec<Key> = self.procs.keys().copied().collect();
-        let costs: Vec<u64> = keys.iter().map(|k| self.procs[k].cost_now()).collect();
-        let iv = intervals(&costs, self.cfg.min_interval_ns, self.clock_budget());
+        let costs: Vec<u64> = keys.iter().map(|k| self.procs[k].cost_ns).collect();
+        let iv = intervals(&costs, self.cfg.min_interval_ns, self.cfg.cpu_budget);
         for (k, i) in keys.iter().zip(iv) {
             if let Some(t) = self.procs.get_mut(k) {
                 t.interval_ns = i;
@@ -234,7 +225,7 @@ impl Scheduler {
         let mut grown: Vec<(u64, Key)> = self
             .procs
             .iter()
-            .filter(|(_, t)| t.due_ns() > now_ns && t.grown())
+            .filter(|(_, t)| self.cfg.follow_growth && t.due_ns() > now_ns && t.grown())
             .map(|(k, t)| (t.cost_now(), *k))
             .collect();
         grown.sort_unstable();
@@ -551,6 +542,7 @@ impl PssSampler {
                 return Ok(None);
             };
             out.record_pss(key, Point::new(now_ns, u.pss_bytes));
+            out.record_sharing(key, u.rss_bytes.saturating_sub(u.pss_bytes));
             Ok(Some(u.pss_bytes))
         };
         self.sched.run(now_ns, &mut read)

@@ -17,6 +17,7 @@
 //!               "max_pss": {"t_ns": N, "bytes": N, "sampled": true} | null,
 //!               "pss_sampling": {"samples": N, "growth_samples": N, "read_ns": N,
 //!                                "cpu_budget": F} | null,
+//!               "max_pss_estimated": {"t_ns": N, "bytes": N, "estimated": true} | null,
 //!               "processes": [ {"pid": N, "start_ns": N, "rss": [[t_ns, bytes], ...],
 //!                               "pss": [[t_ns, bytes], ...], "max_pss_bytes": N | null} ] }
 //! ```
@@ -256,6 +257,13 @@ pub struct Timeline {
     process_points: usize,
     /// What PSS sampling did and cost, when it ran.
     pub pss_sampling: Option<PssSampling>,
+    /// Estimated PSS: each sampled process's exact RSS less what sharing took off its RSS at
+    /// its last sample (RSS − PSS then). PSS moves with RSS between samples as long as the
+    /// sharing does not change: exact for private memory, which is what grows fastest.
+    sharing: IdMap<Key, u64>,
+    live_est: IdMap<Key, u64>,
+    est_sum: u64,
+    max_pss_est: Option<Point>,
 }
 
 /// What PSS sampling did and cost: every PSS figure is sampled, and this says how densely.
@@ -291,6 +299,10 @@ impl Timeline {
             process_cap: limits.process_points,
             process_points: 0,
             pss_sampling: None,
+            sharing: IdMap::default(),
+            live_est: IdMap::default(),
+            est_sum: 0,
+            max_pss_est: None,
         }
     }
 
@@ -319,6 +331,27 @@ impl Timeline {
     /// The largest tree-wide PSS sampled.
     pub fn max_pss(&self) -> Option<Point> {
         self.max_pss
+    }
+
+    /// The largest tree-wide PSS estimated from the exact RSS between samples (see
+    /// [`Timeline::record_sharing`]); at least the sampled maximum.
+    pub fn max_pss_estimated(&self) -> Option<Point> {
+        match (self.max_pss_est, self.max_pss) {
+            (Some(e), Some(s)) if s.bytes >= e.bytes => Some(s),
+            (e, s) => e.or(s),
+        }
+    }
+
+    /// What sharing took off a process's RSS at its PSS sample just recorded (RSS − PSS).
+    pub fn record_sharing(&mut self, key: Key, bytes: u64) {
+        self.sharing.insert(key, bytes);
+    }
+
+    fn estimate(&mut self, key: Key, ts_ns: u64, pss_bytes: u64) {
+        update_sum(&mut self.live_est, &mut self.est_sum, key, pss_bytes);
+        if self.max_pss_est.is_none_or(|m| self.est_sum > m.bytes) {
+            self.max_pss_est = Some(Point::new(ts_ns, self.est_sum));
+        }
     }
 
     /// The process with the largest PSS sample, and that sample.
@@ -352,6 +385,9 @@ impl Timeline {
     /// summed (the kernel sums the tree), and it may arrive after the process's exit record:
     /// the kernel sends a held-back point and the last value as it stops following the mm.
     pub fn record_kernel_rss(&mut self, key: Key, p: Point) {
+        if let Some(&shared) = self.sharing.get(&key) {
+            self.estimate(key, p.ts_ns, p.bytes.saturating_sub(shared));
+        }
         let cap = self.process_cap;
         let series = &mut self.procs.entry(key).or_default().rss;
         let before = series.len();
@@ -383,6 +419,7 @@ impl Timeline {
         if s.max_pss.is_none_or(|m| p.bytes > m.bytes) {
             s.max_pss = Some(p);
         }
+        self.estimate(key, p.ts_ns, p.bytes);
         let tree = Point::new(p.ts_ns, self.pss_sum);
         self.tree_pss.push(tree, self.limits.tree_points);
         if self.max_pss.is_none_or(|m| tree.bytes > m.bytes) {
@@ -394,6 +431,10 @@ impl Timeline {
     pub fn process_exited(&mut self, key: Key, ts_ns: u64) {
         let had_rss = self.live_rss.remove(&key).inspect(|b| self.rss_sum -= b);
         let had_pss = self.live_pss.remove(&key).inspect(|b| self.pss_sum -= b);
+        if let Some(b) = self.live_est.remove(&key) {
+            self.est_sum -= b;
+        }
+        self.sharing.remove(&key);
         let end = Point::new(ts_ns, 0);
         let followed = self.rss_source == RssSource::Kernel
             && self.procs.get(&key).is_some_and(|s| !s.rss.is_empty());
@@ -488,6 +529,14 @@ struct At {
     bytes: u64,
 }
 
+/// An estimated maximum, labelled so.
+#[derive(Serialize)]
+struct Estimated {
+    t_ns: u64,
+    bytes: u64,
+    estimated: bool,
+}
+
 /// A sampled maximum, labelled so.
 #[derive(Serialize)]
 struct SampledAt {
@@ -529,6 +578,12 @@ impl Serialize for TimelineReport<'_> {
             sampled: true,
         });
         m.serialize_entry("max_pss", &max_pss)?;
+        let estimated = t.max_pss_estimated().map(|p| Estimated {
+            t_ns: p.ts_ns.saturating_sub(t0),
+            bytes: p.bytes,
+            estimated: true,
+        });
+        m.serialize_entry("max_pss_estimated", &estimated)?;
         m.serialize_entry("pss_sampling", &t.pss_sampling)?;
         m.serialize_entry("processes", &ProcessEntries(self))?;
         m.end()

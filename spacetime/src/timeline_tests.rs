@@ -171,3 +171,26 @@ fn kernel_points_after_the_exit_record_keep_the_series_whole() {
     // Not summed: the kernel sends the tree's own sum.
     assert_eq!(t.current_rss(), 0);
 }
+
+#[test]
+fn pss_is_estimated_from_the_exact_rss_between_samples() {
+    let mut t = Timeline::new(RssSource::Kernel);
+    let (a, b) = (key(1), key(2));
+    // a: sampled at 10 MiB RSS with 2 MiB taken off by sharing, then grows to 100 MiB.
+    t.record_kernel_rss(a, p(1, 10));
+    t.record_pss(a, p(2, 8));
+    t.record_sharing(a, 2);
+    t.record_kernel_rss(a, p(3, 100));
+    // b was never sampled: no estimate for it.
+    t.record_kernel_rss(b, p(4, 50));
+    assert_eq!(t.max_pss(), Some(p(2, 8)), "sampled");
+    assert_eq!(t.max_pss_estimated(), Some(p(3, 98)), "100 − 2");
+    // a frees, exits: the estimate follows, the maximum stays.
+    t.record_kernel_rss(a, p(5, 20));
+    t.process_exited(a, 6);
+    t.record_pss(b, p(7, 40));
+    assert_eq!(t.max_pss_estimated(), Some(p(3, 98)));
+    // A sampled maximum above every estimate is the estimate too.
+    t.record_pss(b, p(8, 500));
+    assert_eq!(t.max_pss_estimated(), Some(p(8, 500)));
+}

@@ -466,6 +466,20 @@ fn st_fill_max_pss_is_sampled_within_budget() {
         pss >= filled / 2,
         "max PSS {pss} is not even half of the {filled} bytes filled"
     );
+    // Private anonymous pages: PSS == RSS, so at the peak PSS is the filled size plus the
+    // program's own few MiB. The estimate (exact RSS less the sharing sampled) must be within
+    // 5 % of it, like st's figure.
+    let est = &v["timeline"]["max_pss_estimated"];
+    assert_eq!(est["estimated"], true, "labelled estimated: {est}");
+    let est = u64_at(est, &["bytes"]);
+    assert!(
+        est >= pss && est <= tree_peak,
+        "estimated max PSS {est} between the sampled {pss} and the RSS peak {tree_peak}"
+    );
+    assert!(
+        est.abs_diff(filled) <= filled / 20,
+        "estimated max PSS {est} not within 5 % of the {filled} bytes filled"
+    );
     let sampling = &v["timeline"]["pss_sampling"];
     let read_ns = u64_at(sampling, &["read_ns"]);
     let wall = u64_at(&v, &["wall_ns"]);
@@ -480,5 +494,35 @@ fn st_fill_max_pss_is_sampled_within_budget() {
         "st-fill {mib} MiB: max PSS {:.1} MiB ({:.1} % of the RSS peak), {sampling}",
         pss as f64 / MIB as f64,
         100.0 * pss as f64 / tree_peak as f64
+    );
+}
+
+/// st's fillfill: fill and free N, then a child fills and frees 2N. Max PSS is the child's 2N
+/// (st reports 2 GiB for N = 1 GiB), within 5 %.
+#[test]
+fn st_fillfill_max_pss_is_the_childs() {
+    let mib = 128;
+    let out = Trace::new([WL, "fillfill", &mib.to_string()])
+        .tag("tl-st-fillfill")
+        .run();
+    out.assert_code(0);
+    let report = out.report();
+    assert_eq!(report.processes.len(), 2, "parent and child");
+    let v = out.json_value();
+    let child = 2 * mib * MIB;
+    let tree_peak = u64_at(&v, &["totals", "tree_peak_rss_bytes"]);
+    assert!(
+        tree_peak >= child && tree_peak < child + 16 * MIB,
+        "tree peak {tree_peak}: the child's {child} and the parent's few MiB"
+    );
+    let est = u64_at(&v, &["timeline", "max_pss_estimated", "bytes"]);
+    let pss = u64_at(&v, &["timeline", "max_pss", "bytes"]);
+    assert!(
+        pss <= est && est <= tree_peak,
+        "sampled {pss} ≤ estimated {est} ≤ RSS {tree_peak}"
+    );
+    assert!(
+        est.abs_diff(child) <= child / 20,
+        "estimated max PSS {est} not within 5 % of the child's {child} bytes"
     );
 }

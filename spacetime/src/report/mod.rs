@@ -67,6 +67,7 @@ pub struct Report<'a> {
 pub struct MemoryMeta<'a> {
     pub tree_peak: Option<crate::timeline::Point>,
     pub max_pss: Option<crate::timeline::Point>,
+    pub max_pss_estimated: Option<crate::timeline::Point>,
     pub timeline: &'a crate::timeline::Timeline,
 }
 
@@ -75,6 +76,7 @@ impl<'a> MemoryMeta<'a> {
         MemoryMeta {
             tree_peak: timeline.tree_peak(),
             max_pss: timeline.max_pss(),
+            max_pss_estimated: timeline.max_pss_estimated(),
             timeline,
         }
     }
@@ -119,6 +121,8 @@ pub struct Totals {
     pub tree_peak_at_ns: Option<u64>,
     /// The largest tree-wide PSS seen (sampled).
     pub max_pss_bytes: Option<u64>,
+    /// The largest tree-wide PSS estimated between samples from the exact RSS (estimated).
+    pub max_pss_estimated_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -183,6 +187,7 @@ impl<'a> Report<'a> {
             tree_peak_rss_bytes: meta.memory.tree_peak.map(|p| p.bytes),
             tree_peak_at_ns: meta.memory.tree_peak.map(|p| p.ts_ns.saturating_sub(t0)),
             max_pss_bytes: meta.memory.max_pss.map(|p| p.bytes),
+            max_pss_estimated_bytes: meta.memory.max_pss_estimated.map(|p| p.bytes),
         };
         // The timeline lists the processes in the report's order.
         let timeline = meta

@@ -96,9 +96,15 @@ pub fn render(r: &Report, width: usize, top: usize, verbose: bool, chart: Option
         r.totals.execs
     );
     if let (Some(peak), Some(at)) = (r.totals.tree_peak_rss_bytes, r.totals.tree_peak_at_ns) {
-        let pss = r.totals.max_pss_bytes.map_or(String::new(), |p| {
-            format!(" · max PSS {} (sampled)", bytes(p))
-        });
+        let pss = match (r.totals.max_pss_bytes, r.totals.max_pss_estimated_bytes) {
+            (Some(p), Some(e)) if e > p => format!(
+                " · max PSS {} (sampled), {} (estimated from the exact RSS)",
+                bytes(p),
+                bytes(e)
+            ),
+            (Some(p), _) => format!(" · max PSS {} (sampled)", bytes(p)),
+            _ => String::new(),
+        };
         let _ = writeln!(
             out,
             "tree-wide peak RSS {} at {}{pss}",
