@@ -202,7 +202,10 @@ impl Scheduler {
 
     fn reschedule(&mut self) {
         let keys: Vec<Key> = self.procs.keys().copied().collect();
-        let costs: Vec<u64> = keys.iter().map(|k| self.procs[k].cost_ns).collect();
+        // Priced at the exact RSS where it is known: a process that grew since its last read
+        // costs more now, and pricing it at its old size overspent the budget (3.4 % seen on a
+        // 1 GiB fill).
+        let costs: Vec<u64> = keys.iter().map(|k| self.procs[k].cost_now()).collect();
         let iv = intervals(&costs, self.cfg.min_interval_ns, self.cfg.cpu_budget);
         for (k, i) in keys.iter().zip(iv) {
             if let Some(t) = self.procs.get_mut(k) {
