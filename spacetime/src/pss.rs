@@ -38,6 +38,9 @@ pub const STATM_NS: u64 = 4_000;
 /// of its RSS then (1/8), and at least [`GROWTH_MIN_BYTES`].
 pub const GROWTH_SHIFT: u32 = 3;
 pub const GROWTH_MIN_BYTES: u64 = 4 << 20;
+/// Reads of processes at least this big price the others' per-KiB cost (below, opening the
+/// files dominates).
+const PER_KIB_FROM_BYTES: u64 = 16 << 20;
 /// Unspent budget kept for growth reads, at most this much time's worth.
 const CREDIT_WINDOW_NS: f64 = 10e9;
 
@@ -94,6 +97,9 @@ struct Tracked {
     /// Exact RSS now and at the last read (bytes; 0: unknown), from the kernel's points.
     rss_now: u64,
     rss_read: u64,
+    /// What a read cost per KiB of RSS, measured on reads big enough for the page walk to
+    /// dominate (0: not yet); at least [`SMAPS_NS_PER_KIB`] is assumed.
+    ns_per_kib: u64,
 }
 
 impl Tracked {
@@ -105,7 +111,8 @@ impl Tracked {
     /// What a read costs now: what reads of it cost, and no less than the page walk of its
     /// exact RSS now (it may have grown a lot since it was last read).
     fn cost_now(&self) -> u64 {
-        self.cost_ns.max(self.rss_now / 1024 * SMAPS_NS_PER_KIB)
+        let per_kib = self.ns_per_kib.max(SMAPS_NS_PER_KIB);
+        self.cost_ns.max(self.rss_now / 1024 * per_kib)
     }
 
     /// RSS grew enough since the last read to read again before the clock says so.
@@ -193,6 +200,7 @@ impl Scheduler {
                     generation: g,
                     rss_now: 0,
                     rss_read: 0,
+                    ns_per_kib: 0,
                 })
                 .generation = g;
         }
@@ -272,6 +280,9 @@ impl Scheduler {
                         t.measured = true;
                         t.last_ns = Some(now_ns);
                         t.rss_read = t.rss_now;
+                        if t.rss_now >= PER_KIB_FROM_BYTES {
+                            t.ns_per_kib = took / (t.rss_now / 1024);
+                        }
                     }
                     n += 1;
                 }
