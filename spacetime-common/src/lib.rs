@@ -61,12 +61,15 @@ pub mod flags {
     /// RSS: this point is a new tree-wide maximum.
     pub const RSS_TREE_PEAK: u32 = 1 << 0;
     /// RSS: not a point but the end of an mm that was followed since `hdr.ts_ns`: `rss_pages`
-    /// is its exact maximum, the peak of the image that ran on it.
+    /// is its exact maximum, the peak of the image that ran on it; `end_ns` is when following
+    /// ended and `tree_rss_pages` the tree's sum without it.
     pub const RSS_MM_PEAK: u32 = 1 << 1;
     /// EXIT: a kernel read failed; the fields it would have filled are 0.
     pub const EXIT_READ_FAILED: u32 = 1 << 2;
     /// REAP: a kernel read failed; the fields it would have filled are 0.
     pub const REAP_READ_FAILED: u32 = 1 << 0;
+    /// RSS: a point the rate limit held back, sent late: `hdr.ts_ns` is still when it happened.
+    pub const RSS_HELD: u32 = 1 << 2;
 }
 
 /// Indexes of the per-CPU `STATS` counters.
@@ -388,6 +391,18 @@ pub struct MmState {
     /// The largest `total_pages` seen, and since when this mm is followed.
     pub peak_pages: i64,
     pub since_ns: u64,
+    /// A point the rate limit held back that must not be lost (a new maximum of this mm or of
+    /// the tree): when (0: none), the mm's pages and the tree's then. Sent when growth stops,
+    /// before any later point of this mm, and when following ends; userspace reads it for
+    /// processes still running when the trace ends.
+    pub held_ns: u64,
+    pub held_pages: i64,
+    pub held_tree_pages: i64,
+    /// The value of the last point sent, and when `total_pages` last changed (with the tree's
+    /// sum then): the last value is sent when following ends, if it was held back.
+    pub sent_pages: i64,
+    pub last_ns: u64,
+    pub last_tree_pages: i64,
 }
 
 /// The tree-wide RSS (`TREE_RSS`): the sum over traced mms, its peak and when it happened.
@@ -409,6 +424,8 @@ pub struct RssEvent {
     pub hdr: EventHeader,
     pub rss_pages: u64,
     pub tree_rss_pages: u64,
+    /// `RSS_MM_PEAK` only: when the mm stopped being followed (exec or exit); else 0.
+    pub end_ns: u64,
 }
 
 #[cfg(feature = "user")]
@@ -440,8 +457,8 @@ const _: () = {
     assert!(ARGS_EVENT_FIXED == 40);
     assert!(size_of::<KernelOffsets>() == 41 * 4);
     assert!(size_of::<Config>() == 24 + 41 * 4 + 8);
-    assert!(size_of::<MmState>() == 72);
+    assert!(size_of::<MmState>() == 120);
     assert!(size_of::<TreeRss>() == 32);
-    assert!(size_of::<RssEvent>() == 48);
+    assert!(size_of::<RssEvent>() == 56);
     assert!(size_of::<ReapEvent>() == 72);
 };

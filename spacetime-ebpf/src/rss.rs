@@ -1,7 +1,9 @@
 //! kmem:rss_stat(mm, member): an mm's RSS counter changed. For the traced processes this keeps
 //! each mm's exact RSS, the tree-wide sum and its peak (with when it happened) in the kernel,
-//! and sends RSS points at a bounded rate: at most one per process per `rss_interval_ns`, plus
-//! every new tree-wide maximum. An untracked mm costs one hash lookup.
+//! and sends RSS points at a bounded rate: at most one per process per `rss_interval_ns`. A
+//! new maximum (of the mm or of the tree) the rate holds back is sent late, dated when it
+//! happened: when growth stops, before a later point of the mm, or when following ends. An
+//! untracked mm costs one hash lookup.
 
 use core::intrinsics::{
     atomic_cxchg, atomic_xadd, atomic_xchg,
@@ -87,10 +89,10 @@ fn tree_add(delta: i64, now: u64, tgid: u32) -> (i64, bool) {
 
 fn send(st: &MmState, now: u64, tree_pages: i64, peak: bool) {
     let flags = if peak { flags::RSS_TREE_PEAK } else { 0 };
-    record(st, flags, now, st.total_pages, tree_pages);
+    record(st, flags, now, st.total_pages, tree_pages, 0);
 }
 
-fn record(st: &MmState, flags: u32, ts_ns: u64, rss_pages: i64, tree_pages: i64) {
+fn record(st: &MmState, flags: u32, ts_ns: u64, rss_pages: i64, tree_pages: i64, end_ns: u64) {
     let ev = RssEvent {
         hdr: EventHeader {
             kind: kind::RSS,
@@ -102,8 +104,26 @@ fn record(st: &MmState, flags: u32, ts_ns: u64, rss_pages: i64, tree_pages: i64)
         },
         rss_pages: rss_pages.max(0) as u64,
         tree_rss_pages: tree_pages.max(0) as u64,
+        end_ns,
     };
     output(&ev);
+}
+
+/// Sends the held-back point, if any, and forgets it.
+#[inline(always)]
+fn flush_held(st: &mut MmState) {
+    if st.held_ns != 0 {
+        record(
+            st,
+            flags::RSS_HELD,
+            st.held_ns,
+            st.held_pages,
+            st.held_tree_pages,
+            0,
+        );
+        st.sent_pages = st.held_pages;
+        st.held_ns = 0;
+    }
 }
 
 pub fn try_rss_stat(ctx: &RawTracePointContext) -> Result<(), i32> {
@@ -127,17 +147,37 @@ pub fn try_rss_stat(ctx: &RawTracePointContext) -> Result<(), i32> {
         unsafe { atomic_xadd::<i64, i64, { SeqCst }>(&raw mut st.total_pages, delta) } + delta;
     // The mm's own maximum: the exact peak of the image running on it (hiwater_rss is only
     // raised lazily, from the counters' approximate shared parts).
-    if total > st.peak_pages {
+    let new_peak = total > st.peak_pages;
+    if new_peak {
         st.peak_pages = total;
     }
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_ns() };
-    let (tree_pages, peak) = tree_add(delta, now, st.tgid);
-    // Points go at a bounded rate; the exact peak stays in TREE_RSS for userspace to read (a
-    // record per new maximum would be one per page fault while memory grows).
+    let (tree_pages, tree_peak) = tree_add(delta, now, st.tgid);
+    st.last_ns = now;
+    st.last_tree_pages = tree_pages;
+    // Points go at a bounded rate (a record per change would be one per page fault while
+    // memory grows), but a maximum is only held back, never dropped: the held point goes out
+    // when growth stops, before a later point would hide it, or when following ends. Since a
+    // point was held this mm only grew, so a newer point covers its value; the tree's sum may
+    // have fallen meanwhile, and then the held one (perhaps the tree's peak) goes first.
     if now.wrapping_sub(st.last_sent_ns) >= conf!(rss_interval_ns) as u64 {
+        if st.held_tree_pages > tree_pages {
+            flush_held(st);
+        }
+        st.held_ns = 0;
         st.last_sent_ns = now;
-        send(st, now, tree_pages, peak);
+        st.sent_pages = total;
+        send(st, now, tree_pages, tree_peak);
+    } else if new_peak || tree_peak {
+        if st.held_tree_pages > tree_pages {
+            flush_held(st);
+        }
+        st.held_ns = now;
+        st.held_pages = total;
+        st.held_tree_pages = tree_pages;
+    } else if delta < 0 {
+        flush_held(st);
     }
     Ok(())
 }
@@ -181,6 +221,8 @@ pub fn follow(task: u64, mm: u64, tgid: u32, leader_start_ns: u64) -> Result<(),
         last_sent_ns: now,
         peak_pages: total_pages,
         since_ns: now,
+        sent_pages: total_pages,
+        last_ns: now,
         ..MmState::default()
     };
     if MM_STATE.insert(mm, st, 0).is_err() || TGID_MM.insert(tgid, mm, 0).is_err() {
@@ -189,19 +231,30 @@ pub fn follow(task: u64, mm: u64, tgid: u32, leader_start_ns: u64) -> Result<(),
         return Ok(());
     }
     let (tree_pages, peak) = tree_add(total_pages, now, tgid);
+    if let Some(st) = MM_STATE.get_ptr_mut(mm) {
+        // SAFETY: our own map value.
+        unsafe { (*st).last_tree_pages = tree_pages };
+    }
     send(&st, now, tree_pages, peak);
     Ok(())
 }
 
-/// Stops following the mm of `tgid` (exec replaced it, or the process exited): its pages leave
-/// the tree-wide sum.
+/// Stops following the mm of `tgid` (exec replaced it, or the process exited): a point held
+/// back and the last value go out if they have not, then its pages leave the tree-wide sum.
 #[inline(always)]
 pub fn forget(tgid: u32) {
     // SAFETY: presence lookups of our own maps.
     let Some(&mm) = (unsafe { TGID_MM.get(tgid) }) else {
         return;
     };
-    if let Some(st) = unsafe { MM_STATE.get(mm) } {
+    if let Some(st) = MM_STATE.get_ptr_mut(mm) {
+        // SAFETY: our own map value, about to be removed.
+        let st = unsafe { &mut *st };
+        flush_held(st);
+        if st.total_pages != st.sent_pages {
+            let flags = flags::RSS_HELD;
+            record(st, flags, st.last_ns, st.total_pages, st.last_tree_pages, 0);
+        }
         // SAFETY: plain helper call.
         let now = unsafe { bpf_ktime_get_ns() };
         let (tree_pages, _) = tree_add(-st.total_pages, now, tgid);
@@ -212,6 +265,7 @@ pub fn forget(tgid: u32) {
             st.since_ns,
             st.peak_pages,
             tree_pages,
+            now,
         );
     }
     let _ = MM_STATE.remove(mm);

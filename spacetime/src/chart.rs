@@ -56,6 +56,9 @@ pub struct Spec<'a> {
     /// Rows of the plot area.
     pub height: usize,
     pub style: Style,
+    /// The peak the report states: the y axis reaches at least this high, so the chart never
+    /// contradicts the headline (0: the series' own maximum).
+    pub peak_bytes: u64,
 }
 
 const BLOCKS: [char; 9] = [' ', '▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
@@ -171,7 +174,12 @@ pub fn render(series: &[Point], spec: &Spec) -> String {
         return out;
     }
     let height = spec.height.max(2);
-    let max = series.iter().map(|p| p.bytes).max().unwrap_or(0);
+    let max = series
+        .iter()
+        .map(|p| p.bytes)
+        .max()
+        .unwrap_or(0)
+        .max(spec.peak_bytes);
     let top = nice_ceiling(max).max(1);
     // Labels on the top row, the middle one, and the axis line.
     let mid_row = height / 2;
@@ -303,6 +311,7 @@ mod tests {
             width,
             height,
             style,
+            peak_bytes: 0,
         }
     }
 
@@ -410,6 +419,21 @@ tree RSS
             }
             assert_eq!(lines[9].chars().count(), width, "the axis spans the width");
         }
+    }
+
+    #[test]
+    fn the_axis_reaches_the_stated_peak() {
+        // A series that stops below the peak the report states (1 GiB).
+        let series = [Point::new(0, 100 << 20), Point::new(500 * MS, 300 << 20)];
+        let mut sp = spec(40, 4, 1_000 * MS, plain(true));
+        sp.peak_bytes = GIB;
+        let s = render(&series, &sp);
+        assert!(
+            s.lines()
+                .nth(1)
+                .is_some_and(|l| l.trim_start().starts_with("1 GiB ┤")),
+            "{s}"
+        );
     }
 
     #[test]

@@ -530,6 +530,20 @@ impl Probes {
             .map_err(|source| LoadError::Map { name: NAME, source })
     }
 
+    /// The mms the kernel still follows (processes running now), as it keeps them.
+    pub fn followed_mms(&self) -> Result<Vec<spacetime_common::MmState>, LoadError> {
+        const NAME: &str = "MM_STATE";
+        let map = self.ebpf.map(NAME).ok_or(LoadError::MissingMap(NAME))?;
+        let states: HashMap<_, u64, spacetime_common::MmState> =
+            HashMap::try_from(map).map_err(|source| LoadError::Map { name: NAME, source })?;
+        // An entry removed while the walk runs is skipped, not an error.
+        Ok(states
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(_, v)| v)
+            .collect())
+    }
+
     /// The kernel programs' log records, to be flushed now and then (can be taken once).
     pub fn take_logger(&mut self) -> Option<KernelLogger> {
         self.logger.take()

@@ -4,6 +4,8 @@
 
 use std::io;
 
+use spacetime_common::{flags, EventHeader, MmState, RssEvent};
+
 use crate::{
     events::Event,
     pss::{PssSampler, SamplerConfig, StatmSampler},
@@ -51,6 +53,7 @@ impl Memory {
         };
         let cfg = |min: u64| SamplerConfig {
             min_interval_ns: min,
+            follow_growth: o.kernel_rss,
             ..SamplerConfig::default()
         };
         Memory {
@@ -74,27 +77,63 @@ impl Memory {
     /// Takes what concerns memory from a kernel record.
     pub fn observe(&mut self, ev: &Event) {
         match ev {
-            // An mm's end (its exact peak) is the tree's business, not a point in time.
-            Event::Rss(r) if r.hdr.flags & spacetime_common::flags::RSS_MM_PEAK != 0 => {}
+            // An mm's end: its exact peak is the tree's business; the tree's sum without it is
+            // a point in time.
+            Event::Rss(r) if r.hdr.flags & flags::RSS_MM_PEAK != 0 && r.end_ns != 0 => {
+                let tree = r.tree_rss_pages * self.page_size;
+                self.timeline.record_tree_rss(Point::new(r.end_ns, tree));
+            }
+            Event::Rss(r) if r.hdr.flags & flags::RSS_MM_PEAK != 0 => {}
             Event::Rss(r) => {
                 let key = Key {
                     tgid: r.hdr.tgid,
                     start_ns: r.hdr.leader_start_ns,
                 };
                 let ts = r.hdr.ts_ns;
-                self.timeline
-                    .record_rss(key, Point::new(ts, r.rss_pages * self.page_size));
+                let bytes = r.rss_pages * self.page_size;
+                self.timeline.record_kernel_rss(key, Point::new(ts, bytes));
+                if let Some(s) = self.pss.as_mut() {
+                    s.note_rss(key, bytes);
+                }
                 self.timeline
                     .record_tree_rss(Point::new(ts, r.tree_rss_pages * self.page_size));
             }
-            Event::Exit(x) if x.hdr.flags & spacetime_common::flags::EXIT_GROUP_DEAD != 0 => {
+            Event::Exit(x) if x.hdr.flags & flags::EXIT_GROUP_DEAD != 0 => {
                 let key = Key {
                     tgid: x.hdr.tgid,
                     start_ns: x.hdr.leader_start_ns,
                 };
+                // The exact RSS as the image ended, read with the exit record: before 6.2 it
+                // also counts the thread's RSS changes not folded into the mm yet, which no
+                // rss_stat event reported.
+                self.image_end_rss(key, x.hdr.ts_ns.saturating_sub(1), &x.mem);
                 self.timeline.process_exited(key, x.hdr.ts_ns);
             }
+            Event::ImageEnd(m) => {
+                let key = Key {
+                    tgid: m.hdr.tgid,
+                    start_ns: m.hdr.leader_start_ns,
+                };
+                self.image_end_rss(key, m.hdr.ts_ns, &m.mem);
+            }
             _ => {}
+        }
+    }
+
+    /// A process's exact RSS read as an image ended, as a point of its series (kernel source
+    /// only; a process the kernel did not follow has no series to add to).
+    fn image_end_rss(&mut self, key: Key, ts_ns: u64, mem: &spacetime_common::MemStats) {
+        let followed = self
+            .timeline
+            .process(&key)
+            .is_some_and(|s| !s.rss.is_empty());
+        if self.timeline.rss_source == RssSource::Kernel
+            && followed
+            && mem.flags & flags::MEM_VALID != 0
+        {
+            let bytes = mem.rss_pages() * self.page_size;
+            self.timeline
+                .record_kernel_rss(key, Point::new(ts_ns, bytes));
         }
     }
 
@@ -144,7 +183,14 @@ impl Memory {
     pub fn finish(&mut self, kernel_peak: Option<Point>) {
         self.status.finish();
         if let Some(s) = &self.pss {
-            log::debug!("PSS sampling: {:?}", s.stats());
+            let st = s.stats();
+            log::debug!("PSS sampling: {st:?}");
+            self.timeline.pss_sampling = Some(crate::timeline::PssSampling {
+                samples: st.samples,
+                growth_samples: st.growth_samples,
+                read_ns: st.read_ns,
+                cpu_budget: s.cpu_budget(),
+            });
         }
         if let Some(s) = &self.statm {
             log::debug!("statm sampling: {:?}", s.stats());
@@ -153,4 +199,41 @@ impl Memory {
             self.timeline.set_tree_peak(p);
         }
     }
+}
+
+/// What the kernel still holds of the mms it follows when the trace ends (processes still
+/// running), as the records it would send if they ended now: a point held back, the last
+/// value, and the peak so far (an `RSS_MM_PEAK` record with no end). Applied like any other
+/// record, they put each live process's peak into its series and its report.
+pub fn live_mm_records(states: &[MmState]) -> Vec<RssEvent> {
+    let mut out = Vec::with_capacity(states.len() * 3);
+    for st in states {
+        let rec = |flags: u32, ts_ns: u64, pages: i64, tree: i64| RssEvent {
+            hdr: EventHeader {
+                kind: spacetime_common::kind::RSS,
+                flags,
+                ts_ns,
+                tgid: st.tgid,
+                pid: st.tgid,
+                leader_start_ns: st.leader_start_ns,
+            },
+            rss_pages: pages.max(0) as u64,
+            tree_rss_pages: tree.max(0) as u64,
+            end_ns: 0,
+        };
+        if st.held_ns != 0 {
+            out.push(rec(
+                flags::RSS_HELD,
+                st.held_ns,
+                st.held_pages,
+                st.held_tree_pages,
+            ));
+        }
+        if st.total_pages != st.sent_pages || st.held_ns != 0 {
+            let (pages, tree) = (st.total_pages, st.last_tree_pages);
+            out.push(rec(flags::RSS_HELD, st.last_ns, pages, tree));
+        }
+        out.push(rec(flags::RSS_MM_PEAK, st.since_ns, st.peak_pages, 0));
+    }
+    out
 }

@@ -384,3 +384,41 @@ fn pss_cost() {
         c.finish();
     }
 }
+
+#[test]
+fn growth_reads_before_the_clock_within_the_budget() {
+    let c = touch_child(MIB);
+    c.wait_ready();
+    c.go();
+    c.wait_ready();
+    let key = c.key();
+    let mut s = PssSampler::new(SamplerConfig {
+        follow_growth: true,
+        ..SamplerConfig::default()
+    });
+    let mut t = Timeline::new(RssSource::Kernel);
+    let t0 = 1_000_000_000;
+    assert_eq!(s.sample_due(t0, [key], &mut t), 1, "the first read");
+    s.note_rss(key, MIB);
+    let soon = t0 + 45_000_000;
+    assert!(s.next_due().is_some_and(|d| d > soon), "no growth, no read");
+    assert_eq!(s.sample_due(soon, [key], &mut t), 0, "nothing grew");
+    // Grown eightfold: due now, before its 50 ms clock, paid by 45 ms of 2 % budget.
+    s.note_rss(key, 8 * MIB);
+    assert!(
+        s.next_due().is_some_and(|d| d <= soon),
+        "{:?}",
+        s.next_due()
+    );
+    assert_eq!(s.sample_due(soon, [key], &mut t), 1, "a growth read");
+    assert_eq!(s.stats().growth_samples, 1);
+    // The budget is spent: the next growth waits for the budget to pay for it.
+    s.note_rss(key, 1 << 30);
+    assert_eq!(
+        s.sample_due(soon + 1_000, [key], &mut t),
+        0,
+        "a 1 GiB read is not paid"
+    );
+    assert!(s.next_due().is_some_and(|d| d > soon + 1_000));
+    c.finish();
+}

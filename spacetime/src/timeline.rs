@@ -14,7 +14,10 @@
 //! "timeline": { "rss_source": "kernel" | "statm", "pss_sampled": true,
 //!               "tree_rss": [[t_ns, bytes], ...], "tree_pss": [[t_ns, bytes], ...],
 //!               "tree_peak_rss": {"t_ns": N, "bytes": N} | null,
-//!               "max_pss": {"t_ns": N, "bytes": N} | null,
+//!               "max_pss": {"t_ns": N, "bytes": N, "sampled": true} | null,
+//!               "pss_sampling": {"samples": N, "growth_samples": N, "read_ns": N,
+//!                                "cpu_budget": F} | null,
+//!               "max_pss_estimated": {"t_ns": N, "bytes": N, "estimated": true} | null,
 //!               "processes": [ {"pid": N, "start_ns": N, "rss": [[t_ns, bytes], ...],
 //!                               "pss": [[t_ns, bytes], ...], "max_pss_bytes": N | null} ] }
 //! ```
@@ -113,6 +116,30 @@ impl Series {
             self.points.reserve_exact(2);
         }
         self.points.push(p);
+        if self.points.len() > cap.max(8) {
+            self.compact();
+        }
+    }
+
+    /// Inserts a value at its time, for exact samples that may arrive late (a point the kernel
+    /// held back, sent after later points of other processes): a value holds until the next
+    /// point, so a late one goes where it belongs instead of after the last. Appending stays
+    /// [`Series::push`].
+    pub fn insert(&mut self, p: Point, cap: usize) {
+        let at = self.points.partition_point(|q| q.ts_ns <= p.ts_ns);
+        if at == self.points.len() {
+            return self.push(p, cap);
+        }
+        if at > 0 && self.points[at - 1].bytes == p.bytes {
+            return;
+        }
+        if at > 0 && self.points[at - 1].ts_ns == p.ts_ns {
+            // Two values at one time: keep the larger, so a maximum is never replaced.
+            let prev = &mut self.points[at - 1];
+            prev.bytes = prev.bytes.max(p.bytes);
+            return;
+        }
+        self.points.insert(at, p);
         if self.points.len() > cap.max(8) {
             self.compact();
         }
@@ -228,6 +255,27 @@ pub struct Timeline {
     limits: Limits,
     process_cap: usize,
     process_points: usize,
+    /// What PSS sampling did and cost, when it ran.
+    pub pss_sampling: Option<PssSampling>,
+    /// Estimated PSS: each sampled process's exact RSS less what sharing took off its RSS at
+    /// its last sample (RSS − PSS then). PSS moves with RSS between samples as long as the
+    /// sharing does not change: exact for private memory, which is what grows fastest.
+    sharing: IdMap<Key, u64>,
+    live_est: IdMap<Key, u64>,
+    est_sum: u64,
+    max_pss_est: Option<Point>,
+}
+
+/// What PSS sampling did and cost: every PSS figure is sampled, and this says how densely.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct PssSampling {
+    pub samples: u64,
+    /// Samples taken because a process's exact RSS grew, before its clock.
+    pub growth_samples: u64,
+    /// Time spent reading smaps_rollup: the sampling's CPU.
+    pub read_ns: u64,
+    /// The fraction of one CPU sampling may use.
+    pub cpu_budget: f64,
 }
 
 impl Timeline {
@@ -250,6 +298,11 @@ impl Timeline {
             limits,
             process_cap: limits.process_points,
             process_points: 0,
+            pss_sampling: None,
+            sharing: IdMap::default(),
+            live_est: IdMap::default(),
+            est_sum: 0,
+            max_pss_est: None,
         }
     }
 
@@ -280,6 +333,27 @@ impl Timeline {
         self.max_pss
     }
 
+    /// The largest tree-wide PSS estimated from the exact RSS between samples (see
+    /// [`Timeline::record_sharing`]); at least the sampled maximum.
+    pub fn max_pss_estimated(&self) -> Option<Point> {
+        match (self.max_pss_est, self.max_pss) {
+            (Some(e), Some(s)) if s.bytes >= e.bytes => Some(s),
+            (e, s) => e.or(s),
+        }
+    }
+
+    /// What sharing took off a process's RSS at its PSS sample just recorded (RSS − PSS).
+    pub fn record_sharing(&mut self, key: Key, bytes: u64) {
+        self.sharing.insert(key, bytes);
+    }
+
+    fn estimate(&mut self, key: Key, ts_ns: u64, pss_bytes: u64) {
+        update_sum(&mut self.live_est, &mut self.est_sum, key, pss_bytes);
+        if self.max_pss_est.is_none_or(|m| self.est_sum > m.bytes) {
+            self.max_pss_est = Some(Point::new(ts_ns, self.est_sum));
+        }
+    }
+
     /// The process with the largest PSS sample, and that sample.
     pub fn max_process_pss(&self) -> Option<(Key, Point)> {
         self.procs
@@ -301,9 +375,29 @@ impl Timeline {
         self.tree_peak = Some(p);
     }
 
-    /// A tree-wide RSS value from the kernel.
+    /// A tree-wide RSS value from the kernel, exact at its time (which may be earlier than
+    /// the last point's: a point the kernel held back).
     pub fn record_tree_rss(&mut self, p: Point) {
-        self.tree_rss.push(p, self.limits.tree_points);
+        self.tree_rss.insert(p, self.limits.tree_points);
+    }
+
+    /// A process's RSS from the kernel, exact at its time. Unlike statm samples it is not
+    /// summed (the kernel sums the tree), and it may arrive after the process's exit record:
+    /// the kernel sends a held-back point and the last value as it stops following the mm.
+    pub fn record_kernel_rss(&mut self, key: Key, p: Point) {
+        if let Some(&shared) = self.sharing.get(&key) {
+            self.estimate(key, p.ts_ns, p.bytes.saturating_sub(shared));
+        }
+        let cap = self.process_cap;
+        let series = &mut self.procs.entry(key).or_default().rss;
+        let before = series.len();
+        series.insert(p, cap);
+        self.process_points = self.process_points - before + series.len();
+        if self.process_points > self.limits.total_process_points
+            && self.process_cap > MIN_PROCESS_POINTS
+        {
+            self.shrink();
+        }
     }
 
     /// A process's RSS (kernel event or statm sample). With statm sampling, the tree-wide
@@ -325,6 +419,7 @@ impl Timeline {
         if s.max_pss.is_none_or(|m| p.bytes > m.bytes) {
             s.max_pss = Some(p);
         }
+        self.estimate(key, p.ts_ns, p.bytes);
         let tree = Point::new(p.ts_ns, self.pss_sum);
         self.tree_pss.push(tree, self.limits.tree_points);
         if self.max_pss.is_none_or(|m| tree.bytes > m.bytes) {
@@ -336,8 +431,14 @@ impl Timeline {
     pub fn process_exited(&mut self, key: Key, ts_ns: u64) {
         let had_rss = self.live_rss.remove(&key).inspect(|b| self.rss_sum -= b);
         let had_pss = self.live_pss.remove(&key).inspect(|b| self.pss_sum -= b);
+        if let Some(b) = self.live_est.remove(&key) {
+            self.est_sum -= b;
+        }
+        self.sharing.remove(&key);
         let end = Point::new(ts_ns, 0);
-        if had_rss.is_some() {
+        let followed = self.rss_source == RssSource::Kernel
+            && self.procs.get(&key).is_some_and(|s| !s.rss.is_empty());
+        if had_rss.is_some() || followed {
             self.push_process(key, end, |s| &mut s.rss);
             if self.rss_source == RssSource::Statm {
                 self.tree_rss
@@ -440,6 +541,22 @@ struct At {
     bytes: u64,
 }
 
+/// An estimated maximum, labelled so.
+#[derive(Serialize)]
+struct Estimated {
+    t_ns: u64,
+    bytes: u64,
+    estimated: bool,
+}
+
+/// A sampled maximum, labelled so.
+#[derive(Serialize)]
+struct SampledAt {
+    t_ns: u64,
+    bytes: u64,
+    sampled: bool,
+}
+
 fn at(p: Option<Point>, t0: u64) -> Option<At> {
     p.map(|p| At {
         t_ns: p.ts_ns.saturating_sub(t0),
@@ -467,7 +584,19 @@ impl Serialize for TimelineReport<'_> {
         m.serialize_entry("tree_rss", &Points(t.tree_rss.points(), t0))?;
         m.serialize_entry("tree_pss", &Points(t.tree_pss.points(), t0))?;
         m.serialize_entry("tree_peak_rss", &at(t.tree_peak(), t0))?;
-        m.serialize_entry("max_pss", &at(t.max_pss, t0))?;
+        let max_pss = t.max_pss.map(|p| SampledAt {
+            t_ns: p.ts_ns.saturating_sub(t0),
+            bytes: p.bytes,
+            sampled: true,
+        });
+        m.serialize_entry("max_pss", &max_pss)?;
+        let estimated = t.max_pss_estimated().map(|p| Estimated {
+            t_ns: p.ts_ns.saturating_sub(t0),
+            bytes: p.bytes,
+            estimated: true,
+        });
+        m.serialize_entry("max_pss_estimated", &estimated)?;
+        m.serialize_entry("pss_sampling", &t.pss_sampling)?;
         m.serialize_entry("processes", &ProcessEntries(self))?;
         m.end()
     }

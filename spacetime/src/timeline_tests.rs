@@ -137,3 +137,60 @@ fn json_times_are_relative_to_t0() {
     assert_eq!(proc0["rss"], serde_json::json!([[200, 4096]]));
     assert_eq!(proc0["max_pss_bytes"], 2048);
 }
+
+#[test]
+fn late_points_go_where_they_belong() {
+    let mut s = Series::default();
+    for pt in [p(10, 5), p(30, 7)] {
+        s.insert(pt, 100);
+    }
+    // A point held back by the kernel, sent after a later one: inserted at its time.
+    s.insert(p(20, 9), 100);
+    assert_eq!(s.points(), [p(10, 5), p(20, 9), p(30, 7)]);
+    // At one time, the larger value stays; a value equal to the one before adds nothing.
+    s.insert(p(20, 8), 100);
+    s.insert(p(25, 9), 100);
+    assert_eq!(s.points(), [p(10, 5), p(20, 9), p(30, 7)]);
+    assert_eq!(s.max(), Some(p(20, 9)));
+}
+
+#[test]
+fn kernel_points_after_the_exit_record_keep_the_series_whole() {
+    let mut t = Timeline::new(RssSource::Kernel);
+    let k = key(1);
+    t.record_kernel_rss(k, p(10, 100));
+    // The exit record comes first; the held-back peak and the last value follow it.
+    t.process_exited(k, 50);
+    t.record_kernel_rss(k, p(20, 900));
+    t.record_kernel_rss(k, p(40, 300));
+    let s = t.process(&k).expect("series");
+    assert_eq!(
+        s.rss.points(),
+        [p(10, 100), p(20, 900), p(40, 300), p(50, 0)]
+    );
+    // Not summed: the kernel sends the tree's own sum.
+    assert_eq!(t.current_rss(), 0);
+}
+
+#[test]
+fn pss_is_estimated_from_the_exact_rss_between_samples() {
+    let mut t = Timeline::new(RssSource::Kernel);
+    let (a, b) = (key(1), key(2));
+    // a: sampled at 10 MiB RSS with 2 MiB taken off by sharing, then grows to 100 MiB.
+    t.record_kernel_rss(a, p(1, 10));
+    t.record_pss(a, p(2, 8));
+    t.record_sharing(a, 2);
+    t.record_kernel_rss(a, p(3, 100));
+    // b was never sampled: no estimate for it.
+    t.record_kernel_rss(b, p(4, 50));
+    assert_eq!(t.max_pss(), Some(p(2, 8)), "sampled");
+    assert_eq!(t.max_pss_estimated(), Some(p(3, 98)), "100 − 2");
+    // a frees, exits: the estimate follows, the maximum stays.
+    t.record_kernel_rss(a, p(5, 20));
+    t.process_exited(a, 6);
+    t.record_pss(b, p(7, 40));
+    assert_eq!(t.max_pss_estimated(), Some(p(3, 98)));
+    // A sampled maximum above every estimate is the estimate too.
+    t.record_pss(b, p(8, 500));
+    assert_eq!(t.max_pss_estimated(), Some(p(8, 500)));
+}

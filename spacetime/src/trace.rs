@@ -185,6 +185,9 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     };
     let outcome = rt.block_on(consume(ring, sigfd, loop_opts, &mut sink, sources))?;
     let decode_errors = sink.decode_errors;
+    if probes.rss_tracking && tree.live() > 0 {
+        live_memory(&probes, &mut tree, &mut memory);
+    }
     let kernel_peak = match probes.rss_tracking {
         true => probes.tree_rss().ok().filter(|t| t.peak_ts_ns != 0),
         false => None,
@@ -350,6 +353,35 @@ async fn sleep_until(due: Option<u64>) {
     }
 }
 
+/// Processes still running (`--stop-on-root-exit`): their peak so far, held-back point and
+/// last value, from the mms the kernel still follows.
+fn live_memory(probes: &Probes, tree: &mut Tree, memory: &mut Memory) {
+    let states = match probes.followed_mms() {
+        Ok(s) => s,
+        Err(e) => {
+            log::warn!("cannot read the followed mms: {e}; running processes have no peak");
+            return;
+        }
+    };
+    let live: std::collections::HashSet<crate::tree::Key> = tree
+        .processes()
+        .iter()
+        .filter(|p| p.end_ns.is_none())
+        .filter_map(|p| p.key)
+        .collect();
+    for r in crate::memory::live_mm_records(&states) {
+        let key = crate::tree::Key {
+            tgid: r.hdr.tgid,
+            start_ns: r.hdr.leader_start_ns,
+        };
+        if live.contains(&key) {
+            let ev = crate::events::Event::Rss(r);
+            memory.observe(&ev);
+            tree.apply(ev);
+        }
+    }
+}
+
 /// The tree-wide RSS over time, as a chart for the summary.
 fn memory_chart(
     timeline: &Timeline,
@@ -379,6 +411,7 @@ fn memory_chart(
         width,
         height: 10,
         style: chart::Style::detect(terminal),
+        peak_bytes: peak.map_or(0, |p| p.bytes),
     };
     chart::render(timeline.tree_rss().points(), &spec)
 }

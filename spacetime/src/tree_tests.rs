@@ -220,7 +220,7 @@ fn mm_peak(p: (u32, u64), since: u64, pages: u64) -> Event {
     Event::Rss(RssEvent {
         hdr: h,
         rss_pages: pages,
-        tree_rss_pages: 0,
+        ..RssEvent::default()
     })
 }
 

@@ -142,3 +142,68 @@ fn freed_peak_is_still_the_peak() {
         want,
     );
 }
+
+/// `--stop-on-root-exit`: a child still running when the trace ends reports its peak so far,
+/// as the kernel followed it, not 0; the report stays consistent with itself.
+#[test]
+fn a_child_left_running_reports_its_peak_so_far() {
+    let out = Trace::new([WL, "leave-child", "48", "3000"])
+        .flag("--stop-on-root-exit")
+        .tag("leave-child")
+        .run();
+    out.assert_code(0);
+    let report = out.report();
+    let child_truth = out
+        .truth_of("leave-child")
+        .into_iter()
+        .find(|t| t.str("role") == "child")
+        .unwrap_or_else(|| panic!("no truth line from the child\n{}", out.context()));
+    let want = child_truth.vmhwm_bytes();
+    assert!(want >= 48 * MIB, "truth: the child's VmHWM {want} < 48 MiB");
+    let child = find_process(&report, child_truth.pid());
+    assert_eq!(
+        child.end_ns, None,
+        "pid {}: still running when the root exited",
+        child.pid
+    );
+    assert_rss(
+        &format!("pid {} (running) peak_rss_bytes", child.pid),
+        child.peak_rss_bytes,
+        want,
+    );
+    let img = child.images.last().expect("an image");
+    assert_rss(
+        &format!("pid {} (running) last image's peak", child.pid),
+        img.peak(),
+        want,
+    );
+    let v = out.json_value();
+    let tree_peak = v["totals"]["tree_peak_rss_bytes"]
+        .as_u64()
+        .expect("tree peak");
+    assert!(
+        tree_peak >= child.peak_rss_bytes,
+        "the tree peak {tree_peak} counts the child's {}",
+        child.peak_rss_bytes
+    );
+    assert_eq!(v["totals"]["still_running"].as_u64(), Some(1));
+    // Its series reaches its peak too.
+    let entry = v["timeline"]["processes"]
+        .as_array()
+        .expect("timeline.processes")
+        .iter()
+        .find(|e| e["pid"].as_i64() == Some(i64::from(child.pid)))
+        .expect("the child's series");
+    let top = entry["rss"]
+        .as_array()
+        .expect("rss")
+        .iter()
+        .filter_map(|p| p[1].as_u64())
+        .max()
+        .unwrap_or(0);
+    assert!(
+        top.abs_diff(child.peak_rss_bytes) <= spacetime_tests::PAGE,
+        "the running child's series tops at {top}, its peak is {}",
+        child.peak_rss_bytes
+    );
+}

@@ -82,6 +82,7 @@ pub struct Report<'a> {
 pub struct MemoryMeta<'a> {
     pub tree_peak: Option<crate::timeline::Point>,
     pub max_pss: Option<crate::timeline::Point>,
+    pub max_pss_estimated: Option<crate::timeline::Point>,
     pub timeline: &'a crate::timeline::Timeline,
 }
 
@@ -90,6 +91,7 @@ impl<'a> MemoryMeta<'a> {
         MemoryMeta {
             tree_peak: timeline.tree_peak(),
             max_pss: timeline.max_pss(),
+            max_pss_estimated: timeline.max_pss_estimated(),
             timeline,
         }
     }
@@ -139,6 +141,8 @@ pub struct Totals {
     /// Processes whose CPU time is not wait4's final figure (`cpu_final: false`): not released
     /// when the trace ended, so summed at their threads' exits.
     pub cpu_not_final: u64,
+    /// The largest tree-wide PSS estimated between samples from the exact RSS (estimated).
+    pub max_pss_estimated_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -214,6 +218,7 @@ impl<'a> Report<'a> {
             tree_peak_at_ns: meta.memory.tree_peak.map(|p| p.ts_ns.saturating_sub(t0)),
             max_pss_bytes: meta.memory.max_pss.map(|p| p.bytes),
             cpu_not_final: processes.iter().filter(|p| !p.cpu_final()).count() as u64,
+            max_pss_estimated_bytes: meta.memory.max_pss_estimated.map(|p| p.bytes),
         };
         // The timeline lists the processes in the report's order.
         let timeline = meta

@@ -151,8 +151,14 @@ pub fn render(
             bytes(peak),
             duration_ns(at)
         )];
-        if let Some(p) = t.max_pss_bytes {
-            parts.push(format!("max PSS {} (sampled)", bytes(p)));
+        match (t.max_pss_bytes, t.max_pss_estimated_bytes) {
+            (Some(p), Some(e)) if e > p => parts.push(format!(
+                "max PSS {} (sampled), {} (estimated from the exact RSS)",
+                bytes(p),
+                bytes(e)
+            )),
+            (Some(p), _) => parts.push(format!("max PSS {} (sampled)", bytes(p))),
+            _ => {}
         }
         flow(&mut out, &parts, width);
     }
@@ -297,7 +303,10 @@ impl Layout {
         let mut s = format!(
             "{:>7}  {:>8}  ",
             f(&|p, _| p.pid().to_string()),
-            f(&|p, _| bytes(p.peak_rss_bytes()))
+            f(&|p, _| match p.peak_rss_unknown() {
+                None => bytes(p.peak_rss_bytes()),
+                Some(_) => "?".into(),
+            })
         );
         if self.time {
             let t = f(&|p, r| duration_ns(runtime(p, r.wall_ns)));

@@ -87,6 +87,15 @@ impl<'a> ProcessReport<'a> {
         self.p.peak_rss_pages() * self.scale.page
     }
 
+    /// Why a process has no peak at all, when it has none: one still running whose memory
+    /// the kernel did not follow (its peak would read 0 for memory it may hold). A process
+    /// that ended always has its images' figures.
+    pub fn peak_rss_unknown(&self) -> Option<&'static str> {
+        let known = self.p.images.iter().any(|i| i.peak_rss_pages().is_some());
+        (self.p.end_ns.is_none() && !known)
+            .then_some("still running, and its memory was not followed by the kernel")
+    }
+
     pub fn user_ns(&self) -> u64 {
         self.p.user_ns
     }
@@ -193,7 +202,10 @@ struct ProcessJson<'a> {
     threads: u32,
     exit: Option<Exit>,
     state: State,
-    peak_rss_bytes: u64,
+    /// Null, with the reason next to it, when there is no figure (see `peak_rss_unknown`).
+    peak_rss_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peak_rss_unknown_reason: Option<&'static str>,
     user_ns: u64,
     sys_ns: u64,
     cpu_final: bool,
@@ -220,7 +232,11 @@ impl Serialize for ProcessReport<'_> {
             threads: self.threads(),
             exit: self.exit(),
             state: self.state(),
-            peak_rss_bytes: self.peak_rss_bytes(),
+            peak_rss_bytes: match self.peak_rss_unknown() {
+                None => Some(self.peak_rss_bytes()),
+                Some(_) => None,
+            },
+            peak_rss_unknown_reason: self.peak_rss_unknown(),
             user_ns: self.user_ns(),
             sys_ns: self.sys_ns(),
             cpu_final: self.cpu_final(),

@@ -47,6 +47,13 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
                                parent reaps each with wait4; record {pids, user_us, sys_us}
   rusage-of PROG [ARGS...]     fork+execv(PROG), reap it with wait4 (as time(1) does); record
                                {pid, user_us, sys_us}: the child's CPU and its reaped children's
+  fill MIB                     write every byte of MIB MiB of fresh anonymous memory, unmap it,
+                               record {mib} (st's fill.c)
+  fillfill MIB                 fill MIB MiB and unmap it, then fork a child that fills and unmaps
+                               2×MIB while the parent waits; record {role, mib} (st's fillfill.c)
+  leave-child MIB MS           fork a child that touches MIB MiB, records {role: child, mib},
+                               then holds it for MS ms; the root exits once the child recorded,
+                               recording {role: root, child}
 ";
 
 /// Bytes reserved (and touched) for reading /proc/self/status.
@@ -903,6 +910,100 @@ fn main() {
                 .finish();
             exit(0)
         }
+        "fill" => {
+            let mib: usize = parse(&args, 2, "MIB");
+            fill_and_unmap(mib);
+            rec.begin("fill").int("mib", mib as i64).finish();
+            exit(0)
+        }
+        "fillfill" => fillfill(&mut rec, parse(&args, 2, "MIB")),
+        "leave-child" => leave_child(&mut rec, parse(&args, 2, "MIB"), parse(&args, 3, "MS")),
         other => die(&format!("unknown mode {other:?}")),
     }
+}
+
+/// Maps `mib` MiB of private anonymous memory, writes every byte of it (as st's fill.c does:
+/// RSS grows page by page, at the pace of a byte loop), then unmaps it.
+fn fill_and_unmap(mib: usize) {
+    let len = mib << 20;
+    if len == 0 {
+        return;
+    }
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            sys_die("mmap");
+        }
+        let p = p.cast::<u8>();
+        for off in 0..len {
+            std::ptr::write_volatile(p.add(off), b'F');
+        }
+        libc::munmap(p.cast(), len);
+    }
+}
+
+/// st's fillfill.c: fill and free MIB MiB, then a child fills and frees twice that.
+fn fillfill(rec: &mut Recorder, mib: usize) -> ! {
+    fill_and_unmap(mib);
+    let child = fork();
+    if child == 0 {
+        fill_and_unmap(2 * mib);
+        rec.begin("fillfill")
+            .str("role", "child")
+            .int("mib", 2 * mib as i64)
+            .finish();
+        exit(0)
+    }
+    let ok = wait_ok(child);
+    rec.begin("fillfill")
+        .str("role", "parent")
+        .int("mib", mib as i64)
+        .int("failed", i64::from(!ok))
+        .finish();
+    exit(0)
+}
+
+/// A child that outlives the root while holding MIB MiB: it records its VmHWM, then tells the
+/// root (through a pipe) that it may exit, and holds its memory for MS ms.
+fn leave_child(rec: &mut Recorder, mib: usize, ms: u64) -> ! {
+    let mut fds = [0; 2];
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        sys_die("pipe");
+    }
+    let child = fork();
+    if child == 0 {
+        unsafe { libc::close(fds[0]) };
+        touch(mib);
+        // Warm the sleep and recording paths, then fold pending RSS counts (as "hold" does):
+        // nothing after the record raises the peak.
+        rec.warm_up();
+        std::thread::sleep(Duration::from_millis(1));
+        fold_rss_counters(rec.fold);
+        rec.begin("leave-child")
+            .str("role", "child")
+            .int("mib", mib as i64)
+            .finish();
+        if unsafe { libc::write(fds[1], b"x".as_ptr().cast(), 1) } != 1 {
+            sys_die("write pipe");
+        }
+        std::thread::sleep(Duration::from_millis(ms));
+        exit(0)
+    }
+    unsafe { libc::close(fds[1]) };
+    let mut b = [0u8; 1];
+    if unsafe { libc::read(fds[0], b.as_mut_ptr().cast(), 1) } != 1 {
+        sys_die("read pipe");
+    }
+    rec.begin("leave-child")
+        .str("role", "root")
+        .int("child", i64::from(child))
+        .finish();
+    exit(0)
 }
