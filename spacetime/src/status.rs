@@ -139,11 +139,7 @@ impl StatusLine<io::Stderr> {
 }
 
 impl<W: Write> StatusLine<W> {
-    pub fn new(
-        out: W,
-        enabled: bool,
-        screen: Box<dyn FnMut() -> Option<Screen>>,
-    ) -> StatusLine<W> {
+    pub fn new(out: W, enabled: bool, screen: Box<dyn FnMut() -> Option<Screen>>) -> StatusLine<W> {
         StatusLine {
             out,
             enabled,
@@ -282,7 +278,9 @@ mod tests {
         s.tick(2 * S, 1, 1, 0);
         let out = String::from_utf8(std::mem::take(&mut s.out)).expect("utf8");
         assert!(
-            out.ends_with("\x1b7\x1b[1;29r\x1b[30;1H\x1b[m\x1b[2K⏱ 2.0 s · 1 live · 1 process · RSS 0 B\x1b8"),
+            out.ends_with(
+                "\x1b7\x1b[1;29r\x1b[30;1H\x1b[m\x1b[2K⏱ 2.0 s · 1 live · 1 process · RSS 0 B\x1b8"
+            ),
             "region and line on the new last row: {out:?}"
         );
         term.set(Some(Screen {
@@ -295,10 +293,16 @@ mod tests {
         term.set(screen(2, 80));
         s.tick(4 * S, 1, 1, 0);
         let out = String::from_utf8(std::mem::take(&mut s.out)).expect("utf8");
-        assert_eq!(out, "\x1b7\x1b[r\x1b8", "too small: released, no row of CMD's erased");
+        assert_eq!(
+            out, "\x1b7\x1b[r\x1b8",
+            "too small: released, no row of CMD's erased"
+        );
         s.tick(5 * S, 1, 1, 0);
         s.finish();
-        assert!(s.out.is_empty(), "nothing drawn on 2 rows, nothing to release");
+        assert!(
+            s.out.is_empty(),
+            "nothing drawn on 2 rows, nothing to release"
+        );
     }
 
     #[test]

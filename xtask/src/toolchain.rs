@@ -116,11 +116,15 @@ fn ensure_bpf_linker() -> Result<()> {
 }
 
 /// What the integration tests run besides spacetime: a real Prometheus server and promtool
-/// for the metrics tests.
+/// for the metrics tests, tmux for the terminal tests.
 pub fn ensure_test_tools() -> Result<()> {
     apt_install(
         &["prometheus"],
         "the metrics tests scrape `watch --metrics` with a real Prometheus and lint it with promtool",
+    )?;
+    apt_install(
+        &["tmux"],
+        "the status line tests run spacetime in a real terminal",
     )
 }
 
