@@ -11,7 +11,8 @@
 //! Shown only on a terminal whose type is known (not `TERM=dumb`), not with `--quiet`, on a
 //! screen of at least [`MIN_ROWS`] rows, and only once the trace has run for a second (a
 //! short command's summary comes alone). While a program has the terminal out of canonical
-//! mode (an editor, a pager, `top`) it owns the screen and the line waits. When the trace ends
+//! mode (an editor, a pager, `top`) it owns the screen and the line waits; while spacetime is
+//! in the background, the screen is the shell's and is given back. When the trace ends
 //! (or spacetime leaves by an error or a panic: the line is dropped) the region is given back
 //! and the last row cleared; the cursor stays where CMD's output ended.
 
@@ -35,6 +36,9 @@ pub struct Screen {
     pub cols: u16,
     /// A program has the terminal out of canonical mode: it owns the screen.
     pub taken: bool,
+    /// spacetime's process group is the terminal's foreground one (not sent to the
+    /// background with Ctrl-Z and `bg`, or started with `&`).
+    pub foreground: bool,
 }
 
 /// The terminal on stderr, asked afresh at each redraw (one ioctl and one tcgetattr every
@@ -52,10 +56,13 @@ pub fn stderr_screen() -> Option<Screen> {
         if libc::tcgetattr(fd, &mut t) != 0 {
             return None;
         }
+        // Not the controlling terminal (an error): nothing says another job owns it.
+        let pgrp = libc::tcgetpgrp(fd);
         Some(Screen {
             rows: ws.ws_row,
             cols: ws.ws_col,
             taken: t.c_lflag & libc::ICANON == 0,
+            foreground: pgrp < 0 || pgrp == libc::getpgrp(),
         })
     }
 }
@@ -164,8 +171,9 @@ impl<W: Write> StatusLine<W> {
         }
         self.last_draw_ns = Some(elapsed_ns);
         let s = match (self.screen)() {
-            Some(s) if s.rows >= MIN_ROWS && s.cols > 2 => s,
-            // Too small, or not a terminal any more: give the screen back.
+            Some(s) if s.rows >= MIN_ROWS && s.cols > 2 && s.foreground => s,
+            // Too small, not a terminal any more, or the shell's again (the trace went on in
+            // the background): give the screen back.
             _ => return self.finish(),
         };
         if s.taken {
@@ -232,6 +240,7 @@ mod tests {
             rows,
             cols,
             taken: false,
+            foreground: true,
         })
     }
 
@@ -284,12 +293,29 @@ mod tests {
             "region and line on the new last row: {out:?}"
         );
         term.set(Some(Screen {
-            rows: 30,
-            cols: 80,
             taken: true,
+            ..screen(30, 80).expect("a screen")
         }));
         s.tick(3 * S, 1, 1, 0);
         assert!(s.out.is_empty(), "nothing while a program owns the screen");
+        term.set(Some(Screen {
+            foreground: false,
+            ..screen(30, 80).expect("a screen")
+        }));
+        s.tick(3 * S + REDRAW_NS, 1, 1, 0);
+        let out = String::from_utf8(std::mem::take(&mut s.out)).expect("utf8");
+        assert_eq!(
+            out, "\x1b7\x1b[r\x1b[30;1H\x1b[2K\x1b8",
+            "sent to the background: the screen given back to the shell, the old line erased"
+        );
+        term.set(screen(30, 80));
+        s.tick(3 * S + 2 * REDRAW_NS, 1, 1, 0);
+        assert!(
+            String::from_utf8(std::mem::take(&mut s.out))
+                .expect("utf8")
+                .contains("\x1b[1;29r"),
+            "back in the foreground: drawn again"
+        );
         term.set(screen(2, 80));
         s.tick(4 * S, 1, 1, 0);
         let out = String::from_utf8(std::mem::take(&mut s.out)).expect("utf8");
