@@ -184,26 +184,28 @@ fn is_status(row: &str) -> bool {
     row.starts_with('⏱') && row.contains(" live · ") && row.contains(" RSS ")
 }
 
-#[test]
-fn status_line_keeps_the_last_row_and_never_mixes_with_cmd_output() {
-    let t = Tmux::start("status-tmux", &trace_line(""));
-    // (a) Shown on the last row while CMD runs.
+/// Polls the screen until the line shows on the last row, while the command runs.
+fn wait_for_line(t: &Tmux) -> Vec<String> {
     let start = Instant::now();
-    let mut seen = None;
-    while seen.is_none() && t.status().is_none() {
+    while t.status().is_none() {
         let screen = t.screen();
         if screen.len() == ROWS && is_status(&screen[ROWS - 1]) {
-            seen = Some(screen);
+            return screen;
         }
         assert!(start.elapsed() < DEADLINE, "no status line in {DEADLINE:?}");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let screen = seen.unwrap_or_else(|| {
-        panic!(
-            "the status line never showed on the last row; last screen:\n{}",
-            t.screen().join("\n")
-        )
-    });
+    panic!(
+        "the status line never showed on the last row; last screen:\n{}",
+        t.screen().join("\n")
+    )
+}
+
+#[test]
+fn status_line_keeps_the_last_row_and_never_mixes_with_cmd_output() {
+    let t = Tmux::start("status-tmux", &trace_line(""));
+    // (a) Shown on the last row while CMD runs.
+    let screen = wait_for_line(&t);
     assert!(
         screen[..ROWS - 1].iter().all(|r| !r.contains(" live · ")),
         "the line is on the last row only:\n{}",
@@ -289,4 +291,27 @@ fn status_line_quiet_and_non_terminal_stderr_get_no_escape_sequence() {
         "stderr not a terminal: no escape sequence: {:?}",
         out.stderr
     );
+}
+
+#[test]
+fn status_line_is_taken_down_on_ctrl_c() {
+    let t = Tmux::start("status-ctrl-c", &trace_line(""));
+    wait_for_line(&t);
+    // ^C through the terminal: SIGINT to CMD and spacetime, as a user's would.
+    t.ok(&["send-keys", "C-c"]);
+    let (status, bytes, history) = t.wait_end();
+    let text = history.join("\n");
+    assert_eq!(status, "130", "CMD died of SIGINT:\n{text}");
+    let out = String::from_utf8_lossy(&bytes);
+    let drawn = out.rfind("\x1b[1;23r").expect("the line was drawn");
+    let released = out.rfind("\x1b7\x1b[r").expect("the screen was given back");
+    assert!(
+        released > drawn,
+        "given back after the last redraw: {out:?}"
+    );
+    assert!(
+        !history.iter().any(|r| r.contains(" live · ")),
+        "no status text left:\n{text}"
+    );
+    assert!(text.contains("SIGINT"), "the summary follows:\n{text}");
 }
