@@ -33,7 +33,6 @@ pub struct MemoryOptions {
     pub pss_interval_ns: u64,
     pub page_size: u64,
     pub quiet: bool,
-    pub width: usize,
     pub started_ns: u64,
 }
 
@@ -62,7 +61,7 @@ impl Memory {
             pss: (o.pss_interval_ns > 0).then(|| PssSampler::new(cfg(o.pss_interval_ns))),
             statm: (!o.kernel_rss)
                 .then(|| StatmSampler::new(cfg(o.pss_interval_ns.max(10_000_000)))),
-            status: StatusLine::stderr(o.quiet, o.width),
+            status: StatusLine::stderr(o.quiet),
             started_ns: o.started_ns,
             proc_by_shown_pids: false,
         }

@@ -153,7 +153,6 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
         pss_interval_ns: args.pss_interval.saturating_mul(1_000_000),
         page_size,
         quiet: args.quiet,
-        width,
         started_ns: release_ns,
     });
     if root.level > 0 && crate::pidns::proc_has_own_pids() {
