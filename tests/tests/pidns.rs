@@ -7,7 +7,8 @@
 use std::process::Command;
 
 use spacetime_tests::{
-    assert_rss, check_invariants, find_process, spacetime_bin, Exit, Outcome, TempDir, Trace, MIB,
+    assert_close_bytes, assert_rss, check_invariants, find_process, spacetime_bin, Exit, Outcome,
+    TempDir, Trace, MIB, PAGE,
 };
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
@@ -78,10 +79,14 @@ fn check_small_tree(out: &Outcome) {
         let p = find_process(&report, t.pid());
         assert_eq!(p.ppid, t.ppid(), "pid {}: ppid as its getppid()", t.pid());
         assert_eq!(p.exit, Some(Exit::Code(0)), "pid {}: exit", t.pid());
-        assert_rss(
+        // Which process a figure belongs to is what this test proves; memory.rs holds the
+        // 4-page exactness bound. Here a tree parent reaps its children after its last
+        // reading, which on 6.1 inside two namespaces was seen to add 5 pages.
+        assert_close_bytes(
             &format!("pid {} ({}) peak_rss_bytes", t.pid(), t.mode()),
             p.peak_rss_bytes,
             t.vmhwm_bytes(),
+            8 * PAGE,
         );
         if t.mode() == "touch" {
             assert_eq!(p.ppid, root.pid, "touch pid {}: the shell forked it", p.pid);

@@ -4,18 +4,14 @@
 //! kernel too old) is one clear sentence. Kernel field offsets come from the running kernel's
 //! BTF and are written into the programs' read-only configuration.
 
-use std::{
-    os::fd::{AsFd, AsRawFd, RawFd},
-    path::Path,
-    time::Instant,
-};
+use std::{path::Path, time::Instant};
 
 use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
     programs::{FEntry, RawTracePoint},
     Ebpf, EbpfLoader,
 };
-use spacetime_common::{mode, pidns_slot, stat, Config};
+use spacetime_common::{mode, stat, Config};
 
 use crate::{
     btf::Btf,
@@ -39,6 +35,12 @@ const REAPING_ENTRIES: u32 = 16384;
 /// System mode: processes exited and not yet freed, for the one group exit of each
 /// (allocated on use).
 const EXITED_ENTRIES: u32 = 16384;
+
+mod own_pid;
+mod stats;
+
+pub use own_pid::{run_own_pid, LearnedPid};
+pub use stats::{parse_sysctl_flag, KernelProgramStats, ProgramStats};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -436,7 +438,7 @@ impl Probes {
             hooks.push(("sched_process_free", "sched_process_free"));
         }
         load_in_parallel(&mut ebpf, &hooks)?;
-        load_own_pid(&mut ebpf);
+        own_pid::load_own_pid(&mut ebpf);
         let mut attach_to =
             |name: &'static str, tracepoint: &'static str| -> Result<(), LoadError> {
                 let err = |source| LoadError::Attach { tracepoint, source };
@@ -587,206 +589,5 @@ impl Probes {
             track_full: sum(stat::TRACK_FULL)?,
             read_failures: sum(stat::READ_FAIL)?,
         })
-    }
-}
-
-/// The `own_pid` program (never attached; see [`run_own_pid`]). Without it spacetime still
-/// works in the initial PID namespace, so a failure is only logged.
-fn load_own_pid(ebpf: &mut Ebpf) {
-    let Some(prog) = ebpf.program_mut(OWN_PID) else {
-        log::debug!("eBPF program {OWN_PID} is missing from the object");
-        return;
-    };
-    let loaded = <&mut RawTracePoint>::try_from(prog).and_then(|p| p.load());
-    if let Err(e) = loaded {
-        log::debug!("loading {OWN_PID}: {e}");
-    }
-}
-
-const OWN_PID: &str = "own_pid";
-
-/// `union bpf_attr` as BPF_PROG_TEST_RUN reads it.
-#[repr(C)]
-#[derive(Default)]
-struct TestRunAttr {
-    prog_fd: u32,
-    retval: u32,
-    data_size_in: u32,
-    data_size_out: u32,
-    data_in: u64,
-    data_out: u64,
-    repeat: u32,
-    duration: u32,
-    ctx_size_in: u32,
-    ctx_size_out: u32,
-    ctx_in: u64,
-    ctx_out: u64,
-    flags: u32,
-    cpu: u32,
-    batch_size: u32,
-    _pad: u32,
-}
-
-/// Runs the `own_pid` program (fd `prog`) once in the calling task's context: a raw
-/// tracepoint's test run executes in the caller, so the program records the caller's kernel
-/// pid and PID-namespace level (see [`Probes::learned_pid`]). Returns 0 or an errno. Only a
-/// system call: safe between fork and exec.
-pub fn run_own_pid(prog: RawFd) -> i32 {
-    const BPF_PROG_TEST_RUN: libc::c_long = 10;
-    let attr = TestRunAttr {
-        prog_fd: prog as u32,
-        ..TestRunAttr::default()
-    };
-    // SAFETY: a valid attribute block of the size passed.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_TEST_RUN,
-            &attr as *const TestRunAttr,
-            std::mem::size_of::<TestRunAttr>(),
-        )
-    };
-    if r == 0 {
-        0
-    } else {
-        // SAFETY: reads this thread's errno.
-        unsafe { *libc::__errno_location() }
-    }
-}
-
-/// What a run of `own_pid` recorded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LearnedPid {
-    /// The kernel (initial namespace) pid of the task that ran it.
-    pub kernel_pid: u32,
-    /// Its PID namespace's level: 0 for the initial namespace.
-    pub level: u32,
-}
-
-impl Probes {
-    /// The `own_pid` program, to be run by a child with [`run_own_pid`]; None when it did not
-    /// load.
-    pub fn own_pid_program(&self) -> Option<RawFd> {
-        let prog: &RawTracePoint = self.ebpf.program(OWN_PID)?.try_into().ok()?;
-        Some(prog.fd().ok()?.as_fd().as_raw_fd())
-    }
-
-    /// What the last run of `own_pid` recorded; None when it never ran.
-    pub fn learned_pid(&self) -> Result<Option<LearnedPid>, LoadError> {
-        const NAME: &str = "PIDNS";
-        let map = self.ebpf.map(NAME).ok_or(LoadError::MissingMap(NAME))?;
-        let arr: aya::maps::Array<_, u32> = aya::maps::Array::try_from(map)
-            .map_err(|source| LoadError::Map { name: NAME, source })?;
-        let get = |i| {
-            arr.get(&i, 0)
-                .map_err(|source| LoadError::Map { name: NAME, source })
-        };
-        let kernel_pid = get(pidns_slot::KERNEL_PID)?;
-        Ok((kernel_pid != 0).then_some(LearnedPid {
-            kernel_pid,
-            level: get(pidns_slot::LEVEL)?,
-        }))
-    }
-}
-
-/// Where the kernel says whether it counts BPF program runs and their time.
-const BPF_STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
-
-/// One loaded program's run count and run time, as the kernel keeps them (only while
-/// `kernel.bpf_stats_enabled` is 1: both stay 0 otherwise).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct ProgramStats {
-    /// The program's name in the object (the kernel keeps 15 characters of it).
-    pub name: String,
-    pub run_cnt: u64,
-    pub run_time_ns: u64,
-    /// `run_time_ns / run_cnt`; null when the program never ran while counted.
-    pub ns_per_run: Option<u64>,
-}
-
-impl ProgramStats {
-    pub fn new(name: String, run_cnt: u64, run_time_ns: u64) -> ProgramStats {
-        ProgramStats {
-            name,
-            run_cnt,
-            run_time_ns,
-            ns_per_run: run_time_ns.checked_div(run_cnt),
-        }
-    }
-}
-
-/// The kernel's statistics of every loaded program.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct KernelProgramStats {
-    /// `kernel.bpf_stats_enabled` read 1 (false also when it could not be read).
-    pub stats_enabled: bool,
-    /// By name; programs present in the object but not loaded on this kernel are left out.
-    pub programs: Vec<ProgramStats>,
-}
-
-/// `kernel.bpf_stats_enabled`'s value, as the sysctl file holds it.
-pub fn parse_sysctl_flag(text: &str) -> Option<bool> {
-    match text.trim().parse::<u32>().ok()? {
-        0 => Some(false),
-        _ => Some(true),
-    }
-}
-
-impl Probes {
-    /// Run counts and times of every loaded program, and whether the kernel is counting them.
-    /// Never fails: a program whose figures cannot be read is left out (and logged).
-    pub fn program_stats(&self) -> KernelProgramStats {
-        let stats_enabled = std::fs::read_to_string(BPF_STATS_SYSCTL)
-            .inspect_err(|e| log::debug!("reading {BPF_STATS_SYSCTL}: {e}"))
-            .ok()
-            .and_then(|t| parse_sysctl_flag(&t))
-            .unwrap_or(false);
-        let mut programs: Vec<ProgramStats> = self
-            .ebpf
-            .programs()
-            // A program not loaded on this kernel (no fentry target, no rss_stat) has no info.
-            .filter_map(|(name, prog)| match prog.info() {
-                Ok(info) => Some(ProgramStats::new(
-                    name.to_string(),
-                    info.run_count(),
-                    u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
-                )),
-                Err(e) => {
-                    log::debug!("no statistics for program {name}: {e}");
-                    None
-                }
-            })
-            .collect();
-        programs.sort_by(|a, b| a.name.cmp(&b.name));
-        KernelProgramStats {
-            stats_enabled,
-            programs,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sysctl_flag() {
-        assert_eq!(parse_sysctl_flag("0\n"), Some(false));
-        assert_eq!(parse_sysctl_flag("1\n"), Some(true));
-        assert_eq!(parse_sysctl_flag(""), None);
-        assert_eq!(parse_sysctl_flag("on"), None);
-    }
-
-    #[test]
-    fn ns_per_run() {
-        let p = ProgramStats::new("sched_process_exit".into(), 4, 1000);
-        assert_eq!(p.ns_per_run, Some(250));
-        assert_eq!(ProgramStats::new("x".into(), 0, 0).ns_per_run, None);
-        let v = serde_json::to_value(&p).expect("serialize");
-        assert_eq!(
-            v,
-            serde_json::json!({"name": "sched_process_exit", "run_cnt": 4,
-                               "run_time_ns": 1000, "ns_per_run": 250})
-        );
     }
 }
