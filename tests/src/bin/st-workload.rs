@@ -654,6 +654,15 @@ fn main() {
                 .into_iter()
                 .map(|h| h.join().unwrap_or_else(|_| die("thread panicked")))
                 .collect();
+            // join() returns when a thread clears its tid, before its exit is done: wait
+            // until the kernel has released them, so every worker's exit precedes the main
+            // thread's and the main thread is the process's last (its end).
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            while std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count()) > 1
+                && std::time::Instant::now() < until
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             rec.begin("threads")
                 .int("threads", n as i64)
                 .ints("tids", &tids)
