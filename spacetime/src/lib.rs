@@ -12,6 +12,7 @@
 pub mod btf;
 pub mod chart;
 pub mod cli;
+pub mod clock;
 pub mod cputime;
 pub mod crosscheck;
 pub mod events;

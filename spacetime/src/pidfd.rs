@@ -27,16 +27,6 @@ pub enum Identity {
     Other,
 }
 
-fn clock_ns(clock: libc::clockid_t) -> i128 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer; both clocks exist.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
-}
-
 /// Field 3 (state) and field 22 (start time, clock ticks) of a stat line; the name (field 2)
 /// may hold spaces and parentheses, so fields count from its last `)`.
 pub fn parse_stat(stat: &[u8]) -> Option<(u8, u64)> {
@@ -55,10 +45,8 @@ pub fn parse_stat(stat: &[u8]) -> Option<(u8, u64)> {
 fn expected_ticks(start_mono_ns: u64) -> (u64, u64) {
     // The kernel reads both clocks at fork; ours are read a few hundred ns apart.
     const ERROR_NS: i128 = 1_000_000;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as i128;
-    let tick = 1_000_000_000 / hz;
-    let suspended = clock_ns(libc::CLOCK_BOOTTIME) - clock_ns(libc::CLOCK_MONOTONIC);
+    let tick = 1_000_000_000 / crate::clock::ticks_per_s() as i128;
+    let suspended = crate::clock::boottime_offset_ns() as i128;
     let boot = start_mono_ns as i128 + suspended;
     let at = |ns: i128| (ns.max(0) / tick) as u64;
     (at(boot - ERROR_NS), at(boot + ERROR_NS))
@@ -167,9 +155,8 @@ mod tests {
         // Our own start time, from the kernel's view of it.
         let stat = std::fs::read("/proc/self/stat").expect("stat");
         let (_, ticks) = parse_stat(&stat).expect("parse");
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as i128;
-        let suspended = clock_ns(libc::CLOCK_BOOTTIME) - clock_ns(libc::CLOCK_MONOTONIC);
+        let hz = crate::clock::ticks_per_s() as i128;
+        let suspended = crate::clock::boottime_offset_ns() as i128;
         let start_mono = (ticks as i128 * (1_000_000_000 / hz) - suspended).max(0) as u64;
         let me = std::process::id();
         assert!(alive(me, start_mono), "own process not proven");

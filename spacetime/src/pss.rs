@@ -329,36 +329,6 @@ impl Scheduler {
     }
 }
 
-/// CLOCK_BOOTTIME − CLOCK_MONOTONIC: /proc/PID/stat dates processes by the boot clock.
-fn boot_offset_ns() -> u64 {
-    let now = |clock| {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: valid pointer; both clocks exist on Linux.
-        unsafe { libc::clock_gettime(clock, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    };
-    let mono = now(libc::CLOCK_MONOTONIC);
-    now(libc::CLOCK_BOOTTIME).saturating_sub(mono)
-}
-
-fn clock_ticks() -> u64 {
-    // SAFETY: sysconf has no memory effects.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if hz > 0 {
-        hz as u64
-    } else {
-        100
-    }
-}
-
-fn page_size() -> u64 {
-    // SAFETY: as above.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as u64 }
-}
-
 /// Reads /proc files of processes into reusable buffers.
 #[derive(Debug)]
 struct ProcReader {
@@ -376,8 +346,8 @@ impl ProcReader {
         ProcReader {
             buf: Vec::with_capacity(4096),
             stat: Vec::with_capacity(1024),
-            boot_offset_ns: boot_offset_ns(),
-            tick_ns: 1_000_000_000 / clock_ticks(),
+            boot_offset_ns: crate::clock::boottime_offset_ns(),
+            tick_ns: 1_000_000_000 / crate::clock::ticks_per_s(),
             verify_start,
             proc_pids: None,
         }
@@ -536,7 +506,7 @@ impl PssSampler {
         PssSampler {
             sched: Scheduler::new(cfg),
             reader: ProcReader::new(cfg.verify_start),
-            page: page_size(),
+            page: crate::clock::page_size(),
         }
     }
 
@@ -626,7 +596,7 @@ impl StatmSampler {
         StatmSampler {
             sched: Scheduler::new(cfg),
             reader: ProcReader::new(cfg.verify_start),
-            page: page_size(),
+            page: crate::clock::page_size(),
         }
     }
 
@@ -673,10 +643,11 @@ pub fn process_key(pid: u32) -> io::Result<Key> {
     let mut buf = Vec::new();
     File::open(format!("/proc/{pid}/stat"))?.read_to_end(&mut buf)?;
     let ticks = stat_start_ticks(&buf).ok_or_else(|| io::Error::other("unparsable stat"))?;
-    let tick_ns = 1_000_000_000 / clock_ticks();
+    let tick_ns = 1_000_000_000 / crate::clock::ticks_per_s();
     Ok(Key {
         tgid: pid,
-        start_ns: (ticks * tick_ns + tick_ns / 2).saturating_sub(boot_offset_ns()),
+        start_ns: (ticks * tick_ns + tick_ns / 2)
+            .saturating_sub(crate::clock::boottime_offset_ns()),
     })
 }
 

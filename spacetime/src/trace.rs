@@ -13,6 +13,7 @@ use tokio::io::{unix::AsyncFd, Interest};
 use crate::{
     chart,
     cli::{TraceArgs, EXIT_OWN_FAILURE},
+    clock::monotonic_ns,
     crosscheck::{cross_check, Clock, Collector, PerProcess},
     events::decode,
     export::perfetto,
@@ -51,16 +52,6 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
     fn from(e: E) -> Self {
         Failure::Other(e.into())
     }
-}
-
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
@@ -145,8 +136,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
             root.level
         ));
     }
-    // SAFETY: sysconf cannot fail for _SC_PAGESIZE.
-    let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+    let page_size = crate::clock::page_size();
     let width = terminal_width(&io::stderr());
     let mut memory = Memory::new(MemoryOptions {
         kernel_rss: probes.rss_tracking,
@@ -572,7 +562,7 @@ async fn consume(
     }
     Ok(Outcome {
         root_status,
-        end_ns: crate::trace::monotonic_ns(),
+        end_ns: monotonic_ns(),
     })
 }
 
@@ -657,15 +647,8 @@ fn open_taskstats(args: &TraceArgs) -> Result<TaskstatsListener, String> {
 
 /// CLOCK_REALTIME − CLOCK_MONOTONIC now: taskstats dates tasks by the wall clock.
 fn clock_offset() -> Clock {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    let real = ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128;
     Clock {
-        realtime_offset_ns: real - monotonic_ns() as i128,
+        realtime_offset_ns: crate::clock::realtime_offset_ns() as i128,
     }
 }
 

@@ -245,21 +245,11 @@ fn process_tree(tree: &Tree) -> Msg {
     m
 }
 
-fn clock_now_ns(clock: libc::clockid_t) -> i128 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid pointer; these clocks always exist.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
-}
-
 /// The trace clock's 0 (t0, a CLOCK_MONOTONIC time) on BOOTTIME, MONOTONIC and REALTIME:
 /// the other clocks' offsets from MONOTONIC are read now.
 fn clock_snapshot(t0_ns: u64) -> Msg {
-    let mono = clock_now_ns(libc::CLOCK_MONOTONIC);
-    let at_t0 = |clock| (t0_ns as i128 + clock_now_ns(clock) - mono).max(0) as u64;
+    let mono = crate::clock::now_ns(libc::CLOCK_MONOTONIC);
+    let at_t0 = |clock| (t0_ns as i128 + crate::clock::now_ns(clock) - mono).max(0) as u64;
     let mut m = Msg::new();
     for (id, ts) in [
         (TRACE_CLOCK, 0),

@@ -25,7 +25,7 @@ impl Origin {
     /// The origin of a trace whose root started at `t0_mono_ns` (CLOCK_MONOTONIC).
     pub fn now(t0_mono_ns: u64) -> Origin {
         let (host, kernel_release) = uname();
-        let offset = clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC);
+        let offset = crate::clock::realtime_offset_ns() as i128;
         let start_unix_ns = (t0_mono_ns as i128 + offset).max(0) as u64;
         Origin {
             schema_version: SCHEMA_VERSION,
@@ -36,16 +36,6 @@ impl Origin {
             start_rfc3339: rfc3339(start_unix_ns),
         }
     }
-}
-
-fn clock_ns(clock: libc::clockid_t) -> i128 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid pointer; both clocks always exist.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
 }
 
 /// (nodename, release) from uname(2).
@@ -115,7 +105,7 @@ mod tests {
 
     #[test]
     fn origin_is_this_machine() {
-        let o = Origin::now(clock_ns(libc::CLOCK_MONOTONIC) as u64);
+        let o = Origin::now(crate::clock::monotonic_ns());
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
         assert_eq!(o.kernel_release, release.trim());
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");

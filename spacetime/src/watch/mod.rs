@@ -46,7 +46,7 @@ use cgroup::Cgroups;
 use coverage::Coverage;
 use filter::Filter;
 use metrics::Metrics;
-use output::{page_size, Output};
+use output::Output;
 use table::{Table, TableOptions};
 use watcher::{Io, Watch};
 
@@ -68,21 +68,6 @@ pub fn main(args: WatchArgs, verbose: u8) -> i32 {
             EXIT_OWN_FAILURE
         }
     }
-}
-
-fn clock_ns(clock: libc::clockid_t) -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer; both clocks always exist.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
-
-/// CLOCK_REALTIME - CLOCK_MONOTONIC: turns record timestamps into wall-clock time.
-fn wall_offset_ns() -> i64 {
-    clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// Why the watch ended.
@@ -167,7 +152,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         }
     }
     // Every program is attached from here on (each was attached in turn while loading).
-    let attached_ns = clock_ns(libc::CLOCK_MONOTONIC) as u64;
+    let attached_ns = crate::clock::monotonic_ns();
     let ring = probes.take_events()?;
     // Opened after the programs are attached: every taskstats record has its BPF exit.
     let (taskstats, taskstats_unavailable) = if args.no_taskstats {
@@ -185,7 +170,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         }
     };
     // Exits before the listener was registered have no taskstats record to match.
-    let taskstats_since_ns = clock_ns(libc::CLOCK_MONOTONIC) as u64;
+    let taskstats_since_ns = crate::clock::monotonic_ns();
     let mut table = Table::new(TableOptions {
         max_processes: args.max_processes.max(1),
         ancestry: args.ancestry,
@@ -207,7 +192,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     if verbose > 0 && !cgroups.available() {
         crate::errln!("spacetime: no cgroup2 mount: cgroups are shown as ids");
     }
-    out.set_wall_offset(wall_offset_ns());
+    out.set_wall_offset(crate::clock::realtime_offset_ns());
     // What is watched goes before the table, so the header is the last line before the rows.
     crate::errln!(
         "spacetime: watching {}; {seeded} processes running; Ctrl-C to stop",
@@ -238,8 +223,8 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         cgroups,
         peaks: summary::Peaks::default(),
         ancestry: Vec::new(),
-        wall_offset_ns: wall_offset_ns(),
-        page: page_size(),
+        wall_offset_ns: crate::clock::realtime_offset_ns(),
+        page: crate::clock::page_size(),
         threads: args.threads,
         count: args.count,
         stop: None,

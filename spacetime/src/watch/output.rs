@@ -229,7 +229,12 @@ impl Output {
             for (img, peak) in x
                 .images
                 .iter()
-                .map(|i| (&*i.image, i.peak_rss_pages.map(|p| p * page_size())))
+                .map(|i| {
+                    (
+                        &*i.image,
+                        i.peak_rss_pages.map(|p| p * crate::clock::page_size()),
+                    )
+                })
                 .chain(last)
             {
                 let peak = peak.map_or("-".into(), units::bytes);
@@ -247,11 +252,6 @@ impl Output {
         }
         self.line = l;
     }
-}
-
-pub fn page_size() -> u64 {
-    // SAFETY: sysconf cannot fail for _SC_PAGESIZE.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as u64 }
 }
 
 /// Appends `s` (escaped or own text), cut to `budget` columns with an ellipsis.
@@ -448,7 +448,7 @@ struct Images<'a, 'b>(&'a ExitView<'b>);
 impl Serialize for Images<'_, '_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let x = self.0;
-        let page = page_size();
+        let page = crate::clock::page_size();
         let mut seq = s.serialize_seq(Some(x.images.len() + 1))?;
         for i in x.images {
             seq.serialize_element(&ImageJson(

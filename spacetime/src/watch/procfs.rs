@@ -32,23 +32,12 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
     })
 }
 
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer; the clocks used exist on every supported kernel.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// A /proc start time (clock ticks since boot) on the records' clock (CLOCK_MONOTONIC ns),
 /// to the tick.
 fn start_mono_ns(start_ticks: u64) -> u64 {
-    // SAFETY: sysconf cannot fail for _SC_CLK_TCK.
-    let hz = (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as u64;
+    let hz = crate::clock::ticks_per_s();
     // /proc start times count from boot including suspend; the records' from CLOCK_MONOTONIC.
-    let suspended = clock_ns(libc::CLOCK_BOOTTIME).saturating_sub(clock_ns(libc::CLOCK_MONOTONIC));
+    let suspended = crate::clock::boottime_offset_ns();
     let ns = (start_ticks as u128 * 1_000_000_000 / hz as u128) as u64;
     ns.saturating_sub(suspended)
 }
@@ -133,6 +122,6 @@ mod tests {
         assert!(e.image.argv().count() >= 1, "own argv");
         assert!(e.threads >= 1);
         // Start time within a tick or so of the truth, on the monotonic clock.
-        assert!(e.start_ns <= clock_ns(libc::CLOCK_MONOTONIC));
+        assert!(e.start_ns <= crate::clock::monotonic_ns());
     }
 }

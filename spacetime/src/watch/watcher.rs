@@ -22,7 +22,7 @@ use super::{
     output::Output,
     reap, summary,
     table::{Ancestor, Table},
-    wall_offset_ns, Stop,
+    Stop,
 };
 use crate::{
     events::{decode, Event},
@@ -245,7 +245,7 @@ impl Watch {
         }
         self.sync_coverage();
         self.metrics.table_size = self.table.len() as u64;
-        self.wall_offset_ns = wall_offset_ns();
+        self.wall_offset_ns = crate::clock::realtime_offset_ns();
         self.out.set_wall_offset(self.wall_offset_ns);
         self.out.refresh_width();
     }

@@ -14,13 +14,7 @@ impl OwnProcess {
     pub fn read() -> Option<OwnProcess> {
         let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
         let boot_s = boot_time_s()?;
-        // SAFETY: sysconf has no preconditions.
-        let (tck, page) = unsafe {
-            (
-                libc::sysconf(libc::_SC_CLK_TCK),
-                libc::sysconf(libc::_SC_PAGESIZE),
-            )
-        };
+        let (tck, page) = (crate::clock::ticks_per_s(), crate::clock::page_size());
         let f = StatFields::parse(&stat)?;
         let open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
         let mut lim = libc::rlimit {
@@ -35,7 +29,7 @@ impl OwnProcess {
         let tck = tck.max(1) as f64;
         Some(OwnProcess {
             cpu_seconds: (f.utime + f.stime) as f64 / tck,
-            resident_bytes: f.rss_pages.saturating_mul(page.max(0) as u64),
+            resident_bytes: f.rss_pages.saturating_mul(page),
             virtual_bytes: f.vsize,
             start_time_seconds: boot_s as f64 + f.starttime as f64 / tck,
             open_fds,
