@@ -48,7 +48,7 @@ impl Filter {
             .collect();
         for (path, glob) in &cgroup {
             if let Some(why) = missing_cgroup(path).filter(|_| !glob) {
-                eprintln!("spacetime: warning: --cgroup {path}: {why}");
+                crate::errln!("spacetime: warning: --cgroup {path}: {why}");
             }
         }
         if let Some(pid) = a.pid_tree {
