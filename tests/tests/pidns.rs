@@ -15,15 +15,14 @@ const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 /// A new PID namespace with its own /proc, spacetime as its pid 1.
 const NEW_PIDNS: [&str; 4] = ["unshare", "--pid", "--fork", "--mount-proc"];
 
-fn have_unshare() -> bool {
+/// unshare(1) is on the CI host (util-linux) and in the 6.1 guest (busybox): its absence is a
+/// broken test machine, not a reason to skip.
+fn require_unshare() {
     let ok = Command::new("unshare")
         .arg("--help")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("no unshare(1): skipped");
-    }
-    ok
+    assert!(ok, "unshare(1) is needed: install util-linux");
 }
 
 /// `sh -c` running a tree of 1 + 2 + 4 processes and a process touching 8 MiB, then exiting
@@ -111,9 +110,7 @@ fn check_small_tree(out: &Outcome) {
 
 #[test]
 fn tree_inside_a_pid_namespace() {
-    if !have_unshare() {
-        return;
-    }
+    require_unshare();
     let out = Trace::new(small_tree())
         .under(NEW_PIDNS)
         .tag("pidns-tree")
@@ -124,9 +121,7 @@ fn tree_inside_a_pid_namespace() {
 /// spacetime two namespaces down: its level is 2, pids are still those of its own namespace.
 #[test]
 fn tree_inside_a_nested_pid_namespace() {
-    if !have_unshare() {
-        return;
-    }
+    require_unshare();
     let nested: Vec<&str> = NEW_PIDNS.iter().chain(NEW_PIDNS.iter()).copied().collect();
     let out = Trace::new(small_tree())
         .under(nested)
@@ -139,9 +134,7 @@ fn tree_inside_a_nested_pid_namespace() {
 /// namespace gives it (the second number of its NSpid line), not its own pid 1.
 #[test]
 fn process_in_a_deeper_namespace_has_the_pid_spacetime_sees() {
-    if !have_unshare() {
-        return;
-    }
+    require_unshare();
     let out = Trace::new([
         "unshare",
         "--pid",
@@ -179,9 +172,7 @@ fn process_in_a_deeper_namespace_has_the_pid_spacetime_sees() {
 /// 64 MiB of private pages has a PSS of about that, under its own pid in the timeline.
 #[test]
 fn pss_is_sampled_inside_a_pid_namespace() {
-    if !have_unshare() {
-        return;
-    }
+    require_unshare();
     let out = Trace::new([WL, "hold", "64", "300"])
         .under(NEW_PIDNS)
         .tag("pidns-pss")
@@ -215,9 +206,7 @@ fn pss_is_sampled_inside_a_pid_namespace() {
 /// kernel's.
 #[test]
 fn watch_inside_a_pid_namespace_shows_namespace_pids() {
-    if !have_unshare() {
-        return;
-    }
+    require_unshare();
     let dir = TempDir::new("pidns-watch");
     let token = format!("pidns-watch-{}", std::process::id());
     // Waits poll files for a line (bounded): the shell has no other way to see them.
@@ -273,9 +262,7 @@ fn watch_inside_a_pid_namespace_shows_namespace_pids() {
 /// refused in one sentence rather than following a stranger.
 #[test]
 fn watch_pid_tree_inside_a_pid_namespace_is_refused() {
-    if !have_unshare() {
-        return;
-    }
+    require_unshare();
     let out = Command::new(NEW_PIDNS[0])
         .args(&NEW_PIDNS[1..])
         .arg(spacetime_bin())

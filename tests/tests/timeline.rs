@@ -408,18 +408,10 @@ fn a_pipeline_reaches_every_peak() {
     assert_chart_reaches(&out.stderr, peak);
 }
 
-/// Whether `prog` is on PATH (the 6.1 guest has busybox, without make or a compiler).
-fn on_path(prog: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
-}
-
 #[test]
 fn a_small_make_reaches_every_peak() {
-    if !(on_path("make") && on_path("cc")) {
-        eprintln!("skipped: no make or cc on PATH");
-        return;
-    }
+    // make and cc come with the bench's packages on the host; the busybox 6.1 guest has
+    // neither, and xtask's vm-test leaves this test out there, saying so.
     let dir = spacetime_tests::TempDir::new("tl-make");
     let mut rules = String::from("all:");
     for i in 0..4 {

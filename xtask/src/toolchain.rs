@@ -116,12 +116,14 @@ fn ensure_bpf_linker() -> Result<()> {
 }
 
 /// What the integration tests run besides spacetime: a real Prometheus server and promtool
-/// for the metrics tests, tmux for the terminal tests (an 80-column pane).
+/// for the metrics tests, tmux for the terminal tests (an 80-column pane), make and a C
+/// compiler for the timeline's make test.
 pub fn ensure_test_tools() -> Result<()> {
     apt_install(
-        &["prometheus", "tmux"],
+        &["prometheus", "tmux", "make", "gcc", "libc6-dev"],
         "the metrics tests scrape `watch --metrics` with a real Prometheus and lint it with \
-         promtool; the terminal tests run spacetime in an 80-column tmux pane",
+         promtool; the terminal tests run spacetime in an 80-column tmux pane; a timeline \
+         test traces a small make",
     )
 }
 
