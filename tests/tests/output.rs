@@ -248,27 +248,40 @@ fn output_file_appends_and_json_dash_is_stdout() {
     assert_eq!(both, format!("{first}2\n"), "appended");
 }
 
-#[test]
-fn watch_stops_cleanly_when_its_output_closes() {
+/// Runs `spacetime watch ARGS` with stderr captured, making exits until it stops by itself
+/// (each exit is written, and a write is what fails); returns (status code, stderr).
+fn watch_until_it_stops(
+    args: &[&std::ffi::OsStr],
+    stdout: Stdio,
+    why: &str,
+) -> (Option<i32>, String) {
     let mut child = Command::new(spacetime_bin())
         .arg("watch")
+        .args(args)
         .stdin(Stdio::null())
-        .stdout(broken_pipe())
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
         .expect("start spacetime watch");
-    // Any exit on the system is written, and the write fails: keep some coming.
     let until = std::time::Instant::now() + std::time::Duration::from_secs(90);
     while child.try_wait().expect("try_wait").is_none() {
         if std::time::Instant::now() > until {
             let _ = child.kill();
-            panic!("watch still running with its output closed");
+            panic!("watch still running with {why}");
         }
         let _ = Command::new("true").status();
     }
     let out = child.wait_with_output().expect("wait");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn watch_stops_cleanly_when_its_output_closes() {
+    let (code, stderr) = watch_until_it_stops(&[], broken_pipe(), "its output closed");
+    assert_eq!(code, Some(0), "{stderr}");
     assert!(
         stderr.contains("stopped: the output was closed"),
         "{stderr}"
@@ -284,26 +297,9 @@ fn watch_output_on_a_full_disk_is_a_failure_with_the_summary() {
     let dir = TempDir::new("watch-full");
     let _full = FullTmpfs::mount(dir.path());
     let log = dir.path().join("exits.jsonl");
-    let mut child = Command::new(spacetime_bin())
-        .args(["watch", "--json", "-o"])
-        .arg(&log)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start spacetime watch");
-    // Exits keep coming until a write reaches the full disk.
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(90);
-    while child.try_wait().expect("try_wait").is_none() {
-        if std::time::Instant::now() > until {
-            let _ = child.kill();
-            panic!("watch still running with its output on a full disk");
-        }
-        let _ = Command::new("true").status();
-    }
-    let out = child.wait_with_output().expect("wait");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(74), "{stderr}");
+    let args = ["--json".as_ref(), "-o".as_ref(), log.as_os_str()];
+    let (code, stderr) = watch_until_it_stops(&args, Stdio::null(), "its output on a full disk");
+    assert_eq!(code, Some(74), "{stderr}");
     assert!(stderr.contains("writing the output"), "{stderr}");
     assert!(
         stderr.contains("spacetime: watched "),

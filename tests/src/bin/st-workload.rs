@@ -339,6 +339,25 @@ fn ptrs(v: &[CString]) -> Vec<*const libc::c_char> {
         .collect()
 }
 
+/// A fresh private anonymous read-write mapping of `len` bytes (dies on failure).
+fn map_anon(len: usize) -> *mut u8 {
+    // SAFETY: a new anonymous mapping; the kernel picks the address.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        sys_die("mmap");
+    }
+    p.cast()
+}
+
 /// mmaps `mib` MiB of private anonymous memory and writes one byte in every page. Never unmapped.
 fn touch(mib: usize) {
     if mib == 0 {
@@ -346,19 +365,8 @@ fn touch(mib: usize) {
     }
     let len = mib << 20;
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let p = map_anon(len);
     unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if p == libc::MAP_FAILED {
-            sys_die("mmap");
-        }
-        let p = p.cast::<u8>();
         for off in (0..len).step_by(page) {
             std::ptr::write_volatile(p.add(off), 1);
         }
@@ -518,22 +526,10 @@ fn main() {
             let big: usize = parse(&args, 2, "BIG");
             let small: usize = parse(&args, 3, "SMALL");
             let len = big << 20;
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                sys_die("mmap");
-            }
+            let p = map_anon(len);
             let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
             for off in (0..len).step_by(page) {
-                unsafe { std::ptr::write_volatile(p.cast::<u8>().add(off), 1) };
+                unsafe { std::ptr::write_volatile(p.add(off), 1) };
             }
             // The first pass warms the reading path (its text, its buffer); the second folds
             // this thread's pending RSS counts first (see fold_rss_counters), so VmRSS is exact.
@@ -545,7 +541,7 @@ fn main() {
                 let status = std::fs::read("/proc/self/status").unwrap_or_else(|_| die("status"));
                 at_peak = status_kib(&status, b"VmRSS:");
             }
-            unsafe { libc::munmap(p, len) };
+            unsafe { libc::munmap(p.cast(), len) };
             touch(small);
             rec.begin("peak-free")
                 .int("peak_vmrss_kib", at_peak)
@@ -938,19 +934,8 @@ fn fill_and_unmap(mib: usize) {
     if len == 0 {
         return;
     }
+    let p = map_anon(len);
     unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if p == libc::MAP_FAILED {
-            sys_die("mmap");
-        }
-        let p = p.cast::<u8>();
         for off in 0..len {
             std::ptr::write_volatile(p.add(off), b'F');
         }
