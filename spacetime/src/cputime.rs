@@ -44,6 +44,13 @@ pub fn cputime_adjust(rtime: u64, utime: u64, stime: u64, prev: Split) -> Split 
     }
 }
 
+/// A precise run time split in the ratio of its tick samples with nothing handed out before:
+/// (user, system). For figures summed at exits, where no wait has run yet.
+pub fn split_runtime(rtime: u64, utime: u64, stime: u64) -> (u64, u64) {
+    let s = cputime_adjust(rtime, utime, stime, Split::default());
+    (s.user_ns, s.sys_ns)
+}
+
 /// The process's CPU time at its release, as its reaper's wait4 returned it: the same
 /// computation on the final figures, starting from what the wait handed out (`prev_cputime`).
 /// The two differ only if the child's final schedule folded runtime in after the wait read it

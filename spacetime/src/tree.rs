@@ -290,20 +290,6 @@ impl Process {
     }
 }
 
-/// Splits a thread's precise run time into user and system time in the ratio of its tick
-/// samples, as the kernel does for getrusage (cputime_adjust).
-pub fn split_runtime(runtime_ns: u64, utime_ns: u64, stime_ns: u64) -> (u64, u64) {
-    if stime_ns == 0 {
-        return (runtime_ns, 0);
-    }
-    if utime_ns == 0 {
-        return (0, runtime_ns);
-    }
-    let user =
-        (runtime_ns as u128 * utime_ns as u128 / (utime_ns as u128 + stime_ns as u128)) as u64;
-    (user, runtime_ns - user)
-}
-
 #[derive(Debug, Default)]
 pub struct Tree {
     procs: Vec<Process>,
@@ -556,7 +542,7 @@ impl Tree {
         let p = &mut self.procs[i];
         // Out of order: the release already gave the final figures.
         if !p.cpu_final {
-            let (user, sys) = split_runtime(x.runtime_ns, x.utime_ns, x.stime_ns);
+            let (user, sys) = cputime::split_runtime(x.runtime_ns, x.utime_ns, x.stime_ns);
             p.user_ns += user;
             p.sys_ns += sys;
         }

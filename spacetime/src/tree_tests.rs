@@ -253,8 +253,8 @@ fn wait_status_decoding() {
             core_dumped: true
         }
     );
-    assert_eq!(split_runtime(100, 3, 1), (75, 25));
-    assert_eq!(split_runtime(100, 0, 0), (100, 0));
+    assert_eq!(cputime::split_runtime(100, 3, 1), (75, 25));
+    assert_eq!(cputime::split_runtime(100, 0, 0), (100, 0));
 }
 
 /// Inside a PID namespace: keyed by the kernel's pids, shown with the namespace's from the

@@ -5,7 +5,7 @@ use spacetime_common::{flags, ExitEvent, TASK_COMM_LEN};
 
 use super::identity::Identity;
 use super::table::{Ancestor, EndedImage, Entry, ImageInfo};
-use crate::tree::{split_runtime, ExitStatus};
+use crate::{cputime::split_runtime, tree::ExitStatus};
 
 pub struct ExitView<'a> {
     /// A thread exit (`--threads`), not the end of a process.

@@ -25,8 +25,8 @@ use ancestry::Ghost;
 use spacetime_common::{flags, ExitEvent, ForkEvent, ImageEndEvent};
 
 use crate::{
+    cputime::split_runtime,
     events::{Args, Comm, Exec},
-    tree::split_runtime,
 };
 
 /// How far a start time read from /proc (clock ticks) may be from the exact one.

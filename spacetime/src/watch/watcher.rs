@@ -25,10 +25,11 @@ use super::{
     Stop,
 };
 use crate::{
+    cputime::split_runtime,
     events::{decode, Event},
     loader::{KernelLogger, Probes},
     taskstats::{TaskstatsListener, TaskstatsRecord},
-    tree::{split_runtime, ExitStatus},
+    tree::ExitStatus,
 };
 
 /// How often the ring buffer is drained when the kernel has not woken us.
