@@ -31,6 +31,8 @@ const RELEASE_GRACE: Duration = Duration::from_millis(1000);
 
 pub(super) struct Outcome {
     pub root_status: Option<ExitStatus>,
+    /// The first SIGINT, SIGTERM or SIGHUP spacetime received during the run.
+    pub stop_signal: Option<libc::c_int>,
     pub end_ns: u64,
     pub decode_errors: u64,
 }
@@ -177,6 +179,7 @@ pub(super) async fn consume(
     // SAFETY: as above.
     let sig = unsafe { AsyncFd::register_with_interest(sigfd, Interest::READABLE) }?;
     let mut root_status = None;
+    let mut stop_signal = None;
     let mut no_children = reap(root_pid, &mut root_status);
     // The kernel wakes us only when the ring fills up (wake-ups are costly per record), so
     // the ring is also drained on this tick.
@@ -195,6 +198,9 @@ pub(super) async fn consume(
             guard = sig.readable() => {
                 let mut guard = guard?;
                 for (signo, from_process) in read_signals(sigfd) {
+                    if signo != libc::SIGCHLD {
+                        stop_signal.get_or_insert(signo);
+                    }
                     if signo == libc::SIGCHLD {
                         no_children = reap(root_pid, &mut root_status);
                     } else if from_process {
@@ -244,6 +250,7 @@ pub(super) async fn consume(
     }
     Ok(Outcome {
         root_status,
+        stop_signal,
         end_ns: monotonic_ns(),
         decode_errors: sink.decode_errors,
     })

@@ -107,6 +107,8 @@ pub struct Session {
     page_size: u64,
     /// An earlier run ended with processes of its tree still running.
     earlier_left: bool,
+    /// Where started commands' standard streams go ([`Session::detach_stdio`]).
+    stdio: launch::Stdio,
     _delayacct: DelayAcct,
 }
 
@@ -155,8 +157,15 @@ impl Session {
             rt,
             page_size: crate::clock::page_size(),
             earlier_left: false,
+            stdio: launch::Stdio::default(),
             _delayacct: delayacct,
         })
+    }
+
+    /// Where the standard streams of the commands started from now on go (default: they
+    /// share spacetime's): `spacetime bench` reads no input and shows no output of its runs.
+    pub fn detach_stdio(&mut self, stdio: launch::Stdio) {
+        self.stdio = stdio;
     }
 
     /// The loaded programs: load time, mechanisms in use, ring buffer size.
@@ -266,7 +275,8 @@ impl Session {
     }
 
     fn spawn(&mut self, s: &Spawn<'_>) -> Result<Root, RunError> {
-        let held = launch::spawn_held(s.path, s.argv, s.creds, self.probes.own_pid_program())?;
+        let own_pid = self.probes.own_pid_program();
+        let held = launch::spawn_held_with(s.path, s.argv, s.creds, own_pid, self.stdio)?;
         // Signals and waitpid take the pid as spacetime's namespace numbers it; the kernel
         // programs and the tree key processes by the kernel's.
         let pid = held.pid as u32;
@@ -350,6 +360,7 @@ impl Session {
             memory,
             per_process,
             root_status: outcome.root_status,
+            stop_signal: outcome.stop_signal,
             t0_ns,
             end_ns,
             page_size,
@@ -424,6 +435,9 @@ pub struct Run {
     pub per_process: PerProcess,
     /// The root's exit status (None: it was not seen to exit).
     pub root_status: Option<ExitStatus>,
+    /// The first SIGINT, SIGTERM or SIGHUP spacetime received during the run (forwarded to
+    /// the command when a process sent it; the terminal's already reached it).
+    pub stop_signal: Option<libc::c_int>,
     /// CLOCK_MONOTONIC when the root started and when the run ended.
     pub t0_ns: u64,
     pub end_ns: u64,
