@@ -50,11 +50,27 @@ Examples:
   sudo spacetime watch --metrics 9464 -o /dev/null
       Serve OpenMetrics for Prometheus on 127.0.0.1:9464";
 
+const BENCH_EXAMPLES: &str = "\
+Examples:
+  sudo spacetime bench 'gzip -k -f big.tar' 'zstd -k -f big.tar'
+      10 traced runs of each: time, peak memory of the largest process and of the whole
+      tree, and which differences are significant
+  sudo spacetime bench -N -r 30 -w 3 './old --input x' './new --input x'
+      No shell: each command split like a shell and exec'd; 3 warm-up runs first
+  sudo spacetime bench --prepare 'sync; echo 3 > /proc/sys/vm/drop_caches' 'grep -r foo /usr'
+      Cold caches before every run
+  sudo spacetime bench --json bench.json --export-markdown bench.md 'make -j4' 'make -j8'
+      Every run's figures as JSON; a Markdown table to paste";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run CMD and report its whole process tree on stderr
     #[command(after_help = TRACE_EXAMPLES)]
     Trace(TraceArgs),
+    /// Run each command many times, every run fully traced (programs loaded once): time and
+    /// exact peak memory with their spread, and the commands compared
+    #[command(after_help = BENCH_EXAMPLES)]
+    Bench(crate::bench::BenchArgs),
     /// Report every process exit on the system: runtime, CPU, peak memory, exit status, argv,
     /// ancestry; as a table, JSON lines or OpenMetrics
     #[command(after_help = WATCH_EXAMPLES)]

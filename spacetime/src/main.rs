@@ -24,6 +24,7 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Command::Trace(args) => spacetime::trace::main(args, cli.verbose),
         Command::Watch(args) => spacetime::watch::main(args, cli.verbose),
+        Command::Bench(args) => spacetime::bench::main(args, cli.verbose),
         Command::Completions { shell } => written(spacetime::cli::write_completions(
             shell,
             &mut std::io::stdout().lock(),

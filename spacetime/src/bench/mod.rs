@@ -12,3 +12,58 @@ pub mod stats;
 pub mod summary;
 
 pub use args::BenchArgs;
+pub mod driver;
+mod tracer;
+mod untraced;
+
+use crate::cli::EXIT_OWN_FAILURE;
+
+/// Entry point of the subcommand: returns the process exit status (0; 1 when a command
+/// failed without `--ignore-failure`; 130 after Ctrl-C; 125 when spacetime itself failed).
+pub fn main(args: BenchArgs, verbose: u8) -> i32 {
+    let plan = match plan(&args) {
+        Ok(p) => p,
+        Err(e) => {
+            crate::errln!("spacetime: {e:#}");
+            return e
+                .downcast_ref::<crate::launch::LaunchError>()
+                .map_or(EXIT_OWN_FAILURE, |l| l.exit_code());
+        }
+    };
+    match tracer::SessionTracer::open(verbose, plan.creds.clone(), args.show_output) {
+        Ok(mut t) => driver::run(plan, &mut t),
+        Err(e) => {
+            crate::errln!("spacetime: {e:#}");
+            EXIT_OWN_FAILURE
+        }
+    }
+}
+
+/// Everything checked before the programs load and anything runs: the commands split, the
+/// export paths writable, the user the commands run as.
+fn plan(args: &BenchArgs) -> anyhow::Result<driver::Plan<'_>> {
+    let commands = args.commands()?;
+    // A command that cannot be found fails before anything runs.
+    let paths = commands
+        .iter()
+        .map(|c| crate::launch::resolve(&c.argv[0]))
+        .collect::<Result<Vec<_>, _>>()?;
+    let prepares = args.prepares()?;
+    let files = export::Files::open(
+        args.json.as_deref(),
+        args.export_markdown.as_deref(),
+        args.export_csv.as_deref(),
+    )?;
+    let creds = match args.keep_root {
+        true => None,
+        false => crate::launch::sudo_credentials()?,
+    };
+    Ok(driver::Plan {
+        args,
+        commands,
+        paths,
+        prepares,
+        creds,
+        files,
+    })
+}

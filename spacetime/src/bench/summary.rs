@@ -145,8 +145,8 @@ fn lines(s: &mut String, m: &Metric, results: &[CommandResult], what: &str) {
             _ => "infinitely".into(),
         };
         let sig = match rel.p_value {
-            Some(p) if rel.significant => format!("significant, p = {}", p_text(p)),
-            Some(p) => format!("not significant, p = {}", p_text(p)),
+            Some(p) if rel.significant => format!("significant, {}", p_text(p)),
+            Some(p) => format!("not significant, {}", p_text(p)),
             None => "significance unknown: one run".into(),
         };
         let _ = writeln!(s, "    {ratio} {what} {}  ({sig})", name(i));
@@ -155,9 +155,9 @@ fn lines(s: &mut String, m: &Metric, results: &[CommandResult], what: &str) {
 
 fn p_text(p: f64) -> String {
     if p < 0.001 {
-        "< 0.001".into()
+        "p < 0.001".into()
     } else {
-        format!("{p:.3}")
+        format!("p = {p:.3}")
     }
 }
 
@@ -187,7 +187,7 @@ mod tests {
         let c = compare(&results).expect("two");
         let text = comparison(&results, &c);
         assert!(
-            text.contains("2.00 ± 0.00 times less than big  (significant, p = < 0.001)"),
+            text.contains("2.00 ± 0.00 times less than big  (significant, p < 0.001)"),
             "{text}"
         );
         assert!(text.contains("2.91 ± "), "{text}");

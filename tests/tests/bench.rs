@@ -1,0 +1,451 @@
+//! `spacetime bench`: every run's figures against the workload's own truth (VmHWM read right
+//! before it exits), per-run exit codes, the comparison, the exports, and how a bench stops.
+
+use std::{
+    ffi::OsString,
+    os::unix::ffi::OsStringExt,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use spacetime_tests::{assert_rss, spacetime_bin, TempDir, Truth, MIB};
+
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+const LIMIT: Duration = Duration::from_secs(180);
+
+/// A finished `spacetime bench`.
+struct Out {
+    code: i32,
+    stdout: Vec<u8>,
+    stderr: String,
+    dir: TempDir,
+}
+
+impl Out {
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The `--json` export (every bench here writes one to `bench.json`).
+    fn json(&self) -> Value {
+        let text = std::fs::read(self.path("bench.json"))
+            .unwrap_or_else(|e| panic!("bench.json: {e}; stderr: {}", self.stderr));
+        serde_json::from_slice(&text)
+            .unwrap_or_else(|e| panic!("bench.json does not parse: {e}; stderr: {}", self.stderr))
+    }
+
+    /// The workload's truth lines, in the order the runs wrote them.
+    fn truth(&self) -> Vec<Truth> {
+        read_lines(&self.path("truth.jsonl"))
+            .iter()
+            .map(|l| Truth(serde_json::from_str(l).expect("truth line parses")))
+            .collect()
+    }
+
+    fn context(&self) -> String {
+        format!(
+            "status {}; stdout:\n{}\nstderr:\n{}",
+            self.code,
+            String::from_utf8_lossy(&self.stdout),
+            self.stderr
+        )
+    }
+}
+
+fn read_lines(p: &Path) -> Vec<String> {
+    match std::fs::read_to_string(p) {
+        Ok(t) => t.lines().map(String::from).collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => panic!("{}: {e}", p.display()),
+    }
+}
+
+/// Starts `spacetime bench --json DIR/bench.json FLAGS… COMMANDS…` with `ST_TRUTH` in DIR;
+/// `DIR` in a flag or command is replaced by the directory.
+fn start(tag: &str, flags: &[&str], commands: &[OsString]) -> (Child, TempDir) {
+    let dir = TempDir::new(tag);
+    let d = dir.path().to_str().expect("utf-8 temp dir").to_string();
+    let mut c = Command::new(spacetime_bin());
+    c.arg("bench")
+        .arg("--json")
+        .arg(dir.path().join("bench.json"));
+    c.args(flags.iter().map(|f| f.replace("DIR", &d)));
+    c.args(commands);
+    for k in ["SUDO_UID", "SUDO_GID", "SUDO_USER"] {
+        c.env_remove(k);
+    }
+    c.env("ST_TRUTH", dir.path().join("truth.jsonl"));
+    let file = |n: &str| std::fs::File::create(dir.path().join(n)).expect("output file");
+    c.stdin(Stdio::null())
+        .stdout(file("stdout"))
+        .stderr(file("stderr"));
+    let child = c.spawn().expect("spawn spacetime bench");
+    (child, dir)
+}
+
+fn finish(mut child: Child, dir: TempDir) -> Out {
+    let until = Instant::now() + LIMIT;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("spacetime bench did not finish in {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr =
+        String::from_utf8_lossy(&std::fs::read(dir.path().join("stderr")).unwrap_or_default())
+            .into_owned();
+    Out {
+        code: status.code().unwrap_or(-1),
+        stdout: std::fs::read(dir.path().join("stdout")).unwrap_or_default(),
+        stderr,
+        dir,
+    }
+}
+
+fn bench(tag: &str, flags: &[&str], commands: &[&str]) -> Out {
+    let cmds: Vec<OsString> = commands
+        .iter()
+        .map(|c| c.replace("WL", WL).into())
+        .collect();
+    let (child, dir) = start(tag, flags, &cmds);
+    finish(child, dir)
+}
+
+fn u64s(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_u64().unwrap_or_else(|| panic!("not an integer: {x}")))
+        .collect()
+}
+
+/// The statistics of a figure agree with its own values.
+fn check_stats(what: &str, s: &Value) {
+    let values = u64s(&s["values"]);
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<u64>() as f64 / n;
+    let got = s["mean"].as_f64().expect("mean");
+    assert!(
+        (got - mean).abs() <= mean * 1e-12,
+        "{what}: mean {got}, values {values:?}"
+    );
+    assert_eq!(
+        s["min"].as_u64(),
+        values.iter().min().copied(),
+        "{what}: min"
+    );
+    assert_eq!(
+        s["max"].as_u64(),
+        values.iter().max().copied(),
+        "{what}: max"
+    );
+}
+
+#[test]
+fn every_run_peak_is_the_workload_peak_and_double_memory_is_significant() {
+    let runs = 3;
+    let out = bench(
+        "bench-peaks",
+        &[
+            "-N",
+            "-r",
+            "3",
+            "--export-csv",
+            "DIR/b.csv",
+            "--export-markdown",
+            "DIR/b.md",
+        ],
+        &["WL touch 24", "WL touch 64"],
+    );
+    assert_eq!(out.code, 0, "{}", out.context());
+    let v = out.json();
+    let truth = out.truth();
+    assert_eq!(
+        truth.len(),
+        2 * runs,
+        "one truth line per run: {}",
+        out.context()
+    );
+    let results = v["results"].as_array().expect("results");
+    for (c, r) in results.iter().enumerate() {
+        assert_eq!(r["runs"], runs, "command {c}");
+        assert_eq!(r["exit_codes"], serde_json::json!([0, 0, 0]), "command {c}");
+        for f in [
+            "wall_ns",
+            "user_ns",
+            "sys_ns",
+            "peak_rss_bytes",
+            "tree_peak_rss_bytes",
+            "processes",
+        ] {
+            check_stats(&format!("command {c} {f}"), &r[f]);
+        }
+        let peaks = u64s(&r["peak_rss_bytes"]["values"]);
+        let trees = u64s(&r["tree_peak_rss_bytes"]["values"]);
+        for i in 0..runs {
+            let t = &truth[c * runs + i];
+            assert_eq!(t.int("mib"), [24, 64][c], "truth order");
+            // One process: its peak is the tree's.
+            assert_rss(
+                &format!("command {c} run {i} peak"),
+                peaks[i],
+                t.vmhwm_bytes(),
+            );
+            assert_rss(
+                &format!("command {c} run {i} tree peak"),
+                trees[i],
+                t.vmhwm_bytes(),
+            );
+        }
+        assert_eq!(u64s(&r["processes"]["values"]), [1, 1, 1], "command {c}");
+        assert_eq!(u64s(&r["lost_events"]), [0, 0, 0], "command {c}");
+        assert!(
+            u64s(&r["wall_ns"]["values"]).iter().all(|&w| w > 0),
+            "command {c}"
+        );
+    }
+    // The comparison: the smaller is the reference; the ratio is the truths' ratio, and certain.
+    let mem = &v["comparison"]["peak_rss_bytes"];
+    assert_eq!(mem["reference"], 0, "{mem}");
+    let hwm = |c: usize| {
+        truth[c * runs..(c + 1) * runs]
+            .iter()
+            .map(|t| t.vmhwm_bytes() as f64)
+            .sum::<f64>()
+            / runs as f64
+    };
+    let ratio = mem["relative"][1]["ratio"].as_f64().expect("ratio");
+    assert!(
+        (ratio - hwm(1) / hwm(0)).abs() < 0.01,
+        "ratio {ratio}, truth {}",
+        hwm(1) / hwm(0)
+    );
+    assert!(ratio > 1.9, "64 MiB against 24 MiB: {ratio}");
+    assert_eq!(mem["relative"][1]["significant"], true, "{mem}");
+    // The exports parse, and agree with the JSON.
+    let mut csv = csv::Reader::from_path(out.path("b.csv")).expect("csv opens");
+    let header = csv.headers().expect("header").clone();
+    let col = |n: &str| {
+        header
+            .iter()
+            .position(|h| h == n)
+            .unwrap_or_else(|| panic!("no column {n}"))
+    };
+    let rows: Vec<csv::StringRecord> = csv.records().map(|r| r.expect("csv row")).collect();
+    assert_eq!(rows.len(), 2);
+    for (c, row) in rows.iter().enumerate() {
+        assert_eq!(
+            row[col("command")],
+            *results[c]["command"].as_str().expect("command")
+        );
+        assert_eq!(
+            row[col("peak_rss_bytes_max")].parse::<u64>().ok(),
+            results[c]["peak_rss_bytes"]["max"].as_u64()
+        );
+    }
+    let md = std::fs::read_to_string(out.path("b.md")).expect("markdown");
+    let lines: Vec<&str> = md.lines().collect();
+    assert_eq!(lines.len(), 4, "{md}");
+    let cells = |l: &str| l.replace("\\|", "").matches('|').count();
+    assert!(lines.iter().all(|l| cells(l) == cells(lines[0])), "{md}");
+    assert!(lines[1].starts_with("|:---|"), "{md}");
+    // The terminal summary names both and says the difference is significant.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("Benchmark 2:") && stdout.contains("significant"),
+        "{}",
+        out.context()
+    );
+}
+
+#[test]
+fn exit_codes_are_reported_per_run() {
+    let out = bench(
+        "bench-exits",
+        &["-N", "-i", "-r", "2"],
+        &["WL exit 3", "WL kill 9"],
+    );
+    assert_eq!(
+        out.code,
+        0,
+        "-i: failures do not fail the bench; {}",
+        out.context()
+    );
+    let v = out.json();
+    assert_eq!(v["results"][0]["exit_codes"], serde_json::json!([3, 3]));
+    assert_eq!(v["results"][1]["exit_codes"], serde_json::json!([137, 137]));
+    // Each run's peak is still measured: the truth line is written before the exit.
+    let truth = out.truth();
+    assert_eq!(truth.len(), 4, "{}", out.context());
+    let peaks = u64s(&v["results"][0]["peak_rss_bytes"]["values"]);
+    assert_rss("exit 3, run 0", peaks[0], truth[0].vmhwm_bytes());
+
+    // Without -i the first failure stops the bench, and what ran is still reported.
+    let out = bench(
+        "bench-fail",
+        &["-N", "-r", "5"],
+        &["WL exit 3", "WL touch 1"],
+    );
+    assert_eq!(out.code, 1, "{}", out.context());
+    assert!(out.stderr.contains("--ignore-failure"), "{}", out.context());
+    let v = out.json();
+    assert_eq!(v["results"].as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(v["results"][0]["exit_codes"], serde_json::json!([3]));
+    assert_eq!(out.truth().len(), 1, "nothing ran after the failure");
+}
+
+#[test]
+fn forks_are_counted_and_warmups_are_not_measured() {
+    // Root forks 3 children: 4 processes, each writing its truth line.
+    let out = bench(
+        "bench-tree",
+        &["-N", "-r", "2", "-w", "1"],
+        &["WL tree 1 3"],
+    );
+    assert_eq!(out.code, 0, "{}", out.context());
+    let v = out.json();
+    let r = &v["results"][0];
+    assert_eq!(r["runs"], 2);
+    assert_eq!(u64s(&r["processes"]["values"]), [4, 4]);
+    let truth = out.truth();
+    assert_eq!(
+        truth.len(),
+        12,
+        "warm-up and two runs, 4 lines each: {}",
+        out.context()
+    );
+    let peaks = u64s(&r["peak_rss_bytes"]["values"]);
+    let trees = u64s(&r["tree_peak_rss_bytes"]["values"]);
+    for i in 0..2 {
+        // Runs are sequential: run i's lines follow the warm-up's 4.
+        let run = &truth[4 * (i + 1)..4 * (i + 2)];
+        let largest = run.iter().map(Truth::vmhwm_bytes).max().expect("lines");
+        assert_rss(&format!("run {i} largest process"), peaks[i], largest);
+        assert!(
+            trees[i] >= peaks[i],
+            "run {i}: tree peak {} below the largest process {}",
+            trees[i],
+            peaks[i]
+        );
+        let sum: u64 = run.iter().map(Truth::vmhwm_bytes).sum();
+        assert!(
+            trees[i] <= sum + 4 * 4096,
+            "run {i}: tree peak {} above the sum of peaks {sum}",
+            trees[i]
+        );
+    }
+}
+
+#[test]
+fn prepare_runs_before_every_run_through_the_shell() {
+    let out = bench(
+        "bench-prepare",
+        &["-r", "2", "-w", "1", "--prepare", "echo p >> DIR/prepared"],
+        &["WL touch 8 && exit 0"],
+    );
+    assert_eq!(out.code, 0, "{}", out.context());
+    assert_eq!(
+        read_lines(&out.path("prepared")).len(),
+        3,
+        "warm-up + 2 runs"
+    );
+    let v = out.json();
+    let truth = out.truth();
+    assert_eq!(truth.len(), 3);
+    let peaks = u64s(&v["results"][0]["peak_rss_bytes"]["values"]);
+    // Through `sh -c`: the workload is one of the run's processes, and the largest.
+    for (i, &p) in peaks.iter().enumerate() {
+        assert_rss(&format!("run {i}"), p, truth[i + 1].vmhwm_bytes());
+        assert!(p >= 8 * MIB);
+    }
+    assert_eq!(
+        v["results"][0]["command"],
+        format!("{WL} touch 8 && exit 0")
+    );
+}
+
+#[test]
+fn output_paths_and_commands_are_checked_before_any_run() {
+    let out = bench(
+        "bench-badpath",
+        &["-N", "--export-csv", "/nonexistent/dir/b.csv"],
+        &["WL touch 1"],
+    );
+    assert_eq!(out.code, 125, "{}", out.context());
+    assert!(
+        out.stderr.contains("/nonexistent/dir/b.csv"),
+        "{}",
+        out.context()
+    );
+    assert!(
+        out.truth().is_empty(),
+        "a run happened before the path was checked"
+    );
+    let out = bench("bench-quote", &["-N"], &["WL touch 'unterminated"]);
+    assert_eq!(out.code, 125, "{}", out.context());
+    assert!(out.truth().is_empty());
+}
+
+#[test]
+fn command_bytes_are_escaped_on_the_terminal_and_exact_in_json() {
+    let mut cmd = format!("{WL} quiet-exit 0 ").into_bytes();
+    cmd.extend_from_slice(b"\x1b]0;pwned\x07\x9b2J");
+    let (child, dir) = start(
+        "bench-escape",
+        &["-N", "-r", "1"],
+        &[OsString::from_vec(cmd.clone())],
+    );
+    let out = finish(child, dir);
+    assert_eq!(out.code, 0, "{}", out.context());
+    for bad in [0x1b, 0x07, 0x9b] {
+        assert!(
+            !out.stdout.contains(&bad),
+            "raw byte {bad:#x} on the terminal: {}",
+            out.context()
+        );
+    }
+    let v = out.json();
+    // Not UTF-8 (a lone 0x9b): the exact bytes are in command_b64.
+    use base64::Engine;
+    let b64 = v["results"][0]["command_b64"]
+        .as_str()
+        .expect("command_b64");
+    let exact = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .expect("base64");
+    assert_eq!(exact, cmd);
+}
+
+#[test]
+fn ctrl_c_stops_and_reports_the_runs_that_completed() {
+    let cmds = [OsString::from(format!("{WL} touch 2"))];
+    let (child, dir) = start("bench-int", &["-N", "-r", "10000"], &cmds);
+    // Each run writes its truth line just before it exits: once three are written, at least
+    // two runs have completed.
+    let truth = dir.path().join("truth.jsonl");
+    let until = Instant::now() + LIMIT;
+    while read_lines(&truth).len() < 3 {
+        assert!(Instant::now() < until, "runs did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: our own child, not yet waited for.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = finish(child, dir);
+    assert_eq!(out.code, 130, "{}", out.context());
+    let v = out.json();
+    assert_eq!(v["interrupted"], true);
+    let runs = v["results"][0]["runs"].as_u64().expect("runs");
+    assert!((2..10000).contains(&runs), "{runs} runs: {}", out.context());
+    assert_eq!(
+        u64s(&v["results"][0]["peak_rss_bytes"]["values"]).len() as u64,
+        runs
+    );
+    assert!(out.stderr.contains("interrupted"), "{}", out.context());
+}
