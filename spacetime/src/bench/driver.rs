@@ -72,13 +72,12 @@ impl End {
     }
 
     fn error(e: anyhow::Error) -> End {
-        let status = e
-            .downcast_ref::<crate::launch::LaunchError>()
-            .map_or(EXIT_OWN_FAILURE, |l| l.exit_code());
-        End::Stopped {
-            message: format!("{e:#}"),
-            status,
-        }
+        // A launch error names its cause itself: the chain would say it twice.
+        let (message, status) = match e.downcast_ref::<crate::launch::LaunchError>() {
+            Some(l) => (l.to_string(), l.exit_code()),
+            None => (format!("{e:#}"), EXIT_OWN_FAILURE),
+        };
+        End::Stopped { message, status }
     }
 }
 
@@ -184,6 +183,8 @@ fn command_runs(
         }
         let fig = match tracer.run(&plan.paths[index], &cmd.argv) {
             Ok(f) => f,
+            // Ctrl-C reaches the held command too: it dies before it is let go.
+            Err(_) if tracer.interrupted() => return End::interrupted(),
             Err(e) => return End::error(e),
         };
         // A run the signal cut short is not a measurement of the command.
