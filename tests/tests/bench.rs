@@ -64,7 +64,7 @@ fn read_lines(p: &Path) -> Vec<String> {
 
 /// Starts `spacetime bench --json DIR/bench.json FLAGS… COMMANDS…` with `ST_TRUTH` in DIR;
 /// `DIR` in a flag or command is replaced by the directory.
-fn start(tag: &str, flags: &[&str], commands: &[OsString]) -> (Child, TempDir) {
+fn start(tag: &str, flags: &[&str], commands: &[OsString], own_group: bool) -> (Child, TempDir) {
     let dir = TempDir::new(tag);
     let d = dir.path().to_str().expect("utf-8 temp dir").to_string();
     let mut c = Command::new(spacetime_bin());
@@ -81,6 +81,10 @@ fn start(tag: &str, flags: &[&str], commands: &[OsString]) -> (Child, TempDir) {
     c.stdin(Stdio::null())
         .stdout(file("stdout"))
         .stderr(file("stderr"));
+    if own_group {
+        use std::os::unix::process::CommandExt;
+        c.process_group(0);
+    }
     let child = c.spawn().expect("spawn spacetime bench");
     (child, dir)
 }
@@ -114,7 +118,7 @@ fn bench(tag: &str, flags: &[&str], commands: &[&str]) -> Out {
         .iter()
         .map(|c| c.replace("WL", WL).into())
         .collect();
-    let (child, dir) = start(tag, flags, &cmds);
+    let (child, dir) = start(tag, flags, &cmds, false);
     finish(child, dir)
 }
 
@@ -401,6 +405,7 @@ fn command_bytes_are_escaped_on_the_terminal_and_exact_in_json() {
         "bench-escape",
         &["-N", "-r", "1"],
         &[OsString::from_vec(cmd.clone())],
+        false,
     );
     let out = finish(child, dir);
     assert_eq!(out.code, 0, "{}", out.context());
@@ -423,10 +428,12 @@ fn command_bytes_are_escaped_on_the_terminal_and_exact_in_json() {
     assert_eq!(exact, cmd);
 }
 
-#[test]
-fn ctrl_c_stops_and_reports_the_runs_that_completed() {
+/// Interrupts a long bench once a few runs are done: SIGINT to spacetime alone (`kill`), or to
+/// its whole process group as the terminal's Ctrl-C does (the running command dies too, or is
+/// caught still held before its exec).
+fn interrupt(tag: &str, group: bool) {
     let cmds = [OsString::from(format!("{WL} touch 2"))];
-    let (child, dir) = start("bench-int", &["-N", "-r", "10000"], &cmds);
+    let (child, dir) = start(tag, &["-N", "-r", "10000"], &cmds, group);
     // Each run writes its truth line just before it exits: once three are written, at least
     // two runs have completed.
     let truth = dir.path().join("truth.jsonl");
@@ -435,8 +442,9 @@ fn ctrl_c_stops_and_reports_the_runs_that_completed() {
         assert!(Instant::now() < until, "runs did not start");
         std::thread::sleep(Duration::from_millis(10));
     }
-    // SAFETY: our own child, not yet waited for.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let pid = child.id() as i32;
+    // SAFETY: our own child (and the group it leads), not yet waited for.
+    unsafe { libc::kill(if group { -pid } else { pid }, libc::SIGINT) };
     let out = finish(child, dir);
     assert_eq!(out.code, 130, "{}", out.context());
     let v = out.json();
@@ -447,5 +455,23 @@ fn ctrl_c_stops_and_reports_the_runs_that_completed() {
         u64s(&v["results"][0]["peak_rss_bytes"]["values"]).len() as u64,
         runs
     );
+    // The run the signal cut short is not among them.
+    assert_eq!(
+        u64s(&v["results"][0]["exit_codes"])
+            .iter()
+            .filter(|&&c| c != 0)
+            .count(),
+        0
+    );
     assert!(out.stderr.contains("interrupted"), "{}", out.context());
+}
+
+#[test]
+fn sigint_stops_and_reports_the_runs_that_completed() {
+    interrupt("bench-int", false);
+}
+
+#[test]
+fn ctrl_c_to_the_process_group_stops_and_reports_the_runs_that_completed() {
+    interrupt("bench-int-group", true);
 }
