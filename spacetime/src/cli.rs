@@ -57,9 +57,10 @@ Examples:
       tree, and which differences are significant
   sudo spacetime bench -N -r 30 -w 3 './old --input x' './new --input x'
       No shell: each command split like a shell and exec'd; 3 warm-up runs first
-  sudo spacetime bench --prepare 'sync; echo 3 > /proc/sys/vm/drop_caches' 'grep -r foo /usr'
-      Cold caches before every run
-  sudo spacetime bench --json bench.json --export-markdown bench.md 'make -j4' 'make -j8'
+  sudo spacetime bench --prepare 'make clean' 'make -j2' 'make -j4'
+      A clean tree before every run: the build's time and the memory of its largest
+      compiler, and of all its processes at once
+  sudo spacetime bench --json bench.json --export-markdown bench.md 'sort big.txt' 'sort -S 1M big.txt'
       Every run's figures as JSON; a Markdown table to paste";
 
 #[derive(Debug, Subcommand)]

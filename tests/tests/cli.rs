@@ -6,14 +6,16 @@ use std::process::{Command, Output, Stdio};
 use spacetime_tests::spacetime_bin;
 
 /// Every subcommand and a few flags of each that a completion or the manual must know.
-const SUBCOMMANDS: [&str; 4] = ["trace", "watch", "completions", "man"];
-const FLAGS: [&str; 6] = [
+const SUBCOMMANDS: [&str; 5] = ["trace", "watch", "bench", "completions", "man"];
+const FLAGS: [&str; 8] = [
     "--json",
     "--perfetto",
     "--stop-on-root-exit",
     "--cgroup",
     "--metrics",
     "--summary-json",
+    "--export-markdown",
+    "--ignore-failure",
 ];
 
 fn spacetime(args: &[&str]) -> Output {
@@ -37,7 +39,7 @@ fn stdout(args: &[&str]) -> String {
 
 #[test]
 fn help_of_each_subcommand_has_examples_that_parse() {
-    for sub in ["trace", "watch"] {
+    for sub in ["trace", "watch", "bench"] {
         let help = stdout(&[sub, "--help"]);
         let examples = help
             .split_once("\nExamples:\n")
