@@ -152,6 +152,72 @@ fn check_stats(what: &str, s: &Value) {
     );
 }
 
+/// The CSV and Markdown exports parse, and agree with the JSON's `results`.
+fn check_exports(out: &Out, results: &[Value]) {
+    let mut csv = csv::Reader::from_path(out.path("b.csv")).expect("csv opens");
+    let header = csv.headers().expect("header").clone();
+    let col = |n: &str| {
+        header
+            .iter()
+            .position(|h| h == n)
+            .unwrap_or_else(|| panic!("no column {n}"))
+    };
+    let rows: Vec<csv::StringRecord> = csv.records().map(|r| r.expect("csv row")).collect();
+    assert_eq!(rows.len(), results.len());
+    for (c, row) in rows.iter().enumerate() {
+        assert_eq!(
+            row[col("command")],
+            *results[c]["command"].as_str().expect("command")
+        );
+        assert_eq!(
+            row[col("peak_rss_bytes_max")].parse::<u64>().ok(),
+            results[c]["peak_rss_bytes"]["max"].as_u64()
+        );
+    }
+    let md = std::fs::read_to_string(out.path("b.md")).expect("markdown");
+    let lines: Vec<&str> = md.lines().collect();
+    assert_eq!(lines.len(), 2 + results.len(), "{md}");
+    let cells = |l: &str| l.replace("\\|", "").matches('|').count();
+    assert!(lines.iter().all(|l| cells(l) == cells(lines[0])), "{md}");
+    assert!(lines[1].starts_with("|:---|"), "{md}");
+}
+
+/// Every run of a one-process workload that touched `mib` MiB: its peak and the tree's are
+/// the workload's own VmHWM of that run, exit 0, nothing lost.
+fn check_one_process_runs(what: &str, r: &Value, truth: &[Truth], mib: i64) {
+    let runs = truth.len();
+    assert_eq!(r["runs"], runs, "{what}");
+    assert_eq!(u64s(&r["exit_codes"]), vec![0; runs], "{what}");
+    for f in [
+        "wall_ns",
+        "user_ns",
+        "sys_ns",
+        "peak_rss_bytes",
+        "tree_peak_rss_bytes",
+        "processes",
+    ] {
+        check_stats(&format!("{what} {f}"), &r[f]);
+    }
+    let peaks = u64s(&r["peak_rss_bytes"]["values"]);
+    let trees = u64s(&r["tree_peak_rss_bytes"]["values"]);
+    for (i, t) in truth.iter().enumerate() {
+        assert_eq!(t.int("mib"), mib, "{what}: truth order");
+        // One process: its peak is the tree's.
+        assert_rss(&format!("{what} run {i} peak"), peaks[i], t.vmhwm_bytes());
+        assert_rss(
+            &format!("{what} run {i} tree peak"),
+            trees[i],
+            t.vmhwm_bytes(),
+        );
+    }
+    assert_eq!(u64s(&r["processes"]["values"]), vec![1; runs], "{what}");
+    assert_eq!(u64s(&r["lost_events"]), vec![0; runs], "{what}");
+    assert!(
+        u64s(&r["wall_ns"]["values"]).iter().all(|&w| w > 0),
+        "{what}"
+    );
+}
+
 #[test]
 fn every_run_peak_is_the_workload_peak_and_double_memory_is_significant() {
     let runs = 3;
@@ -179,40 +245,12 @@ fn every_run_peak_is_the_workload_peak_and_double_memory_is_significant() {
     );
     let results = v["results"].as_array().expect("results");
     for (c, r) in results.iter().enumerate() {
-        assert_eq!(r["runs"], runs, "command {c}");
-        assert_eq!(r["exit_codes"], serde_json::json!([0, 0, 0]), "command {c}");
-        for f in [
-            "wall_ns",
-            "user_ns",
-            "sys_ns",
-            "peak_rss_bytes",
-            "tree_peak_rss_bytes",
-            "processes",
-        ] {
-            check_stats(&format!("command {c} {f}"), &r[f]);
-        }
-        let peaks = u64s(&r["peak_rss_bytes"]["values"]);
-        let trees = u64s(&r["tree_peak_rss_bytes"]["values"]);
-        for i in 0..runs {
-            let t = &truth[c * runs + i];
-            assert_eq!(t.int("mib"), [24, 64][c], "truth order");
-            // One process: its peak is the tree's.
-            assert_rss(
-                &format!("command {c} run {i} peak"),
-                peaks[i],
-                t.vmhwm_bytes(),
-            );
-            assert_rss(
-                &format!("command {c} run {i} tree peak"),
-                trees[i],
-                t.vmhwm_bytes(),
-            );
-        }
-        assert_eq!(u64s(&r["processes"]["values"]), [1, 1, 1], "command {c}");
-        assert_eq!(u64s(&r["lost_events"]), [0, 0, 0], "command {c}");
-        assert!(
-            u64s(&r["wall_ns"]["values"]).iter().all(|&w| w > 0),
-            "command {c}"
+        let mib = [24, 64][c];
+        check_one_process_runs(
+            &format!("command {c}"),
+            r,
+            &truth[c * runs..(c + 1) * runs],
+            mib,
         );
     }
     // The comparison: the smaller is the reference; the ratio is the truths' ratio, and certain.
@@ -233,33 +271,7 @@ fn every_run_peak_is_the_workload_peak_and_double_memory_is_significant() {
     );
     assert!(ratio > 1.9, "64 MiB against 24 MiB: {ratio}");
     assert_eq!(mem["relative"][1]["significant"], true, "{mem}");
-    // The exports parse, and agree with the JSON.
-    let mut csv = csv::Reader::from_path(out.path("b.csv")).expect("csv opens");
-    let header = csv.headers().expect("header").clone();
-    let col = |n: &str| {
-        header
-            .iter()
-            .position(|h| h == n)
-            .unwrap_or_else(|| panic!("no column {n}"))
-    };
-    let rows: Vec<csv::StringRecord> = csv.records().map(|r| r.expect("csv row")).collect();
-    assert_eq!(rows.len(), 2);
-    for (c, row) in rows.iter().enumerate() {
-        assert_eq!(
-            row[col("command")],
-            *results[c]["command"].as_str().expect("command")
-        );
-        assert_eq!(
-            row[col("peak_rss_bytes_max")].parse::<u64>().ok(),
-            results[c]["peak_rss_bytes"]["max"].as_u64()
-        );
-    }
-    let md = std::fs::read_to_string(out.path("b.md")).expect("markdown");
-    let lines: Vec<&str> = md.lines().collect();
-    assert_eq!(lines.len(), 4, "{md}");
-    let cells = |l: &str| l.replace("\\|", "").matches('|').count();
-    assert!(lines.iter().all(|l| cells(l) == cells(lines[0])), "{md}");
-    assert!(lines[1].starts_with("|:---|"), "{md}");
+    check_exports(&out, results);
     // The terminal summary names both and says the difference is significant.
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -120,7 +120,8 @@ pub fn csv(results: &[CommandResult], out: &mut dyn Write) -> io::Result<()> {
     header.extend(["failed_runs".into(), "incomplete_runs".into()]);
     w.write_record(&header)?;
     for r in results {
-        let mut row = vec![r.command.clone(), r.runs.to_string()];
+        // Bytes: a command that is not UTF-8 stays exact.
+        let mut row: Vec<Vec<u8>> = vec![r.text.clone(), r.runs.to_string().into_bytes()];
         for s in [
             Some(&r.wall_ns),
             Some(&r.user_ns),
@@ -129,19 +130,20 @@ pub fn csv(results: &[CommandResult], out: &mut dyn Write) -> io::Result<()> {
             r.tree_peak_rss_bytes.as_ref(),
             Some(&r.processes),
         ] {
-            match s {
-                Some(s) => row.extend([
+            let cells = match s {
+                Some(s) => [
                     s.mean.to_string(),
                     s.stddev.map_or(String::new(), |d| d.to_string()),
                     s.median.to_string(),
                     s.min.to_string(),
                     s.max.to_string(),
-                ]),
-                None => row.extend(std::iter::repeat_n(String::new(), 5)),
-            }
+                ],
+                None => Default::default(),
+            };
+            row.extend(cells.map(String::into_bytes));
         }
-        row.push(r.failed_runs().to_string());
-        row.push(r.incomplete_runs.len().to_string());
+        row.push(r.failed_runs().to_string().into_bytes());
+        row.push(r.incomplete_runs.len().to_string().into_bytes());
         w.write_record(&row)?;
     }
     w.flush()

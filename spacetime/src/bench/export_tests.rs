@@ -114,3 +114,14 @@ fn markdown_is_one_table_row_per_command() {
     // The newline inside the second command is escaped: the row stays one line.
     assert!(lines[3].contains("\\n"), "{}", lines[3]);
 }
+
+#[test]
+fn csv_keeps_bytes_that_are_not_utf8() {
+    let mut r = result("x", &[1], &[4096]);
+    r.text = b"printf \xff\n".to_vec();
+    let mut buf = Vec::new();
+    csv(&[r], &mut buf).expect("csv");
+    let mut rd = ::csv::Reader::from_reader(buf.as_slice());
+    let row = rd.byte_records().next().expect("a row").expect("parses");
+    assert_eq!(&row[0], b"printf \xff\n");
+}

@@ -78,8 +78,12 @@ pub struct CommandResult {
     pub lost_events: Vec<u64>,
     /// Indices of the runs with loss: their figures may miss something.
     pub incomplete_runs: Vec<usize>,
+    /// The command escaped for a terminal.
     #[serde(skip)]
     pub shown: String,
+    /// The command's exact bytes (the CSV's).
+    #[serde(skip)]
+    pub text: Vec<u8>,
 }
 
 impl CommandResult {
@@ -108,6 +112,7 @@ impl CommandResult {
                 .map(|(i, _)| i)
                 .collect(),
             shown: c.command.shown(),
+            text: c.command.text.clone(),
         })
     }
 
