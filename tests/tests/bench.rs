@@ -5,7 +5,7 @@ use std::{
     ffi::OsString,
     os::unix::ffi::OsStringExt,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     time::{Duration, Instant},
 };
 
@@ -78,7 +78,8 @@ fn start(tag: &str, flags: &[&str], commands: &[OsString], own_group: bool) -> (
     }
     c.env("ST_TRUTH", dir.path().join("truth.jsonl"));
     let file = |n: &str| std::fs::File::create(dir.path().join(n)).expect("output file");
-    c.stdin(Stdio::null())
+    // Not /dev/null: a command that reads /dev/null was given it by spacetime.
+    c.stdin(file("stdin"))
         .stdout(file("stdout"))
         .stderr(file("stderr"));
     if own_group {
@@ -486,4 +487,25 @@ fn sigint_stops_and_reports_the_runs_that_completed() {
 #[test]
 fn ctrl_c_to_the_process_group_stops_and_reports_the_runs_that_completed() {
     interrupt("bench-int-group", true);
+}
+
+#[test]
+fn commands_read_dev_null_and_write_there_unless_show_output() {
+    let cmd = "readlink /proc/self/fd/0 /proc/self/fd/1";
+    let out = bench("bench-quietcmd", &["-N", "-r", "2"], &[cmd]);
+    assert_eq!(out.code, 0, "{}", out.context());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stdout.contains("/dev/null"),
+        "the command's output reached stdout: {stdout}"
+    );
+    let out = bench("bench-showcmd", &["-N", "-r", "2", "--show-output"], &[cmd]);
+    assert_eq!(out.code, 0, "{}", out.context());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    // Each run: stdin is /dev/null, stdout is spacetime's own (the test's file).
+    let stdout_file = out.path("stdout");
+    let want = ["/dev/null".to_string(), stdout_file.display().to_string()];
+    assert_eq!(lines[..2], want, "first run: {stdout}");
+    assert_eq!(lines[2..4], want, "second run: {stdout}");
 }
