@@ -14,7 +14,7 @@ use aya_ebpf::{
 use spacetime_common::{flags, kind, mode, stat, EventHeader, ExitEvent, TASK_COMM_LEN};
 
 use crate::{
-    conf, count, exit_mm, mem, output, rss,
+    conf, count, exit_mm, filter, mem, output, rss,
     task::{is_traced, read, read_or_zero, Task},
     EXITED, REAPING, TRACKED,
 };
@@ -52,9 +52,13 @@ fn exit(
 ) -> Result<(), i32> {
     // Without its tgid the task cannot be matched to anything (the failure is counted).
     let tgid = task.tgid()?;
-    if !is_traced(tgid) {
+    // Kernel-side filter (filter.rs): a filtered process's exits still go, as bare markers,
+    // so userspace forgets it even if its uid or cgroup changed since it was let in.
+    let tracked = is_traced(tgid);
+    if !tracked && !filter::tree_filter() {
         return Ok(());
     }
+    let filtered = !tracked || (filter::active() != 0 && !filter::passes(filter::active()));
     // From here on every path sends the record and cleans up: a failed read leaves 0 and
     // flags the record (`err` collects the helpers' results, see `read_or_zero`).
     let mut err: i64 = if bad { -1 } else { 0 };
@@ -77,6 +81,9 @@ fn exit(
         err |= r;
         r == 0 && live == 0
     };
+    if filtered {
+        return filtered_exit(task, tgid, leader_start, last);
+    }
     let group_dead = last && claim_group_exit(tgid, leader_start);
     let mut ev = ExitEvent {
         hdr: EventHeader {
@@ -121,6 +128,32 @@ fn exit(
         ev.hdr.flags |= flags::EXIT_READ_FAILED;
         count(stat::READ_FAIL);
     }
+    output(&ev);
+    Ok(())
+}
+
+/// A filtered process's exit goes as a bare header flagged `EXIT_FILTERED`: userspace only
+/// uses it to forget the process and to match the kernel's taskstats record of that exit.
+// Its own function: inlined, its early return left a register unset on a path the verifier
+// walks ("R1 !read_ok").
+#[inline(never)]
+fn filtered_exit(task: &Task, tgid: u32, leader_start: u64, group_dead: bool) -> Result<(), i32> {
+    let mut flags = flags::EXIT_FILTERED;
+    if group_dead {
+        flags |= flags::EXIT_GROUP_DEAD;
+    }
+    let ev = ExitEvent {
+        hdr: EventHeader {
+            kind: kind::EXIT,
+            flags,
+            // SAFETY: plain helper call.
+            ts_ns: unsafe { bpf_ktime_get_ns() },
+            tgid,
+            pid: task.pid()?,
+            leader_start_ns: leader_start,
+        },
+        ..ExitEvent::default()
+    };
     output(&ev);
     Ok(())
 }

@@ -108,6 +108,8 @@ pub struct LoadOptions {
     pub track_rss: bool,
     /// Least time between two RSS points of one process.
     pub rss_interval_ns: u32,
+    /// The kernel-side filter (`watch --uid`, `--cgroup`, `--pid-tree`); all zero: none.
+    pub filter: spacetime_common::KernelFilter,
 }
 
 impl Default for LoadOptions {
@@ -119,6 +121,7 @@ impl Default for LoadOptions {
             max_arg_chunks: 64,
             track_rss: false,
             rss_interval_ns: 5_000_000,
+            filter: spacetime_common::KernelFilter::default(),
         }
     }
 }
@@ -132,6 +135,8 @@ pub struct KernelCounters {
     pub track_full: u64,
     /// Kernel reads that failed.
     pub read_failures: u64,
+    /// Records the kernel-side filter kept from being sent (see `stat::FILTERED`).
+    pub filtered: u64,
 }
 
 impl KernelCounters {
@@ -386,6 +391,7 @@ impl Probes {
         let mut ebpf = aya_loader
             .btf(None)
             .override_global("CONFIG", &config, true)
+            .override_global("FILTER", &opts.filter, true)
             .map_max_entries("EVENTS", ring)
             .map_max_entries("TRACKED", per_process)
             .map_max_entries(
@@ -588,6 +594,7 @@ impl Probes {
             ringbuf_lost: sum(stat::RINGBUF_LOST)?,
             track_full: sum(stat::TRACK_FULL)?,
             read_failures: sum(stat::READ_FAIL)?,
+            filtered: sum(stat::FILTERED)?,
         })
     }
 }

@@ -13,6 +13,7 @@
 pub mod args;
 mod cgroup;
 mod coverage;
+mod exec;
 mod exit;
 mod filter;
 pub mod identity;
@@ -136,11 +137,28 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     };
     let sigfd = crate::signals::signal_fd(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
         .context("setting up signal handling")?;
+    let mut kernel_notes = Vec::new();
+    let mut kernel_filter = filter.kernel(&mut kernel_notes);
+    // --pid-tree is the kernel's tree mode: only the tree's processes are followed at all.
+    let tree = filter.pid_tree().is_some();
+    if tree {
+        kernel_filter.flags |= spacetime_common::filter_flags::COUNT_UNTRACKED;
+    }
     let mut probes = Probes::load(&LoadOptions {
-        mode: mode::SYSTEM,
+        mode: if tree { mode::TREE } else { mode::SYSTEM },
         ring_buffer_bytes: args.ring_buffer,
+        max_tracked: args.max_processes.clamp(1, 65536) as u32,
+        filter: kernel_filter,
         ..LoadOptions::default()
     })?;
+    if let Some(root) = filter.pid_tree() {
+        // Before /proc is read: a child forked from now on is followed by the kernel, one
+        // forked earlier is found in /proc.
+        probes.track(root).context("--pid-tree")?;
+    }
+    for note in &kernel_notes {
+        crate::errln!("spacetime: {note}");
+    }
     if verbose > 0 {
         crate::errln!(
             "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
@@ -188,11 +206,23 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         log::debug!("/proc numbers this PID namespace's pids: running processes are not seeded");
         0
     };
+    if tree {
+        for pid in table.keep_tree_only() {
+            // A process already gone is not an error: its exit was before the watch.
+            let _ = probes.track(pid);
+        }
+    }
+    table.set_argv_budget(args.argv_budget);
+    out.ancestry = args.ancestry;
     let cgroups = Cgroups::open();
     if verbose > 0 && !cgroups.available() {
         crate::errln!("spacetime: no cgroup2 mount: cgroups are shown as ids");
     }
     out.set_wall_offset(crate::clock::realtime_offset_ns());
+    out.set_identity(
+        crate::report::origin::Origin::now(0).host,
+        identity::boot_id(),
+    );
     // What is watched goes before the table, so the header is the last line before the rows.
     crate::errln!(
         "spacetime: watching {}; {seeded} processes running; Ctrl-C to stop",
@@ -232,6 +262,8 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         taskstats_since_ns,
         waiting: reap::Waiting::default(),
         reaps: probes.cpu_at_release,
+        events: args.events,
+        exec_pending: Vec::new(),
     };
     let started = Instant::now();
     let mut logger = probes.take_logger();

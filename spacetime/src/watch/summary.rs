@@ -62,6 +62,13 @@ pub struct Json<'a> {
     /// Exit records that never became a report: ring buffer full, or undecodable.
     pub lost_events: u64,
     pub loss: Loss,
+    /// Records the kernel-side filter kept from being sent (fork, exec with argv, image end
+    /// of processes that do not pass `--uid`, `--cgroup` or `--pid-tree`).
+    pub kernel_filtered: u64,
+    /// argv cut to keep the live table within `--argv-budget`.
+    pub argv_evicted: u64,
+    /// Exec lines written (`--events exec`).
+    pub execs_reported: u64,
     pub taskstats: TaskstatsJson<'a>,
     pub spacetime: &'a OwnCost,
 }
@@ -102,6 +109,9 @@ pub fn json<'a>(f: &'a Final, stopped_by: &'a str, own: &'a OwnCost) -> Json<'a>
         thread_exits: m.seen_threads,
         reported: m.reported,
         lost_events: lost_events(m),
+        kernel_filtered: m.kernel_filtered,
+        argv_evicted: f.table.argv_evicted,
+        execs_reported: m.execs_reported,
         loss: Loss {
             ringbuf_lost: m.ringbuf_lost,
             decode_errors: m.decode_errors,
@@ -224,6 +234,23 @@ fn render_lines(f: &Final, width: usize) -> String {
             o,
             "  at start:      {} processes ended while the kernel programs were being attached",
             t.missed_at_start
+        );
+    }
+    if m.kernel_filtered > 0 {
+        let _ = writeln!(
+            o,
+            "  kernel filter: {} records not sent (fork, exec with argv, image end)",
+            m.kernel_filtered
+        );
+    }
+    if t.argv_evicted > 0 {
+        let _ = writeln!(
+            o,
+            "  argv budget:   {} argv cut to their first {} bytes ({} freed; raise \
+             --argv-budget)",
+            t.argv_evicted,
+            super::table::KEEP_BYTES,
+            units::bytes(t.argv_evicted_bytes)
         );
     }
     if t.full + t.stale + t.unknown_exits + t.args_gaps > 0 {

@@ -124,6 +124,12 @@ pub struct Metrics {
     /// those that went out with the exit-time figure (no release in time).
     pub cpu_released: u64,
     pub cpu_at_exit: u64,
+    /// Records the kernel-side filter kept from being sent (fork, exec with argv, image end).
+    pub kernel_filtered: u64,
+    /// argv cut to keep the live table within `--argv-budget`.
+    pub argv_evicted: u64,
+    /// Exec lines written (`--events exec`).
+    pub execs_reported: u64,
 }
 
 impl Default for Metrics {
@@ -164,6 +170,9 @@ impl Metrics {
             accept_errors: 0,
             cpu_released: 0,
             cpu_at_exit: 0,
+            kernel_filtered: 0,
+            argv_evicted: 0,
+            execs_reported: 0,
         }
     }
 
