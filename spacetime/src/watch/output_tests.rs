@@ -23,6 +23,8 @@ fn output(width: Option<usize>, wide: bool) -> Output {
         wall_offset_ns: 0,
         line: String::new(),
         clock: (i64::MIN, String::new()),
+        origin: super::exec_rows::Origin::default(),
+        ancestry: true,
     }
 }
 
@@ -63,6 +65,7 @@ fn hostile_names_render_safely() {
             comm: &comm,
             image: &img,
             start_ns: Some(1),
+            image_start_ns: 1,
             end_ns: 2,
             user_ns: 0,
             sys_ns: 0,

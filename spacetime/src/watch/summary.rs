@@ -292,9 +292,12 @@ mod tests {
         m.enobufs = 7;
         m.matched = 11;
         m.bpf_only = 1;
+        m.kernel_filtered = 9;
+        m.execs_reported = 6;
         let peaks = Peaks::default();
         let own = OwnCost::default();
-        let f = fin(&m, &peaks, None);
+        let mut f = fin(&m, &peaks, None);
+        f.table.argv_evicted = 8;
         let v = serde_json::to_value(json(&f, "count", &own)).expect("serialize");
         assert_eq!(
             v,
@@ -302,6 +305,7 @@ mod tests {
                 "elapsed_ns": 1_500_000_000u64, "stopped_by": "count",
                 "process_exits": 12, "thread_exits": 3, "reported": 5, "lost_events": 3,
                 "loss": {"ringbuf_lost": 2, "decode_errors": 1, "read_failures": 4, "enobufs": 7},
+                "kernel_filtered": 9, "argv_evicted": 8, "execs_reported": 6,
                 "taskstats": {"available": true, "matched": 11, "bpf_only": 1, "taskstats_only": 0},
                 "spacetime": {"user_ns": 0, "sys_ns": 0, "peak_rss_bytes": 0,
                               "bpf_stats_enabled": false, "kernel_programs": []}
