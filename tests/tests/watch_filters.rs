@@ -391,3 +391,40 @@ fn argv_budget_cuts_the_largest_and_counts() {
         out.context()
     );
 }
+
+#[test]
+fn metrics_by_unit_count_the_units_exits() {
+    use spacetime_tests::prometheus::promtool_check;
+    use spacetime_tests::watch::http_get_accepting;
+    let unit = format!("{}.service", token("unit"));
+    let cg = TempCgroup::new(&format!("/{}/{unit}", token("slice")));
+    let w = Watch::new()
+        .flags([
+            "--json",
+            "--metrics",
+            "127.0.0.1:0",
+            "--metrics-label",
+            "unit",
+        ])
+        .start();
+    let addr = w.metrics_addr();
+    let t = token("unit-exit");
+    for code in [0, 0, 4] {
+        let mut c = wl(&["quiet-exit", &code.to_string(), &t]);
+        cg.join(&mut c);
+        run(&mut c);
+    }
+    w.wait_until("the unit's three exits", SEEN, |s| {
+        s.lines().filter(|l| l.contains(&t)).count() >= 3
+    });
+    let (code, _, text) = http_get_accepting(addr, "/metrics", "");
+    assert_eq!(code, 200, "{text}");
+    for (status, n) in [("ok", 2), ("failed", 1)] {
+        let line =
+            format!("spacetime_watch_unit_exits_total{{unit=\"{unit}\",status=\"{status}\"}} {n}");
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+    let (ok, out) = promtool_check(&text);
+    assert!(ok, "promtool check metrics:\n{out}\n---\n{text}");
+    w.interrupt().assert_clean();
+}

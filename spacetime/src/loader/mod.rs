@@ -135,7 +135,9 @@ pub struct KernelCounters {
     pub track_full: u64,
     /// Kernel reads that failed.
     pub read_failures: u64,
-    /// Records the kernel-side filter kept from being sent (see `stat::FILTERED`).
+    /// Records the kernel-side filter kept from being sent (see `stat::FILTERED`). Only
+    /// `watch` filters: a trace report leaves it out.
+    #[serde(skip)]
     pub filtered: u64,
 }
 

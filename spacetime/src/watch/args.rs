@@ -81,6 +81,10 @@ pub struct WatchArgs {
     /// Most processes kept in the live process table
     #[arg(long, value_name = "N", default_value_t = 131072)]
     pub max_processes: usize,
+    /// Also count exits and CPU time by systemd unit or container, in their own metric
+    /// families, bounded like comm (repeatable)
+    #[arg(long, value_name = "LABEL", value_enum)]
+    pub metrics_label: Vec<metrics::identity::IdLabel>,
     /// What to report: exit (the default), exec (each program as it starts, with its argv and
     /// parent chain), or both: exec,exit
     #[arg(long, value_name = "LIST", default_value = "exit", value_parser = parse_events)]

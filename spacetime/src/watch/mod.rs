@@ -244,8 +244,15 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         }
         None => None,
     };
+    let mut metrics = Metrics::new(taskstats.is_some(), args.metrics_comm_limit);
+    for label in &args.metrics_label {
+        metrics.by_identity.push(metrics::identity::ByIdentity::new(
+            *label,
+            args.metrics_comm_limit,
+        ));
+    }
     let mut w = Watch {
-        metrics: Metrics::new(taskstats.is_some(), args.metrics_comm_limit),
+        metrics,
         coverage: taskstats.as_ref().map(|_| Coverage::default()),
         table,
         filter,

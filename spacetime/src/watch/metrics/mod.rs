@@ -10,6 +10,7 @@ use crate::tree::ExitStatus;
 
 pub mod expose;
 pub mod http;
+pub mod identity;
 mod own;
 
 pub use expose::Format;
@@ -130,6 +131,8 @@ pub struct Metrics {
     pub argv_evicted: u64,
     /// Exec lines written (`--events exec`).
     pub execs_reported: u64,
+    /// `--metrics-label`: exits by unit or container.
+    pub by_identity: Vec<identity::ByIdentity>,
 }
 
 impl Default for Metrics {
@@ -173,6 +176,7 @@ impl Metrics {
             kernel_filtered: 0,
             argv_evicted: 0,
             execs_reported: 0,
+            by_identity: Vec::new(),
         }
     }
 
@@ -185,6 +189,9 @@ impl Metrics {
             Some(c) => c.add(s, x),
             None if room => self.by_comm.entry(x.comm.into()).or_default().add(s, x),
             None => self.other.add(s, x),
+        }
+        for b in &mut self.by_identity {
+            b.observe(x);
         }
         if let Some(rt) = x.runtime_ns() {
             self.runtime.observe(&RUNTIME_BUCKETS_S, rt as f64 / 1e9);
