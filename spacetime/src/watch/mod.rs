@@ -107,6 +107,32 @@ fn write_summary_json(mut file: std::fs::File, summary: &summary::Json) -> io::R
     file.flush()
 }
 
+/// Loads the kernel programs with the kernel's part of the filter: `--uid` and `--cgroup` as
+/// read-only globals, `--pid-tree` as the tree mode, its root tracked before /proc is read
+/// (a child forked from now on is followed by the kernel, one forked earlier is in /proc).
+fn load_probes(args: &WatchArgs, filter: &Filter) -> anyhow::Result<Probes> {
+    let mut notes = Vec::new();
+    let mut kernel_filter = filter.kernel(&mut notes);
+    let tree = filter.pid_tree().is_some();
+    if tree {
+        kernel_filter.flags |= spacetime_common::filter_flags::COUNT_UNTRACKED;
+    }
+    let mut probes = Probes::load(&LoadOptions {
+        mode: if tree { mode::TREE } else { mode::SYSTEM },
+        ring_buffer_bytes: args.ring_buffer,
+        max_tracked: args.max_processes.clamp(1, 65536) as u32,
+        filter: kernel_filter,
+        ..LoadOptions::default()
+    })?;
+    if let Some(root) = filter.pid_tree() {
+        probes.track(root).context("--pid-tree")?;
+    }
+    for note in &notes {
+        crate::errln!("spacetime: {note}");
+    }
+    Ok(probes)
+}
+
 fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     let filter = Filter::from_args(&args)?;
     let mut out =
@@ -137,28 +163,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     };
     let sigfd = crate::signals::signal_fd(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
         .context("setting up signal handling")?;
-    let mut kernel_notes = Vec::new();
-    let mut kernel_filter = filter.kernel(&mut kernel_notes);
-    // --pid-tree is the kernel's tree mode: only the tree's processes are followed at all.
-    let tree = filter.pid_tree().is_some();
-    if tree {
-        kernel_filter.flags |= spacetime_common::filter_flags::COUNT_UNTRACKED;
-    }
-    let mut probes = Probes::load(&LoadOptions {
-        mode: if tree { mode::TREE } else { mode::SYSTEM },
-        ring_buffer_bytes: args.ring_buffer,
-        max_tracked: args.max_processes.clamp(1, 65536) as u32,
-        filter: kernel_filter,
-        ..LoadOptions::default()
-    })?;
-    if let Some(root) = filter.pid_tree() {
-        // Before /proc is read: a child forked from now on is followed by the kernel, one
-        // forked earlier is found in /proc.
-        probes.track(root).context("--pid-tree")?;
-    }
-    for note in &kernel_notes {
-        crate::errln!("spacetime: {note}");
-    }
+    let mut probes = load_probes(&args, &filter)?;
     if verbose > 0 {
         crate::errln!(
             "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
@@ -206,7 +211,8 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         log::debug!("/proc numbers this PID namespace's pids: running processes are not seeded");
         0
     };
-    if tree {
+    if filter.pid_tree().is_some() {
+        // The kernel will send nothing about the others.
         for pid in table.keep_tree_only() {
             // A process already gone is not an error: its exit was before the watch.
             let _ = probes.track(pid);

@@ -294,6 +294,8 @@ impl Watch {
                 Ok(Event::Fork(f)) => self.table.fork(&f),
                 Ok(Event::Exec(e)) => {
                     let (tgid, start) = (e.hdr.tgid, e.hdr.leader_start_ns);
+                    // A waiting exec line of this process is for the image this one ends.
+                    self.write_execs(false, Some(tgid));
                     self.table.exec(e);
                     self.exec_seen(tgid, start, &item);
                 }
