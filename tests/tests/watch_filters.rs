@@ -394,7 +394,6 @@ fn argv_budget_cuts_the_largest_and_counts() {
 
 #[test]
 fn metrics_by_unit_count_the_units_exits() {
-    use spacetime_tests::prometheus::promtool_check;
     use spacetime_tests::watch::http_get_accepting;
     let unit = format!("{}.service", token("unit"));
     let cg = TempCgroup::new(&format!("/{}/{unit}", token("slice")));
@@ -424,7 +423,6 @@ fn metrics_by_unit_count_the_units_exits() {
             format!("spacetime_watch_unit_exits_total{{unit=\"{unit}\",status=\"{status}\"}} {n}");
         assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
     }
-    let (ok, out) = promtool_check(&text);
-    assert!(ok, "promtool check metrics:\n{out}\n---\n{text}");
+    // promtool's verdict on these families: tests/tests/prometheus.rs (a host tool).
     w.interrupt().assert_clean();
 }

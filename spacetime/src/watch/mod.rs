@@ -219,6 +219,8 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         }
     }
     table.set_argv_budget(args.argv_budget);
+    // What /proc gave counts too.
+    table.enforce_argv_budget();
     out.ancestry = args.ancestry;
     let cgroups = Cgroups::open();
     if verbose > 0 && !cgroups.available() {

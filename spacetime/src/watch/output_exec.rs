@@ -51,7 +51,7 @@ impl Output {
     }
 
     /// A table row for an exec: EXIT says `exec`, the figures a start has not got are `-`.
-    fn exec_line(&mut self, x: &ExecView) {
+    pub(super) fn exec_line(&mut self, x: &ExecView) {
         let time = self.time_of_day(self.wall_ns(x.ts_ns));
         let mut l = std::mem::take(&mut self.line);
         l.clear();
