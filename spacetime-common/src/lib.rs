@@ -66,8 +66,8 @@ pub mod flags {
     pub const RSS_MM_PEAK: u32 = 1 << 1;
     /// EXIT: a kernel read failed; the fields it would have filled are 0.
     pub const EXIT_READ_FAILED: u32 = 1 << 2;
-    /// EXIT: the process did not pass the kernel-side filter. Only the header is filled: the
-    /// record lets userspace forget the process (its uid or cgroup may have changed since it
+    /// EXIT: the process did not pass the kernel-side filter. Only the header counts (the
+    /// figures are not read): the record lets userspace forget the process (its uid or cgroup may have changed since it
     /// was let through) and match the exit's taskstats record; it is not reported.
     pub const EXIT_FILTERED: u32 = 1 << 3;
     /// REAP: a kernel read failed; the fields it would have filled are 0.
@@ -234,8 +234,8 @@ pub struct CgroupRef {
 
 /// The kernel-side filter (`watch --uid`, `--cgroup`, `--pid-tree`), written into the programs'
 /// read-only data before load, as libbpf-tools' exitsnoop does: a process that does not pass
-/// is not sent (no fork, exec, argv or image-end record; its exits only as bare
-/// [`flags::EXIT_FILTERED`] headers). Every part is tested against the current task, which the
+/// is not sent (no fork, exec, argv or image-end record; its exits only as
+/// [`flags::EXIT_FILTERED`] markers, figures unread). Every part is tested against the current task, which the
 /// fork, exec and exit tracepoints all run in.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]

@@ -81,10 +81,6 @@ fn exit(
         err |= r;
         r == 0 && live == 0
     };
-    if filtered {
-        return filtered_exit(task, tgid, leader_start, last);
-    }
-    let group_dead = last && claim_group_exit(tgid, leader_start);
     let mut ev = ExitEvent {
         hdr: EventHeader {
             kind: kind::EXIT,
@@ -101,6 +97,17 @@ fn exit(
         ..ExitEvent::default()
     };
     err |= read_or_zero(&mut ev.hdr.pid, task.0, conf!(off.task_pid));
+    if filtered {
+        // A marker: userspace reads its header only. The same record as below, not a second
+        // one (two would not fit 6.1's 512-byte stack).
+        ev.hdr.flags = flags::EXIT_FILTERED;
+        if last {
+            ev.hdr.flags |= flags::EXIT_GROUP_DEAD;
+        }
+        output(&ev);
+        return Ok(());
+    }
+    let group_dead = last && claim_group_exit(tgid, leader_start);
     err |= read_or_zero(&mut ev.utime_ns, task.0, conf!(off.task_utime));
     err |= read_or_zero(&mut ev.stime_ns, task.0, conf!(off.task_stime));
     err |= read_or_zero(&mut ev.runtime_ns, task.0, conf!(off.task_sum_exec_runtime));
@@ -128,32 +135,6 @@ fn exit(
         ev.hdr.flags |= flags::EXIT_READ_FAILED;
         count(stat::READ_FAIL);
     }
-    output(&ev);
-    Ok(())
-}
-
-/// A filtered process's exit goes as a bare header flagged `EXIT_FILTERED`: userspace only
-/// uses it to forget the process and to match the kernel's taskstats record of that exit.
-// Its own function: inlined, its early return left a register unset on a path the verifier
-// walks ("R1 !read_ok").
-#[inline(never)]
-fn filtered_exit(task: &Task, tgid: u32, leader_start: u64, group_dead: bool) -> Result<(), i32> {
-    let mut flags = flags::EXIT_FILTERED;
-    if group_dead {
-        flags |= flags::EXIT_GROUP_DEAD;
-    }
-    let ev = ExitEvent {
-        hdr: EventHeader {
-            kind: kind::EXIT,
-            flags,
-            // SAFETY: plain helper call.
-            ts_ns: unsafe { bpf_ktime_get_ns() },
-            tgid,
-            pid: task.pid()?,
-            leader_start_ns: leader_start,
-        },
-        ..ExitEvent::default()
-    };
     output(&ev);
     Ok(())
 }
