@@ -269,6 +269,10 @@ fn kernel_cgroups(patterns: &[(String, bool)]) -> Result<Vec<CgroupRef>, String>
         if *glob {
             return Err(format!("{path} is a glob"));
         }
+        // The level is counted from the path's components: they must be plain names.
+        if path.split('/').any(|c| c == "." || c == "..") {
+            return Err(format!("{path} has . or .. in it"));
+        }
         let meta =
             std::fs::metadata(format!("{mount}{path}")).map_err(|e| format!("{path}: {e}"))?;
         let level = path.split('/').filter(|c| !c.is_empty()).count() as u32;
@@ -411,6 +415,16 @@ mod tests {
             "process and thread exits with comm make or cc, cgroup /system.slice (and below), \
              peak RSS at least 100 MiB and a failure (non-zero exit or fatal signal)"
         );
+    }
+
+    #[test]
+    fn kernel_cgroups_are_ids_and_levels() {
+        let root = kernel_cgroups(&[("/".into(), false)]).expect("the cgroup2 root");
+        assert_eq!((root[0].id, root[0].level), (1, 0), "the root cgroup is id 1, level 0");
+        let why = kernel_cgroups(&[("/a/../b".into(), false)]).expect_err(".. is refused");
+        assert!(why.contains(".."), "{why}");
+        let why = kernel_cgroups(&[("/*.slice".into(), true)]).expect_err("a glob");
+        assert!(why.contains("glob"), "{why}");
     }
 
     #[test]
