@@ -420,7 +420,11 @@ mod tests {
     #[test]
     fn kernel_cgroups_are_ids_and_levels() {
         let root = kernel_cgroups(&[("/".into(), false)]).expect("the cgroup2 root");
-        assert_eq!((root[0].id, root[0].level), (1, 0), "the root cgroup is id 1, level 0");
+        assert_eq!(
+            (root[0].id, root[0].level),
+            (1, 0),
+            "the root cgroup is id 1, level 0"
+        );
         let why = kernel_cgroups(&[("/a/../b".into(), false)]).expect_err(".. is refused");
         assert!(why.contains(".."), "{why}");
         let why = kernel_cgroups(&[("/*.slice".into(), true)]).expect_err("a glob");
