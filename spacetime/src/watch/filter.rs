@@ -149,6 +149,17 @@ impl Filter {
             && !self.failed
     }
 
+    /// Whether the kernel tests uids (see [`Filter::kernel`]).
+    pub fn kernel_uids(&self) -> bool {
+        (1..=FILTER_MAX_UIDS).contains(&self.uids.len())
+    }
+
+    /// Whether the kernel would keep a process of `uid` out: one running already is found in
+    /// /proc without its argv.
+    pub fn uid_filtered_out(&self, uid: u32) -> bool {
+        self.kernel_uids() && !self.uids.contains(&uid)
+    }
+
     pub fn pid_tree(&self) -> Option<u32> {
         self.pid_tree
     }

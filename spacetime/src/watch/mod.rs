@@ -201,10 +201,22 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         threads: args.threads,
     });
     table.set_attached(attached_ns);
+    table.set_argv_budget(args.argv_budget);
     // Inside a PID namespace with its own /proc, its pids are not the kernel's: seeding from
     // it would name strangers.
     let seeded = if crate::pidns::proc_has_kernel_pids(&probes) {
-        procfs::seed(&mut table, filter.pid_tree(), args.max_processes).context("reading /proc")?
+        // Another user's argv is not read here either when the kernel filters by uid.
+        let want_argv = |pid| {
+            !filter.kernel_uids()
+                || procfs::real_uid(pid).is_none_or(|u| !filter.uid_filtered_out(u))
+        };
+        procfs::seed_with(
+            &mut table,
+            filter.pid_tree(),
+            args.max_processes,
+            &want_argv,
+        )
+        .context("reading /proc")?
     } else if let Some(pid) = filter.pid_tree() {
         anyhow::bail!("--pid-tree {pid}: spacetime watch runs inside a PID namespace whose /proc numbers processes otherwise than the kernel does, so it cannot tell which process that is");
     } else {
@@ -218,8 +230,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
             let _ = probes.track(pid);
         }
     }
-    table.set_argv_budget(args.argv_budget);
-    // What /proc gave counts too.
+    // The argv /proc gave was charged while seeding; what remains over is cut now.
     table.enforce_argv_budget();
     out.ancestry = args.ancestry;
     let cgroups = Cgroups::open();

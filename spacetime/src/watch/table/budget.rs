@@ -40,8 +40,9 @@ impl Table {
         self.budget.limit = usize::try_from(bytes).unwrap_or(usize::MAX).max(4096);
     }
 
-    /// An exec announced `len` bytes of argv: checks the budget every eighth of it.
-    pub(super) fn charge_argv(&mut self, len: usize) {
+    /// An exec announced `len` bytes of argv (or /proc gave them): checks the budget every
+    /// eighth of it.
+    pub fn charge_argv(&mut self, len: usize) {
         self.budget.added = self.budget.added.saturating_add(len);
         if self.budget.added >= (self.budget.limit / 8).max(64 << 10) {
             self.budget.added = 0;
