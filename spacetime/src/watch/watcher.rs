@@ -194,7 +194,9 @@ impl Watch {
         if matches!(stop, Stop::Signal(_) | Stop::Duration) {
             self.stop = None;
             self.drain(ring.get_mut());
-            // Rows still waiting for a release go out with their exit figures.
+            // Exec lines still waiting for argv go out with what arrived, rows still waiting
+            // for a release with their exit figures.
+            self.write_execs(true, None);
             self.write_ready(Instant::now(), true);
         }
         if let Some(l) = io.taskstats.as_mut() {
