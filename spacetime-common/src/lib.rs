@@ -66,6 +66,10 @@ pub mod flags {
     pub const RSS_MM_PEAK: u32 = 1 << 1;
     /// EXIT: a kernel read failed; the fields it would have filled are 0.
     pub const EXIT_READ_FAILED: u32 = 1 << 2;
+    /// EXIT: the process did not pass the kernel-side filter. Only the header counts (the
+    /// figures are not read): the record lets userspace forget the process (its uid or cgroup may have changed since it
+    /// was let through) and match the exit's taskstats record; it is not reported.
+    pub const EXIT_FILTERED: u32 = 1 << 3;
     /// REAP: a kernel read failed; the fields it would have filled are 0.
     pub const REAP_READ_FAILED: u32 = 1 << 0;
     /// RSS: a point the rate limit held back, sent late: `hdr.ts_ns` is still when it happened.
@@ -80,8 +84,12 @@ pub mod stat {
     pub const TRACK_FULL: u32 = 1;
     /// Kernel reads that failed (a field could not be read).
     pub const READ_FAIL: u32 = 2;
+    /// Records not sent because the process did not pass the kernel-side filter
+    /// ([`super::KernelFilter`]): fork, exec (with its argv) and image-end records. Its exits
+    /// still go, as bare [`super::flags::EXIT_FILTERED`] headers.
+    pub const FILTERED: u32 = 3;
     /// Number of counters.
-    pub const COUNT: u32 = 3;
+    pub const COUNT: u32 = 4;
 }
 
 /// Slots of the kernel's `PIDNS` array (see `spacetime-ebpf/src/pidns.rs`).
@@ -200,6 +208,47 @@ pub struct Config {
     pub track_rss: u32,
 }
 
+/// Most uids and cgroups the kernel-side filter holds; more fall back to userspace filtering.
+pub const FILTER_MAX_UIDS: usize = 8;
+pub const FILTER_MAX_CGROUPS: usize = 8;
+
+/// Which parts of [`KernelFilter`] are on (`KernelFilter::flags`).
+pub mod filter_flags {
+    /// Only processes whose real uid is one of `uids`.
+    pub const UID: u32 = 1 << 0;
+    /// Only processes in one of `cgroups` or below it.
+    pub const CGROUP: u32 = 1 << 1;
+    /// Tree mode used as a filter (`watch --pid-tree`): records of untracked processes are
+    /// counted as filtered.
+    pub const COUNT_UNTRACKED: u32 = 1 << 2;
+}
+
+/// A cgroup v2 directory: its id (inode number) and depth below the root (level 0).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CgroupRef {
+    pub id: u64,
+    pub level: u32,
+    pub _pad: u32,
+}
+
+/// The kernel-side filter (`watch --uid`, `--cgroup`, `--pid-tree`), written into the programs'
+/// read-only data before load, as libbpf-tools' exitsnoop does: a process that does not pass
+/// is not sent (no fork, exec, argv or image-end record; its exits only as
+/// [`flags::EXIT_FILTERED`] markers, figures unread). Every part is tested against the current task, which the
+/// fork, exec and exit tracepoints all run in.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelFilter {
+    /// [`filter_flags`].
+    pub flags: u32,
+    pub n_uids: u32,
+    pub uids: [u32; FILTER_MAX_UIDS],
+    pub n_cgroups: u32,
+    pub _pad: u32,
+    pub cgroups: [CgroupRef; FILTER_MAX_CGROUPS],
+}
+
 /// Start of every record. `tgid` and `leader_start_ns` identify the process: pids are reused,
 /// (tgid, start time of its group leader) are not.
 #[repr(C)]
@@ -289,7 +338,10 @@ pub struct ExecEvent {
     pub args_len: u32,
     /// Bytes of argv carried in `args` of this record.
     pub args_here: u32,
-    pub _pad: u32,
+    /// Real uid of the task (`bpf_get_current_uid_gid`).
+    pub uid: u32,
+    /// Its cgroup v2 id (`bpf_get_current_cgroup_id`).
+    pub cgroup_id: u64,
     pub comm: [u8; TASK_COMM_LEN],
     pub filename: [u8; FILENAME_LEN],
     pub args: [u8; ARGS_CHUNK],
@@ -432,6 +484,7 @@ pub struct RssEvent {
 mod pod {
     use super::*;
     unsafe impl aya::Pod for Config {}
+    unsafe impl aya::Pod for KernelFilter {}
     unsafe impl aya::Pod for KernelOffsets {}
     unsafe impl aya::Pod for EventHeader {}
     unsafe impl aya::Pod for ForkEvent {}
@@ -453,7 +506,8 @@ const _: () = {
     assert!(size_of::<MemStats>() == 56);
     assert!(size_of::<ImageEndEvent>() == 88);
     assert!(size_of::<ExitEvent>() == 192);
-    assert!(EXEC_EVENT_FIXED == 32 + 16 + TASK_COMM_LEN + FILENAME_LEN);
+    assert!(EXEC_EVENT_FIXED == 32 + 24 + TASK_COMM_LEN + FILENAME_LEN);
+    assert!(size_of::<KernelFilter>() == 8 + 4 * FILTER_MAX_UIDS + 8 + 16 * FILTER_MAX_CGROUPS);
     assert!(ARGS_EVENT_FIXED == 40);
     assert!(size_of::<KernelOffsets>() == 41 * 4);
     assert!(size_of::<Config>() == 24 + 41 * 4 + 8);

@@ -8,7 +8,8 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_comm, bpf_probe_read_kernel_str_bytes,
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_uid_gid,
+        bpf_probe_read_kernel_str_bytes,
         generated::{bpf_probe_read_user, bpf_ringbuf_output},
     },
     programs::RawTracePointContext,
@@ -19,8 +20,8 @@ use spacetime_common::{
 };
 
 use crate::{
-    conf, count, mem, output,
-    task::{header, is_traced, read, Task},
+    conf, count, filter, mem, output,
+    task::{header, read, Task},
     wakeup_flags, ARGS_SCRATCH, EVENTS, EXEC_SCRATCH,
 };
 
@@ -30,7 +31,7 @@ const MAX_CHUNKS: u32 = 64;
 pub fn try_prepare_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
     let tgid = task.tgid()?;
-    if !is_traced(tgid) {
+    if !filter::wanted(tgid) {
         return Ok(());
     }
     let mm = task.mm()?;
@@ -72,7 +73,7 @@ fn output_bytes(data: *mut c_void, len: usize) {
 pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
     let tgid = task.tgid()?;
-    if !is_traced(tgid) {
+    if !filter::wanted(tgid) {
         return Ok(());
     }
     let old_pid = ctx.arg::<u64>(1) as u32;
@@ -83,6 +84,9 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     ev.hdr = header(kind::EXEC, &task, tgid, task.pid()?)?;
     ev.old_pid = old_pid;
     ev.comm = bpf_get_current_comm().unwrap_or_default();
+    ev.uid = bpf_get_current_uid_gid() as u32;
+    // SAFETY: plain helper call.
+    ev.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
 
     let filename = read::<u64>(bprm, conf!(off.binprm_filename))?;
     // SAFETY: kernel string, bounded by the buffer.

@@ -5,15 +5,12 @@
 
 use aya_ebpf::programs::FEntryContext;
 
-use crate::{
-    exec::image_end,
-    task::{is_traced, Task},
-};
+use crate::{exec::image_end, task::Task};
 
 pub fn try_exec_mm_release(ctx: &FEntryContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
     let tgid = task.tgid()?;
-    if !is_traced(tgid) {
+    if !crate::filter::wanted(tgid) {
         return Ok(());
     }
     image_end(&task, tgid, ctx.arg::<u64>(1))

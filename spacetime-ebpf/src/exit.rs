@@ -14,7 +14,7 @@ use aya_ebpf::{
 use spacetime_common::{flags, kind, mode, stat, EventHeader, ExitEvent, TASK_COMM_LEN};
 
 use crate::{
-    conf, count, exit_mm, mem, output, rss,
+    conf, count, exit_mm, filter, mem, output, rss,
     task::{is_traced, read, read_or_zero, Task},
     EXITED, REAPING, TRACKED,
 };
@@ -52,9 +52,13 @@ fn exit(
 ) -> Result<(), i32> {
     // Without its tgid the task cannot be matched to anything (the failure is counted).
     let tgid = task.tgid()?;
-    if !is_traced(tgid) {
+    // Kernel-side filter (filter.rs): a filtered process's exits still go, as bare markers,
+    // so userspace forgets it even if its uid or cgroup changed since it was let in.
+    let tracked = is_traced(tgid);
+    if !tracked && !filter::tree_filter() {
         return Ok(());
     }
+    let filtered = !tracked || (filter::active() != 0 && !filter::passes(filter::active()));
     // From here on every path sends the record and cleans up: a failed read leaves 0 and
     // flags the record (`err` collects the helpers' results, see `read_or_zero`).
     let mut err: i64 = if bad { -1 } else { 0 };
@@ -77,7 +81,6 @@ fn exit(
         err |= r;
         r == 0 && live == 0
     };
-    let group_dead = last && claim_group_exit(tgid, leader_start);
     let mut ev = ExitEvent {
         hdr: EventHeader {
             kind: kind::EXIT,
@@ -94,6 +97,17 @@ fn exit(
         ..ExitEvent::default()
     };
     err |= read_or_zero(&mut ev.hdr.pid, task.0, conf!(off.task_pid));
+    if filtered {
+        // A marker: userspace reads its header only. The same record as below, not a second
+        // one (two would not fit 6.1's 512-byte stack).
+        ev.hdr.flags = flags::EXIT_FILTERED;
+        if last {
+            ev.hdr.flags |= flags::EXIT_GROUP_DEAD;
+        }
+        output(&ev);
+        return Ok(());
+    }
+    let group_dead = last && claim_group_exit(tgid, leader_start);
     err |= read_or_zero(&mut ev.utime_ns, task.0, conf!(off.task_utime));
     err |= read_or_zero(&mut ev.stime_ns, task.0, conf!(off.task_stime));
     err |= read_or_zero(&mut ev.runtime_ns, task.0, conf!(off.task_sum_exec_runtime));

@@ -6,8 +6,8 @@ use aya_log_ebpf::warn;
 use spacetime_common::{flags, kind, mode, stat, ForkEvent};
 
 use crate::{
-    conf, count, output, pidns, rss,
-    task::{header, is_traced, Task},
+    conf, count, filter, output, pidns, rss,
+    task::{header, Task},
     TRACKED,
 };
 
@@ -15,7 +15,7 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
     let parent = Task(ctx.arg::<u64>(0));
     let child = Task(ctx.arg::<u64>(1));
     let ptgid = parent.tgid()?;
-    if !is_traced(ptgid) {
+    if !filter::wanted(ptgid) {
         return Ok(());
     }
     // Every read that can fail comes before the child joins TRACKED: a child tracked without

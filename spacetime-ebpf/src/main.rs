@@ -16,6 +16,7 @@ mod exec;
 mod exec_mm;
 mod exit;
 mod exit_mm;
+mod filter;
 mod fork;
 mod mem;
 mod pidns;

@@ -165,8 +165,8 @@ fn decode_exec(buf: &[u8], hdr: EventHeader) -> Result<Event, DecodeError> {
             got: payload.len(),
         });
     }
-    let comm_off = base + 16;
-    let name_off = comm_off + TASK_COMM_LEN;
+    let comm_off = core::mem::offset_of!(spacetime_common::ExecEvent, comm);
+    let name_off = core::mem::offset_of!(spacetime_common::ExecEvent, filename);
     Ok(Event::Exec(Exec {
         hdr,
         old_pid,
@@ -256,7 +256,8 @@ mod tests {
             old_pid: 11,
             args_len: 9,
             args_here: 9,
-            _pad: 0,
+            uid: 0,
+            cgroup_id: 0,
             comm: [0; TASK_COMM_LEN],
             filename: [0; FILENAME_LEN],
             args: [0; ARGS_CHUNK],

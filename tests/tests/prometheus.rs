@@ -247,3 +247,30 @@ fn idle_connections_neither_spin_nor_block_scrapes() {
     assert!(refused > 0.0, "no refused connection counted\n{body}");
     w.interrupt().assert_clean();
 }
+
+#[test]
+fn unit_and_container_families_pass_promtool() {
+    let w = Watch::new()
+        .flags(["--json", "--metrics", "127.0.0.1:0"])
+        .flags(["--metrics-label", "unit", "--metrics-label", "container"])
+        .start();
+    let addr = w.metrics_addr();
+    run(&mut Command::new("/bin/true"));
+    w.wait_until("an exit line", Duration::from_secs(30), |s| !s.is_empty());
+    let (code, _, text) = http_get_accepting(addr, "/metrics", "");
+    assert_eq!(code, 200, "{text}");
+    for family in [
+        "spacetime_watch_unit_exits_total",
+        "spacetime_watch_container_cpu_seconds_total",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {family} counter")),
+            "{family}:\n{text}"
+        );
+    }
+    let (ok, out) = promtool_check(&text);
+    assert!(ok, "promtool check metrics:\n{out}\n---\n{text}");
+    let (_, _, om) = http_get(addr, "/metrics");
+    parse_openmetrics(&om).unwrap_or_else(|e| panic!("strict OpenMetrics parse: {e}\n{om}"));
+    w.interrupt().assert_clean();
+}

@@ -109,6 +109,8 @@ pub struct LoadOptions {
     pub track_rss: bool,
     /// Least time between two RSS points of one process.
     pub rss_interval_ns: u32,
+    /// The kernel-side filter (`watch --uid`, `--cgroup`, `--pid-tree`); all zero: none.
+    pub filter: spacetime_common::KernelFilter,
 }
 
 impl Default for LoadOptions {
@@ -120,6 +122,7 @@ impl Default for LoadOptions {
             max_arg_chunks: 64,
             track_rss: false,
             rss_interval_ns: 5_000_000,
+            filter: spacetime_common::KernelFilter::default(),
         }
     }
 }
@@ -133,6 +136,10 @@ pub struct KernelCounters {
     pub track_full: u64,
     /// Kernel reads that failed.
     pub read_failures: u64,
+    /// Records the kernel-side filter kept from being sent (see `stat::FILTERED`). Only
+    /// `watch` filters: a trace report leaves it out.
+    #[serde(skip)]
+    pub filtered: u64,
 }
 
 impl KernelCounters {
@@ -387,6 +394,7 @@ impl Probes {
         let mut ebpf = aya_loader
             .btf(None)
             .override_global("CONFIG", &config, true)
+            .override_global("FILTER", &opts.filter, true)
             .map_max_entries("EVENTS", ring)
             .map_max_entries("TRACKED", per_process)
             .map_max_entries(
@@ -589,6 +597,7 @@ impl Probes {
             ringbuf_lost: sum(stat::RINGBUF_LOST)?,
             track_full: sum(stat::TRACK_FULL)?,
             read_failures: sum(stat::READ_FAIL)?,
+            filtered: sum(stat::FILTERED)?,
         })
     }
 }

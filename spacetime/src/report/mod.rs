@@ -4,7 +4,7 @@
 //! describes the JSON.
 
 pub mod lossless;
-mod origin;
+pub mod origin;
 pub mod text;
 mod view;
 

@@ -81,6 +81,44 @@ pub struct WatchArgs {
     /// Most processes kept in the live process table
     #[arg(long, value_name = "N", default_value_t = 131072)]
     pub max_processes: usize,
+    /// Also count exits and CPU time by systemd unit or container, in their own metric
+    /// families, bounded like comm (repeatable)
+    #[arg(long, value_name = "LABEL", value_enum)]
+    pub metrics_label: Vec<metrics::identity::IdLabel>,
+    /// What to report: exit (the default), exec (each program as it starts, with its argv and
+    /// parent chain), or both: exec,exit
+    #[arg(long, value_name = "LIST", default_value = "exit", value_parser = parse_events)]
+    pub events: Events,
+    /// Most bytes of argv kept for running processes (K, M, G suffixes); beyond it the
+    /// largest are cut to their first 256 bytes, counted in the summary
+    #[arg(long, value_name = "SIZE", default_value = "32M", value_parser = parse_bytes)]
+    pub argv_budget: u64,
+}
+
+/// Which events `--events` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Events {
+    pub exec: bool,
+    pub exit: bool,
+}
+
+fn parse_events(s: &str) -> Result<Events, String> {
+    let mut e = Events {
+        exec: false,
+        exit: false,
+    };
+    for part in s.split(',').map(str::trim) {
+        match part {
+            "exec" => e.exec = true,
+            "exit" => e.exit = true,
+            _ => {
+                return Err(format!(
+                    "{part:?} is not an event (use exec, exit or exec,exit)"
+                ))
+            }
+        }
+    }
+    Ok(e)
 }
 
 fn parse_comm_limit(s: &str) -> Result<usize, String> {
@@ -168,6 +206,25 @@ mod tests {
         assert_eq!(parse_duration("100us"), Ok(Duration::from_micros(100)));
         assert!(parse_duration("3 weeks").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn events() {
+        let both = Events {
+            exec: true,
+            exit: true,
+        };
+        assert_eq!(parse_events("exec,exit"), Ok(both));
+        assert_eq!(parse_events("exit, exec"), Ok(both));
+        assert_eq!(
+            parse_events("exec"),
+            Ok(Events {
+                exec: true,
+                exit: false
+            })
+        );
+        assert!(parse_events("fork").is_err());
+        assert!(parse_events("").is_err());
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub struct ExitView<'a> {
     pub image: &'a ImageInfo,
     /// CLOCK_MONOTONIC ns; unknown for a thread whose creation was not seen.
     pub start_ns: Option<u64>,
+    /// When its last image started (its exec; the process's start when no exec was seen):
+    /// with the pid, what its exec id is made of.
+    pub image_start_ns: u64,
     pub end_ns: u64,
     pub user_ns: u64,
     pub sys_ns: u64,

@@ -5,8 +5,11 @@
 use std::ffi::CString;
 
 use anyhow::{bail, Context, Result};
+use spacetime_common::{
+    filter_flags, CgroupRef, KernelFilter, FILTER_MAX_CGROUPS, FILTER_MAX_UIDS,
+};
 
-use super::{args::WatchArgs, cgroup::cgroup2_mount, exit::ExitView};
+use super::{args::WatchArgs, cgroup::cgroup2_mount, exit::ExitView, table::ImageInfo};
 use crate::{tree::ExitStatus, units};
 
 #[derive(Debug, Default)]
@@ -146,8 +149,75 @@ impl Filter {
             && !self.failed
     }
 
+    /// Whether the kernel tests uids (see [`Filter::kernel`]).
+    pub fn kernel_uids(&self) -> bool {
+        (1..=FILTER_MAX_UIDS).contains(&self.uids.len())
+    }
+
+    /// Whether the kernel would keep a process of `uid` out: one running already is found in
+    /// /proc without its argv.
+    pub fn uid_filtered_out(&self, uid: u32) -> bool {
+        self.kernel_uids() && !self.uids.contains(&uid)
+    }
+
     pub fn pid_tree(&self) -> Option<u32> {
         self.pid_tree
+    }
+
+    /// The part of the filter the kernel applies before anything is sent (see
+    /// `spacetime-ebpf/src/filter.rs`): the uids, and the cgroups when each is a plain path
+    /// that exists now (a glob, or a cgroup created later, is matched here only). `--pid-tree`
+    /// is the kernel's tree mode, set by the caller. What stays here is said in `notes`.
+    pub fn kernel(&self, notes: &mut Vec<String>) -> KernelFilter {
+        let mut k = KernelFilter::default();
+        if !self.uids.is_empty() {
+            if self.uids.len() <= FILTER_MAX_UIDS {
+                k.flags |= filter_flags::UID;
+                k.n_uids = self.uids.len() as u32;
+                k.uids[..self.uids.len()].copy_from_slice(&self.uids);
+            } else {
+                notes.push(format!(
+                    "more than {FILTER_MAX_UIDS} --uid values: uids are filtered in userspace"
+                ));
+            }
+        }
+        if !self.cgroup.is_empty() {
+            match kernel_cgroups(&self.cgroup) {
+                Ok(refs) if refs.iter().any(|r| r.level == 0) => {}
+                Ok(refs) => {
+                    k.flags |= filter_flags::CGROUP;
+                    k.n_cgroups = refs.len() as u32;
+                    k.cgroups[..refs.len()].copy_from_slice(&refs);
+                }
+                Err(why) => notes.push(format!("--cgroup is filtered in userspace: {why}")),
+            }
+        }
+        k
+    }
+
+    /// An exec line (`--events exec`): the options known when a program starts (comm, exe,
+    /// uid, cgroup, tree); `--failed`, `--min-rss` and `--min-runtime` select exit lines only.
+    pub fn matches_exec(&self, in_tree: bool, uid: u32, image: &ImageInfo, cgroup: &str) -> bool {
+        if self.pid_tree.is_some() && !in_tree {
+            return false;
+        }
+        if !self.uids.is_empty() && !self.uids.contains(&uid) {
+            return false;
+        }
+        if !self.comm.is_empty() && !self.comm.iter().any(|p| glob(p, image.comm.as_bytes())) {
+            return false;
+        }
+        if !self.exe.is_empty() && !self.exe_matches(&image.exe) {
+            return false;
+        }
+        self.cgroup.is_empty() || self.cgroup.iter().any(|(p, g)| cgroup_match(p, *g, cgroup))
+    }
+
+    fn exe_matches(&self, exe: &[u8]) -> bool {
+        let name = exe.rsplit(|&b| b == b'/').next().unwrap_or(exe);
+        self.exe
+            .iter()
+            .any(|(p, base)| glob(p, if *base { name } else { exe }))
     }
 
     pub fn matches(&self, x: &ExitView) -> bool {
@@ -176,16 +246,8 @@ impl Filter {
         {
             return false;
         }
-        if !self.exe.is_empty() {
-            let exe: &[u8] = &x.image.exe;
-            let name = exe.rsplit(|&b| b == b'/').next().unwrap_or(exe);
-            if !self
-                .exe
-                .iter()
-                .any(|(p, base)| glob(p, if *base { name } else { exe }))
-            {
-                return false;
-            }
+        if !self.exe.is_empty() && !self.exe_matches(&x.image.exe) {
+            return false;
         }
         if !self.cgroup.is_empty()
             && !self
@@ -197,6 +259,41 @@ impl Filter {
         }
         true
     }
+}
+
+/// The cgroups of `--cgroup` as the kernel names them (id, level), when it can test them all.
+fn kernel_cgroups(patterns: &[(String, bool)]) -> Result<Vec<CgroupRef>, String> {
+    use std::os::unix::fs::MetadataExt;
+    if patterns.len() > FILTER_MAX_CGROUPS {
+        return Err(format!("more than {FILTER_MAX_CGROUPS} values"));
+    }
+    let mount = cgroup2_mount().ok_or("no cgroup2 mount")?;
+    let mount = mount.trim_end_matches('/');
+    // Levels count from the real root: a mount of a sub-tree (a cgroup namespace) would
+    // shift them. The root cgroup's id is 1.
+    match std::fs::metadata(format!("{mount}/")) {
+        Ok(m) if m.ino() == 1 => {}
+        _ => return Err(format!("{mount} is not the cgroup2 root")),
+    }
+    let mut refs = Vec::new();
+    for (path, glob) in patterns {
+        if *glob {
+            return Err(format!("{path} is a glob"));
+        }
+        // The level is counted from the path's components: they must be plain names.
+        if path.split('/').any(|c| c == "." || c == "..") {
+            return Err(format!("{path} has . or .. in it"));
+        }
+        let meta =
+            std::fs::metadata(format!("{mount}{path}")).map_err(|e| format!("{path}: {e}"))?;
+        let level = path.split('/').filter(|c| !c.is_empty()).count() as u32;
+        refs.push(CgroupRef {
+            id: meta.ino(),
+            level,
+            _pad: 0,
+        });
+    }
+    Ok(refs)
 }
 
 /// Why a plain `--cgroup` path can match nothing now, if it cannot: no cgroup2 mount, or no
@@ -329,6 +426,20 @@ mod tests {
             "process and thread exits with comm make or cc, cgroup /system.slice (and below), \
              peak RSS at least 100 MiB and a failure (non-zero exit or fatal signal)"
         );
+    }
+
+    #[test]
+    fn kernel_cgroups_are_ids_and_levels() {
+        let root = kernel_cgroups(&[("/".into(), false)]).expect("the cgroup2 root");
+        assert_eq!(
+            (root[0].id, root[0].level),
+            (1, 0),
+            "the root cgroup is id 1, level 0"
+        );
+        let why = kernel_cgroups(&[("/a/../b".into(), false)]).expect_err(".. is refused");
+        assert!(why.contains(".."), "{why}");
+        let why = kernel_cgroups(&[("/*.slice".into(), true)]).expect_err("a glob");
+        assert!(why.contains("glob"), "{why}");
     }
 
     #[test]

@@ -22,6 +22,20 @@ pub struct Identity {
     pub systemd_unit: Option<String>,
 }
 
+/// This boot's id (/proc/sys/kernel/random/boot_id) as 32 hex digits; empty if unreadable.
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().replace('-', ""))
+        .unwrap_or_default()
+}
+
+/// A program image's unique id: the boot, the process and when the image started
+/// (CLOCK_MONOTONIC ns: its exec, or the process's start when no exec was seen). The same
+/// string in its exec line and its exit line; unique across processes, images and boots.
+pub fn exec_id(boot_id: &str, pid: u32, image_start_ns: u64) -> String {
+    format!("{boot_id}:{pid}:{image_start_ns}")
+}
+
 impl Identity {
     pub fn of(cgroup: &str) -> Identity {
         let mut id = Identity::default();

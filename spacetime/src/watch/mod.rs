@@ -13,6 +13,7 @@
 pub mod args;
 mod cgroup;
 mod coverage;
+mod exec;
 mod exit;
 mod filter;
 pub mod identity;
@@ -106,6 +107,32 @@ fn write_summary_json(mut file: std::fs::File, summary: &summary::Json) -> io::R
     file.flush()
 }
 
+/// Loads the kernel programs with the kernel's part of the filter: `--uid` and `--cgroup` as
+/// read-only globals, `--pid-tree` as the tree mode, its root tracked before /proc is read
+/// (a child forked from now on is followed by the kernel, one forked earlier is in /proc).
+fn load_probes(args: &WatchArgs, filter: &Filter) -> anyhow::Result<Probes> {
+    let mut notes = Vec::new();
+    let mut kernel_filter = filter.kernel(&mut notes);
+    let tree = filter.pid_tree().is_some();
+    if tree {
+        kernel_filter.flags |= spacetime_common::filter_flags::COUNT_UNTRACKED;
+    }
+    let mut probes = Probes::load(&LoadOptions {
+        mode: if tree { mode::TREE } else { mode::SYSTEM },
+        ring_buffer_bytes: args.ring_buffer,
+        max_tracked: args.max_processes.clamp(1, 65536) as u32,
+        filter: kernel_filter,
+        ..LoadOptions::default()
+    })?;
+    if let Some(root) = filter.pid_tree() {
+        probes.track(root).context("--pid-tree")?;
+    }
+    for note in &notes {
+        crate::errln!("spacetime: {note}");
+    }
+    Ok(probes)
+}
+
 fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     let filter = Filter::from_args(&args)?;
     let mut out =
@@ -136,11 +163,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     };
     let sigfd = crate::signals::signal_fd(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
         .context("setting up signal handling")?;
-    let mut probes = Probes::load(&LoadOptions {
-        mode: mode::SYSTEM,
-        ring_buffer_bytes: args.ring_buffer,
-        ..LoadOptions::default()
-    })?;
+    let mut probes = load_probes(&args, &filter)?;
     if verbose > 0 {
         crate::errln!(
             "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
@@ -178,21 +201,47 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         threads: args.threads,
     });
     table.set_attached(attached_ns);
+    table.set_argv_budget(args.argv_budget);
     // Inside a PID namespace with its own /proc, its pids are not the kernel's: seeding from
     // it would name strangers.
     let seeded = if crate::pidns::proc_has_kernel_pids(&probes) {
-        procfs::seed(&mut table, filter.pid_tree(), args.max_processes).context("reading /proc")?
+        // Another user's argv is not read here either when the kernel filters by uid.
+        let want_argv = |pid| {
+            !filter.kernel_uids()
+                || procfs::real_uid(pid).is_none_or(|u| !filter.uid_filtered_out(u))
+        };
+        procfs::seed_with(
+            &mut table,
+            filter.pid_tree(),
+            args.max_processes,
+            &want_argv,
+        )
+        .context("reading /proc")?
     } else if let Some(pid) = filter.pid_tree() {
         anyhow::bail!("--pid-tree {pid}: spacetime watch runs inside a PID namespace whose /proc numbers processes otherwise than the kernel does, so it cannot tell which process that is");
     } else {
         log::debug!("/proc numbers this PID namespace's pids: running processes are not seeded");
         0
     };
+    if filter.pid_tree().is_some() {
+        // The kernel will send nothing about the others.
+        for pid in table.keep_tree_only() {
+            // A process already gone is not an error: its exit was before the watch.
+            let _ = probes.track(pid);
+        }
+    }
+    // The argv /proc gave was charged while seeding; what remains over is cut now.
+    table.enforce_argv_budget();
+    out.ancestry = args.ancestry;
     let cgroups = Cgroups::open();
     if verbose > 0 && !cgroups.available() {
         crate::errln!("spacetime: no cgroup2 mount: cgroups are shown as ids");
     }
     out.set_wall_offset(crate::clock::realtime_offset_ns());
+    out.set_identity(
+        crate::report::origin::Origin::now(0).host,
+        identity::boot_id(),
+    );
     // What is watched goes before the table, so the header is the last line before the rows.
     crate::errln!(
         "spacetime: watching {}; {seeded} processes running; Ctrl-C to stop",
@@ -214,8 +263,15 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         }
         None => None,
     };
+    let mut metrics = Metrics::new(taskstats.is_some(), args.metrics_comm_limit);
+    for label in &args.metrics_label {
+        metrics.by_identity.push(metrics::identity::ByIdentity::new(
+            *label,
+            args.metrics_comm_limit,
+        ));
+    }
     let mut w = Watch {
-        metrics: Metrics::new(taskstats.is_some(), args.metrics_comm_limit),
+        metrics,
         coverage: taskstats.as_ref().map(|_| Coverage::default()),
         table,
         filter,
@@ -232,6 +288,8 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         taskstats_since_ns,
         waiting: reap::Waiting::default(),
         reaps: probes.cpu_at_release,
+        events: args.events,
+        exec_pending: Vec::new(),
     };
     let started = Instant::now();
     let mut logger = probes.take_logger();

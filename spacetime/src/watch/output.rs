@@ -11,10 +11,11 @@ use std::{
 
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 
-use super::{exit::ExitView, table::ImageInfo};
+use super::{exit::ExitView, identity::Identity, table::ImageInfo};
 use crate::{
     report::{
         lossless::{argv_b64, exe_b64, Argv, Lossy},
+        origin::rfc3339,
         Exit,
     },
     term,
@@ -36,11 +37,17 @@ pub struct Output {
     line: String,
     /// (second, "HH:MM:SS") of the last time formatted.
     clock: (i64, String),
+    /// Host and boot id, for every line.
+    origin: exec_rows::Origin,
+    /// `--ancestry`: exec rows show their parent chain too.
+    pub ancestry: bool,
 }
 
 /// Characters of the CGROUP column (`--wide`); longer paths push the command right.
 const CGROUP_WIDTH: usize = 24;
 
+#[path = "output_exec.rs"]
+mod exec_rows;
 #[path = "output_layout.rs"]
 mod layout;
 use layout::{Col, Layout};
@@ -69,6 +76,8 @@ impl Output {
             wall_offset_ns: 0,
             line: String::with_capacity(512),
             clock: (i64::MIN, String::new()),
+            origin: exec_rows::Origin::default(),
+            ancestry: false,
         };
         o.refresh_width();
         Ok(o)
@@ -115,10 +124,13 @@ impl Output {
 
     pub fn write(&mut self, x: &ExitView) -> io::Result<()> {
         if self.json {
+            let exec_id = self.exec_id(x.pid, x.image_start_ns);
             let mut ser = serde_json::Serializer::new(&mut self.w);
             Json {
                 x,
                 wall: self.wall_offset_ns,
+                exec_id,
+                host: &self.origin.host,
             }
             .serialize(&mut ser)
             .map_err(io::Error::from)?;
@@ -353,12 +365,17 @@ fn serialize_names<M: SerializeMap>(m: &mut M, img: &ImageInfo) -> Result<(), M:
 struct Json<'a, 'b> {
     x: &'a ExitView<'b>,
     wall: i64,
+    exec_id: String,
+    host: &'a str,
 }
 
 impl Serialize for Json<'_, '_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let x = self.x;
         let mut m = s.serialize_map(None)?;
+        m.serialize_entry("event", "exit")?;
+        m.serialize_entry("exec_id", &self.exec_id)?;
+        m.serialize_entry("host", self.host)?;
         if x.thread {
             m.serialize_entry("thread", &true)?;
             m.serialize_entry("tid", &x.tid)?;
@@ -371,8 +388,12 @@ impl Serialize for Json<'_, '_> {
         m.serialize_entry("comm", x.comm)?;
         serialize_names(&mut m, x.image)?;
         m.serialize_entry("argv_complete", &x.image.argv_complete)?;
-        m.serialize_entry("start_unix_ns", &x.start_ns.map(|s| s as i64 + self.wall))?;
-        m.serialize_entry("end_unix_ns", &(x.end_ns as i64 + self.wall))?;
+        let start = x.start_ns.map(|s| s as i64 + self.wall);
+        let end = x.end_ns as i64 + self.wall;
+        m.serialize_entry("start_unix_ns", &start)?;
+        m.serialize_entry("start_time", &start.map(|s| rfc3339(s.max(0) as u64)))?;
+        m.serialize_entry("end_unix_ns", &end)?;
+        m.serialize_entry("end_time", &rfc3339(end.max(0) as u64))?;
         m.serialize_entry("runtime_ns", &x.runtime_ns())?;
         m.serialize_entry("user_ns", &x.user_ns)?;
         m.serialize_entry("sys_ns", &x.sys_ns)?;
@@ -386,24 +407,12 @@ impl Serialize for Json<'_, '_> {
         m.serialize_entry("uid", &x.uid)?;
         m.serialize_entry("gid", &x.gid)?;
         m.serialize_entry("cgroup", x.cgroup)?;
-        let id = x.identity;
-        if let Some(r) = id.container_runtime {
-            m.serialize_entry("container_runtime", r)?;
-        }
-        if let Some(c) = &id.container_id {
-            m.serialize_entry("container_id", c)?;
-        }
-        if let Some(p) = &id.pod_uid {
-            m.serialize_entry("pod_uid", p)?;
-        }
-        if let Some(u) = &id.systemd_unit {
-            m.serialize_entry("systemd_unit", u)?;
-        }
+        serialize_identity(&mut m, x.identity)?;
         if !x.known {
             m.serialize_entry("known", &false)?;
         }
         if !x.ancestry.is_empty() {
-            m.serialize_entry("ancestry", &Ancestry(x))?;
+            m.serialize_entry("ancestry", &Ancestry(x.ancestry))?;
         }
         if !x.images.is_empty() || x.images_dropped > 0 {
             m.serialize_entry("images", &Images(x))?;
@@ -415,12 +424,29 @@ impl Serialize for Json<'_, '_> {
     }
 }
 
-struct Ancestry<'a, 'b>(&'a ExitView<'b>);
+/// Container, pod and unit, when the cgroup path names them.
+fn serialize_identity<M: SerializeMap>(m: &mut M, id: &Identity) -> Result<(), M::Error> {
+    if let Some(r) = id.container_runtime {
+        m.serialize_entry("container_runtime", r)?;
+    }
+    if let Some(c) = &id.container_id {
+        m.serialize_entry("container_id", c)?;
+    }
+    if let Some(p) = &id.pod_uid {
+        m.serialize_entry("pod_uid", p)?;
+    }
+    if let Some(u) = &id.systemd_unit {
+        m.serialize_entry("systemd_unit", u)?;
+    }
+    Ok(())
+}
 
-impl Serialize for Ancestry<'_, '_> {
+struct Ancestry<'a>(&'a [super::table::Ancestor]);
+
+impl Serialize for Ancestry<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(self.0.ancestry.len()))?;
-        for a in self.0.ancestry {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for a in self.0 {
             seq.serialize_element(&AncestorJson(a))?;
         }
         seq.end()

@@ -23,6 +23,8 @@ fn output(width: Option<usize>, wide: bool) -> Output {
         wall_offset_ns: 0,
         line: String::new(),
         clock: (i64::MIN, String::new()),
+        origin: super::exec_rows::Origin::default(),
+        ancestry: true,
     }
 }
 
@@ -63,6 +65,7 @@ fn hostile_names_render_safely() {
             comm: &comm,
             image: &img,
             start_ns: Some(1),
+            image_start_ns: 1,
             end_ns: 2,
             user_ns: 0,
             sys_ns: 0,
@@ -91,11 +94,30 @@ fn hostile_names_render_safely() {
                 assert!(term::width(l) <= w, "{l:?} over {w}");
             }
         }
+        // The exec row of the same image, with the same hostile names.
+        let e = crate::watch::exec::ExecView {
+            pid: 7,
+            ppid: Some(1),
+            uid: 0,
+            image: &img,
+            ts_ns: 1,
+            cgroup: &cgroup,
+            identity: x.identity,
+            ancestry: &ancestry,
+        };
+        o.exec_line(&e);
+        assert_terminal_safe(&o.line, true);
+        if let Some(w) = width {
+            for l in o.line.lines() {
+                assert!(term::width(l) <= w, "{l:?} over {w}");
+            }
+        }
         peaks.observe(&x);
         metrics.observe(&x);
         let mut json = output(None, false);
         json.json = true;
         json.write(&x).expect("json to a sink");
+        json.write_exec(&e).expect("json to a sink");
     }
     // The summary lists the top comms and the biggest peaks' commands.
     let fin = Final {

@@ -50,7 +50,26 @@ pub fn start_of(pid: u32) -> Option<u64> {
 
 /// Adds every process in /proc to `table`; returns how many. `pid_tree` marks that process
 /// and its descendants.
+#[cfg(test)]
 pub fn seed(table: &mut Table, pid_tree: Option<u32>, max: usize) -> io::Result<usize> {
+    seed_with(table, pid_tree, max, &|_| true)
+}
+
+/// The real uid of a running process (/proc/PID/status `Uid:`, first field).
+pub fn real_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// [`seed`], reading the argv only of the processes `want_argv` accepts (the others' argv is
+/// left out, incomplete, as the kernel-side filter leaves out theirs).
+pub fn seed_with(
+    table: &mut Table,
+    pid_tree: Option<u32>,
+    max: usize,
+    want_argv: &dyn Fn(u32) -> bool,
+) -> io::Result<usize> {
     let mut threads = HashMap::new();
     let mut n = 0;
     for dirent in std::fs::read_dir("/proc")? {
@@ -72,7 +91,12 @@ pub fn seed(table: &mut Table, pid_tree: Option<u32>, max: usize) -> io::Result<
         let Some(stat) = parse_stat(&stat) else {
             continue;
         };
-        let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let wanted = want_argv(pid);
+        let args = if wanted {
+            std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
             .map(|p| std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str()).into())
             .unwrap_or_default();
@@ -81,11 +105,13 @@ pub fn seed(table: &mut Table, pid_tree: Option<u32>, max: usize) -> io::Result<
             exe,
             comm: crate::events::Comm::new(stat.comm.as_bytes()),
             args: area.into(),
-            argv_complete: true,
+            argv_complete: wanted,
         };
         let start_ns = start_mono_ns(stat.start_ticks);
         threads.insert(pid, stat.num_threads);
+        let len = image.args.len();
         table.insert_seeded(Table::seeded_entry(pid, stat.ppid, start_ns, image));
+        table.charge_argv(len);
         n += 1;
     }
     table.finish_seeding(pid_tree, &threads);

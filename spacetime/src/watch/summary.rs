@@ -62,6 +62,13 @@ pub struct Json<'a> {
     /// Exit records that never became a report: ring buffer full, or undecodable.
     pub lost_events: u64,
     pub loss: Loss,
+    /// Records the kernel-side filter kept from being sent (fork, exec with argv, image end
+    /// of processes that do not pass `--uid`, `--cgroup` or `--pid-tree`).
+    pub kernel_filtered: u64,
+    /// argv cut to keep the live table within `--argv-budget`.
+    pub argv_evicted: u64,
+    /// Exec lines written (`--events exec`).
+    pub execs_reported: u64,
     pub taskstats: TaskstatsJson<'a>,
     pub spacetime: &'a OwnCost,
 }
@@ -102,6 +109,9 @@ pub fn json<'a>(f: &'a Final, stopped_by: &'a str, own: &'a OwnCost) -> Json<'a>
         thread_exits: m.seen_threads,
         reported: m.reported,
         lost_events: lost_events(m),
+        kernel_filtered: m.kernel_filtered,
+        argv_evicted: f.table.argv_evicted,
+        execs_reported: m.execs_reported,
         loss: Loss {
             ringbuf_lost: m.ringbuf_lost,
             decode_errors: m.decode_errors,
@@ -226,6 +236,23 @@ fn render_lines(f: &Final, width: usize) -> String {
             t.missed_at_start
         );
     }
+    if m.kernel_filtered > 0 {
+        let _ = writeln!(
+            o,
+            "  kernel filter: {} records not sent (fork, exec with argv, image end)",
+            m.kernel_filtered
+        );
+    }
+    if t.argv_evicted > 0 {
+        let _ = writeln!(
+            o,
+            "  argv budget:   {} argv cut to their first {} bytes ({} freed; raise \
+             --argv-budget)",
+            t.argv_evicted,
+            super::table::KEEP_BYTES,
+            units::bytes(t.argv_evicted_bytes)
+        );
+    }
     if t.full + t.stale + t.unknown_exits + t.args_gaps > 0 {
         let _ = writeln!(
             o,
@@ -265,9 +292,12 @@ mod tests {
         m.enobufs = 7;
         m.matched = 11;
         m.bpf_only = 1;
+        m.kernel_filtered = 9;
+        m.execs_reported = 6;
         let peaks = Peaks::default();
         let own = OwnCost::default();
-        let f = fin(&m, &peaks, None);
+        let mut f = fin(&m, &peaks, None);
+        f.table.argv_evicted = 8;
         let v = serde_json::to_value(json(&f, "count", &own)).expect("serialize");
         assert_eq!(
             v,
@@ -275,6 +305,7 @@ mod tests {
                 "elapsed_ns": 1_500_000_000u64, "stopped_by": "count",
                 "process_exits": 12, "thread_exits": 3, "reported": 5, "lost_events": 3,
                 "loss": {"ringbuf_lost": 2, "decode_errors": 1, "read_failures": 4, "enobufs": 7},
+                "kernel_filtered": 9, "argv_evicted": 8, "execs_reported": 6,
                 "taskstats": {"available": true, "matched": 11, "bpf_only": 1, "taskstats_only": 0},
                 "spacetime": {"user_ns": 0, "sys_ns": 0, "peak_rss_bytes": 0,
                               "bpf_stats_enabled": false, "kernel_programs": []}

@@ -19,8 +19,10 @@ use std::{
 use crate::idhash::IdMap;
 
 mod ancestry;
+mod budget;
 pub use ancestry::Ancestor;
 use ancestry::Ghost;
+pub use budget::KEEP_BYTES;
 
 use spacetime_common::{flags, ExitEvent, ForkEvent, ImageEndEvent};
 
@@ -115,6 +117,8 @@ pub struct Entry {
     pub in_tree: bool,
     /// Found in /proc at start rather than seen forking.
     pub seeded: bool,
+    /// When its current image started (its exec record; 0: no exec seen).
+    pub exec_ns: u64,
     /// In the table (false: made up for an exit whose process was unknown).
     pub known: bool,
 }
@@ -140,6 +144,7 @@ impl Entry {
             live_children: 0,
             in_tree: false,
             seeded: false,
+            exec_ns: 0,
             known: true,
         }
     }
@@ -198,6 +203,9 @@ pub struct TableStats {
     /// Second "last thread" records of a process (kernels before 6.16, where two threads
     /// exiting at once can both look like the last one): taken as thread exits.
     pub duplicate_exits: u64,
+    /// argv cut to keep the table within `--argv-budget`, and the bytes that freed.
+    pub argv_evicted: u64,
+    pub argv_evicted_bytes: u64,
 }
 
 /// Processes remembered after their exit, to recognize a duplicate end record.
@@ -219,6 +227,7 @@ pub struct Table {
     opts: TableOptions,
     empty: Arc<ImageInfo>,
     pub stats: TableStats,
+    budget: budget::Budget,
 }
 
 impl Table {
@@ -235,6 +244,7 @@ impl Table {
             opts,
             empty: Arc::new(ImageInfo::default()),
             stats: TableStats::default(),
+            budget: budget::Budget::default(),
         }
     }
 
@@ -417,6 +427,7 @@ impl Table {
     }
 
     pub fn exec(&mut self, e: Exec) {
+        self.charge_argv(e.args_len as usize);
         let keep_images = self.opts.images;
         let Some(p) = self.lookup_or_create(e.hdr.tgid, e.hdr.leader_start_ns) else {
             return;
@@ -440,6 +451,7 @@ impl Table {
         }
         p.ended_peak = None;
         p.shared_mm = false;
+        p.exec_ns = e.hdr.ts_ns;
         let cut = e.hdr.flags & (flags::EXEC_ARGS_TRUNCATED | flags::EXEC_ARGS_FAULT) != 0;
         let complete = !cut && e.args.len() == e.args_len as usize;
         if !complete && !cut && e.args.len() < e.args_len as usize {

@@ -70,6 +70,10 @@ pub(super) struct Watch {
     pub(super) waiting: reap::Waiting,
     /// The kernel sends release records (fentry release_task attached).
     pub(super) reaps: bool,
+    /// `--events`.
+    pub(super) events: super::args::Events,
+    /// Exec lines waiting for their argv (`--events exec`).
+    pub(super) exec_pending: Vec<super::exec::Pending>,
 }
 
 /// The metrics listener: accepts unless paused after an accept() error.
@@ -190,7 +194,9 @@ impl Watch {
         if matches!(stop, Stop::Signal(_) | Stop::Duration) {
             self.stop = None;
             self.drain(ring.get_mut());
-            // Rows still waiting for a release go out with their exit figures.
+            // Exec lines still waiting for argv go out with what arrived, rows still waiting
+            // for a release with their exit figures.
+            self.write_execs(true, None);
             self.write_ready(Instant::now(), true);
         }
         if let Some(l) = io.taskstats.as_mut() {
@@ -228,6 +234,7 @@ impl Watch {
             }
             self.metrics.ringbuf_lost = c.ringbuf_lost;
             self.metrics.read_failures = c.read_failures;
+            self.metrics.kernel_filtered = c.filtered;
         }
         if let Some(l) = taskstats {
             let e = l.stats().enobufs;
@@ -246,6 +253,7 @@ impl Watch {
         }
         self.sync_coverage();
         self.metrics.table_size = self.table.len() as u64;
+        self.metrics.argv_evicted = self.table.stats.argv_evicted;
         self.wall_offset_ns = crate::clock::realtime_offset_ns();
         self.out.set_wall_offset(self.wall_offset_ns);
         self.out.refresh_width();
@@ -286,7 +294,13 @@ impl Watch {
             }
             match decode(&item) {
                 Ok(Event::Fork(f)) => self.table.fork(&f),
-                Ok(Event::Exec(e)) => self.table.exec(e),
+                Ok(Event::Exec(e)) => {
+                    let (tgid, start) = (e.hdr.tgid, e.hdr.leader_start_ns);
+                    // A waiting exec line of this process is for the image this one ends.
+                    self.write_execs(false, Some(tgid));
+                    self.table.exec(e);
+                    self.exec_seen(tgid, start, &item);
+                }
                 Ok(Event::Args(a)) => self.table.args(a),
                 Ok(Event::ImageEnd(m)) => self.table.image_end(&m),
                 Ok(Event::Exit(x)) => self.exit(&x, now),
@@ -300,6 +314,7 @@ impl Watch {
             }
         }
         if !self.late {
+            self.write_execs(false, None);
             self.write_ready(now, false);
         }
         if let Err(e) = self.out.flush() {
@@ -307,7 +322,7 @@ impl Watch {
         }
     }
 
-    fn output_failed(&mut self, e: io::Error) {
+    pub(super) fn output_failed(&mut self, e: io::Error) {
         if e.kind() == io::ErrorKind::BrokenPipe {
             self.stop = Some(Stop::OutputClosed);
         } else {
@@ -317,6 +332,11 @@ impl Watch {
     }
 
     fn exit(&mut self, x: &ExitEvent, now: Instant) {
+        if x.hdr.flags & flags::EXIT_FILTERED != 0 {
+            self.filtered_exit(x, now);
+            return;
+        }
+        self.write_execs(false, Some(x.hdr.tgid));
         if x.hdr.flags & flags::EXIT_GROUP_DEAD == 0 {
             self.thread_exit(x, now);
             return;
@@ -339,6 +359,25 @@ impl Watch {
         if !self.reaps {
             // No release records on this kernel: the exit's figures are all there is.
             self.write_ready(now, true);
+        }
+    }
+
+    /// An exit the kernel-side filter kept out: only the table and the taskstats cross-check
+    /// hear of it.
+    fn filtered_exit(&mut self, x: &ExitEvent, now: Instant) {
+        if x.hdr.flags & flags::EXIT_GROUP_DEAD == 0 {
+            self.metrics.seen_threads += 1;
+            self.coverage_thread(x, now);
+            return;
+        }
+        self.metrics.seen_processes += 1;
+        self.table.forget(x);
+        if let Some(c) = self
+            .coverage
+            .as_mut()
+            .filter(|_| x.hdr.ts_ns >= self.taskstats_since_ns)
+        {
+            c.bpf_exit(x.hdr.pid, end_of(x, self.wall_offset_ns, now));
         }
     }
 
@@ -389,6 +428,11 @@ impl Watch {
             comm: &comm,
             image: &e.image,
             start_ns: Some(x.hdr.leader_start_ns),
+            image_start_ns: if e.exec_ns != 0 {
+                e.exec_ns
+            } else {
+                x.hdr.leader_start_ns
+            },
             end_ns: x.hdr.ts_ns,
             user_ns,
             sys_ns,
@@ -449,6 +493,11 @@ impl Watch {
             comm: &comm,
             image: &p.image,
             start_ns: start,
+            image_start_ns: if p.exec_ns != 0 {
+                p.exec_ns
+            } else {
+                p.start_ns
+            },
             end_ns: x.hdr.ts_ns,
             user_ns,
             sys_ns,

@@ -111,6 +111,9 @@ pub fn render(m: &Metrics, format: Format) -> String {
     };
     build_info(&mut w);
     exits(&mut w, m);
+    for b in &m.by_identity {
+        by_identity(&mut w, b);
+    }
     let seen = w.family(
         "spacetime_watch_seen_exits",
         Kind::Counter,
@@ -199,6 +202,46 @@ fn exits(w: &mut Writer, m: &Metrics) {
     );
     w.sample(&source, &[("source", "release")], m.cpu_released);
     w.sample(&source, &[("source", "exit")], m.cpu_at_exit);
+}
+
+/// `--metrics-label`: exits and CPU time by unit or container, in their own families.
+fn by_identity(w: &mut Writer, b: &super::identity::ByIdentity) {
+    let label = b.label.name();
+    let rows = b.rows();
+    let exits = w.family(
+        &format!("spacetime_watch_{label}_exits"),
+        Kind::Counter,
+        None,
+        &format!(
+            "Process exits reported, by {label} and status; {label}s past \
+             --metrics-comm-limit are counted under {label}=\"{}\", processes outside any \
+             under {label}=\"{}\".",
+            b.label.other(),
+            b.label.none()
+        ),
+    );
+    for (value, c) in &rows {
+        for (status, n) in STATUSES.iter().zip(c.exits) {
+            if n > 0 {
+                w.sample(&exits, &[(label, value), ("status", status)], n);
+            }
+        }
+    }
+    let cpu = w.family(
+        &format!("spacetime_watch_{label}_cpu_seconds"),
+        Kind::Counter,
+        Some("seconds"),
+        &format!("CPU time of the processes reported, by {label} and mode."),
+    );
+    for (value, c) in &rows {
+        for (mode, ns) in [("user", c.user_ns), ("system", c.sys_ns)] {
+            w.sample(
+                &cpu,
+                &[(label, value), ("mode", mode)],
+                float(ns as f64 / 1e9),
+            );
+        }
+    }
 }
 
 /// Loss, cross-check coverage and the endpoint's own state.

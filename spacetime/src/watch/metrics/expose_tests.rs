@@ -128,3 +128,39 @@ fn histograms_are_cumulative() {
         "{text}"
     );
 }
+
+#[test]
+fn identity_families_are_bounded_and_declared() {
+    use crate::watch::metrics::identity::{ByIdentity, IdLabel};
+    let mut m = Metrics::new(false, 2);
+    let mut b = ByIdentity::new(IdLabel::Unit, 2);
+    b.values.insert(
+        "cron.service".into(),
+        CommStats {
+            exits: [2, 1, 0],
+            user_ns: 500_000_000,
+            sys_ns: 0,
+        },
+    );
+    b.other = CommStats {
+        exits: [0, 0, 4],
+        ..CommStats::default()
+    };
+    m.by_identity.push(b);
+    let text = render(&m, Format::Text);
+    for line in [
+        "# HELP spacetime_watch_unit_exits_total ",
+        "# TYPE spacetime_watch_unit_exits_total counter",
+        "spacetime_watch_unit_exits_total{unit=\"cron.service\",status=\"ok\"} 2",
+        "spacetime_watch_unit_exits_total{unit=\"cron.service\",status=\"failed\"} 1",
+        "spacetime_watch_unit_exits_total{unit=\"[other units]\",status=\"signaled\"} 4",
+        "spacetime_watch_unit_cpu_seconds_total{unit=\"cron.service\",mode=\"user\"} 0.5",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    let om = render(&m, Format::OpenMetrics);
+    assert!(
+        om.contains("# UNIT spacetime_watch_unit_cpu_seconds seconds"),
+        "{om}"
+    );
+}

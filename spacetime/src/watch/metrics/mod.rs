@@ -10,6 +10,7 @@ use crate::tree::ExitStatus;
 
 pub mod expose;
 pub mod http;
+pub mod identity;
 mod own;
 
 pub use expose::Format;
@@ -124,6 +125,14 @@ pub struct Metrics {
     /// those that went out with the exit-time figure (no release in time).
     pub cpu_released: u64,
     pub cpu_at_exit: u64,
+    /// Records the kernel-side filter kept from being sent (fork, exec with argv, image end).
+    pub kernel_filtered: u64,
+    /// argv cut to keep the live table within `--argv-budget`.
+    pub argv_evicted: u64,
+    /// Exec lines written (`--events exec`).
+    pub execs_reported: u64,
+    /// `--metrics-label`: exits by unit or container.
+    pub by_identity: Vec<identity::ByIdentity>,
 }
 
 impl Default for Metrics {
@@ -164,6 +173,10 @@ impl Metrics {
             accept_errors: 0,
             cpu_released: 0,
             cpu_at_exit: 0,
+            kernel_filtered: 0,
+            argv_evicted: 0,
+            execs_reported: 0,
+            by_identity: Vec::new(),
         }
     }
 
@@ -176,6 +189,9 @@ impl Metrics {
             Some(c) => c.add(s, x),
             None if room => self.by_comm.entry(x.comm.into()).or_default().add(s, x),
             None => self.other.add(s, x),
+        }
+        for b in &mut self.by_identity {
+            b.observe(x);
         }
         if let Some(rt) = x.runtime_ns() {
             self.runtime.observe(&RUNTIME_BUCKETS_S, rt as f64 / 1e9);
