@@ -35,7 +35,9 @@ Examples:
   sudo spacetime trace --perfetto build.pftrace -- cargo build
       A timeline to open in ui.perfetto.dev
   sudo spacetime trace --stop-on-root-exit -- sh -c 'sleep 100 & echo started'
-      Stop when sh exits; report the sleep as still running";
+      Stop when sh exits; report the sleep as still running
+  sudo spacetime trace --cgroup-peak -- make -j8
+      Also the tree's memory with shared pages counted once and page cache included";
 
 const WATCH_EXAMPLES: &str = "\
 Examples:
@@ -162,6 +164,11 @@ pub struct TraceArgs {
     /// Stop when CMD exits; report descendants still running instead of waiting for them
     #[arg(long)]
     pub stop_on_root_exit: bool,
+    /// Also run CMD in a memory cgroup of its own and report its peak (cgroup v2 memory.peak,
+    /// v1 memory.max_usage_in_bytes): each page once, page cache included, beside the
+    /// tree-wide peak RSS that sums the processes' RSS
+    #[arg(long)]
+    pub cgroup_peak: bool,
     /// Under sudo, run CMD as root instead of the invoking user
     #[arg(long)]
     pub keep_root: bool,

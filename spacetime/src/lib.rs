@@ -10,6 +10,7 @@
 //! [`pidfd`] proves a pid is still the process meant before it is signalled.
 
 pub mod btf;
+pub mod cgroup_peak;
 pub mod chart;
 pub mod cli;
 pub mod clock;

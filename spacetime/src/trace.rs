@@ -97,6 +97,9 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
         log::warn!("cannot become a child subreaper: orphans will not be waited for");
     }
+    let cgroup = args
+        .cgroup_peak
+        .then(|| crate::cgroup_peak::start(args.quiet));
     let held = launch::spawn_held(
         &path,
         &args.command,
@@ -121,6 +124,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
             return Err(e.into());
         }
     };
+    let cgroup = cgroup.map(|c| crate::cgroup_peak::place(c, held.pid, args.quiet));
     let release_ns = monotonic_ns();
     if let Err(e) = held.release() {
         // SAFETY: reaping our own child, which exits right after a failed exec.
@@ -177,6 +181,8 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     if probes.rss_tracking && tree.live() > 0 {
         live_memory(&probes, &mut tree, &mut memory);
     }
+    // Read before anything else of the end: a --stop-on-root-exit survivor keeps charging.
+    let cgroup_peak = cgroup.map(crate::cgroup_peak::finish);
     let kernel_peak = match probes.rss_tracking {
         true => probes.tree_rss().ok().filter(|t| t.peak_ts_ns != 0),
         false => None,
@@ -233,7 +239,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     let gone = crate::pidfd::gone_unseen(&tree);
     // Measured last, with the programs still attached: the figures cover the whole trace.
     let own_cost = OwnCost::measure(&probes);
-    let report = Report::build(
+    let mut report = Report::build(
         &tree,
         &per_process,
         Meta {
@@ -257,6 +263,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
             gone: &gone,
         },
     );
+    report.cgroup_peak = cgroup_peak;
     let title = report.command.lossy_line();
     let perfetto_opts = perfetto::Options {
         title: &title,
