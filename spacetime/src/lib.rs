@@ -9,6 +9,7 @@
 //! [`outputs`] opens the files a trace writes before CMD starts; [`format`] is `--format`;
 //! [`pidfd`] proves a pid is still the process meant before it is signalled.
 
+pub mod attach;
 pub mod btf;
 pub mod cgroup_peak;
 pub mod chart;

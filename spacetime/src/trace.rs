@@ -30,7 +30,11 @@ use crate::{
 
 /// Entry point of the subcommand: returns the process exit status.
 pub fn main(args: TraceArgs, verbose: u8) -> i32 {
-    match run(args, verbose) {
+    let result = match args.pid.is_some() {
+        true => attach_run::run(args, verbose),
+        false => run(args, verbose),
+    };
+    match result {
         Ok(code) => code,
         Err(Failure::Launch(e)) => {
             crate::errln!("spacetime: {e}");
@@ -42,6 +46,9 @@ pub fn main(args: TraceArgs, verbose: u8) -> i32 {
         }
     }
 }
+
+#[path = "trace_attach.rs"]
+mod attach_run;
 
 enum Failure {
     Launch(LaunchError),
@@ -63,31 +70,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     } else {
         launch::sudo_credentials().map_err(Failure::Launch)?
     };
-    // Before anything runs: a path that cannot be written must not cost a whole run.
-    let mut outputs = Outputs::open(&Requested {
-        json: args.json.as_deref(),
-        perfetto: args.perfetto.as_deref(),
-        summary: args.output.as_deref(),
-        append: args.append,
-    })?;
-    let opts = LoadOptions {
-        ring_buffer_bytes: args.ring_buffer,
-        max_tracked: args.max_processes,
-        track_rss: true,
-        rss_interval_ns: args.rss_interval.saturating_mul(1_000_000),
-        ..LoadOptions::default()
-    };
-    let mut probes = Probes::load(&opts)?;
-    if verbose > 0 {
-        crate::errln!(
-            "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
-            probes.load_ms,
-            probes.ring_buffer_bytes >> 10
-        );
-        for m in &probes.mechanisms {
-            crate::errln!("spacetime:   {m}");
-        }
-    }
+    let (outputs, mut probes) = open_and_load(&args, verbose)?;
     let taskstats = open_taskstats(&args);
     let _delayacct = DelayAcct::configure(args.delayacct, verbose > 0 && !args.quiet);
     let mut handled = vec![libc::SIGCHLD];
@@ -159,6 +142,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     let loop_opts = LoopOptions {
         root_pid,
         stop_on_root_exit: args.stop_on_root_exit,
+        attached: false,
         await_release: probes.cpu_at_release,
     };
     let (mut listener, taskstats_error) = match taskstats {
@@ -178,11 +162,78 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     };
     let outcome = rt.block_on(consume(ring, sigfd, loop_opts, &mut sink, sources))?;
     let decode_errors = sink.decode_errors;
-    if probes.rss_tracking && tree.live() > 0 {
-        live_memory(&probes, &mut tree, &mut memory);
-    }
     // Read before anything else of the end: a --stop-on-root-exit survivor keeps charging.
     let cgroup_peak = cgroup.map(crate::cgroup_peak::finish);
+    let t0_ns = tree.root().map_or(release_ns, |r| r.start_ns);
+    let command = crate::report::lossless::Args(
+        args.command
+            .iter()
+            .map(|a| a.as_encoded_bytes().to_vec())
+            .collect(),
+    );
+    conclude(Ending {
+        args: &args,
+        verbose,
+        probes: &probes,
+        tree: &mut tree,
+        memory: &mut memory,
+        listener,
+        taskstats_error,
+        collector,
+        outcome,
+        decode_errors,
+        t0_ns,
+        outputs,
+        width,
+        command,
+        cgroup_peak,
+    })
+}
+
+/// Everything the end of a trace needs to report.
+struct Ending<'a> {
+    args: &'a TraceArgs,
+    verbose: u8,
+    probes: &'a Probes,
+    tree: &'a mut Tree,
+    memory: &'a mut Memory,
+    listener: Option<TaskstatsListener>,
+    taskstats_error: Option<String>,
+    collector: Collector,
+    outcome: Outcome,
+    decode_errors: u64,
+    /// Where the report's times start: the root's start, or the attach.
+    t0_ns: u64,
+    outputs: Outputs,
+    width: usize,
+    command: crate::report::lossless::Args,
+    cgroup_peak: Option<crate::report::CgroupPeakReport>,
+}
+
+/// Figures of the processes still running, the cross-check, the report and its outputs;
+/// returns the root's status as spacetime's.
+fn conclude(e: Ending) -> Result<i32, Failure> {
+    let Ending {
+        args,
+        verbose,
+        probes,
+        tree,
+        memory,
+        listener,
+        taskstats_error,
+        mut collector,
+        outcome,
+        decode_errors,
+        t0_ns,
+        mut outputs,
+        width,
+        command,
+        cgroup_peak,
+    } = e;
+    let page_size = crate::clock::page_size();
+    if probes.rss_tracking && tree.live() > 0 {
+        live_memory(probes, tree, memory);
+    }
     let kernel_peak = match probes.rss_tracking {
         true => probes.tree_rss().ok().filter(|t| t.peak_ts_ns != 0),
         false => None,
@@ -201,7 +252,6 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     } else {
         outcome.end_ns
     };
-    let t0_ns = tree.root().map_or(release_ns, |r| r.start_ns);
     let exited = tree
         .processes()
         .iter()
@@ -216,7 +266,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
         (Some(l), _) => {
             let st = l.stats();
             let (mut coverage, sums) =
-                cross_check(&tree, &collector, clock_offset(), page_size);
+                cross_check(tree, &collector, clock_offset(), page_size);
             drop(std::mem::take(&mut collector));
             per_process = sums;
             coverage.enobufs = st.enobufs;
@@ -236,19 +286,14 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
     }
     // Processes whose exit never arrived: still running (--stop-on-root-exit), or gone with
     // their exit record lost, which the report must not call running.
-    let gone = crate::pidfd::gone_unseen(&tree);
+    let gone = crate::pidfd::gone_unseen(tree);
     // Measured last, with the programs still attached: the figures cover the whole trace.
-    let own_cost = OwnCost::measure(&probes);
+    let own_cost = OwnCost::measure(probes);
     let mut report = Report::build(
-        &tree,
+        tree,
         &per_process,
         Meta {
-            command: crate::report::lossless::Args(
-                args.command
-                    .iter()
-                    .map(|a| a.as_encoded_bytes().to_vec())
-                    .collect(),
-            ),
+            command,
             root_exit: outcome.root_status,
             t0_ns,
             end_ns,
@@ -284,9 +329,39 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, Failure> {
         }
     };
     outputs.write(&report, &summary, |w| {
-        perfetto::write_to(&mut &mut *w, &tree, &memory.timeline, &perfetto_opts)
+        perfetto::write_to(&mut &mut *w, tree, &memory.timeline, &perfetto_opts)
     });
     Ok(outcome.root_status.map_or(0, |s| s.shell_code()))
+}
+
+/// Opens the outputs (before anything runs: a path that cannot be written must not cost a
+/// whole run), then loads the kernel programs.
+fn open_and_load(args: &TraceArgs, verbose: u8) -> Result<(Outputs, Probes), Failure> {
+    let outputs = Outputs::open(&Requested {
+        json: args.json.as_deref(),
+        perfetto: args.perfetto.as_deref(),
+        summary: args.output.as_deref(),
+        append: args.append,
+    })?;
+    let opts = LoadOptions {
+        ring_buffer_bytes: args.ring_buffer,
+        max_tracked: args.max_processes,
+        track_rss: true,
+        rss_interval_ns: args.rss_interval.saturating_mul(1_000_000),
+        ..LoadOptions::default()
+    };
+    let probes = Probes::load(&opts)?;
+    if verbose > 0 {
+        crate::errln!(
+            "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
+            probes.load_ms,
+            probes.ring_buffer_bytes >> 10
+        );
+        for m in &probes.mechanisms {
+            crate::errln!("spacetime:   {m}");
+        }
+    }
+    Ok((outputs, probes))
 }
 
 /// stderr's width when it is a terminal, else `COLUMNS`, else 120.
@@ -460,6 +535,8 @@ fn reap(root_pid: u32, root_status: &mut Option<ExitStatus>) -> bool {
 struct LoopOptions {
     root_pid: u32,
     stop_on_root_exit: bool,
+    /// `trace -p`: the processes are not our children; Ctrl-C stops the trace.
+    attached: bool,
     /// Free records come (see [`RELEASE_GRACE`]).
     await_release: bool,
 }
@@ -482,6 +559,7 @@ async fn consume(
     LoopOptions {
         root_pid,
         stop_on_root_exit,
+        attached,
         await_release,
     }: LoopOptions,
     sink: &mut Sink<'_>,
@@ -501,7 +579,16 @@ async fn consume(
     // The kernel wakes us only when the ring fills up (wake-ups are costly per record), so
     // the ring is also drained on this tick.
     let mut tick = tokio::time::interval(DRAIN_INTERVAL);
-    while !(root_status.is_some() && (stop_on_root_exit || no_children)) {
+    let mut stopped = false;
+    while !stopped
+        && !finished(
+            attached,
+            stop_on_root_exit,
+            &root_status,
+            no_children,
+            sink.tree,
+        )
+    {
         tokio::select! {
             guard = ring.readable_mut() => {
                 let mut guard = guard?;
@@ -513,6 +600,9 @@ async fn consume(
                 for (signo, from_process) in read_signals(sig.get_ref().as_raw_fd()) {
                     if signo == libc::SIGCHLD {
                         no_children = reap(root_pid, &mut root_status);
+                    } else if attached {
+                        // Ctrl-C or a kill ends the trace, not the processes attached to.
+                        stopped = true;
                     } else if from_process {
                         // CMD may have exited with its SIGCHLD still queued (reaped first, it
                         // is not taken for alive), and forks may wait in the ring.
@@ -567,10 +657,31 @@ async fn consume(
     if let Some(l) = logger {
         l.flush();
     }
+    if attached {
+        // Not our child: its status is the kernel's exit record's.
+        root_status = sink.tree.root().and_then(|r| r.exit);
+    }
     Ok(Outcome {
         root_status,
         end_ns: monotonic_ns(),
     })
+}
+
+/// Whether the trace is over: the root reaped and, unless stopping at its exit, every child;
+/// after an attach, every process attached to or forked since has ended (the root alone
+/// with `--stop-on-root-exit`).
+fn finished(
+    attached: bool,
+    stop_on_root_exit: bool,
+    root_status: &Option<ExitStatus>,
+    no_children: bool,
+    tree: &Tree,
+) -> bool {
+    if !attached {
+        return root_status.is_some() && (stop_on_root_exit || no_children);
+    }
+    let root_ended = tree.root().is_some_and(|r| r.end_ns.is_some());
+    root_ended && (stop_on_root_exit || tree.live() + tree.pending_adoptions() == 0)
 }
 
 /// Drains until every exited process has its free record (final CPU time), or

@@ -227,7 +227,7 @@ impl<'a> Report<'a> {
             execs: processes
                 .iter()
                 .flat_map(|p| p.images())
-                .filter(|i| !i.inherited())
+                .filter(|i| !i.inherited() && !i.read_at_attach())
                 .count() as u64,
             still_running: processes
                 .iter()

@@ -56,6 +56,10 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
                                recording {role: root, child}
   cow-fork MIB                 touch MIB MiB, fork a child that only reads them (shared,
                                copy-on-write); both record {role, mib} while both hold them
+  attach-tree N M K            touch N MiB, fork a child that touches N/2 MiB and waits; print
+                               \"ready PID\" on stdout and wait for a byte on stdin; then fork K
+                               children touching M MiB each (exit 10+i, {role: post}), end the
+                               first child (exit 5, {role: pre}), exit 7 ({role: parent})
   page-cache FILE              drop FILE from the page cache, read it, record {file_bytes,
                                cached_before_bytes, cached_after_bytes} (mincore)
 ";
@@ -928,6 +932,12 @@ fn main() {
         "fillfill" => fillfill(&mut rec, parse(&args, 2, "MIB")),
         "leave-child" => leave_child(&mut rec, parse(&args, 2, "MIB"), parse(&args, 3, "MS")),
         "cow-fork" => cow_fork(&mut rec, parse(&args, 2, "MIB")),
+        "attach-tree" => attach_tree(
+            &mut rec,
+            parse(&args, 2, "N"),
+            parse(&args, 3, "M"),
+            parse(&args, 4, "K"),
+        ),
         "page-cache" => page_cache(&mut rec, args.get(2).unwrap_or_else(|| die("missing FILE"))),
         other => die(&format!("unknown mode {other:?}")),
     }
@@ -1120,4 +1130,58 @@ fn cached_bytes(fd: libc::c_int, len: usize) -> usize {
     }
     unsafe { libc::munmap(p, len) };
     vec.iter().filter(|&&b| b & 1 != 0).count() * page
+}
+
+/// A tree to attach to: what it touched before the byte on stdin predates the attach, what
+/// it forks after follows it.
+fn attach_tree(rec: &mut Recorder, n: usize, m: usize, k: usize) -> ! {
+    touch(n);
+    let pre = pipe_pair();
+    let child = fork();
+    if child == 0 {
+        // Only the parent writes: its end, if the parent dies, ends this wait.
+        unsafe { libc::close(pre[1]) };
+        touch(n / 2);
+        recv_byte(pre[0]);
+        rec.begin("attach-tree")
+            .str("role", "pre")
+            .int("mib", (n / 2) as i64)
+            .finish();
+        exit(5)
+    }
+    let line = format!("ready {child}\n");
+    if unsafe { libc::write(1, line.as_ptr().cast(), line.len()) } != line.len() as isize {
+        sys_die("write stdout");
+    }
+    recv_byte(0);
+    let mut post = Vec::new();
+    for i in 0..k {
+        let c = fork();
+        if c == 0 {
+            touch(m);
+            rec.begin("attach-tree")
+                .str("role", "post")
+                .int("mib", m as i64)
+                .int("code", 10 + i as i64)
+                .finish();
+            exit(10 + i as i32)
+        }
+        post.push(c);
+    }
+    for c in post {
+        let mut st = 0;
+        if unsafe { libc::waitpid(c, &mut st, 0) } != c {
+            sys_die("waitpid");
+        }
+    }
+    send_byte(pre[1]);
+    let mut st = 0;
+    if unsafe { libc::waitpid(child, &mut st, 0) } != child {
+        sys_die("waitpid");
+    }
+    rec.begin("attach-tree")
+        .str("role", "parent")
+        .int("mib", n as i64)
+        .finish();
+    exit(7)
 }
