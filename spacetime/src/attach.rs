@@ -277,6 +277,63 @@ fn descendants(roots: &std::collections::HashSet<u32>) -> Vec<u32> {
     found
 }
 
+impl Attached {
+    /// The tree of the run: rooted at the first pid asked for, with what /proc said of every
+    /// process attached to, kept until their first record.
+    pub fn tree(&self) -> crate::tree::Tree {
+        let root = &self.targets[0];
+        let mut tree = crate::tree::Tree::new(root.pid, root.ppid);
+        for t in &self.targets {
+            tree.adopt(t.adopted(self.attach_ns));
+        }
+        tree
+    }
+
+    /// The root's argv, as the report's command.
+    pub fn command(&self) -> crate::report::lossless::Args {
+        crate::report::lossless::Args(self.targets[0].names.argv().map(<[u8]>::to_vec).collect())
+    }
+
+    /// Says on stderr what was attached to, and which descendants were left out because they
+    /// are another user's (one that ended meanwhile is simply not there to trace).
+    pub fn tell(&self, quiet: bool) {
+        for (pid, e) in &self.skipped {
+            match e {
+                AttachError::Gone(_) => log::debug!("pid {pid} ended before it was attached"),
+                _ if !quiet => crate::errln!("spacetime: not traced: {e}"),
+                _ => {}
+            }
+        }
+        if !quiet {
+            crate::errln!(
+                "spacetime: attached to pid {} and {} more; tracing until all have ended (Ctrl-C stops the trace, not them)",
+                self.targets[0].pid,
+                self.targets.len() - 1
+            );
+        }
+    }
+
+    /// Processes still running at the end that predate the attach and never exec'd since: the
+    /// kernel did not follow their mm, so their peak so far is their VmHWM now (the kernel's
+    /// own figure, whole life), read through their pidfd.
+    pub fn peaks_so_far(&self, tree: &mut crate::tree::Tree, page_size: u64) {
+        for t in &self.targets {
+            let key = tree
+                .processes()
+                .iter()
+                .filter(|p| p.end_ns.is_none())
+                .filter(|p| p.images.last().is_some_and(|i| i.read_at_attach))
+                .find_map(|p| p.key.filter(|k| k.tgid == t.pid));
+            if let (Some(key), Some(pages)) = (key, vmhwm_pages(t, page_size)) {
+                tree.set_peak_so_far(key, pages);
+            }
+        }
+    }
+}
+
+/// What the report's mechanisms say of an attach.
+pub const MECHANISM: &str = "attached by pidfd to running processes: exe and argv of images older than the attach read from /proc then; their peaks exact at exit (the kernel's high-water mark covers their whole life), their memory over time not followed; processes forked since followed as for a started command";
+
 /// The VmHWM (pages) of a process still running, read through its pin once it is proven to
 /// be the one meant.
 pub fn vmhwm_pages(t: &Target, page_size: u64) -> Option<u64> {
@@ -303,17 +360,29 @@ mod tests {
 
     #[test]
     fn own_process_reads_and_a_gone_pid_is_refused() {
-        // A child of the test: ours, alive, with a known argv.
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
+        // A child of the test: ours, alive, with a known argv; its first line says it runs
+        // past its exec (the parent of a vfork-style spawn resumes before argv is set up).
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "echo; read x"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
             .spawn()
-            .expect("spawn sleep");
+            .expect("spawn sh");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.as_mut().expect("stdout")),
+            &mut line,
+        )
+        .expect("sh's first line");
         let pid = child.id();
         let me = unsafe { libc::getuid() };
         let t = Target::hold(pid, Some(me)).expect("hold own child");
         assert_eq!(t.ppid, std::process::id());
-        assert_eq!(t.names.argv().collect::<Vec<_>>(), [&b"sleep"[..], b"30"]);
-        assert_eq!(t.names.comm.as_bytes(), b"sleep");
+        assert_eq!(
+            t.names.argv().collect::<Vec<_>>(),
+            [&b"sh"[..], b"-c", b"echo; read x"]
+        );
+        assert_eq!(t.names.comm.as_bytes(), b"sh");
         let other = me.wrapping_add(1);
         assert!(matches!(
             Target::hold(pid, Some(other)),

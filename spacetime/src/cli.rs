@@ -213,7 +213,7 @@ pub struct TraceArgs {
     pub top: usize,
     /// Attach to these running processes (comma-separated) instead of running CMD: each, its
     /// descendants and every later fork, until all have ended or Ctrl-C
-    #[arg(short = 'p', long = "pid", value_name = "PID[,PID…]", value_parser = parse_pids, conflicts_with_all = ["command", "cgroup_peak", "keep_root"])]
+    #[arg(short = 'p', long = "pid", value_name = "PID[,PID...]", value_parser = parse_pids, conflicts_with_all = ["command", "cgroup_peak", "keep_root"])]
     pub pid: Option<Pids>,
     /// The command to run, and its arguments
     #[arg(

@@ -4,10 +4,12 @@
 //! [`events`] decodes them, [`tree`] builds the process tree, [`report`] renders it.
 //! [`launch`] starts and reaps the traced command; [`btf`] and [`offsets`] resolve the kernel
 //! fields the programs read; [`taskstats`] listens to the kernel's exit accounting.
-//! [`trace`] ties them together for `spacetime trace`; [`selfstats`] measures what spacetime
-//! itself costs. [`term`] makes untrusted bytes (argv, comm, paths) safe for a terminal;
-//! [`outputs`] opens the files a trace writes before CMD starts; [`format`] is `--format`;
-//! [`pidfd`] proves a pid is still the process meant before it is signalled.
+//! [`core`](crate::core) loads the programs once and runs one traced command after another
+//! (a session); [`trace`] is one such run, rendered, for `spacetime trace`; [`selfstats`]
+//! measures what spacetime itself costs. [`term`] makes untrusted bytes (argv, comm, paths)
+//! safe for a terminal; [`outputs`] opens the files a trace writes before CMD starts;
+//! [`format`] is `--format`; [`pidfd`] proves a pid is still the process meant before it is
+//! signalled.
 
 pub mod attach;
 pub mod btf;
@@ -15,6 +17,7 @@ pub mod cgroup_peak;
 pub mod chart;
 pub mod cli;
 pub mod clock;
+pub mod core;
 pub mod cputime;
 pub mod crosscheck;
 pub mod events;

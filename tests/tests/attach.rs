@@ -265,6 +265,8 @@ fn a_non_root_caller_cannot_attach_to_a_root_process() {
     );
     assert!(err.contains("not as uid 65534"), "stderr: {err}");
     wl.release();
+    let st = wl.child.wait().expect("reap the workload");
+    assert_eq!(st.code(), Some(7), "the workload went on to its own end");
 }
 
 #[test]

@@ -37,6 +37,7 @@ const REAPING_ENTRIES: u32 = 16384;
 const EXITED_ENTRIES: u32 = 16384;
 
 mod own_pid;
+mod runs;
 mod stats;
 
 pub use own_pid::{run_own_pid, LearnedPid};

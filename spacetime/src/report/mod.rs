@@ -134,6 +134,7 @@ pub struct TaskstatsReport {
 }
 
 /// What the taskstats listener produced (the per-process sums are passed on their own).
+#[derive(Clone, Debug)]
 pub enum TaskstatsMeta {
     Available {
         coverage: Coverage,

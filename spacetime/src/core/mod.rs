@@ -1,0 +1,9 @@
+//! What `trace` and `watch` share: the kernel programs loaded once and driven run after run
+//! ([`session`]), one run's event loop ([`run_loop`]), delay accounting switched on for as
+//! long as spacetime traces ([`delayacct`]).
+
+pub mod delayacct;
+pub mod run_loop;
+pub mod session;
+
+pub use session::{Run, RunError, RunOptions, Session, SessionOptions, Spawn, Start};
