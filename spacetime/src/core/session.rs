@@ -192,23 +192,7 @@ impl Session {
             .then(|| crate::cgroup_peak::start(opts.quiet));
         let root = self.start(start, &mut cgroup, opts.quiet)?;
         let mut mechanisms = self.probes.mechanisms.clone();
-        let (mut tree, command) = match &root.attached {
-            Some(a) => {
-                mechanisms.push(crate::attach::MECHANISM.into());
-                (a.tree(), a.command())
-            }
-            None => (
-                Tree::new(root.learned.kernel_pid, std::process::id()),
-                command,
-            ),
-        };
-        if root.learned.level > 0 {
-            tree = tree.in_namespace(root.pid);
-            mechanisms.push(format!(
-                "PID namespace at level {}: pids shown are its own; the kernel's learnt by a test run of own_pid, fork records translated",
-                root.learned.level
-            ));
-        }
+        let (mut tree, command) = first_tree(&root, command, &mut mechanisms);
         let mut memory = Memory::new(MemoryOptions {
             kernel_rss: self.probes.rss_tracking,
             pss_interval_ns: opts.pss_interval_ns,
@@ -466,6 +450,33 @@ impl Session {
         };
         (meta, sums)
     }
+}
+
+/// The run's tree before its first record, and its command: a started command's as given;
+/// an attach's, the root's argv, with what /proc said of every process attached to.
+fn first_tree(
+    root: &Root,
+    command: report::lossless::Args,
+    mechanisms: &mut Vec<String>,
+) -> (Tree, report::lossless::Args) {
+    let (mut tree, command) = match &root.attached {
+        Some(a) => {
+            mechanisms.push(crate::attach::MECHANISM.into());
+            (a.tree(), a.command())
+        }
+        None => (
+            Tree::new(root.learned.kernel_pid, std::process::id()),
+            command,
+        ),
+    };
+    if root.learned.level > 0 {
+        tree = tree.in_namespace(root.pid);
+        mechanisms.push(format!(
+            "PID namespace at level {}: pids shown are its own; the kernel's learnt by a test run of own_pid, fork records translated",
+            root.learned.level
+        ));
+    }
+    (tree, command)
 }
 
 /// The counters a run added.
