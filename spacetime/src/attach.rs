@@ -32,12 +32,13 @@ pub enum AttachError {
     Own(u32),
     #[error("trace -p inside a PID namespace is not supported: /proc there does not give the kernel's pids")]
     Namespace,
-    #[error("pid {pid}: {source}")]
-    Io { pid: u32, source: io::Error },
-    #[error("tracking pid {pid}: {source}")]
+    // Not `source` fields: the one-line message already says them, and a chain would repeat.
+    #[error("pid {pid}: {err}")]
+    Io { pid: u32, err: io::Error },
+    #[error("tracking pid {pid}: {err}")]
     Track {
         pid: u32,
-        source: crate::loader::LoadError,
+        err: crate::loader::LoadError,
     },
 }
 
@@ -105,7 +106,7 @@ impl Target {
     /// Pins `pid`, reads it from /proc, checks the caller may attach, and proves the reading
     /// was of the pinned process.
     pub fn hold(pid: u32, caller: Option<u32>) -> Result<Target, AttachError> {
-        let io = |source| AttachError::Io { pid, source };
+        let io = |err| AttachError::Io { pid, err };
         if pid == std::process::id() {
             return Err(AttachError::Own(pid));
         }
@@ -209,7 +210,7 @@ pub struct Attached {
 fn track(probes: &mut Probes, t: &Target) -> Result<(), AttachError> {
     probes
         .track(t.pid)
-        .map_err(|source| AttachError::Track { pid: t.pid, source })?;
+        .map_err(|err| AttachError::Track { pid: t.pid, err })?;
     if t.pinned.identity(t.start_ns) != Identity::Same {
         let _ = probes.untrack(t.pid);
         return Err(AttachError::Gone(t.pid));

@@ -10,8 +10,8 @@ use std::{
 
 use serde_json::Value;
 use spacetime_tests::{
-    assert_rss, assert_world_executable, find_process, read_truth, spacetime_bin, Exit, Report,
-    TempDir, MIB,
+    assert_rss, assert_world_executable, find_process, python, read_truth, spacetime_bin,
+    workspace_root, Exit, Report, TempDir, MIB,
 };
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
@@ -135,7 +135,7 @@ fn images_read_at_attach(v: &Value, pid: i32) -> Vec<bool> {
 
 /// Attaches to a tree that already touched N MiB (and has a child that touched N/2), then
 /// lets it fork K children touching M MiB each.
-fn attach_tree(n: u64, m: u64, k: usize) {
+fn attach_tree(n: u64, m: u64, k: usize) -> Value {
     let dir = TempDir::new("attach");
     let truth_path = dir.path().join("truth.jsonl");
     let args = [n.to_string(), m.to_string(), k.to_string()];
@@ -204,6 +204,29 @@ fn attach_tree(n: u64, m: u64, k: usize) {
         Some(report.totals.peak_rss_bytes),
         largest,
         "totals.peak_rss_bytes"
+    );
+    v
+}
+
+/// The report of an attach (images read at the attach, a root with no fork record) against
+/// docs/trace-report.schema.json, by Python's jsonschema.
+#[test]
+fn an_attach_report_matches_the_schema() {
+    let v = attach_tree(16, 8, 1);
+    let dir = TempDir::new("attach-schema");
+    let path = dir.path().join("attach-report.json");
+    std::fs::write(&path, v.to_string()).expect("write the report");
+    let out = python::python_with("jsonschema", &["jsonschema"])
+        .arg(python::script("check_report.py"))
+        .arg(workspace_root().join("docs/trace-report.schema.json"))
+        .arg(&path)
+        .output()
+        .expect("running check_report.py");
+    assert!(
+        out.status.success(),
+        "the attach report does not match the schema:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 

@@ -78,11 +78,16 @@ const HOST_ONLY: [&str; 7] = [
 ];
 
 /// Single tests skipped in the guest, and why: one needs make and a C compiler; one a
-/// disk-backed file system; one setpriv; three run a copy of /bin/true under another name,
-/// and the guest's /bin/true is busybox, which picks its applet by that name. What those
-/// check (non-UTF-8 names in the report, escaping) is done in userspace; the kernel's reading
-/// of argv bytes is tested in the guest by the processes tests.
-const HOST_TOOLS_TESTS: [(&str, &str); 6] = [
+/// disk-backed file system; one setpriv; one Python's jsonschema; three run a copy of
+/// /bin/true under another name, and the guest's /bin/true is busybox, which picks its
+/// applet by that name. What those check (non-UTF-8 names in the report, escaping) is done
+/// in userspace; the kernel's reading of argv bytes is tested in the guest by the processes
+/// tests.
+const HOST_TOOLS_TESTS: [(&str, &str); 7] = [
+    (
+        "an_attach_report_matches_the_schema",
+        "no python3 with jsonschema in the guest",
+    ),
     (
         "a_non_root_caller_cannot_attach_to_a_root_process",
         "no setpriv in the guest",

@@ -165,6 +165,14 @@ pub fn render(
     if let Some(c) = &r.cgroup_peak {
         prose(&mut out, &cgroup_peak_line(c), width);
     }
+    let predate = r
+        .processes
+        .iter()
+        .filter(|p| p.images().any(|i| i.read_at_attach()))
+        .count() as u64;
+    if predate > 0 {
+        prose(&mut out, &format!("attached: {} predate the attach (exe and argv read from /proc then; peaks exact at exit, from the kernel's high-water mark; their memory over time not followed); times count from the attach", count(predate, "process", "processes")), width);
+    }
     if let Some(pid) = t.peak_rss_pid {
         let head = format!("peak RSS {} (pid {pid}: ", bytes(t.peak_rss_bytes));
         let room = width.saturating_sub(term::width(&head) + 1).max(8);
