@@ -35,7 +35,11 @@ Examples:
   sudo spacetime trace --perfetto build.pftrace -- cargo build
       A timeline to open in ui.perfetto.dev
   sudo spacetime trace --stop-on-root-exit -- sh -c 'sleep 100 & echo started'
-      Stop when sh exits; report the sleep as still running";
+      Stop when sh exits; report the sleep as still running
+  sudo spacetime trace --cgroup-peak -- make -j8
+      Also the tree's memory with shared pages counted once and page cache included
+  sudo spacetime trace -p 4242
+      Attach to a running process and its descendants; report when all have ended (or on Ctrl-C)";
 
 const WATCH_EXAMPLES: &str = "\
 Examples:
@@ -179,6 +183,11 @@ pub struct TraceArgs {
     /// Stop when CMD exits; report descendants still running instead of waiting for them
     #[arg(long)]
     pub stop_on_root_exit: bool,
+    /// Also run CMD in a memory cgroup of its own and report its peak (cgroup v2 memory.peak,
+    /// v1 memory.max_usage_in_bytes): each page once, page cache included, beside the
+    /// tree-wide peak RSS that sums the processes' RSS
+    #[arg(long)]
+    pub cgroup_peak: bool,
     /// Under sudo, run CMD as root instead of the invoking user
     #[arg(long)]
     pub keep_root: bool,
@@ -219,9 +228,25 @@ pub struct TraceArgs {
     /// List at most N processes in the summary tree (0: all)
     #[arg(long, value_name = "N", default_value_t = 40)]
     pub top: usize,
+    /// Attach to these running processes (comma-separated) instead of running CMD: each, its
+    /// descendants and every later fork, until all have ended or Ctrl-C
+    #[arg(short = 'p', long = "pid", value_name = "PID[,PID...]", value_parser = parse_pids, conflicts_with_all = ["command", "cgroup_peak", "keep_root"])]
+    pub pid: Option<Pids>,
     /// The command to run, and its arguments
-    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    #[arg(
+        required_unless_present = "pid",
+        trailing_var_arg = true,
+        value_name = "CMD"
+    )]
     pub command: Vec<OsString>,
+}
+
+/// The pids of `trace -p`, in the order given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pids(pub Vec<u32>);
+
+fn parse_pids(s: &str) -> Result<Pids, String> {
+    crate::attach::parse_pids(s).map(Pids)
 }
 
 /// Parses `4096`, `64K`, `4M`, `1G` (powers of 1024).
@@ -298,5 +323,24 @@ mod tests {
         // --append needs -o; a bad format letter is refused before anything runs.
         assert!(Cli::try_parse_from(["spacetime", "trace", "--append", "--", "true"]).is_err());
         assert!(Cli::try_parse_from(["spacetime", "trace", "-f", "%q", "--", "true"]).is_err());
+    }
+
+    #[test]
+    fn attach_takes_pids_instead_of_a_command() {
+        let cli = Cli::try_parse_from(["spacetime", "trace", "-p", "12,34"]).expect("parse");
+        let Command::Trace(t) = cli.command else {
+            panic!("not parsed as trace")
+        };
+        assert_eq!(t.pid, Some(Pids(vec![12, 34])));
+        assert!(t.command.is_empty());
+        assert!(
+            Cli::try_parse_from(["spacetime", "trace"]).is_err(),
+            "neither"
+        );
+        assert!(
+            Cli::try_parse_from(["spacetime", "trace", "-p", "1", "--", "true"]).is_err(),
+            "both"
+        );
+        assert!(Cli::try_parse_from(["spacetime", "trace", "-p", "x"]).is_err());
     }
 }

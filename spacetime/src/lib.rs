@@ -11,8 +11,10 @@
 //! [`format`] is `--format`; [`pidfd`] proves a pid is still the process meant before it is
 //! signalled.
 
+pub mod attach;
 pub mod bench;
 pub mod btf;
+pub mod cgroup_peak;
 pub mod chart;
 pub mod cli;
 pub mod clock;

@@ -31,12 +31,31 @@ pub fn main(args: TraceArgs, verbose: u8) -> i32 {
     }
 }
 
-fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
+/// What starts the run: CMD, resolved, and who it runs as; or the pids to attach to.
+enum What {
+    Spawn(std::path::PathBuf, Option<launch::Credentials>),
+    Attach(Vec<u32>),
+}
+
+fn what(args: &TraceArgs) -> Result<What, RunError> {
+    if let Some(pids) = &args.pid {
+        // Refused before anything loads: a pid that is gone, or another user's.
+        let caller = crate::attach::caller_uid();
+        for &pid in &pids.0 {
+            crate::attach::Target::hold(pid, caller).map_err(anyhow::Error::from)?;
+        }
+        return Ok(What::Attach(pids.0.clone()));
+    }
     let path = launch::resolve(&args.command[0])?;
     let creds = match args.keep_root {
         true => None,
         false => launch::sudo_credentials()?,
     };
+    Ok(What::Spawn(path, creds))
+}
+
+fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
+    let what = what(&args)?;
     // Before anything runs: a path that cannot be written must not cost a whole run.
     let mut outputs = Outputs::open(&Requested {
         json: args.json.as_deref(),
@@ -57,17 +76,21 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
             crate::errln!("spacetime:   {m}");
         }
     }
-    let start = Start::Spawn(Spawn {
-        path: &path,
-        argv: &args.command,
-        creds: creds.as_ref(),
-    });
+    let start = match &what {
+        What::Spawn(path, creds) => Start::Spawn(Spawn {
+            path,
+            argv: &args.command,
+            creds: creds.as_ref(),
+        }),
+        What::Attach(pids) => Start::Attach(pids),
+    };
     let run = session.run(
         start,
         &RunOptions {
             stop_on_root_exit: args.stop_on_root_exit,
             pss_interval_ns: args.pss_interval.saturating_mul(1_000_000),
             quiet: args.quiet,
+            cgroup_peak: args.cgroup_peak,
         },
     )?;
     let report = run.report();

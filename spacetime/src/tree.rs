@@ -123,6 +123,9 @@ pub struct Image {
     /// Every argv byte arrived and none was cut.
     pub argv_complete: bool,
     pub exec_flags: u32,
+    /// Started before spacetime attached (`trace -p`): exe, argv and comm were read from
+    /// /proc at the attach, not from an exec record.
+    pub read_at_attach: bool,
 }
 
 impl Default for Image {
@@ -141,6 +144,7 @@ impl Default for Image {
             pending_args: None,
             argv_complete: false,
             exec_flags: 0,
+            read_at_attach: false,
         }
     }
 }
@@ -303,6 +307,8 @@ pub struct Tree {
     root: Option<usize>,
     /// Continuation records that did not follow on from what had arrived.
     pub args_gaps: u64,
+    /// Processes that predate an attach, by tgid, until a record names them.
+    adopted: IdMap<u32, Adopted>,
 }
 
 impl Tree {
@@ -379,6 +385,9 @@ impl Tree {
         });
         self.index.insert(key, i);
         self.tgids.insert(key.tgid);
+        if let Some(a) = self.take_adopted(key) {
+            Tree::fill_adopted(&mut self.procs[i], a);
+        }
         i
     }
 
@@ -413,6 +422,7 @@ impl Tree {
             tgid: f.child_tgid,
             start_ns: f.child_start_ns,
         };
+        self.forget_adopted(f.child_tgid);
         let ci = self.entry(child_key);
         let shared_mm = f.hdr.flags & flags::FORK_SHARED_MM != 0;
         let inherited = self.procs[pi]
@@ -560,6 +570,10 @@ impl Tree {
         }
     }
 }
+
+#[path = "tree_adopt.rs"]
+mod adopt;
+pub use adopt::Adopted;
 
 #[cfg(test)]
 #[path = "tree_tests.rs"]

@@ -419,7 +419,8 @@ impl Truth {
     }
 }
 
-fn read_truth(path: &Path) -> Vec<Truth> {
+/// The truth lines a workload wrote to `path` (none if it is missing).
+pub fn read_truth(path: &Path) -> Vec<Truth> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),

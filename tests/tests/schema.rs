@@ -79,6 +79,13 @@ fn reports(dir: &TempDir) -> Vec<std::path::PathBuf> {
                 .tag("orphan"),
             0,
         ),
+        (
+            "cgroup-peak",
+            Trace::new([WL, "cow-fork", "8"])
+                .flag("--cgroup-peak")
+                .tag("cgpeak"),
+            0,
+        ),
     ];
     let mut paths = Vec::new();
     for (name, trace, code) in traces {

@@ -77,12 +77,25 @@ const HOST_ONLY: [&str; 7] = [
     "terminal",
 ];
 
-/// Single tests skipped in the guest, and why: one needs make and a C compiler; three run a
-/// copy of /bin/true under another name, and the guest's /bin/true is busybox, which picks its
-/// applet by that name. What those check (non-UTF-8 names in the report, escaping) is done in
-/// userspace; the kernel's reading of argv bytes is tested in the guest by the processes
+/// Single tests skipped in the guest, and why: one needs make and a C compiler; one a
+/// disk-backed file system; one setpriv; one Python's jsonschema; three run a copy of
+/// /bin/true under another name, and the guest's /bin/true is busybox, which picks its
+/// applet by that name. What those check (non-UTF-8 names in the report, escaping) is done
+/// in userspace; the kernel's reading of argv bytes is tested in the guest by the processes
 /// tests.
-const HOST_TOOLS_TESTS: [(&str, &str); 4] = [
+const HOST_TOOLS_TESTS: [(&str, &str); 7] = [
+    (
+        "an_attach_report_matches_the_schema",
+        "no python3 with jsonschema in the guest",
+    ),
+    (
+        "a_non_root_caller_cannot_attach_to_a_root_process",
+        "no setpriv in the guest",
+    ),
+    (
+        "page_cache_is_charged_to_the_cgroup_and_absent_from_rss",
+        "no disk-backed file system in the guest: tmpfs pages cannot be dropped and read back",
+    ),
     (
         "a_small_make_reaches_every_peak",
         "no make or cc in the guest",
@@ -397,6 +410,8 @@ cp -a /tmp.initramfs/. /tmp/
 mount -t bpf bpf /sys/fs/bpf 2>/dev/null
 # cgroup v2, as on the host: watch's --cgroup filter test needs one to create a group in.
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+# The memory controller for the root's children, as systemd enables it: --cgroup-peak's tests.
+echo +memory > /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null
 ip link set lo up
 # Debian's kernel defaults to THP "always"; the CI host (and the taskstats test, which counts
 # one fault per touched page) has "madvise".

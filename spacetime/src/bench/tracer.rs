@@ -74,6 +74,7 @@ impl Tracer for SessionTracer {
             // PSS is sampled, not exact: a bench reports the exact figures only.
             pss_interval_ns: 0,
             quiet: true,
+            cgroup_peak: false,
         };
         let run = self.session.run(start, &opts).map_err(|e| match e {
             // Kept as itself: its exit status (127 not found, 126 not executable) is the bench's.

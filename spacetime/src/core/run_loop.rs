@@ -63,6 +63,17 @@ pub(super) struct LoopOptions {
     /// An earlier run of the session left processes running, which may have become our
     /// children: once every process of this run has exited, children left are not its own.
     pub earlier_left: bool,
+    /// `trace -p`: the processes are not our children. The run ends when every one of them
+    /// has ended (the root alone with `stop_on_root_exit`), or on a signal, which stops the
+    /// run and is not passed on.
+    pub attached: bool,
+}
+
+/// Whether an attached run is over: its root ended and, unless stopping there, every process
+/// attached to or forked since.
+fn attached_done(stop_on_root_exit: bool, tree: &Tree) -> bool {
+    let root_ended = tree.root().is_some_and(|r| r.end_ns.is_some());
+    root_ended && (stop_on_root_exit || tree.live() + tree.pending_adoptions() == 0)
 }
 
 /// Applies every record in the ring buffer.
@@ -185,10 +196,14 @@ pub(super) async fn consume(
     // the ring is also drained on this tick.
     let mut tick = tokio::time::interval(DRAIN_INTERVAL);
     let done = |root: &Option<ExitStatus>, no_children: bool, tree: &Tree| {
+        if opts.attached {
+            return attached_done(opts.stop_on_root_exit, tree);
+        }
         root.is_some()
             && (opts.stop_on_root_exit || no_children || (opts.earlier_left && tree.live() == 0))
     };
-    while !done(&root_status, no_children, sink.tree) {
+    let mut stopped = false;
+    while !stopped && !done(&root_status, no_children, sink.tree) {
         tokio::select! {
             guard = ready.readable() => {
                 let mut guard = guard?;
@@ -203,6 +218,9 @@ pub(super) async fn consume(
                     }
                     if signo == libc::SIGCHLD {
                         no_children = reap(root_pid, &mut root_status);
+                    } else if opts.attached {
+                        // Ctrl-C or a kill ends the trace, not the processes attached to.
+                        stopped = true;
                     } else if from_process {
                         // CMD may have exited with its SIGCHLD still queued (reaped first, it
                         // is not taken for alive), and forks may wait in the ring.
@@ -247,6 +265,10 @@ pub(super) async fn consume(
     collector.keep(sink.tree, &mut batch);
     if let Some(l) = logger {
         l.flush();
+    }
+    if opts.attached {
+        // Not our child: its status is the kernel's exit record's.
+        root_status = sink.tree.root().and_then(|r| r.exit);
     }
     Ok(Outcome {
         root_status,

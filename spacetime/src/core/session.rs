@@ -56,14 +56,18 @@ pub struct RunOptions {
     pub pss_interval_ns: u64,
     /// No warnings on stderr from the memory sampler.
     pub quiet: bool,
+    /// Run a started command in a memory cgroup of its own and report its peak
+    /// ([`Run::cgroup_peak`]); no effect on an attach.
+    pub cgroup_peak: bool,
 }
 
 /// How a run's root comes to be.
 pub enum Start<'a> {
     /// Fork the command, hold it until it is tracked, then exec it.
     Spawn(Spawn<'a>),
-    // Attaching to running processes is the second way: track their tgids, with no held
-    // child to learn a kernel pid from nor to reap (see `Session::start`).
+    /// Attach to running processes (the first is the root), their descendants and every
+    /// later fork (see [`crate::attach`]).
+    Attach(&'a [u32]),
 }
 
 /// A command to start: `path` is `argv[0]` resolved ([`launch::resolve`]).
@@ -118,8 +122,10 @@ struct Root {
     pid: u32,
     /// As the kernel (initial namespace) numbers it.
     learned: LearnedPid,
-    /// CLOCK_MONOTONIC when it was let go.
+    /// CLOCK_MONOTONIC when it was let go (or attached to).
     release_ns: u64,
+    /// What attaching found, for a run that attached.
+    attached: Option<crate::attach::Attached>,
 }
 
 /// The figures kept at a run's start, to make the run's own from cumulative ones.
@@ -189,17 +195,13 @@ impl Session {
                     .map(|a| a.as_encoded_bytes().to_vec())
                     .collect(),
             ),
+            Start::Attach(_) => report::lossless::Args::default(),
         };
-        let root = self.start(start)?;
-        let mut tree = Tree::new(root.learned.kernel_pid, std::process::id());
+        let mut cgroup = (opts.cgroup_peak && matches!(start, Start::Spawn(_)))
+            .then(|| crate::cgroup_peak::start(opts.quiet));
+        let root = self.start(start, &mut cgroup, opts.quiet)?;
         let mut mechanisms = self.probes.mechanisms.clone();
-        if root.learned.level > 0 {
-            tree = tree.in_namespace(root.pid);
-            mechanisms.push(format!(
-                "PID namespace at level {}: pids shown are its own; the kernel's learnt by a test run of own_pid, fork records translated",
-                root.learned.level
-            ));
-        }
+        let (mut tree, command) = first_tree(&root, command, &mut mechanisms);
         let mut memory = Memory::new(MemoryOptions {
             kernel_rss: self.probes.rss_tracking,
             pss_interval_ns: opts.pss_interval_ns,
@@ -216,6 +218,7 @@ impl Session {
             stop_on_root_exit: opts.stop_on_root_exit,
             await_release: self.probes.cpu_at_release,
             earlier_left: self.earlier_left,
+            attached: root.attached.is_some(),
         };
         let mut sink = Sink {
             tree: &mut tree,
@@ -232,8 +235,18 @@ impl Session {
         let outcome = self
             .rt
             .block_on(run_loop::consume(loop_opts, &mut sink, sources))?;
+        // Read before anything else of the end: a --stop-on-root-exit survivor keeps charging.
+        let cgroup_peak = cgroup.map(crate::cgroup_peak::finish);
+        if let Some(a) = &root.attached {
+            tree.settle_adopted();
+            a.peaks_so_far(&mut tree, self.page_size);
+        }
         let run = self.finish(tree, memory, collector, outcome, root, baseline, mechanisms);
-        let run = run.map(|r| Run { command, ..r });
+        let run = run.map(|r| Run {
+            command,
+            cgroup_peak,
+            ..r
+        });
         // Whatever happens to the figures, the next run must not inherit this one's processes.
         let left = self.probes.untrack_all();
         let run = run?;
@@ -268,13 +281,38 @@ impl Session {
     }
 
     /// Starts the run's root and has the kernel track it.
-    fn start(&mut self, start: Start<'_>) -> Result<Root, RunError> {
+    fn start(
+        &mut self,
+        start: Start<'_>,
+        cgroup: &mut Option<crate::cgroup_peak::Run>,
+        quiet: bool,
+    ) -> Result<Root, RunError> {
         match start {
-            Start::Spawn(s) => self.spawn(&s),
+            Start::Spawn(s) => self.spawn(&s, cgroup, quiet),
+            Start::Attach(pids) => {
+                let attached = crate::attach::attach(&mut self.probes, pids)
+                    .map_err(|e| RunError::Other(e.into()))?;
+                attached.tell(quiet);
+                let pid = attached.targets[0].pid;
+                Ok(Root {
+                    pid,
+                    learned: LearnedPid {
+                        kernel_pid: pid,
+                        level: 0,
+                    },
+                    release_ns: attached.attach_ns,
+                    attached: Some(attached),
+                })
+            }
         }
     }
 
-    fn spawn(&mut self, s: &Spawn<'_>) -> Result<Root, RunError> {
+    fn spawn(
+        &mut self,
+        s: &Spawn<'_>,
+        cgroup: &mut Option<crate::cgroup_peak::Run>,
+        quiet: bool,
+    ) -> Result<Root, RunError> {
         let own_pid = self.probes.own_pid_program();
         let held = launch::spawn_held_with(s.path, s.argv, s.creds, own_pid, self.stdio)?;
         // Signals and waitpid take the pid as spacetime's namespace numbers it; the kernel
@@ -294,6 +332,10 @@ impl Session {
                 return Err(e.into());
             }
         };
+        // In its cgroup before its exec: everything CMD maps is charged there.
+        if let Some(c) = cgroup.take() {
+            *cgroup = Some(crate::cgroup_peak::place(c, held.pid, quiet));
+        }
         let release_ns = monotonic_ns();
         if let Err(e) = held.release() {
             // SAFETY: reaping our own child, which exits right after a failed exec.
@@ -304,6 +346,7 @@ impl Session {
             pid,
             learned,
             release_ns,
+            attached: None,
         })
     }
 
@@ -347,7 +390,11 @@ impl Session {
                 .unwrap_or(outcome.end_ns),
             _ => outcome.end_ns,
         };
-        let t0_ns = tree.root().map_or(root.release_ns, |r| r.start_ns);
+        // An attached run's times start at the attach; a started one's at its root's start.
+        let t0_ns = match root.attached {
+            Some(_) => root.release_ns,
+            None => tree.root().map_or(root.release_ns, |r| r.start_ns),
+        };
         let (taskstats, per_process) = self.cross_check(&tree, collector, &baseline.taskstats);
         // Processes whose exit never arrived: still running (--stop-on-root-exit), or gone with
         // their exit record lost, which the report must not call running.
@@ -356,6 +403,7 @@ impl Session {
         let own_cost = OwnCost::measure(&self.probes);
         Ok(Run {
             command: report::lossless::Args::default(),
+            cgroup_peak: None,
             tree,
             memory,
             per_process,
@@ -415,12 +463,40 @@ impl Session {
     }
 }
 
+/// The run's tree before its first record, and its command: a started command's as given;
+/// an attach's, the root's argv, with what /proc said of every process attached to.
+fn first_tree(
+    root: &Root,
+    command: report::lossless::Args,
+    mechanisms: &mut Vec<String>,
+) -> (Tree, report::lossless::Args) {
+    let (mut tree, command) = match &root.attached {
+        Some(a) => {
+            mechanisms.push(crate::attach::MECHANISM.into());
+            (a.tree(), a.command())
+        }
+        None => (
+            Tree::new(root.learned.kernel_pid, std::process::id()),
+            command,
+        ),
+    };
+    if root.learned.level > 0 {
+        tree = tree.in_namespace(root.pid);
+        mechanisms.push(format!(
+            "PID namespace at level {}: pids shown are its own; the kernel's learnt by a test run of own_pid, fork records translated",
+            root.learned.level
+        ));
+    }
+    (tree, command)
+}
+
 /// The counters a run added.
 fn since(now: KernelCounters, start: KernelCounters) -> KernelCounters {
     KernelCounters {
         ringbuf_lost: now.ringbuf_lost.saturating_sub(start.ringbuf_lost),
         track_full: now.track_full.saturating_sub(start.track_full),
         read_failures: now.read_failures.saturating_sub(start.read_failures),
+        filtered: now.filtered.saturating_sub(start.filtered),
     }
 }
 
@@ -453,12 +529,14 @@ pub struct Run {
     pub own_cost: OwnCost,
     /// Processes whose exit was never seen and that were gone at the end.
     pub gone: IdSet<Key>,
+    /// The run's memory cgroup peak ([`RunOptions::cgroup_peak`]), or why there is none.
+    pub cgroup_peak: Option<report::CgroupPeakReport>,
 }
 
 impl Run {
     /// The report model over this run.
     pub fn report(&self) -> Report<'_> {
-        Report::build(
+        let mut report = Report::build(
             &self.tree,
             &self.per_process,
             Meta {
@@ -476,7 +554,9 @@ impl Run {
                 own_cost: self.own_cost.clone(),
                 gone: &self.gone,
             },
-        )
+        );
+        report.cgroup_peak = self.cgroup_peak.clone();
+        report
     }
 
     /// The tree-wide RSS peak of this run and when it happened (None without RSS data).

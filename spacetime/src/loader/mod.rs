@@ -571,6 +571,24 @@ impl Probes {
             .map_err(|source| LoadError::Map { name: NAME, source })
     }
 
+    /// Stops tracing `tgid` (a process attached to that was gone before it was proven
+    /// tracked: its pid must not make a later holder traced). Absent is not an error.
+    pub fn untrack(&mut self, tgid: u32) -> Result<(), LoadError> {
+        const NAME: &str = "TRACKED";
+        let map = self.ebpf.map_mut(NAME).ok_or(LoadError::MissingMap(NAME))?;
+        let mut tracked: HashMap<_, u32, u32> =
+            HashMap::try_from(map).map_err(|source| LoadError::Map { name: NAME, source })?;
+        match tracked.remove(&tgid) {
+            Ok(()) => Ok(()),
+            Err(aya::maps::MapError::SyscallError(e))
+                if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+            {
+                Ok(())
+            }
+            Err(source) => Err(LoadError::Map { name: NAME, source }),
+        }
+    }
+
     /// The ring buffer the programs write to (can be taken once).
     pub fn take_events(&mut self) -> Result<RingBuf<MapData>, LoadError> {
         const NAME: &str = "EVENTS";

@@ -76,6 +76,29 @@ pub struct Report<'a> {
     /// Memory over time: tree-wide and per-process RSS and PSS series, serialized straight
     /// from the timeline when the report is written.
     pub timeline: TimelineReport<'a>,
+    /// `--cgroup-peak`: the tree's distinct-page peak from its own memory cgroup (absent when
+    /// not asked for). Set by the caller after [`Report::build`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup_peak: Option<CgroupPeakReport>,
+}
+
+/// The memory cgroup's peak beside the summed-RSS tree peak.
+#[derive(Debug, Clone, Serialize)]
+pub struct CgroupPeakReport {
+    pub available: bool,
+    /// Every page charged to the run's cgroup counted once: anonymous memory (shared after
+    /// fork or not), page cache the tree brought in, kernel memory. Null when unavailable.
+    pub peak_bytes: Option<u64>,
+    /// 1 or 2 (null when unavailable).
+    pub cgroup_version: Option<u8>,
+    /// The kernel file read: `memory.peak` (v2) or `memory.max_usage_in_bytes` (v1).
+    pub source: Option<&'static str>,
+    /// Processes still running at the end, moved back to spacetime's own cgroup so the run's
+    /// cgroup could be removed.
+    pub moved_out: u64,
+    /// The sentence saying why there is no figure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unavailable_reason: Option<String>,
 }
 
 /// Memory over time, taken from the [`Timeline`](crate::timeline::Timeline).
@@ -205,7 +228,7 @@ impl<'a> Report<'a> {
             execs: processes
                 .iter()
                 .flat_map(|p| p.images())
-                .filter(|i| !i.inherited())
+                .filter(|i| !i.inherited() && !i.read_at_attach())
                 .count() as u64,
             still_running: processes
                 .iter()
@@ -277,6 +300,7 @@ impl<'a> Report<'a> {
             spacetime: meta.own_cost,
             // The timeline lists the processes in the report's order.
             timeline,
+            cgroup_peak: None,
         }
     }
 

@@ -162,6 +162,17 @@ pub fn render(
         }
         flow(&mut out, &parts, width);
     }
+    if let Some(c) = &r.cgroup_peak {
+        prose(&mut out, &cgroup_peak_line(c), width);
+    }
+    let predate = r
+        .processes
+        .iter()
+        .filter(|p| p.images().any(|i| i.read_at_attach()))
+        .count() as u64;
+    if predate > 0 {
+        prose(&mut out, &format!("attached: {} predate the attach (exe and argv read from /proc then; peaks exact at exit, from the kernel's high-water mark; their memory over time not followed); times count from the attach", count(predate, "process", "processes")), width);
+    }
     if let Some(pid) = t.peak_rss_pid {
         let head = format!("peak RSS {} (pid {pid}: ", bytes(t.peak_rss_bytes));
         let room = width.saturating_sub(term::width(&head) + 1).max(8);
@@ -194,6 +205,27 @@ pub fn render(
         prose(&mut out, &r.spacetime.line(), width);
     }
     term::localize(&term::fit_lines(&out, width)).into_owned()
+}
+
+/// `--cgroup-peak`: the figure and what it counts, against what the tree-wide peak counts.
+fn cgroup_peak_line(c: &super::CgroupPeakReport) -> String {
+    let mut s = match (c.peak_bytes, c.cgroup_version, c.source) {
+        (Some(b), Some(v), Some(file)) => format!(
+            "cgroup peak {} (cgroup v{v} {file}: every page once, page cache and kernel memory included); the tree-wide peak RSS sums each process's resident pages, so a page shared after fork counts once per process and unmapped page cache not at all",
+            bytes(b)
+        ),
+        _ => format!(
+            "cgroup peak: none ({})",
+            c.unavailable_reason.as_deref().unwrap_or("unavailable")
+        ),
+    };
+    if c.moved_out > 0 {
+        s.push_str(&format!(
+            "; {} still running moved back to spacetime's own cgroup when the run's cgroup was removed",
+            count(c.moved_out, "process", "processes")
+        ));
+    }
+    s
 }
 
 /// The taskstats cross-check in one line.

@@ -190,6 +190,11 @@ impl<'a> ImageReport<'a> {
     pub fn argv_complete(&self) -> bool {
         self.img.argv_complete
     }
+
+    /// Started before `trace -p` attached: names read from /proc then.
+    pub fn read_at_attach(&self) -> bool {
+        self.img.read_at_attach
+    }
 }
 
 /// A process as the JSON contract spells it, built on the stack while it is written.
@@ -266,6 +271,8 @@ struct ImageJson<'a, I: Iterator<Item = &'a [u8]> + Clone> {
     shared_mm: bool,
     exact: bool,
     argv_complete: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    read_at_attach: bool,
 }
 
 impl Serialize for ImageReport<'_> {
@@ -284,6 +291,7 @@ impl Serialize for ImageReport<'_> {
             shared_mm: self.shared_mm(),
             exact: self.exact(),
             argv_complete: self.argv_complete(),
+            read_at_attach: self.read_at_attach(),
         }
         .serialize(s)
     }

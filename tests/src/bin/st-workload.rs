@@ -54,6 +54,14 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
   leave-child MIB MS           fork a child that touches MIB MiB, records {role: child, mib},
                                then holds it for MS ms; the root exits once the child recorded,
                                recording {role: root, child}
+  cow-fork MIB                 touch MIB MiB, fork a child that only reads them (shared,
+                               copy-on-write); both record {role, mib} while both hold them
+  attach-tree N M K            touch N MiB, fork a child that touches N/2 MiB and waits; print
+                               \"ready PID\" on stdout and wait for a byte on stdin; then fork K
+                               children touching M MiB each (exit 10+i, {role: post}), end the
+                               first child (exit 5, {role: pre}), exit 7 ({role: parent})
+  page-cache FILE              drop FILE from the page cache, read it, record {file_bytes,
+                               cached_before_bytes, cached_after_bytes} (mincore)
 ";
 
 /// Bytes reserved (and touched) for reading /proc/self/status.
@@ -923,6 +931,14 @@ fn main() {
         }
         "fillfill" => fillfill(&mut rec, parse(&args, 2, "MIB")),
         "leave-child" => leave_child(&mut rec, parse(&args, 2, "MIB"), parse(&args, 3, "MS")),
+        "cow-fork" => cow_fork(&mut rec, parse(&args, 2, "MIB")),
+        "attach-tree" => attach_tree(
+            &mut rec,
+            parse(&args, 2, "N"),
+            parse(&args, 3, "M"),
+            parse(&args, 4, "K"),
+        ),
+        "page-cache" => page_cache(&mut rec, args.get(2).unwrap_or_else(|| die("missing FILE"))),
         other => die(&format!("unknown mode {other:?}")),
     }
 }
@@ -1000,4 +1016,172 @@ fn leave_child(rec: &mut Recorder, mib: usize, ms: u64) -> ! {
         .int("child", i64::from(child))
         .finish();
     exit(0)
+}
+
+fn pipe_pair() -> [libc::c_int; 2] {
+    let mut fds = [0; 2];
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        sys_die("pipe");
+    }
+    fds
+}
+
+fn send_byte(fd: libc::c_int) {
+    if unsafe { libc::write(fd, b"x".as_ptr().cast(), 1) } != 1 {
+        sys_die("write pipe");
+    }
+}
+
+fn recv_byte(fd: libc::c_int) {
+    let mut b = [0u8; 1];
+    if unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) } != 1 {
+        sys_die("read pipe");
+    }
+}
+
+/// Touches MIB MiB, then forks a child that only reads them: the pages stay shared
+/// (copy-on-write), yet each process's RSS counts them. Both hold until both have recorded
+/// their VmHWM, so the tree's summed RSS reaches about 2×MIB while its distinct pages are
+/// about MIB.
+fn cow_fork(rec: &mut Recorder, mib: usize) -> ! {
+    let len = mib << 20;
+    let p = map_anon(len);
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    for off in (0..len).step_by(page) {
+        unsafe { std::ptr::write_volatile(p.add(off), 1) };
+    }
+    let (ready, done) = (pipe_pair(), pipe_pair());
+    let child = fork();
+    if child == 0 {
+        let mut sum = 0u64;
+        for off in (0..len).step_by(page) {
+            sum += u64::from(unsafe { std::ptr::read_volatile(p.add(off)) });
+        }
+        rec.begin("cow-fork")
+            .str("role", "child")
+            .int("mib", mib as i64)
+            .int("pages_read", sum as i64)
+            .finish();
+        send_byte(ready[1]);
+        recv_byte(done[0]);
+        exit(0)
+    }
+    recv_byte(ready[0]);
+    rec.begin("cow-fork")
+        .str("role", "parent")
+        .int("mib", mib as i64)
+        .finish();
+    send_byte(done[1]);
+    let ok = wait_ok(child);
+    exit(if ok { 0 } else { 1 })
+}
+
+/// Drops FILE from the page cache, reads it through a small buffer, and records how much of
+/// it the page cache held before and after (mincore): the difference was brought in, and
+/// charged, by this process, while its own RSS stays small.
+fn page_cache(rec: &mut Recorder, path: &std::ffi::OsStr) -> ! {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap_or_else(|_| sys_die("open FILE"));
+    let len = f.metadata().unwrap_or_else(|_| sys_die("stat FILE")).len() as usize;
+    let fd = f.as_raw_fd();
+    if unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) } != 0 {
+        sys_die("posix_fadvise");
+    }
+    let before = cached_bytes(fd, len);
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            sys_die("read FILE");
+        }
+        if n == 0 {
+            break;
+        }
+    }
+    let after = cached_bytes(fd, len);
+    rec.begin("page-cache")
+        .int("file_bytes", len as i64)
+        .int("cached_before_bytes", before as i64)
+        .int("cached_after_bytes", after as i64)
+        .finish();
+    exit(0)
+}
+
+/// The bytes of the file's first `len` that are in the page cache (mincore over a mapping
+/// that is never touched, so it adds no RSS).
+fn cached_bytes(fd: libc::c_int, len: usize) -> usize {
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        sys_die("mmap FILE");
+    }
+    let mut vec = vec![0u8; len.div_ceil(page)];
+    if unsafe { libc::mincore(p, len, vec.as_mut_ptr()) } != 0 {
+        sys_die("mincore");
+    }
+    unsafe { libc::munmap(p, len) };
+    vec.iter().filter(|&&b| b & 1 != 0).count() * page
+}
+
+/// A tree to attach to: what it touched before the byte on stdin predates the attach, what
+/// it forks after follows it.
+fn attach_tree(rec: &mut Recorder, n: usize, m: usize, k: usize) -> ! {
+    touch(n);
+    let pre = pipe_pair();
+    let child = fork();
+    if child == 0 {
+        // Only the parent writes: its end, if the parent dies, ends this wait.
+        unsafe { libc::close(pre[1]) };
+        touch(n / 2);
+        recv_byte(pre[0]);
+        rec.begin("attach-tree")
+            .str("role", "pre")
+            .int("mib", (n / 2) as i64)
+            .finish();
+        exit(5)
+    }
+    let line = format!("ready {child}\n");
+    if unsafe { libc::write(1, line.as_ptr().cast(), line.len()) } != line.len() as isize {
+        sys_die("write stdout");
+    }
+    recv_byte(0);
+    let mut post = Vec::new();
+    for i in 0..k {
+        let c = fork();
+        if c == 0 {
+            touch(m);
+            rec.begin("attach-tree")
+                .str("role", "post")
+                .int("mib", m as i64)
+                .int("code", 10 + i as i64)
+                .finish();
+            exit(10 + i as i32)
+        }
+        post.push(c);
+    }
+    for c in post {
+        let mut st = 0;
+        if unsafe { libc::waitpid(c, &mut st, 0) } != c {
+            sys_die("waitpid");
+        }
+    }
+    send_byte(pre[1]);
+    let mut st = 0;
+    if unsafe { libc::waitpid(child, &mut st, 0) } != child {
+        sys_die("waitpid");
+    }
+    rec.begin("attach-tree")
+        .str("role", "parent")
+        .int("mib", n as i64)
+        .finish();
+    exit(7)
 }
