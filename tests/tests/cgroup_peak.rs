@@ -281,3 +281,63 @@ fn read_only_cgroup_mounts_give_one_sentence_and_a_full_trace() {
         "nothing created"
     );
 }
+
+/// `bench --cgroup-peak`: every measured run has its own cgroup, and its distinct-page peak
+/// counts the copy-on-write pages once where the summed-RSS tree peak counts them twice.
+#[test]
+fn bench_reports_each_runs_cgroup_peak() {
+    let dir = TempDir::new("cgroup-bench");
+    let json = dir.path().join("bench.json");
+    let mib = 64u64;
+    let out = std::process::Command::new(spacetime_tests::spacetime_bin())
+        .args(["bench", "--cgroup-peak", "-N", "-r", "2", "--json"])
+        .arg(&json)
+        .arg(format!("{WL} cow-fork {mib}"))
+        .env("ST_TRUTH", dir.path().join("truth.jsonl"))
+        .env_remove("SUDO_UID")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run spacetime bench");
+    let spacetime = out.id() as i32;
+    let out = out.wait_with_output().expect("wait for spacetime bench");
+    let ctx = format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{ctx}");
+    let v: Value = serde_json::from_slice(&std::fs::read(&json).expect("bench.json"))
+        .unwrap_or_else(|e| panic!("bench.json: {e}\n{ctx}"));
+    let r = &v["results"][0];
+    let values = |k: &str| -> Vec<u64> {
+        r[k]["values"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{k}.values missing\n{ctx}"))
+            .iter()
+            .map(|x| x.as_u64().expect("integer"))
+            .collect()
+    };
+    let (cgroups, trees) = (values("cgroup_peak_bytes"), values("tree_peak_rss_bytes"));
+    assert_eq!(cgroups.len(), 2, "one cgroup peak per run\n{ctx}");
+    for (i, (&cg, &tree)) in cgroups.iter().zip(&trees).enumerate() {
+        assert!(
+            cg >= mib * MIB && cg <= mib * MIB + mib * MIB / 10 + 16 * MIB,
+            "run {i}: cgroup peak {cg} for {mib} MiB shared by two processes\n{ctx}"
+        );
+        assert!(
+            tree >= cg + mib * MIB * 9 / 10,
+            "run {i}: tree peak {tree} should count the {mib} MiB twice (cgroup {cg})\n{ctx}"
+        );
+    }
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("cgroup peak"),
+        "the summary names the cgroup peak\n{ctx}"
+    );
+    assert_eq!(
+        cgroups_of(spacetime),
+        Vec::<String>::new(),
+        "no cgroup left behind"
+    );
+}

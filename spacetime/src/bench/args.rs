@@ -46,6 +46,11 @@ pub struct BenchArgs {
     /// No progress bar and no notices (the summary and errors are still shown)
     #[arg(short, long)]
     pub quiet: bool,
+    /// Run every measured run in a memory cgroup of its own and report the tree's
+    /// distinct-page peak (pages shared after fork counted once, page cache included) beside
+    /// the summed-RSS tree peak
+    #[arg(long)]
+    pub cgroup_peak: bool,
     /// Under sudo, run the commands as root instead of the invoking user
     #[arg(long)]
     pub keep_root: bool,

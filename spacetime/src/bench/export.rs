@@ -100,13 +100,14 @@ fn md_code(shown: &str) -> String {
 
 /// The figures of the CSV, in column order: each gives `_mean`, `_stddev`, `_median`,
 /// `_min`, `_max` columns.
-const CSV_FIGURES: [&str; 6] = [
+const CSV_FIGURES: [&str; 7] = [
     "wall_ns",
     "user_ns",
     "sys_ns",
     "peak_rss_bytes",
     "tree_peak_rss_bytes",
     "processes",
+    "cgroup_peak_bytes",
 ];
 
 pub fn csv(results: &[CommandResult], out: &mut dyn Write) -> io::Result<()> {
@@ -129,6 +130,7 @@ pub fn csv(results: &[CommandResult], out: &mut dyn Write) -> io::Result<()> {
             Some(&r.peak_rss_bytes),
             r.tree_peak_rss_bytes.as_ref(),
             Some(&r.processes),
+            r.cgroup_peak_bytes.as_ref(),
         ] {
             let cells = match s {
                 Some(s) => [

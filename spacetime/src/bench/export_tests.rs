@@ -78,7 +78,7 @@ fn csv_parses_back() {
         .iter()
         .map(String::from)
         .collect();
-    assert_eq!(header.len(), 2 + 6 * 5 + 2);
+    assert_eq!(header.len(), 2 + 7 * 5 + 2);
     let col = |name: &str| header.iter().position(|h| h == name).expect(name);
     let rows: Vec<::csv::StringRecord> = rd.records().map(|r| r.expect("row")).collect();
     assert_eq!(rows.len(), 2);

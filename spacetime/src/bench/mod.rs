@@ -30,7 +30,12 @@ pub fn main(args: BenchArgs, verbose: u8) -> i32 {
                 .map_or(EXIT_OWN_FAILURE, |l| l.exit_code());
         }
     };
-    match tracer::SessionTracer::open(verbose, plan.creds.clone(), args.show_output) {
+    match tracer::SessionTracer::open(
+        verbose,
+        plan.creds.clone(),
+        args.show_output,
+        args.cgroup_peak,
+    ) {
         Ok(mut t) => driver::run(plan, &mut t),
         Err(e) => {
             crate::errln!("spacetime: {e:#}");

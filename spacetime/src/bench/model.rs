@@ -43,6 +43,8 @@ pub struct RunFigures {
     /// Records that never reached spacetime, undecodable records and argv gaps: a run with
     /// any is flagged, its figures may miss something.
     pub lost_events: u64,
+    /// The run's memory cgroup peak (`--cgroup-peak`): every page charged once.
+    pub cgroup_peak_bytes: Option<u64>,
 }
 
 impl RunFigures {
@@ -74,6 +76,10 @@ pub struct CommandResult {
     /// Null when a run has no tree peak (no kernel RSS tracking).
     pub tree_peak_rss_bytes: Option<Stats>,
     pub processes: Stats,
+    /// With `--cgroup-peak`, when every run has one: the distinct-page peak of the tree (pages
+    /// shared after fork counted once, page cache included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup_peak_bytes: Option<Stats>,
     /// Per run: records lost, undecodable or cut (0 for a complete run).
     pub lost_events: Vec<u64>,
     /// Indices of the runs with loss: their figures may miss something.
@@ -91,6 +97,7 @@ impl CommandResult {
     pub fn of(c: &CommandRuns) -> Option<CommandResult> {
         let pick = |f: fn(&RunFigures) -> u64| Stats::of(&c.runs.iter().map(f).collect::<Vec<_>>());
         let tree: Option<Vec<u64>> = c.runs.iter().map(|r| r.tree_peak_rss_bytes).collect();
+        let cgroup: Option<Vec<u64>> = c.runs.iter().map(|r| r.cgroup_peak_bytes).collect();
         let b64 = std::str::from_utf8(&c.command.text).is_err().then(|| {
             use base64::Engine;
             base64::engine::general_purpose::STANDARD.encode(&c.command.text)
@@ -106,6 +113,7 @@ impl CommandResult {
             peak_rss_bytes: pick(|r| r.peak_rss_bytes)?,
             tree_peak_rss_bytes: tree.and_then(|v| Stats::of(&v)),
             processes: pick(|r| r.processes)?,
+            cgroup_peak_bytes: cgroup.and_then(|v| Stats::of(&v)),
             lost_events: c.runs.iter().map(|r| r.lost_events).collect(),
             incomplete_runs: (c.runs.iter().enumerate())
                 .filter(|(_, r)| !r.complete())
@@ -141,6 +149,7 @@ pub(crate) mod testing {
                 processes: 1,
                 exit_code: 0,
                 lost_events: 0,
+                cgroup_peak_bytes: None,
             })
             .collect();
         CommandResult::of(&CommandRuns {

@@ -51,6 +51,13 @@ pub fn command_block(index: usize, r: &CommandResult) -> String {
             );
         }
     }
+    if let Some(c) = &r.cgroup_peak_bytes {
+        let _ = writeln!(
+            s,
+            "  cgroup peak (mean ± σ): {}    distinct pages, page cache included",
+            mem(c)
+        );
+    }
     let p = &r.processes;
     let procs = if p.min == p.max {
         format!("{}", p.min)

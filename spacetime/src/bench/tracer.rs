@@ -16,6 +16,10 @@ pub struct SessionTracer {
     creds: Option<Credentials>,
     /// The last run saw a stop signal.
     signalled: bool,
+    /// Every run in a memory cgroup of its own (`--cgroup-peak`).
+    cgroup_peak: bool,
+    /// Why there is no cgroup peak, said once.
+    cgroup_note_said: bool,
 }
 
 impl SessionTracer {
@@ -25,6 +29,7 @@ impl SessionTracer {
         verbose: u8,
         creds: Option<Credentials>,
         show_output: bool,
+        cgroup_peak: bool,
     ) -> anyhow::Result<SessionTracer> {
         let mut session = Session::open(&SessionOptions {
             load: LoadOptions {
@@ -54,6 +59,8 @@ impl SessionTracer {
             session,
             creds,
             signalled: false,
+            cgroup_peak,
+            cgroup_note_said: false,
         })
     }
 }
@@ -74,7 +81,7 @@ impl Tracer for SessionTracer {
             // PSS is sampled, not exact: a bench reports the exact figures only.
             pss_interval_ns: 0,
             quiet: true,
-            cgroup_peak: false,
+            cgroup_peak: self.cgroup_peak,
         };
         let run = self.session.run(start, &opts).map_err(|e| match e {
             // Kept as itself: its exit status (127 not found, 126 not executable) is the bench's.
@@ -82,6 +89,7 @@ impl Tracer for SessionTracer {
             RunError::Other(e) => e,
         })?;
         self.signalled |= run.stop_signal.is_some();
+        let cgroup_peak_bytes = self.cgroup_peak_of(&run);
         let report = run.report();
         Ok(RunFigures {
             wall_ns: report.wall_ns,
@@ -92,6 +100,22 @@ impl Tracer for SessionTracer {
             processes: report.totals.processes,
             exit_code: run.exit_code(),
             lost_events: report.lost_events + report.kernel.decode_errors + report.kernel.args_gaps,
+            cgroup_peak_bytes,
         })
+    }
+}
+
+impl SessionTracer {
+    /// The run's distinct-page peak; when there is none, the reason is said once (the runs are
+    /// quiet).
+    fn cgroup_peak_of(&mut self, run: &crate::core::Run) -> Option<u64> {
+        let c = run.cgroup_peak.as_ref()?;
+        if let (None, Some(why), false) =
+            (c.peak_bytes, &c.unavailable_reason, self.cgroup_note_said)
+        {
+            crate::errln!("spacetime: no cgroup peak: {why}");
+            self.cgroup_note_said = true;
+        }
+        c.peak_bytes
     }
 }
