@@ -80,8 +80,11 @@ pub mod stat {
     pub const TRACK_FULL: u32 = 1;
     /// Kernel reads that failed (a field could not be read).
     pub const READ_FAIL: u32 = 2;
+    /// Processes whose group exit could not wait for their free record (the map of exited
+    /// processes was full): they keep their exit-time CPU figures.
+    pub const REAP_FULL: u32 = 3;
     /// Number of counters.
-    pub const COUNT: u32 = 3;
+    pub const COUNT: u32 = 4;
 }
 
 /// Slots of the kernel's `PIDNS` array (see `spacetime-ebpf/src/pidns.rs`).

@@ -138,9 +138,10 @@ fn claim_group_exit(tgid: u32, leader_start: u64) -> bool {
         if TRACKED.remove(tgid).is_err() {
             return false;
         }
-        // A full map only costs this process its release record (it keeps the exit figures).
-        if reaps {
-            let _ = REAPING.insert(tgid, leader_start, 0);
+        // A full map only costs this process its release record (it keeps the exit figures);
+        // counted, so the report can say why.
+        if reaps && REAPING.insert(tgid, leader_start, 0).is_err() {
+            count(stat::REAP_FULL);
         }
         return true;
     }

@@ -173,7 +173,8 @@ mod tests {
                 "user_ns": 1_500_000_000u64, "sys_ns": 250_000, "peak_rss_bytes": 20 << 20,
                 "bpf_stats_enabled": true,
                 "kernel_programs": [{"name": "sched_process_exit", "run_cnt": 10,
-                                     "run_time_ns": 5000, "ns_per_run": 500}]
+                                     "run_time_ns": 5000, "ns_per_run": 500,
+                                     "verified_insns": null, "load_us": null}]
             })
         );
     }

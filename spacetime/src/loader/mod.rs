@@ -132,6 +132,12 @@ pub struct KernelCounters {
     pub track_full: u64,
     /// Kernel reads that failed.
     pub read_failures: u64,
+    /// Processes whose free record could not be awaited (the kernel's map of exited
+    /// processes was full): their CPU figures stay the exit-time ones.
+    pub reap_full: u64,
+    /// Runs of spacetime's programs the kernel skipped because the same program was already
+    /// running on that CPU (its `recursion_misses`): events lost without a trace otherwise.
+    pub recursion_misses: u64,
 }
 
 impl KernelCounters {
@@ -154,6 +160,8 @@ pub struct Probes {
     pub rss_tracking: bool,
     /// Release records come (sched_process_free attached): CPU figures as wait4's.
     pub cpu_at_release: bool,
+    /// Each raw-tracepoint program's load time (µs), verification included.
+    load_us: Vec<(String, u64)>,
 }
 
 /// The kernel programs' own diagnostics (aya-log), forwarded to the `log` crate.
@@ -306,10 +314,11 @@ fn attach_fentry(
 /// Loads the raw-tracepoint programs of `hooks` (program, tracepoint) at once, one thread
 /// each: the kernel verifies them concurrently, which halves the ~55 ms the verifier takes on
 /// two cores. Attaching stays in the caller's order.
+/// Returns each program's load time in µs.
 fn load_in_parallel(
     ebpf: &mut Ebpf,
     hooks: &[(&'static str, &'static str)],
-) -> Result<(), LoadError> {
+) -> Result<Vec<(String, u64)>, LoadError> {
     let mut progs = Vec::with_capacity(hooks.len());
     for (name, prog) in ebpf.programs_mut() {
         if let Some(&(name, tracepoint)) = hooks.iter().find(|(n, _)| *n == name) {
@@ -325,17 +334,22 @@ fn load_in_parallel(
     std::thread::scope(|s| {
         let handles: Vec<_> = progs
             .into_iter()
-            .map(|(_, tracepoint, prog)| {
+            .map(|(name, tracepoint, prog)| {
                 s.spawn(move || {
+                    let t = Instant::now();
                     prog.load()
-                        .map_err(|source| LoadError::Attach { tracepoint, source })
+                        .map_err(|source| LoadError::Attach { tracepoint, source })?;
+                    Ok((name.to_string(), t.elapsed().as_micros() as u64))
                 })
             })
             .collect();
-        handles.into_iter().try_for_each(|h| {
-            h.join()
-                .map_err(|_| LoadError::ThreadPanicked("verifying a program"))?
-        })
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| LoadError::ThreadPanicked("verifying a program"))?
+            })
+            .collect()
     })
 }
 
@@ -437,7 +451,14 @@ impl Probes {
         if cpu_at_release {
             hooks.push(("sched_process_free", "sched_process_free"));
         }
-        load_in_parallel(&mut ebpf, &hooks)?;
+        let verify_started = Instant::now();
+        let load_us = load_in_parallel(&mut ebpf, &hooks)?;
+        log::debug!(
+            "start-up: {:.1} ms before verification, {:.1} ms verifying {} programs",
+            (verify_started - started).as_secs_f64() * 1e3,
+            verify_started.elapsed().as_secs_f64() * 1e3,
+            load_us.len()
+        );
         own_pid::load_own_pid(&mut ebpf);
         let mut attach_to =
             |name: &'static str, tracepoint: &'static str| -> Result<(), LoadError> {
@@ -518,6 +539,7 @@ impl Probes {
             ring_buffer_bytes: ring,
             rss_tracking,
             cpu_at_release,
+            load_us,
         })
     }
 
@@ -588,6 +610,8 @@ impl Probes {
             ringbuf_lost: sum(stat::RINGBUF_LOST)?,
             track_full: sum(stat::TRACK_FULL)?,
             read_failures: sum(stat::READ_FAIL)?,
+            reap_full: sum(stat::REAP_FULL)?,
+            recursion_misses: self.recursion_misses(),
         })
     }
 }
