@@ -30,7 +30,9 @@ use aya_ebpf::{
     programs::{FEntryContext, RawTracePointContext},
 };
 use aya_log_ebpf::debug;
-use spacetime_common::{stat, ArgsEvent, Config, ExecEvent, MmState, TreeRss, MAX_EXACT_CPUS};
+use spacetime_common::{
+    stat, ArgsEvent, Config, ExecEvent, ExitEvent, MmState, TreeRss, MAX_EXACT_CPUS,
+};
 
 /// Written by userspace before load (`EbpfLoader::override_global`); read-only afterwards.
 #[no_mangle]
@@ -72,6 +74,8 @@ static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
 /// Per-CPU scratch space for records too large for the BPF stack.
 #[map]
 static EXEC_SCRATCH: PerCpuArray<ExecEvent> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+static EXIT_SCRATCH: PerCpuArray<ExitEvent> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static ARGS_SCRATCH: PerCpuArray<ArgsEvent> = PerCpuArray::with_max_entries(1, 0);
 
@@ -163,6 +167,17 @@ pub fn rss_exec(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "rss_stat")]
 pub fn rss_stat(ctx: RawTracePointContext) -> i32 {
     match rss::try_rss_stat(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+/// A second program on sched_process_exit, attached before the first so its records come
+/// first: the last thread's exit stops following the process's RSS (see `rss`). Apart, so
+/// the verifier walks that code once instead of once per path of the exit record.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn rss_exit(ctx: RawTracePointContext) -> i32 {
+    match rss::try_exit(&ctx) {
         Ok(()) => 0,
         Err(e) => e,
     }

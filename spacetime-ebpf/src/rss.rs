@@ -14,7 +14,7 @@ use aya_ebpf::{helpers::bpf_ktime_get_ns, programs::RawTracePointContext};
 use spacetime_common::{flags, kind, rss_layout, EventHeader, MmState, RssEvent, MAX_EXACT_CPUS};
 
 use crate::{
-    conf, mem, output,
+    conf, exit_mm, mem, output,
     task::{is_traced, read, Task},
     MM_STATE, TGID_MM, TREE_RSS,
 };
@@ -196,6 +196,32 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     follow(task.0, task.mm()?, tgid, task.leader_start_ns()?)
 }
 
+/// sched_process_exit, before the exit record: the last thread's exit ends the process's
+/// mm, which stops being followed. The last thread is told as exit.rs tells it: the
+/// tracepoint's `group_dead` (6.16+), else what exit_mm_release found, else `signal->live`.
+pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
+    if conf!(track_rss) == 0 {
+        return Ok(());
+    }
+    let task = Task(ctx.arg::<u64>(0));
+    let tgid = task.tgid()?;
+    // SAFETY: a presence lookup of our own map. Unfollowed processes stop here.
+    if unsafe { TGID_MM.get(tgid) }.is_none() {
+        return Ok(());
+    }
+    let last = if conf!(off.exit_tp_group_dead) != 0 {
+        ctx.arg::<u64>(1) & 0xff != 0
+    } else if let Some(s) = exit_mm::get(task.pid()?).filter(|_| task.mm() == Ok(0)) {
+        s.last != 0
+    } else {
+        read::<i32>(task.signal()?, conf!(off.signal_live))? == 0
+    };
+    if last {
+        forget(tgid);
+    }
+    Ok(())
+}
+
 /// Starts following `mm` of `task` for process (`tgid`, `leader_start_ns`), replacing the mm
 /// it had. Its pages so far (an exec's stack, a fork's copied counters) come from one read.
 #[inline(always)]
@@ -247,6 +273,11 @@ pub fn forget(tgid: u32) {
     let Some(&mm) = (unsafe { TGID_MM.get(tgid) }) else {
         return;
     };
+    // The removal is the claim: two threads that both see themselves last (before 6.16)
+    // take the mm's pages out of the tree's sum once.
+    if TGID_MM.remove(tgid).is_err() {
+        return;
+    }
     if let Some(st) = MM_STATE.get_ptr_mut(mm) {
         // SAFETY: our own map value, about to be removed.
         let st = unsafe { &mut *st };
@@ -269,5 +300,4 @@ pub fn forget(tgid: u32) {
         );
     }
     let _ = MM_STATE.remove(mm);
-    let _ = TGID_MM.remove(tgid);
 }

@@ -445,7 +445,11 @@ impl Probes {
             hooks.push(("sched_prepare_exec", "sched_prepare_exec"));
         }
         if rss_tracking {
-            hooks.extend([("rss_stat", "rss_stat"), ("rss_exec", "sched_process_exec")]);
+            hooks.extend([
+                ("rss_stat", "rss_stat"),
+                ("rss_exec", "sched_process_exec"),
+                ("rss_exit", "sched_process_exit"),
+            ]);
         }
         let cpu_at_release = resolved.off.signal_prev_utime != 0;
         if cpu_at_release {
@@ -475,6 +479,11 @@ impl Probes {
         // other order leaves a window where one starts and ends between the two attaches).
         if cpu_at_release {
             attach_to("sched_process_free", "sched_process_free")?;
+        }
+        // Before the exit record's program: a tracepoint runs its programs in attach order,
+        // and the RSS records of a process's end come before its exit record.
+        if rss_tracking {
+            attach_to("rss_exit", "sched_process_exit")?;
         }
         attach_to("sched_process_exit", "sched_process_exit")?;
         attach_to("sched_process_exec", "sched_process_exec")?;
