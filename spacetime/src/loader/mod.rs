@@ -369,6 +369,7 @@ impl Probes {
         let aya_loader = std::thread::spawn(EbpfLoader::new);
         let btf = Btf::from_sys_fs()?;
         let resolved = offsets::resolve(&btf)?;
+        let offsets_at = started.elapsed();
         for note in &resolved.notes {
             log::debug!("kernel BTF: {note}");
         }
@@ -397,6 +398,7 @@ impl Probes {
         let mut aya_loader = aya_loader
             .join()
             .map_err(|_| LoadError::ThreadPanicked("aya's loader"))?;
+        let aya_btf_at = started.elapsed();
         let mut ebpf = aya_loader
             .btf(None)
             .override_global("CONFIG", &config, true)
@@ -457,13 +459,18 @@ impl Probes {
         }
         let verify_started = Instant::now();
         let load_us = load_in_parallel(&mut ebpf, &hooks)?;
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         log::debug!(
-            "start-up: {:.1} ms before verification, {:.1} ms verifying {} programs",
-            (verify_started - started).as_secs_f64() * 1e3,
-            verify_started.elapsed().as_secs_f64() * 1e3,
+            "start-up: offsets resolved at {:.1} ms, aya's BTF ready at {:.1} ms, maps created \
+             at {:.1} ms; {:.1} ms verifying {} programs",
+            ms(offsets_at),
+            ms(aya_btf_at),
+            ms(verify_started - started),
+            ms(verify_started.elapsed()),
             load_us.len()
         );
         own_pid::load_own_pid(&mut ebpf);
+        let attach_started = started.elapsed();
         let mut attach_to =
             |name: &'static str, tracepoint: &'static str| -> Result<(), LoadError> {
                 let err = |source| LoadError::Attach { tracepoint, source };
@@ -502,6 +509,10 @@ impl Probes {
                 "no kmem:rss_stat tracepoint: RSS over time is sampled from /proc/PID/statm".into(),
             );
         }
+        log::debug!(
+            "start-up: raw tracepoints attached in {:.1} ms",
+            ms(started.elapsed() - attach_started)
+        );
         let mut kernel_btf = None;
         if let Some(function) = resolved.group_dead_hook {
             // Before exit_mm_release: it reads what this one stashed.
@@ -540,6 +551,7 @@ impl Probes {
         let logger = aya_log::EbpfLogger::init(&mut ebpf)
             .inspect_err(|e| log::debug!("kernel-side logging unavailable: {e}"))
             .ok();
+        log::debug!("start-up: done at {:.1} ms", ms(started.elapsed()));
         Ok(Probes {
             ebpf,
             logger,

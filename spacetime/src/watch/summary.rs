@@ -277,7 +277,8 @@ mod tests {
                 "loss": {"ringbuf_lost": 2, "decode_errors": 1, "read_failures": 4, "enobufs": 7},
                 "taskstats": {"available": true, "matched": 11, "bpf_only": 1, "taskstats_only": 0},
                 "spacetime": {"user_ns": 0, "sys_ns": 0, "peak_rss_bytes": 0,
-                              "bpf_stats_enabled": false, "kernel_programs": []}
+                              "bpf_stats_enabled": false, "kernel_programs": [],
+                              "load_us": 0}
             })
         );
     }
