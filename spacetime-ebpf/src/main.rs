@@ -55,10 +55,11 @@ static EXITED: HashMap<u32, u64> = HashMap::with_max_entries(16384, BPF_F_NO_PRE
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
 
-/// Processes (tgids) being traced. Userspace inserts the root; forks add children; the last
-/// thread's exit removes the process.
+/// Processes (tgids) being traced, each with the mm whose RSS is followed (0: none; see
+/// `rss`). Userspace inserts the root; forks add children; the last thread's exit removes the
+/// process.
 #[map]
-static TRACKED: HashMap<u32, u32> = HashMap::with_max_entries(65536, 0);
+static TRACKED: HashMap<u32, u64> = HashMap::with_max_entries(65536, 0);
 
 /// Kernels whose exit tracepoint fires after exit_mm() (before 6.16): whether an exiting
 /// thread is the last, and the final image's figures, found by `exit_mm_release` and taken by
@@ -92,9 +93,6 @@ static CPU_OFFSETS: Array<u64> = Array::with_max_entries(MAX_EXACT_CPUS, 0);
 /// The mm of each traced process, with its exact RSS (see `rss`). Userspace sizes it.
 #[map]
 static MM_STATE: HashMap<u64, MmState> = HashMap::with_max_entries(65536, 0);
-/// Which mm each traced process has now.
-#[map]
-static TGID_MM: HashMap<u32, u64> = HashMap::with_max_entries(65536, 0);
 /// The tree-wide RSS, its peak and when it happened.
 #[map]
 static TREE_RSS: Array<TreeRss> = Array::with_max_entries(1, 0);

@@ -412,7 +412,6 @@ impl Probes {
                 },
             )
             .map_max_entries("MM_STATE", per_process)
-            .map_max_entries("TGID_MM", per_process)
             .map_max_entries("REAPING", per_process.min(REAPING_ENTRIES))
             .map_max_entries(
                 "EXITED",
@@ -598,10 +597,11 @@ impl Probes {
     pub fn track(&mut self, tgid: u32) -> Result<(), LoadError> {
         const NAME: &str = "TRACKED";
         let map = self.ebpf.map_mut(NAME).ok_or(LoadError::MissingMap(NAME))?;
-        let mut tracked: HashMap<_, u32, u32> =
+        // The value is the mm whose RSS the kernel follows: none until the root's exec.
+        let mut tracked: HashMap<_, u32, u64> =
             HashMap::try_from(map).map_err(|source| LoadError::Map { name: NAME, source })?;
         tracked
-            .insert(tgid, 1, 0)
+            .insert(tgid, 0, 0)
             .map_err(|source| LoadError::Map { name: NAME, source })
     }
 
