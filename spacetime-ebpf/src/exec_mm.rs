@@ -7,6 +7,7 @@ use aya_ebpf::programs::FEntryContext;
 
 use crate::{
     exec::image_end,
+    rss,
     task::{is_traced, Task},
 };
 
@@ -16,5 +17,6 @@ pub fn try_exec_mm_release(ctx: &FEntryContext) -> Result<(), i32> {
     if !is_traced(tgid) {
         return Ok(());
     }
+    rss::forget(tgid);
     image_end(&task, tgid, ctx.arg::<u64>(1))
 }

@@ -199,7 +199,8 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
 }
 
 /// sched_process_exit, before the exit record: the last thread's exit ends the process's
-/// mm, which stops being followed. The last thread is told as exit.rs tells it: the
+/// mm, which stops being followed (where the tracepoint fires after exit_mm(), before 6.16,
+/// exit_mm_release has already done it, while the mm was still the process's). The last thread is told as exit.rs tells it: the
 /// tracepoint's `group_dead` (6.16+), else what exit_mm_release found, else `signal->live`.
 pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
     if conf!(track_rss) == 0 {
