@@ -88,8 +88,11 @@ pub mod stat {
     /// ([`super::KernelFilter`]): fork, exec (with its argv) and image-end records. Its exits
     /// still go, as bare [`super::flags::EXIT_FILTERED`] headers.
     pub const FILTERED: u32 = 3;
+    /// Processes whose group exit could not wait for their free record (the map of exited
+    /// processes was full): they keep their exit-time CPU figures.
+    pub const REAP_FULL: u32 = 4;
     /// Number of counters.
-    pub const COUNT: u32 = 4;
+    pub const COUNT: u32 = 5;
 }
 
 /// Slots of the kernel's `PIDNS` array (see `spacetime-ebpf/src/pidns.rs`).

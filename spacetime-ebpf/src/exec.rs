@@ -20,7 +20,7 @@ use spacetime_common::{
 };
 
 use crate::{
-    conf, count, filter, mem, output,
+    conf, count, filter, mem, output, rss,
     task::{header, read, Task},
     wakeup_flags, ARGS_SCRATCH, EVENTS, EXEC_SCRATCH,
 };
@@ -34,11 +34,14 @@ pub fn try_prepare_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     if !filter::wanted(tgid) {
         return Ok(());
     }
+    rss::forget(tgid);
     let mm = task.mm()?;
     image_end(&task, tgid, mm)
 }
 
 /// Sends the memory figures of `mm`, the image `task` (of process `tgid`) is leaving by exec.
+/// Its caller stops following the mm's RSS first (`rss::forget`): exec releases the mm right
+/// after, and a new mm may then get its address, so following ends while it is still ours.
 /// Kernel threads (no mm) send nothing.
 #[inline(always)]
 pub fn image_end(task: &Task, tgid: u32, mm: u64) -> Result<(), i32> {

@@ -5,7 +5,7 @@
 
 use aya_ebpf::programs::FEntryContext;
 
-use crate::{exec::image_end, task::Task};
+use crate::{exec::image_end, rss, task::Task};
 
 pub fn try_exec_mm_release(ctx: &FEntryContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
@@ -13,5 +13,6 @@ pub fn try_exec_mm_release(ctx: &FEntryContext) -> Result<(), i32> {
     if !crate::filter::wanted(tgid) {
         return Ok(());
     }
+    rss::forget(tgid);
     image_end(&task, tgid, ctx.arg::<u64>(1))
 }

@@ -11,17 +11,21 @@ use aya_ebpf::{
     },
     programs::RawTracePointContext,
 };
-use spacetime_common::{flags, kind, mode, stat, EventHeader, ExitEvent, TASK_COMM_LEN};
+use spacetime_common::{flags, kind, mode, stat, ExitEvent, TASK_COMM_LEN};
 
 use crate::{
-    conf, count, exit_mm, filter, mem, output, rss,
+    conf, count, exit_mm, filter, mem, output,
     task::{is_traced, read, read_or_zero, Task},
-    EXITED, REAPING, TRACKED,
+    EXITED, EXIT_SCRATCH, REAPING, TRACKED,
 };
 
 const EEXIST: i32 = 17;
 
 pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
+    // The record is built in per-CPU scratch memory, not on the stack: the verifier tracks
+    // no contents of map memory, so paths that filled different fields merge instead of
+    // being verified apart. (Slot 0 of a per-CPU array always exists.)
+    let ev = EXIT_SCRATCH.get_ptr_mut(0).ok_or(-1)?;
     let task = Task(ctx.arg::<u64>(0));
     let mut mm = 0u64;
     let bad = read_or_zero(&mut mm, task.0, conf!(off.task_mm)) != 0;
@@ -34,7 +38,8 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
     };
     // The kernel's own "last thread" flag, where the tracepoint passes it (6.16+).
     let tp_group_dead = (conf!(off.exit_tp_group_dead) != 0).then(|| ctx.arg::<u64>(1) & 0xff != 0);
-    let r = exit(&task, mm, stash, tp_group_dead, bad);
+    // SAFETY: per-CPU scratch value, exclusively ours while this program runs on this CPU.
+    let r = exit(unsafe { &mut *ev }, &task, mm, stash, tp_group_dead, bad);
     if let (Some(_), Ok(pid)) = (stash, pid) {
         // Whatever happened, no entry outlives its thread.
         exit_mm::forget(pid);
@@ -44,6 +49,7 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
 
 #[inline(always)]
 fn exit(
+    ev: &mut ExitEvent,
     task: &Task,
     mm: u64,
     stash: Option<&exit_mm::ExitMm>,
@@ -81,21 +87,15 @@ fn exit(
         err |= r;
         r == 0 && live == 0
     };
-    let mut ev = ExitEvent {
-        hdr: EventHeader {
-            kind: kind::EXIT,
-            flags: 0,
-            // SAFETY: plain helper call.
-            ts_ns: unsafe { bpf_ktime_get_ns() },
-            tgid,
-            pid: 0,
-            leader_start_ns: leader_start,
-        },
-        // SAFETY: plain helper calls.
-        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
-        comm: bpf_get_current_comm().unwrap_or_default(),
-        ..ExitEvent::default()
-    };
+    *ev = ExitEvent::default();
+    ev.hdr.kind = kind::EXIT;
+    // SAFETY: plain helper calls.
+    ev.hdr.ts_ns = unsafe { bpf_ktime_get_ns() };
+    ev.hdr.tgid = tgid;
+    ev.hdr.leader_start_ns = leader_start;
+    // SAFETY: plain helper call.
+    ev.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    ev.comm = bpf_get_current_comm().unwrap_or_default();
     err |= read_or_zero(&mut ev.hdr.pid, task.0, conf!(off.task_pid));
     if filtered {
         // A marker: userspace reads its header only. The same record as below, not a second
@@ -104,7 +104,7 @@ fn exit(
         if last {
             ev.hdr.flags |= flags::EXIT_GROUP_DEAD;
         }
-        output(&ev);
+        output(ev);
         return Ok(());
     }
     let group_dead = last && claim_group_exit(tgid, leader_start);
@@ -116,11 +116,11 @@ fn exit(
     ev.uid = ids as u32;
     ev.gid = (ids >> 32) as u32;
     if leader != 0 {
-        ns_tgid(leader, &mut ev);
+        ns_tgid(leader, ev);
     }
     if group_dead {
         ev.hdr.flags |= flags::EXIT_GROUP_DEAD;
-        err |= group_fields(signal, task, leader, &mut ev);
+        err |= group_fields(signal, task, leader, ev);
         if mm != 0 {
             match mem::read_mm(task.0, mm) {
                 Ok(m) => ev.mem = m,
@@ -129,13 +129,13 @@ fn exit(
         } else if let Some(s) = stash {
             ev.mem = s.mem;
         }
-        rss::forget(tgid);
+        // The process's RSS stopped being followed just before, in rss_exit (rss.rs).
     }
     if err != 0 {
         ev.hdr.flags |= flags::EXIT_READ_FAILED;
         count(stat::READ_FAIL);
     }
-    output(&ev);
+    output(ev);
     Ok(())
 }
 
@@ -152,9 +152,10 @@ fn claim_group_exit(tgid: u32, leader_start: u64) -> bool {
         if TRACKED.remove(tgid).is_err() {
             return false;
         }
-        // A full map only costs this process its release record (it keeps the exit figures).
-        if reaps {
-            let _ = REAPING.insert(tgid, leader_start, 0);
+        // A full map only costs this process its release record (it keeps the exit figures);
+        // counted, so the report can say why.
+        if reaps && REAPING.insert(tgid, leader_start, 0).is_err() {
+            count(stat::REAP_FULL);
         }
         return true;
     }

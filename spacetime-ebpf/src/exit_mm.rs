@@ -8,7 +8,7 @@ use aya_ebpf::programs::FEntryContext;
 use spacetime_common::{stat, MemStats};
 
 use crate::{
-    conf, count, mem,
+    conf, count, mem, rss,
     task::{is_traced, read, Task},
     EXIT_MEM,
 };
@@ -56,6 +56,11 @@ pub fn try_exit_mm_release(ctx: &FEntryContext) -> Result<(), i32> {
     }
     if EXIT_MEM.insert(pid, stash, 0).is_err() {
         count(stat::READ_FAIL);
+    }
+    // The mm is released right after: following its RSS ends while the address is still its
+    // own (a new mm may get it once freed).
+    if last {
+        rss::forget(tgid);
     }
     Ok(())
 }

@@ -37,7 +37,7 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
         if mm != 0 && mm == parent.mm()? {
             hdr.flags |= flags::FORK_SHARED_MM;
         }
-        if conf!(mode) == mode::TREE && TRACKED.insert(child_tgid, 1, 0).is_err() {
+        if conf!(mode) == mode::TREE && TRACKED.insert(child_tgid, 0, 0).is_err() {
             count(stat::TRACK_FULL);
             warn!(
                 ctx,

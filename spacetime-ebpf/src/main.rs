@@ -31,7 +31,9 @@ use aya_ebpf::{
     programs::{FEntryContext, RawTracePointContext},
 };
 use aya_log_ebpf::debug;
-use spacetime_common::{stat, ArgsEvent, Config, ExecEvent, MmState, TreeRss, MAX_EXACT_CPUS};
+use spacetime_common::{
+    stat, ArgsEvent, Config, ExecEvent, ExitEvent, MmState, TreeRss, MAX_EXACT_CPUS,
+};
 
 /// Written by userspace before load (`EbpfLoader::override_global`); read-only afterwards.
 #[no_mangle]
@@ -54,10 +56,11 @@ static EXITED: HashMap<u32, u64> = HashMap::with_max_entries(16384, BPF_F_NO_PRE
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
 
-/// Processes (tgids) being traced. Userspace inserts the root; forks add children; the last
-/// thread's exit removes the process.
+/// Processes (tgids) being traced, each with the mm whose RSS is followed (0: none; see
+/// `rss`). Userspace inserts the root; forks add children; the last thread's exit removes the
+/// process.
 #[map]
-static TRACKED: HashMap<u32, u32> = HashMap::with_max_entries(65536, 0);
+static TRACKED: HashMap<u32, u64> = HashMap::with_max_entries(65536, 0);
 
 /// Kernels whose exit tracepoint fires after exit_mm() (before 6.16): whether an exiting
 /// thread is the last, and the final image's figures, found by `exit_mm_release` and taken by
@@ -74,6 +77,8 @@ static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
 #[map]
 static EXEC_SCRATCH: PerCpuArray<ExecEvent> = PerCpuArray::with_max_entries(1, 0);
 #[map]
+static EXIT_SCRATCH: PerCpuArray<ExitEvent> = PerCpuArray::with_max_entries(1, 0);
+#[map]
 static ARGS_SCRATCH: PerCpuArray<ArgsEvent> = PerCpuArray::with_max_entries(1, 0);
 
 /// A per-CPU map used to learn each CPU's per-CPU area offset: the address of a CPU's element
@@ -89,9 +94,6 @@ static CPU_OFFSETS: Array<u64> = Array::with_max_entries(MAX_EXACT_CPUS, 0);
 /// The mm of each traced process, with its exact RSS (see `rss`). Userspace sizes it.
 #[map]
 static MM_STATE: HashMap<u64, MmState> = HashMap::with_max_entries(65536, 0);
-/// Which mm each traced process has now.
-#[map]
-static TGID_MM: HashMap<u32, u64> = HashMap::with_max_entries(65536, 0);
 /// The tree-wide RSS, its peak and when it happened.
 #[map]
 static TREE_RSS: Array<TreeRss> = Array::with_max_entries(1, 0);
@@ -164,6 +166,17 @@ pub fn rss_exec(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "rss_stat")]
 pub fn rss_stat(ctx: RawTracePointContext) -> i32 {
     match rss::try_rss_stat(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+/// A second program on sched_process_exit, attached before the first so its records come
+/// first: the last thread's exit stops following the process's RSS (see `rss`). Apart, so
+/// the verifier walks that code once instead of once per path of the exit record.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn rss_exit(ctx: RawTracePointContext) -> i32 {
+    match rss::try_exit(&ctx) {
         Ok(()) => 0,
         Err(e) => e,
     }

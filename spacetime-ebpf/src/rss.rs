@@ -11,12 +11,14 @@ use core::intrinsics::{
 };
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, programs::RawTracePointContext};
-use spacetime_common::{flags, kind, rss_layout, EventHeader, MmState, RssEvent, MAX_EXACT_CPUS};
+use spacetime_common::{
+    flags, kind, mode, rss_layout, EventHeader, MmState, RssEvent, MAX_EXACT_CPUS,
+};
 
 use crate::{
-    conf, mem, output,
+    conf, exit_mm, mem, output,
     task::{is_traced, read, Task},
-    MM_STATE, TGID_MM, TREE_RSS,
+    MM_STATE, TRACKED, TREE_RSS,
 };
 
 /// Index of `member` among the counters that make up RSS, if it is one of them.
@@ -196,11 +198,40 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     follow(task.0, task.mm()?, tgid, task.leader_start_ns()?)
 }
 
+/// sched_process_exit, before the exit record: the last thread's exit ends the process's
+/// mm, which stops being followed (where the tracepoint fires after exit_mm(), before 6.16,
+/// exit_mm_release has already done it, while the mm was still the process's). The last thread is told as exit.rs tells it: the
+/// tracepoint's `group_dead` (6.16+), else what exit_mm_release found, else `signal->live`.
+pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
+    if conf!(track_rss) == 0 {
+        return Ok(());
+    }
+    let task = Task(ctx.arg::<u64>(0));
+    let tgid = task.tgid()?;
+    // SAFETY: the value is copied out. Untraced and unfollowed processes stop here.
+    match unsafe { TRACKED.get(tgid) } {
+        Some(&mm) if mm != 0 => {}
+        _ => return Ok(()),
+    }
+    let last = if conf!(off.exit_tp_group_dead) != 0 {
+        ctx.arg::<u64>(1) & 0xff != 0
+    } else if let Some(s) = exit_mm::get(task.pid()?).filter(|_| task.mm() == Ok(0)) {
+        s.last != 0
+    } else {
+        read::<i32>(task.signal()?, conf!(off.signal_live))? == 0
+    };
+    if last {
+        forget(tgid);
+    }
+    Ok(())
+}
+
 /// Starts following `mm` of `task` for process (`tgid`, `leader_start_ns`), replacing the mm
 /// it had. Its pages so far (an exec's stack, a fork's copied counters) come from one read.
 #[inline(always)]
 pub fn follow(task: u64, mm: u64, tgid: u32, leader_start_ns: u64) -> Result<(), i32> {
-    if conf!(track_rss) == 0 || mm == 0 {
+    // Only a traced process (in TRACKED, whose value names its followed mm) is followed.
+    if conf!(track_rss) == 0 || conf!(mode) != mode::TREE || mm == 0 {
         return Ok(());
     }
     forget(tgid);
@@ -225,11 +256,18 @@ pub fn follow(task: u64, mm: u64, tgid: u32, leader_start_ns: u64) -> Result<(),
         last_ns: now,
         ..MmState::default()
     };
-    if MM_STATE.insert(mm, st, 0).is_err() || TGID_MM.insert(tgid, mm, 0).is_err() {
-        let _ = MM_STATE.remove(mm);
+    if MM_STATE.insert(mm, st, 0).is_err() {
         crate::count(spacetime_common::stat::TRACK_FULL);
         return Ok(());
     }
+    // The process's entry in TRACKED names the mm followed: one map instead of a second one
+    // keyed by tgid. No entry: the process is not tracked (a full map, counted by fork).
+    let Some(slot) = TRACKED.get_ptr_mut(tgid) else {
+        let _ = MM_STATE.remove(mm);
+        return Ok(());
+    };
+    // SAFETY: an aligned u64 of our own map value, claimed by `forget` with an exchange.
+    unsafe { atomic_xchg::<u64, { Relaxed }>(slot, mm) };
     let (tree_pages, peak) = tree_add(total_pages, now, tgid);
     if let Some(st) = MM_STATE.get_ptr_mut(mm) {
         // SAFETY: our own map value.
@@ -243,10 +281,16 @@ pub fn follow(task: u64, mm: u64, tgid: u32, leader_start_ns: u64) -> Result<(),
 /// back and the last value go out if they have not, then its pages leave the tree-wide sum.
 #[inline(always)]
 pub fn forget(tgid: u32) {
-    // SAFETY: presence lookups of our own maps.
-    let Some(&mm) = (unsafe { TGID_MM.get(tgid) }) else {
+    let Some(slot) = TRACKED.get_ptr_mut(tgid) else {
         return;
     };
+    // Taking the mm out of the process's entry is the claim: two threads that both see
+    // themselves last (before 6.16) take its pages out of the tree's sum once.
+    // SAFETY: an aligned u64 of our own map value.
+    let mm = unsafe { atomic_xchg::<u64, { Relaxed }>(slot, 0) };
+    if mm == 0 {
+        return;
+    }
     if let Some(st) = MM_STATE.get_ptr_mut(mm) {
         // SAFETY: our own map value, about to be removed.
         let st = unsafe { &mut *st };
@@ -269,5 +313,4 @@ pub fn forget(tgid: u32) {
         );
     }
     let _ = MM_STATE.remove(mm);
-    let _ = TGID_MM.remove(tgid);
 }

@@ -26,12 +26,18 @@ pub struct OwnCost {
     pub bpf_stats_enabled: bool,
     /// Time spent in each loaded kernel program (zeros while the kernel does not count).
     pub kernel_programs: Vec<ProgramStats>,
+    /// spacetime's start-up: environment checks, kernel offsets, loading (verification
+    /// included) and attaching its programs, in µs.
+    pub load_us: u64,
 }
 
 impl OwnCost {
     /// getrusage now, and the programs' statistics (read while they are still attached).
     pub fn measure(probes: &Probes) -> OwnCost {
-        OwnCost::from_parts(rusage_self(), vm_hwm_bytes(), probes.program_stats())
+        OwnCost {
+            load_us: (probes.load_ms * 1e3) as u64,
+            ..OwnCost::from_parts(rusage_self(), vm_hwm_bytes(), probes.program_stats())
+        }
     }
 
     /// `vm_hwm`: VmHWM in bytes; without it, ru_maxrss (an upper bound) stands in.
@@ -54,6 +60,7 @@ impl OwnCost {
             peak_rss_bytes,
             bpf_stats_enabled: kernel.stats_enabled,
             kernel_programs: kernel.programs,
+            load_us: 0,
         }
     }
 
@@ -173,7 +180,9 @@ mod tests {
                 "user_ns": 1_500_000_000u64, "sys_ns": 250_000, "peak_rss_bytes": 20 << 20,
                 "bpf_stats_enabled": true,
                 "kernel_programs": [{"name": "sched_process_exit", "run_cnt": 10,
-                                     "run_time_ns": 5000, "ns_per_run": 500}]
+                                     "run_time_ns": 5000, "ns_per_run": 500,
+                                     "verified_insns": null, "load_us": null}],
+                "load_us": 0
             })
         );
     }

@@ -405,3 +405,46 @@ fn kernel_program_stats_count_every_exit() {
         "sched_process_exit: run_time_ns must be > 0: {own}"
     );
 }
+
+#[test]
+fn start_up_cost_is_reported_per_program() {
+    let out = Trace::new([WL, "tree", "1", "1"]).tag("startup").run();
+    out.assert_code(0);
+    let v = out.json_value();
+    let own = get(&v, "$", "spacetime");
+    let load_us = u64_at(own, "$.spacetime", "load_us");
+    assert!(load_us > 0, "$.spacetime.load_us: {own}");
+    let progs = get(own, "$.spacetime", "kernel_programs")
+        .as_array()
+        .unwrap_or_else(|| panic!("$.spacetime.kernel_programs must be an array: {own}"));
+    let timed: Vec<&Value> = progs.iter().filter(|p| !p["load_us"].is_null()).collect();
+    // Every program on a tracepoint is loaded on the timed path; own_pid is loaded apart.
+    for name in [
+        "sched_process_exit",
+        "sched_process_exec",
+        "sched_process_fork",
+    ] {
+        let p = timed
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} has no load time: {own}"));
+        let insns = p["verified_insns"].as_u64().unwrap_or(0);
+        assert!(insns > 0, "{name}: verified_insns from the kernel: {p}");
+    }
+    for p in &timed {
+        let us = p["load_us"].as_u64().unwrap_or(u64::MAX);
+        assert!(
+            us <= load_us,
+            "a program's load ({us} µs) lies within the whole start-up ({load_us} µs): {p}"
+        );
+    }
+    // A plain trace: no free record was given up and the kernel skipped no program run.
+    let counters = get(&v, "$", "kernel")["counters"].clone();
+    for k in ["reap_full", "recursion_misses"] {
+        assert_eq!(
+            counters[k].as_u64(),
+            Some(0),
+            "kernel.counters.{k} on a 3-process trace: {counters}"
+        );
+    }
+}

@@ -497,6 +497,8 @@ fn since(now: KernelCounters, start: KernelCounters) -> KernelCounters {
         track_full: now.track_full.saturating_sub(start.track_full),
         read_failures: now.read_failures.saturating_sub(start.read_failures),
         filtered: now.filtered.saturating_sub(start.filtered),
+        reap_full: now.reap_full.saturating_sub(start.reap_full),
+        recursion_misses: now.recursion_misses.saturating_sub(start.recursion_misses),
     }
 }
 

@@ -140,6 +140,12 @@ pub struct KernelCounters {
     /// `watch` filters: a trace report leaves it out.
     #[serde(skip)]
     pub filtered: u64,
+    /// Processes whose free record could not be awaited (the kernel's map of exited
+    /// processes was full): their CPU figures stay the exit-time ones.
+    pub reap_full: u64,
+    /// Runs of spacetime's programs the kernel skipped because the same program was already
+    /// running on that CPU (its `recursion_misses`): events lost without a trace otherwise.
+    pub recursion_misses: u64,
 }
 
 impl KernelCounters {
@@ -162,6 +168,8 @@ pub struct Probes {
     pub rss_tracking: bool,
     /// Release records come (sched_process_free attached): CPU figures as wait4's.
     pub cpu_at_release: bool,
+    /// Each raw-tracepoint program's load time (µs), verification included.
+    load_us: Vec<(String, u64)>,
 }
 
 /// The kernel programs' own diagnostics (aya-log), forwarded to the `log` crate.
@@ -314,10 +322,11 @@ fn attach_fentry(
 /// Loads the raw-tracepoint programs of `hooks` (program, tracepoint) at once, one thread
 /// each: the kernel verifies them concurrently, which halves the ~55 ms the verifier takes on
 /// two cores. Attaching stays in the caller's order.
+/// Returns each program's load time in µs.
 fn load_in_parallel(
     ebpf: &mut Ebpf,
     hooks: &[(&'static str, &'static str)],
-) -> Result<(), LoadError> {
+) -> Result<Vec<(String, u64)>, LoadError> {
     let mut progs = Vec::with_capacity(hooks.len());
     for (name, prog) in ebpf.programs_mut() {
         if let Some(&(name, tracepoint)) = hooks.iter().find(|(n, _)| *n == name) {
@@ -333,17 +342,22 @@ fn load_in_parallel(
     std::thread::scope(|s| {
         let handles: Vec<_> = progs
             .into_iter()
-            .map(|(_, tracepoint, prog)| {
+            .map(|(name, tracepoint, prog)| {
                 s.spawn(move || {
+                    let t = Instant::now();
                     prog.load()
-                        .map_err(|source| LoadError::Attach { tracepoint, source })
+                        .map_err(|source| LoadError::Attach { tracepoint, source })?;
+                    Ok((name.to_string(), t.elapsed().as_micros() as u64))
                 })
             })
             .collect();
-        handles.into_iter().try_for_each(|h| {
-            h.join()
-                .map_err(|_| LoadError::ThreadPanicked("verifying a program"))?
-        })
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| LoadError::ThreadPanicked("verifying a program"))?
+            })
+            .collect()
     })
 }
 
@@ -363,6 +377,7 @@ impl Probes {
         let aya_loader = std::thread::spawn(EbpfLoader::new);
         let btf = Btf::from_sys_fs()?;
         let resolved = offsets::resolve(&btf)?;
+        let offsets_at = started.elapsed();
         for note in &resolved.notes {
             log::debug!("kernel BTF: {note}");
         }
@@ -391,6 +406,7 @@ impl Probes {
         let mut aya_loader = aya_loader
             .join()
             .map_err(|_| LoadError::ThreadPanicked("aya's loader"))?;
+        let aya_btf_at = started.elapsed();
         let mut ebpf = aya_loader
             .btf(None)
             .override_global("CONFIG", &config, true)
@@ -405,7 +421,6 @@ impl Probes {
                 },
             )
             .map_max_entries("MM_STATE", per_process)
-            .map_max_entries("TGID_MM", per_process)
             .map_max_entries("REAPING", per_process.min(REAPING_ENTRIES))
             .map_max_entries(
                 "EXITED",
@@ -440,14 +455,30 @@ impl Probes {
             hooks.push(("sched_prepare_exec", "sched_prepare_exec"));
         }
         if rss_tracking {
-            hooks.extend([("rss_stat", "rss_stat"), ("rss_exec", "sched_process_exec")]);
+            hooks.extend([
+                ("rss_stat", "rss_stat"),
+                ("rss_exec", "sched_process_exec"),
+                ("rss_exit", "sched_process_exit"),
+            ]);
         }
         let cpu_at_release = resolved.off.signal_prev_utime != 0;
         if cpu_at_release {
             hooks.push(("sched_process_free", "sched_process_free"));
         }
-        load_in_parallel(&mut ebpf, &hooks)?;
+        let verify_started = Instant::now();
+        let load_us = load_in_parallel(&mut ebpf, &hooks)?;
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        log::debug!(
+            "start-up: offsets resolved at {:.1} ms, aya's BTF ready at {:.1} ms, maps created \
+             at {:.1} ms; {:.1} ms verifying {} programs",
+            ms(offsets_at),
+            ms(aya_btf_at),
+            ms(verify_started - started),
+            ms(verify_started.elapsed()),
+            load_us.len()
+        );
         own_pid::load_own_pid(&mut ebpf);
+        let attach_started = started.elapsed();
         let mut attach_to =
             |name: &'static str, tracepoint: &'static str| -> Result<(), LoadError> {
                 let err = |source| LoadError::Attach { tracepoint, source };
@@ -463,6 +494,11 @@ impl Probes {
         // other order leaves a window where one starts and ends between the two attaches).
         if cpu_at_release {
             attach_to("sched_process_free", "sched_process_free")?;
+        }
+        // Before the exit record's program: a tracepoint runs its programs in attach order,
+        // and the RSS records of a process's end come before its exit record.
+        if rss_tracking {
+            attach_to("rss_exit", "sched_process_exit")?;
         }
         attach_to("sched_process_exit", "sched_process_exit")?;
         attach_to("sched_process_exec", "sched_process_exec")?;
@@ -481,6 +517,10 @@ impl Probes {
                 "no kmem:rss_stat tracepoint: RSS over time is sampled from /proc/PID/statm".into(),
             );
         }
+        log::debug!(
+            "start-up: raw tracepoints attached in {:.1} ms",
+            ms(started.elapsed() - attach_started)
+        );
         let mut kernel_btf = None;
         if let Some(function) = resolved.group_dead_hook {
             // Before exit_mm_release: it reads what this one stashed.
@@ -519,6 +559,7 @@ impl Probes {
         let logger = aya_log::EbpfLogger::init(&mut ebpf)
             .inspect_err(|e| log::debug!("kernel-side logging unavailable: {e}"))
             .ok();
+        log::debug!("start-up: done at {:.1} ms", ms(started.elapsed()));
         Ok(Probes {
             ebpf,
             logger,
@@ -527,6 +568,7 @@ impl Probes {
             ring_buffer_bytes: ring,
             rss_tracking,
             cpu_at_release,
+            load_us,
         })
     }
 
@@ -564,10 +606,11 @@ impl Probes {
     pub fn track(&mut self, tgid: u32) -> Result<(), LoadError> {
         const NAME: &str = "TRACKED";
         let map = self.ebpf.map_mut(NAME).ok_or(LoadError::MissingMap(NAME))?;
-        let mut tracked: HashMap<_, u32, u32> =
+        // The value is the mm whose RSS the kernel follows: none until the root's exec.
+        let mut tracked: HashMap<_, u32, u64> =
             HashMap::try_from(map).map_err(|source| LoadError::Map { name: NAME, source })?;
         tracked
-            .insert(tgid, 1, 0)
+            .insert(tgid, 0, 0)
             .map_err(|source| LoadError::Map { name: NAME, source })
     }
 
@@ -616,6 +659,8 @@ impl Probes {
             track_full: sum(stat::TRACK_FULL)?,
             read_failures: sum(stat::READ_FAIL)?,
             filtered: sum(stat::FILTERED)?,
+            reap_full: sum(stat::REAP_FULL)?,
+            recursion_misses: self.recursion_misses(),
         })
     }
 }

@@ -16,6 +16,12 @@ pub struct ProgramStats {
     pub run_time_ns: u64,
     /// `run_time_ns / run_cnt`; null when the program never ran while counted.
     pub ns_per_run: Option<u64>,
+    /// Instructions the verifier processed when it loaded the program (its cost at
+    /// start-up); null where the kernel does not say (before 5.16).
+    pub verified_insns: Option<u32>,
+    /// Wall time of the program's load (verification included), in µs; null for programs
+    /// loaded outside the timed path.
+    pub load_us: Option<u64>,
 }
 
 impl ProgramStats {
@@ -25,6 +31,8 @@ impl ProgramStats {
             run_cnt,
             run_time_ns,
             ns_per_run: run_time_ns.checked_div(run_cnt),
+            verified_insns: None,
+            load_us: None,
         }
     }
 }
@@ -46,7 +54,65 @@ pub fn parse_sysctl_flag(text: &str) -> Option<bool> {
     }
 }
 
+/// `struct bpf_prog_info` up to `recursion_misses` (uapi/linux/bpf.h): the field aya's
+/// `ProgramInfo` does not expose, at its fixed offset.
+const PROG_INFO_LEN: usize = 216;
+const RECURSION_MISSES_AT: usize = 208;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+
+/// The kernel's count of runs of program `fd` skipped because it was already running on
+/// that CPU (kernels before 5.12 do not count: 0).
+fn prog_recursion_misses(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    #[repr(C, align(8))]
+    struct Info([u8; PROG_INFO_LEN]);
+    #[repr(C)]
+    struct Attr {
+        bpf_fd: u32,
+        info_len: u32,
+        info: u64,
+    }
+    let mut info = Info([0; PROG_INFO_LEN]);
+    let mut attr = Attr {
+        bpf_fd: fd.as_raw_fd() as u32,
+        info_len: PROG_INFO_LEN as u32,
+        info: info.0.as_mut_ptr() as u64,
+    };
+    // SAFETY: bpf(2) writes at most `info_len` bytes into `info`.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET_INFO_BY_FD,
+            &mut attr as *mut Attr,
+            std::mem::size_of::<Attr>(),
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if (attr.info_len as usize) < RECURSION_MISSES_AT + 8 {
+        return Ok(0);
+    }
+    let mut v = [0u8; 8];
+    v.copy_from_slice(&info.0[RECURSION_MISSES_AT..RECURSION_MISSES_AT + 8]);
+    Ok(u64::from_ne_bytes(v))
+}
+
 impl Probes {
+    /// Runs of every loaded program that the kernel skipped (see `prog_recursion_misses`).
+    pub(super) fn recursion_misses(&self) -> u64 {
+        use std::os::fd::AsFd;
+        self.ebpf
+            .programs()
+            .filter_map(|(name, prog)| {
+                let fd = prog.fd().ok()?;
+                prog_recursion_misses(fd.as_fd())
+                    .inspect_err(|e| log::debug!("program {name}: no recursion count: {e}"))
+                    .ok()
+            })
+            .sum()
+    }
+
     /// Run counts and times of every loaded program, and whether the kernel is counting them.
     /// Never fails: a program whose figures cannot be read is left out (and logged).
     pub fn program_stats(&self) -> KernelProgramStats {
@@ -60,11 +126,15 @@ impl Probes {
             .programs()
             // A program not loaded on this kernel (no fentry target, no rss_stat) has no info.
             .filter_map(|(name, prog)| match prog.info() {
-                Ok(info) => Some(ProgramStats::new(
-                    name.to_string(),
-                    info.run_count(),
-                    u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
-                )),
+                Ok(info) => Some(ProgramStats {
+                    verified_insns: info.verified_instruction_count(),
+                    load_us: self.load_us.iter().find(|(n, _)| n == name).map(|p| p.1),
+                    ..ProgramStats::new(
+                        name.to_string(),
+                        info.run_count(),
+                        u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
+                    )
+                }),
                 Err(e) => {
                     log::debug!("no statistics for program {name}: {e}");
                     None
@@ -100,7 +170,8 @@ mod tests {
         assert_eq!(
             v,
             serde_json::json!({"name": "sched_process_exit", "run_cnt": 4,
-                               "run_time_ns": 1000, "ns_per_run": 250})
+                               "run_time_ns": 1000, "ns_per_run": 250,
+                               "verified_insns": null, "load_us": null})
         );
     }
 }

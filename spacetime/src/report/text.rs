@@ -544,6 +544,9 @@ fn completeness(r: &Report) -> String {
     if c.read_failures > 0 {
         let _ = write!(s, ", {} kernel reads failed", c.read_failures);
     }
+    if c.recursion_misses > 0 {
+        let _ = write!(s, ", {} kernel program runs skipped", c.recursion_misses);
+    }
     if inexact > 0 {
         let _ = write!(s, ", {inexact} image peaks approximate");
     }

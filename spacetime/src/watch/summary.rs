@@ -308,7 +308,8 @@ mod tests {
                 "kernel_filtered": 9, "argv_evicted": 8, "execs_reported": 6,
                 "taskstats": {"available": true, "matched": 11, "bpf_only": 1, "taskstats_only": 0},
                 "spacetime": {"user_ns": 0, "sys_ns": 0, "peak_rss_bytes": 0,
-                              "bpf_stats_enabled": false, "kernel_programs": []}
+                              "bpf_stats_enabled": false, "kernel_programs": [],
+                              "load_us": 0}
             })
         );
     }

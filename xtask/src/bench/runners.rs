@@ -84,8 +84,21 @@ pub struct Sample {
     pub lost: Option<u64>,
     /// Processes spacetime saw (trace: in the tree; watch: exits while it ran).
     pub processes: Option<u64>,
-    /// Per kernel program: (name, run_cnt, run_time_ns) over the run.
-    pub programs: Vec<(String, u64, u64)>,
+    /// Per kernel program: its run count and time over the run, and what loading it cost.
+    pub programs: Vec<ProgramRun>,
+    /// spacetime's start-up: checks, offsets, loading (verification) and attaching its
+    /// programs, in ns (trace: its report's `spacetime.load_us`).
+    pub load_ns: Option<u64>,
+}
+
+/// One kernel program in one run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProgramRun {
+    pub name: String,
+    pub run_cnt: u64,
+    pub run_time_ns: u64,
+    /// Instructions the verifier processed to load it.
+    pub verified_insns: Option<u64>,
 }
 
 /// What the runs need to know about the machine.
@@ -138,18 +151,19 @@ fn quiet(cmd: &mut Command, stderr: Stdio) -> &mut Command {
 }
 
 /// The kernel programs' statistics in a spacetime report.
-fn programs_of(v: &Value) -> Vec<(String, u64, u64)> {
+fn programs_of(v: &Value) -> Vec<ProgramRun> {
     let list = v["spacetime"]["kernel_programs"]
         .as_array()
         .or_else(|| v["kernel_programs"].as_array());
     list.map(|l| {
         l.iter()
             .filter_map(|p| {
-                Some((
-                    p["name"].as_str()?.to_string(),
-                    p["run_cnt"].as_u64()?,
-                    p["run_time_ns"].as_u64()?,
-                ))
+                Some(ProgramRun {
+                    name: p["name"].as_str()?.to_string(),
+                    run_cnt: p["run_cnt"].as_u64()?,
+                    run_time_ns: p["run_time_ns"].as_u64()?,
+                    verified_insns: p["verified_insns"].as_u64(),
+                })
             })
             .collect()
     })
@@ -242,6 +256,7 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
         s.lost = v["lost_events"].as_u64();
         s.processes = v["totals"]["processes"].as_u64();
         s.programs = programs_of(&v);
+        s.load_ns = v["spacetime"]["load_us"].as_u64().map(|us| us * 1000);
     }
     Ok(s)
 }

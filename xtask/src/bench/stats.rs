@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(test)]
+use super::runners::ProgramRun;
 use super::runners::{Runner, Sample};
 
 /// Median, minimum and maximum.
@@ -39,6 +41,8 @@ pub struct ProgramCost {
     pub name: String,
     pub runs: u64,
     pub ns_per_run: f64,
+    /// Instructions the verifier processed to load it (the largest of the runs).
+    pub verified_insns: Option<u64>,
 }
 
 /// What one runner did on one workload.
@@ -54,6 +58,8 @@ pub struct Summary {
     pub lost: Option<u64>,
     pub processes: Option<(u64, u64)>,
     pub programs: Vec<ProgramCost>,
+    /// spacetime's start-up (programs checked, loaded, verified and attached), when it says.
+    pub load: Option<Spread>,
 }
 
 impl Summary {
@@ -62,23 +68,26 @@ impl Summary {
         let cpu = Spread::of(&samples.iter().map(|s| s.cpu_ns).collect::<Vec<_>>())?;
         let tool: Vec<u64> = samples.iter().filter_map(|s| s.tool_cpu_ns).collect();
         let procs: Vec<u64> = samples.iter().filter_map(|s| s.processes).collect();
-        let mut programs: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        let mut programs: BTreeMap<&str, (u64, u64, Option<u64>)> = BTreeMap::new();
         for s in &samples {
-            for (name, cnt, ns) in &s.programs {
-                let e = programs.entry(name).or_default();
-                e.0 += cnt;
-                e.1 += ns;
+            for p in &s.programs {
+                let e = programs.entry(&p.name).or_default();
+                e.0 += p.run_cnt;
+                e.1 += p.run_time_ns;
+                e.2 = e.2.max(p.verified_insns);
             }
         }
         let programs = programs
             .into_iter()
-            .filter(|(_, (cnt, _))| *cnt > 0)
-            .map(|(name, (cnt, ns))| ProgramCost {
+            .filter(|(_, (cnt, _, _))| *cnt > 0)
+            .map(|(name, (cnt, ns, insns))| ProgramCost {
                 name: name.to_string(),
                 runs: cnt,
                 ns_per_run: ns as f64 / cnt as f64,
+                verified_insns: insns,
             })
             .collect();
+        let load: Vec<u64> = samples.iter().filter_map(|s| s.load_ns).collect();
         Some(Summary {
             runner,
             wall,
@@ -96,6 +105,7 @@ impl Summary {
                 .zip(procs.iter().max())
                 .map(|(a, b)| (*a, *b)),
             programs,
+            load: Spread::of(&load),
             samples,
         })
     }
@@ -120,23 +130,44 @@ mod tests {
 
     #[test]
     fn programs_are_summed_over_runs() {
-        let sample = |cnt, ns| Sample {
+        let prog = |name: &str, run_cnt, run_time_ns, insns| ProgramRun {
+            name: name.into(),
+            run_cnt,
+            run_time_ns,
+            verified_insns: insns,
+        };
+        let sample = |cnt, ns, load_ns| Sample {
             wall_ns: 10,
             cpu_ns: 5,
             lost: Some(0),
-            programs: vec![("exit".into(), cnt, ns), ("idle".into(), 0, 0)],
+            programs: vec![prog("exit", cnt, ns, Some(900)), prog("idle", 0, 0, None)],
+            load_ns,
             ..Sample::default()
         };
-        let s = Summary::of(Runner::Trace, vec![sample(10, 1000), sample(30, 5000)]).unwrap();
+        let s = Summary::of(
+            Runner::Trace,
+            vec![sample(10, 1000, Some(30)), sample(30, 5000, Some(50))],
+        )
+        .unwrap();
         assert_eq!(
             s.programs,
             [ProgramCost {
                 name: "exit".into(),
                 runs: 40,
-                ns_per_run: 150.0
+                ns_per_run: 150.0,
+                verified_insns: Some(900),
             }]
         );
         assert_eq!(s.lost, Some(0));
+        assert_eq!(
+            s.load.map(|l| (l.median, l.min, l.max)),
+            Some((40.0, 30.0, 50.0))
+        );
+        let bare = Summary::of(Runner::Bare, vec![sample(0, 0, None)]).unwrap();
+        assert_eq!(
+            bare.load, None,
+            "no start-up figure where the runner gives none"
+        );
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub struct Sizes {
 impl Sizes {
     pub fn full() -> Sizes {
         Sizes {
-            fork_exec: 2000,
+            fork_exec: 1000,
             c_files: 200,
             touch_mib: 1024,
             storm: 20000,
