@@ -619,7 +619,7 @@ impl Probes {
     pub fn untrack(&mut self, tgid: u32) -> Result<(), LoadError> {
         const NAME: &str = "TRACKED";
         let map = self.ebpf.map_mut(NAME).ok_or(LoadError::MissingMap(NAME))?;
-        let mut tracked: HashMap<_, u32, u32> =
+        let mut tracked: HashMap<_, u32, u64> =
             HashMap::try_from(map).map_err(|source| LoadError::Map { name: NAME, source })?;
         match tracked.remove(&tgid) {
             Ok(()) => Ok(()),

@@ -15,8 +15,7 @@ impl Probes {
     /// the rest afterwards, then the followed mms. Processes still running (a run stopped at
     /// its root's exit) go on untraced. Returns how many processes were still tracked.
     pub fn untrack_all(&mut self) -> Result<usize, LoadError> {
-        let tracked = clear::<u32, u32>(&mut self.ebpf, "TRACKED")?;
-        clear::<u32, u64>(&mut self.ebpf, "TGID_MM")?;
+        let tracked = clear::<u32, u64>(&mut self.ebpf, "TRACKED")?;
         clear::<u64, MmState>(&mut self.ebpf, "MM_STATE")?;
         Ok(tracked)
     }
