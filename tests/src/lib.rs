@@ -218,10 +218,12 @@ pub fn find_process(report: &Report, pid: i32) -> &Process {
 /// exits: 4 pages. The figures are exact (measured: 0 difference at exit; +1 page for images
 /// ended by exec, which touches a page after the workload's last reading). spacetime follows
 /// every RSS change, so it also counts the few pages a workload touches after its own last
-/// reading, while it formats and writes its truth line (seen: +3 pages for a forked child).
-/// Anything larger is a real error, e.g. reading only the shared part of the per-CPU counters.
+/// reading, while it formats and writes its truth line and runs its exit path (first use of
+/// those code pages maps them; seen: +3 and, under load, +5 pages for a forked child of the
+/// 3x2 tree). Anything larger is a real error, e.g. reading only the shared part of the
+/// per-CPU counters (a whole per-CPU batch: 64+ pages here).
 pub fn rss_tolerance(_want: u64) -> u64 {
-    4 * PAGE
+    8 * PAGE
 }
 
 /// Asserts `|got - want| <= tol`; `what` should name the pid. Always prints the difference

@@ -79,7 +79,7 @@ fn check_small_tree(out: &Outcome) {
         assert_eq!(p.ppid, t.ppid(), "pid {}: ppid as its getppid()", t.pid());
         assert_eq!(p.exit, Some(Exit::Code(0)), "pid {}: exit", t.pid());
         // Which process a figure belongs to is what this test proves; memory.rs holds the
-        // 4-page exactness bound. Here a tree parent reaps its children after its last
+        // 8-page exactness bound. Here a tree parent reaps its children after its last
         // reading, which on 6.1 inside two namespaces was seen to add 5 pages.
         assert_close_bytes(
             &format!("pid {} ({}) peak_rss_bytes", t.pid(), t.mode()),
