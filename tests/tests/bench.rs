@@ -491,15 +491,16 @@ fn ctrl_c_to_the_process_group_stops_and_reports_the_runs_that_completed() {
 
 #[test]
 fn commands_read_dev_null_and_write_there_unless_show_output() {
-    let cmd = "readlink /proc/self/fd/0 /proc/self/fd/1";
-    let out = bench("bench-quietcmd", &["-N", "-r", "2"], &[cmd]);
+    // Through the shell, one path per readlink: busybox's takes one (Debian's guest).
+    let cmd = "readlink /proc/self/fd/0; readlink /proc/self/fd/1";
+    let out = bench("bench-quietcmd", &["-r", "2"], &[cmd]);
     assert_eq!(out.code, 0, "{}", out.context());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         !stdout.contains("/dev/null"),
         "the command's output reached stdout: {stdout}"
     );
-    let out = bench("bench-showcmd", &["-N", "-r", "2", "--show-output"], &[cmd]);
+    let out = bench("bench-showcmd", &["-r", "2", "--show-output"], &[cmd]);
     assert_eq!(out.code, 0, "{}", out.context());
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();

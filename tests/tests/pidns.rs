@@ -173,7 +173,9 @@ fn process_in_a_deeper_namespace_has_the_pid_spacetime_sees() {
 #[test]
 fn pss_is_sampled_inside_a_pid_namespace() {
     require_unshare();
-    let out = Trace::new([WL, "hold", "64", "300"])
+    // Held 1.5 s: the sampler's interval stretches with a process's size and a slow machine
+    // (qemu TCG) may otherwise catch it only while it is still touching its pages.
+    let out = Trace::new([WL, "hold", "64", "1500"])
         .under(NEW_PIDNS)
         .tag("pidns-pss")
         .run();
