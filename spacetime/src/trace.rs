@@ -6,7 +6,8 @@ use std::os::fd::AsRawFd;
 
 use crate::{
     chart,
-    cli::{TraceArgs, EXIT_OWN_FAILURE},
+    cli::TraceArgs,
+    core::exit_code::EXIT_OWN_FAILURE,
     core::{Run, RunError, RunOptions, Session, SessionOptions, Spawn, Start},
     export::perfetto,
     launch,

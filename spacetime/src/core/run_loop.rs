@@ -39,6 +39,8 @@ pub(super) struct Outcome {
 pub(super) struct Sink<'a> {
     pub tree: &'a mut Tree,
     pub memory: &'a mut Memory,
+    /// Exits go to the taskstats matcher as they are applied.
+    pub collector: &'a mut Collector,
     pub decode_errors: u64,
 }
 
@@ -49,7 +51,6 @@ pub(super) struct Sources<'a> {
     pub sigfd: RawFd,
     pub logger: Option<&'a mut KernelLogger>,
     pub taskstats: Option<&'a mut TaskstatsListener>,
-    pub collector: &'a mut Collector,
 }
 
 pub(super) struct LoopOptions {
@@ -69,6 +70,9 @@ pub(super) fn drain(ring: &mut RingBuf<MapData>, sink: &mut Sink) {
         match decode(&item) {
             Ok(ev) => {
                 sink.memory.observe(&ev);
+                if let crate::events::Event::Exit(x) = &ev {
+                    sink.collector.exit(x);
+                }
                 sink.tree.apply(ev);
             }
             Err(e) => {
@@ -166,7 +170,6 @@ pub(super) async fn consume(
         sigfd,
         mut logger,
         mut taskstats,
-        collector,
     }: Sources<'_>,
 ) -> io::Result<Outcome> {
     let root_pid = opts.root_pid;
@@ -221,7 +224,7 @@ pub(super) async fn consume(
                 // record read here has its process in the tree after the drain.
                 read_taskstats(&mut taskstats, &mut batch);
                 drain(ring, sink);
-                collector.keep(sink.tree, &mut batch);
+                sink.collector.keep(sink.tree, &mut batch);
                 if let Some(l) = logger.as_mut() {
                     l.flush();
                 }
@@ -238,7 +241,7 @@ pub(super) async fn consume(
     // (taskstats first, as on the tick).
     read_taskstats(&mut taskstats, &mut batch);
     drain(ring, sink);
-    collector.keep(sink.tree, &mut batch);
+    sink.collector.keep(sink.tree, &mut batch);
     if let Some(l) = logger {
         l.flush();
     }

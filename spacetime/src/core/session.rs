@@ -27,7 +27,7 @@ use crate::{
     memory::{Memory, MemoryOptions},
     report::{self, MemoryMeta, Meta, Report, TaskstatsMeta},
     selfstats::OwnCost,
-    taskstats::{ListenerOptions, ListenerStats, TaskstatsListener},
+    taskstats::{ListenerStats, TaskstatsListener},
     timeline::Point,
     tree::{ExitStatus, Key, Tree},
 };
@@ -134,7 +134,7 @@ impl Session {
     /// exist so that they inherit the mask.
     pub fn open(opts: &SessionOptions) -> anyhow::Result<Session> {
         let mut probes = Probes::load(&opts.load)?;
-        let taskstats = open_taskstats(opts.taskstats_buffer);
+        let taskstats = super::matcher::open_listener(opts.taskstats_buffer as usize);
         let delayacct = DelayAcct::configure(opts.delayacct, opts.delayacct_notice);
         let mut handled = vec![libc::SIGCHLD];
         handled.extend(FORWARDED);
@@ -201,7 +201,9 @@ impl Session {
         if root.learned.level > 0 && crate::pidns::proc_has_own_pids() {
             memory.proc_by_shown_pids();
         }
-        let mut collector = Collector::default();
+        let mut collector = Collector::new(Clock {
+            realtime_offset_ns: crate::clock::realtime_offset_ns() as i128,
+        });
         let loop_opts = LoopOptions {
             root_pid: root.pid,
             stop_on_root_exit: opts.stop_on_root_exit,
@@ -211,6 +213,7 @@ impl Session {
         let mut sink = Sink {
             tree: &mut tree,
             memory: &mut memory,
+            collector: &mut collector,
             decode_errors: 0,
         };
         let sources = Sources {
@@ -218,7 +221,6 @@ impl Session {
             sigfd: self.sigfd.as_raw_fd(),
             logger: self.logger.as_mut(),
             taskstats: self.taskstats.as_mut().ok(),
-            collector: &mut collector,
         };
         let outcome = self
             .rt
@@ -327,7 +329,7 @@ impl Session {
         memory.finish(
             kernel_peak.map(|t| Point::new(t.peak_ts_ns, t.peak_pages.max(0) as u64 * page_size)),
         );
-        let counters = since(self.probes.counters()?, baseline.counters);
+        let counters = self.probes.counters()?.since(&baseline.counters);
         let end_ns = match tree.live() {
             0 => tree
                 .processes()
@@ -389,10 +391,7 @@ impl Session {
                 PerProcess::default(),
             );
         }
-        let clock = Clock {
-            realtime_offset_ns: crate::clock::realtime_offset_ns() as i128,
-        };
-        let (mut coverage, sums) = cross_check(tree, &collector, clock, self.page_size);
+        let (mut coverage, sums) = cross_check(tree, collector, self.page_size);
         coverage.enobufs = st.enobufs - at_start.enobufs;
         coverage.parse_errors = st.parse_errors - at_start.parse_errors;
         let meta = TaskstatsMeta::Available {
@@ -401,15 +400,6 @@ impl Session {
             rcvbuf_bytes: st.rcvbuf_bytes as u64,
         };
         (meta, sums)
-    }
-}
-
-/// The counters a run added.
-fn since(now: KernelCounters, start: KernelCounters) -> KernelCounters {
-    KernelCounters {
-        ringbuf_lost: now.ringbuf_lost.saturating_sub(start.ringbuf_lost),
-        track_full: now.track_full.saturating_sub(start.track_full),
-        read_failures: now.read_failures.saturating_sub(start.read_failures),
     }
 }
 
@@ -506,24 +496,4 @@ fn root_kernel_pid(probes: &Probes, held: &launch::Held) -> anyhow::Result<Learn
             "spacetime runs inside a PID namespace and this kernel did not tell the traced command's kernel pid (BPF_PROG_TEST_RUN of a raw tracepoint program, Linux 5.10+): it cannot be traced"
         ),
     }
-}
-
-/// The taskstats listener, or why there is none.
-fn open_taskstats(rcvbuf_bytes: u32) -> Result<TaskstatsListener, String> {
-    // The kernel sends exit records to listeners in the initial network namespace only: a
-    // listener elsewhere (a container) registers fine and then hears nothing.
-    let netns = |pid: &str| {
-        std::fs::metadata(format!("/proc/{pid}/ns/net"))
-            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
-    };
-    if let (Ok(own), Ok(init)) = (netns("self"), netns("1")) {
-        if own != init {
-            return Err("spacetime runs outside the host's network namespace, and the kernel sends taskstats records only there".into());
-        }
-    }
-    let opts = ListenerOptions {
-        rcvbuf_bytes: rcvbuf_bytes as usize,
-        ..ListenerOptions::default()
-    };
-    TaskstatsListener::open(opts).map_err(|e| e.to_string())
 }

@@ -124,23 +124,7 @@ impl Default for LoadOptions {
     }
 }
 
-/// Loss and failure counters from the kernel side.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct KernelCounters {
-    /// Records dropped because the ring buffer was full.
-    pub ringbuf_lost: u64,
-    /// Processes not tracked because the tracking map was full.
-    pub track_full: u64,
-    /// Kernel reads that failed.
-    pub read_failures: u64,
-}
-
-impl KernelCounters {
-    /// Events that never reached userspace.
-    pub fn lost(&self) -> u64 {
-        self.ringbuf_lost + self.track_full
-    }
-}
+pub use crate::core::counters::KernelCounters;
 
 /// The loaded and attached programs.
 pub struct Probes {

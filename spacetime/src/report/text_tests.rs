@@ -4,9 +4,9 @@ use spacetime_common::{kind, EventHeader, ExitEvent, ForkEvent};
 
 use super::*;
 use crate::{
+    core::counters::KernelCounters,
     crosscheck::PerProcess,
     events::{Comm, Event, Exec},
-    loader::KernelCounters,
     report::{MemoryMeta, Meta, TaskstatsMeta},
     selfstats::OwnCost,
     term::tests::{assert_terminal_safe, nasty_bytes},

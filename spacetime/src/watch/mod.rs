@@ -5,14 +5,13 @@
 //! [`table`] keeps the live processes (seeded from /proc by [`procfs`]) so that an exit record,
 //! which carries the figures, can be printed with the exe and argv of the image that ended,
 //! its parent chain and thread count. [`filter`] selects, [`output`] writes, [`metrics`] counts
-//! and serves, [`coverage`] matches every exit against the kernel's taskstats records.
+//! and serves, [`crate::core::matcher`] matches every exit against the kernel's taskstats records.
 //!
 //! Nothing is read from /proc per exit and nothing is allocated per exit beyond formatting: the
 //! entry moves out of the table, the line is written from borrowed data.
 
 pub mod args;
 mod cgroup;
-mod coverage;
 mod exit;
 mod filter;
 pub mod identity;
@@ -37,13 +36,12 @@ use spacetime_common::mode;
 pub use args::WatchArgs;
 
 use crate::{
-    cli::EXIT_OWN_FAILURE,
+    core::exit_code::EXIT_OWN_FAILURE,
+    core::matcher::Coverage,
     loader::{LoadOptions, Probes},
     selfstats::OwnCost,
-    taskstats::{ListenerOptions, TaskstatsListener},
 };
 use cgroup::Cgroups;
-use coverage::Coverage;
 use filter::Filter;
 use metrics::Metrics;
 use output::Output;
@@ -158,14 +156,11 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     let (taskstats, taskstats_unavailable) = if args.no_taskstats {
         (None, Some("--no-taskstats".to_string()))
     } else {
-        match TaskstatsListener::open(ListenerOptions {
-            rcvbuf_bytes: TASKSTATS_RCVBUF,
-            ..ListenerOptions::default()
-        }) {
+        match crate::core::matcher::open_listener(TASKSTATS_RCVBUF) {
             Ok(l) => (Some(l), None),
             Err(e) => {
                 crate::errln!("spacetime: no taskstats cross-check: {e}");
-                (None, Some(e.to_string()))
+                (None, Some(e))
             }
         }
     };
@@ -257,6 +252,11 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
             Some(why) => format!("not checked ({why})"),
             None => "not checked".to_string(),
         }),
+        // Registered, yet not one record while processes exited: they go elsewhere.
+        Some(c) if c.version == 0 && w.metrics.seen_processes > 0 => Some(format!(
+            "not checked ({})",
+            crate::core::matcher::NO_RECORDS
+        )),
         Some(c) if c.version > 0 && c.version < 12 => Some(format!(
             "{} matched (taskstats version {} cannot mark process ends: unmatched records \
              not counted)",

@@ -15,7 +15,6 @@ use tokio::io::{unix::AsyncFd, Interest};
 
 use super::{
     cgroup::Cgroups,
-    coverage::{Coverage, End},
     exit::{comm_str, last_image_peak_pages, ns_pid, process_times, ExitView},
     filter::Filter,
     metrics::{self, Metrics},
@@ -25,6 +24,7 @@ use super::{
     Stop,
 };
 use crate::{
+    core::matcher::{Coverage, End},
     cputime::split_runtime,
     events::{decode, Event},
     loader::{KernelLogger, Probes},
@@ -206,7 +206,7 @@ impl Watch {
         }
         self.housekeeping(probes, io.taskstats.as_ref(), &mut enobufs_seen);
         if let Some(c) = self.coverage.as_mut() {
-            c.expire(Instant::now(), true);
+            let _ = c.expire(Instant::now(), true);
         }
         self.sync_coverage();
         Ok(stop)
@@ -242,7 +242,7 @@ impl Watch {
             self.metrics.enobufs = e;
         }
         if let Some(c) = self.coverage.as_mut() {
-            c.expire(Instant::now(), false);
+            let _ = c.expire(Instant::now(), false);
         }
         self.sync_coverage();
         self.metrics.table_size = self.table.len() as u64;
@@ -263,7 +263,7 @@ impl Watch {
         let now = Instant::now();
         if let Some(c) = self.coverage.as_mut() {
             for r in buf.iter() {
-                c.taskstats(r, now);
+                c.taskstats(r, now, ());
             }
         }
         buf.clear();
@@ -332,7 +332,7 @@ impl Watch {
             .as_mut()
             .filter(|_| x.hdr.ts_ns >= self.taskstats_since_ns)
         {
-            c.bpf_exit(x.hdr.pid, end_of(x, self.wall_offset_ns, now));
+            c.bpf_exit(x.hdr.pid, end_of(x, self.wall_offset_ns, now), ());
         }
         let ancestry = std::mem::take(&mut self.ancestry);
         self.waiting.push(*x, e, ancestry, now);
@@ -492,12 +492,14 @@ impl Watch {
 /// An exit record as the taskstats cross-check sees it: wall-clock time, and the thread's
 /// elapsed time when it is the group leader (whose start the record carries).
 fn end_of(x: &ExitEvent, wall_offset_ns: i64, now: Instant) -> End {
-    End {
-        wall_us: (x.hdr.ts_ns as i64 + wall_offset_ns) / 1000,
-        etime_us: (x.hdr.pid == x.hdr.tgid)
-            .then(|| (x.hdr.ts_ns.saturating_sub(x.hdr.leader_start_ns) / 1000) as i64),
-        at: now,
-    }
+    End::of_exit(
+        x.hdr.tgid,
+        x.hdr.pid,
+        x.hdr.leader_start_ns,
+        x.hdr.ts_ns,
+        wall_offset_ns,
+        now,
+    )
 }
 
 /// The first pending signal, if any (the rest stay pending: one is enough to stop).
