@@ -4,6 +4,7 @@
 
 pub mod counters;
 pub mod delayacct;
+pub mod event_loop;
 pub mod exit_code;
 pub mod matcher;
 pub mod parse;

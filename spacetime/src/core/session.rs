@@ -16,7 +16,8 @@ use aya::maps::{MapData, RingBuf};
 
 use super::{
     delayacct::{delayacct_on, DelayAcct},
-    run_loop::{self, LoopOptions, Sink, Sources},
+    event_loop::{self, Io},
+    run_loop::{self, LoopOptions, Sink},
 };
 use crate::{
     clock::monotonic_ns,
@@ -216,7 +217,7 @@ impl Session {
             collector: &mut collector,
             decode_errors: 0,
         };
-        let sources = Sources {
+        let io = Io {
             ring: &mut self.ring,
             sigfd: self.sigfd.as_raw_fd(),
             logger: self.logger.as_mut(),
@@ -224,7 +225,7 @@ impl Session {
         };
         let outcome = self
             .rt
-            .block_on(run_loop::consume(loop_opts, &mut sink, sources))?;
+            .block_on(run_loop::consume(loop_opts, &mut sink, io))?;
         let run = self.finish(tree, memory, collector, outcome, root, baseline, mechanisms);
         let run = run.map(|r| Run { command, ..r });
         // Whatever happens to the figures, the next run must not inherit this one's processes.
@@ -244,7 +245,7 @@ impl Session {
     fn begin(&mut self) -> Result<(), RunError> {
         self.probes.untrack_all()?;
         self.probes.reset_run_state()?;
-        let stale = run_loop::discard(&mut self.ring);
+        let stale = event_loop::discard(&mut self.ring);
         let mut batch = Vec::new();
         if let Ok(t) = self.taskstats.as_mut() {
             if let Err(e) = t.drain(&mut batch) {
