@@ -48,15 +48,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
     .map_err(anyhow::Error::from)?;
     let mut session = Session::open(&session_options(&args, verbose))?;
     if verbose > 0 {
-        let probes = session.probes();
-        crate::errln!(
-            "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
-            probes.load_ms,
-            probes.ring_buffer_bytes >> 10
-        );
-        for m in &probes.mechanisms {
-            crate::errln!("spacetime:   {m}");
-        }
+        crate::core::session::tell_loaded(session.probes());
     }
     let start = Start::Spawn(Spawn {
         path: &path,

@@ -467,6 +467,18 @@ impl Run {
     }
 }
 
+/// Says on stderr how long loading took and which kernel mechanisms are in use (`-v`).
+pub fn tell_loaded(probes: &Probes) {
+    crate::errln!(
+        "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
+        probes.load_ms,
+        probes.ring_buffer_bytes >> 10
+    );
+    for m in &probes.mechanisms {
+        crate::errln!("spacetime:   {m}");
+    }
+}
+
 /// The traced command's kernel pid, which its held child recorded by running `own_pid`.
 fn root_kernel_pid(probes: &Probes, held: &launch::Held) -> anyhow::Result<LearnedPid> {
     let learned = match held.own_pid_run {
