@@ -2,6 +2,7 @@
 //! ([`session`]), one run's event loop ([`run_loop`]), delay accounting switched on for as
 //! long as spacetime traces ([`delayacct`]), the one taskstats matcher ([`matcher`]).
 
+pub mod argv;
 pub mod counters;
 pub mod delayacct;
 pub mod event_loop;
