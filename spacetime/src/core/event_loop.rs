@@ -188,7 +188,7 @@ pub async fn run<C: Consumer>(io: &mut Io<'_>, c: &mut C, extra: &mut C::Extra) 
 }
 
 /// Pending signals: (number, sent by a process rather than by the kernel or the terminal).
-fn read_signals(fd: libc::c_int) -> Vec<(libc::c_int, bool)> {
+pub fn read_signals(fd: libc::c_int) -> Vec<(libc::c_int, bool)> {
     let mut out = Vec::new();
     loop {
         let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };

@@ -241,6 +241,18 @@ impl Session {
         Ok(run)
     }
 
+    /// Signals sent to spacetime since the last run ended (SIGINT, SIGTERM, SIGHUP; not
+    /// SIGCHLD), taken from the queue. Between runs nothing is forwarded: a caller running
+    /// one command after another asks here whether it was told to stop; a signal left
+    /// pending would otherwise reach the next run (and be forwarded to its command).
+    pub fn signals_between_runs(&mut self) -> Vec<libc::c_int> {
+        event_loop::read_signals(self.sigfd.as_raw_fd())
+            .into_iter()
+            .map(|(signo, _)| signo)
+            .filter(|&signo| signo != libc::SIGCHLD)
+            .collect()
+    }
+
     /// Clears what an earlier run left in the kernel and in the queues.
     fn begin(&mut self) -> Result<(), RunError> {
         self.probes.untrack_all()?;
