@@ -4,9 +4,7 @@ use std::{ffi::OsString, path::PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
-/// Exit status for spacetime's own failures (bad usage, missing privileges), as env(1),
-/// timeout(1) and nice(1) do, so they are not mistaken for CMD's status.
-pub const EXIT_OWN_FAILURE: i32 = 125;
+pub use crate::core::exit_code::EXIT_OWN_FAILURE;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -249,30 +247,8 @@ fn parse_pids(s: &str) -> Result<Pids, String> {
     crate::attach::parse_pids(s).map(Pids)
 }
 
-/// Parses `4096`, `64K`, `4M`, `1G` (powers of 1024).
-pub fn parse_size(s: &str) -> Result<u32, String> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m: u64 = match c.to_ascii_uppercase() {
-                'K' => 1 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                _ => return Err(format!("unknown size suffix {c:?} (use K, M or G)")),
-            };
-            (&t[..i], m)
-        }
-        _ => (t, 1),
-    };
-    let n: u64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size"))?;
-    let bytes = n.checked_mul(mult).filter(|b| *b >= 4096 && *b <= 1 << 30);
-    bytes
-        .map(|b| b as u32)
-        .ok_or_else(|| format!("{s:?} must be between 4K and 1G"))
-}
+/// A buffer size from 4 KiB to 1 GiB, spelt as every size is ([`crate::core::parse`]).
+pub use crate::core::parse::buffer_size as parse_size;
 
 #[cfg(test)]
 mod tests {

@@ -1,21 +1,26 @@
-//! Cross-check of every traced exit against the kernel's taskstats exit records.
+//! Cross-check of every traced exit against the kernel's taskstats exit records, and the
+//! per-process taskstats sums.
 //!
 //! The kernel sends a taskstats record for every exiting task. Each process that BPF saw exit
-//! is matched to the record of its group's last thread (`AGROUP`) by tgid, start time (taskstats
-//! has it to the second) and elapsed time (to the microsecond), so a reused pid never matches
-//! the wrong process. The report then says how many exits both sides saw, how many only one
-//! did, and how far the two peak figures are apart. Per-thread records are summed into
+//! is paired with the record of its group's last thread by the one streaming matcher
+//! ([`crate::core::matcher`]: by thread id, exit time and elapsed time, closest fit), fed as
+//! the exits are drained and the records read, so a reused pid never matches the wrong
+//! process. The report then says how many exits both sides saw, how many only one did, and how
+//! far the two peak figures are apart. On top of the pairs, per-thread records are summed into
 //! per-process CPU, fault, context-switch, I/O and delay figures.
 
 mod packed;
 
-use std::collections::HashMap;
+use std::{collections::HashMap, time::Instant};
 
 use serde::Serialize;
+use spacetime_common::{flags, ExitEvent};
 
 use crate::{
+    core::matcher::{End, Matcher},
+    idhash::{IdMap, IdSet},
     taskstats::{flags as ac_flags, RecordKind, TaskstatsRecord},
-    tree::{Process, Tree},
+    tree::{Key, Process, Tree},
 };
 
 /// Summed taskstats figures of one process (all its threads).
@@ -153,11 +158,15 @@ pub struct Kept {
     stats_at: u32,
 }
 
-/// The records that concern a traced process, kept as they arrive.
-#[derive(Default)]
+/// The records that concern a traced process, kept as they arrive, and the pairs the matcher
+/// made of them with the exits.
 pub struct Collector {
     records: Vec<Kept>,
     packed: Vec<u8>,
+    matcher: Matcher<Key, u32>,
+    /// Each process whose end was matched: the index of its record in `records`.
+    matched: IdMap<Key, u32>,
+    clock: Clock,
 }
 
 fn record_tgid(r: &TaskstatsRecord) -> u32 {
@@ -168,17 +177,58 @@ fn record_tgid(r: &TaskstatsRecord) -> u32 {
 }
 
 impl Collector {
-    /// Keeps the records of thread groups the tree knows; call after draining the ring buffer
-    /// (a process's fork is always in the ring before its exit record is sent).
-    pub fn keep(&mut self, tree: &Tree, batch: &mut Vec<TaskstatsRecord>) {
-        for r in batch.drain(..) {
-            if r.kind == RecordKind::Pid && tree.knows_tgid(record_tgid(&r)) {
-                self.push(&r);
-            }
+    pub fn new(clock: Clock) -> Collector {
+        Collector {
+            records: Vec::new(),
+            packed: Vec::new(),
+            matcher: Matcher::default(),
+            matched: IdMap::default(),
+            clock,
         }
     }
 
-    fn push(&mut self, r: &TaskstatsRecord) {
+    /// Keeps the records of thread groups the tree knows; call after draining the ring buffer
+    /// (a process's fork is always in the ring before its exit record is sent).
+    pub fn keep(&mut self, tree: &Tree, batch: &mut Vec<TaskstatsRecord>) {
+        let now = Instant::now();
+        for r in batch.drain(..) {
+            if r.kind == RecordKind::Pid && tree.knows_tgid(record_tgid(&r)) {
+                let i = self.push(&r);
+                if let Some((key, i)) = self.matcher.taskstats(&r, now, i) {
+                    self.matched.insert(key, i);
+                }
+            }
+        }
+        self.matcher.expire_threads(now);
+    }
+
+    /// A traced thread or process ended (its BPF exit record, as the tree applies it).
+    pub fn exit(&mut self, x: &ExitEvent) {
+        let h = &x.hdr;
+        let wall_offset_ns = self.clock.realtime_offset_ns as i64;
+        let e = End::of_exit(
+            h.tgid,
+            h.pid,
+            h.leader_start_ns,
+            h.ts_ns,
+            wall_offset_ns,
+            Instant::now(),
+        );
+        if h.flags & flags::EXIT_GROUP_DEAD == 0 {
+            self.matcher.bpf_thread_exit(h.pid, e);
+            return;
+        }
+        let key = Key {
+            tgid: h.tgid,
+            start_ns: h.leader_start_ns,
+        };
+        if let Some((key, i)) = self.matcher.bpf_exit(h.pid, e, key) {
+            self.matched.insert(key, i);
+        }
+    }
+
+    /// Keeps one record; returns its index.
+    fn push(&mut self, r: &TaskstatsRecord) -> u32 {
         let at = packed::pack(&mut self.packed, &ProcessTaskstats::of(r));
         self.records.push(Kept {
             tgid: record_tgid(r),
@@ -187,6 +237,7 @@ impl Collector {
             etime_us: r.ac_etime_us,
             stats_at: at as u32,
         });
+        (self.records.len() - 1) as u32
     }
 
     pub fn records(&self) -> &[Kept] {
@@ -248,58 +299,46 @@ fn belongs(r: &Kept, p: &Process, clock: Clock) -> bool {
     b + 1 >= clock.wall_s(p.start_ns) && b <= clock.wall_s(end) + 1
 }
 
-/// How far the group record's elapsed time is from the process's, µs.
-fn elapsed_gap_us(r: &Kept, p: &Process) -> u64 {
-    let bpf_us = p.end_ns.unwrap_or(p.start_ns).saturating_sub(p.start_ns) / 1000;
-    bpf_us.abs_diff(r.etime_us)
-}
-
-/// Matches the exits of `tree` with `records`; `enobufs`/`parse_errors` come from the listener.
+/// The coverage and the per-process sums of `tree`'s exits, from the pairs the collector's
+/// matcher made; records still unpaired are let go.
 pub fn cross_check(
     tree: &Tree,
-    collector: &Collector,
-    clock: Clock,
+    mut collector: Collector,
     page_size: u64,
 ) -> (Coverage, PerProcess) {
+    let clock = collector.clock;
+    let unpaired = collector.matcher.expire(Instant::now(), true);
     let records = collector.records();
     let mut by_tgid: HashMap<u32, Vec<usize>> = HashMap::new();
     for (i, r) in records.iter().enumerate() {
         by_tgid.entry(r.tgid).or_default().push(i);
     }
     let mut used = vec![false; records.len()];
+    for &i in collector.matched.values() {
+        used[i as usize] = true;
+    }
     let mut cov = Coverage::default();
     let mut of_process = vec![PerProcess::NONE; tree.processes().len()];
     let mut sums = Vec::new();
     for (pi, p) in tree.processes().iter().enumerate() {
-        if p.end_ns.is_none() {
+        let (Some(key), Some(_)) = (p.key, p.end_ns) else {
             continue;
-        }
-        let Some(key) = p.key else { continue };
-        let candidates: Vec<usize> = by_tgid
-            .get(&key.tgid)
-            .map(|v| {
-                v.iter()
-                    .copied()
-                    .filter(|&i| !used[i] && belongs(&records[i], p, clock))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let group = candidates
-            .iter()
-            .copied()
-            .filter(|&i| records[i].group)
-            .min_by_key(|&i| elapsed_gap_us(&records[i], p));
-        let Some(g) = group else {
+        };
+        let Some(&g) = collector.matched.get(&key) else {
             cov.bpf_only += 1;
             continue;
         };
         cov.matched += 1;
-        let mut sum = ProcessTaskstats::default();
-        // One group record per process: another one that fits the time window belongs to a
-        // process that reused the pid within a second of this one's end.
-        for &i in candidates.iter().filter(|&&i| i == g || !records[i].group) {
-            used[i] = true;
-            sum.merge(&collector.stats(&records[i]));
+        let g = g as usize;
+        let mut sum = collector.stats(&records[g]);
+        // The other threads' records: of this process's time, not paired with an end.
+        if let Some(v) = by_tgid.get(&key.tgid) {
+            for &i in v {
+                if !used[i] && !records[i].group && belongs(&records[i], p, clock) {
+                    used[i] = true;
+                    sum.merge(&collector.stats(&records[i]));
+                }
+            }
         }
         let group_stats = collector.stats(&records[g]);
         let ts_kib = group_stats.hiwater_rss_kib;
@@ -316,28 +355,7 @@ pub fn cross_check(
         }
         of_process[pi] = packed::pack(&mut sums, &sum) as u32;
     }
-    // A group record nobody matched is a traced exit BPF missed only if a traced process with
-    // that tgid has no exit and started then; otherwise another process reused the pid (pids
-    // wrap: a 100k-process trace reuses each one several times).
-    let mut open: HashMap<u32, Vec<u64>> = HashMap::new();
-    for p in tree.processes().iter().filter(|p| p.end_ns.is_none()) {
-        if let Some(key) = p.key {
-            open.entry(key.tgid).or_default().push(p.start_ns);
-        }
-    }
-    cov.taskstats_only = records
-        .iter()
-        .zip(&used)
-        .filter(|(r, used)| {
-            !**used
-                && r.group
-                && open.get(&r.tgid).is_some_and(|starts| {
-                    starts
-                        .iter()
-                        .any(|&s| (r.btime_s as i128) + 1 >= clock.wall_s(s))
-                })
-        })
-        .count() as u64;
+    cov.taskstats_only = missed_exits(tree, records, &unpaired, clock);
     sums.shrink_to_fit();
     (
         cov,
@@ -348,210 +366,31 @@ pub fn cross_check(
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{
-        events::{Event, Exec},
-        tree::Key,
-    };
-    use spacetime_common::{flags, kind, EventHeader, ExitEvent, ForkEvent, MemStats};
-
-    const S: u64 = 1_000_000_000;
-
-    fn hdr(kind: u32, tgid: u32, start: u64, ts: u64) -> EventHeader {
-        EventHeader {
-            kind,
-            flags: 0,
-            ts_ns: ts,
-            tgid,
-            pid: tgid,
-            leader_start_ns: start,
+/// Unpaired group records that are traced exits BPF missed: a traced process with that tgid
+/// has no exit and started then. Any other is a process that reused the pid (pids wrap: a
+/// 100k-process trace reuses each one several times).
+fn missed_exits(tree: &Tree, records: &[Kept], unpaired: &[u32], clock: Clock) -> u64 {
+    let mut open: HashMap<u32, Vec<u64>> = HashMap::new();
+    for p in tree.processes().iter().filter(|p| p.end_ns.is_none()) {
+        if let Some(key) = p.key {
+            open.entry(key.tgid).or_default().push(p.start_ns);
         }
     }
-
-    fn tree_with_reused_pid() -> Tree {
-        let mut t = Tree::new(1, 0);
-        t.apply(Event::Exec(Exec {
-            hdr: hdr(kind::EXEC, 1, 0, 1),
-            old_pid: 1,
-            comm: "sh".into(),
-            filename: "/bin/sh".into(),
-            args_len: 3,
-            args: b"sh\0".to_vec(),
-        }));
-        for (start, end) in [(10 * S, 10 * S + 5_000_000), (20 * S, 20 * S + 9_000_000)] {
-            t.apply(Event::Fork(ForkEvent {
-                hdr: hdr(kind::FORK, 1, 0, start),
-                child_pid: 7,
-                child_tgid: 7,
-                child_start_ns: start,
-                ..ForkEvent::default()
-            }));
-            let mut h = hdr(kind::EXIT, 7, start, end);
-            h.flags = flags::EXIT_GROUP_DEAD;
-            let mem = MemStats {
-                rss_anon_pages: 100,
-                percpu_delta_pages: 3,
-                flags: flags::MEM_VALID | flags::MEM_EXACT,
-                ..MemStats::default()
-            };
-            t.apply(Event::Exit(ExitEvent {
-                hdr: h,
-                mem,
-                ..ExitEvent::default()
-            }));
-        }
-        t
-    }
-
-    fn record(
-        pid: u32,
-        btime_s: u64,
-        etime_us: u64,
-        group: bool,
-        hiwater_kib: u64,
-    ) -> TaskstatsRecord {
-        TaskstatsRecord {
-            kind: RecordKind::Pid,
-            id: pid,
-            ac_pid: pid,
-            ac_tgid: Some(pid),
-            ac_btime64: Some(btime_s),
-            ac_etime_us: etime_us,
-            ac_flag: if group { ac_flags::AGROUP } else { 0 },
-            hiwater_rss_kib: hiwater_kib,
-            ac_minflt: 10,
-            ..TaskstatsRecord::default()
-        }
-    }
-
-    fn kept(records: &[TaskstatsRecord]) -> Collector {
-        let mut c = Collector::default();
-        for r in records {
-            c.push(r);
-        }
-        c
-    }
-
-    #[test]
-    fn merged_sums_equal_added_records() {
-        let mut a = record(7, 1010, 5_000, true, 400);
-        a.ac_utime_us = 3;
-        a.nvcsw = Some(2);
-        a.cpu_delay_total = 9;
-        let mut b = record(8, 1010, 1_000, false, 500);
-        b.ac_utime_us = 4;
-        b.write_bytes = Some(4096);
-        let mut added = ProcessTaskstats::default();
-        added.add(&a);
-        added.add(&b);
-        let mut merged = ProcessTaskstats::of(&a);
-        merged.merge(&ProcessTaskstats::of(&b));
-        assert_eq!(merged, added);
-    }
-
-    #[test]
-    fn reused_pid_matches_by_start_time() {
-        let t = tree_with_reused_pid();
-        let clock = Clock {
-            realtime_offset_ns: 1000 * S as i128,
-        };
-        // The second process's record arrives first; each must match its own process.
-        let recs = vec![
-            record(7, 1020, 9_000, true, 388),
-            record(7, 1010, 5_000, true, 388),
-        ];
-        let (cov, stats) = cross_check(&t, &kept(&recs), clock, 4096);
-        assert_eq!((cov.matched, cov.bpf_only, cov.taskstats_only), (2, 0, 0));
-        assert_eq!(stats.len(), 2);
-        // Kernel-style peak: 100 - 3 pages = 388 KiB, exactly taskstats; the exact one is 12 KiB more.
-        assert_eq!((cov.max_peak_diff_kib, cov.max_exact_diff_kib), (0, 12));
-    }
-
-    #[test]
-    fn unmatched_sides_are_counted() {
-        let mut t = tree_with_reused_pid();
-        let clock = Clock {
-            realtime_offset_ns: 1000 * S as i128,
-        };
-        // A third traced process (pid 9) whose exit BPF never saw.
-        t.apply(Event::Fork(ForkEvent {
-            hdr: hdr(kind::FORK, 1, 0, 30 * S),
-            child_pid: 9,
-            child_tgid: 9,
-            child_start_ns: 30 * S,
-            ..ForkEvent::default()
-        }));
-        // Only the first pid-7 process has a record; a group record of pid 7 from much later
-        // is another process that reused the pid, not a traced exit; pid 9's record is.
-        let recs = vec![
-            record(7, 1010, 5_000, true, 400),
-            record(7, 1500, 1, true, 1),
-            record(9, 1030, 1, true, 1),
-        ];
-        let (cov, _) = cross_check(&t, &kept(&recs), clock, 4096);
-        assert_eq!((cov.matched, cov.bpf_only, cov.taskstats_only), (1, 1, 1));
-    }
-
-    #[test]
-    fn a_pid_reused_within_a_second_keeps_its_own_record() {
-        let mut t = Tree::new(1, 0);
-        let clock = Clock {
-            realtime_offset_ns: 1000 * S as i128,
-        };
-        // pid 7 lives from 10 s to 16.8 s; the pid is reused at 17.2 s for 50 ms.
-        for (start, end) in [(10 * S, 16_800_000_000), (17_200_000_000, 17_250_000_000)] {
-            t.apply(Event::Fork(ForkEvent {
-                hdr: hdr(kind::FORK, 1, 0, start),
-                child_pid: 7,
-                child_tgid: 7,
-                child_start_ns: start,
-                ..ForkEvent::default()
-            }));
-            let mut h = hdr(kind::EXIT, 7, start, end);
-            h.flags = flags::EXIT_GROUP_DEAD;
-            t.apply(Event::Exit(ExitEvent {
-                hdr: h,
-                ..ExitEvent::default()
-            }));
-        }
-        let recs = vec![
-            record(7, 1010, 6_800_000, true, 1),
-            record(7, 1017, 50_000, true, 2),
-        ];
-        let (cov, stats) = cross_check(&t, &kept(&recs), clock, 4096);
-        assert_eq!((cov.matched, cov.bpf_only), (2, 0));
-        for (start, kib) in [(10 * S, 1), (17_200_000_000, 2)] {
-            let i = t
-                .index_of(&Key {
-                    tgid: 7,
-                    start_ns: start,
+    let unpaired: IdSet<u32> = unpaired.iter().copied().collect();
+    records
+        .iter()
+        .enumerate()
+        .filter(|(i, r)| {
+            unpaired.contains(&(*i as u32))
+                && r.group
+                && open.get(&r.tgid).is_some_and(|starts| {
+                    starts
+                        .iter()
+                        .any(|&s| (r.btime_s as i128) + 1 >= clock.wall_s(s))
                 })
-                .expect("process");
-            let s = stats.get(i).expect("its sums");
-            assert_eq!((s.records, s.hiwater_rss_kib), (1, kib));
-        }
-    }
-
-    #[test]
-    fn thread_records_are_summed() {
-        let t = tree_with_reused_pid();
-        let clock = Clock {
-            realtime_offset_ns: 1000 * S as i128,
-        };
-        let mut thread = record(8, 1010, 1_000, false, 0);
-        thread.ac_tgid = Some(7);
-        let recs = vec![thread, record(7, 1010, 5_000, true, 400)];
-        let (cov, stats) = cross_check(&t, &kept(&recs), clock, 4096);
-        assert_eq!(cov.matched, 1);
-        let first = t
-            .index_of(&Key {
-                tgid: 7,
-                start_ns: 10 * S,
-            })
-            .expect("first 7");
-        let s = stats.get(first).expect("its sums");
-        assert_eq!((s.records, s.minflt, s.hiwater_rss_kib), (2, 20, 400));
-    }
+        })
+        .count() as u64
 }
+
+#[cfg(test)]
+mod tests;

@@ -39,6 +39,9 @@ impl Event {
 pub struct Exec {
     pub hdr: EventHeader,
     pub old_pid: u32,
+    /// The real uid and the cgroup of the task that exec'd.
+    pub uid: u32,
+    pub cgroup_id: u64,
     /// Bytes as the kernel has them: any byte but NUL, not necessarily UTF-8.
     pub comm: Comm,
     pub filename: Vec<u8>,
@@ -167,14 +170,33 @@ fn decode_exec(buf: &[u8], hdr: EventHeader) -> Result<Event, DecodeError> {
     }
     let comm_off = core::mem::offset_of!(spacetime_common::ExecEvent, comm);
     let name_off = core::mem::offset_of!(spacetime_common::ExecEvent, filename);
+    let (uid, cgroup_id) = exec_ids(buf);
     Ok(Event::Exec(Exec {
         hdr,
         old_pid,
+        uid,
+        cgroup_id,
         comm: Comm::new(&buf[comm_off..name_off]),
         filename: c_bytes(&buf[name_off..name_off + FILENAME_LEN]).to_vec(),
         args_len,
         args: payload[..args_here].to_vec(),
     }))
+}
+
+/// The uid and cgroup id of an exec record, read at their offsets (the record is at least
+/// `EXEC_EVENT_FIXED` long, which covers both).
+fn exec_ids(raw: &[u8]) -> (u32, u64) {
+    let at = |off: usize, n: usize| raw.get(off..off + n);
+    let uid = at(core::mem::offset_of!(spacetime_common::ExecEvent, uid), 4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_ne_bytes);
+    let cg = at(
+        core::mem::offset_of!(spacetime_common::ExecEvent, cgroup_id),
+        8,
+    )
+    .and_then(|b| b.try_into().ok())
+    .map_or(0, u64::from_ne_bytes);
+    (uid, cg)
 }
 
 fn decode_args(buf: &[u8], hdr: EventHeader) -> Result<Event, DecodeError> {

@@ -6,7 +6,8 @@ use std::os::fd::AsRawFd;
 
 use crate::{
     chart,
-    cli::{TraceArgs, EXIT_OWN_FAILURE},
+    cli::TraceArgs,
+    core::exit_code::EXIT_OWN_FAILURE,
     core::{Run, RunError, RunOptions, Session, SessionOptions, Spawn, Start},
     export::perfetto,
     launch,
@@ -66,15 +67,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
     .map_err(anyhow::Error::from)?;
     let mut session = Session::open(&session_options(&args, verbose))?;
     if verbose > 0 {
-        let probes = session.probes();
-        crate::errln!(
-            "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
-            probes.load_ms,
-            probes.ring_buffer_bytes >> 10
-        );
-        for m in &probes.mechanisms {
-            crate::errln!("spacetime:   {m}");
-        }
+        crate::core::session::tell_loaded(session.probes());
     }
     let start = match &what {
         What::Spawn(path, creds) => Start::Spawn(Spawn {

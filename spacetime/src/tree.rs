@@ -13,6 +13,7 @@ use spacetime_common::{
 };
 
 use crate::{
+    core::argv::ArgvAssembly,
     cputime,
     events::{split_argv, Args, Comm, Event, Exec},
     idhash::{IdMap, IdSet},
@@ -119,7 +120,7 @@ pub struct Image {
     /// The exact maximum RSS of the image's mm, when the kernel followed every change of it.
     pub followed_peak_pages: Option<u64>,
     /// argv while it is assembled from continuation records; dropped once every byte came.
-    pending_args: Option<Box<PendingArgs>>,
+    pending_args: Option<Box<ArgvAssembly>>,
     /// Every argv byte arrived and none was cut.
     pub argv_complete: bool,
     pub exec_flags: u32,
@@ -206,25 +207,16 @@ impl Image {
         let Some(pending) = self.pending_args.as_deref_mut() else {
             return;
         };
-        let arrived = pending.area.len() >= pending.expected as usize;
-        self.argv_complete = pending.area.len() == pending.expected as usize
-            && self.exec_flags & (flags::EXEC_ARGS_TRUNCATED | flags::EXEC_ARGS_FAULT) == 0;
+        self.argv_complete = pending.complete(self.exec_flags);
         let names = Arc::make_mut(&mut self.names);
-        if arrived {
+        if pending.arrived() {
             // The area moves into the names: no copy for the usual one-record argv.
-            names.args = std::mem::take(&mut pending.area).into_boxed_slice();
+            names.args = pending.take_area().into_boxed_slice();
             self.pending_args = None;
         } else {
-            names.args = pending.area.as_slice().into();
+            names.args = pending.area().into();
         }
     }
-}
-
-/// The argv bytes an exec announced, and those that arrived so far.
-#[derive(Clone, Debug, Default)]
-struct PendingArgs {
-    expected: u32,
-    area: Vec<u8>,
 }
 
 /// One process (thread group).
@@ -476,10 +468,7 @@ impl Tree {
                 comm: e.comm,
             }),
             start_ns: e.hdr.ts_ns,
-            pending_args: Some(Box::new(PendingArgs {
-                expected: e.args_len,
-                area: e.args,
-            })),
+            pending_args: Some(Box::new(ArgvAssembly::new(e.args, e.args_len))),
             exec_flags: e.hdr.flags,
             ..Image::default()
         };
@@ -498,15 +487,14 @@ impl Tree {
             self.args_gaps += 1;
             return;
         };
-        let Some(pending) = img
+        let appended = img
             .pending_args
             .as_deref_mut()
-            .filter(|p| p.area.len() == a.offset as usize)
-        else {
+            .is_some_and(|p| p.append(a.offset, &a.data));
+        if !appended {
             self.args_gaps += 1;
             return;
-        };
-        pending.area.extend_from_slice(&a.data);
+        }
         img.finish_argv();
     }
 

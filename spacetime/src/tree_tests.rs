@@ -30,6 +30,8 @@ fn exec(p: (u32, u64), ts: u64, exe: &str, args: &[u8]) -> Event {
     Event::Exec(Exec {
         hdr: hdr(kind::EXEC, p.0, p.0, p.1, ts),
         old_pid: p.0,
+        uid: 0,
+        cgroup_id: 0,
         comm: crate::events::Comm::default(),
         filename: exe.as_bytes().to_vec(),
         args_len: args.len() as u32,

@@ -76,6 +76,19 @@ fn runs_in_a_row_each_have_their_own_figures() {
     })
     .expect("the programs load");
 
+    // A signal between runs is the caller's to see, and does not reach the next run.
+    // SAFETY: a signal to this thread, which the session blocked (it stays pending).
+    unsafe {
+        libc::syscall(
+            libc::SYS_tgkill,
+            libc::getpid(),
+            libc::gettid(),
+            libc::SIGHUP,
+        );
+    }
+    assert_eq!(session.signals_between_runs(), vec![libc::SIGHUP]);
+    assert!(session.signals_between_runs().is_empty(), "taken once");
+
     // 1: one process touching 48 MiB.
     let t1 = dir.path().join("t1");
     let r1 = run(&mut session, &t1, &["touch", "48"], false);
@@ -124,9 +137,10 @@ fn runs_in_a_row_each_have_their_own_figures() {
     );
     assert_eq!(r2.tree.live(), 1, "run 2: the child is live");
 
-    // 3: a process tree, while run 2's child still holds its 64 MiB.
+    // 3: three children forked and exec'd one after another, each touching 4 MiB, while run
+    // 2's child still holds its 64 MiB.
     let t3 = dir.path().join("t3");
-    let r3 = run(&mut session, &t3, &["tree", "2", "2"], false);
+    let r3 = run(&mut session, &t3, &["storm", "3", WL, "touch", "4"], false);
     let rep3 = report(&r3);
     check_invariants(&rep3);
     assert_eq!(rep3.exit, Exit::Code(0), "run 3: exit");

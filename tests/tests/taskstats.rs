@@ -169,3 +169,56 @@ fn missing_taskstats_is_explained_not_fatal() {
         "the coverage line says why:\n{stderr}"
     );
 }
+
+/// watch shares trace's checks: outside the host's network namespace (told by the namespace
+/// itself when /proc/1 can be read, else by not one record arriving while processes exit) it
+/// says why there is no cross-check instead of reporting one that heard nothing.
+#[test]
+fn watch_outside_the_host_network_namespace_says_why() {
+    use std::io::{BufRead as _, BufReader, Read as _};
+    let mut child = std::process::Command::new("unshare")
+        .arg("--net")
+        .arg(spacetime_tests::spacetime_bin())
+        .args(["watch", "--count", "1", "--comm", "true"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run unshare --net spacetime watch");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut seen = String::new();
+    // The watch names what it watches once its programs are attached.
+    while !seen.contains("Ctrl-C to stop") {
+        let mut line = String::new();
+        let n = stderr
+            .read_line(&mut line)
+            .expect("read the watch's stderr");
+        assert!(n > 0, "the watch ended before it started:\n{seen}");
+        seen.push_str(&line);
+    }
+    let status = std::process::Command::new("true")
+        .status()
+        .expect("run true");
+    assert!(status.success(), "true: {status}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let code = loop {
+        if let Some(s) = child.try_wait().expect("wait for the watch") {
+            break s.code();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the watch did not stop at its first `true` exit:\n{seen}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    stderr.read_to_string(&mut seen).expect("read the rest");
+    assert_eq!(code, Some(0), "the watch ran:\n{seen}");
+    let line = seen
+        .lines()
+        .find(|l| l.trim_start().starts_with("taskstats:"))
+        .unwrap_or_else(|| panic!("no taskstats line in the summary:\n{seen}"));
+    assert!(
+        line.contains("not checked (") && line.contains("network namespace"),
+        "the summary says why there is no cross-check: {line:?}\n{seen}"
+    );
+}

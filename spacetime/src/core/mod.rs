@@ -1,8 +1,14 @@
 //! What `trace` and `watch` share: the kernel programs loaded once and driven run after run
 //! ([`session`]), one run's event loop ([`run_loop`]), delay accounting switched on for as
-//! long as spacetime traces ([`delayacct`]).
+//! long as spacetime traces ([`delayacct`]), the one taskstats matcher ([`matcher`]).
 
+pub mod argv;
+pub mod counters;
 pub mod delayacct;
+pub mod event_loop;
+pub mod exit_code;
+pub mod matcher;
+pub mod parse;
 pub mod run_loop;
 pub mod session;
 

@@ -1,28 +1,22 @@
-//! One run's event loop: drains the ring buffer into the tree and the memory timeline, reads
-//! taskstats records on the drain tick, reaps children, forwards signals, and stops when the
-//! traced command and everything it started are gone (or at the root's exit, on request).
+//! One traced run's part of the event loop ([`super::event_loop`]): records into the tree,
+//! the memory timeline and the taskstats matcher; children reaped; signals forwarded; the
+//! run ends when the traced command and everything it started are gone (or at the root's
+//! exit, on request), then waits for the last free records.
 
-use std::{
-    io,
-    os::fd::{AsRawFd, RawFd},
-    time::Duration,
-};
+use std::{io, time::Duration};
 
 use aya::maps::{MapData, RingBuf};
-use tokio::io::{unix::AsyncFd, Interest};
 
+use super::event_loop::{self, Consumer, Io, NoSource};
 use crate::{
     clock::monotonic_ns,
     crosscheck::Collector,
-    events::decode,
-    loader::{KernelLogger, Probes},
+    events::Event,
+    loader::Probes,
     memory::Memory,
-    taskstats::{TaskstatsListener, TaskstatsRecord},
+    taskstats::{TaskstatsError, TaskstatsListener, TaskstatsRecord},
     tree::{ExitStatus, Tree},
 };
-
-/// How often the ring buffer is drained when the kernel has not woken us.
-pub const DRAIN_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Longest a run waits at its end for the free records of processes already reaped: each
 /// comes one RCU grace period after the reap with the final CPU time. Measured here: 12-22 ms
@@ -41,17 +35,9 @@ pub(super) struct Outcome {
 pub(super) struct Sink<'a> {
     pub tree: &'a mut Tree,
     pub memory: &'a mut Memory,
-    pub decode_errors: u64,
-}
-
-/// Where records come from.
-pub(super) struct Sources<'a> {
-    pub ring: &'a mut RingBuf<MapData>,
-    /// The signalfd of SIGCHLD and the forwarded signals.
-    pub sigfd: RawFd,
-    pub logger: Option<&'a mut KernelLogger>,
-    pub taskstats: Option<&'a mut TaskstatsListener>,
+    /// Exits go to the taskstats matcher as they are applied.
     pub collector: &'a mut Collector,
+    pub decode_errors: u64,
 }
 
 pub(super) struct LoopOptions {
@@ -76,40 +62,130 @@ fn attached_done(stop_on_root_exit: bool, tree: &Tree) -> bool {
     root_ended && (stop_on_root_exit || tree.live() + tree.pending_adoptions() == 0)
 }
 
-/// Applies every record in the ring buffer.
-pub(super) fn drain(ring: &mut RingBuf<MapData>, sink: &mut Sink) {
-    while let Some(item) = ring.next() {
-        match decode(&item) {
-            Ok(ev) => {
-                sink.memory.observe(&ev);
-                sink.tree.apply(ev);
-            }
-            Err(e) => {
-                sink.decode_errors += 1;
-                log::debug!("undecodable record: {e}");
-            }
+/// The loop's state for one traced run.
+struct TracedRun<'s, 'a> {
+    sink: &'s mut Sink<'a>,
+    opts: LoopOptions,
+    root_status: Option<ExitStatus>,
+    no_children: bool,
+    /// The first stop signal (not SIGCHLD) received.
+    stop_signal: Option<libc::c_int>,
+    /// An attached run was stopped by a signal.
+    stopped: bool,
+}
+
+impl Consumer for TracedRun<'_, '_> {
+    type Extra = NoSource;
+
+    fn event(&mut self, ev: Event) {
+        let sink = &mut *self.sink;
+        sink.memory.observe(&ev);
+        if let Event::Exit(x) = &ev {
+            sink.collector.exit(x);
         }
+        sink.tree.apply(ev);
+    }
+
+    fn decode_errors(&mut self) -> &mut u64 {
+        &mut self.sink.decode_errors
+    }
+
+    fn before_signal(&mut self, signo: libc::c_int, from_process: bool) {
+        // CMD may have exited with its SIGCHLD still queued: reaped first, it is not taken
+        // for alive, and its forks are all in the ring drained next.
+        if signo == libc::SIGCHLD || from_process {
+            self.no_children = reap(self.opts.root_pid, &mut self.root_status);
+        }
+    }
+
+    fn signal(&mut self, signo: libc::c_int, from_process: bool) {
+        if signo == libc::SIGCHLD {
+            return;
+        }
+        self.stop_signal.get_or_insert(signo);
+        if self.opts.attached {
+            // Ctrl-C or a kill ends the trace, not the processes attached to.
+            self.stopped = true;
+        } else if from_process {
+            let alive = self.root_status.is_none();
+            forward(signo, self.opts.root_pid, alive, self.sink.tree);
+        }
+    }
+
+    fn taskstats(&mut self, batch: &mut Vec<TaskstatsRecord>) {
+        self.sink.collector.keep(self.sink.tree, batch);
+    }
+
+    fn taskstats_failed(&mut self, e: &TaskstatsError) {
+        log::warn!("taskstats: {e}; the cross-check stops here");
+    }
+
+    fn tick(&mut self, _: Option<&TaskstatsListener>) {
+        // Also picks up new processes for sampling (only due ones are read).
+        self.sink.memory.sample(monotonic_ns(), self.sink.tree);
+        self.sink.memory.tick(monotonic_ns(), self.sink.tree);
+        self.no_children = reap(self.opts.root_pid, &mut self.root_status);
+    }
+
+    fn next_due(&self) -> Option<u64> {
+        self.sink.memory.next_due()
+    }
+
+    fn due(&mut self) {
+        self.sink.memory.sample(monotonic_ns(), self.sink.tree);
+    }
+
+    fn done(&self) -> bool {
+        let o = &self.opts;
+        if o.attached {
+            return self.stopped || attached_done(o.stop_on_root_exit, self.sink.tree);
+        }
+        self.root_status.is_some()
+            && (o.stop_on_root_exit
+                || self.no_children
+                || (o.earlier_left && self.sink.tree.live() == 0))
     }
 }
 
-/// Throws away what the ring buffer holds: records an earlier run's processes sent after it
-/// ended (their free records). Returns how many.
-pub(super) fn discard(ring: &mut RingBuf<MapData>) -> usize {
-    let mut n = 0;
-    while ring.next().is_some() {
-        n += 1;
+/// Runs until the root and every process it started are gone (or the root, on request).
+pub(super) async fn consume(
+    opts: LoopOptions,
+    sink: &mut Sink<'_>,
+    mut io: Io<'_>,
+) -> io::Result<Outcome> {
+    let await_release = opts.await_release;
+    let mut run = TracedRun {
+        sink,
+        opts,
+        root_status: None,
+        no_children: false,
+        stop_signal: None,
+        stopped: false,
+    };
+    run.no_children = reap(run.opts.root_pid, &mut run.root_status);
+    event_loop::run(&mut io, &mut run, &mut NoSource).await?;
+    // Processes reaped in the last moments get their final CPU time one grace period later.
+    // Those never reaped (--stop-on-root-exit) keep their exit figures: the wait is bounded.
+    if await_release {
+        wait_for_free_records(io.ring, &mut run).await;
     }
-    n
-}
-
-/// Sleeps until `due` (CLOCK_MONOTONIC ns), or forever when nothing is due.
-async fn sleep_until(due: Option<u64>) {
-    match due {
-        Some(due) => {
-            tokio::time::sleep(Duration::from_nanos(due.saturating_sub(monotonic_ns()))).await
-        }
-        None => std::future::pending().await,
+    // Every exit was recorded before its process became reapable: one last drain has it all
+    // (taskstats first, as on the tick).
+    let mut batch = Vec::new();
+    io.read_taskstats(&mut batch, &mut run);
+    event_loop::drain(io.ring, &mut run);
+    run.taskstats(&mut batch);
+    io.flush_log();
+    if run.opts.attached {
+        // Not our child: its status is the kernel's exit record's.
+        run.root_status = run.sink.tree.root().and_then(|r| r.exit);
     }
+    Ok(Outcome {
+        root_status: run.root_status,
+        stop_signal: run.stop_signal,
+        end_ns: monotonic_ns(),
+        decode_errors: run.sink.decode_errors,
+    })
 }
 
 /// Processes still running (`--stop-on-root-exit`): their peak so far, held-back point and
@@ -157,134 +233,13 @@ fn reap(root_pid: u32, root_status: &mut Option<ExitStatus>) -> bool {
     }
 }
 
-/// Reads taskstats records into `batch`; a failed listener stops the cross-check.
-fn read_taskstats(
-    taskstats: &mut Option<&mut TaskstatsListener>,
-    batch: &mut Vec<TaskstatsRecord>,
-) {
-    if let Some(t) = taskstats.as_deref_mut() {
-        if let Err(e) = t.drain(batch) {
-            log::warn!("taskstats: {e}; the cross-check stops here");
-            *taskstats = None;
-        }
-    }
-}
-
-/// Runs until the root and every process it started are gone (or the root, on request).
-pub(super) async fn consume(
-    opts: LoopOptions,
-    sink: &mut Sink<'_>,
-    Sources {
-        ring,
-        sigfd,
-        mut logger,
-        mut taskstats,
-        collector,
-    }: Sources<'_>,
-) -> io::Result<Outcome> {
-    let root_pid = opts.root_pid;
-    let mut batch = Vec::new();
-    // SAFETY: both descriptors belong to the session, which keeps them open and unchanged
-    // for longer than these registrations (dropped at the end of this function).
-    let ready = unsafe { AsyncFd::register_with_interest(ring.as_raw_fd(), Interest::READABLE) }?;
-    // SAFETY: as above.
-    let sig = unsafe { AsyncFd::register_with_interest(sigfd, Interest::READABLE) }?;
-    let mut root_status = None;
-    let mut stop_signal = None;
-    let mut no_children = reap(root_pid, &mut root_status);
-    // The kernel wakes us only when the ring fills up (wake-ups are costly per record), so
-    // the ring is also drained on this tick.
-    let mut tick = tokio::time::interval(DRAIN_INTERVAL);
-    let done = |root: &Option<ExitStatus>, no_children: bool, tree: &Tree| {
-        if opts.attached {
-            return attached_done(opts.stop_on_root_exit, tree);
-        }
-        root.is_some()
-            && (opts.stop_on_root_exit || no_children || (opts.earlier_left && tree.live() == 0))
-    };
-    let mut stopped = false;
-    while !stopped && !done(&root_status, no_children, sink.tree) {
-        tokio::select! {
-            guard = ready.readable() => {
-                let mut guard = guard?;
-                drain(ring, sink);
-                guard.clear_ready();
-            }
-            guard = sig.readable() => {
-                let mut guard = guard?;
-                for (signo, from_process) in read_signals(sigfd) {
-                    if signo != libc::SIGCHLD {
-                        stop_signal.get_or_insert(signo);
-                    }
-                    if signo == libc::SIGCHLD {
-                        no_children = reap(root_pid, &mut root_status);
-                    } else if opts.attached {
-                        // Ctrl-C or a kill ends the trace, not the processes attached to.
-                        stopped = true;
-                    } else if from_process {
-                        // CMD may have exited with its SIGCHLD still queued (reaped first, it
-                        // is not taken for alive), and forks may wait in the ring.
-                        no_children = reap(root_pid, &mut root_status);
-                        drain(ring, sink);
-                        forward(signo, root_pid, root_status.is_none(), sink.tree);
-                    }
-                }
-                guard.clear_ready();
-            }
-            _ = sleep_until(sink.memory.next_due()) => {
-                sink.memory.sample(monotonic_ns(), sink.tree);
-            }
-            _ = tick.tick() => {
-                // Also picks up new processes for sampling (only due ones are read).
-                sink.memory.sample(monotonic_ns(), sink.tree);
-                sink.memory.tick(monotonic_ns(), sink.tree);
-                // taskstats records are read on this tick, not as each arrives: one wake-up
-                // per exit cost ~10 µs of CPU per process at storm rates; 50 ms of records
-                // fit the socket buffer many times over. Records first, then the ring: the
-                // ring holds each process's fork before its exit record is sent, so every
-                // record read here has its process in the tree after the drain.
-                read_taskstats(&mut taskstats, &mut batch);
-                drain(ring, sink);
-                collector.keep(sink.tree, &mut batch);
-                if let Some(l) = logger.as_mut() {
-                    l.flush();
-                }
-                no_children = reap(root_pid, &mut root_status);
-            }
-        }
-    }
-    // Processes reaped in the last moments get their final CPU time one grace period later.
-    // Those never reaped (--stop-on-root-exit) keep their exit figures: the wait is bounded.
-    if opts.await_release {
-        wait_for_free_records(ring, sink).await;
-    }
-    // Every exit was recorded before its process became reapable: one last drain has it all
-    // (taskstats first, as on the tick).
-    read_taskstats(&mut taskstats, &mut batch);
-    drain(ring, sink);
-    collector.keep(sink.tree, &mut batch);
-    if let Some(l) = logger {
-        l.flush();
-    }
-    if opts.attached {
-        // Not our child: its status is the kernel's exit record's.
-        root_status = sink.tree.root().and_then(|r| r.exit);
-    }
-    Ok(Outcome {
-        root_status,
-        stop_signal,
-        end_ns: monotonic_ns(),
-        decode_errors: sink.decode_errors,
-    })
-}
-
 /// Drains until every exited process has its free record (final CPU time), or
 /// [`RELEASE_GRACE`] has passed.
-async fn wait_for_free_records(ring: &mut RingBuf<MapData>, sink: &mut Sink<'_>) {
+async fn wait_for_free_records(ring: &mut RingBuf<MapData>, run: &mut TracedRun<'_, '_>) {
     let waited = std::time::Instant::now();
     loop {
-        drain(ring, sink);
-        let missing = sink.tree.awaiting_release();
+        event_loop::drain(ring, run);
+        let missing = run.sink.tree.awaiting_release();
         if missing == 0 || waited.elapsed() >= RELEASE_GRACE {
             log::debug!(
                 "waited {:?} for free records; {missing} missing",
@@ -293,23 +248,6 @@ async fn wait_for_free_records(ring: &mut RingBuf<MapData>, sink: &mut Sink<'_>)
             return;
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
-
-/// Pending signals: (number, sent by a process rather than by the kernel or the terminal).
-fn read_signals(fd: libc::c_int) -> Vec<(libc::c_int, bool)> {
-    let mut out = Vec::new();
-    loop {
-        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<libc::signalfd_siginfo>();
-        // SAFETY: reads one siginfo into a properly sized buffer.
-        let n = unsafe { libc::read(fd, (&mut info as *mut libc::signalfd_siginfo).cast(), size) };
-        if n != size as isize {
-            return out;
-        }
-        // SI_USER, SI_QUEUE, SI_TKILL are <= 0; the terminal's signals come as SI_KERNEL and
-        // already reached CMD's process group.
-        out.push((info.ssi_signo as libc::c_int, info.ssi_code <= 0));
     }
 }
 

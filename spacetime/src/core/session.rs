@@ -16,7 +16,8 @@ use aya::maps::{MapData, RingBuf};
 
 use super::{
     delayacct::{delayacct_on, DelayAcct},
-    run_loop::{self, LoopOptions, Sink, Sources},
+    event_loop::{self, Io},
+    run_loop::{self, LoopOptions, Sink},
 };
 use crate::{
     clock::monotonic_ns,
@@ -27,7 +28,7 @@ use crate::{
     memory::{Memory, MemoryOptions},
     report::{self, MemoryMeta, Meta, Report, TaskstatsMeta},
     selfstats::OwnCost,
-    taskstats::{ListenerOptions, ListenerStats, TaskstatsListener},
+    taskstats::{ListenerStats, TaskstatsListener},
     timeline::Point,
     tree::{ExitStatus, Key, Tree},
 };
@@ -142,7 +143,7 @@ impl Session {
     /// exist so that they inherit the mask.
     pub fn open(opts: &SessionOptions) -> anyhow::Result<Session> {
         let mut probes = Probes::load(&opts.load)?;
-        let taskstats = open_taskstats(opts.taskstats_buffer);
+        let taskstats = super::matcher::open_listener(opts.taskstats_buffer as usize);
         let delayacct = DelayAcct::configure(opts.delayacct, opts.delayacct_notice);
         let mut handled = vec![libc::SIGCHLD];
         handled.extend(FORWARDED);
@@ -212,7 +213,9 @@ impl Session {
         if root.learned.level > 0 && crate::pidns::proc_has_own_pids() {
             memory.proc_by_shown_pids();
         }
-        let mut collector = Collector::default();
+        let mut collector = Collector::new(Clock {
+            realtime_offset_ns: crate::clock::realtime_offset_ns() as i128,
+        });
         let loop_opts = LoopOptions {
             root_pid: root.pid,
             stop_on_root_exit: opts.stop_on_root_exit,
@@ -223,18 +226,18 @@ impl Session {
         let mut sink = Sink {
             tree: &mut tree,
             memory: &mut memory,
+            collector: &mut collector,
             decode_errors: 0,
         };
-        let sources = Sources {
+        let io = Io {
             ring: &mut self.ring,
             sigfd: self.sigfd.as_raw_fd(),
             logger: self.logger.as_mut(),
             taskstats: self.taskstats.as_mut().ok(),
-            collector: &mut collector,
         };
         let outcome = self
             .rt
-            .block_on(run_loop::consume(loop_opts, &mut sink, sources))?;
+            .block_on(run_loop::consume(loop_opts, &mut sink, io))?;
         // Read before anything else of the end: a --stop-on-root-exit survivor keeps charging.
         let cgroup_peak = cgroup.map(crate::cgroup_peak::finish);
         if let Some(a) = &root.attached {
@@ -260,11 +263,23 @@ impl Session {
         Ok(run)
     }
 
+    /// Signals sent to spacetime since the last run ended (SIGINT, SIGTERM, SIGHUP; not
+    /// SIGCHLD), taken from the queue. Between runs nothing is forwarded: a caller running
+    /// one command after another asks here whether it was told to stop; a signal left
+    /// pending would otherwise reach the next run (and be forwarded to its command).
+    pub fn signals_between_runs(&mut self) -> Vec<libc::c_int> {
+        event_loop::read_signals(self.sigfd.as_raw_fd())
+            .into_iter()
+            .map(|(signo, _)| signo)
+            .filter(|&signo| signo != libc::SIGCHLD)
+            .collect()
+    }
+
     /// Clears what an earlier run left in the kernel and in the queues.
     fn begin(&mut self) -> Result<(), RunError> {
         self.probes.untrack_all()?;
         self.probes.reset_run_state()?;
-        let stale = run_loop::discard(&mut self.ring);
+        let stale = event_loop::discard(&mut self.ring);
         let mut batch = Vec::new();
         if let Ok(t) = self.taskstats.as_mut() {
             if let Err(e) = t.drain(&mut batch) {
@@ -380,7 +395,7 @@ impl Session {
         memory.finish(
             kernel_peak.map(|t| Point::new(t.peak_ts_ns, t.peak_pages.max(0) as u64 * page_size)),
         );
-        let counters = since(self.probes.counters()?, baseline.counters);
+        let counters = self.probes.counters()?.since(&baseline.counters);
         let end_ns = match tree.live() {
             0 => tree
                 .processes()
@@ -448,10 +463,7 @@ impl Session {
                 PerProcess::default(),
             );
         }
-        let clock = Clock {
-            realtime_offset_ns: crate::clock::realtime_offset_ns() as i128,
-        };
-        let (mut coverage, sums) = cross_check(tree, &collector, clock, self.page_size);
+        let (mut coverage, sums) = cross_check(tree, collector, self.page_size);
         coverage.enobufs = st.enobufs - at_start.enobufs;
         coverage.parse_errors = st.parse_errors - at_start.parse_errors;
         let meta = TaskstatsMeta::Available {
@@ -488,18 +500,6 @@ fn first_tree(
         ));
     }
     (tree, command)
-}
-
-/// The counters a run added.
-fn since(now: KernelCounters, start: KernelCounters) -> KernelCounters {
-    KernelCounters {
-        ringbuf_lost: now.ringbuf_lost.saturating_sub(start.ringbuf_lost),
-        track_full: now.track_full.saturating_sub(start.track_full),
-        read_failures: now.read_failures.saturating_sub(start.read_failures),
-        filtered: now.filtered.saturating_sub(start.filtered),
-        reap_full: now.reap_full.saturating_sub(start.reap_full),
-        recursion_misses: now.recursion_misses.saturating_sub(start.recursion_misses),
-    }
 }
 
 /// One traced run, whole: what the report model is built from.
@@ -572,6 +572,18 @@ impl Run {
     }
 }
 
+/// Says on stderr how long loading took and which kernel mechanisms are in use (`-v`).
+pub fn tell_loaded(probes: &Probes) {
+    crate::errln!(
+        "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
+        probes.load_ms,
+        probes.ring_buffer_bytes >> 10
+    );
+    for m in &probes.mechanisms {
+        crate::errln!("spacetime:   {m}");
+    }
+}
+
 /// The traced command's kernel pid, which its held child recorded by running `own_pid`.
 fn root_kernel_pid(probes: &Probes, held: &launch::Held) -> anyhow::Result<LearnedPid> {
     let learned = match held.own_pid_run {
@@ -602,24 +614,4 @@ fn root_kernel_pid(probes: &Probes, held: &launch::Held) -> anyhow::Result<Learn
             "spacetime runs inside a PID namespace and this kernel did not tell the traced command's kernel pid (BPF_PROG_TEST_RUN of a raw tracepoint program, Linux 5.10+): it cannot be traced"
         ),
     }
-}
-
-/// The taskstats listener, or why there is none.
-fn open_taskstats(rcvbuf_bytes: u32) -> Result<TaskstatsListener, String> {
-    // The kernel sends exit records to listeners in the initial network namespace only: a
-    // listener elsewhere (a container) registers fine and then hears nothing.
-    let netns = |pid: &str| {
-        std::fs::metadata(format!("/proc/{pid}/ns/net"))
-            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
-    };
-    if let (Ok(own), Ok(init)) = (netns("self"), netns("1")) {
-        if own != init {
-            return Err("spacetime runs outside the host's network namespace, and the kernel sends taskstats records only there".into());
-        }
-    }
-    let opts = ListenerOptions {
-        rcvbuf_bytes: rcvbuf_bytes as usize,
-        ..ListenerOptions::default()
-    };
-    TaskstatsListener::open(opts).map_err(|e| e.to_string())
 }

@@ -39,6 +39,8 @@ fn exec(p: (u32, u64), ts: u64, exe: &str, argv: &[&str]) -> Event {
     Event::Exec(Exec {
         hdr: hdr(kind::EXEC, p, ts),
         old_pid: p.0,
+        uid: 0,
+        cgroup_id: 0,
         comm: Default::default(),
         filename: exe.into(),
         args_len: args.len() as u32,

@@ -127,33 +127,7 @@ impl Default for LoadOptions {
     }
 }
 
-/// Loss and failure counters from the kernel side.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct KernelCounters {
-    /// Records dropped because the ring buffer was full.
-    pub ringbuf_lost: u64,
-    /// Processes not tracked because the tracking map was full.
-    pub track_full: u64,
-    /// Kernel reads that failed.
-    pub read_failures: u64,
-    /// Records the kernel-side filter kept from being sent (see `stat::FILTERED`). Only
-    /// `watch` filters: a trace report leaves it out.
-    #[serde(skip)]
-    pub filtered: u64,
-    /// Processes whose free record could not be awaited (the kernel's map of exited
-    /// processes was full): their CPU figures stay the exit-time ones.
-    pub reap_full: u64,
-    /// Runs of spacetime's programs the kernel skipped because the same program was already
-    /// running on that CPU (its `recursion_misses`): events lost without a trace otherwise.
-    pub recursion_misses: u64,
-}
-
-impl KernelCounters {
-    /// Events that never reached userspace.
-    pub fn lost(&self) -> u64 {
-        self.ringbuf_lost + self.track_full
-    }
-}
+pub use crate::core::counters::KernelCounters;
 
 /// The loaded and attached programs.
 pub struct Probes {

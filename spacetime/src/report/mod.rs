@@ -15,9 +15,9 @@ pub use view::{ImageReport, ProcessReport, State};
 use serde::Serialize;
 
 use crate::{
+    core::counters::KernelCounters,
     crosscheck::{Coverage, PerProcess},
     idhash::IdSet,
-    loader::KernelCounters,
     selfstats::OwnCost,
     timeline::TimelineReport,
     tree::{ExitStatus, Key, Tree},

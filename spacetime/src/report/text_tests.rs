@@ -4,9 +4,9 @@ use spacetime_common::{kind, EventHeader, ExitEvent, ForkEvent};
 
 use super::*;
 use crate::{
+    core::counters::KernelCounters,
     crosscheck::PerProcess,
     events::{Comm, Event, Exec},
-    loader::KernelCounters,
     report::{MemoryMeta, Meta, TaskstatsMeta},
     selfstats::OwnCost,
     term::tests::{assert_terminal_safe, nasty_bytes},
@@ -46,6 +46,8 @@ fn hostile_tree(seed: &mut u64, n: u32) -> Tree {
         tree.apply(Event::Exec(Exec {
             hdr: hdr(kind::EXEC, pid, pid as u64 + 1),
             old_pid: pid,
+            uid: 0,
+            cgroup_id: 0,
             comm: Comm::new(&nasty_bytes(seed, 15)),
             filename: nasty_bytes(seed, 200 + i as usize % 90),
             args_len: args.len() as u32,
@@ -132,6 +134,8 @@ fn long_path_tree(n: u32, exe: &[u8]) -> Tree {
             tree.apply(Event::Exec(Exec {
                 hdr: hdr(kind::EXEC, pid, pid as u64 + 1 + e),
                 old_pid: pid,
+                uid: 0,
+                cgroup_id: 0,
                 comm: Comm::new(b"cc1"),
                 filename: exe.to_vec(),
                 args_len: args.len() as u32,

@@ -5,7 +5,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::Args;
 
 use super::metrics;
-use crate::cli::parse_size;
+use crate::core::parse::buffer_size;
+pub use crate::core::parse::{bytes as parse_bytes, duration as parse_duration};
 
 #[derive(Debug, Args)]
 pub struct WatchArgs {
@@ -76,7 +77,7 @@ pub struct WatchArgs {
     #[arg(long)]
     pub no_taskstats: bool,
     /// Size of the kernel's ring buffer (bytes; K, M, G suffixes; rounded up to a power of two)
-    #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = buffer_size)]
     pub ring_buffer: u32,
     /// Most processes kept in the live process table
     #[arg(long, value_name = "N", default_value_t = 131072)]
@@ -128,52 +129,6 @@ fn parse_comm_limit(s: &str) -> Result<usize, String> {
     }
 }
 
-/// Parses `4096`, `64K`, `1.5M`, `2G`, `1T` (powers of 1024) into bytes.
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: f64 = match unit.trim().to_ascii_uppercase().trim_end_matches("IB") {
-        "" | "B" => 1.0,
-        "K" => 1024.0,
-        "M" => 1024.0 * 1024.0,
-        "G" => 1024.0 * 1024.0 * 1024.0,
-        "T" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        u => return Err(format!("unknown size unit {u:?} (use K, M, G or T)")),
-    };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size"))?;
-    if !(n >= 0.0 && n.is_finite()) {
-        return Err(format!("{s:?} is not a size"));
-    }
-    Ok((n * mult) as u64)
-}
-
-/// Parses `250ms`, `2s`, `1.5m`, `1h`, `100us`; a bare number is seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| c.is_ascii_alphabetic() || c == 'µ')
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let secs: f64 = match unit.trim() {
-        "" | "s" | "sec" => 1.0,
-        "ms" => 1e-3,
-        "us" | "µs" => 1e-6,
-        "ns" => 1e-9,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        u => return Err(format!("unknown duration unit {u:?} (use ms, s, m or h)")),
-    };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration"))?;
-    Duration::try_from_secs_f64(n * secs).map_err(|_| format!("{s:?} is not a duration"))
-}
-
 /// Parses `ADDR:PORT`, `[V6]:PORT` or a bare `PORT` (on 127.0.0.1).
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     if let Ok(port) = s.trim().parse::<u16>() {
@@ -187,26 +142,6 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert_eq!(parse_bytes("64K"), Ok(64 << 10));
-        assert_eq!(parse_bytes("1.5M"), Ok(3 << 19));
-        assert_eq!(parse_bytes("2GiB"), Ok(2 << 30));
-        assert!(parse_bytes("2X").is_err());
-        assert!(parse_bytes("-1").is_err());
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("1.5m"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("100us"), Ok(Duration::from_micros(100)));
-        assert!(parse_duration("3 weeks").is_err());
-        assert!(parse_duration("-1s").is_err());
-    }
 
     #[test]
     fn events() {

@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use spacetime_common::ExecEvent;
-
 use super::{identity::Identity, table::Ancestor, table::ImageInfo, watcher::Watch};
 
 /// An exec line, borrowed from the table entry.
@@ -31,26 +29,12 @@ pub struct Pending {
     cgroup_id: u64,
 }
 
-/// The uid and cgroup id of an exec record (not part of the decoded event, which trace
-/// shares): read at their offsets, 0 if the record is short.
-pub fn exec_ids(raw: &[u8]) -> (u32, u64) {
-    let at = |off: usize, n: usize| raw.get(off..off + n);
-    let uid = at(core::mem::offset_of!(ExecEvent, uid), 4)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u32::from_ne_bytes);
-    let cg = at(core::mem::offset_of!(ExecEvent, cgroup_id), 8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_ne_bytes);
-    (uid, cg)
-}
-
 impl Watch {
     /// An exec record was applied to the table: its line waits for its argv.
-    pub(super) fn exec_seen(&mut self, tgid: u32, start_ns: u64, raw: &[u8]) {
+    pub(super) fn exec_seen(&mut self, tgid: u32, start_ns: u64, uid: u32, cgroup_id: u64) {
         if !self.events.exec {
             return;
         }
-        let (uid, cgroup_id) = exec_ids(raw);
         self.exec_pending.push(Pending {
             tgid,
             start_ns,

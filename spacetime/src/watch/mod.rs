@@ -5,14 +5,13 @@
 //! [`table`] keeps the live processes (seeded from /proc by [`procfs`]) so that an exit record,
 //! which carries the figures, can be printed with the exe and argv of the image that ended,
 //! its parent chain and thread count. [`filter`] selects, [`output`] writes, [`metrics`] counts
-//! and serves, [`coverage`] matches every exit against the kernel's taskstats records.
+//! and serves, [`crate::core::matcher`] matches every exit against the kernel's taskstats records.
 //!
 //! Nothing is read from /proc per exit and nothing is allocated per exit beyond formatting: the
 //! entry moves out of the table, the line is written from borrowed data.
 
 pub mod args;
 mod cgroup;
-mod coverage;
 mod exec;
 mod exit;
 mod filter;
@@ -38,13 +37,12 @@ use spacetime_common::mode;
 pub use args::WatchArgs;
 
 use crate::{
-    cli::EXIT_OWN_FAILURE,
+    core::exit_code::EXIT_OWN_FAILURE,
+    core::matcher::Coverage,
     loader::{LoadOptions, Probes},
     selfstats::OwnCost,
-    taskstats::{ListenerOptions, TaskstatsListener},
 };
 use cgroup::Cgroups;
-use coverage::Coverage;
 use filter::Filter;
 use metrics::Metrics;
 use output::Output;
@@ -135,65 +133,99 @@ fn load_probes(args: &WatchArgs, filter: &Filter) -> anyhow::Result<Probes> {
 
 fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     let filter = Filter::from_args(&args)?;
-    let mut out =
-        Output::open(args.output.as_deref(), args.json, args.wide).with_context(|| {
-            format!(
-                "opening {}",
-                args.output
-                    .as_ref()
-                    .map_or("stdout".into(), |p| p.display().to_string())
-            )
-        })?;
-    let metrics_listener = match args.metrics {
-        Some(addr) => {
-            let l = std::net::TcpListener::bind(addr)
-                .with_context(|| format!("--metrics: listening on {addr}"))?;
-            l.set_nonblocking(true)?;
-            Some(l)
-        }
-        None => None,
-    };
-    // Created now, so a path that cannot be written fails the watch before it starts.
-    let summary_file = match &args.summary_json {
-        Some(path) => Some(
-            std::fs::File::create(path)
-                .with_context(|| format!("--summary-json: creating {}", path.display()))?,
-        ),
-        None => None,
-    };
+    let (mut out, metrics_listener, summary_file) = open_ends(&args)?;
     let sigfd = crate::signals::signal_fd(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
         .context("setting up signal handling")?;
     let mut probes = load_probes(&args, &filter)?;
     if verbose > 0 {
-        crate::errln!(
-            "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
-            probes.load_ms,
-            probes.ring_buffer_bytes >> 10
-        );
-        for m in &probes.mechanisms {
-            crate::errln!("spacetime:   {m}");
-        }
+        crate::core::session::tell_loaded(&probes);
     }
     // Every program is attached from here on (each was attached in turn while loading).
     let attached_ns = crate::clock::monotonic_ns();
     let ring = probes.take_events()?;
     // Opened after the programs are attached: every taskstats record has its BPF exit.
-    let (taskstats, taskstats_unavailable) = if args.no_taskstats {
-        (None, Some("--no-taskstats".to_string()))
-    } else {
-        match TaskstatsListener::open(ListenerOptions {
-            rcvbuf_bytes: TASKSTATS_RCVBUF,
-            ..ListenerOptions::default()
-        }) {
-            Ok(l) => (Some(l), None),
-            Err(e) => {
-                crate::errln!("spacetime: no taskstats cross-check: {e}");
-                (None, Some(e.to_string()))
-            }
-        }
-    };
+    let (taskstats, taskstats_unavailable) = open_taskstats(args.no_taskstats);
     // Exits before the listener was registered have no taskstats record to match.
     let taskstats_since_ns = crate::clock::monotonic_ns();
+    let (table, seeded) = seeded_table(&args, &filter, &mut probes, attached_ns)?;
+    out.ancestry = args.ancestry;
+    let cgroups = Cgroups::open();
+    if verbose > 0 && !cgroups.available() {
+        crate::errln!("spacetime: no cgroup2 mount: cgroups are shown as ids");
+    }
+    out.set_wall_offset(crate::clock::realtime_offset_ns());
+    out.set_identity(
+        crate::report::origin::Origin::now(0).host,
+        identity::boot_id(),
+    );
+    // What is watched goes before the table, so the header is the last line before the rows.
+    crate::errln!(
+        "spacetime: watching {}; {seeded} processes running; Ctrl-C to stop",
+        filter.describe(args.threads)
+    );
+    // An output already closed stops the watch at its first exit, cleanly, with the summary
+    // saying so: not an error before it starts.
+    let _ = out.header().and_then(|()| out.flush());
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let metrics_listener = serve_metrics(&rt, metrics_listener)?;
+    let mut w = Watch::new(
+        &args,
+        table,
+        filter,
+        out,
+        cgroups,
+        taskstats.is_some(),
+        taskstats_since_ns,
+        probes.cpu_at_release,
+    );
+    let started = Instant::now();
+    let mut logger = probes.take_logger();
+    let io = Io {
+        ring,
+        sigfd,
+        taskstats,
+        metrics: metrics_listener,
+        duration: args.duration,
+    };
+    let stop = rt.block_on(w.consume(io, &probes, logger.as_mut()))?;
+    let elapsed = started.elapsed();
+    finish(
+        &mut w,
+        stop,
+        elapsed,
+        &probes,
+        taskstats_unavailable,
+        summary_file,
+        &args,
+        verbose,
+    )?;
+    Ok(stop)
+}
+
+/// The listener, or None and why.
+fn open_taskstats(disabled: bool) -> (Option<crate::taskstats::TaskstatsListener>, Option<String>) {
+    if disabled {
+        return (None, Some("--no-taskstats".to_string()));
+    }
+    match crate::core::matcher::open_listener(TASKSTATS_RCVBUF) {
+        Ok(l) => (Some(l), None),
+        Err(e) => {
+            crate::errln!("spacetime: no taskstats cross-check: {e}");
+            (None, Some(e))
+        }
+    }
+}
+
+/// The live process table, seeded from /proc; and how many processes it found running.
+fn seeded_table(
+    args: &WatchArgs,
+    filter: &Filter,
+    probes: &mut Probes,
+    attached_ns: u64,
+) -> anyhow::Result<(Table, usize)> {
     let mut table = Table::new(TableOptions {
         max_processes: args.max_processes.max(1),
         ancestry: args.ancestry,
@@ -204,7 +236,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     table.set_argv_budget(args.argv_budget);
     // Inside a PID namespace with its own /proc, its pids are not the kernel's: seeding from
     // it would name strangers.
-    let seeded = if crate::pidns::proc_has_kernel_pids(&probes) {
+    let seeded = if crate::pidns::proc_has_kernel_pids(probes) {
         // Another user's argv is not read here either when the kernel filters by uid.
         let want_argv = |pid| {
             !filter.kernel_uids()
@@ -232,76 +264,56 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     }
     // The argv /proc gave was charged while seeding; what remains over is cut now.
     table.enforce_argv_budget();
-    out.ancestry = args.ancestry;
-    let cgroups = Cgroups::open();
-    if verbose > 0 && !cgroups.available() {
-        crate::errln!("spacetime: no cgroup2 mount: cgroups are shown as ids");
-    }
-    out.set_wall_offset(crate::clock::realtime_offset_ns());
-    out.set_identity(
-        crate::report::origin::Origin::now(0).host,
-        identity::boot_id(),
-    );
-    // What is watched goes before the table, so the header is the last line before the rows.
-    crate::errln!(
-        "spacetime: watching {}; {seeded} processes running; Ctrl-C to stop",
-        filter.describe(args.threads)
-    );
-    // An output already closed stops the watch at its first exit, cleanly, with the summary
-    // saying so: not an error before it starts.
-    let _ = out.header().and_then(|()| out.flush());
+    Ok((table, seeded))
+}
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let metrics_listener = match metrics_listener {
-        Some(l) => {
-            let _guard = rt.enter();
-            let l = tokio::net::TcpListener::from_std(l)?;
-            crate::errln!("spacetime: metrics on http://{}/metrics", l.local_addr()?);
-            Some(watcher::MetricsListener::new(l))
-        }
-        None => None,
+/// The metrics endpoint, served from the runtime `rt`.
+fn serve_metrics(
+    rt: &tokio::runtime::Runtime,
+    listener: Option<std::net::TcpListener>,
+) -> anyhow::Result<Option<watcher::MetricsListener>> {
+    let Some(l) = listener else {
+        return Ok(None);
     };
-    let mut metrics = Metrics::new(taskstats.is_some(), args.metrics_comm_limit);
-    for label in &args.metrics_label {
-        metrics.by_identity.push(metrics::identity::ByIdentity::new(
-            *label,
-            args.metrics_comm_limit,
-        ));
+    let _guard = rt.enter();
+    let l = tokio::net::TcpListener::from_std(l)?;
+    crate::errln!("spacetime: metrics on http://{}/metrics", l.local_addr()?);
+    Ok(Some(watcher::MetricsListener::new(l)))
+}
+
+/// What the summary says of the taskstats cross-check, when not just its figures.
+fn coverage_note(w: &Watch, unavailable: Option<&str>) -> Option<String> {
+    match &w.coverage {
+        None => Some(match unavailable {
+            Some(why) => format!("not checked ({why})"),
+            None => "not checked".to_string(),
+        }),
+        // Registered, yet not one record while processes exited: they go elsewhere.
+        Some(c) if c.version == 0 && w.metrics.seen_processes > 0 => Some(format!(
+            "not checked ({})",
+            crate::core::matcher::NO_RECORDS
+        )),
+        Some(c) if c.version > 0 && c.version < 12 => Some(format!(
+            "{} matched (taskstats version {} cannot mark process ends: unmatched records \
+             not counted)",
+            w.metrics.matched, c.version
+        )),
+        Some(_) => None,
     }
-    let mut w = Watch {
-        metrics,
-        coverage: taskstats.as_ref().map(|_| Coverage::default()),
-        table,
-        filter,
-        out,
-        cgroups,
-        peaks: summary::Peaks::default(),
-        ancestry: Vec::new(),
-        wall_offset_ns: crate::clock::realtime_offset_ns(),
-        page: crate::clock::page_size(),
-        threads: args.threads,
-        count: args.count,
-        stop: None,
-        late: false,
-        taskstats_since_ns,
-        waiting: reap::Waiting::default(),
-        reaps: probes.cpu_at_release,
-        events: args.events,
-        exec_pending: Vec::new(),
-    };
-    let started = Instant::now();
-    let mut logger = probes.take_logger();
-    let io = Io {
-        ring,
-        sigfd,
-        taskstats,
-        metrics: metrics_listener,
-        duration: args.duration,
-    };
-    let stop = rt.block_on(w.consume(io, &probes, logger.as_mut()))?;
-    let elapsed = started.elapsed();
+}
+
+/// The summary on stderr and in `--summary-json`, once the watch stopped.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    w: &mut Watch,
+    stop: Stop,
+    elapsed: std::time::Duration,
+    probes: &Probes,
+    taskstats_unavailable: Option<String>,
+    summary_file: Option<std::fs::File>,
+    args: &WatchArgs,
+    verbose: u8,
+) -> anyhow::Result<()> {
     if let Some(e) = w
         .out
         .flush()
@@ -310,18 +322,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     {
         crate::errln!("spacetime: writing the output: {e}");
     }
-    let coverage_note = match &w.coverage {
-        None => Some(match &taskstats_unavailable {
-            Some(why) => format!("not checked ({why})"),
-            None => "not checked".to_string(),
-        }),
-        Some(c) if c.version > 0 && c.version < 12 => Some(format!(
-            "{} matched (taskstats version {} cannot mark process ends: unmatched records \
-             not counted)",
-            w.metrics.matched, c.version
-        )),
-        Some(_) => None,
-    };
+    let coverage_note = coverage_note(w, taskstats_unavailable.as_deref());
     if stop == Stop::OutputClosed {
         crate::errln!("spacetime: stopped: the output was closed");
     } else if stop == Stop::OutputFailed {
@@ -332,7 +333,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         crate::errln!("spacetime: stopped: {stop:?}");
     }
     // Measured with the programs still attached: the figures cover the whole watch.
-    let own_cost = OwnCost::measure(&probes);
+    let own_cost = OwnCost::measure(probes);
     let fin = summary::Final {
         elapsed,
         metrics: &w.metrics,
@@ -350,5 +351,83 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         write_summary_json(file, &summary::json(&fin, &stop.name(), &own_cost))
             .with_context(|| format!("--summary-json: writing {}", path.display()))?;
     }
-    Ok(stop)
+    Ok(())
+}
+
+/// What the watch writes to and serves from, opened before anything is loaded so that a
+/// path or address that cannot be used fails the watch before it starts.
+fn open_ends(
+    args: &WatchArgs,
+) -> anyhow::Result<(Output, Option<std::net::TcpListener>, Option<std::fs::File>)> {
+    let out = Output::open(args.output.as_deref(), args.json, args.wide).with_context(|| {
+        format!(
+            "opening {}",
+            args.output
+                .as_ref()
+                .map_or("stdout".into(), |p| p.display().to_string())
+        )
+    })?;
+    let metrics_listener = match args.metrics {
+        Some(addr) => {
+            let l = std::net::TcpListener::bind(addr)
+                .with_context(|| format!("--metrics: listening on {addr}"))?;
+            l.set_nonblocking(true)?;
+            Some(l)
+        }
+        None => None,
+    };
+    // Created now, so a path that cannot be written fails the watch before it starts.
+    let summary_file = match &args.summary_json {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .with_context(|| format!("--summary-json: creating {}", path.display()))?,
+        ),
+        None => None,
+    };
+    Ok((out, metrics_listener, summary_file))
+}
+
+impl Watch {
+    /// The watch before its first record; `taskstats`: a listener is open; `reaps`: release
+    /// records come.
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        args: &WatchArgs,
+        table: Table,
+        filter: Filter,
+        out: Output,
+        cgroups: Cgroups,
+        taskstats: bool,
+        taskstats_since_ns: u64,
+        reaps: bool,
+    ) -> Watch {
+        let mut metrics = Metrics::new(taskstats, args.metrics_comm_limit);
+        for label in &args.metrics_label {
+            metrics.by_identity.push(metrics::identity::ByIdentity::new(
+                *label,
+                args.metrics_comm_limit,
+            ));
+        }
+        Watch {
+            metrics,
+            coverage: taskstats.then(Coverage::default),
+            table,
+            filter,
+            out,
+            cgroups,
+            peaks: summary::Peaks::default(),
+            ancestry: Vec::new(),
+            wall_offset_ns: crate::clock::realtime_offset_ns(),
+            page: crate::clock::page_size(),
+            threads: args.threads,
+            count: args.count,
+            stop: None,
+            late: false,
+            taskstats_since_ns,
+            waiting: reap::Waiting::default(),
+            reaps,
+            events: args.events,
+            exec_pending: Vec::new(),
+        }
+    }
 }

@@ -16,7 +16,7 @@ use std::{
     sync::Arc,
 };
 
-use crate::idhash::IdMap;
+use crate::{core::argv::ArgvAssembly, idhash::IdMap};
 
 mod ancestry;
 mod budget;
@@ -78,14 +78,6 @@ pub struct EndedImage {
     pub shared_mm: bool,
 }
 
-/// argv still streaming in continuation records.
-#[derive(Debug, Clone)]
-struct Building {
-    expected: u32,
-    area: Vec<u8>,
-    cut: bool,
-}
-
 /// A live process.
 #[derive(Debug)]
 pub struct Entry {
@@ -96,7 +88,8 @@ pub struct Entry {
     /// The process that forked it (for processes found at start: the parent then).
     pub ppid: u32,
     pub image: Arc<ImageInfo>,
-    building: Option<Box<Building>>,
+    /// argv still streaming in continuation records.
+    building: Option<Box<ArgvAssembly>>,
     /// Runs on its parent's address space (vfork) until it execs.
     pub shared_mm: bool,
     /// The peak of the current image, read by an image-end record, awaiting the exec.
@@ -170,7 +163,7 @@ impl Entry {
             self.image = Arc::new(ImageInfo::from_area(
                 old.exe.clone(),
                 old.comm,
-                &b.area,
+                b.area(),
                 false,
             ));
         }
@@ -454,14 +447,10 @@ impl Table {
         p.exec_ns = e.hdr.ts_ns;
         let cut = e.hdr.flags & (flags::EXEC_ARGS_TRUNCATED | flags::EXEC_ARGS_FAULT) != 0;
         let complete = !cut && e.args.len() == e.args_len as usize;
-        if !complete && !cut && e.args.len() < e.args_len as usize {
+        if !cut && e.args.len() < e.args_len as usize {
             let mut area = e.args.clone();
             area.reserve_exact(e.args_len as usize - area.len());
-            p.building = Some(Box::new(Building {
-                expected: e.args_len,
-                area,
-                cut,
-            }));
+            p.building = Some(Box::new(ArgvAssembly::new(area, e.args_len)));
         }
         p.image = Arc::new(ImageInfo::from_area(
             e.filename.into_boxed_slice(),
@@ -480,14 +469,14 @@ impl Table {
             self.stats.args_gaps += 1;
             return;
         };
-        if a.offset as usize != b.area.len() {
+        if !b.append(a.offset, &a.data) {
             self.stats.args_gaps += 1;
             return;
         }
-        b.area.extend_from_slice(&a.data);
-        if b.area.len() >= b.expected as usize {
-            let complete = !b.cut;
-            let area = std::mem::take(&mut b.area);
+        if b.arrived() {
+            // Streamed only when the exec record said nothing was cut.
+            let complete = b.complete(0);
+            let area = b.take_area();
             p.building = None;
             let old = &p.image;
             p.image = Arc::new(ImageInfo::from_area(

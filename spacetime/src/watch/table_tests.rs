@@ -52,6 +52,8 @@ fn exec(t: &mut Table, p: (u32, u64), exe: &str, area: &[u8], total: usize) {
     t.exec(Exec {
         hdr: hdr(kind::EXEC, p, p.1 + 10),
         old_pid: p.0,
+        uid: 0,
+        cgroup_id: 0,
         comm: exe.rsplit('/').next().unwrap_or(exe).into(),
         filename: exe.into(),
         args_len: total as u32,

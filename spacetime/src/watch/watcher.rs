@@ -11,11 +11,9 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 use spacetime_common::{flags, ExitEvent, ReapEvent};
-use tokio::io::{unix::AsyncFd, Interest};
 
 use super::{
     cgroup::Cgroups,
-    coverage::{Coverage, End},
     exit::{comm_str, last_image_peak_pages, ns_pid, process_times, ExitView},
     filter::Filter,
     metrics::{self, Metrics},
@@ -25,15 +23,17 @@ use super::{
     Stop,
 };
 use crate::{
+    core::{
+        event_loop::{self, Consumer, Source},
+        matcher::{Coverage, End},
+    },
     cputime::split_runtime,
-    events::{decode, Event},
+    events::Event,
     loader::{KernelLogger, Probes},
-    taskstats::{TaskstatsListener, TaskstatsRecord},
+    taskstats::{TaskstatsError, TaskstatsListener, TaskstatsRecord},
     tree::ExitStatus,
 };
 
-/// How often the ring buffer is drained when the kernel has not woken us.
-const DRAIN_INTERVAL: Duration = Duration::from_millis(50);
 /// How often loss counters are read and stale taskstats records expired.
 const HOUSEKEEPING: Duration = Duration::from_secs(1);
 /// How long to wait for the last taskstats records when stopping.
@@ -120,10 +120,115 @@ impl MetricsListener {
     }
 }
 
-async fn accept(l: &mut Option<MetricsListener>) -> io::Result<tokio::net::TcpStream> {
-    match l {
-        Some(l) => l.accept().await,
-        None => std::future::pending().await,
+impl Source for Option<MetricsListener> {
+    type Item = io::Result<tokio::net::TcpStream>;
+
+    async fn next(&mut self) -> Self::Item {
+        match self {
+            Some(l) => l.accept().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// The watch as the event loop drives it.
+struct Looping<'w, 'p> {
+    w: &'w mut Watch,
+    probes: &'p Probes,
+    last_housekeeping: Instant,
+    enobufs_seen: u64,
+    /// `--duration`'s end, CLOCK_MONOTONIC ns.
+    deadline_ns: Option<u64>,
+}
+
+impl Consumer for Looping<'_, '_> {
+    type Extra = Option<MetricsListener>;
+
+    fn event(&mut self, ev: Event) {
+        let w = &mut *self.w;
+        if w.late {
+            // Stopped: exits only cancel out their taskstats records (see `consume`).
+            if let (Event::Exit(x), Some(c)) = (&ev, w.coverage.as_mut()) {
+                if x.hdr.flags & flags::EXIT_GROUP_DEAD != 0 {
+                    c.late_bpf_exit(x.hdr.pid, end_of(x, w.wall_offset_ns, Instant::now()));
+                }
+            }
+            return;
+        }
+        match ev {
+            Event::Fork(f) => w.table.fork(&f),
+            Event::Exec(e) => {
+                let (tgid, start) = (e.hdr.tgid, e.hdr.leader_start_ns);
+                let (uid, cgroup_id) = (e.uid, e.cgroup_id);
+                // A waiting exec line of this process is for the image this one ends.
+                w.write_execs(false, Some(tgid));
+                w.table.exec(e);
+                w.exec_seen(tgid, start, uid, cgroup_id);
+            }
+            Event::Args(a) => w.table.args(a),
+            Event::ImageEnd(m) => w.table.image_end(&m),
+            Event::Exit(x) => w.exit(&x, Instant::now()),
+            // RSS over time is trace's; watch does not turn it on.
+            Event::Rss(_) => {}
+            Event::Reap(r) => w.reap(&r),
+        }
+    }
+
+    fn decode_errors(&mut self) -> &mut u64 {
+        &mut self.w.metrics.decode_errors
+    }
+
+    fn taking(&self) -> bool {
+        self.w.stop.is_none()
+    }
+
+    /// Rows whose release came go out, and the output is flushed.
+    fn drained(&mut self) {
+        let w = &mut *self.w;
+        if !w.late {
+            w.write_execs(false, None);
+            w.write_ready(Instant::now(), false);
+        }
+        if let Err(e) = w.out.flush() {
+            w.output_failed(e);
+        }
+    }
+
+    fn signal(&mut self, signo: libc::c_int, _from_process: bool) {
+        self.w.stop.get_or_insert(Stop::Signal(signo));
+    }
+
+    fn taskstats(&mut self, batch: &mut Vec<TaskstatsRecord>) {
+        self.w.taskstats(batch);
+    }
+
+    fn taskstats_failed(&mut self, e: &TaskstatsError) {
+        crate::errln!("spacetime: taskstats stopped: {e}");
+    }
+
+    fn tick(&mut self, taskstats: Option<&TaskstatsListener>) {
+        if self.last_housekeeping.elapsed() >= HOUSEKEEPING {
+            self.last_housekeeping = Instant::now();
+            self.w.table.verify_early(super::procfs::start_of);
+            self.w
+                .housekeeping(self.probes, taskstats, &mut self.enobufs_seen);
+        }
+    }
+
+    fn next_due(&self) -> Option<u64> {
+        self.deadline_ns
+    }
+
+    fn due(&mut self) {
+        self.w.stop.get_or_insert(Stop::Duration);
+    }
+
+    fn extra(&mut self, conn: io::Result<tokio::net::TcpStream>, l: &Option<MetricsListener>) {
+        self.w.scrape(conn, l.as_ref());
+    }
+
+    fn done(&self) -> bool {
+        self.w.stop.is_some()
     }
 }
 
@@ -132,89 +237,64 @@ impl Watch {
         &mut self,
         mut io: Io,
         probes: &Probes,
-        mut logger: Option<&mut KernelLogger>,
+        logger: Option<&mut KernelLogger>,
     ) -> anyhow::Result<Stop> {
-        // SAFETY: both own their descriptor, which stays open and unchanged while registered.
-        let mut ring = unsafe { AsyncFd::register_with_interest(io.ring, Interest::READABLE) }?;
-        // SAFETY: as above.
-        let sig = unsafe { AsyncFd::register_with_interest(io.sigfd, Interest::READABLE) }?;
-        let deadline = io.duration.map(|d| tokio::time::Instant::now() + d);
-        let sleep = tokio::time::sleep_until(
-            deadline.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(1 << 30)),
-        );
-        tokio::pin!(sleep);
-        let mut tick = tokio::time::interval(DRAIN_INTERVAL);
-        let mut last_housekeeping = Instant::now();
-        let mut ts_buf = Vec::new();
-        let mut enobufs_seen = 0;
-        self.housekeeping(probes, io.taskstats.as_ref(), &mut enobufs_seen);
-        while self.stop.is_none() {
-            tokio::select! {
-                guard = ring.readable_mut() => {
-                    let mut guard = guard?;
-                    self.drain(guard.get_inner_mut());
-                    guard.clear_ready();
-                }
-                guard = sig.readable() => {
-                    let mut guard = guard?;
-                    if let Some(signo) = read_signal(sig.get_ref().as_raw_fd()) {
-                        self.stop = Some(Stop::Signal(signo));
-                    }
-                    guard.clear_ready();
-                }
-                conn = accept(&mut io.metrics) => self.scrape(conn, io.metrics.as_ref()),
-                _ = &mut sleep, if deadline.is_some() => self.stop = Some(Stop::Duration),
-                _ = tick.tick() => {
-                    self.drain(ring.get_mut());
-                    // Taskstats sends a datagram per exit: waking up for each would cost more
-                    // than the exit itself, so they wait in the socket's buffer for the tick.
-                    if let Some(l) = io.taskstats.as_mut() {
-                        match l.drain(&mut ts_buf) {
-                            Ok(_) => self.taskstats(&mut ts_buf),
-                            Err(e) => {
-                                crate::errln!("spacetime: taskstats stopped: {e}");
-                                io.taskstats = None;
-                            }
-                        }
-                    }
-                    if let Some(l) = logger.as_mut() {
-                        l.flush();
-                    }
-                    if last_housekeeping.elapsed() >= HOUSEKEEPING {
-                        last_housekeeping = Instant::now();
-                        self.table.verify_early(super::procfs::start_of);
-                        self.housekeeping(probes, io.taskstats.as_ref(), &mut enobufs_seen);
-                    }
-                }
-            }
+        let deadline_ns = io
+            .duration
+            .map(|d| crate::clock::monotonic_ns().saturating_add(d.as_nanos() as u64));
+        let mut looping = Looping {
+            w: self,
+            probes,
+            last_housekeeping: Instant::now(),
+            enobufs_seen: 0,
+            deadline_ns,
+        };
+        looping
+            .w
+            .housekeeping(probes, io.taskstats.as_ref(), &mut looping.enobufs_seen);
+        let mut lio = event_loop::Io {
+            ring: &mut io.ring,
+            sigfd: io.sigfd.as_raw_fd(),
+            logger,
+            taskstats: io.taskstats.as_mut(),
+        };
+        event_loop::run(&mut lio, &mut looping, &mut io.metrics).await?;
+        if lio.taskstats.is_none() {
+            io.taskstats = None;
         }
-        let stop = self.stop.unwrap_or(Stop::Duration);
+        let stop = looping.w.stop.unwrap_or(Stop::Duration);
         // What the kernel already wrote is reported, unless the count was reached or the
         // reader is gone.
         if matches!(stop, Stop::Signal(_) | Stop::Duration) {
-            self.stop = None;
-            self.drain(ring.get_mut());
+            looping.w.stop = None;
+            event_loop::drain(&mut io.ring, &mut looping);
             // Exec lines still waiting for argv go out with what arrived, rows still waiting
             // for a release with their exit figures.
-            self.write_execs(true, None);
-            self.write_ready(Instant::now(), true);
+            looping.w.write_execs(true, None);
+            looping.w.write_ready(Instant::now(), true);
         }
         if let Some(l) = io.taskstats.as_mut() {
             // Taskstats records of the exits reported may still be on their way. Exits after
             // the stop only cancel out their taskstats records: they were not reported.
             tokio::time::sleep(TASKSTATS_GRACE).await;
+            let mut ts_buf = Vec::new();
             if l.drain(&mut ts_buf).is_ok() {
-                self.taskstats(&mut ts_buf);
+                looping.w.taskstats(&mut ts_buf);
             }
-            self.stop = None;
-            self.late = true;
-            self.drain(ring.get_mut());
+            looping.w.stop = None;
+            looping.w.late = true;
+            event_loop::drain(&mut io.ring, &mut looping);
         }
-        self.housekeeping(probes, io.taskstats.as_ref(), &mut enobufs_seen);
-        if let Some(c) = self.coverage.as_mut() {
-            c.expire(Instant::now(), true);
+        let Looping {
+            w,
+            mut enobufs_seen,
+            ..
+        } = looping;
+        w.housekeeping(probes, io.taskstats.as_ref(), &mut enobufs_seen);
+        if let Some(c) = w.coverage.as_mut() {
+            let _ = c.expire(Instant::now(), true);
         }
-        self.sync_coverage();
+        w.sync_coverage();
         Ok(stop)
     }
 
@@ -249,7 +329,7 @@ impl Watch {
             self.metrics.enobufs = e;
         }
         if let Some(c) = self.coverage.as_mut() {
-            c.expire(Instant::now(), false);
+            let _ = c.expire(Instant::now(), false);
         }
         self.sync_coverage();
         self.metrics.table_size = self.table.len() as u64;
@@ -271,55 +351,12 @@ impl Watch {
         let now = Instant::now();
         if let Some(c) = self.coverage.as_mut() {
             for r in buf.iter() {
-                c.taskstats(r, now);
+                c.taskstats(r, now, ());
             }
         }
         buf.clear();
         // A backlog (after a stall) must not keep its memory.
         buf.shrink_to(1024);
-    }
-
-    /// Applies every record in the ring buffer, then flushes the output.
-    fn drain(&mut self, ring: &mut RingBuf<MapData>) {
-        let now = Instant::now();
-        while self.stop.is_none() {
-            let Some(item) = ring.next() else { break };
-            if self.late {
-                if let (Ok(Event::Exit(x)), Some(c)) = (decode(&item), self.coverage.as_mut()) {
-                    if x.hdr.flags & flags::EXIT_GROUP_DEAD != 0 {
-                        c.late_bpf_exit(x.hdr.pid, end_of(&x, self.wall_offset_ns, now));
-                    }
-                }
-                continue;
-            }
-            match decode(&item) {
-                Ok(Event::Fork(f)) => self.table.fork(&f),
-                Ok(Event::Exec(e)) => {
-                    let (tgid, start) = (e.hdr.tgid, e.hdr.leader_start_ns);
-                    // A waiting exec line of this process is for the image this one ends.
-                    self.write_execs(false, Some(tgid));
-                    self.table.exec(e);
-                    self.exec_seen(tgid, start, &item);
-                }
-                Ok(Event::Args(a)) => self.table.args(a),
-                Ok(Event::ImageEnd(m)) => self.table.image_end(&m),
-                Ok(Event::Exit(x)) => self.exit(&x, now),
-                // RSS over time is trace's; watch does not turn it on.
-                Ok(Event::Rss(_)) => {}
-                Ok(Event::Reap(r)) => self.reap(&r),
-                Err(e) => {
-                    self.metrics.decode_errors += 1;
-                    log::debug!("undecodable record: {e}");
-                }
-            }
-        }
-        if !self.late {
-            self.write_execs(false, None);
-            self.write_ready(now, false);
-        }
-        if let Err(e) = self.out.flush() {
-            self.output_failed(e);
-        }
     }
 
     pub(super) fn output_failed(&mut self, e: io::Error) {
@@ -352,7 +389,7 @@ impl Watch {
             .as_mut()
             .filter(|_| x.hdr.ts_ns >= self.taskstats_since_ns)
         {
-            c.bpf_exit(x.hdr.pid, end_of(x, self.wall_offset_ns, now));
+            c.bpf_exit(x.hdr.pid, end_of(x, self.wall_offset_ns, now), ());
         }
         let ancestry = std::mem::take(&mut self.ancestry);
         self.waiting.push(*x, e, ancestry, now);
@@ -377,7 +414,7 @@ impl Watch {
             .as_mut()
             .filter(|_| x.hdr.ts_ns >= self.taskstats_since_ns)
         {
-            c.bpf_exit(x.hdr.pid, end_of(x, self.wall_offset_ns, now));
+            c.bpf_exit(x.hdr.pid, end_of(x, self.wall_offset_ns, now), ());
         }
     }
 
@@ -541,21 +578,14 @@ impl Watch {
 /// An exit record as the taskstats cross-check sees it: wall-clock time, and the thread's
 /// elapsed time when it is the group leader (whose start the record carries).
 fn end_of(x: &ExitEvent, wall_offset_ns: i64, now: Instant) -> End {
-    End {
-        wall_us: (x.hdr.ts_ns as i64 + wall_offset_ns) / 1000,
-        etime_us: (x.hdr.pid == x.hdr.tgid)
-            .then(|| (x.hdr.ts_ns.saturating_sub(x.hdr.leader_start_ns) / 1000) as i64),
-        at: now,
-    }
-}
-
-/// The first pending signal, if any (the rest stay pending: one is enough to stop).
-fn read_signal(fd: libc::c_int) -> Option<i32> {
-    let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-    let size = std::mem::size_of::<libc::signalfd_siginfo>();
-    // SAFETY: reads one siginfo into a properly sized buffer.
-    let n = unsafe { libc::read(fd, (&mut info as *mut libc::signalfd_siginfo).cast(), size) };
-    (n == size as isize).then_some(info.ssi_signo as i32)
+    End::of_exit(
+        x.hdr.tgid,
+        x.hdr.pid,
+        x.hdr.leader_start_ns,
+        x.hdr.ts_ns,
+        wall_offset_ns,
+        now,
+    )
 }
 
 impl Watch {

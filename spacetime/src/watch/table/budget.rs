@@ -69,7 +69,7 @@ impl Table {
                 }
             }
             if let Some(b) = &e.building {
-                total += b.area.capacity();
+                total += b.held_bytes();
             }
         }
         let mut sizes: Vec<(usize, *const ImageInfo)> = Vec::with_capacity(seen.len());
@@ -172,6 +172,8 @@ mod tests {
         t.exec(Exec {
             hdr: hdr(kind::EXEC, pid, pid as u64 + 10),
             old_pid: pid,
+            uid: 0,
+            cgroup_id: 0,
             comm: "x".into(),
             filename: b"/bin/x".to_vec(),
             args_len: area.len() as u32,

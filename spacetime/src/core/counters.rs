@@ -1,0 +1,42 @@
+//! The kernel side's loss and failure counters as a plain type: the report shows them without
+//! knowing the loader that reads them.
+
+/// Loss and failure counters from the kernel side.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct KernelCounters {
+    /// Records dropped because the ring buffer was full.
+    pub ringbuf_lost: u64,
+    /// Processes not tracked because the tracking map was full.
+    pub track_full: u64,
+    /// Kernel reads that failed.
+    pub read_failures: u64,
+    /// Records the kernel-side filter kept from being sent (see `stat::FILTERED`). Only
+    /// `watch` filters: a trace report leaves it out.
+    #[serde(skip)]
+    pub filtered: u64,
+    /// Processes whose free record could not be awaited (the kernel's map of exited
+    /// processes was full): their CPU figures stay the exit-time ones.
+    pub reap_full: u64,
+    /// Runs of spacetime's programs the kernel skipped because the same program was already
+    /// running on that CPU (its `recursion_misses`): events lost without a trace otherwise.
+    pub recursion_misses: u64,
+}
+
+impl KernelCounters {
+    /// Events that never reached userspace.
+    pub fn lost(&self) -> u64 {
+        self.ringbuf_lost + self.track_full
+    }
+
+    /// What was added since `start` (a run's own counts, from cumulative ones).
+    pub fn since(&self, start: &KernelCounters) -> KernelCounters {
+        KernelCounters {
+            ringbuf_lost: self.ringbuf_lost.saturating_sub(start.ringbuf_lost),
+            track_full: self.track_full.saturating_sub(start.track_full),
+            read_failures: self.read_failures.saturating_sub(start.read_failures),
+            filtered: self.filtered.saturating_sub(start.filtered),
+            reap_full: self.reap_full.saturating_sub(start.reap_full),
+            recursion_misses: self.recursion_misses.saturating_sub(start.recursion_misses),
+        }
+    }
+}
