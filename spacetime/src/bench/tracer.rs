@@ -45,15 +45,7 @@ impl SessionTracer {
             null_output: !show_output,
         });
         if verbose > 0 {
-            let p = session.probes();
-            crate::errln!(
-                "spacetime: programs loaded once, in {:.1} ms; ring buffer {} KiB",
-                p.load_ms,
-                p.ring_buffer_bytes >> 10
-            );
-            for m in &p.mechanisms {
-                crate::errln!("spacetime:   {m}");
-            }
+            crate::core::session::tell_loaded(session.probes());
         }
         Ok(SessionTracer {
             session,

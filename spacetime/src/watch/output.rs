@@ -212,25 +212,7 @@ impl Output {
         }
         l.push('\n');
         if !x.ancestry.is_empty() {
-            l.extend(std::iter::repeat_n(' ', indent.saturating_sub(2)));
-            let mut chain = String::from("↑ ");
-            for (i, a) in x.ancestry.iter().enumerate() {
-                if i > 0 {
-                    chain.push_str(" ← ");
-                }
-                let name = match a.image.comm.as_bytes() {
-                    [] => "?".into(),
-                    c => term::escape(c),
-                };
-                let _ = write!(
-                    chain,
-                    "{name}({}){}",
-                    a.pid,
-                    if a.exited { "†" } else { "" }
-                );
-            }
-            push_cut(&mut l, &chain, budget.map(|b| b + 2));
-            l.push('\n');
+            ancestry_line(&mut l, x.ancestry, indent, budget);
         }
         if !x.images.is_empty() || x.images_dropped > 0 {
             let pad = " ".repeat(indent.saturating_sub(2));
@@ -267,6 +249,35 @@ impl Output {
 }
 
 /// Appends `s` (escaped or own text), cut to `budget` columns with an ellipsis.
+/// The line under a row naming its ancestors, nearest first (`†`: already exited), indented
+/// under the command and cut to the row's budget.
+fn ancestry_line(
+    l: &mut String,
+    ancestry: &[super::table::Ancestor],
+    indent: usize,
+    budget: Option<usize>,
+) {
+    l.extend(std::iter::repeat_n(' ', indent.saturating_sub(2)));
+    let mut chain = String::from("↑ ");
+    for (i, a) in ancestry.iter().enumerate() {
+        if i > 0 {
+            chain.push_str(" ← ");
+        }
+        let name = match a.image.comm.as_bytes() {
+            [] => "?".into(),
+            c => term::escape(c),
+        };
+        let _ = write!(
+            chain,
+            "{name}({}){}",
+            a.pid,
+            if a.exited { "†" } else { "" }
+        );
+    }
+    push_cut(l, &chain, budget.map(|b| b + 2));
+    l.push('\n');
+}
+
 fn push_cut(l: &mut String, s: &str, budget: Option<usize>) {
     match budget {
         Some(b) => l.push_str(&term::fit(s, b)),

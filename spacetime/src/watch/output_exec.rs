@@ -5,7 +5,7 @@ use std::{fmt::Write as _, io, io::Write as _};
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-use super::{command, push_cut, serialize_names, Ancestry, Col, Layout, Output};
+use super::{command, serialize_names, Ancestry, Col, Layout, Output};
 use crate::{
     report::{lossless::Lossy, origin::rfc3339},
     term,
@@ -80,20 +80,7 @@ impl Output {
         command(&mut l, x.image, &comm, budget);
         l.push('\n');
         if self.ancestry && !x.ancestry.is_empty() {
-            l.extend(std::iter::repeat_n(' ', indent.saturating_sub(2)));
-            let mut chain = String::from("↑ ");
-            for (i, a) in x.ancestry.iter().enumerate() {
-                if i > 0 {
-                    chain.push_str(" ← ");
-                }
-                let name = match a.image.comm.as_bytes() {
-                    [] => "?".into(),
-                    c => term::escape(c),
-                };
-                let _ = write!(chain, "{name}({})", a.pid);
-            }
-            push_cut(&mut l, &chain, budget.map(|b| b + 2));
-            l.push('\n');
+            super::ancestry_line(&mut l, x.ancestry, indent, budget);
         }
         if let Some(w) = self.width {
             l = term::fit_lines(&l, w);
