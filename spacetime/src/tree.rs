@@ -8,79 +8,18 @@
 
 use std::sync::{Arc, LazyLock};
 
-use spacetime_common::{
-    flags, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, MemStats, ReapEvent, RssEvent,
-};
+use spacetime_common::{flags, ExitEvent, ForkEvent, ImageEndEvent, MemStats, ReapEvent, RssEvent};
 
+pub use crate::core::process::{ExitStatus, Key, Names};
 use crate::{
-    core::argv::ArgvAssembly,
+    core::{
+        argv::ArgvAssembly,
+        process::{area_into_args, without_final_nul},
+    },
     cputime,
-    events::{split_argv, Args, Comm, Event, Exec},
+    events::{Args, Event, Exec},
     idhash::{IdMap, IdSet},
 };
-
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Key {
-    pub tgid: u32,
-    pub start_ns: u64,
-}
-
-impl Key {
-    fn of(h: &EventHeader) -> Key {
-        Key {
-            tgid: h.tgid,
-            start_ns: h.leader_start_ns,
-        }
-    }
-}
-
-/// How a process ended, decoded from a wait status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExitStatus {
-    Code(i32),
-    Signal { signal: i32, core_dumped: bool },
-}
-
-impl ExitStatus {
-    /// Decodes a wait(2) status (`task->exit_code` has the same encoding).
-    pub fn from_wait(status: u32) -> ExitStatus {
-        let signal = (status & 0x7f) as i32;
-        if signal == 0 {
-            ExitStatus::Code(((status >> 8) & 0xff) as i32)
-        } else {
-            ExitStatus::Signal {
-                signal,
-                core_dumped: status & 0x80 != 0,
-            }
-        }
-    }
-
-    /// The status a shell reports: the code, or 128 + the signal.
-    pub fn shell_code(&self) -> i32 {
-        match *self {
-            ExitStatus::Code(c) => c,
-            ExitStatus::Signal { signal, .. } => 128 + signal,
-        }
-    }
-}
-
-/// What an image ran: shared by a forked child's inherited image with its parent's instead of
-/// copied (a 100k-process fork storm would hold 100k copies). Bytes exactly as the kernel had
-/// them: neither paths nor arguments need be UTF-8.
-#[derive(Clone, Debug, Default)]
-pub struct Names {
-    /// The path passed to execve (for an inherited image, the parent's).
-    pub exe: Box<[u8]>,
-    /// The argument area as it arrived: NUL-separated, one allocation for all arguments.
-    pub args: Box<[u8]>,
-    pub comm: Comm,
-}
-
-impl Names {
-    pub fn argv(&self) -> impl Iterator<Item = &[u8]> + Clone {
-        split_argv(&self.args)
-    }
-}
 
 /// The end-of-image memory figures an image keeps of the kernel's [`MemStats`] (56 bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,8 +60,6 @@ pub struct Image {
     pub followed_peak_pages: Option<u64>,
     /// argv while it is assembled from continuation records; dropped once every byte came.
     pending_args: Option<Box<ArgvAssembly>>,
-    /// Every argv byte arrived and none was cut.
-    pub argv_complete: bool,
     pub exec_flags: u32,
     /// Started before spacetime attached (`trace -p`): exe, argv and comm were read from
     /// /proc at the attach, not from an exec record.
@@ -143,7 +80,6 @@ impl Default for Image {
             mem: None,
             followed_peak_pages: None,
             pending_args: None,
-            argv_complete: false,
             exec_flags: 0,
             read_at_attach: false,
         }
@@ -162,6 +98,11 @@ impl Image {
 
     pub fn comm(&self) -> &[u8] {
         self.names.comm.as_bytes()
+    }
+
+    /// Every argv byte arrived and none was cut.
+    pub fn argv_complete(&self) -> bool {
+        self.names.argv_complete
     }
 
     /// argv joined by spaces, or the exe (or comm) when there is none: a name for the image
@@ -207,14 +148,14 @@ impl Image {
         let Some(pending) = self.pending_args.as_deref_mut() else {
             return;
         };
-        self.argv_complete = pending.complete(self.exec_flags);
         let names = Arc::make_mut(&mut self.names);
+        names.argv_complete = pending.complete(self.exec_flags);
         if pending.arrived() {
             // The area moves into the names: no copy for the usual one-record argv.
-            names.args = pending.take_area().into_boxed_slice();
+            names.args = area_into_args(pending.take_area());
             self.pending_args = None;
         } else {
-            names.args = pending.area().into();
+            names.args = without_final_nul(pending.area()).into();
         }
     }
 }
@@ -421,7 +362,6 @@ impl Tree {
             .image_at(f.hdr.ts_ns)
             .map(|img| Image {
                 names: Arc::clone(&img.names),
-                argv_complete: img.argv_complete,
                 ..Image::default()
             })
             .unwrap_or_default();
@@ -464,8 +404,8 @@ impl Tree {
         let mut img = Image {
             names: Arc::new(Names {
                 exe: e.filename.into_boxed_slice(),
-                args: Box::default(),
                 comm: e.comm,
+                ..Names::default()
             }),
             start_ns: e.hdr.ts_ns,
             pending_args: Some(Box::new(ArgvAssembly::new(e.args, e.args_len))),

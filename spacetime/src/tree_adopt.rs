@@ -66,7 +66,6 @@ impl Tree {
         p.images.push(Image {
             names: Arc::new(a.names),
             start_ns: a.attach_ns,
-            argv_complete: true,
             read_at_attach: true,
             ..Image::default()
         });

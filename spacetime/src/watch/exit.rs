@@ -4,7 +4,7 @@
 use spacetime_common::{flags, ExitEvent, TASK_COMM_LEN};
 
 use super::identity::Identity;
-use super::table::{Ancestor, EndedImage, Entry, ImageInfo};
+use super::table::{Ancestor, EndedImage, Entry, Names};
 use crate::{cputime::split_runtime, tree::ExitStatus};
 
 pub struct ExitView<'a> {
@@ -20,7 +20,7 @@ pub struct ExitView<'a> {
     /// The kernel's name for it at exit.
     pub comm: &'a str,
     /// Its last program image.
-    pub image: &'a ImageInfo,
+    pub image: &'a Names,
     /// CLOCK_MONOTONIC ns; unknown for a thread whose creation was not seen.
     pub start_ns: Option<u64>,
     /// When its last image started (its exec; the process's start when no exec was seen):

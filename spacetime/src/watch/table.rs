@@ -16,6 +16,7 @@ use std::{
     sync::Arc,
 };
 
+pub use crate::core::process::Names;
 use crate::{core::argv::ArgvAssembly, idhash::IdMap};
 
 mod ancestry;
@@ -28,7 +29,7 @@ use spacetime_common::{flags, ExitEvent, ForkEvent, ImageEndEvent};
 
 use crate::{
     cputime::split_runtime,
-    events::{Args, Comm, Exec},
+    events::{Args, Exec},
 };
 
 /// How far a start time read from /proc (clock ticks) may be from the exact one.
@@ -36,44 +37,10 @@ const SEEDED_START_TOLERANCE_NS: u64 = 50_000_000;
 /// Images kept per process with `--images` (the last ones; older are counted).
 const MAX_IMAGES: usize = 32;
 
-/// One program image: what a process runs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ImageInfo {
-    /// The path passed to execve, or /proc/PID/exe for processes found at start: exact bytes.
-    pub exe: Box<[u8]>,
-    pub comm: Comm,
-    /// The argument area, NUL-separated, without its final NUL.
-    pub args: Box<[u8]>,
-    pub argv_complete: bool,
-}
-
-impl ImageInfo {
-    /// The arguments, as bytes.
-    pub fn argv(&self) -> impl Iterator<Item = &[u8]> + Clone {
-        let area: &[u8] = if self.args.is_empty() {
-            &[]
-        } else {
-            &self.args
-        };
-        area.split(|&b| b == 0)
-            .take(if area.is_empty() { 0 } else { usize::MAX })
-    }
-
-    fn from_area(exe: Box<[u8]>, comm: Comm, area: &[u8], complete: bool) -> ImageInfo {
-        let area = area.strip_suffix(&[0]).unwrap_or(area);
-        ImageInfo {
-            exe,
-            comm,
-            args: area.into(),
-            argv_complete: complete,
-        }
-    }
-}
-
 /// An image the process left by exec, with its peak (pages; `None`: not measured).
 #[derive(Debug, Clone)]
 pub struct EndedImage {
-    pub image: Arc<ImageInfo>,
+    pub image: Arc<Names>,
     pub peak_rss_pages: Option<u64>,
     pub shared_mm: bool,
 }
@@ -87,7 +54,7 @@ pub struct Entry {
     start_exact: bool,
     /// The process that forked it (for processes found at start: the parent then).
     pub ppid: u32,
-    pub image: Arc<ImageInfo>,
+    pub image: Arc<Names>,
     /// argv still streaming in continuation records.
     building: Option<Box<ArgvAssembly>>,
     /// Runs on its parent's address space (vfork) until it execs.
@@ -117,7 +84,7 @@ pub struct Entry {
 }
 
 impl Entry {
-    fn new(pid: u32, start_ns: u64, image: Arc<ImageInfo>) -> Entry {
+    fn new(pid: u32, start_ns: u64, image: Arc<Names>) -> Entry {
         Entry {
             pid,
             start_ns,
@@ -160,12 +127,7 @@ impl Entry {
     fn finish_building(&mut self) {
         if let Some(b) = self.building.take() {
             let old = &self.image;
-            self.image = Arc::new(ImageInfo::from_area(
-                old.exe.clone(),
-                old.comm,
-                b.area(),
-                false,
-            ));
+            self.image = Arc::new(Names::from_area(old.exe.clone(), old.comm, b.area(), false));
         }
     }
 }
@@ -218,7 +180,7 @@ pub struct Table {
     /// CLOCK_MONOTONIC when every program was attached (0: not set).
     attached_ns: u64,
     opts: TableOptions,
-    empty: Arc<ImageInfo>,
+    empty: Arc<Names>,
     pub stats: TableStats,
     budget: budget::Budget,
 }
@@ -235,7 +197,7 @@ impl Table {
             early: Vec::new(),
             attached_ns: 0,
             opts,
-            empty: Arc::new(ImageInfo::default()),
+            empty: Arc::new(Names::default()),
             stats: TableStats::default(),
             budget: budget::Budget::default(),
         }
@@ -297,7 +259,7 @@ impl Table {
     }
 
     /// A seeded entry: start time approximate, everything else from /proc.
-    pub(crate) fn seeded_entry(pid: u32, ppid: u32, start_ns: u64, image: ImageInfo) -> Entry {
+    pub(crate) fn seeded_entry(pid: u32, ppid: u32, start_ns: u64, image: Names) -> Entry {
         let mut e = Entry::new(pid, start_ns, Arc::new(image));
         e.ppid = ppid;
         e
@@ -452,7 +414,7 @@ impl Table {
             area.reserve_exact(e.args_len as usize - area.len());
             p.building = Some(Box::new(ArgvAssembly::new(area, e.args_len)));
         }
-        p.image = Arc::new(ImageInfo::from_area(
+        p.image = Arc::new(Names::from_area(
             e.filename.into_boxed_slice(),
             e.comm,
             &e.args,
@@ -479,12 +441,7 @@ impl Table {
             let area = b.take_area();
             p.building = None;
             let old = &p.image;
-            p.image = Arc::new(ImageInfo::from_area(
-                old.exe.clone(),
-                old.comm,
-                &area,
-                complete,
-            ));
+            p.image = Arc::new(Names::from_area(old.exe.clone(), old.comm, &area, complete));
         }
     }
 

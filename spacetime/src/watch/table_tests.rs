@@ -3,7 +3,7 @@
 
 use spacetime_common::{flags, kind, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, MemStats};
 
-use super::table::{Ancestor, ImageInfo, Table, TableOptions};
+use super::table::{Ancestor, Names, Table, TableOptions};
 use crate::events::{Args, Exec};
 
 fn opts(max: usize) -> TableOptions {
@@ -94,7 +94,7 @@ fn try_exit(
     )
 }
 
-fn argv(i: &ImageInfo) -> Vec<String> {
+fn argv(i: &Names) -> Vec<String> {
     i.argv()
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect()
@@ -177,7 +177,7 @@ fn ghosts_keep_the_chain_while_descendants_live() {
 #[test]
 fn seeded_entries_adopt_the_exact_start() {
     let mut t = Table::new(opts(100));
-    let img = ImageInfo {
+    let img = Names {
         exe: b"/usr/sbin/cron".as_slice().into(),
         comm: "cron".into(),
         args: b"cron\0-f".as_slice().into(),
@@ -230,7 +230,7 @@ fn processes_started_while_attaching_are_checked_once() {
 #[test]
 fn a_fork_seen_after_seeding_is_the_same_process() {
     let mut t = Table::new(opts(100));
-    let img = ImageInfo::default();
+    let img = Names::default();
     t.insert_seeded(Table::seeded_entry(70, 1, 5_000_000_000, img));
     t.finish_seeding(None, &Default::default());
     fork(&mut t, (1, 1), (70, 5_004_000_000));

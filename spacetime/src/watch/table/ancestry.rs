@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use super::{Entry, ImageInfo, Table, SEEDED_START_TOLERANCE_NS};
+use super::{Entry, Names, Table, SEEDED_START_TOLERANCE_NS};
 
 /// A process that exited while children of its still run, kept for their ancestry.
 #[derive(Debug)]
 pub(super) struct Ghost {
     pub(super) start_ns: u64,
     ppid: u32,
-    image: Arc<ImageInfo>,
+    image: Arc<Names>,
     live_children: u32,
 }
 
@@ -19,14 +19,14 @@ pub(super) struct Ghost {
 #[derive(Debug, Clone)]
 pub struct Ancestor {
     pub pid: u32,
-    pub image: Arc<ImageInfo>,
+    pub image: Arc<Names>,
     /// It has exited (its children live on).
     pub exited: bool,
 }
 
 impl Table {
     /// The parent of a process started at `child_start`: live, or a ghost.
-    fn parent(&self, ppid: u32, child_start: u64) -> Option<(u64, u32, &Arc<ImageInfo>, bool)> {
+    fn parent(&self, ppid: u32, child_start: u64) -> Option<(u64, u32, &Arc<Names>, bool)> {
         let limit = child_start.saturating_add(SEEDED_START_TOLERANCE_NS);
         if let Some(p) = self.live.get(&ppid).filter(|p| p.start_ns <= limit) {
             return Some((p.start_ns, p.ppid, &p.image, false));
