@@ -12,10 +12,7 @@ use spacetime_common::{flags, ExitEvent, ForkEvent, ImageEndEvent, MemStats, Rea
 
 pub use crate::core::process::{ExitStatus, Key, Names};
 use crate::{
-    core::{
-        argv::ArgvAssembly,
-        process::{area_into_args, without_final_nul},
-    },
+    core::argv::{append_args, exec_names, publish_partial, Appended, PendingArgv},
     cputime,
     events::{Args, Event, Exec},
     idhash::{IdMap, IdSet},
@@ -59,7 +56,7 @@ pub struct Image {
     /// The exact maximum RSS of the image's mm, when the kernel followed every change of it.
     pub followed_peak_pages: Option<u64>,
     /// argv while it is assembled from continuation records; dropped once every byte came.
-    pending_args: Option<Box<ArgvAssembly>>,
+    pending_args: Option<Box<PendingArgv>>,
     pub exec_flags: u32,
     /// Started before spacetime attached (`trace -p`): exe, argv and comm were read from
     /// /proc at the attach, not from an exec record.
@@ -142,21 +139,6 @@ impl Image {
         self.shared_mm
             || self.followed_peak_pages.is_some()
             || self.mem.is_some_and(|m| m.flags & flags::MEM_EXACT != 0)
-    }
-
-    fn finish_argv(&mut self) {
-        let Some(pending) = self.pending_args.as_deref_mut() else {
-            return;
-        };
-        let names = Arc::make_mut(&mut self.names);
-        names.argv_complete = pending.complete(self.exec_flags);
-        if pending.arrived() {
-            // The area moves into the names: no copy for the usual one-record argv.
-            names.args = area_into_args(pending.take_area());
-            self.pending_args = None;
-        } else {
-            names.args = without_final_nul(pending.area()).into();
-        }
     }
 }
 
@@ -401,18 +383,15 @@ impl Tree {
         if let Some(open) = p.open_image() {
             open.end_ns = Some(e.hdr.ts_ns);
         }
+        let (start_ns, exec_flags) = (e.hdr.ts_ns, e.hdr.flags);
+        let (names, pending_args) = exec_names(e);
         let mut img = Image {
-            names: Arc::new(Names {
-                exe: e.filename.into_boxed_slice(),
-                comm: e.comm,
-                ..Names::default()
-            }),
-            start_ns: e.hdr.ts_ns,
-            pending_args: Some(Box::new(ArgvAssembly::new(e.args, e.args_len))),
-            exec_flags: e.hdr.flags,
+            names: Arc::new(names),
+            start_ns,
+            pending_args,
+            exec_flags,
             ..Image::default()
         };
-        img.finish_argv();
         // Out of order: the exit may already be known; the image then ended with it.
         if let Some(end) = p.end_ns {
             img.end_ns = Some(end);
@@ -427,15 +406,12 @@ impl Tree {
             self.args_gaps += 1;
             return;
         };
-        let appended = img
-            .pending_args
-            .as_deref_mut()
-            .is_some_and(|p| p.append(a.offset, &a.data));
-        if !appended {
-            self.args_gaps += 1;
-            return;
+        match append_args(&mut img.pending_args, &mut img.names, a.offset, &a.data) {
+            Appended::Gap => self.args_gaps += 1,
+            // A trace reports whatever arrived: each record's bytes count at once.
+            Appended::Partial => publish_partial(&mut img.pending_args, &mut img.names, false),
+            Appended::Arrived => {}
         }
-        img.finish_argv();
     }
 
     fn image_end(&mut self, m: &ImageEndEvent) {

@@ -17,7 +17,10 @@ use std::{
 };
 
 pub use crate::core::process::Names;
-use crate::{core::argv::ArgvAssembly, idhash::IdMap};
+use crate::{
+    core::argv::{append_args, exec_names, publish_partial, Appended, PendingArgv},
+    idhash::IdMap,
+};
 
 mod ancestry;
 mod budget;
@@ -56,7 +59,7 @@ pub struct Entry {
     pub ppid: u32,
     pub image: Arc<Names>,
     /// argv still streaming in continuation records.
-    building: Option<Box<ArgvAssembly>>,
+    building: Option<Box<PendingArgv>>,
     /// Runs on its parent's address space (vfork) until it execs.
     pub shared_mm: bool,
     /// The peak of the current image, read by an image-end record, awaiting the exec.
@@ -125,10 +128,7 @@ impl Entry {
 
     /// Ends argv streaming with what arrived.
     fn finish_building(&mut self) {
-        if let Some(b) = self.building.take() {
-            let old = &self.image;
-            self.image = Arc::new(Names::from_area(old.exe.clone(), old.comm, b.area(), false));
-        }
+        publish_partial(&mut self.building, &mut self.image, true);
     }
 }
 
@@ -407,19 +407,9 @@ impl Table {
         p.ended_peak = None;
         p.shared_mm = false;
         p.exec_ns = e.hdr.ts_ns;
-        let cut = e.hdr.flags & (flags::EXEC_ARGS_TRUNCATED | flags::EXEC_ARGS_FAULT) != 0;
-        let complete = !cut && e.args.len() == e.args_len as usize;
-        if !cut && e.args.len() < e.args_len as usize {
-            let mut area = e.args.clone();
-            area.reserve_exact(e.args_len as usize - area.len());
-            p.building = Some(Box::new(ArgvAssembly::new(area, e.args_len)));
-        }
-        p.image = Arc::new(Names::from_area(
-            e.filename.into_boxed_slice(),
-            e.comm,
-            &e.args,
-            complete,
-        ));
+        let (names, building) = exec_names(e);
+        p.image = Arc::new(names);
+        p.building = building;
     }
 
     pub fn args(&mut self, a: Args) {
@@ -427,21 +417,9 @@ impl Table {
             self.stats.args_gaps += 1;
             return;
         };
-        let Some(b) = p.building.as_mut() else {
+        // Shown once every byte came (or the image ended): exec lines wait for it.
+        if append_args(&mut p.building, &mut p.image, a.offset, &a.data) == Appended::Gap {
             self.stats.args_gaps += 1;
-            return;
-        };
-        if !b.append(a.offset, &a.data) {
-            self.stats.args_gaps += 1;
-            return;
-        }
-        if b.arrived() {
-            // Streamed only when the exec record said nothing was cut.
-            let complete = b.complete(0);
-            let area = b.take_area();
-            p.building = None;
-            let old = &p.image;
-            p.image = Arc::new(Names::from_area(old.exe.clone(), old.comm, &area, complete));
         }
     }
 
