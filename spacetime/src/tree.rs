@@ -8,37 +8,15 @@
 
 use std::sync::{Arc, LazyLock};
 
-use spacetime_common::{flags, ExitEvent, ForkEvent, ImageEndEvent, MemStats, ReapEvent, RssEvent};
+use spacetime_common::{flags, ExitEvent, ForkEvent, ImageEndEvent, ReapEvent, RssEvent};
 
-pub use crate::core::process::{ExitStatus, Key, Names};
+pub use crate::core::process::{EndMem, ExitStatus, Key, Names};
 use crate::{
     core::argv::{append_args, exec_names, publish_partial, Appended, PendingArgv},
     cputime,
     events::{Args, Event, Exec},
     idhash::{IdMap, IdSet},
 };
-
-/// The end-of-image memory figures an image keeps of the kernel's [`MemStats`] (56 bytes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EndMem {
-    pub peak_rss_pages: u64,
-    /// As the kernel computes it: what taskstats reports.
-    pub kernel_peak_rss_pages: u64,
-    pub peak_vm_pages: u64,
-    /// [`flags`] `MEM_*`.
-    pub flags: u32,
-}
-
-impl From<MemStats> for EndMem {
-    fn from(m: MemStats) -> EndMem {
-        EndMem {
-            peak_rss_pages: m.peak_rss_pages(),
-            kernel_peak_rss_pages: m.kernel_peak_rss_pages(),
-            peak_vm_pages: m.peak_vm_pages(),
-            flags: m.flags,
-        }
-    }
-}
 
 /// One program image of a process.
 #[derive(Clone, Debug)]
@@ -419,8 +397,8 @@ impl Tree {
         // The root's first exec ends no image of its own: its images start at CMD's exec.
         if let Some(img) = self.procs[i].open_image() {
             img.end_ns = Some(m.hdr.ts_ns);
-            if !img.shared_mm && m.mem.flags & flags::MEM_VALID != 0 {
-                img.mem = Some(m.mem.into());
+            if let Some(mem) = EndMem::of_image(m.mem, img.shared_mm) {
+                img.mem = Some(mem);
             }
         }
     }
@@ -468,8 +446,8 @@ impl Tree {
         p.signal_maxrss_pages = x.signal_maxrss_pages;
         if let Some(img) = p.open_image() {
             img.end_ns = Some(x.hdr.ts_ns);
-            if !img.shared_mm && x.mem.flags & flags::MEM_VALID != 0 {
-                img.mem = Some(x.mem.into());
+            if let Some(mem) = EndMem::of_image(x.mem, img.shared_mm) {
+                img.mem = Some(mem);
             }
         }
     }

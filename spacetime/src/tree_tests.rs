@@ -1,7 +1,7 @@
 //! Unit tests of [`crate::tree`].
 
 use super::*;
-use spacetime_common::{kind, EventHeader};
+use spacetime_common::{kind, EventHeader, MemStats};
 
 fn hdr(kind: u32, tgid: u32, pid: u32, start: u64, ts: u64) -> EventHeader {
     EventHeader {

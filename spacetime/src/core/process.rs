@@ -1,7 +1,7 @@
 //! The process and image model `trace` and `watch` share: a process's identity and how it
 //! ended, and what one program image ran.
 
-use spacetime_common::EventHeader;
+use spacetime_common::{flags, EventHeader, MemStats};
 
 use crate::events::Comm;
 
@@ -48,6 +48,46 @@ impl ExitStatus {
         match *self {
             ExitStatus::Code(c) => c,
             ExitStatus::Signal { signal, .. } => 128 + signal,
+        }
+    }
+}
+
+/// The end-of-image memory figures an image keeps of the kernel's [`MemStats`] (56 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndMem {
+    pub peak_rss_pages: u64,
+    /// As the kernel computes it: what taskstats reports.
+    pub kernel_peak_rss_pages: u64,
+    pub peak_vm_pages: u64,
+    /// [`flags`] `MEM_*`.
+    pub flags: u32,
+}
+
+impl EndMem {
+    /// The figures an image's end record gives of its own memory: none on its parent's address
+    /// space (vfork) or when the kernel had no mm to read (kernel threads).
+    pub fn of_image(m: MemStats, shared_mm: bool) -> Option<EndMem> {
+        (!shared_mm && m.flags & flags::MEM_VALID != 0).then(|| EndMem::from(m))
+    }
+}
+
+/// An ended image's peak RSS in pages: 0 on its parent's address space (vfork), `None` when
+/// the kernel had no mm to read.
+pub fn end_peak_pages(m: &MemStats, shared_mm: bool) -> Option<u64> {
+    if shared_mm {
+        Some(0)
+    } else {
+        EndMem::of_image(*m, false).map(|e| e.peak_rss_pages)
+    }
+}
+
+impl From<MemStats> for EndMem {
+    fn from(m: MemStats) -> EndMem {
+        EndMem {
+            peak_rss_pages: m.peak_rss_pages(),
+            kernel_peak_rss_pages: m.kernel_peak_rss_pages(),
+            peak_vm_pages: m.peak_vm_pages(),
+            flags: m.flags,
         }
     }
 }
@@ -120,5 +160,25 @@ mod tests {
         assert!(argv(b"").is_empty());
         assert_eq!(area_into_args(b"a\0\0".to_vec()).as_ref(), b"a\0");
         assert_eq!(area_into_args(b"a".to_vec()).as_ref(), b"a");
+    }
+
+    #[test]
+    fn an_images_end_memory_is_its_own_or_none() {
+        let m = MemStats {
+            hiwater_rss_pages: 300,
+            flags: flags::MEM_VALID,
+            ..MemStats::default()
+        };
+        assert_eq!(
+            EndMem::of_image(m, false).map(|e| e.peak_rss_pages),
+            Some(300)
+        );
+        assert_eq!(end_peak_pages(&m, false), Some(300));
+        // On its parent's address space: the parent's figures, not its own.
+        assert_eq!(EndMem::of_image(m, true), None);
+        assert_eq!(end_peak_pages(&m, true), Some(0));
+        let no_mm = MemStats { flags: 0, ..m };
+        assert_eq!(EndMem::of_image(no_mm, false), None);
+        assert_eq!(end_peak_pages(&no_mm, false), None);
     }
 }

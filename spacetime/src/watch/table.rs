@@ -16,6 +16,7 @@ use std::{
     sync::Arc,
 };
 
+use crate::core::process::end_peak_pages;
 pub use crate::core::process::Names;
 use crate::{
     core::argv::{append_args, exec_names, publish_partial, Appended, PendingArgv},
@@ -427,13 +428,7 @@ impl Table {
         let Some(p) = self.lookup(m.hdr.tgid, m.hdr.leader_start_ns) else {
             return;
         };
-        let peak = if p.shared_mm {
-            Some(0)
-        } else if m.mem.flags & flags::MEM_VALID != 0 {
-            Some(m.mem.peak_rss_pages())
-        } else {
-            None
-        };
+        let peak = end_peak_pages(&m.mem, p.shared_mm);
         if let Some(pages) = peak {
             p.left_peak_pages = p.left_peak_pages.max(pages);
         }
