@@ -22,6 +22,19 @@ impl Key {
     }
 }
 
+/// How far a start time read from /proc (whole clock ticks, converted against two clocks) may
+/// lie from the kernel's exact one and still be the same process.
+pub fn proc_start_slack_ns() -> u64 {
+    let tick = 1_000_000_000 / crate::clock::ticks_per_s().max(1);
+    (2 * tick + 1_000_000).max(50_000_000)
+}
+
+/// Whether a start time read from /proc is that of the process a record says started at
+/// `exact_ns`.
+pub fn same_start(approx_ns: u64, exact_ns: u64) -> bool {
+    exact_ns.abs_diff(approx_ns) <= proc_start_slack_ns()
+}
+
 /// How a process ended, decoded from a wait status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExitStatus {
@@ -180,5 +193,16 @@ mod tests {
         let no_mm = MemStats { flags: 0, ..m };
         assert_eq!(EndMem::of_image(no_mm, false), None);
         assert_eq!(end_peak_pages(&no_mm, false), None);
+    }
+
+    #[test]
+    fn a_proc_start_time_matches_within_its_slack_only() {
+        let exact = 5_000_000_000;
+        let slack = proc_start_slack_ns();
+        assert!(slack >= 50_000_000, "{slack}");
+        assert!(same_start(exact - 10_000_000, exact));
+        assert!(same_start(exact + slack, exact));
+        // A process that reused the pid a little later is another one.
+        assert!(!same_start(exact + slack + 1, exact));
     }
 }

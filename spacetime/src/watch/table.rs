@@ -16,8 +16,8 @@ use std::{
     sync::Arc,
 };
 
-use crate::core::process::end_peak_pages;
 pub use crate::core::process::Names;
+use crate::core::process::{end_peak_pages, same_start};
 use crate::{
     core::argv::{append_args, exec_names, publish_partial, Appended, PendingArgv},
     idhash::IdMap,
@@ -36,8 +36,6 @@ use crate::{
     events::{Args, Exec},
 };
 
-/// How far a start time read from /proc (clock ticks) may be from the exact one.
-const SEEDED_START_TOLERANCE_NS: u64 = 50_000_000;
 /// Images kept per process with `--images` (the last ones; older are counted).
 const MAX_IMAGES: usize = 32;
 
@@ -119,7 +117,7 @@ impl Entry {
         if self.start_exact {
             return self.start_ns == start_ns;
         }
-        if self.start_ns.abs_diff(start_ns) <= SEEDED_START_TOLERANCE_NS {
+        if same_start(self.start_ns, start_ns) {
             self.start_ns = start_ns;
             self.start_exact = true;
             return true;
@@ -222,8 +220,7 @@ impl Table {
             {
                 continue;
             }
-            let running =
-                alive(pid).is_some_and(|s| s.abs_diff(start) <= SEEDED_START_TOLERANCE_NS);
+            let running = alive(pid).is_some_and(|s| same_start(s, start));
             if !running {
                 log::debug!("pid {pid}: started while attaching, exited unseen");
                 self.live.remove(&pid);
