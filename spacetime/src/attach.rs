@@ -161,8 +161,9 @@ impl Target {
             threads: threads as u32,
             names: Names {
                 exe: exe.into_boxed_slice(),
-                args: args.into_boxed_slice(),
+                args: crate::core::process::area_into_args(args),
                 comm: crate::events::Comm::new(comm),
+                argv_complete: true,
             },
             pinned,
         })

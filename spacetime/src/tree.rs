@@ -8,101 +8,15 @@
 
 use std::sync::{Arc, LazyLock};
 
-use spacetime_common::{
-    flags, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, MemStats, ReapEvent, RssEvent,
-};
+use spacetime_common::{flags, ExitEvent, ForkEvent, ImageEndEvent, ReapEvent, RssEvent};
 
+pub use crate::core::process::{EndMem, ExitStatus, Key, Names};
 use crate::{
-    core::argv::ArgvAssembly,
+    core::argv::{append_args, exec_names, publish_partial, Appended, PendingArgv},
     cputime,
-    events::{split_argv, Args, Comm, Event, Exec},
+    events::{Args, Event, Exec},
     idhash::{IdMap, IdSet},
 };
-
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Key {
-    pub tgid: u32,
-    pub start_ns: u64,
-}
-
-impl Key {
-    fn of(h: &EventHeader) -> Key {
-        Key {
-            tgid: h.tgid,
-            start_ns: h.leader_start_ns,
-        }
-    }
-}
-
-/// How a process ended, decoded from a wait status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExitStatus {
-    Code(i32),
-    Signal { signal: i32, core_dumped: bool },
-}
-
-impl ExitStatus {
-    /// Decodes a wait(2) status (`task->exit_code` has the same encoding).
-    pub fn from_wait(status: u32) -> ExitStatus {
-        let signal = (status & 0x7f) as i32;
-        if signal == 0 {
-            ExitStatus::Code(((status >> 8) & 0xff) as i32)
-        } else {
-            ExitStatus::Signal {
-                signal,
-                core_dumped: status & 0x80 != 0,
-            }
-        }
-    }
-
-    /// The status a shell reports: the code, or 128 + the signal.
-    pub fn shell_code(&self) -> i32 {
-        match *self {
-            ExitStatus::Code(c) => c,
-            ExitStatus::Signal { signal, .. } => 128 + signal,
-        }
-    }
-}
-
-/// What an image ran: shared by a forked child's inherited image with its parent's instead of
-/// copied (a 100k-process fork storm would hold 100k copies). Bytes exactly as the kernel had
-/// them: neither paths nor arguments need be UTF-8.
-#[derive(Clone, Debug, Default)]
-pub struct Names {
-    /// The path passed to execve (for an inherited image, the parent's).
-    pub exe: Box<[u8]>,
-    /// The argument area as it arrived: NUL-separated, one allocation for all arguments.
-    pub args: Box<[u8]>,
-    pub comm: Comm,
-}
-
-impl Names {
-    pub fn argv(&self) -> impl Iterator<Item = &[u8]> + Clone {
-        split_argv(&self.args)
-    }
-}
-
-/// The end-of-image memory figures an image keeps of the kernel's [`MemStats`] (56 bytes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EndMem {
-    pub peak_rss_pages: u64,
-    /// As the kernel computes it: what taskstats reports.
-    pub kernel_peak_rss_pages: u64,
-    pub peak_vm_pages: u64,
-    /// [`flags`] `MEM_*`.
-    pub flags: u32,
-}
-
-impl From<MemStats> for EndMem {
-    fn from(m: MemStats) -> EndMem {
-        EndMem {
-            peak_rss_pages: m.peak_rss_pages(),
-            kernel_peak_rss_pages: m.kernel_peak_rss_pages(),
-            peak_vm_pages: m.peak_vm_pages(),
-            flags: m.flags,
-        }
-    }
-}
 
 /// One program image of a process.
 #[derive(Clone, Debug)]
@@ -120,9 +34,7 @@ pub struct Image {
     /// The exact maximum RSS of the image's mm, when the kernel followed every change of it.
     pub followed_peak_pages: Option<u64>,
     /// argv while it is assembled from continuation records; dropped once every byte came.
-    pending_args: Option<Box<ArgvAssembly>>,
-    /// Every argv byte arrived and none was cut.
-    pub argv_complete: bool,
+    pending_args: Option<Box<PendingArgv>>,
     pub exec_flags: u32,
     /// Started before spacetime attached (`trace -p`): exe, argv and comm were read from
     /// /proc at the attach, not from an exec record.
@@ -143,7 +55,6 @@ impl Default for Image {
             mem: None,
             followed_peak_pages: None,
             pending_args: None,
-            argv_complete: false,
             exec_flags: 0,
             read_at_attach: false,
         }
@@ -162,6 +73,11 @@ impl Image {
 
     pub fn comm(&self) -> &[u8] {
         self.names.comm.as_bytes()
+    }
+
+    /// Every argv byte arrived and none was cut.
+    pub fn argv_complete(&self) -> bool {
+        self.names.argv_complete
     }
 
     /// argv joined by spaces, or the exe (or comm) when there is none: a name for the image
@@ -201,21 +117,6 @@ impl Image {
         self.shared_mm
             || self.followed_peak_pages.is_some()
             || self.mem.is_some_and(|m| m.flags & flags::MEM_EXACT != 0)
-    }
-
-    fn finish_argv(&mut self) {
-        let Some(pending) = self.pending_args.as_deref_mut() else {
-            return;
-        };
-        self.argv_complete = pending.complete(self.exec_flags);
-        let names = Arc::make_mut(&mut self.names);
-        if pending.arrived() {
-            // The area moves into the names: no copy for the usual one-record argv.
-            names.args = pending.take_area().into_boxed_slice();
-            self.pending_args = None;
-        } else {
-            names.args = pending.area().into();
-        }
     }
 }
 
@@ -421,7 +322,6 @@ impl Tree {
             .image_at(f.hdr.ts_ns)
             .map(|img| Image {
                 names: Arc::clone(&img.names),
-                argv_complete: img.argv_complete,
                 ..Image::default()
             })
             .unwrap_or_default();
@@ -461,18 +361,15 @@ impl Tree {
         if let Some(open) = p.open_image() {
             open.end_ns = Some(e.hdr.ts_ns);
         }
+        let (start_ns, exec_flags) = (e.hdr.ts_ns, e.hdr.flags);
+        let (names, pending_args) = exec_names(e);
         let mut img = Image {
-            names: Arc::new(Names {
-                exe: e.filename.into_boxed_slice(),
-                args: Box::default(),
-                comm: e.comm,
-            }),
-            start_ns: e.hdr.ts_ns,
-            pending_args: Some(Box::new(ArgvAssembly::new(e.args, e.args_len))),
-            exec_flags: e.hdr.flags,
+            names: Arc::new(names),
+            start_ns,
+            pending_args,
+            exec_flags,
             ..Image::default()
         };
-        img.finish_argv();
         // Out of order: the exit may already be known; the image then ended with it.
         if let Some(end) = p.end_ns {
             img.end_ns = Some(end);
@@ -487,15 +384,12 @@ impl Tree {
             self.args_gaps += 1;
             return;
         };
-        let appended = img
-            .pending_args
-            .as_deref_mut()
-            .is_some_and(|p| p.append(a.offset, &a.data));
-        if !appended {
-            self.args_gaps += 1;
-            return;
+        match append_args(&mut img.pending_args, &mut img.names, a.offset, &a.data) {
+            Appended::Gap => self.args_gaps += 1,
+            // A trace reports whatever arrived: each record's bytes count at once.
+            Appended::Partial => publish_partial(&mut img.pending_args, &mut img.names, false),
+            Appended::Arrived => {}
         }
-        img.finish_argv();
     }
 
     fn image_end(&mut self, m: &ImageEndEvent) {
@@ -503,8 +397,8 @@ impl Tree {
         // The root's first exec ends no image of its own: its images start at CMD's exec.
         if let Some(img) = self.procs[i].open_image() {
             img.end_ns = Some(m.hdr.ts_ns);
-            if !img.shared_mm && m.mem.flags & flags::MEM_VALID != 0 {
-                img.mem = Some(m.mem.into());
+            if let Some(mem) = EndMem::of_image(m.mem, img.shared_mm) {
+                img.mem = Some(mem);
             }
         }
     }
@@ -552,8 +446,8 @@ impl Tree {
         p.signal_maxrss_pages = x.signal_maxrss_pages;
         if let Some(img) = p.open_image() {
             img.end_ns = Some(x.hdr.ts_ns);
-            if !img.shared_mm && x.mem.flags & flags::MEM_VALID != 0 {
-                img.mem = Some(x.mem.into());
+            if let Some(mem) = EndMem::of_image(x.mem, img.shared_mm) {
+                img.mem = Some(mem);
             }
         }
     }

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use super::{Image, Key, Names, Process, Tree};
+use crate::core::process::same_start;
 
 /// What /proc said of a running process when spacetime attached to it.
 #[derive(Clone, Debug)]
@@ -23,13 +24,6 @@ pub struct Adopted {
     pub names: Names,
     /// When spacetime attached (CLOCK_MONOTONIC ns): the image is dated from then.
     pub attach_ns: u64,
-}
-
-/// How far a /proc start time (whole clock ticks, read against two clocks) may lie from the
-/// kernel's exact one and still be the same process.
-fn same_start(approx_ns: u64, exact_ns: u64) -> bool {
-    let tick = 1_000_000_000 / crate::clock::ticks_per_s().max(1);
-    exact_ns.abs_diff(approx_ns) <= 2 * tick + 1_000_000
 }
 
 impl Tree {
@@ -66,7 +60,6 @@ impl Tree {
         p.images.push(Image {
             names: Arc::new(a.names),
             start_ns: a.attach_ns,
-            argv_complete: true,
             read_at_attach: true,
             ..Image::default()
         });

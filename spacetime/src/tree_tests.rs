@@ -1,7 +1,7 @@
 //! Unit tests of [`crate::tree`].
 
 use super::*;
-use spacetime_common::kind;
+use spacetime_common::{kind, EventHeader, MemStats};
 
 fn hdr(kind: u32, tgid: u32, pid: u32, start: u64, ts: u64) -> EventHeader {
     EventHeader {
@@ -207,10 +207,10 @@ fn argv_continuations_assemble_and_gaps_are_counted() {
         })
     };
     t.apply(args(4, b"\0bbb"));
-    assert!(!t.root().expect("root").images[0].argv_complete);
+    assert!(!t.root().expect("root").images[0].argv_complete());
     t.apply(args(8, b"c\0"));
     let img = &t.root().expect("root").images[0];
-    assert!(img.argv_complete);
+    assert!(img.argv_complete());
     assert_eq!(argv(img), ["aaaa", "bbbc"]);
     t.apply(args(99, b"x"));
     assert_eq!(t.args_gaps, 1);

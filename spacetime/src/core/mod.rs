@@ -1,6 +1,7 @@
 //! What `trace` and `watch` share: the kernel programs loaded once and driven run after run
 //! ([`session`]), one run's event loop ([`run_loop`]), delay accounting switched on for as
-//! long as spacetime traces ([`delayacct`]), the one taskstats matcher ([`matcher`]).
+//! long as spacetime traces ([`delayacct`]), the one taskstats matcher ([`matcher`]), the
+//! process and image model ([`process`]) and argv as records stream it in ([`argv`]).
 
 pub mod argv;
 pub mod counters;
@@ -9,6 +10,7 @@ pub mod event_loop;
 pub mod exit_code;
 pub mod matcher;
 pub mod parse;
+pub mod process;
 pub mod run_loop;
 pub mod session;
 

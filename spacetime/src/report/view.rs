@@ -188,7 +188,7 @@ impl<'a> ImageReport<'a> {
 
     /// Every byte of argv arrived.
     pub fn argv_complete(&self) -> bool {
-        self.img.argv_complete
+        self.img.argv_complete()
     }
 
     /// Started before `trace -p` attached: names read from /proc then.

@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use super::{identity::Identity, table::Ancestor, table::ImageInfo, watcher::Watch};
+use super::{identity::Identity, table::Ancestor, table::Names, watcher::Watch};
 
 /// An exec line, borrowed from the table entry.
 pub struct ExecView<'a> {
     pub pid: u32,
     pub ppid: Option<u32>,
     pub uid: u32,
-    pub image: &'a ImageInfo,
+    pub image: &'a Names,
     /// CLOCK_MONOTONIC ns of the exec.
     pub ts_ns: u64,
     pub cgroup: &'a str,

@@ -1,10 +1,10 @@
 //! One exit as reported: what the filters look at and the outputs print, borrowed from the
 //! table entry and the kernel's exit record (nothing is copied per exit).
 
-use spacetime_common::{flags, ExitEvent, TASK_COMM_LEN};
+use spacetime_common::{ExitEvent, TASK_COMM_LEN};
 
 use super::identity::Identity;
-use super::table::{Ancestor, EndedImage, Entry, ImageInfo};
+use super::table::{Ancestor, EndedImage, Entry, Names};
 use crate::{cputime::split_runtime, tree::ExitStatus};
 
 pub struct ExitView<'a> {
@@ -20,7 +20,7 @@ pub struct ExitView<'a> {
     /// The kernel's name for it at exit.
     pub comm: &'a str,
     /// Its last program image.
-    pub image: &'a ImageInfo,
+    pub image: &'a Names,
     /// CLOCK_MONOTONIC ns; unknown for a thread whose creation was not seen.
     pub start_ns: Option<u64>,
     /// When its last image started (its exec; the process's start when no exec was seen):
@@ -92,13 +92,7 @@ pub fn process_times(e: &Entry, x: &ExitEvent) -> (u64, u64) {
 /// The last image's peak in pages: 0 on the parent's address space (vfork), `None` when the
 /// kernel had no mm to read (kernel threads).
 pub fn last_image_peak_pages(e: &Entry, x: &ExitEvent) -> Option<u64> {
-    if e.shared_mm {
-        Some(0)
-    } else if x.mem.flags & flags::MEM_VALID != 0 {
-        Some(x.mem.peak_rss_pages())
-    } else {
-        None
-    }
+    crate::core::process::end_peak_pages(&x.mem, e.shared_mm)
 }
 
 /// The namespace pid when it differs from the host's.

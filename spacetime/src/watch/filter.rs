@@ -9,7 +9,7 @@ use spacetime_common::{
     filter_flags, CgroupRef, KernelFilter, FILTER_MAX_CGROUPS, FILTER_MAX_UIDS,
 };
 
-use super::{args::WatchArgs, cgroup::cgroup2_mount, exit::ExitView, table::ImageInfo};
+use super::{args::WatchArgs, cgroup::cgroup2_mount, exit::ExitView, table::Names};
 use crate::{tree::ExitStatus, units};
 
 #[derive(Debug, Default)]
@@ -197,7 +197,7 @@ impl Filter {
 
     /// An exec line (`--events exec`): the options known when a program starts (comm, exe,
     /// uid, cgroup, tree); `--failed`, `--min-rss` and `--min-runtime` select exit lines only.
-    pub fn matches_exec(&self, in_tree: bool, uid: u32, image: &ImageInfo, cgroup: &str) -> bool {
+    pub fn matches_exec(&self, in_tree: bool, uid: u32, image: &Names, cgroup: &str) -> bool {
         if self.pid_tree.is_some() && !in_tree {
             return false;
         }

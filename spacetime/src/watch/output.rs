@@ -11,7 +11,7 @@ use std::{
 
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 
-use super::{exit::ExitView, identity::Identity, table::ImageInfo};
+use super::{exit::ExitView, identity::Identity, table::Names};
 use crate::{
     report::{
         lossless::{argv_b64, exe_b64, Argv, Lossy},
@@ -287,7 +287,7 @@ fn push_cut(l: &mut String, s: &str, budget: Option<usize>) {
 
 /// argv joined by spaces and escaped (or `[comm]` when there is none, as ps shows kernel
 /// threads); `comm` is already escaped. A long program path is cut in the middle.
-fn command(l: &mut String, img: &ImageInfo, comm: &str, budget: Option<usize>) {
+fn command(l: &mut String, img: &Names, comm: &str, budget: Option<usize>) {
     if img.args.is_empty() {
         push_cut(l, &format!("[{comm}]"), budget);
         return;
@@ -361,7 +361,7 @@ pub fn signal_name(sig: i32) -> String {
 
 /// `exe`, `exe_b64`, `argv`, `argv_b64` of an image: strings exact when UTF-8, base64 of
 /// the exact bytes besides when not (as in the trace report).
-fn serialize_names<M: SerializeMap>(m: &mut M, img: &ImageInfo) -> Result<(), M::Error> {
+fn serialize_names<M: SerializeMap>(m: &mut M, img: &Names) -> Result<(), M::Error> {
     m.serialize_entry("exe", &Lossy(&img.exe))?;
     if let Some(b) = exe_b64(&img.exe) {
         m.serialize_entry("exe_b64", &b)?;
@@ -500,7 +500,7 @@ impl Serialize for Images<'_, '_> {
 }
 
 /// (image, peak bytes, ran on the parent's address space)
-struct ImageJson<'a>(&'a ImageInfo, Option<u64>, bool);
+struct ImageJson<'a>(&'a Names, Option<u64>, bool);
 
 impl Serialize for ImageJson<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -522,8 +522,8 @@ mod hostile;
 mod tests {
     use super::*;
 
-    fn img(args: &[u8]) -> ImageInfo {
-        ImageInfo {
+    fn img(args: &[u8]) -> Names {
+        Names {
             exe: b"/bin/x".as_slice().into(),
             comm: crate::events::Comm::new(b"x"),
             args: args.into(),

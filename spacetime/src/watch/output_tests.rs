@@ -28,8 +28,8 @@ fn output(width: Option<usize>, wide: bool) -> Output {
     }
 }
 
-fn image(seed: &mut u64, n: usize) -> ImageInfo {
-    ImageInfo {
+fn image(seed: &mut u64, n: usize) -> Names {
+    Names {
         exe: nasty_bytes(seed, n).into(),
         comm: Comm::new(&nasty_bytes(seed, 15)),
         args: nasty_bytes(seed, n * 2).into(),

@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, io};
 
-use super::table::{ImageInfo, Table};
+use super::table::{Names, Table};
 
 /// What /proc/PID/stat says about a process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,7 +101,7 @@ pub fn seed_with(
             .map(|p| std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str()).into())
             .unwrap_or_default();
         let area = args.strip_suffix(&[0]).unwrap_or(&args);
-        let image = ImageInfo {
+        let image = Names {
             exe,
             comm: crate::events::Comm::new(stat.comm.as_bytes()),
             args: area.into(),

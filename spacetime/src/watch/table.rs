@@ -16,7 +16,12 @@ use std::{
     sync::Arc,
 };
 
-use crate::{core::argv::ArgvAssembly, idhash::IdMap};
+pub use crate::core::process::Names;
+use crate::core::process::{end_peak_pages, same_start};
+use crate::{
+    core::argv::{append_args, exec_names, publish_partial, Appended, PendingArgv},
+    idhash::IdMap,
+};
 
 mod ancestry;
 mod budget;
@@ -28,52 +33,16 @@ use spacetime_common::{flags, ExitEvent, ForkEvent, ImageEndEvent};
 
 use crate::{
     cputime::split_runtime,
-    events::{Args, Comm, Exec},
+    events::{Args, Exec},
 };
 
-/// How far a start time read from /proc (clock ticks) may be from the exact one.
-const SEEDED_START_TOLERANCE_NS: u64 = 50_000_000;
 /// Images kept per process with `--images` (the last ones; older are counted).
 const MAX_IMAGES: usize = 32;
-
-/// One program image: what a process runs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ImageInfo {
-    /// The path passed to execve, or /proc/PID/exe for processes found at start: exact bytes.
-    pub exe: Box<[u8]>,
-    pub comm: Comm,
-    /// The argument area, NUL-separated, without its final NUL.
-    pub args: Box<[u8]>,
-    pub argv_complete: bool,
-}
-
-impl ImageInfo {
-    /// The arguments, as bytes.
-    pub fn argv(&self) -> impl Iterator<Item = &[u8]> + Clone {
-        let area: &[u8] = if self.args.is_empty() {
-            &[]
-        } else {
-            &self.args
-        };
-        area.split(|&b| b == 0)
-            .take(if area.is_empty() { 0 } else { usize::MAX })
-    }
-
-    fn from_area(exe: Box<[u8]>, comm: Comm, area: &[u8], complete: bool) -> ImageInfo {
-        let area = area.strip_suffix(&[0]).unwrap_or(area);
-        ImageInfo {
-            exe,
-            comm,
-            args: area.into(),
-            argv_complete: complete,
-        }
-    }
-}
 
 /// An image the process left by exec, with its peak (pages; `None`: not measured).
 #[derive(Debug, Clone)]
 pub struct EndedImage {
-    pub image: Arc<ImageInfo>,
+    pub image: Arc<Names>,
     pub peak_rss_pages: Option<u64>,
     pub shared_mm: bool,
 }
@@ -87,9 +56,9 @@ pub struct Entry {
     start_exact: bool,
     /// The process that forked it (for processes found at start: the parent then).
     pub ppid: u32,
-    pub image: Arc<ImageInfo>,
+    pub image: Arc<Names>,
     /// argv still streaming in continuation records.
-    building: Option<Box<ArgvAssembly>>,
+    building: Option<Box<PendingArgv>>,
     /// Runs on its parent's address space (vfork) until it execs.
     pub shared_mm: bool,
     /// The peak of the current image, read by an image-end record, awaiting the exec.
@@ -117,7 +86,7 @@ pub struct Entry {
 }
 
 impl Entry {
-    fn new(pid: u32, start_ns: u64, image: Arc<ImageInfo>) -> Entry {
+    fn new(pid: u32, start_ns: u64, image: Arc<Names>) -> Entry {
         Entry {
             pid,
             start_ns,
@@ -148,7 +117,7 @@ impl Entry {
         if self.start_exact {
             return self.start_ns == start_ns;
         }
-        if self.start_ns.abs_diff(start_ns) <= SEEDED_START_TOLERANCE_NS {
+        if same_start(self.start_ns, start_ns) {
             self.start_ns = start_ns;
             self.start_exact = true;
             return true;
@@ -158,15 +127,7 @@ impl Entry {
 
     /// Ends argv streaming with what arrived.
     fn finish_building(&mut self) {
-        if let Some(b) = self.building.take() {
-            let old = &self.image;
-            self.image = Arc::new(ImageInfo::from_area(
-                old.exe.clone(),
-                old.comm,
-                b.area(),
-                false,
-            ));
-        }
+        publish_partial(&mut self.building, &mut self.image, true);
     }
 }
 
@@ -218,7 +179,7 @@ pub struct Table {
     /// CLOCK_MONOTONIC when every program was attached (0: not set).
     attached_ns: u64,
     opts: TableOptions,
-    empty: Arc<ImageInfo>,
+    empty: Arc<Names>,
     pub stats: TableStats,
     budget: budget::Budget,
 }
@@ -235,7 +196,7 @@ impl Table {
             early: Vec::new(),
             attached_ns: 0,
             opts,
-            empty: Arc::new(ImageInfo::default()),
+            empty: Arc::new(Names::default()),
             stats: TableStats::default(),
             budget: budget::Budget::default(),
         }
@@ -259,8 +220,7 @@ impl Table {
             {
                 continue;
             }
-            let running =
-                alive(pid).is_some_and(|s| s.abs_diff(start) <= SEEDED_START_TOLERANCE_NS);
+            let running = alive(pid).is_some_and(|s| same_start(s, start));
             if !running {
                 log::debug!("pid {pid}: started while attaching, exited unseen");
                 self.live.remove(&pid);
@@ -297,7 +257,7 @@ impl Table {
     }
 
     /// A seeded entry: start time approximate, everything else from /proc.
-    pub(crate) fn seeded_entry(pid: u32, ppid: u32, start_ns: u64, image: ImageInfo) -> Entry {
+    pub(crate) fn seeded_entry(pid: u32, ppid: u32, start_ns: u64, image: Names) -> Entry {
         let mut e = Entry::new(pid, start_ns, Arc::new(image));
         e.ppid = ppid;
         e
@@ -445,19 +405,9 @@ impl Table {
         p.ended_peak = None;
         p.shared_mm = false;
         p.exec_ns = e.hdr.ts_ns;
-        let cut = e.hdr.flags & (flags::EXEC_ARGS_TRUNCATED | flags::EXEC_ARGS_FAULT) != 0;
-        let complete = !cut && e.args.len() == e.args_len as usize;
-        if !cut && e.args.len() < e.args_len as usize {
-            let mut area = e.args.clone();
-            area.reserve_exact(e.args_len as usize - area.len());
-            p.building = Some(Box::new(ArgvAssembly::new(area, e.args_len)));
-        }
-        p.image = Arc::new(ImageInfo::from_area(
-            e.filename.into_boxed_slice(),
-            e.comm,
-            &e.args,
-            complete,
-        ));
+        let (names, building) = exec_names(e);
+        p.image = Arc::new(names);
+        p.building = building;
     }
 
     pub fn args(&mut self, a: Args) {
@@ -465,26 +415,9 @@ impl Table {
             self.stats.args_gaps += 1;
             return;
         };
-        let Some(b) = p.building.as_mut() else {
+        // Shown once every byte came (or the image ended): exec lines wait for it.
+        if append_args(&mut p.building, &mut p.image, a.offset, &a.data) == Appended::Gap {
             self.stats.args_gaps += 1;
-            return;
-        };
-        if !b.append(a.offset, &a.data) {
-            self.stats.args_gaps += 1;
-            return;
-        }
-        if b.arrived() {
-            // Streamed only when the exec record said nothing was cut.
-            let complete = b.complete(0);
-            let area = b.take_area();
-            p.building = None;
-            let old = &p.image;
-            p.image = Arc::new(ImageInfo::from_area(
-                old.exe.clone(),
-                old.comm,
-                &area,
-                complete,
-            ));
         }
     }
 
@@ -492,13 +425,7 @@ impl Table {
         let Some(p) = self.lookup(m.hdr.tgid, m.hdr.leader_start_ns) else {
             return;
         };
-        let peak = if p.shared_mm {
-            Some(0)
-        } else if m.mem.flags & flags::MEM_VALID != 0 {
-            Some(m.mem.peak_rss_pages())
-        } else {
-            None
-        };
+        let peak = end_peak_pages(&m.mem, p.shared_mm);
         if let Some(pages) = peak {
             p.left_peak_pages = p.left_peak_pages.max(pages);
         }

@@ -3,7 +3,7 @@
 
 use spacetime_common::{flags, kind, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, MemStats};
 
-use super::table::{Ancestor, ImageInfo, Table, TableOptions};
+use super::table::{Ancestor, Names, Table, TableOptions};
 use crate::events::{Args, Exec};
 
 fn opts(max: usize) -> TableOptions {
@@ -94,7 +94,7 @@ fn try_exit(
     )
 }
 
-fn argv(i: &ImageInfo) -> Vec<String> {
+fn argv(i: &Names) -> Vec<String> {
     i.argv()
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect()
@@ -177,7 +177,7 @@ fn ghosts_keep_the_chain_while_descendants_live() {
 #[test]
 fn seeded_entries_adopt_the_exact_start() {
     let mut t = Table::new(opts(100));
-    let img = ImageInfo {
+    let img = Names {
         exe: b"/usr/sbin/cron".as_slice().into(),
         comm: "cron".into(),
         args: b"cron\0-f".as_slice().into(),
@@ -230,10 +230,60 @@ fn processes_started_while_attaching_are_checked_once() {
 #[test]
 fn a_fork_seen_after_seeding_is_the_same_process() {
     let mut t = Table::new(opts(100));
-    let img = ImageInfo::default();
+    let img = Names::default();
     t.insert_seeded(Table::seeded_entry(70, 1, 5_000_000_000, img));
     t.finish_seeding(None, &Default::default());
     fork(&mut t, (1, 1), (70, 5_004_000_000));
     assert_eq!(t.stats.stale, 0);
     assert_eq!(t.get(70).expect("kept").start_ns, 5_004_000_000);
+}
+
+#[test]
+fn a_cut_argv_streams_up_to_the_cap_and_an_exit_ends_a_stream() {
+    let mut t = Table::new(opts(100));
+    let (a, b) = ((10, 1000), (11, 2000));
+    // Cut by the kernel at 8 bytes: the continuation still counts, the argv stays incomplete.
+    t.exec(Exec {
+        hdr: EventHeader {
+            flags: flags::EXEC_ARGS_TRUNCATED,
+            ..hdr(kind::EXEC, a, 1010)
+        },
+        old_pid: 10,
+        uid: 0,
+        cgroup_id: 0,
+        comm: "tool".into(),
+        filename: b"/bin/tool".to_vec(),
+        args_len: 8,
+        args: b"tool\0".to_vec(),
+    });
+    assert!(t.argv_pending(10));
+    t.args(Args {
+        hdr: hdr(kind::ARGS, a, 1011),
+        offset: 5,
+        data: b"aaa".to_vec(),
+    });
+    assert!(!t.argv_pending(10));
+    let img = &t.get(10).expect("a").image;
+    assert_eq!(
+        (argv(img), img.argv_complete),
+        (vec!["tool".into(), "aaa".into()], false)
+    );
+    assert_eq!(t.stats.args_gaps, 0);
+    // An exit ends a stream whose rest never came: what arrived is kept.
+    exec(&mut t, b, "/bin/x", b"x\0", 10);
+    t.args(Args {
+        hdr: hdr(kind::ARGS, b, 2011),
+        offset: 2,
+        data: b"y".to_vec(),
+    });
+    assert_eq!(
+        argv(&t.get(11).expect("b").image),
+        ["x"],
+        "shown once complete"
+    );
+    let e = exit(&mut t, b, 1, &mut Vec::new());
+    assert_eq!(
+        (argv(&e.image), e.image.argv_complete),
+        (vec!["x".into(), "y".into()], false)
+    );
 }

@@ -4,14 +4,15 @@
 
 use std::sync::Arc;
 
-use super::{Entry, ImageInfo, Table, SEEDED_START_TOLERANCE_NS};
+use super::{Entry, Names, Table};
+use crate::core::process::proc_start_slack_ns;
 
 /// A process that exited while children of its still run, kept for their ancestry.
 #[derive(Debug)]
 pub(super) struct Ghost {
     pub(super) start_ns: u64,
     ppid: u32,
-    image: Arc<ImageInfo>,
+    image: Arc<Names>,
     live_children: u32,
 }
 
@@ -19,15 +20,15 @@ pub(super) struct Ghost {
 #[derive(Debug, Clone)]
 pub struct Ancestor {
     pub pid: u32,
-    pub image: Arc<ImageInfo>,
+    pub image: Arc<Names>,
     /// It has exited (its children live on).
     pub exited: bool,
 }
 
 impl Table {
     /// The parent of a process started at `child_start`: live, or a ghost.
-    fn parent(&self, ppid: u32, child_start: u64) -> Option<(u64, u32, &Arc<ImageInfo>, bool)> {
-        let limit = child_start.saturating_add(SEEDED_START_TOLERANCE_NS);
+    fn parent(&self, ppid: u32, child_start: u64) -> Option<(u64, u32, &Arc<Names>, bool)> {
+        let limit = child_start.saturating_add(proc_start_slack_ns());
         if let Some(p) = self.live.get(&ppid).filter(|p| p.start_ns <= limit) {
             return Some((p.start_ns, p.ppid, &p.image, false));
         }
@@ -58,7 +59,7 @@ impl Table {
     /// A child of `ppid` exited: a ghost whose last child it was goes, and so on up.
     pub(super) fn release_parent(&mut self, mut ppid: u32, mut start: u64) {
         for _ in 0..64 {
-            let limit = start.saturating_add(SEEDED_START_TOLERANCE_NS);
+            let limit = start.saturating_add(proc_start_slack_ns());
             if let Some(p) = self.live.get_mut(&ppid).filter(|p| p.start_ns <= limit) {
                 p.live_children = p.live_children.saturating_sub(1);
                 return;

@@ -11,7 +11,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use super::{ImageInfo, Table};
+use super::{Names, Table};
 
 /// Bytes of argv an evicted image keeps (its program and first arguments, mostly).
 pub const KEEP_BYTES: usize = 256;
@@ -57,7 +57,7 @@ impl Table {
     }
 
     /// (total bytes, (size, image) of each distinct image).
-    fn argv_holders(&self) -> (usize, Vec<(usize, *const ImageInfo)>) {
+    fn argv_holders(&self) -> (usize, Vec<(usize, *const Names)>) {
         let mut seen = HashMap::new();
         let mut total = 0usize;
         for e in self.live.values() {
@@ -72,7 +72,7 @@ impl Table {
                 total += b.held_bytes();
             }
         }
-        let mut sizes: Vec<(usize, *const ImageInfo)> = Vec::with_capacity(seen.len());
+        let mut sizes: Vec<(usize, *const Names)> = Vec::with_capacity(seen.len());
         for e in self.live.values() {
             let images = e.images.iter().map(|i| &i.image);
             for img in std::iter::once(&e.image).chain(images) {
@@ -93,7 +93,7 @@ impl Table {
         }
         let target = self.budget.limit / 4 * 3;
         sizes.sort_unstable_by_key(|&(len, _)| std::cmp::Reverse(len));
-        let mut cut: HashMap<*const ImageInfo, Option<Arc<ImageInfo>>> = HashMap::new();
+        let mut cut: HashMap<*const Names, Option<Arc<Names>>> = HashMap::new();
         for (len, ptr) in sizes {
             if total <= target {
                 break;
@@ -141,8 +141,8 @@ impl Table {
 }
 
 /// The image with its argv cut to [`KEEP_BYTES`], marked incomplete.
-fn evicted(img: &ImageInfo) -> ImageInfo {
-    ImageInfo {
+fn evicted(img: &Names) -> Names {
+    Names {
         exe: img.exe.clone(),
         comm: img.comm,
         args: img.args[..KEEP_BYTES.min(img.args.len())].into(),
