@@ -7,11 +7,7 @@
 
 use core::ffi::c_void;
 
-use crate::{
-    mem, rss,
-    task::{read, Task},
-    TRACKED,
-};
+use crate::{mem, rss, task::Task, TRACKED};
 
 pub fn try_adopt(ctx: *mut c_void) -> Result<(), i32> {
     // struct bpf_iter__task { struct bpf_iter_meta *meta; struct task_struct *task; }
