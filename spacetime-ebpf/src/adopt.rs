@@ -7,7 +7,11 @@
 
 use core::ffi::c_void;
 
-use crate::{mem, rss, task::Task, TRACKED};
+use crate::{
+    conf, mem, rss,
+    task::{read, Task},
+    TRACKED,
+};
 
 pub fn try_adopt(ctx: *mut c_void) -> Result<(), i32> {
     // struct bpf_iter__task { struct bpf_iter_meta *meta; struct task_struct *task; }
@@ -28,5 +32,13 @@ pub fn try_adopt(ctx: *mut c_void) -> Result<(), i32> {
     if task.pid()? != tgid {
         return Ok(());
     }
-    rss::adopt(task.0, task.mm()?, tgid, task.leader_start_ns()?)
+    rss::adopt(task.0, task.mm()?, tgid, task.leader_start_ns()?)?;
+    // A process whose last thread began exiting meanwhile may have passed the point where
+    // its exit stops following its mm (rss_exit, exit_mm_release) before the claim above:
+    // stop it here (`forget` claims the mm once, whichever comes first). `live` drops to 0
+    // before either point.
+    if read::<i32>(task.signal()?, conf!(off.signal_live))? == 0 {
+        rss::forget(tgid);
+    }
+    Ok(())
 }

@@ -22,6 +22,7 @@ impl Probes {
             tracepoint: "iter/task",
             source,
         };
+        let started = std::time::Instant::now();
         let btf = aya::Btf::from_sys_fs().map_err(LoadError::KernelBtf)?;
         let prog: &mut Iter = self
             .ebpf
@@ -42,6 +43,10 @@ impl Probes {
         file.read_to_end(&mut out).map_err(io)?;
         // One run is all it is for: unloading frees the kernel's copy.
         prog.unload().map_err(err)?;
+        log::debug!(
+            "attach: mms of running processes followed in {:.1} ms",
+            started.elapsed().as_secs_f64() * 1e3
+        );
         Ok(true)
     }
 }
