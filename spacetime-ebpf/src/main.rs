@@ -12,6 +12,7 @@
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
+mod adopt;
 mod exec;
 mod exec_mm;
 mod exit;
@@ -246,6 +247,15 @@ pub fn exec_mm_release(ctx: FEntryContext) -> i32 {
 #[raw_tracepoint]
 pub fn own_pid(_ctx: RawTracePointContext) -> i32 {
     pidns::own_pid();
+    0
+}
+
+/// A task iterator (no macro for it in aya-ebpf 0.2): userspace runs it once after `trace -p`
+/// has tracked the running processes, to follow their mms from then on (see `adopt`).
+#[no_mangle]
+#[link_section = "iter/task"]
+pub fn adopt_mms(ctx: *mut core::ffi::c_void) -> i32 {
+    let _ = adopt::try_adopt(ctx);
     0
 }
 

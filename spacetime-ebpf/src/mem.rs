@@ -16,7 +16,7 @@ use crate::{conf, task::read, ANCHOR, CPU_OFFSETS};
 /// Turns a value the verifier tracks as a pointer into a plain number by passing it through
 /// memory. Allowed for privileged programs only, which spacetime's are.
 #[inline(always)]
-fn launder(v: u64) -> Option<u64> {
+pub fn launder(v: u64) -> Option<u64> {
     let slot = ANCHOR.get_ptr_mut(1)?;
     // SAFETY: a per-CPU slot of our own map; volatile so the round trip is not optimized away.
     unsafe {

@@ -230,11 +230,31 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
 /// it had. Its pages so far (an exec's stack, a fork's copied counters) come from one read.
 #[inline(always)]
 pub fn follow(task: u64, mm: u64, tgid: u32, leader_start_ns: u64) -> Result<(), i32> {
+    start_following(task, mm, tgid, leader_start_ns, false)
+}
+
+/// Starts following `mm` for a process that predates the attach (adopt.rs), only if no mm of
+/// it is followed yet: a fork or exec that got there first has the newer mm.
+#[inline(always)]
+pub fn adopt(task: u64, mm: u64, tgid: u32, leader_start_ns: u64) -> Result<(), i32> {
+    start_following(task, mm, tgid, leader_start_ns, true)
+}
+
+#[inline(always)]
+fn start_following(
+    task: u64,
+    mm: u64,
+    tgid: u32,
+    leader_start_ns: u64,
+    only_unfollowed: bool,
+) -> Result<(), i32> {
     // Only a traced process (in TRACKED, whose value names its followed mm) is followed.
     if conf!(track_rss) == 0 || conf!(mode) != mode::TREE || mm == 0 {
         return Ok(());
     }
-    forget(tgid);
+    if !only_unfollowed {
+        forget(tgid);
+    }
     let m = mem::read_mm(task, mm)?;
     let rss_pages = [
         m.rss_file_pages as i64,
@@ -256,8 +276,12 @@ pub fn follow(task: u64, mm: u64, tgid: u32, leader_start_ns: u64) -> Result<(),
         last_ns: now,
         ..MmState::default()
     };
-    if MM_STATE.insert(mm, st, 0).is_err() {
-        crate::count(spacetime_common::stat::TRACK_FULL);
+    // BPF_NOEXIST when adopting: an mm already there is followed for someone (a racing exec).
+    let insert_flags = if only_unfollowed { 1 } else { 0 };
+    if MM_STATE.insert(mm, st, insert_flags).is_err() {
+        if !only_unfollowed {
+            crate::count(spacetime_common::stat::TRACK_FULL);
+        }
         return Ok(());
     }
     // The process's entry in TRACKED names the mm followed: one map instead of a second one
@@ -266,8 +290,18 @@ pub fn follow(task: u64, mm: u64, tgid: u32, leader_start_ns: u64) -> Result<(),
         let _ = MM_STATE.remove(mm);
         return Ok(());
     };
-    // SAFETY: an aligned u64 of our own map value, claimed by `forget` with an exchange.
-    unsafe { atomic_xchg::<u64, { Relaxed }>(slot, mm) };
+    if only_unfollowed {
+        // The claim: an exec or fork that started following meanwhile keeps its mm.
+        // SAFETY: an aligned u64 of our own map value.
+        let (_, ok) = unsafe { atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(slot, 0, mm) };
+        if !ok {
+            let _ = MM_STATE.remove(mm);
+            return Ok(());
+        }
+    } else {
+        // SAFETY: an aligned u64 of our own map value, claimed by `forget` with an exchange.
+        unsafe { atomic_xchg::<u64, { Relaxed }>(slot, mm) };
+    }
     let (tree_pages, peak) = tree_add(total_pages, now, tgid);
     if let Some(st) = MM_STATE.get_ptr_mut(mm) {
         // SAFETY: our own map value.

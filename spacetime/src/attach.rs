@@ -204,6 +204,8 @@ pub struct Attached {
     pub skipped: Vec<(u32, AttachError)>,
     /// When tracking began (CLOCK_MONOTONIC ns).
     pub attach_ns: u64,
+    /// The kernel follows the RSS of the processes attached to from the attach on.
+    pub memory_followed: bool,
 }
 
 /// Tracks `target` in the kernel and proves it was still the pinned process afterwards (one
@@ -256,10 +258,20 @@ pub fn attach(probes: &mut Probes, pids: &[u32]) -> Result<Attached, AttachError
             }
         }
     }
+    // Every process is tracked now: the kernel follows their mms from here on (a fork or
+    // exec since then has already started following the newer mm).
+    let memory_followed = match probes.adopt_running() {
+        Ok(followed) => followed,
+        Err(e) => {
+            crate::errln!("spacetime: the memory of processes older than the attach is not followed over time: {e}");
+            false
+        }
+    };
     Ok(Attached {
         targets,
         skipped,
         attach_ns,
+        memory_followed,
     })
 }
 
@@ -316,8 +328,8 @@ impl Attached {
     }
 
     /// Processes still running at the end that predate the attach and never exec'd since: the
-    /// kernel did not follow their mm, so their peak so far is their VmHWM now (the kernel's
-    /// own figure, whole life), read through their pidfd.
+    /// kernel followed their mm from the attach only, so their peak so far is their VmHWM now
+    /// (the kernel's own figure, whole life), read through their pidfd.
     pub fn peaks_so_far(&self, tree: &mut crate::tree::Tree, page_size: u64) {
         for t in &self.targets {
             let key = tree
@@ -333,8 +345,24 @@ impl Attached {
     }
 }
 
-/// What the report's mechanisms say of an attach.
-pub const MECHANISM: &str = "attached by pidfd to running processes: exe and argv of images older than the attach read from /proc then; their peaks exact at exit (the kernel's high-water mark covers their whole life), their memory over time not followed; processes forked since followed as for a started command";
+impl Attached {
+    /// What the report's mechanisms say of the attach.
+    pub fn mechanism(&self) -> &'static str {
+        if self.memory_followed {
+            MECHANISM
+        } else {
+            MECHANISM_UNFOLLOWED
+        }
+    }
+}
+
+/// Whether a report's mechanisms say the attached processes' RSS was followed.
+pub fn memory_followed(mechanisms: &[String]) -> bool {
+    mechanisms.iter().any(|m| m == MECHANISM)
+}
+
+const MECHANISM: &str = "attached by pidfd to running processes: exe and argv of images older than the attach read from /proc then; their peaks exact at exit (the kernel's high-water mark covers their whole life); their RSS followed from the attach on (a task iterator run once starts following each mm, its exact RSS then the first point); processes forked since followed as for a started command";
+const MECHANISM_UNFOLLOWED: &str = "attached by pidfd to running processes: exe and argv of images older than the attach read from /proc then; their peaks exact at exit (the kernel's high-water mark covers their whole life), their memory over time not followed; processes forked since followed as for a started command";
 
 /// The VmHWM (pages) of a process still running, read through its pin once it is proven to
 /// be the one meant.

@@ -79,8 +79,8 @@ impl Tree {
         }
     }
 
-    /// The peak so far of a process still running at the end whose mm the kernel did not
-    /// follow (it predates the attach): its VmHWM, read then.
+    /// The peak so far of a process still running at the end that predates the attach (the
+    /// kernel followed its mm from the attach only): its VmHWM, read then, if higher.
     pub fn set_peak_so_far(&mut self, key: Key, pages: u64) {
         let Some(&i) = self.index.get(&key) else {
             return;

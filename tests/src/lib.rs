@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::Value;
 
+pub mod chart;
 pub mod openmetrics;
 pub mod prometheus;
 pub mod python;

@@ -71,6 +71,7 @@ struct Attach {
     child: Child,
     said: String,
     json: std::path::PathBuf,
+    rest: std::thread::JoinHandle<String>,
 }
 
 impl Attach {
@@ -82,6 +83,8 @@ impl Attach {
             .arg(&json)
             .args(extra)
             .args(["-p", pids])
+            .env("COLUMNS", "100")
+            .env("LANG", "C.UTF-8")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -103,18 +106,33 @@ impl Attach {
             let _ = err.read_to_string(&mut s);
             s
         });
-        std::mem::forget(rest);
-        Attach { child, said, json }
+        Attach {
+            child,
+            said,
+            json,
+            rest,
+        }
     }
 
-    fn finish(mut self) -> (i32, Value) {
+    fn finish(self) -> (i32, Value) {
+        let (code, v, _) = self.finish_with_stderr();
+        (code, v)
+    }
+
+    /// Also the rest of its stderr (the summary).
+    fn finish_with_stderr(mut self) -> (i32, Value, String) {
         let st = self.child.wait().expect("wait spacetime");
         let code = st
             .code()
             .unwrap_or_else(|| panic!("spacetime died: {st}\n{}", self.said));
         let text = std::fs::read_to_string(&self.json)
             .unwrap_or_else(|e| panic!("no report ({e}); status {st}\n{}", self.said));
-        (code, serde_json::from_str(&text).expect("report is JSON"))
+        let stderr = self.rest.join().expect("stderr reader");
+        (
+            code,
+            serde_json::from_str(&text).expect("report is JSON"),
+            stderr,
+        )
     }
 }
 
@@ -344,4 +362,107 @@ fn ctrl_c_reports_the_still_running_with_their_peaks_so_far() {
     wl.release();
     let st = wl.child.wait().expect("reap the workload");
     assert_eq!(st.code(), Some(7), "the workload went on to its own end");
+}
+
+/// `[[t_ns, bytes], ...]` of pid's series in the report's timeline.
+fn rss_series(v: &Value, pid: i32) -> Vec<(u64, u64)> {
+    let entry = v["timeline"]["processes"]
+        .as_array()
+        .expect("timeline.processes")
+        .iter()
+        .find(|e| e["pid"] == pid)
+        .unwrap_or_else(|| panic!("no series for pid {pid}: {}", v["timeline"]));
+    entry["rss"]
+        .as_array()
+        .expect("rss")
+        .iter()
+        .map(|p| (p[0].as_u64().unwrap_or(0), p[1].as_u64().unwrap_or(0)))
+        .collect()
+}
+
+/// A process that holds N MiB when spacetime attaches and then grows by M MiB, beside one
+/// that holds its memory idle until its end: both followed from the attach on, each series
+/// starting at the process's RSS then, the grower's reaching its VmHWM, the tree's peak and
+/// the chart counting them.
+#[test]
+fn processes_older_than_the_attach_are_followed_from_it() {
+    for (n, m, idle) in [(32u64, 24u64, 16u64), (8, 40, 64)] {
+        let dir = TempDir::new("attach-grow");
+        let (grow_truth, idle_truth) = (dir.path().join("grow"), dir.path().join("idle"));
+        let mut grower = Workload::start(
+            &["attach-grow", &n.to_string(), &m.to_string()],
+            &grow_truth,
+        );
+        let mut holder = Workload::start(&["attach-grow", &idle.to_string(), "0"], &idle_truth);
+        for wl in [&mut grower, &mut holder] {
+            let said = wl.line();
+            assert_eq!(said, "ready", "the workload said {said:?}");
+        }
+        let pids = format!("{},{}", grower.pid(), holder.pid());
+        let run = Attach::start(&pids, &dir, &[]);
+        grower.release();
+        let gs = grower.child.wait().expect("reap the grower");
+        assert_eq!(gs.code(), Some(0), "the grower's status");
+        holder.release();
+        let (code, v, stderr) = run.finish_with_stderr();
+        assert_eq!(code, 0, "the root's exit code; stderr: {stderr}");
+        let role = |path: &std::path::Path, role: &str| {
+            read_truth(path)
+                .into_iter()
+                .find(|t| t.str("role") == role)
+                .unwrap_or_else(|| panic!("no {role} line in {}", path.display()))
+        };
+        let kib = |t: &spacetime_tests::Truth, k: &str| t.int(k) as u64 * 1024;
+        for (pid, path, ends_at, mib) in [
+            (grower.pid(), &grow_truth, "the grower", n + m),
+            (holder.pid(), &idle_truth, "the idle holder", idle),
+        ] {
+            let ready = role(path, "ready");
+            let end = role(path, "end");
+            let series = rss_series(&v, pid);
+            let first = series
+                .first()
+                .unwrap_or_else(|| panic!("{ends_at}: empty series"));
+            assert_rss(
+                &format!("pid {pid} ({ends_at}): first point vs its VmRSS at the attach"),
+                first.1,
+                kib(&ready, "vmrss_kib"),
+            );
+            let top = series.iter().map(|p| p.1).max().unwrap_or(0);
+            assert_rss(
+                &format!("pid {pid} ({ends_at}): series top vs its VmHWM"),
+                top,
+                end.vmhwm_bytes(),
+            );
+            assert!(
+                end.vmhwm_bytes() >= mib * MIB,
+                "truth: pid {pid} touched less than it says"
+            );
+        }
+        // The grower reached its peak while the holder held its memory: the tree's peak is
+        // their sum, and the chart's tallest column is it.
+        let tree_peak = v["totals"]["tree_peak_rss_bytes"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no tree peak: {}", v["totals"]));
+        let both =
+            role(&grow_truth, "end").vmhwm_bytes() + kib(&role(&idle_truth, "ready"), "vmrss_kib");
+        assert_rss(
+            "tree peak vs the grower's VmHWM plus the holder's RSS",
+            tree_peak,
+            both,
+        );
+        let tree_top = v["timeline"]["tree_rss"]
+            .as_array()
+            .expect("timeline.tree_rss")
+            .iter()
+            .filter_map(|p| p[1].as_u64())
+            .max()
+            .unwrap_or(0);
+        assert_rss("the tree series' top vs the tree peak", tree_top, tree_peak);
+        spacetime_tests::chart::assert_chart_reaches(&stderr, tree_peak);
+        assert!(
+            stderr.contains("their RSS followed from the attach on"),
+            "the summary says what is followed:\n{stderr}"
+        );
+    }
 }

@@ -484,7 +484,7 @@ fn first_tree(
 ) -> (Tree, report::lossless::Args) {
     let (mut tree, command) = match &root.attached {
         Some(a) => {
-            mechanisms.push(crate::attach::MECHANISM.into());
+            mechanisms.push(a.mechanism().into());
             (a.tree(), a.command())
         }
         None => (

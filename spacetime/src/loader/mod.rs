@@ -36,6 +36,7 @@ const REAPING_ENTRIES: u32 = 16384;
 /// (allocated on use).
 const EXITED_ENTRIES: u32 = 16384;
 
+mod adopt;
 mod own_pid;
 mod runs;
 mod stats;

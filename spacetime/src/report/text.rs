@@ -171,7 +171,12 @@ pub fn render(
         .filter(|p| p.images().any(|i| i.read_at_attach()))
         .count() as u64;
     if predate > 0 {
-        prose(&mut out, &format!("attached: {} predate the attach (exe and argv read from /proc then; peaks exact at exit, from the kernel's high-water mark; their memory over time not followed); times count from the attach", count(predate, "process", "processes")), width);
+        let over_time = if crate::attach::memory_followed(&r.kernel.mechanisms) {
+            "their RSS followed from the attach on"
+        } else {
+            "their memory over time not followed"
+        };
+        prose(&mut out, &format!("attached: {} predate the attach (exe and argv read from /proc then; peaks exact at exit, from the kernel's high-water mark; {over_time}); times count from the attach", count(predate, "process", "processes")), width);
     }
     if let Some(pid) = t.peak_rss_pid {
         let head = format!("peak RSS {} (pid {pid}: ", bytes(t.peak_rss_bytes));

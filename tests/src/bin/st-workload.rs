@@ -60,6 +60,9 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
                                \"ready PID\" on stdout and wait for a byte on stdin; then fork K
                                children touching M MiB each (exit 10+i, {role: post}), end the
                                first child (exit 5, {role: pre}), exit 7 ({role: parent})
+  attach-grow N M              touch N MiB, record {role: ready, mib}, print \"ready\" and wait
+                               for a byte on stdin; then touch M MiB more, record {role: end,
+                               mib} and exit 0 (M = 0: a holder idle from the attach to its end)
   page-cache FILE              drop FILE from the page cache, read it, record {file_bytes,
                                cached_before_bytes, cached_after_bytes} (mincore)
 ";
@@ -938,6 +941,7 @@ fn main() {
             parse(&args, 3, "M"),
             parse(&args, 4, "K"),
         ),
+        "attach-grow" => attach_grow(&mut rec, parse(&args, 2, "N"), parse(&args, 3, "M")),
         "page-cache" => page_cache(&mut rec, args.get(2).unwrap_or_else(|| die("missing FILE"))),
         other => die(&format!("unknown mode {other:?}")),
     }
@@ -1130,6 +1134,30 @@ fn cached_bytes(fd: libc::c_int, len: usize) -> usize {
     }
     unsafe { libc::munmap(p, len) };
     vec.iter().filter(|&&b| b & 1 != 0).count() * page
+}
+
+/// A process to attach to: it holds N MiB (its RSS recorded) until the byte on stdin, then
+/// grows by M MiB.
+fn attach_grow(rec: &mut Recorder, n: usize, m: usize) -> ! {
+    touch(n);
+    rec.warm_up();
+    fold_rss_counters(rec.fold);
+    rec.begin("attach-grow")
+        .str("role", "ready")
+        .int("mib", n as i64)
+        .finish();
+    let line = b"ready\n";
+    if unsafe { libc::write(1, line.as_ptr().cast(), line.len()) } != line.len() as isize {
+        sys_die("write stdout");
+    }
+    recv_byte(0);
+    touch(m);
+    fold_rss_counters(rec.fold);
+    rec.begin("attach-grow")
+        .str("role", "end")
+        .int("mib", (n + m) as i64)
+        .finish();
+    exit(0)
 }
 
 /// A tree to attach to: what it touched before the byte on stdin predates the attach, what
