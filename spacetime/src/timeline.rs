@@ -334,11 +334,23 @@ impl Timeline {
     }
 
     /// The largest tree-wide PSS estimated from the exact RSS between samples (see
-    /// [`Timeline::record_sharing`]); at least the sampled maximum.
+    /// [`Timeline::record_sharing`]); at least the sampled maximum, at most the kernel's exact
+    /// tree-wide RSS peak. The sum holds each process's latest point, and the kernel drops
+    /// points under its rate limit: a process that freed memory and then sleeps can stay in
+    /// the sum at its old size while another grows. PSS never exceeds RSS at any instant, so
+    /// the exact peak bounds the estimate.
     pub fn max_pss_estimated(&self) -> Option<Point> {
-        match (self.max_pss_est, self.max_pss) {
+        let best = match (self.max_pss_est, self.max_pss) {
             (Some(e), Some(s)) if s.bytes >= e.bytes => Some(s),
             (e, s) => e.or(s),
+        };
+        match (best, self.tree_peak) {
+            (Some(b), Some(peak))
+                if self.rss_source == RssSource::Kernel && b.bytes > peak.bytes =>
+            {
+                Some(peak)
+            }
+            (b, _) => b,
         }
     }
 

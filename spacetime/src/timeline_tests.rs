@@ -194,3 +194,21 @@ fn pss_is_estimated_from_the_exact_rss_between_samples() {
     t.record_pss(b, p(8, 500));
     assert_eq!(t.max_pss_estimated(), Some(p(8, 500)));
 }
+
+#[test]
+fn the_pss_estimate_never_exceeds_the_exact_tree_peak() {
+    let mut t = Timeline::new(RssSource::Kernel);
+    let (parent, child) = (key(1), key(2));
+    // The parent filled 128, was sampled unshared, freed it, and its last decrease was
+    // dropped by the kernel's rate limit: it stays in the sum at 128 while the child fills 256.
+    t.record_kernel_rss(parent, p(1, 128));
+    t.record_pss(parent, p(2, 128));
+    t.record_sharing(parent, 0);
+    t.record_kernel_rss(child, p(3, 1));
+    t.record_pss(child, p(4, 1));
+    t.record_sharing(child, 0);
+    t.record_kernel_rss(child, p(5, 256));
+    // The kernel's exact tree sum peaked at 258 (parent 2 + child 256).
+    t.set_tree_peak(p(5, 258));
+    assert_eq!(t.max_pss_estimated(), Some(p(5, 258)), "bounded by the exact peak");
+}
