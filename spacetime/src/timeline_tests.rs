@@ -210,5 +210,9 @@ fn the_pss_estimate_never_exceeds_the_exact_tree_peak() {
     t.record_kernel_rss(child, p(5, 256));
     // The kernel's exact tree sum peaked at 258 (parent 2 + child 256).
     t.set_tree_peak(p(5, 258));
-    assert_eq!(t.max_pss_estimated(), Some(p(5, 258)), "bounded by the exact peak");
+    assert_eq!(
+        t.max_pss_estimated(),
+        Some(p(5, 258)),
+        "bounded by the exact peak"
+    );
 }
