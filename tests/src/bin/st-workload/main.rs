@@ -1,0 +1,569 @@
+//! `st-workload`: the truth side of spacetime's integration tests.
+//!
+//! Every process that matters appends ONE JSON line to the file named by `$ST_TRUTH`
+//! (O_APPEND|O_CREAT, a single write(2) per line so concurrent writers never interleave).
+//! The line is built and written as the very last thing before the process exits (or execs),
+//! after reading the process's own `/proc/self/status`; every buffer used from that point on was
+//! allocated *and touched* at startup, so recording does not change the peak it records.
+//!
+//! Common fields of every line: `mode`, `pid`, `tid`, `ppid` (getppid() at record time),
+//! `vmhwm_kib`, `vmrss_kib` (VmHWM / VmRSS from /proc/self/status). Mode-specific fields
+//! are listed in `USAGE`.
+
+mod cpu;
+mod memory;
+mod procs;
+mod scenarios;
+
+use cpu::*;
+use memory::*;
+use procs::*;
+use scenarios::*;
+use std::ffi::{CString, OsString};
+use std::io::Write as _;
+use std::os::unix::ffi::OsStrExt as _;
+use std::time::Duration;
+
+const USAGE: &str = "\
+usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_TRUTH)
+  noop [ANY...]                exit 0, record nothing
+  touch MIB                    touch MIB MiB of anonymous memory, record {mib}
+  grow-exec MIB PROG [ARGS...] touch MIB MiB, record {mib}, then execv(PROG, [PROG, ARGS...])
+  tree DEPTH WIDTH             every node forks WIDTH children down to DEPTH levels, waits,
+                               records {depth, children, failed}
+  threads N                    start N threads, join them, record {threads: N, tids}
+  orphan MS                    fork a child that forks a grandchild and exits at once; the
+                               grandchild sleeps MS ms. Records: root {role, child},
+                               child {role, grandchild}, grandchild {role, parent_at_fork, ms}
+  storm N PROG [ARGS...]       N sequential fork+execv(PROG) + waitpid, record {children, failed, pids}
+  thread-exec PROG [ARGS...]   a non-main thread records then execv(PROG, [PROG, ARGS...])
+  spawn N PROG [ARGS...]       N children via posix_spawn, wait, record {children, failed, pids}
+  exit CODE                    record {code}, _exit(CODE)
+  kill SIG                     record {sig}, raise SIG with default disposition
+  sleep MS                     sleep MS ms, record {ms}, exit 0
+  whoami                       record {uid, euid, gid, egid, groups}
+  quiet-exit CODE [ANY...]     exit CODE at once, record nothing
+  burst N TAG                  N sequential children, child i execs
+                               `st-workload quiet-exit (i % 256) TAG-i`; record {children, failed, pids}
+  forkloop MS                  fork children that _exit(0) at once, one at a time, for MS ms;
+                               print and record {forks}
+  hold-together N DIR MIB MS   touch MIB MiB, create DIR/PID, keep them until DIR holds N
+                               entries (N holders all at their peak at once) and MS ms more,
+                               record {mib}
+  exit-together N [TOKEN]      N threads (main included) leave with exit(2), not exit_group, at
+                               the same moment; the last one ends the process; record {threads}
+  rusage US... [TOKEN]         one child per US: it burns US µs of CPU (0: exits at once), the
+                               parent reaps each with wait4; record {pids, user_us, sys_us}
+  rusage-of PROG [ARGS...]     fork+execv(PROG), reap it with wait4 (as time(1) does); record
+                               {pid, user_us, sys_us}: the child's CPU and its reaped children's
+  fill MIB                     write every byte of MIB MiB of fresh anonymous memory, unmap it,
+                               record {mib} (st's fill.c)
+  fillfill MIB                 fill MIB MiB and unmap it, then fork a child that fills and unmaps
+                               2×MIB while the parent waits; record {role, mib} (st's fillfill.c)
+  leave-child MIB MS           fork a child that touches MIB MiB, records {role: child, mib},
+                               then holds it for MS ms; the root exits once the child recorded,
+                               recording {role: root, child}
+  cow-fork MIB                 touch MIB MiB, fork a child that only reads them (shared,
+                               copy-on-write); both record {role, mib} while both hold them
+  attach-tree N M K            touch N MiB, fork a child that touches N/2 MiB and waits; print
+                               \"ready PID\" on stdout and wait for a byte on stdin; then fork K
+                               children touching M MiB each (exit 10+i, {role: post}), end the
+                               first child (exit 5, {role: pre}), exit 7 ({role: parent})
+  attach-grow N M              touch N MiB, record {role: ready, mib}, print \"ready\" and wait
+                               for a byte on stdin; then touch M MiB more, record {role: end,
+                               mib} and exit 0 (M = 0: a holder idle from the attach to its end)
+  page-cache FILE              drop FILE from the page cache, read it, record {file_bytes,
+                               cached_before_bytes, cached_after_bytes} (mincore)
+";
+
+/// Bytes reserved (and touched) for reading /proc/self/status.
+const STATUS_BUF: usize = 16 * 1024;
+/// Bytes reserved (and touched) for the JSON line.
+const LINE_BUF: usize = 64 * 1024;
+/// Stack pre-faulted at startup so the recording path doesn't grow the stack.
+const STACK_PREFAULT: usize = 128 * 1024;
+/// Pages read (never written) by `fold_rss_counters`: more than the 64 faults after which a
+/// pre-6.2 kernel folds a thread's pending RSS counts into the mm.
+const FOLD_PAGES: usize = 128;
+
+extern "C" {
+    static environ: *const *mut libc::c_char;
+}
+
+fn die(msg: &str) -> ! {
+    eprintln!("st-workload: {msg}");
+    eprint!("{USAGE}");
+    unsafe { libc::_exit(2) }
+}
+
+fn sys_die(what: &str) -> ! {
+    let err = std::io::Error::last_os_error();
+    eprintln!("st-workload[{}]: {what}: {err}", std::process::id());
+    unsafe { libc::_exit(120) }
+}
+
+/// Touches `STACK_PREFAULT` bytes of stack below the current frame.
+#[inline(never)]
+fn prefault_stack() {
+    let mut buf = [0u8; STACK_PREFAULT];
+    for i in (0..STACK_PREFAULT).step_by(1024) {
+        unsafe { std::ptr::write_volatile(buf.as_mut_ptr().add(i), 1) };
+    }
+    std::hint::black_box(&buf);
+}
+
+fn gettid() -> i64 {
+    unsafe { libc::syscall(libc::SYS_gettid) }
+}
+
+/// Makes this thread's RSS counts visible in /proc/self/status. Before 6.2 (SPLIT_RSS_COUNTING)
+/// each thread keeps its RSS counter updates to itself and folds them into the mm every 64 page
+/// faults (and when it exits or execs), so VmHWM/VmRSS lag by up to 64 faults' worth of pages
+/// (more with file fault-around) while the kernel's own exit figures (ru_maxrss, taskstats)
+/// count them. Reading one byte of each of `FOLD_PAGES` fresh anonymous pages takes that many
+/// faults, each mapping the shared zero page, which is not counted in RSS: the pending counts
+/// are folded and nothing new is pending. A no-op on later kernels (no per-thread counts).
+fn fold_rss_counters(region: usize) {
+    let page = 4096;
+    unsafe {
+        // Drops the zero-page mappings of an earlier fold (not counted either), so the reads
+        // below fault again.
+        libc::madvise(
+            region as *mut libc::c_void,
+            FOLD_PAGES * page,
+            libc::MADV_DONTNEED,
+        );
+        for i in 0..FOLD_PAGES {
+            std::ptr::read_volatile((region + i * page) as *const u8);
+        }
+    }
+}
+
+/// Reserves the never-written region `fold_rss_counters` reads; returns its address.
+fn fold_region() -> usize {
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            FOLD_PAGES * 4096,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        sys_die("mmap fold region");
+    }
+    p as usize
+}
+
+/// Allocates a Vec with `cap` bytes of capacity, every page written once, length 0.
+fn touched_vec(cap: usize) -> Vec<u8> {
+    let mut v = vec![0xa5u8; cap];
+    std::hint::black_box(&mut v);
+    v.clear();
+    v
+}
+
+struct Recorder {
+    truth: Option<CString>,
+    status: Vec<u8>,
+    line: Vec<u8>,
+    /// The region `fold_rss_counters` reads.
+    fold: usize,
+}
+
+impl Recorder {
+    fn new() -> Self {
+        let truth = std::env::var_os("ST_TRUTH")
+            .filter(|p| !p.is_empty())
+            .map(|p| CString::new(p.as_bytes()).unwrap_or_else(|_| die("ST_TRUTH contains NUL")));
+        let mut status = touched_vec(STATUS_BUF);
+        status.resize(STATUS_BUF, 0);
+        let line = touched_vec(LINE_BUF);
+        prefault_stack();
+        Recorder {
+            truth,
+            status,
+            line,
+            fold: fold_region(),
+        }
+    }
+
+    /// Starts a line: `{"mode":M,"pid":P,"tid":T`. Add fields with `int`/`str`/`ints`, then
+    /// call `finish` as the last thing before exit/exec.
+    fn begin(&mut self, mode: &str) -> &mut Self {
+        self.line.clear();
+        let pid = unsafe { libc::getpid() };
+        let _ = write!(
+            self.line,
+            "{{\"mode\":\"{mode}\",\"pid\":{pid},\"tid\":{}",
+            gettid()
+        );
+        self
+    }
+
+    fn int(&mut self, key: &str, v: i64) -> &mut Self {
+        let _ = write!(self.line, ",\"{key}\":{v}");
+        self
+    }
+
+    fn str(&mut self, key: &str, v: &str) -> &mut Self {
+        // Only used with fixed ASCII identifiers; no escaping needed.
+        let _ = write!(self.line, ",\"{key}\":\"{v}\"");
+        self
+    }
+
+    fn ints(&mut self, key: &str, vs: &[i64]) -> &mut Self {
+        let _ = write!(self.line, ",\"{key}\":[");
+        for (i, v) in vs.iter().enumerate() {
+            if i > 0 {
+                self.line.push(b',');
+            }
+            let _ = write!(self.line, "{v}");
+        }
+        self.line.push(b']');
+        self
+    }
+
+    /// Runs the recording path once without writing anything, so recording later faults in
+    /// nothing new (its text, its buffers).
+    fn warm_up(&mut self) {
+        let truth = self.truth.take();
+        self.begin("warm-up").finish();
+        self.truth = truth;
+    }
+
+    /// Reads /proc/self/status, appends ppid/vmhwm_kib/vmrss_kib, writes the line.
+    ///
+    /// The whole path runs twice: the first pass only warms up. A forked child shares its
+    /// parent's file-backed text but has no page-table entries for it, so the first execution
+    /// of the formatting/libc code here faults in text pages (fault-around: up to 16 pages),
+    /// which would raise VmHWM after we read it. The second pass touches nothing new.
+    fn finish(&mut self) {
+        let prefix = self.line.len();
+        prefault_text();
+        for pass in 0..2 {
+            self.line.truncate(prefix);
+            let ppid = unsafe { libc::getppid() };
+            fold_rss_counters(self.fold);
+            let n = self.read_status();
+            let status = &self.status[..n];
+            let hwm = status_kib(status, b"VmHWM:");
+            let rss = status_kib(status, b"VmRSS:");
+            let _ = writeln!(
+                self.line,
+                ",\"ppid\":{ppid},\"vmhwm_kib\":{hwm},\"vmrss_kib\":{rss}}}"
+            );
+            if pass == 0 {
+                // Fault in write(2)'s wrapper without writing anything (EBADF).
+                unsafe { libc::write(-1, self.line.as_ptr().cast(), 0) };
+            }
+        }
+        let Some(path) = &self.truth else { return };
+        unsafe {
+            let fd = libc::open(
+                path.as_ptr(),
+                libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC,
+                0o666 as libc::c_uint,
+            );
+            if fd < 0 {
+                sys_die("open $ST_TRUTH");
+            }
+            let w = libc::write(fd, self.line.as_ptr().cast(), self.line.len());
+            if w != self.line.len() as isize {
+                sys_die("write $ST_TRUTH");
+            }
+            libc::close(fd);
+        }
+    }
+
+    fn read_status(&mut self) -> usize {
+        let mut n = 0usize;
+        unsafe {
+            let fd = libc::open(
+                c"/proc/self/status".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                sys_die("open /proc/self/status");
+            }
+            while n < self.status.len() {
+                let r = libc::read(
+                    fd,
+                    self.status.as_mut_ptr().add(n).cast(),
+                    self.status.len() - n,
+                );
+                if r < 0 {
+                    sys_die("read /proc/self/status");
+                }
+                if r == 0 {
+                    break;
+                }
+                n += r as usize;
+            }
+            libc::close(fd);
+        }
+        n
+    }
+}
+
+/// Value in kB of the `/proc/self/status` line starting with `key`, or -1 if absent.
+fn status_kib(status: &[u8], key: &[u8]) -> i64 {
+    for line in status.split(|&b| b == b'\n') {
+        if let Some(rest) = line.strip_prefix(key) {
+            let mut v: i64 = 0;
+            let mut seen = false;
+            for &b in rest {
+                if b.is_ascii_digit() {
+                    v = v * 10 + i64::from(b - b'0');
+                    seen = true;
+                } else if seen {
+                    break;
+                }
+            }
+            return if seen { v } else { -1 };
+        }
+    }
+    -1
+}
+
+fn exit(code: i32) -> ! {
+    unsafe { libc::_exit(code) }
+}
+
+fn parse<T: std::str::FromStr>(args: &[OsString], i: usize, what: &str) -> T {
+    let Some(a) = args.get(i) else {
+        die(&format!("missing {what}"))
+    };
+    a.to_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| die(&format!("bad {what}: {a:?}")))
+}
+
+/// argv for execv: [PROG, ARGS...] from args[i..]; must be non-empty.
+fn exec_argv(args: &[OsString], i: usize) -> Vec<CString> {
+    if args.len() <= i {
+        die("missing PROG");
+    }
+    args[i..]
+        .iter()
+        .map(|a| CString::new(a.as_bytes()).unwrap_or_else(|_| die("argument contains NUL")))
+        .collect()
+}
+
+fn ptrs(v: &[CString]) -> Vec<*const libc::c_char> {
+    v.iter()
+        .map(|c| c.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+/// A fresh private anonymous read-write mapping of `len` bytes (dies on failure).
+fn map_anon(len: usize) -> *mut u8 {
+    // SAFETY: a new anonymous mapping; the kernel picks the address.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        sys_die("mmap");
+    }
+    p.cast()
+}
+
+/// mmaps `mib` MiB of private anonymous memory and writes one byte in every page. Never unmapped.
+fn touch(mib: usize) {
+    if mib == 0 {
+        return;
+    }
+    let len = mib << 20;
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let p = map_anon(len);
+    unsafe {
+        for off in (0..len).step_by(page) {
+            std::ptr::write_volatile(p.add(off), 1);
+        }
+    }
+}
+
+fn fork() -> libc::pid_t {
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        sys_die("fork");
+    }
+    pid
+}
+
+/// Burns `us` µs of this thread's CPU time (nothing for 0).
+fn burn_cpu_us(us: u64) {
+    if us == 0 {
+        return;
+    }
+    let cpu_ns = || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    };
+    let until = cpu_ns() + us * 1000;
+    while cpu_ns() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// wait4(pid): the child's rusage (dies unless it exited with status 0).
+fn wait4_rusage(pid: libc::pid_t) -> libc::rusage {
+    let mut st = 0;
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        let r = unsafe { libc::wait4(pid, &mut st, 0, &mut ru) };
+        if r == pid {
+            if !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0) {
+                die("child failed");
+            }
+            return ru;
+        }
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            sys_die("wait4");
+        }
+    }
+}
+
+fn timeval_us(tv: libc::timeval) -> i64 {
+    tv.tv_sec * 1_000_000 + tv.tv_usec
+}
+
+/// waitpid(pid); true iff it exited with status 0.
+fn wait_ok(pid: libc::pid_t) -> bool {
+    let mut st = 0;
+    loop {
+        let r = unsafe { libc::waitpid(pid, &mut st, 0) };
+        if r == pid {
+            return libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0;
+        }
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            sys_die("waitpid");
+        }
+    }
+}
+
+/// Maps the text of the libc functions used after the final /proc/self/status read (and of
+/// execv/execve, for modes that exec right after recording) by reading a few bytes of each.
+/// The read fault maps the page (and its fault-around window) before we measure, so nothing
+/// after the measurement faults in text. Needed explicitly because with several threads
+/// faulting at once, fault-around skips folios it can't trylock, so whether e.g. `_exit`'s page
+/// happens to be mapped already is not deterministic. (No failed exec attempts as a warm-up:
+/// those would be visible to the tracer.)
+fn prefault_text() {
+    let fns: [usize; 9] = [
+        libc::_exit as *const () as usize,
+        libc::open as *const () as usize,
+        libc::read as *const () as usize,
+        libc::write as *const () as usize,
+        libc::close as *const () as usize,
+        libc::getpid as *const () as usize,
+        libc::getppid as *const () as usize,
+        libc::execv as *const () as usize,
+        libc::execve as *const () as usize,
+    ];
+    for f in fns {
+        for off in [0, 63, 127] {
+            unsafe { std::ptr::read_volatile((f + off) as *const u8) };
+        }
+    }
+}
+
+fn execv(argv: &[CString], argv_ptrs: &[*const libc::c_char]) -> ! {
+    unsafe { libc::execv(argv[0].as_ptr(), argv_ptrs.as_ptr()) };
+    sys_die(&format!("execv {:?}", argv[0]))
+}
+
+fn tree_node(rec: &mut Recorder, depth: i64, max_depth: i64, width: i64) -> ! {
+    let mut children = Vec::with_capacity(width.max(0) as usize);
+    if depth < max_depth {
+        for _ in 0..width {
+            let pid = fork();
+            if pid == 0 {
+                tree_node(rec, depth + 1, max_depth, width);
+            }
+            children.push(pid);
+        }
+    }
+    let failed = children.iter().filter(|&&p| !wait_ok(p)).count() as i64;
+    let pids: Vec<i64> = children.iter().map(|&p| i64::from(p)).collect();
+    rec.begin("tree")
+        .int("depth", depth)
+        .ints("children", &pids)
+        .int("failed", failed)
+        .finish();
+    exit(0)
+}
+
+fn main() {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let Some(mode) = args.get(1).and_then(|m| m.to_str()) else {
+        die("missing MODE")
+    };
+    if mode == "noop" {
+        exit(0);
+    }
+    if mode == "quiet-exit" {
+        exit(parse(&args, 2, "CODE"));
+    }
+    if mode == "rename" {
+        // rename NAME [ARGS…]: sets its comm to NAME's bytes (prctl PR_SET_NAME, controls
+        // included), starts a thread that inherits the name and exits, then exits 0.
+        let name = args.get(2).unwrap_or_else(|| die("missing NAME"));
+        let mut bytes = name.as_bytes().to_vec();
+        bytes.truncate(15);
+        bytes.push(0);
+        unsafe { libc::prctl(libc::PR_SET_NAME, bytes.as_ptr()) };
+        let _ = std::thread::spawn(|| ()).join();
+        exit(0);
+    }
+    let mode = mode.to_owned();
+    let mut rec = Recorder::new();
+    match mode.as_str() {
+        "touch" => mode_touch(&mut rec, &args),
+        "peak-free" => mode_peak_free(&mut rec, &args),
+        "exit-together" => mode_exit_together(&mut rec, &args),
+        "hold-together" => mode_hold_together(&mut rec, &args),
+        "hold" => mode_hold(&mut rec, &args),
+        "grow-exec" => mode_grow_exec(&mut rec, &args),
+        "tree" => mode_tree(&mut rec, &args),
+        "threads" => mode_threads(&mut rec, &args),
+        "orphan" => mode_orphan(&mut rec, &args),
+        "rusage" => mode_rusage(&mut rec, &args),
+        "rusage-of" => mode_rusage_of(&mut rec, &args),
+        "storm" | "spawn" => mode_storm(&mut rec, &args, &mode),
+        "burst" => mode_burst(&mut rec, &args),
+        "forkloop" => mode_forkloop(&mut rec, &args),
+        "thread-exec" => mode_thread_exec(rec, &args),
+        "exit" => mode_exit(&mut rec, &args),
+        "kill" => mode_kill(&mut rec, &args),
+        "sleep" => mode_sleep(&mut rec, &args),
+        "whoami" => mode_whoami(&mut rec, &args),
+        "fill" => mode_fill(&mut rec, &args),
+        "fillfill" => fillfill(&mut rec, parse(&args, 2, "MIB")),
+        "leave-child" => leave_child(&mut rec, parse(&args, 2, "MIB"), parse(&args, 3, "MS")),
+        "cow-fork" => cow_fork(&mut rec, parse(&args, 2, "MIB")),
+        "attach-tree" => attach_tree(
+            &mut rec,
+            parse(&args, 2, "N"),
+            parse(&args, 3, "M"),
+            parse(&args, 4, "K"),
+        ),
+        "attach-grow" => attach_grow(&mut rec, parse(&args, 2, "N"), parse(&args, 3, "M")),
+        "page-cache" => page_cache(&mut rec, args.get(2).unwrap_or_else(|| die("missing FILE"))),
+        other => die(&format!("unknown mode {other:?}")),
+    }
+}
