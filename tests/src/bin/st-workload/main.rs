@@ -464,11 +464,8 @@ fn wait_ok(pid: libc::pid_t) -> bool {
 /// happens to be mapped already is not deterministic. (No failed exec attempts as a warm-up:
 /// those would be visible to the tracer.)
 fn prefault_text() {
-    let fns: [usize; 11] = [
+    let fns: [usize; 9] = [
         libc::_exit as *const () as usize,
-        // peak-free unmaps its peak right after its last reading, and touches again.
-        libc::munmap as *const () as usize,
-        libc::mmap as *const () as usize,
         libc::open as *const () as usize,
         libc::read as *const () as usize,
         libc::write as *const () as usize,

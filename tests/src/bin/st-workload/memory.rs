@@ -25,8 +25,6 @@ pub(super) fn mode_peak_free(rec: &mut Recorder, args: &[OsString]) {
     }
     // The first pass warms the reading path (its text, its buffer); the second folds
     // this thread's pending RSS counts first (see fold_rss_counters), so VmRSS is exact.
-    // munmap runs right after the reading: its text is mapped before (see prefault_text).
-    prefault_text();
     let mut at_peak = 0;
     for pass in 0..2 {
         if pass == 1 {
