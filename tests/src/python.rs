@@ -46,3 +46,14 @@ pub fn python_with(modules: &str, packages: &[&str]) -> Command {
 pub fn script(name: &str) -> PathBuf {
     crate::workspace_root().join("tests/py").join(name)
 }
+
+/// Validates trace reports against docs/trace-report.schema.json (tests/py/check_report.py,
+/// with Python's jsonschema): its output, successful when every report matches.
+pub fn check_reports<P: AsRef<std::path::Path>>(reports: &[P]) -> std::process::Output {
+    python_with("jsonschema", &["jsonschema"])
+        .arg(script("check_report.py"))
+        .arg(crate::workspace_root().join("docs/trace-report.schema.json"))
+        .args(reports.iter().map(|p| p.as_ref()))
+        .output()
+        .expect("running check_report.py")
+}

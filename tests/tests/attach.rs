@@ -10,8 +10,8 @@ use std::{
 
 use serde_json::Value;
 use spacetime_tests::{
-    assert_rss, assert_world_executable, find_process, python, read_truth, spacetime_bin,
-    workspace_root, Exit, Report, TempDir, MIB,
+    assert_rss, assert_world_executable, find_process, python, read_truth, spacetime_bin, Exit,
+    Report, TempDir, MIB,
 };
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
@@ -234,12 +234,7 @@ fn an_attach_report_matches_the_schema() {
     let dir = TempDir::new("attach-schema");
     let path = dir.path().join("attach-report.json");
     std::fs::write(&path, v.to_string()).expect("write the report");
-    let out = python::python_with("jsonschema", &["jsonschema"])
-        .arg(python::script("check_report.py"))
-        .arg(workspace_root().join("docs/trace-report.schema.json"))
-        .arg(&path)
-        .output()
-        .expect("running check_report.py");
+    let out = python::check_reports(&[&path]);
     assert!(
         out.status.success(),
         "the attach report does not match the schema:\n{}{}",

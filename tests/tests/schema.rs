@@ -7,7 +7,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use spacetime_tests::{python, workspace_root, TempDir, Trace};
+use spacetime_tests::{python, TempDir, Trace};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 
@@ -119,12 +119,7 @@ fn reports_validate_against_the_schema() {
         "the orphan trace holds {} processes",
         processes.len()
     );
-    let out = python::python_with("jsonschema", &["jsonschema"])
-        .arg(python::script("check_report.py"))
-        .arg(workspace_root().join("docs/trace-report.schema.json"))
-        .args(&paths)
-        .output()
-        .expect("running check_report.py");
+    let out = python::check_reports(&paths);
     assert!(
         out.status.success(),
         "reports do not match docs/trace-report.schema.json:\n{}{}",
@@ -148,12 +143,7 @@ fn schema_checker_rejects_what_the_schema_forbids() {
         .remove("start_unix_ns");
     let path = dir.path().join("bad.json");
     std::fs::write(&path, report.to_string()).expect("write");
-    let out = python::python_with("jsonschema", &["jsonschema"])
-        .arg(python::script("check_report.py"))
-        .arg(workspace_root().join("docs/trace-report.schema.json"))
-        .arg(&path)
-        .output()
-        .expect("running check_report.py");
+    let out = python::check_reports(&[&path]);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "a broken report passed");
     for want in ["exit", "undocumented_key", "start_unix_ns"] {
