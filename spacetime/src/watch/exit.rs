@@ -17,8 +17,8 @@ pub struct ExitView<'a> {
     pub ppid: u32,
     /// The pid in the process's own PID namespace, when that is not the initial one.
     pub ns_pid: Option<u32>,
-    /// The kernel's name for it at exit.
-    pub comm: &'a str,
+    /// The kernel's name for it at exit, its bytes as the kernel has them.
+    pub comm: &'a [u8],
     /// Its last program image.
     pub image: &'a Names,
     /// CLOCK_MONOTONIC ns; unknown for a thread whose creation was not seen.
@@ -73,10 +73,11 @@ pub fn known_parent(pid: u32, ppid: u32) -> Option<u32> {
     (ppid != 0 || pid <= 2).then_some(ppid)
 }
 
-/// The name in a record, without allocating when it is valid UTF-8 (it nearly always is).
-pub fn comm_str(comm: &[u8; TASK_COMM_LEN]) -> std::borrow::Cow<'_, str> {
+/// The name in a record, up to its NUL. Kept as bytes: the kernel cuts a name at 15 bytes,
+/// which can split a UTF-8 sequence, and any process may name itself with any bytes.
+pub fn comm_bytes(comm: &[u8; TASK_COMM_LEN]) -> &[u8] {
     let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
-    String::from_utf8_lossy(&comm[..end])
+    &comm[..end]
 }
 
 /// Final CPU time of a process: the sum of its threads' exits, or the kernel's group total

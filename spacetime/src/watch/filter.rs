@@ -241,7 +241,7 @@ impl Filter {
             }
         }
         if !self.comm.is_empty()
-            && !self.comm.iter().any(|p| glob(p, x.comm.as_bytes()))
+            && !self.comm.iter().any(|p| glob(p, x.comm))
             && !self.comm.iter().any(|p| glob(p, x.image.comm.as_bytes()))
         {
             return false;

@@ -201,7 +201,7 @@ impl Output {
         }
         let indent = term::width(&l);
         let budget = self.width.map(|w| w.saturating_sub(indent).max(10));
-        let comm = term::escape(x.comm.as_bytes());
+        let comm = term::escape(x.comm);
         if x.thread {
             let head = format!("[thread {comm}] of ");
             push_cut(&mut l, &head, budget);
@@ -396,7 +396,7 @@ impl Serialize for Json<'_, '_> {
         if let Some(ns) = x.ns_pid {
             m.serialize_entry("ns_pid", &ns)?;
         }
-        m.serialize_entry("comm", x.comm)?;
+        m.serialize_entry("comm", &Lossy(x.comm))?;
         serialize_names(&mut m, x.image)?;
         m.serialize_entry("argv_complete", &x.image.argv_complete)?;
         let start = x.start_ns.map(|s| s as i64 + self.wall);

@@ -44,7 +44,7 @@ fn hostile_names_render_safely() {
     let mut metrics = Metrics::new(false, crate::watch::metrics::DEFAULT_COMM_LIMIT);
     for round in 0..300usize {
         let img = image(&mut seed, round % 120);
-        let comm = String::from_utf8_lossy(&nasty_bytes(&mut seed, 15)).into_owned();
+        let comm = nasty_bytes(&mut seed, 15);
         let cgroup = String::from_utf8_lossy(&nasty_bytes(&mut seed, 40)).into_owned();
         let ancestry = vec![Ancestor {
             pid: 1,

@@ -28,7 +28,7 @@ impl Peaks {
         // Escaped for the terminal as it is kept: the summary prints it as is.
         let mut cmd = term::fit_command(&term::join(x.image.argv()), 60);
         if cmd.is_empty() {
-            cmd = format!("[{}]", term::escape(x.comm.as_bytes()));
+            cmd = format!("[{}]", term::escape(x.comm));
         }
         let at = self.top.partition_point(|t| t.0 >= peak);
         self.top.insert(at, (peak, x.pid, cmd));

@@ -14,7 +14,7 @@ use spacetime_common::{flags, ExitEvent, ReapEvent};
 
 use super::{
     cgroup::Cgroups,
-    exit::{comm_str, last_image_peak_pages, ns_pid, process_times, ExitView},
+    exit::{comm_bytes, last_image_peak_pages, ns_pid, process_times, ExitView},
     filter::Filter,
     metrics::{self, Metrics},
     output::Output,
@@ -444,7 +444,7 @@ impl Watch {
             ..
         } = w;
         let x = &x;
-        let comm = comm_str(&x.comm);
+        let comm = comm_bytes(&x.comm);
         let cg = Arc::clone(self.cgroups.get(x.cgroup_id));
         let last = last_image_peak_pages(&e, x);
         let peak_pages = match last {
@@ -462,7 +462,7 @@ impl Watch {
             tid: x.hdr.pid,
             ppid: e.ppid,
             ns_pid: ns_pid(x),
-            comm: &comm,
+            comm,
             image: &e.image,
             start_ns: Some(x.hdr.leader_start_ns),
             image_start_ns: if e.exec_ns != 0 {
@@ -518,7 +518,7 @@ impl Watch {
         let Some(p) = self.table.get(x.hdr.tgid) else {
             return;
         };
-        let comm = comm_str(&x.comm);
+        let comm = comm_bytes(&x.comm);
         let cg = Arc::clone(self.cgroups.get(x.cgroup_id));
         let (user_ns, sys_ns) = split_runtime(x.runtime_ns, x.utime_ns, x.stime_ns);
         let view = ExitView {
@@ -527,7 +527,7 @@ impl Watch {
             tid: x.hdr.pid,
             ppid: p.ppid,
             ns_pid: ns_pid(x),
-            comm: &comm,
+            comm,
             image: &p.image,
             start_ns: start,
             image_start_ns: if p.exec_ns != 0 {

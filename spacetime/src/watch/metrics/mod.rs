@@ -185,9 +185,10 @@ impl Metrics {
         self.reported += 1;
         let s = status_index(x.exit);
         let room = self.by_comm.len() < self.comm_limit;
-        match self.by_comm.get_mut(x.comm) {
+        let comm = comm_label(x.comm);
+        match self.by_comm.get_mut(&*comm) {
             Some(c) => c.add(s, x),
-            None if room => self.by_comm.entry(x.comm.into()).or_default().add(s, x),
+            None if room => self.by_comm.entry(comm.into()).or_default().add(s, x),
             None => self.other.add(s, x),
         }
         for b in &mut self.by_identity {
@@ -216,5 +217,35 @@ impl Metrics {
     /// Exits counted under [`OVERFLOW_COMM`].
     pub fn overflowed(&self) -> u64 {
         self.other.exits.iter().sum()
+    }
+}
+
+/// A program name as a label value: its text when it is UTF-8 (nearly always, and then
+/// without allocating), else its valid parts with each other byte as `\xNN`, so names that
+/// differ stay apart and none becomes U+FFFD.
+fn comm_label(comm: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(comm) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => {
+            let mut s = String::with_capacity(comm.len() + 8);
+            for chunk in comm.utf8_chunks() {
+                s.push_str(chunk.valid());
+                for b in chunk.invalid() {
+                    s.push_str(&format!("\\x{b:02x}"));
+                }
+            }
+            std::borrow::Cow::Owned(s)
+        }
+    }
+}
+
+#[cfg(test)]
+mod comm_label_tests {
+    #[test]
+    fn a_name_cut_inside_a_character_keeps_its_bytes_apart() {
+        assert_eq!(super::comm_label(b"make"), "make");
+        // The kernel's 15-byte cut can split U+009B (c2 9b): what is left is not U+FFFD.
+        assert_eq!(super::comm_label(b"ab\xc2"), "ab\\xc2");
+        assert_ne!(super::comm_label(b"ab\xc2"), super::comm_label(b"ab\xc3"));
     }
 }
