@@ -4,6 +4,7 @@ use clap::Parser;
 use spacetime::cli::{Cli, Command, EXIT_OWN_FAILURE};
 
 fn main() -> ExitCode {
+    fixed_mmap_threshold();
     spacetime::term::init_locale();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -32,6 +33,19 @@ fn main() -> ExitCode {
         Command::Man => written(spacetime::cli::write_man(&mut std::io::stdout().lock())),
     };
     ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// Large blocks (128 KiB and up) always come from mmap. glibc's threshold otherwise rises to
+/// the size of the largest mmap'd block freed (the kernel BTF read at start-up, 5.5 MB), and
+/// from then on a growing table (one entry per traced process) is reallocated inside the heap,
+/// leaving behind copies the heap never gives back: 86.7 MB against 77.3 MB of spacetime's own
+/// peak RSS on a 100 000-process trace, at the same CPU time.
+fn fixed_mmap_threshold() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: an allocator setting, changed before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+    }
 }
 
 /// Exit status of a command that only writes to stdout: a reader that went away is no failure.
