@@ -305,7 +305,7 @@ impl Session {
         match start {
             Start::Spawn(s) => self.spawn(&s, cgroup, quiet),
             Start::Attach(pids) => {
-                let attached = crate::attach::attach(&mut self.probes, pids)
+                let attached = crate::attach::attach(&mut self.probes, pids, 0)
                     .map_err(|e| RunError::Other(e.into()))?;
                 attached.tell(quiet);
                 let pid = attached.targets[0].pid;
