@@ -30,6 +30,7 @@
 //! Leaves that import nothing of spacetime's (`core::parse`, `core::counters`,
 //! `core::exit_code`, [`units`], [`clock`]) are shared by every layer.
 
+pub mod agent;
 pub mod attach;
 pub mod bench;
 pub mod btf;
