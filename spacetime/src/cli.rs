@@ -226,6 +226,10 @@ pub struct TraceArgs {
     /// List at most N processes in the summary tree (0: all)
     #[arg(long, value_name = "N", default_value_t = 40)]
     pub top: usize,
+    /// Load the kernel programs here (root) even when a `spacetime agent` answers on its
+    /// socket (SPACETIME_SOCKET, default /run/spacetime/agent.sock)
+    #[arg(long)]
+    pub no_agent: bool,
     /// Attach to these running processes (comma-separated) instead of running CMD: each, its
     /// descendants and every later fork, until all have ended or Ctrl-C
     #[arg(short = 'p', long = "pid", value_name = "PID[,PID...]", value_parser = parse_pids, conflicts_with_all = ["command", "cgroup_peak", "keep_root"])]

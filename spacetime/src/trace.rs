@@ -65,9 +65,11 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
         append: args.append,
     })
     .map_err(anyhow::Error::from)?;
-    let mut session = Session::open(&session_options(&args, verbose))?;
+    // An attach loads its own programs: the agent does not attach yet.
+    let no_agent = args.no_agent || args.pid.is_some();
+    let mut session = Session::open_any(&session_options(&args, verbose), no_agent)?;
     if verbose > 0 {
-        crate::core::session::tell_loaded(session.probes());
+        session.tell_loaded();
     }
     let start = match &what {
         What::Spawn(path, creds) => Start::Spawn(Spawn {

@@ -2,6 +2,7 @@
 //! user who connects, each in a session of its own. [`proto`] is what travels on its socket,
 //! [`sock`] the socket itself.
 
+pub mod client;
 pub mod proto;
 pub mod sock;
 

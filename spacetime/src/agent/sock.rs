@@ -198,8 +198,8 @@ pub struct Received {
 }
 
 /// Receives one message into `buf` (at least [`MAX_MESSAGE`] + 1 bytes). `len` 0 is the end
-/// of the connection. WouldBlock when none waits on a non-blocking socket.
-pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<Received> {
+/// of the connection. WouldBlock when none waits (non-blocking socket or MSG_DONTWAIT).
+pub fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<Received> {
     debug_assert!(buf.len() > MAX_MESSAGE);
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
@@ -214,7 +214,7 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<Received> {
     hdr.msg_controllen = std::mem::size_of_val(&cbuf);
     let n = loop {
         // SAFETY: hdr points at live buffers; descriptors received are closed on exec.
-        let n = unsafe { libc::recvmsg(fd, &mut hdr, libc::MSG_CMSG_CLOEXEC) };
+        let n = unsafe { libc::recvmsg(fd, &mut hdr, libc::MSG_CMSG_CLOEXEC | flags) };
         if n >= 0 {
             break n as usize;
         }
