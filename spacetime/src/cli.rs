@@ -78,6 +78,15 @@ pub enum Command {
     /// ancestry; as a table, JSON lines or OpenMetrics
     #[command(after_help = WATCH_EXAMPLES)]
     Watch(crate::watch::WatchArgs),
+    /// Serve trace and bench for any user: load the kernel programs once, as root, and trace
+    /// what clients start, each in a session of its own, over a Unix socket
+    #[command(after_help = "\
+Examples:
+  sudo spacetime agent
+      Listen on /run/spacetime/agent.sock; then `spacetime trace -- make` works without sudo
+  sudo spacetime agent --socket /tmp/st.sock
+      Another socket; clients find it through SPACETIME_SOCKET=/tmp/st.sock")]
+    Agent(crate::agent::AgentArgs),
     /// Print a shell completion script on stdout
     #[command(after_help = "\
 Examples:

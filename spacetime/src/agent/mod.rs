@@ -3,8 +3,14 @@
 //! [`sock`] the socket itself.
 
 pub mod client;
+mod clients;
+mod daemon;
 pub mod proto;
+mod shim;
 pub mod sock;
+pub mod verify;
+
+pub use daemon::{main, AgentArgs};
 
 /// Where the agent listens unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/spacetime/agent.sock";

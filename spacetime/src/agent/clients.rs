@@ -1,0 +1,132 @@
+//! One connected client as the agent keeps it: who it is, its session, and what waits to be
+//! sent to it. The queue is bounded: a client that does not read cannot make the agent
+//! grow, nor stall the others; what does not fit is dropped and counted as its loss.
+
+use std::{
+    collections::VecDeque,
+    io,
+    os::fd::{AsRawFd, OwnedFd},
+};
+
+use super::{
+    proto::{self, Msg},
+    sock,
+    verify::Peer,
+};
+use crate::loader::KernelCounters;
+
+/// Most bytes queued for one client; beyond, records and taskstats datagrams are dropped.
+const MAX_QUEUED_BYTES: usize = 32 << 20;
+
+/// A run being traced for a client.
+pub(super) struct RunState {
+    /// The session's counters when the run began.
+    pub baseline: KernelCounters,
+    /// The listener's lost receives when the run began.
+    pub enobufs_at_start: u64,
+}
+
+pub(super) struct Client {
+    pub fd: OwnedFd,
+    pub peer: Peer,
+    /// Given at the hello.
+    pub session: Option<u16>,
+    pub run: Option<RunState>,
+    outbox: VecDeque<Vec<u8>>,
+    queued_bytes: usize,
+    /// Records gathered for the next [`Msg::Records`].
+    batch: Vec<Vec<u8>>,
+    batch_bytes: usize,
+    pub dropped_records: u64,
+    pub dropped_taskstats: u64,
+    /// To be ended and removed.
+    pub closed: bool,
+}
+
+impl Client {
+    pub fn new(fd: OwnedFd, peer: Peer) -> Client {
+        sock::set_sndbuf(fd.as_raw_fd(), 4 << 20);
+        Client {
+            fd,
+            peer,
+            session: None,
+            run: None,
+            outbox: VecDeque::new(),
+            queued_bytes: 0,
+            batch: Vec::new(),
+            batch_bytes: proto::RECORDS_HEADER,
+            dropped_records: 0,
+            dropped_taskstats: 0,
+            closed: false,
+        }
+    }
+
+    pub fn wants_to_write(&self) -> bool {
+        !self.outbox.is_empty()
+    }
+
+    /// Queues a record of the client's session.
+    pub fn record(&mut self, bytes: &[u8]) {
+        if !proto::records_fit(self.batch_bytes, bytes.len()) {
+            self.seal();
+        }
+        self.batch_bytes += 4 + bytes.len();
+        self.batch.push(bytes.to_vec());
+    }
+
+    /// Queues a taskstats datagram about a process of the session.
+    pub fn taskstats(&mut self, datagram: &[u8]) {
+        self.seal();
+        let msg = Msg::Taskstats(datagram.to_vec()).encode();
+        if !self.queue(msg, false) {
+            self.dropped_taskstats += 1;
+        }
+    }
+
+    /// Queues a control message (never dropped: they are few and small).
+    pub fn control(&mut self, msg: &Msg) {
+        self.seal();
+        self.queue(msg.encode(), true);
+    }
+
+    /// Turns the records gathered into one message.
+    pub fn seal(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.batch);
+        let n = batch.len() as u64;
+        self.batch_bytes = proto::RECORDS_HEADER;
+        if !self.queue(Msg::Records(batch).encode(), false) {
+            self.dropped_records += n;
+        }
+    }
+
+    fn queue(&mut self, msg: Vec<u8>, always: bool) -> bool {
+        if !always && self.queued_bytes + msg.len() > MAX_QUEUED_BYTES {
+            return false;
+        }
+        self.queued_bytes += msg.len();
+        self.outbox.push_back(msg);
+        true
+    }
+
+    /// Sends what the socket takes now, without blocking. A broken connection closes
+    /// the client.
+    pub fn write(&mut self) {
+        while let Some(m) = self.outbox.front() {
+            match sock::send(self.fd.as_raw_fd(), m, None) {
+                Ok(()) => {
+                    self.queued_bytes -= m.len();
+                    self.outbox.pop_front();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    log::debug!("client {}: {e}", self.peer.pid);
+                    self.closed = true;
+                    return;
+                }
+            }
+        }
+    }
+}

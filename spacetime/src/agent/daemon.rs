@@ -1,0 +1,534 @@
+//! The agent's one loop: `poll` over its listening socket, its signalfd, the ring buffer and
+//! every client; the ring drained on each wake-up (and every 50 ms), each record sent to the
+//! client of the session its header names, each taskstats datagram to the client whose
+//! process it is about (the agent learns each session's processes from the fork records it
+//! routes).
+
+use std::{
+    collections::HashMap,
+    os::fd::{AsRawFd, OwnedFd},
+    path::{Path, PathBuf},
+};
+
+use aya::maps::{MapData, RingBuf};
+
+use super::shim::{SessionId, SessionsApi, MAX_SESSIONS, ONE_SESSION};
+
+use super::{
+    clients::{Client, RunState},
+    proto::{self, Msg, Welcome},
+    sock,
+    verify::{self, Peer},
+};
+use crate::{
+    loader::{KernelLogger, LoadOptions, Probes},
+    taskstats::{ListenerStats, RecordKind, TaskstatsListener},
+};
+
+/// How often the ring is drained when nothing wakes the agent.
+const TICK_MS: i32 = 50;
+/// Sessions one non-root user may hold at once.
+pub const SESSIONS_PER_USER: usize = 8;
+/// Processes one non-root session may have tracked at once.
+pub const PROCESSES_PER_SESSION: u32 = 16384;
+/// Connections at once (each holds a session or is about to).
+const MAX_CLIENTS: usize = 256;
+
+/// `spacetime agent [--socket PATH]`.
+#[derive(Debug, clap::Args)]
+pub struct AgentArgs {
+    /// Where to listen (default: $SPACETIME_SOCKET, else /run/spacetime/agent.sock)
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+}
+
+/// Entry point of the subcommand: 0 after a SIGTERM or SIGINT, 125 when it cannot serve.
+pub fn main(args: AgentArgs) -> i32 {
+    match serve(&args) {
+        Ok(()) => 0,
+        Err(e) => {
+            crate::errln!("spacetime agent: {e:#}");
+            crate::core::exit_code::EXIT_OWN_FAILURE
+        }
+    }
+}
+
+pub(super) struct Agent {
+    pub probes: Probes,
+    ring: RingBuf<MapData>,
+    logger: Option<KernelLogger>,
+    taskstats: Option<TaskstatsListener>,
+    welcome: Welcome,
+    clients: Vec<Client>,
+    /// The tgid of each traced process, to its session.
+    tgids: HashMap<u32, SessionId>,
+    rss_following: bool,
+}
+
+fn serve(args: &AgentArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        anyhow::bail!("the agent loads the kernel programs for every user: run it as root");
+    }
+    let path = args.socket.clone().unwrap_or_else(super::socket_path);
+    // Before any thread: every thread inherits the blocked signals.
+    let sigfd = crate::signals::signal_fd(&[libc::SIGTERM, libc::SIGINT])?;
+    let mut probes = Probes::load(&LoadOptions {
+        ring_buffer_bytes: 16 << 20,
+        track_rss: true,
+        ..LoadOptions::default()
+    })?;
+    probes.set_rss_following(false)?;
+    let taskstats = crate::core::matcher::open_listener(16 << 20);
+    let listener = listen(&path).with_context(|| format!("listening on {}", path.display()))?;
+    let welcome = Welcome {
+        session: 0,
+        rss_tracking: probes.rss_tracking,
+        cpu_at_release: probes.cpu_at_release,
+        ring_buffer_bytes: probes.ring_buffer_bytes,
+        load_us: (probes.load_ms * 1e3) as u64,
+        taskstats_rcvbuf_bytes: taskstats.as_ref().map_or(0, |t| t.stats().rcvbuf_bytes) as u32,
+        taskstats_error: taskstats
+            .as_ref()
+            .err()
+            .map_or(Vec::new(), |e| e.clone().into_bytes()),
+        mechanisms: probes
+            .mechanisms
+            .iter()
+            .map(|m| m.clone().into_bytes())
+            .collect(),
+    };
+    log::info!(
+        "spacetime agent: programs loaded in {:.1} ms; listening on {}",
+        probes.load_ms,
+        path.display()
+    );
+    let mut agent = Agent {
+        ring: probes.take_events()?,
+        logger: probes.take_logger(),
+        probes,
+        taskstats: taskstats.ok(),
+        welcome,
+        clients: Vec::new(),
+        tgids: HashMap::new(),
+        rss_following: false,
+    };
+    let result = agent.run(&listener, &sigfd);
+    agent.shutdown();
+    drop(listener);
+    if let Err(e) = std::fs::remove_file(&path) {
+        log::debug!("removing {}: {e}", path.display());
+    }
+    result
+}
+
+/// The socket file (its directory made 0755 when missing), open to every user (0666): the
+/// checks on each request decide, not the file's mode.
+fn listen(path: &Path) -> std::io::Result<OwnedFd> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.exists() {
+            std::fs::create_dir_all(dir)?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+        }
+    }
+    let fd = sock::listen(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+    Ok(fd)
+}
+
+impl Agent {
+    fn run(&mut self, listener: &OwnedFd, sigfd: &OwnedFd) -> anyhow::Result<()> {
+        let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
+        loop {
+            let mut pfds = vec![
+                pollfd(listener.as_raw_fd(), libc::POLLIN),
+                pollfd(sigfd.as_raw_fd(), libc::POLLIN),
+                pollfd(self.ring.as_raw_fd(), libc::POLLIN),
+            ];
+            for c in &self.clients {
+                let out = if c.wants_to_write() { libc::POLLOUT } else { 0 };
+                pfds.push(pollfd(c.fd.as_raw_fd(), libc::POLLIN | out));
+            }
+            // SAFETY: a valid array of pollfds.
+            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, TICK_MS) };
+            if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                return Err(std::io::Error::last_os_error().into());
+            }
+            if pfds[1].revents != 0 {
+                let signals = crate::core::event_loop::read_signals(sigfd.as_raw_fd());
+                if let Some((signo, _)) = signals.first() {
+                    log::info!("spacetime agent: signal {signo}: stopping");
+                    return Ok(());
+                }
+            }
+            if pfds[0].revents & libc::POLLIN != 0 {
+                self.accept(listener);
+            }
+            self.route();
+            for (i, p) in pfds[3..].iter().enumerate() {
+                if p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                    self.read_client(i, &mut buf);
+                }
+            }
+            for c in &mut self.clients {
+                c.seal();
+                c.write();
+            }
+            self.remove_closed();
+            if let Some(l) = self.logger.as_mut() {
+                l.flush();
+            }
+        }
+    }
+
+    fn accept(&mut self, listener: &OwnedFd) {
+        loop {
+            let fd = match sock::accept(listener.as_raw_fd()) {
+                Ok(Some(fd)) => fd,
+                Ok(None) => return,
+                Err(e) => {
+                    log::warn!("spacetime agent: accepting a connection: {e}");
+                    return;
+                }
+            };
+            let cred = match sock::peer_cred(fd.as_raw_fd()) {
+                Ok(c) => c,
+                Err(e) => {
+                    log::debug!("no peer credentials: {e}");
+                    continue;
+                }
+            };
+            let peer = Peer {
+                pid: cred.pid as u32,
+                uid: cred.uid,
+            };
+            let mut c = Client::new(fd, peer);
+            if self.clients.len() >= MAX_CLIENTS {
+                refuse(
+                    &mut c,
+                    "the agent serves as many connections as it can; try again later",
+                );
+            }
+            log::debug!("client pid {} uid {} connected", peer.pid, peer.uid);
+            self.clients.push(c);
+        }
+    }
+
+    /// Reads and handles every message client `i` sent.
+    fn read_client(&mut self, i: usize, buf: &mut [u8]) {
+        while !self.clients[i].closed {
+            let fd = self.clients[i].fd.as_raw_fd();
+            let r = match sock::recv(fd, buf, libc::MSG_DONTWAIT) {
+                Ok(r) => r,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    log::debug!("client {}: {e}", self.clients[i].peer.pid);
+                    self.clients[i].closed = true;
+                    return;
+                }
+            };
+            if r.len == 0 {
+                self.clients[i].closed = true;
+                return;
+            }
+            let msg = match (r.truncated, Msg::parse(&buf[..r.len])) {
+                (false, Ok(m)) => m,
+                (_, parsed) => {
+                    let why = parsed
+                        .err()
+                        .map_or("too large".to_string(), |e| e.to_string());
+                    refuse(&mut self.clients[i], &format!("a malformed message: {why}"));
+                    return;
+                }
+            };
+            self.handle(i, msg, r.fd);
+        }
+    }
+
+    fn handle(&mut self, i: usize, msg: Msg, fd: Option<OwnedFd>) {
+        match (msg, self.clients[i].session) {
+            (Msg::Hello { version, want }, None) => self.hello(i, version, want),
+            (Msg::Track, Some(s)) => match fd {
+                Some(fd) => self.track(i, s, &fd),
+                None => refuse(
+                    &mut self.clients[i],
+                    "no process descriptor came with the request",
+                ),
+            },
+            (Msg::Flush { seq }, Some(_)) => {
+                self.route();
+                self.clients[i].control(&Msg::Flushed { seq });
+            }
+            (Msg::Finish, Some(s)) => self.finish(i, s),
+            (other, _) => {
+                log::debug!("client {}: unexpected {other:?}", self.clients[i].peer.pid);
+                refuse(&mut self.clients[i], "a message out of order");
+            }
+        }
+    }
+
+    fn hello(&mut self, i: usize, version: u32, want: u8) {
+        let uid = self.clients[i].peer.uid;
+        if version != proto::VERSION {
+            let why = format!(
+                "this agent speaks protocol version {}, the client {version}: use the same spacetime for both",
+                proto::VERSION
+            );
+            return refuse(&mut self.clients[i], &why);
+        }
+        if want != proto::want::TRACE {
+            return refuse(&mut self.clients[i], "this agent only traces commands");
+        }
+        let held = self
+            .clients
+            .iter()
+            .filter(|c| c.peer.uid == uid && c.session.is_some())
+            .count();
+        if uid != 0 && held >= SESSIONS_PER_USER {
+            let why = format!("user {uid} already has {SESSIONS_PER_USER} sessions with the agent, the most one user may have");
+            return refuse(&mut self.clients[i], &why);
+        }
+        let taken: Vec<u16> = self.clients.iter().filter_map(|c| c.session).collect();
+        let Some(s) = (1..MAX_SESSIONS as u16).find(|s| !taken.contains(s)) else {
+            return refuse(
+                &mut self.clients[i],
+                "the agent serves as many sessions as it can; try again later",
+            );
+        };
+        self.clients[i].session = Some(s);
+        let welcome = Welcome {
+            session: s,
+            ..self.welcome.clone()
+        };
+        self.clients[i].control(&Msg::Welcome(welcome));
+    }
+
+    fn track(&mut self, i: usize, s: SessionId, pidfd: &OwnedFd) {
+        let peer = self.clients[i].peer;
+        if self.clients[i].run.is_some() {
+            return refuse(
+                &mut self.clients[i],
+                "a run is already being traced in this session",
+            );
+        }
+        let proven = match verify::prove(peer, pidfd) {
+            Ok(p) => p,
+            Err(why) => {
+                log::info!("client pid {} uid {}: refused: {why}", peer.pid, peer.uid);
+                let reason = why.to_string().into_bytes();
+                return self.clients[i].control(&Msg::Refused { reason });
+            }
+        };
+        let limit = if peer.uid == 0 {
+            0
+        } else {
+            PROCESSES_PER_SESSION
+        };
+        let started = self
+            .probes
+            .reset_session(s)
+            .and_then(|()| self.probes.set_session_limit(s, limit))
+            .and_then(|()| self.probes.counters_of(s))
+            .and_then(|baseline| {
+                self.probes.track_in(proven.pid, s)?;
+                Ok(baseline)
+            });
+        let baseline = match started {
+            Ok(b) => b,
+            Err(e) => {
+                log::warn!("spacetime agent: tracking pid {}: {e}", proven.pid);
+                let reason = format!("the agent could not track the process: {e}").into_bytes();
+                return self.clients[i].control(&Msg::Refused { reason });
+            }
+        };
+        self.tgids.insert(proven.pid, s);
+        self.clients[i].run = Some(RunState {
+            baseline,
+            enobufs_at_start: self.taskstats_stats().enobufs,
+        });
+        self.follow_rss();
+        self.clients[i].control(&Msg::Tracked {
+            kernel_pid: proven.pid,
+            level: proven.level,
+        });
+    }
+
+    /// Ends client `i`'s run: every record sent, then the figures only the agent reads.
+    fn finish(&mut self, i: usize, s: SessionId) {
+        self.route();
+        let Some(run) = self.clients[i].run.take() else {
+            // Nothing tracked (the track was refused): an empty end.
+            return self.clients[i].control(&Msg::End(proto::End::default()));
+        };
+        let tree_rss = self.probes.tree_rss_of(s).unwrap_or_default();
+        let mms = self.probes.followed_mms_of(s).unwrap_or_default();
+        let counters = self
+            .probes
+            .counters_of(s)
+            .map(|c| c.since(&run.baseline))
+            .unwrap_or_default();
+        self.end_session_run(s);
+        // What the kernel wrote between the last drain and the untracking.
+        self.route();
+        let enobufs = self.taskstats_stats().enobufs - run.enobufs_at_start;
+        let c = &mut self.clients[i];
+        for chunk in mms.chunks(proto::MMS_PER_MESSAGE) {
+            c.control(&Msg::Mms(chunk.to_vec()));
+        }
+        let end = proto::End {
+            counters,
+            dropped_records: std::mem::take(&mut c.dropped_records),
+            dropped_taskstats: std::mem::take(&mut c.dropped_taskstats),
+            taskstats_enobufs: enobufs,
+            tree_rss,
+        };
+        c.control(&Msg::End(end));
+        self.follow_rss();
+    }
+
+    /// Forgets every process of session `s` in the kernel and here.
+    fn end_session_run(&mut self, s: SessionId) {
+        match self.probes.untrack_session(s) {
+            Ok(n) => log::debug!("session {s}: {n} processes untracked"),
+            Err(e) => log::warn!("spacetime agent: untracking session {s}: {e}"),
+        }
+        self.tgids.retain(|_, v| *v != s);
+    }
+
+    /// rss_stat runs only while some session traces.
+    fn follow_rss(&mut self) {
+        let want = self.clients.iter().any(|c| c.run.is_some());
+        if want != self.rss_following {
+            match self.probes.set_rss_following(want) {
+                Ok(()) => self.rss_following = want,
+                Err(e) => log::warn!("spacetime agent: switching rss_stat: {e}"),
+            }
+        }
+    }
+
+    fn remove_closed(&mut self) {
+        let closed: Vec<usize> = (0..self.clients.len())
+            .filter(|&i| self.clients[i].closed)
+            .collect();
+        for &i in closed.iter().rev() {
+            let c = self.clients.swap_remove(i);
+            if let (Some(s), Some(_)) = (c.session, c.run) {
+                // A client gone (or dead) mid-run: its session ends at once.
+                self.end_session_run(s);
+            }
+            log::debug!("client pid {} gone", c.peer.pid);
+        }
+        if !closed.is_empty() {
+            self.follow_rss();
+        }
+    }
+
+    fn taskstats_stats(&self) -> ListenerStats {
+        self.taskstats
+            .as_ref()
+            .map(|t| t.stats())
+            .unwrap_or_default()
+    }
+
+    /// Tells every client the agent stops, and ends their sessions.
+    fn shutdown(&mut self) {
+        for c in &mut self.clients {
+            c.control(&Msg::Shutdown {
+                reason: b"the agent was told to stop".to_vec(),
+            });
+            c.write();
+            c.closed = true;
+        }
+        self.remove_closed();
+    }
+
+    /// Sends every waiting record and taskstats datagram to its session's client.
+    fn route(&mut self) {
+        // taskstats first: a datagram read now has its process's fork in the ring (or
+        // already routed), so its tgid is known when it is routed below.
+        let mut datagrams = Vec::new();
+        if let Some(t) = self.taskstats.as_mut() {
+            if let Err(e) = t.drain_datagrams(&mut |d| datagrams.push(d.to_vec())) {
+                log::warn!("spacetime agent: taskstats: {e}; no more exit records");
+                self.taskstats = None;
+            }
+        }
+        let Agent {
+            ring,
+            clients,
+            tgids,
+            ..
+        } = self;
+        while let Some(item) = ring.next() {
+            route_record(&item, clients, tgids);
+        }
+        let mut records = Vec::new();
+        for d in &datagrams {
+            records.clear();
+            crate::taskstats::parse_messages(d, &mut records, &mut ListenerStats::default());
+            let session = records.iter().find_map(|r| tgids.get(&record_tgid(r)));
+            if let Some(c) = session.and_then(|&s| client_of(clients, s)) {
+                c.taskstats(d);
+            }
+        }
+    }
+}
+
+/// The process a taskstats record is about.
+fn record_tgid(r: &crate::taskstats::TaskstatsRecord) -> u32 {
+    match (r.kind, r.ac_tgid) {
+        (RecordKind::Tgid, _) => r.id,
+        (_, Some(t)) if t != 0 => t,
+        _ => r.ac_pid,
+    }
+}
+
+fn client_of(clients: &mut [Client], s: SessionId) -> Option<&mut Client> {
+    clients
+        .iter_mut()
+        .find(|c| c.session == Some(s) && c.run.is_some())
+}
+
+/// One ring record to its session's client; a fork teaches the child's tgid.
+fn route_record(bytes: &[u8], clients: &mut [Client], tgids: &mut HashMap<u32, SessionId>) {
+    let Some(head) = bytes.get(..4) else { return };
+    let kind = u16::from_le_bytes([head[0], head[1]]) as u32;
+    let mut session = u16::from_le_bytes([head[2], head[3]]);
+    if ONE_SESSION {
+        session = clients
+            .iter()
+            .find(|c| c.run.is_some())
+            .and_then(|c| c.session)
+            .unwrap_or(0);
+    }
+    if session == 0 {
+        return;
+    }
+    if kind == spacetime_common::kind::FORK {
+        if let Ok(crate::events::Event::Fork(f)) = crate::events::decode(bytes) {
+            tgids.insert(f.child_tgid, session);
+        }
+    }
+    if let Some(c) = client_of(clients, session) {
+        c.record(bytes);
+    }
+}
+
+fn pollfd(fd: std::os::fd::RawFd, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
+/// Tells the client why not, and closes the connection once that is sent.
+fn refuse(c: &mut Client, why: &str) {
+    c.control(&Msg::Refused {
+        reason: why.as_bytes().to_vec(),
+    });
+    c.write();
+    c.closed = true;
+}
