@@ -1,0 +1,291 @@
+//! `spacetime agent`: traces for an unprivileged user with the same figures as root's, several
+//! traces at once each with its own figures, the refusals of its security model, a client
+//! that outlives the agent, and the fallbacks when there is no agent.
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+use spacetime_tests::agent::Agent;
+use spacetime_tests::{
+    assert_rss, assert_world_executable, find_process, spacetime_bin, wait_for_descendant, TempDir,
+    Trace, MIB,
+};
+
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+const CLIENT: &str = env!("CARGO_BIN_EXE_st-agent-client");
+
+fn programs(report: &Value) -> &str {
+    report["programs"].as_str().unwrap_or("(missing)")
+}
+
+fn tree_peak(report: &Value) -> u64 {
+    report["totals"]["tree_peak_rss_bytes"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no totals.tree_peak_rss_bytes in {}", report["totals"]))
+}
+
+fn nobody_can_run_the_binaries() {
+    assert_world_executable(std::path::Path::new(WL));
+    assert_world_executable(&spacetime_bin());
+}
+
+#[test]
+fn unprivileged_trace_has_root_figures() {
+    nobody_can_run_the_binaries();
+    let agent = Agent::start("nobody");
+    let out = Trace::new([WL, "touch", "64"])
+        .through(&agent)
+        .as_nobody()
+        .tag("agent-nobody")
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    assert_eq!(programs(&v), "agent", "{}", out.context());
+    let report = out.report();
+    let truth = out.truth_one("touch");
+    assert!(truth.vmhwm_bytes() >= 64 * MIB, "truth: VmHWM below 64 MiB");
+    let p = find_process(&report, truth.pid());
+    assert_rss(
+        "non-root trace: peak_rss_bytes",
+        p.peak_rss_bytes,
+        truth.vmhwm_bytes(),
+    );
+    assert_rss(
+        "non-root trace: tree peak",
+        tree_peak(&v),
+        truth.vmhwm_bytes(),
+    );
+    assert!(
+        v["taskstats"]["matched"].as_u64() == Some(1),
+        "the agent's taskstats record reached the client: {}",
+        v["taskstats"]
+    );
+
+    // Root's own programs on the same workload: the same figures, each against its truth.
+    let own = Trace::new([WL, "touch", "64"])
+        .flag("--no-agent")
+        .tag("agent-root-own")
+        .run();
+    own.assert_code(0);
+    let ov = own.json_value();
+    assert_eq!(programs(&ov), "own");
+    let ot = own.truth_one("touch");
+    let op = find_process(&own.report(), ot.pid()).peak_rss_bytes;
+    assert_rss("root's own trace: peak_rss_bytes", op, ot.vmhwm_bytes());
+    // The two processes differ a little (root's has more to map), and the two reports differ
+    // by what their truths differ by.
+    let reports = p.peak_rss_bytes as i64 - op as i64;
+    let truths = truth.vmhwm_bytes() as i64 - ot.vmhwm_bytes() as i64;
+    assert!(
+        (reports - truths).abs() <= 8 * 4096,
+        "non-root minus root: reports {reports} bytes, truths {truths} bytes"
+    );
+    agent.stop();
+}
+
+/// CPU through the agent, checked as tests/tests/cpu.rs checks it: what wait4 returned.
+#[test]
+fn unprivileged_cpu_is_what_wait4_returned() {
+    nobody_can_run_the_binaries();
+    let agent = Agent::start("cpu");
+    let spins = ["0", "700", "3000", "15000"];
+    let mut argv = vec![WL, "rusage"];
+    argv.extend(spins);
+    let out = Trace::new(argv)
+        .through(&agent)
+        .as_nobody()
+        .tag("agent-cpu")
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    assert_eq!(programs(&v), "agent");
+    let t = out.truth_one("rusage");
+    let (pids, user, sys) = (t.ints("pids"), t.ints("user_us"), t.ints("sys_us"));
+    assert_eq!(pids.len(), spins.len(), "children");
+    for (i, &pid) in pids.iter().enumerate() {
+        let p = v["processes"]
+            .as_array()
+            .and_then(|a| a.iter().find(|p| p["pid"].as_i64() == Some(pid)))
+            .unwrap_or_else(|| panic!("pid {pid} missing from the report"));
+        assert_eq!(p["cpu_final"], Value::Bool(true), "pid {pid}: {p}");
+        let us = |k: &str| p[k].as_i64().unwrap_or(-1_000_000) / 1000;
+        let got = us("user_ns") + us("sys_ns");
+        let want = user[i] + sys[i];
+        // As cpu.rs: the child's last slice may be folded in after its parent's wait4.
+        assert!(
+            (0..=50).contains(&(got - want)),
+            "pid {pid} ({} µs burnt): spacetime {got} µs, wait4 {want} µs",
+            spins[i]
+        );
+    }
+}
+
+/// Two traces through one agent at once, both processes at their peak at the same moment:
+/// each tree's peak is its own process's, not the sum.
+#[test]
+fn two_traces_at_once_each_exact() {
+    nobody_can_run_the_binaries();
+    let agent = Agent::start("two");
+    let meet = TempDir::new("agent-meet");
+    let dir = meet.path().to_str().expect("utf-8 temp dir").to_string();
+    let small = Trace::new([WL, "hold-together", "2", &dir, "40", "0"])
+        .through(&agent)
+        .as_nobody()
+        .tag("agent-small")
+        .spawn();
+    let big = Trace::new([WL, "hold-together", "2", &dir, "120", "0"])
+        .through(&agent)
+        .tag("agent-big")
+        .spawn();
+    for (out, mib) in [(small.wait(), 40), (big.wait(), 120)] {
+        out.assert_code(0);
+        let v = out.json_value();
+        assert_eq!(programs(&v), "agent", "{}", out.context());
+        let t = out.truth_one("hold-together");
+        assert!(t.vmhwm_bytes() >= mib * MIB, "truth below {mib} MiB");
+        let report = out.report();
+        assert_eq!(
+            report.processes.len(),
+            1,
+            "{mib} MiB trace: only its own process"
+        );
+        let p = find_process(&report, t.pid());
+        assert_rss(
+            &format!("{mib} MiB trace: peak"),
+            p.peak_rss_bytes,
+            t.vmhwm_bytes(),
+        );
+        assert_rss(
+            &format!("{mib} MiB trace: tree peak"),
+            tree_peak(&v),
+            t.vmhwm_bytes(),
+        );
+    }
+}
+
+fn client(agent: &Agent, case: &str) -> String {
+    let out = Command::new(CLIENT)
+        .arg(agent.socket())
+        .arg(case)
+        .output()
+        .expect("run st-agent-client");
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(out.status.success(), "st-agent-client {case}: {out:?}");
+    text
+}
+
+#[test]
+fn refuses_what_is_not_the_clients_own_held_child() {
+    let agent = Agent::start("refuse");
+    let own = client(&agent, "own-child");
+    assert!(own.starts_with("tracked "), "own held child: {own}");
+    for (case, want) in [
+        ("not-child", "is not a child of the client"),
+        ("other-uid", "does not run as the client's user"),
+        ("execd", "has already exec'd"),
+        ("not-pidfd", "not a process descriptor"),
+    ] {
+        let got = client(&agent, case);
+        assert!(
+            got.starts_with("refused ") && got.contains(want),
+            "{case}: want a refusal saying {want:?}, got {got:?}"
+        );
+    }
+    // The agent still serves after refusing.
+    let again = client(&agent, "own-child");
+    assert!(again.starts_with("tracked "), "after refusals: {again}");
+    agent.stop();
+}
+
+#[test]
+fn non_root_attach_to_another_users_process_is_refused() {
+    nobody_can_run_the_binaries();
+    let agent = Agent::start("attach");
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(spacetime_bin())
+        .args(["trace", "-p", "1"])
+        .env("SPACETIME_SOCKET", agent.socket())
+        .output()
+        .expect("setpriv runs spacetime");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "stderr: {err}");
+    assert!(err.contains("not as uid 65534"), "stderr: {err}");
+}
+
+/// The agent is killed while the command runs: the client says so, keeps waiting for its
+/// command, and exits with the command's status; the command runs to its end.
+#[test]
+fn agent_killed_mid_trace() {
+    nobody_can_run_the_binaries();
+    let agent = Agent::start("killed");
+    let script = format!("{WL} sleep 1500; exit 7");
+    let running = Trace::new(["sh", "-c", &script])
+        .through(&agent)
+        .as_nobody()
+        .tag("agent-killed")
+        .spawn();
+    wait_for_descendant(
+        running.pid(),
+        &[WL, "sleep", "1500"],
+        Duration::from_secs(30),
+    );
+    let agent_err = agent.kill(libc::SIGKILL);
+    let out = running.wait();
+    out.assert_code(7);
+    assert!(
+        out.stderr.contains("the agent went away"),
+        "the client must say the agent went away\n{}\nagent:\n{agent_err}",
+        out.context()
+    );
+    let t = out.truth_one("sleep");
+    assert_eq!(t.int("ms"), 1500, "the command ran to its end");
+    let v = out.json_value();
+    assert_eq!(programs(&v), "agent");
+}
+
+#[test]
+fn without_an_agent_root_loads_its_own_and_others_are_told() {
+    let out = Trace::new([WL, "touch", "8"])
+        .env("SPACETIME_SOCKET", "/nonexistent/agent.sock")
+        .tag("agent-none-root")
+        .run();
+    out.assert_code(0);
+    assert_eq!(programs(&out.json_value()), "own", "{}", out.context());
+
+    nobody_can_run_the_binaries();
+    let out = Trace::new([WL, "touch", "8"])
+        .env("SPACETIME_SOCKET", "/nonexistent/agent.sock")
+        .as_nobody()
+        .tag("agent-none-nobody")
+        .run();
+    out.assert_code(125);
+    let err = out.stderr.trim();
+    assert!(
+        err.contains("no spacetime agent answers")
+            && err.contains("sudo")
+            && err.lines().count() == 1,
+        "one sentence: start an agent or use sudo; got:\n{err}"
+    );
+    assert!(out.truth.is_empty(), "nothing ran");
+}
+
+#[test]
+fn no_agent_flag_loads_own_programs_beside_a_live_agent() {
+    let agent = Agent::start("noagent");
+    let out = Trace::new([WL, "touch", "8"])
+        .through(&agent)
+        .flag("--no-agent")
+        .tag("agent-flag")
+        .run();
+    out.assert_code(0);
+    assert_eq!(programs(&out.json_value()), "own");
+    let through = Trace::new([WL, "touch", "8"])
+        .through(&agent)
+        .tag("agent-through")
+        .run();
+    through.assert_code(0);
+    assert_eq!(programs(&through.json_value()), "agent");
+    agent.stop();
+}
