@@ -12,6 +12,10 @@ pub const FILENAME_LEN: usize = 256;
 /// Bytes of argv carried per record. A power of two so the kernel side can bound lengths with a
 /// mask the verifier understands.
 pub const ARGS_CHUNK: usize = 4096;
+/// Sessions one loaded set of programs serves at once. Session 0 is the standalone one (a
+/// `trace`, `bench` or `watch` that loaded its own programs, and every record in system mode);
+/// an agent hands out `1..MAX_SESSIONS`.
+pub const MAX_SESSIONS: u32 = 64;
 /// Largest CPU count for which the kernel sums the per-CPU deltas of the RSS counters. Above it
 /// the counters' shared part is used and the figure is flagged approximate.
 pub const MAX_EXACT_CPUS: u32 = 64;
@@ -19,22 +23,22 @@ pub const MAX_EXACT_CPUS: u32 = 64;
 /// Kinds of records on the ring buffer (`EventHeader::kind`).
 pub mod kind {
     /// A task was created: a process ([`super::ForkEvent`]) or a thread.
-    pub const FORK: u32 = 1;
+    pub const FORK: u16 = 1;
     /// A program image started ([`super::ExecEvent`]); argv follows in `ARGS` records.
-    pub const EXEC: u32 = 2;
+    pub const EXEC: u16 = 2;
     /// A continuation of an exec's argv ([`super::ArgsEvent`]).
-    pub const ARGS: u32 = 3;
+    pub const ARGS: u16 = 3;
     /// A program image is about to be replaced by exec: its memory high-water marks
     /// ([`super::ImageEndEvent`]).
-    pub const IMAGE_END: u32 = 4;
+    pub const IMAGE_END: u16 = 4;
     /// A task exited ([`super::ExitEvent`]); `GROUP_DEAD` marks the end of the process.
-    pub const EXIT: u32 = 5;
+    pub const EXIT: u16 = 5;
     /// An RSS point of a traced process and the tree-wide sum ([`super::RssEvent`]).
-    pub const RSS: u32 = 10;
+    pub const RSS: u16 = 10;
     /// A process was released (reaped by its parent's wait, or autoreaped) and is being
     /// freed: its final CPU figures as `wait4` computes them ([`super::ReapEvent`]). Once per
     /// process.
-    pub const REAP: u32 = 16;
+    pub const REAP: u16 = 16;
 }
 
 /// Flag bits for the `flags` fields.
@@ -44,6 +48,10 @@ pub mod flags {
     /// FORK: the new process shares its parent's address space until it execs (vfork,
     /// posix_spawn): memory read before its exec is the parent's.
     pub const FORK_SHARED_MM: u32 = 1 << 1;
+    /// FORK: the new process is not traced: its session's process limit was reached
+    /// ([`super::stat::SESSION_LIMIT`]) or the tracking map was full
+    /// ([`super::stat::TRACK_FULL`]). Nothing of it or its descendants follows.
+    pub const FORK_UNTRACKED: u32 = 1 << 2;
     /// EXEC: the filename did not fit [`super::FILENAME_LEN`].
     pub const EXEC_FILENAME_TRUNCATED: u32 = 1 << 0;
     /// EXEC: argv was longer than the configured maximum and was cut.
@@ -76,7 +84,8 @@ pub mod flags {
     pub const RSS_HELD: u32 = 1 << 2;
 }
 
-/// Indexes of the per-CPU `STATS` counters.
+/// Indexes of the per-CPU `STATS` counters: each session has [`stat::COUNT`] of them, at
+/// `session * stat::COUNT + stat`. Loss that belongs to no session is session 0's.
 pub mod stat {
     /// Records dropped because the ring buffer was full.
     pub const RINGBUF_LOST: u32 = 0;
@@ -91,8 +100,11 @@ pub mod stat {
     /// Processes whose group exit could not wait for their free record (the map of exited
     /// processes was full): they keep their exit-time CPU figures.
     pub const REAP_FULL: u32 = 4;
-    /// Number of counters.
-    pub const COUNT: u32 = 5;
+    /// Processes not traced because their session had as many live processes as its limit
+    /// ([`super::SessionLimit`]); their fork records carry [`super::flags::FORK_UNTRACKED`].
+    pub const SESSION_LIMIT: u32 = 5;
+    /// Number of counters per session.
+    pub const COUNT: u32 = 6;
 }
 
 /// Slots of the kernel's `PIDNS` array (see `spacetime-ebpf/src/pidns.rs`).
@@ -257,7 +269,10 @@ pub struct KernelFilter {
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct EventHeader {
-    pub kind: u32,
+    pub kind: u16,
+    /// The session of the traced process the record is about (0 in system mode and for a
+    /// standalone trace).
+    pub session: u16,
     pub flags: u32,
     /// CLOCK_MONOTONIC, as `bpf_ktime_get_ns`.
     pub ts_ns: u64,
@@ -432,12 +447,64 @@ pub struct ReapEvent {
     pub prev_stime_ns: u64,
 }
 
+/// A traced process (`TRACKED` values, keyed by tgid).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tracked {
+    /// The mm whose RSS is followed (0: none yet).
+    pub mm: u64,
+    /// Its session: a fork copies the parent's to the child.
+    pub session: u32,
+    pub _pad: u32,
+}
+
+/// A traced process whose group exit was seen, waiting for its free record (`REAPING` values,
+/// keyed by tgid; `EXITED` in system mode, session 0).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reaping {
+    /// Start time of the group leader: with the tgid, the process's identity.
+    pub leader_start_ns: u64,
+    pub session: u32,
+    pub _pad: u32,
+}
+
+/// A session's live tracked processes (`SESSIONS`), kept by the kernel side with atomics. The
+/// session's count is `roots` ([`SessionLimit`]) plus `forked`.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionCount {
+    /// Processes its forks tracked minus its tracked processes that exited (roots included,
+    /// so it goes below zero as roots exit).
+    pub forked: i64,
+}
+
+/// A session's limit (`SESSION_LIMITS`), written by userspace only (the kernel never writes
+/// it, so a whole-value update cannot lose a kernel-side change).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionLimit {
+    /// Most processes tracked at once; 0: no limit.
+    pub max_processes: u32,
+    /// Processes userspace tracked into the session (roots, processes attached to).
+    pub roots: u32,
+}
+
+/// Slots of the kernel's `SWITCHES` array: settings userspace changes while loaded.
+pub mod switch {
+    /// Non-zero: forks and execs start following no new mm (`rss_stat` is detached, so a
+    /// followed mm's figures would go stale). 0 at load.
+    pub const RSS_PAUSED: u32 = 0;
+    pub const COUNT: u32 = 1;
+}
+
 /// The mm of a traced process, as the kernel side follows it (`MM_STATE` values).
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct MmState {
     pub tgid: u32,
-    pub _pad: u32,
+    /// The session of the process: its RSS points and the tree-wide sum it adds to.
+    pub session: u32,
     pub leader_start_ns: u64,
     /// Exact file, anon and shmem pages.
     pub rss_pages: [i64; 3],
@@ -460,7 +527,7 @@ pub struct MmState {
     pub last_tree_pages: i64,
 }
 
-/// The tree-wide RSS (`TREE_RSS`): the sum over traced mms, its peak and when it happened.
+/// The tree-wide RSS (`TREE_RSS`, one per session): the sum over a session's traced mms, its peak and when it happened.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct TreeRss {
@@ -496,6 +563,10 @@ mod pod {
     unsafe impl aya::Pod for ImageEndEvent {}
     unsafe impl aya::Pod for ExitEvent {}
     unsafe impl aya::Pod for MmState {}
+    unsafe impl aya::Pod for Tracked {}
+    unsafe impl aya::Pod for Reaping {}
+    unsafe impl aya::Pod for SessionCount {}
+    unsafe impl aya::Pod for SessionLimit {}
     unsafe impl aya::Pod for TreeRss {}
     unsafe impl aya::Pod for RssEvent {}
     unsafe impl aya::Pod for ReapEvent {}
@@ -518,4 +589,7 @@ const _: () = {
     assert!(size_of::<TreeRss>() == 32);
     assert!(size_of::<RssEvent>() == 56);
     assert!(size_of::<ReapEvent>() == 72);
+    assert!(size_of::<Tracked>() == 16);
+    assert!(size_of::<Reaping>() == 16);
+    assert!(MAX_SESSIONS <= u16::MAX as u32);
 };

@@ -25,14 +25,14 @@ pub fn try_adopt(ctx: *mut c_void) -> Result<(), i32> {
     let tgid = task.tgid()?;
     // Tracked and not followed yet; the iterator visits every thread: the leader adopts.
     // SAFETY: the value is copied out.
-    match unsafe { TRACKED.get(tgid) } {
-        Some(&0) => {}
+    let session = match unsafe { TRACKED.get(tgid) } {
+        Some(t) if t.mm == 0 => t.session as u16,
         _ => return Ok(()),
-    }
+    };
     if task.pid()? != tgid {
         return Ok(());
     }
-    rss::adopt(task.0, task.mm()?, tgid, task.leader_start_ns()?)?;
+    rss::adopt(task.0, task.mm()?, tgid, task.leader_start_ns()?, session)?;
     // A process whose last thread began exiting meanwhile may have passed the point where
     // its exit stops following its mm (rss_exit, exit_mm_release) before the claim above:
     // stop it here (`forget` claims the mm once, whichever comes first). `live` drops to 0

@@ -31,34 +31,36 @@ const MAX_CHUNKS: u32 = 64;
 pub fn try_prepare_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
     let tgid = task.tgid()?;
-    if !filter::wanted(tgid) {
+    let Some(session) = filter::wanted(tgid) else {
         return Ok(());
-    }
+    };
     rss::forget(tgid);
     let mm = task.mm()?;
-    image_end(&task, tgid, mm)
+    image_end(&task, tgid, mm, session)
 }
 
-/// Sends the memory figures of `mm`, the image `task` (of process `tgid`) is leaving by exec.
+/// Sends the memory figures of `mm`, the image `task` (of process `tgid` in `session`) is
+/// leaving by exec.
 /// Its caller stops following the mm's RSS first (`rss::forget`): exec releases the mm right
 /// after, and a new mm may then get its address, so following ends while it is still ours.
 /// Kernel threads (no mm) send nothing.
 #[inline(always)]
-pub fn image_end(task: &Task, tgid: u32, mm: u64) -> Result<(), i32> {
+pub fn image_end(task: &Task, tgid: u32, mm: u64, session: u16) -> Result<(), i32> {
     if mm == 0 {
         return Ok(());
     }
     let ev = ImageEndEvent {
-        hdr: header(kind::IMAGE_END, task, tgid, task.pid()?)?,
+        hdr: header(kind::IMAGE_END, session, task, tgid, task.pid()?)?,
         mem: mem::read_mm(task.0, mm)?,
     };
-    output(&ev);
+    output(&ev, session);
     Ok(())
 }
 
-/// Sends `len` bytes of the record at `data`; a full ring buffer is counted as loss.
+/// Sends `len` bytes of the record at `data`; a full ring buffer is counted as `session`'s
+/// loss.
 #[inline(always)]
-fn output_bytes(data: *mut c_void, len: usize) {
+fn output_bytes(data: *mut c_void, len: usize, session: u16) {
     // SAFETY: `data` points at a scratch map value of at least `len` bytes.
     let ret = unsafe {
         bpf_ringbuf_output(
@@ -69,22 +71,22 @@ fn output_bytes(data: *mut c_void, len: usize) {
         )
     };
     if ret < 0 {
-        count(stat::RINGBUF_LOST);
+        count(session, stat::RINGBUF_LOST);
     }
 }
 
 pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
     let tgid = task.tgid()?;
-    if !filter::wanted(tgid) {
+    let Some(session) = filter::wanted(tgid) else {
         return Ok(());
-    }
+    };
     let old_pid = ctx.arg::<u64>(1) as u32;
     let bprm = ctx.arg::<u64>(2);
     let ev = EXEC_SCRATCH.get_ptr_mut(0).ok_or(-1)?;
     // SAFETY: per-CPU scratch value, exclusively ours while this program runs on this CPU.
     let ev = unsafe { &mut *ev };
-    ev.hdr = header(kind::EXEC, &task, tgid, task.pid()?)?;
+    ev.hdr = header(kind::EXEC, session, &task, tgid, task.pid()?)?;
     ev.old_pid = old_pid;
     ev.comm = bpf_get_current_comm().unwrap_or_default();
     ev.uid = bpf_get_current_uid_gid() as u32;
@@ -130,13 +132,14 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
         ev.hdr.flags |= flags::EXEC_ARGS_FAULT;
         ev.args_len = 0;
         ev.args_here = 0;
-        output_bytes(ev as *mut _ as *mut c_void, EXEC_EVENT_FIXED);
+        output_bytes(ev as *mut _ as *mut c_void, EXEC_EVENT_FIXED, session);
         return Ok(());
     }
     ev.args_here = first;
     output_bytes(
         ev as *mut _ as *mut c_void,
         EXEC_EVENT_FIXED + first as usize,
+        session,
     );
 
     if args_len as usize <= ARGS_CHUNK {
@@ -190,8 +193,9 @@ fn send_chunk(chunk: &mut ArgsEvent, i: u32, args_len: u32, arg_start: u64) -> b
             (arg_start + offset as u64) as *const c_void,
         )
     };
+    let session = chunk.hdr.session;
     if ret < 0 {
-        count(stat::READ_FAIL);
+        count(session, stat::READ_FAIL);
         return false;
     }
     chunk.offset = offset;
@@ -199,6 +203,7 @@ fn send_chunk(chunk: &mut ArgsEvent, i: u32, args_len: u32, arg_start: u64) -> b
     output_bytes(
         chunk as *mut _ as *mut c_void,
         ARGS_EVENT_FIXED + n as usize,
+        session,
     );
     true
 }

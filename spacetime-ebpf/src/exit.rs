@@ -11,11 +11,11 @@ use aya_ebpf::{
     },
     programs::RawTracePointContext,
 };
-use spacetime_common::{flags, kind, mode, stat, ExitEvent, TASK_COMM_LEN};
+use spacetime_common::{flags, kind, mode, stat, ExitEvent, Reaping, TASK_COMM_LEN};
 
 use crate::{
-    conf, count, exit_mm, filter, mem, output,
-    task::{is_traced, read, read_or_zero, Task},
+    conf, count, exit_mm, filter, mem, output, session,
+    task::{read, read_or_zero, traced, Task},
     EXITED, EXIT_SCRATCH, REAPING, TRACKED,
 };
 
@@ -60,10 +60,12 @@ fn exit(
     let tgid = task.tgid()?;
     // Kernel-side filter (filter.rs): a filtered process's exits still go, as bare markers,
     // so userspace forgets it even if its uid or cgroup changed since it was let in.
-    let tracked = is_traced(tgid);
+    let sess = traced(tgid);
+    let tracked = sess.is_some();
     if !tracked && !filter::tree_filter() {
         return Ok(());
     }
+    let sess = sess.unwrap_or(0);
     let filtered = !tracked || (filter::active() != 0 && !filter::passes(filter::active()));
     // From here on every path sends the record and cleans up: a failed read leaves 0 and
     // flags the record (`err` collects the helpers' results, see `read_or_zero`).
@@ -89,6 +91,7 @@ fn exit(
     };
     *ev = ExitEvent::default();
     ev.hdr.kind = kind::EXIT;
+    ev.hdr.session = sess;
     // SAFETY: plain helper calls.
     ev.hdr.ts_ns = unsafe { bpf_ktime_get_ns() };
     ev.hdr.tgid = tgid;
@@ -104,10 +107,10 @@ fn exit(
         if last {
             ev.hdr.flags |= flags::EXIT_GROUP_DEAD;
         }
-        output(ev);
+        output(ev, sess);
         return Ok(());
     }
-    let group_dead = last && claim_group_exit(tgid, leader_start);
+    let group_dead = last && claim_group_exit(tgid, leader_start, sess);
     err |= read_or_zero(&mut ev.utime_ns, task.0, conf!(off.task_utime));
     err |= read_or_zero(&mut ev.stime_ns, task.0, conf!(off.task_stime));
     err |= read_or_zero(&mut ev.runtime_ns, task.0, conf!(off.task_sum_exec_runtime));
@@ -133,43 +136,49 @@ fn exit(
     }
     if err != 0 {
         ev.hdr.flags |= flags::EXIT_READ_FAILED;
-        count(stat::READ_FAIL);
+        count(sess, stat::READ_FAIL);
     }
-    output(ev);
+    output(ev, sess);
     Ok(())
 }
 
 /// Whether this exit is the process's one group exit. Before 6.16 two threads exiting at once
 /// can both pass the last-thread test; the first to claim the process wins. Tree mode: the
 /// removal from `TRACKED` (atomic in the kernel) is the claim, and the process waits in
-/// `REAPING` for its free record (reap.rs). System mode: inserting into `EXITED` is the claim;
+/// `REAPING` for its free record (reap.rs), and its session's slot is given back. System mode: inserting into `EXITED` is the claim;
 /// an entry of an earlier process with the same pid (whose free was not seen) is replaced.
 #[inline(always)]
-fn claim_group_exit(tgid: u32, leader_start: u64) -> bool {
+fn claim_group_exit(tgid: u32, leader_start: u64, sess: u16) -> bool {
     // Kernels where reap.rs does not run (no sched_process_free) never empty the maps.
     let reaps = conf!(off.signal_prev_utime) != 0;
+    let waiting = Reaping {
+        leader_start_ns: leader_start,
+        session: sess as u32,
+        _pad: 0,
+    };
     if conf!(mode) == mode::TREE {
         if TRACKED.remove(tgid).is_err() {
             return false;
         }
+        session::release(sess);
         // A full map only costs this process its release record (it keeps the exit figures);
         // counted, so the report can say why.
-        if reaps && REAPING.insert(tgid, leader_start, 0).is_err() {
-            count(stat::REAP_FULL);
+        if reaps && REAPING.insert(tgid, waiting, 0).is_err() {
+            count(sess, stat::REAP_FULL);
         }
         return true;
     }
     if !reaps {
         return true;
     }
-    match EXITED.insert(tgid, leader_start, BPF_NOEXIST as u64) {
+    match EXITED.insert(tgid, waiting, BPF_NOEXIST as u64) {
         Ok(()) => true,
         Err(e) if e == -EEXIST => {
             // SAFETY: the value is copied out.
             match unsafe { EXITED.get(tgid) } {
-                Some(&s) if s == leader_start => false,
+                Some(s) if s.leader_start_ns == leader_start => false,
                 _ => {
-                    let _ = EXITED.insert(tgid, leader_start, 0);
+                    let _ = EXITED.insert(tgid, waiting, 0);
                     true
                 }
             }

@@ -9,7 +9,7 @@ use spacetime_common::{stat, MemStats};
 
 use crate::{
     conf, count, mem, rss,
-    task::{is_traced, read, Task},
+    task::{read, traced, Task},
     EXIT_MEM,
 };
 
@@ -29,9 +29,9 @@ pub struct ExitMm {
 pub fn try_exit_mm_release(ctx: &FEntryContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
     let tgid = task.tgid()?;
-    if !is_traced(tgid) {
+    let Some(session) = traced(tgid) else {
         return Ok(());
-    }
+    };
     let mm = ctx.arg::<u64>(1);
     if mm == 0 {
         return Ok(());
@@ -55,7 +55,7 @@ pub fn try_exit_mm_release(ctx: &FEntryContext) -> Result<(), i32> {
         stash.mem = mem::read_mm(task.0, mm).unwrap_or_default();
     }
     if EXIT_MEM.insert(pid, stash, 0).is_err() {
-        count(stat::READ_FAIL);
+        count(session, stat::READ_FAIL);
     }
     // The mm is released right after: following its RSS ends while the address is still its
     // own (a new mm may get it once freed).
@@ -71,9 +71,9 @@ pub fn try_exit_mm_release(ctx: &FEntryContext) -> Result<(), i32> {
 pub fn try_taskstats_exit(ctx: &FEntryContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
     let tgid = task.tgid()?;
-    if !is_traced(tgid) {
+    let Some(session) = traced(tgid) else {
         return Ok(());
-    }
+    };
     let group_dead = ctx.arg::<u64>(1) as u32 != 0;
     let stash = ExitMm {
         mem: MemStats::default(),
@@ -81,7 +81,7 @@ pub fn try_taskstats_exit(ctx: &FEntryContext) -> Result<(), i32> {
         known: 1,
     };
     if EXIT_MEM.insert(task.pid()?, stash, 0).is_err() {
-        count(stat::READ_FAIL);
+        count(session, stat::READ_FAIL);
     }
     Ok(())
 }

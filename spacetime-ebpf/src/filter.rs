@@ -7,7 +7,7 @@
 use aya_ebpf::helpers::{bpf_get_current_uid_gid, generated::bpf_get_current_ancestor_cgroup_id};
 use spacetime_common::{filter_flags, stat, KernelFilter, FILTER_MAX_CGROUPS, FILTER_MAX_UIDS};
 
-use crate::{count, task::is_traced};
+use crate::{count, task::traced};
 
 /// Written by userspace before load (`EbpfLoader::override_global`); all zero: no filter.
 #[no_mangle]
@@ -22,22 +22,22 @@ macro_rules! filt {
     };
 }
 
-/// Is process `tgid` (the current task's) reported? The record it would have caused is
-/// counted as filtered when it is not.
+/// The session of process `tgid` (the current task's) if it is reported. The record it would
+/// have caused is counted as filtered when it is not.
 #[inline(always)]
-pub fn wanted(tgid: u32) -> bool {
+pub fn wanted(tgid: u32) -> Option<u16> {
     let flags = filt!(flags);
-    if !is_traced(tgid) {
+    let Some(session) = traced(tgid) else {
         if flags & filter_flags::COUNT_UNTRACKED != 0 {
-            count(stat::FILTERED);
+            count(0, stat::FILTERED);
         }
-        return false;
-    }
+        return None;
+    };
     if flags & (filter_flags::UID | filter_flags::CGROUP) == 0 || passes(flags) {
-        return true;
+        return Some(session);
     }
-    count(stat::FILTERED);
-    false
+    count(session, stat::FILTERED);
+    None
 }
 
 /// The uid and cgroup tests alone (the exit program sends a filtered group exit as a marker).

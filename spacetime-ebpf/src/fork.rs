@@ -3,10 +3,10 @@
 
 use aya_ebpf::programs::RawTracePointContext;
 use aya_log_ebpf::warn;
-use spacetime_common::{flags, kind, mode, stat, ForkEvent};
+use spacetime_common::{flags, kind, mode, stat, ForkEvent, Tracked};
 
 use crate::{
-    conf, count, filter, output, pidns, rss,
+    conf, count, filter, output, pidns, rss, session,
     task::{header, Task},
     TRACKED,
 };
@@ -15,15 +15,16 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
     let parent = Task(ctx.arg::<u64>(0));
     let child = Task(ctx.arg::<u64>(1));
     let ptgid = parent.tgid()?;
-    if !filter::wanted(ptgid) {
+    // The parent's session, from the lookup that tells whether it is traced: the child's.
+    let Some(sess) = filter::wanted(ptgid) else {
         return Ok(());
-    }
+    };
     // Every read that can fail comes before the child joins TRACKED: a child tracked without
     // its fork record would be a process nobody knows about.
     let child_tgid = child.tgid()?;
     let child_start_ns = child.start_ns()?;
     let child_pid = child.pid()?;
-    let mut hdr = header(kind::FORK, &parent, ptgid, parent.pid()?)?;
+    let mut hdr = header(kind::FORK, sess, &parent, ptgid, parent.pid()?)?;
     // The new process's pid in spacetime's PID namespace (0 on the host, or for a thread).
     let child_ns_tgid = if child_tgid == ptgid {
         0
@@ -37,16 +38,12 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
         if mm != 0 && mm == parent.mm()? {
             hdr.flags |= flags::FORK_SHARED_MM;
         }
-        if conf!(mode) == mode::TREE && TRACKED.insert(child_tgid, 0, 0).is_err() {
-            count(stat::TRACK_FULL);
-            warn!(
-                ctx,
-                "tracking map full: process {} is not traced", child_tgid
-            );
+        if conf!(mode) == mode::TREE && !track_child(ctx, child_tgid, sess) {
+            hdr.flags |= flags::FORK_UNTRACKED;
         }
-        if hdr.flags & flags::FORK_SHARED_MM == 0 {
+        if hdr.flags & (flags::FORK_SHARED_MM | flags::FORK_UNTRACKED) == 0 {
             // A failure (counted) leaves the child's RSS unfollowed, not the child untraced.
-            let _ = rss::follow(child.0, mm, child_tgid, child_start_ns);
+            let _ = rss::follow(child.0, mm, child_tgid, child_start_ns, sess);
         }
     }
     let ev = ForkEvent {
@@ -57,6 +54,31 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
         child_ns_tgid,
         _pad: 0,
     };
-    output(&ev);
+    output(&ev, sess);
     Ok(())
+}
+
+/// Tracks a new process in its parent's session, if the session's limit and the map allow:
+/// whether it is tracked (a refusal is counted for the session).
+#[inline(always)]
+fn track_child(ctx: &RawTracePointContext, child_tgid: u32, sess: u16) -> bool {
+    if !session::admit(sess) {
+        count(sess, stat::SESSION_LIMIT);
+        return false;
+    }
+    let t = Tracked {
+        mm: 0,
+        session: sess as u32,
+        _pad: 0,
+    };
+    if TRACKED.insert(child_tgid, t, 0).is_err() {
+        session::release(sess);
+        count(sess, stat::TRACK_FULL);
+        warn!(
+            ctx,
+            "tracking map full: process {} is not traced", child_tgid
+        );
+        return false;
+    }
+    true
 }

@@ -23,6 +23,7 @@ mod mem;
 mod pidns;
 mod reap;
 mod rss;
+mod session;
 mod task;
 
 use aya_ebpf::{
@@ -33,7 +34,8 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 use spacetime_common::{
-    stat, ArgsEvent, Config, ExecEvent, ExitEvent, MmState, TreeRss, MAX_EXACT_CPUS,
+    stat, switch, ArgsEvent, Config, ExecEvent, ExitEvent, MmState, Reaping, SessionCount,
+    SessionLimit, Tracked, TreeRss, MAX_EXACT_CPUS, MAX_SESSIONS,
 };
 
 /// Written by userspace before load (`EbpfLoader::override_global`); read-only afterwards.
@@ -41,27 +43,39 @@ use spacetime_common::{
 static CONFIG: Config = unsafe { core::mem::zeroed() };
 
 /// Tree mode: traced processes whose group exit was seen, waiting for their free record
-/// (reap.rs): tgid → start time of the group leader. Preallocated: an insert into a map
+/// (reap.rs): tgid → start time of the group leader and session. Preallocated: an insert into a map
 /// allocated on use can fail in a burst of exits (its per-CPU caches refill asynchronously),
 /// and a process missing here loses its final CPU figures. Userspace sizes it (1 in system
 /// mode).
 #[map]
-static REAPING: HashMap<u32, u64> = HashMap::with_max_entries(16384, 0);
+static REAPING: HashMap<u32, Reaping> = HashMap::with_max_entries(16384, 0);
 
 /// System mode: the one-shot of each process's group exit (exit.rs), until it is freed; same
 /// layout as REAPING. Allocated on use: a failed insert only skips the duplicate check.
 #[map]
-static EXITED: HashMap<u32, u64> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
+static EXITED: HashMap<u32, Reaping> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
 
 /// Records to userspace. Userspace sizes it (4 MiB by default).
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
 
-/// Processes (tgids) being traced, each with the mm whose RSS is followed (0: none; see
-/// `rss`). Userspace inserts the root; forks add children; the last thread's exit removes the
-/// process.
+/// Processes (tgids) being traced, each with its session and the mm whose RSS is followed (0:
+/// none; see `rss`). Userspace inserts the roots; forks add children into the parent's
+/// session; the last thread's exit removes the process.
 #[map]
-static TRACKED: HashMap<u32, u64> = HashMap::with_max_entries(65536, 0);
+static TRACKED: HashMap<u32, Tracked> = HashMap::with_max_entries(65536, 0);
+
+/// Each session's live tracked processes, counted with atomics (fork.rs, exit.rs).
+#[map]
+static SESSIONS: Array<SessionCount> = Array::with_max_entries(MAX_SESSIONS, 0);
+
+/// Each session's process limit and the processes userspace tracked into it.
+#[map]
+static SESSION_LIMITS: Array<SessionLimit> = Array::with_max_entries(MAX_SESSIONS, 0);
+
+/// Settings userspace changes while the programs are loaded ([`switch`]).
+#[map]
+static SWITCHES: Array<u32> = Array::with_max_entries(switch::COUNT, 0);
 
 /// Kernels whose exit tracepoint fires after exit_mm() (before 6.16): whether an exiting
 /// thread is the last, and the final image's figures, found by `exit_mm_release` and taken by
@@ -70,9 +84,9 @@ static TRACKED: HashMap<u32, u64> = HashMap::with_max_entries(65536, 0);
 #[map]
 static EXIT_MEM: HashMap<u32, exit_mm::ExitMm> = HashMap::with_max_entries(1024, 0);
 
-/// Per-CPU failure counters, indexed by [`stat`].
+/// Per-CPU failure counters, per session: `session * stat::COUNT + stat`.
 #[map]
-static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
+static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_SESSIONS * stat::COUNT, 0);
 
 /// Per-CPU scratch space for records too large for the BPF stack.
 #[map]
@@ -95,9 +109,9 @@ static CPU_OFFSETS: Array<u64> = Array::with_max_entries(MAX_EXACT_CPUS, 0);
 /// The mm of each traced process, with its exact RSS (see `rss`). Userspace sizes it.
 #[map]
 static MM_STATE: HashMap<u64, MmState> = HashMap::with_max_entries(65536, 0);
-/// The tree-wide RSS, its peak and when it happened.
+/// Each session's tree-wide RSS, its peak and when it happened.
 #[map]
-static TREE_RSS: Array<TreeRss> = Array::with_max_entries(1, 0);
+static TREE_RSS: Array<TreeRss> = Array::with_max_entries(MAX_SESSIONS, 0);
 
 /// Reads one field of [`CONFIG`], e.g. `conf!(off.task_pid)`. The volatile read keeps the
 /// compiler from folding the zeroed initializer into the code.
@@ -109,9 +123,11 @@ macro_rules! conf {
 }
 pub(crate) use conf;
 
+/// Counts one of [`stat`] for `session` (0 for loss that belongs to no session).
 #[inline(always)]
-fn count(index: u32) {
-    if let Some(p) = STATS.get_ptr_mut(index) {
+fn count(session: u16, index: u32) {
+    // An out-of-range session has no slot: the lookup fails and nothing is counted.
+    if let Some(p) = STATS.get_ptr_mut(session as u32 * stat::COUNT + index) {
         // SAFETY: per-CPU slot, no concurrent writer on this CPU.
         unsafe { *p += 1 };
     }
@@ -280,10 +296,11 @@ fn wakeup_flags() -> u64 {
     }
 }
 
-/// Sends a fixed-size record; a full ring buffer is counted as loss, never silent.
+/// Sends a fixed-size record about a process of `session`; a full ring buffer is counted as
+/// that session's loss, never silent.
 #[inline(always)]
-fn output<T>(ev: &T) {
+fn output<T>(ev: &T, session: u16) {
     if EVENTS.output::<T>(ev, wakeup_flags()).is_err() {
-        count(stat::RINGBUF_LOST);
+        count(session, stat::RINGBUF_LOST);
     }
 }

@@ -38,15 +38,19 @@ pub fn try_process_free(ctx: &RawTracePointContext) -> Result<(), i32> {
         &EXITED
     };
     // SAFETY: the value is copied out.
-    let waiting = matches!(unsafe { map.get(tgid) }, Some(&s) if s == start);
-    if waiting {
+    let session = match unsafe { map.get(tgid) } {
+        Some(w) if w.leader_start_ns == start => Some(w.session as u16),
+        _ => None,
+    };
+    if session.is_some() {
         let _ = map.remove(tgid);
     } else if conf!(mode) == mode::TREE {
         // Traced processes only, and only the one whose group exit was seen.
         return Ok(());
     }
+    let session = session.unwrap_or(0);
     let mut ev = ReapEvent {
-        hdr: header(kind::REAP, &task, tgid, tgid)?,
+        hdr: header(kind::REAP, session, &task, tgid, tgid)?,
         ..ReapEvent::default()
     };
     // release_task()'s __exit_signal() added every thread's figures, the leader's included,
@@ -64,8 +68,8 @@ pub fn try_process_free(ctx: &RawTracePointContext) -> Result<(), i32> {
     err |= read_or_zero(&mut ev.prev_stime_ns, signal, conf!(off.signal_prev_stime));
     if err != 0 {
         ev.hdr.flags |= flags::REAP_READ_FAILED;
-        count(stat::READ_FAIL);
+        count(session, stat::READ_FAIL);
     }
-    output(&ev);
+    output(&ev, session);
     Ok(())
 }

@@ -12,13 +12,13 @@ use core::intrinsics::{
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, programs::RawTracePointContext};
 use spacetime_common::{
-    flags, kind, mode, rss_layout, EventHeader, MmState, RssEvent, MAX_EXACT_CPUS,
+    flags, kind, mode, rss_layout, stat, switch, EventHeader, MmState, RssEvent, MAX_EXACT_CPUS,
 };
 
 use crate::{
-    conf, exit_mm, mem, output,
-    task::{is_traced, read, Task},
-    MM_STATE, TRACKED, TREE_RSS,
+    conf, count, exit_mm, mem, output,
+    task::{read, traced, Task},
+    MM_STATE, SWITCHES, TRACKED, TREE_RSS,
 };
 
 /// Index of `member` among the counters that make up RSS, if it is one of them.
@@ -57,11 +57,11 @@ pub fn counter_pages(mm: u64, member: u32) -> Result<i64, i32> {
     Ok(v)
 }
 
-/// Adds `delta` pages to the tree-wide RSS; returns the new sum and whether it is a new peak
-/// (then recorded with its time and process).
+/// Adds `delta` pages to the tree-wide RSS of `session`; returns the new sum and whether it
+/// is a new peak (then recorded with its time and process).
 #[inline(always)]
-fn tree_add(delta: i64, now: u64, tgid: u32) -> (i64, bool) {
-    let Some(t) = TREE_RSS.get_ptr_mut(0) else {
+fn tree_add(session: u32, delta: i64, now: u64, tgid: u32) -> (i64, bool) {
+    let Some(t) = TREE_RSS.get_ptr_mut(session) else {
         return (0, false);
     };
     // SAFETY: fields of our own map value, updated with atomics (several CPUs at once).
@@ -98,6 +98,7 @@ fn record(st: &MmState, flags: u32, ts_ns: u64, rss_pages: i64, tree_pages: i64,
     let ev = RssEvent {
         hdr: EventHeader {
             kind: kind::RSS,
+            session: st.session as u16,
             flags,
             ts_ns,
             tgid: st.tgid,
@@ -108,7 +109,7 @@ fn record(st: &MmState, flags: u32, ts_ns: u64, rss_pages: i64, tree_pages: i64,
         tree_rss_pages: tree_pages.max(0) as u64,
         end_ns,
     };
-    output(&ev);
+    output(&ev, st.session as u16);
 }
 
 /// Sends the held-back point, if any, and forgets it.
@@ -155,7 +156,7 @@ pub fn try_rss_stat(ctx: &RawTracePointContext) -> Result<(), i32> {
     }
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_ns() };
-    let (tree_pages, tree_peak) = tree_add(delta, now, st.tgid);
+    let (tree_pages, tree_peak) = tree_add(st.session, delta, now, st.tgid);
     st.last_ns = now;
     st.last_tree_pages = tree_pages;
     // Points go at a bounded rate (a record per change would be one per page fault while
@@ -192,10 +193,10 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     }
     let task = Task(ctx.arg::<u64>(0));
     let tgid = task.tgid()?;
-    if !is_traced(tgid) {
+    let Some(session) = traced(tgid) else {
         return Ok(());
-    }
-    follow(task.0, task.mm()?, tgid, task.leader_start_ns()?)
+    };
+    follow(task.0, task.mm()?, tgid, task.leader_start_ns()?, session)
 }
 
 /// sched_process_exit, before the exit record: the last thread's exit ends the process's
@@ -210,7 +211,7 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
     let tgid = task.tgid()?;
     // SAFETY: the value is copied out. Untraced and unfollowed processes stop here.
     match unsafe { TRACKED.get(tgid) } {
-        Some(&mm) if mm != 0 => {}
+        Some(t) if t.mm != 0 => {}
         _ => return Ok(()),
     }
     let last = if conf!(off.exit_tp_group_dead) != 0 {
@@ -226,30 +227,43 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
     Ok(())
 }
 
-/// Starts following `mm` of `task` for process (`tgid`, `leader_start_ns`), replacing the mm
-/// it had. Its pages so far (an exec's stack, a fork's copied counters) come from one read.
+/// Starts following `mm` of `task` for process (`tgid`, `leader_start_ns`) of `session`,
+/// replacing the mm it had. Its pages so far (an exec's stack, a fork's copied counters) come
+/// from one read.
 #[inline(always)]
-pub fn follow(task: u64, mm: u64, tgid: u32, leader_start_ns: u64) -> Result<(), i32> {
-    start_following(task, mm, tgid, leader_start_ns, false)
+pub fn follow(
+    task: u64,
+    mm: u64,
+    tgid: u32,
+    leader_start_ns: u64,
+    session: u16,
+) -> Result<(), i32> {
+    start_following(task, mm, (tgid, leader_start_ns, session), false)
 }
 
 /// Starts following `mm` for a process that predates the attach (adopt.rs), only if no mm of
 /// it is followed yet: a fork or exec that got there first has the newer mm.
 #[inline(always)]
-pub fn adopt(task: u64, mm: u64, tgid: u32, leader_start_ns: u64) -> Result<(), i32> {
-    start_following(task, mm, tgid, leader_start_ns, true)
+pub fn adopt(task: u64, mm: u64, tgid: u32, leader_start_ns: u64, session: u16) -> Result<(), i32> {
+    start_following(task, mm, (tgid, leader_start_ns, session), true)
+}
+
+/// Whether new mms are followed: `rss_stat` may be detached while the programs stay loaded
+/// (then a followed mm's figures would go stale).
+#[inline(always)]
+fn rss_paused() -> bool {
+    matches!(SWITCHES.get(switch::RSS_PAUSED), Some(&p) if p != 0)
 }
 
 #[inline(always)]
 fn start_following(
     task: u64,
     mm: u64,
-    tgid: u32,
-    leader_start_ns: u64,
+    (tgid, leader_start_ns, session): (u32, u64, u16),
     only_unfollowed: bool,
 ) -> Result<(), i32> {
     // Only a traced process (in TRACKED, whose value names its followed mm) is followed.
-    if conf!(track_rss) == 0 || conf!(mode) != mode::TREE || mm == 0 {
+    if conf!(track_rss) == 0 || conf!(mode) != mode::TREE || mm == 0 || rss_paused() {
         return Ok(());
     }
     if !only_unfollowed {
@@ -266,6 +280,7 @@ fn start_following(
     let now = unsafe { bpf_ktime_get_ns() };
     let st = MmState {
         tgid,
+        session: session as u32,
         leader_start_ns,
         rss_pages,
         total_pages,
@@ -280,7 +295,7 @@ fn start_following(
     let insert_flags = if only_unfollowed { 1 } else { 0 };
     if MM_STATE.insert(mm, st, insert_flags).is_err() {
         if !only_unfollowed {
-            crate::count(spacetime_common::stat::TRACK_FULL);
+            count(session, stat::TRACK_FULL);
         }
         return Ok(());
     }
@@ -293,16 +308,17 @@ fn start_following(
     if only_unfollowed {
         // The claim: an exec or fork that started following meanwhile keeps its mm.
         // SAFETY: an aligned u64 of our own map value.
-        let (_, ok) = unsafe { atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(slot, 0, mm) };
+        let (_, ok) =
+            unsafe { atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(&raw mut (*slot).mm, 0, mm) };
         if !ok {
             let _ = MM_STATE.remove(mm);
             return Ok(());
         }
     } else {
         // SAFETY: an aligned u64 of our own map value, claimed by `forget` with an exchange.
-        unsafe { atomic_xchg::<u64, { Relaxed }>(slot, mm) };
+        unsafe { atomic_xchg::<u64, { Relaxed }>(&raw mut (*slot).mm, mm) };
     }
-    let (tree_pages, peak) = tree_add(total_pages, now, tgid);
+    let (tree_pages, peak) = tree_add(session as u32, total_pages, now, tgid);
     if let Some(st) = MM_STATE.get_ptr_mut(mm) {
         // SAFETY: our own map value.
         unsafe { (*st).last_tree_pages = tree_pages };
@@ -321,7 +337,7 @@ pub fn forget(tgid: u32) {
     // Taking the mm out of the process's entry is the claim: two threads that both see
     // themselves last (before 6.16) take its pages out of the tree's sum once.
     // SAFETY: an aligned u64 of our own map value.
-    let mm = unsafe { atomic_xchg::<u64, { Relaxed }>(slot, 0) };
+    let mm = unsafe { atomic_xchg::<u64, { Relaxed }>(&raw mut (*slot).mm, 0) };
     if mm == 0 {
         return;
     }
@@ -335,7 +351,7 @@ pub fn forget(tgid: u32) {
         }
         // SAFETY: plain helper call.
         let now = unsafe { bpf_ktime_get_ns() };
-        let (tree_pages, _) = tree_add(-st.total_pages, now, tgid);
+        let (tree_pages, _) = tree_add(st.session, -st.total_pages, now, tgid);
         // Dated by when following began: userspace gives it to the image running then.
         record(
             st,

@@ -11,7 +11,7 @@ use crate::{conf, count, TRACKED};
 pub fn read<T>(base: u64, off: u32) -> Result<T, i32> {
     // SAFETY: bpf_probe_read_kernel checks the address; a bad one returns an error.
     unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) }
-        .inspect_err(|_| count(stat::READ_FAIL))
+        .inspect_err(|_| count(0, stat::READ_FAIL))
 }
 
 /// Reads a `T` at `base + off` into `dst`; on failure the helper zeroes `dst`. Returns the
@@ -61,17 +61,27 @@ impl Task {
     }
 }
 
-/// Is this process one we report?
+/// The session of this process if it is one we report (session 0 in system mode).
 #[inline(always)]
-pub fn is_traced(tgid: u32) -> bool {
-    // SAFETY: the value is only tested for presence.
-    conf!(mode) == mode::SYSTEM || unsafe { TRACKED.get(tgid) }.is_some()
+pub fn traced(tgid: u32) -> Option<u16> {
+    if conf!(mode) == mode::SYSTEM {
+        return Some(0);
+    }
+    // SAFETY: the session is copied out.
+    unsafe { TRACKED.get(tgid) }.map(|t| t.session as u16)
 }
 
 #[inline(always)]
-pub fn header(kind: u32, task: &Task, tgid: u32, pid: u32) -> Result<EventHeader, i32> {
+pub fn header(
+    kind: u16,
+    session: u16,
+    task: &Task,
+    tgid: u32,
+    pid: u32,
+) -> Result<EventHeader, i32> {
     Ok(EventHeader {
         kind,
+        session,
         flags: 0,
         // SAFETY: plain helper call.
         ts_ns: unsafe { bpf_ktime_get_ns() },

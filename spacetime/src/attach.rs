@@ -15,7 +15,7 @@
 use std::io;
 
 use crate::{
-    loader::Probes,
+    loader::{Probes, SessionId},
     pidfd::{parse_stat, Identity, Pinned},
     tree::{Adopted, Names},
 };
@@ -210,9 +210,9 @@ pub struct Attached {
 
 /// Tracks `target` in the kernel and proves it was still the pinned process afterwards (one
 /// that had ended would leave its pid tracked for a later holder: it is untracked).
-fn track(probes: &mut Probes, t: &Target) -> Result<(), AttachError> {
+fn track(probes: &mut Probes, t: &Target, session: SessionId) -> Result<(), AttachError> {
     probes
-        .track(t.pid)
+        .track_in(t.pid, session)
         .map_err(|err| AttachError::Track { pid: t.pid, err })?;
     if t.pinned.identity(t.start_ns) != Identity::Same {
         let _ = probes.untrack(t.pid);
@@ -222,8 +222,13 @@ fn track(probes: &mut Probes, t: &Target) -> Result<(), AttachError> {
 }
 
 /// Pins and tracks each of `pids` (all must be there and the caller's), then their
-/// descendants, until a walk of /proc finds no new one.
-pub fn attach(probes: &mut Probes, pids: &[u32]) -> Result<Attached, AttachError> {
+/// descendants, until a walk of /proc finds no new one; all in `session` (0 for `trace -p`
+/// itself).
+pub fn attach(
+    probes: &mut Probes,
+    pids: &[u32],
+    session: SessionId,
+) -> Result<Attached, AttachError> {
     if !crate::pidns::in_initial_namespace() {
         return Err(AttachError::Namespace);
     }
@@ -235,7 +240,7 @@ pub fn attach(probes: &mut Probes, pids: &[u32]) -> Result<Attached, AttachError
             continue;
         }
         let t = Target::hold(pid, caller)?;
-        track(probes, &t)?;
+        track(probes, &t, session)?;
         targets.push(t);
     }
     let mut skipped = Vec::new();
@@ -252,7 +257,7 @@ pub fn attach(probes: &mut Probes, pids: &[u32]) -> Result<Attached, AttachError
             break;
         }
         for pid in new {
-            match Target::hold(pid, caller).and_then(|t| track(probes, &t).map(|()| t)) {
+            match Target::hold(pid, caller).and_then(|t| track(probes, &t, session).map(|()| t)) {
                 Ok(t) => targets.push(t),
                 Err(e) => skipped.push((pid, e)),
             }

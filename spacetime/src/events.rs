@@ -21,6 +21,11 @@ pub enum Event {
 }
 
 impl Event {
+    /// The session of the traced process the record is about (0: standalone, system mode).
+    pub fn session(&self) -> u16 {
+        self.header().session
+    }
+
     pub fn header(&self) -> &EventHeader {
         match self {
             Event::Fork(e) => &e.hdr,
@@ -64,19 +69,19 @@ pub enum DecodeError {
     #[error("record of {0} bytes is shorter than a header")]
     Short(usize),
     #[error("record kind {kind} needs {need} bytes, got {got}")]
-    Truncated { kind: u32, need: usize, got: usize },
+    Truncated { kind: u16, need: usize, got: usize },
     #[error("unknown record kind {0}")]
-    UnknownKind(u32),
+    UnknownKind(u16),
     #[error("record of kind {kind} claims {claimed} payload bytes but carries {got}")]
     BadLength {
-        kind: u32,
+        kind: u16,
         claimed: usize,
         got: usize,
     },
 }
 
 /// Reads a `T` from the start of `buf` if it is long enough.
-fn read_prefix<T: Copy>(buf: &[u8], kind: u32) -> Result<T, DecodeError> {
+fn read_prefix<T: Copy>(buf: &[u8], kind: u16) -> Result<T, DecodeError> {
     let need = core::mem::size_of::<T>();
     if buf.len() < need {
         return Err(DecodeError::Truncated {
@@ -248,9 +253,10 @@ mod tests {
         .to_vec()
     }
 
-    fn hdr(kind: u32) -> EventHeader {
+    fn hdr(kind: u16) -> EventHeader {
         EventHeader {
             kind,
+            session: 3,
             flags: 0,
             ts_ns: 5,
             tgid: 10,
@@ -268,7 +274,12 @@ mod tests {
             child_start_ns: 9,
             ..ForkEvent::default()
         };
-        assert_eq!(decode(&bytes_of(&f)), Ok(Event::Fork(f)));
+        let bytes = bytes_of(&f);
+        // The session sits in the header's third and fourth bytes, after the kind.
+        assert_eq!(u16::from_ne_bytes([bytes[2], bytes[3]]), 3);
+        let e = decode(&bytes).expect("fork decodes");
+        assert_eq!(e.session(), 3);
+        assert_eq!(e, Event::Fork(f));
     }
 
     #[test]

@@ -210,6 +210,7 @@ pub fn live_mm_records(states: &[MmState]) -> Vec<RssEvent> {
         let rec = |flags: u32, ts_ns: u64, pages: i64, tree: i64| RssEvent {
             hdr: EventHeader {
                 kind: spacetime_common::kind::RSS,
+                session: 0,
                 flags,
                 ts_ns,
                 tgid: st.tgid,

@@ -3,9 +3,10 @@
 use super::*;
 use spacetime_common::{kind, EventHeader, MemStats};
 
-fn hdr(kind: u32, tgid: u32, pid: u32, start: u64, ts: u64) -> EventHeader {
+fn hdr(kind: u16, tgid: u32, pid: u32, start: u64, ts: u64) -> EventHeader {
     EventHeader {
         kind,
+        session: 0,
         flags: 0,
         ts_ns: ts,
         tgid,

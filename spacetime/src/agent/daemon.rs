@@ -11,8 +11,7 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
-
-use super::shim::{SessionId, SessionsApi, MAX_SESSIONS, ONE_SESSION};
+use spacetime_common::MAX_SESSIONS;
 
 use super::{
     clients::{Client, RunState},
@@ -21,7 +20,7 @@ use super::{
     verify::{self, Peer},
 };
 use crate::{
-    loader::{KernelLogger, LoadOptions, Probes},
+    loader::{KernelLogger, LoadOptions, Probes, SessionId},
     taskstats::{ListenerStats, RecordKind, TaskstatsListener},
 };
 
@@ -494,15 +493,8 @@ fn client_of(clients: &mut [Client], s: SessionId) -> Option<&mut Client> {
 /// One ring record to its session's client; a fork teaches the child's tgid.
 fn route_record(bytes: &[u8], clients: &mut [Client], tgids: &mut HashMap<u32, SessionId>) {
     let Some(head) = bytes.get(..4) else { return };
-    let kind = u16::from_le_bytes([head[0], head[1]]) as u32;
-    let mut session = u16::from_le_bytes([head[2], head[3]]);
-    if ONE_SESSION {
-        session = clients
-            .iter()
-            .find(|c| c.run.is_some())
-            .and_then(|c| c.session)
-            .unwrap_or(0);
-    }
+    let kind = u16::from_le_bytes([head[0], head[1]]);
+    let session = u16::from_le_bytes([head[2], head[3]]);
     if session == 0 {
         return;
     }

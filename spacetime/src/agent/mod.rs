@@ -6,7 +6,6 @@ pub mod client;
 mod clients;
 mod daemon;
 pub mod proto;
-mod shim;
 pub mod sock;
 pub mod verify;
 

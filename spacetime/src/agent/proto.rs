@@ -14,6 +14,7 @@ use crate::core::counters::KernelCounters;
 
 /// The protocol's version: a change to any message's layout changes it.
 pub const VERSION: u32 = 1;
+
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 128 << 10;
 /// Longest text (a refusal, a mechanism line) in a message.
@@ -208,7 +209,7 @@ fn pod_bytes<T: PodRecord>(v: &T) -> &[u8] {
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
 }
 
-const COUNTERS: usize = 6;
+const COUNTERS: usize = 7;
 
 fn counters_to(c: &KernelCounters) -> [u64; COUNTERS] {
     [
@@ -218,6 +219,7 @@ fn counters_to(c: &KernelCounters) -> [u64; COUNTERS] {
         c.filtered,
         c.reap_full,
         c.recursion_misses,
+        c.session_limit,
     ]
 }
 
@@ -229,6 +231,7 @@ fn counters_from(v: [u64; COUNTERS]) -> KernelCounters {
         filtered: v[3],
         reap_full: v[4],
         recursion_misses: v[5],
+        session_limit: v[6],
     }
 }
 

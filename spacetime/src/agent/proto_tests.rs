@@ -58,6 +58,7 @@ fn samples() -> Vec<Msg> {
                 filtered: 4,
                 reap_full: 5,
                 recursion_misses: 6,
+                session_limit: 10,
             },
             dropped_records: 7,
             dropped_taskstats: 8,

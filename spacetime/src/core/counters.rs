@@ -8,6 +8,9 @@ pub struct KernelCounters {
     pub ringbuf_lost: u64,
     /// Processes not tracked because the tracking map was full.
     pub track_full: u64,
+    /// Processes not tracked because their session had reached its process limit (an agent's
+    /// sessions; never for a standalone trace).
+    pub session_limit: u64,
     /// Kernel reads that failed.
     pub read_failures: u64,
     /// Records the kernel-side filter kept from being sent (see `stat::FILTERED`). Only
@@ -25,7 +28,7 @@ pub struct KernelCounters {
 impl KernelCounters {
     /// Events that never reached userspace.
     pub fn lost(&self) -> u64 {
-        self.ringbuf_lost + self.track_full
+        self.ringbuf_lost + self.track_full + self.session_limit
     }
 
     /// What was added since `start` (a run's own counts, from cumulative ones).
@@ -33,6 +36,7 @@ impl KernelCounters {
         KernelCounters {
             ringbuf_lost: self.ringbuf_lost.saturating_sub(start.ringbuf_lost),
             track_full: self.track_full.saturating_sub(start.track_full),
+            session_limit: self.session_limit.saturating_sub(start.session_limit),
             read_failures: self.read_failures.saturating_sub(start.read_failures),
             filtered: self.filtered.saturating_sub(start.filtered),
             reap_full: self.reap_full.saturating_sub(start.reap_full),

@@ -341,7 +341,7 @@ impl Session {
                         "attaching (-p) through the spacetime agent is not supported: run it with sudo and --no-agent"
                     )));
                 };
-                let attached = crate::attach::attach(&mut own.probes, pids)
+                let attached = crate::attach::attach(&mut own.probes, pids, 0)
                     .map_err(|e| RunError::Other(e.into()))?;
                 attached.tell(quiet);
                 let pid = attached.targets[0].pid;

@@ -7,11 +7,11 @@
 use std::{path::Path, time::Instant};
 
 use aya::{
-    maps::{HashMap, MapData, PerCpuArray, RingBuf},
-    programs::{FEntry, RawTracePoint},
+    maps::{MapData, RingBuf},
+    programs::{raw_trace_point::RawTracePointLinkId, FEntry, RawTracePoint},
     Ebpf, EbpfLoader,
 };
-use spacetime_common::{mode, stat, Config};
+use spacetime_common::{mode, Config};
 
 use crate::{
     btf::Btf,
@@ -39,9 +39,11 @@ const EXITED_ENTRIES: u32 = 16384;
 mod adopt;
 mod own_pid;
 mod runs;
+mod sessions;
 mod stats;
 
 pub use own_pid::{run_own_pid, LearnedPid};
+pub use sessions::SessionId;
 pub use stats::{parse_sysctl_flag, KernelProgramStats, ProgramStats};
 
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +90,12 @@ pub enum LoadError {
         #[source]
         source: aya::maps::MapError,
     },
+    #[error("session {0} is out of range (sessions are 0 to {max})", max = spacetime_common::MAX_SESSIONS - 1)]
+    BadSession(u16),
+    #[error("process {tgid} is already traced in session {session}")]
+    TrackedElsewhere { tgid: u32, session: u16 },
+    #[error("RSS is not followed in the kernel here (no kmem:rss_stat, or not loaded for it)")]
+    RssUnavailable,
     #[error("reading {path}: {source}")]
     Io {
         path: &'static str,
@@ -139,8 +147,11 @@ pub struct Probes {
     /// Time spent resolving offsets and loading, for `-v`.
     pub load_ms: f64,
     pub ring_buffer_bytes: u32,
-    /// RSS changes are followed in the kernel (kmem:rss_stat attached).
+    /// RSS changes can be followed in the kernel (the kmem:rss_stat programs are loaded);
+    /// whether they are now is [`Probes::rss_following`].
     pub rss_tracking: bool,
+    /// The kmem:rss_stat program's link while it is attached.
+    rss_link: Option<RawTracePointLinkId>,
     /// Release records come (sched_process_free attached): CPU figures as wait4's.
     pub cpu_at_release: bool,
     /// Each raw-tracepoint program's load time (µs), verification included.
@@ -270,6 +281,21 @@ impl MemKind {
             MemKind::Exit => "the last image of each process has no peak",
         }
     }
+}
+
+/// Attaches the loaded raw-tracepoint program `name` to `tracepoint`.
+fn attach_raw(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    tracepoint: &'static str,
+) -> Result<RawTracePointLinkId, LoadError> {
+    let err = |source| LoadError::Attach { tracepoint, source };
+    let prog: &mut RawTracePoint = ebpf
+        .program_mut(name)
+        .ok_or(LoadError::MissingProgram(name))?
+        .try_into()
+        .map_err(err)?;
+    prog.attach(tracepoint).map_err(err)
 }
 
 /// Loads and attaches the fentry program named after kernel function `function`. aya resolves
@@ -454,17 +480,11 @@ impl Probes {
         );
         own_pid::load_own_pid(&mut ebpf);
         let attach_started = started.elapsed();
-        let mut attach_to =
-            |name: &'static str, tracepoint: &'static str| -> Result<(), LoadError> {
-                let err = |source| LoadError::Attach { tracepoint, source };
-                let prog: &mut RawTracePoint = ebpf
-                    .program_mut(name)
-                    .ok_or(LoadError::MissingMap(name))?
-                    .try_into()
-                    .map_err(err)?;
-                prog.attach(tracepoint).map_err(err)?;
-                Ok(())
-            };
+        let mut attach_to = |name: &'static str,
+                             tracepoint: &'static str|
+         -> Result<RawTracePointLinkId, LoadError> {
+            attach_raw(&mut ebpf, name, tracepoint)
+        };
         // Free, exit first, fork last: a process seen forking is then always seen exiting (the
         // other order leaves a window where one starts and ends between the two attaches).
         if cpu_at_release {
@@ -481,8 +501,9 @@ impl Probes {
         if resolved.has_prepare_exec {
             attach_to("sched_prepare_exec", "sched_prepare_exec")?;
         }
+        let mut rss_link = None;
         if rss_tracking {
-            attach_to("rss_stat", "rss_stat")?;
+            rss_link = Some(attach_to("rss_stat", "rss_stat")?);
             attach_to("rss_exec", "sched_process_exec")?;
             mechanisms.push(
                 "kmem:rss_stat: every RSS change of traced processes; tree-wide sum and peak kept in the kernel".into(),
@@ -542,69 +563,15 @@ impl Probes {
             load_ms: started.elapsed().as_secs_f64() * 1e3,
             ring_buffer_bytes: ring,
             rss_tracking,
+            rss_link,
             cpu_at_release,
             load_us,
         })
     }
 
-    /// The tree-wide RSS as the kernel followed it: current sum, peak and when.
-    pub fn tree_rss(&self) -> Result<spacetime_common::TreeRss, LoadError> {
-        const NAME: &str = "TREE_RSS";
-        let map = self.ebpf.map(NAME).ok_or(LoadError::MissingMap(NAME))?;
-        let arr: aya::maps::Array<_, spacetime_common::TreeRss> =
-            aya::maps::Array::try_from(map)
-                .map_err(|source| LoadError::Map { name: NAME, source })?;
-        arr.get(&0, 0)
-            .map_err(|source| LoadError::Map { name: NAME, source })
-    }
-
-    /// The mms the kernel still follows (processes running now), as it keeps them.
-    pub fn followed_mms(&self) -> Result<Vec<spacetime_common::MmState>, LoadError> {
-        const NAME: &str = "MM_STATE";
-        let map = self.ebpf.map(NAME).ok_or(LoadError::MissingMap(NAME))?;
-        let states: HashMap<_, u64, spacetime_common::MmState> =
-            HashMap::try_from(map).map_err(|source| LoadError::Map { name: NAME, source })?;
-        // An entry removed while the walk runs is skipped, not an error.
-        Ok(states
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(_, v)| v)
-            .collect())
-    }
-
     /// The kernel programs' log records, to be flushed now and then (can be taken once).
     pub fn take_logger(&mut self) -> Option<KernelLogger> {
         self.logger.take()
-    }
-
-    /// Starts tracing the process `tgid` and everything it forks from now on.
-    pub fn track(&mut self, tgid: u32) -> Result<(), LoadError> {
-        const NAME: &str = "TRACKED";
-        let map = self.ebpf.map_mut(NAME).ok_or(LoadError::MissingMap(NAME))?;
-        // The value is the mm whose RSS the kernel follows: none until the root's exec.
-        let mut tracked: HashMap<_, u32, u64> =
-            HashMap::try_from(map).map_err(|source| LoadError::Map { name: NAME, source })?;
-        tracked
-            .insert(tgid, 0, 0)
-            .map_err(|source| LoadError::Map { name: NAME, source })
-    }
-
-    /// Stops tracing `tgid` (a process attached to that was gone before it was proven
-    /// tracked: its pid must not make a later holder traced). Absent is not an error.
-    pub fn untrack(&mut self, tgid: u32) -> Result<(), LoadError> {
-        const NAME: &str = "TRACKED";
-        let map = self.ebpf.map_mut(NAME).ok_or(LoadError::MissingMap(NAME))?;
-        let mut tracked: HashMap<_, u32, u64> =
-            HashMap::try_from(map).map_err(|source| LoadError::Map { name: NAME, source })?;
-        match tracked.remove(&tgid) {
-            Ok(()) => Ok(()),
-            Err(aya::maps::MapError::SyscallError(e))
-                if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
-            {
-                Ok(())
-            }
-            Err(source) => Err(LoadError::Map { name: NAME, source }),
-        }
     }
 
     /// The ring buffer the programs write to (can be taken once).
@@ -615,27 +582,5 @@ impl Probes {
             .take_map(NAME)
             .ok_or(LoadError::MissingMap(NAME))?;
         RingBuf::try_from(map).map_err(|source| LoadError::Map { name: NAME, source })
-    }
-
-    /// Sums the per-CPU loss and failure counters.
-    pub fn counters(&self) -> Result<KernelCounters, LoadError> {
-        const NAME: &str = "STATS";
-        let map = self.ebpf.map(NAME).ok_or(LoadError::MissingMap(NAME))?;
-        let stats: PerCpuArray<_, u64> =
-            PerCpuArray::try_from(map).map_err(|source| LoadError::Map { name: NAME, source })?;
-        let sum = |i: u32| -> Result<u64, LoadError> {
-            let v = stats
-                .get(&i, 0)
-                .map_err(|source| LoadError::Map { name: NAME, source })?;
-            Ok(v.iter().sum())
-        };
-        Ok(KernelCounters {
-            ringbuf_lost: sum(stat::RINGBUF_LOST)?,
-            track_full: sum(stat::TRACK_FULL)?,
-            read_failures: sum(stat::READ_FAIL)?,
-            filtered: sum(stat::FILTERED)?,
-            reap_full: sum(stat::REAP_FULL)?,
-            recursion_misses: self.recursion_misses(),
-        })
     }
 }

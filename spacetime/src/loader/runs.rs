@@ -6,29 +6,50 @@ use aya::{
     maps::{Array, HashMap},
     Ebpf, Pod,
 };
-use spacetime_common::{pidns_slot, MmState, TreeRss};
+use spacetime_common::{pidns_slot, MmState, SessionCount, SessionLimit, Tracked, MAX_SESSIONS};
 
 use super::{LoadError, Probes};
 
 impl Probes {
-    /// Stops tracing every process: `TRACKED` is emptied first, so no fork or exec adds to
-    /// the rest afterwards, then the followed mms. Processes still running (a run stopped at
-    /// its root's exit) go on untraced. Returns how many processes were still tracked.
+    /// Stops tracing every process of every session: `TRACKED` is emptied first, so no fork
+    /// or exec adds to the rest afterwards, then the followed mms; every session's live count
+    /// is back to none. Processes still running (a run stopped at its root's exit) go on
+    /// untraced. Returns how many processes were still tracked.
     pub fn untrack_all(&mut self) -> Result<usize, LoadError> {
-        let tracked = clear::<u32, u64>(&mut self.ebpf, "TRACKED")?;
+        let tracked = clear::<u32, Tracked>(&mut self.ebpf, "TRACKED")?;
         clear::<u64, MmState>(&mut self.ebpf, "MM_STATE")?;
+        const COUNTS: &str = "SESSIONS";
+        const LIMITS: &str = "SESSION_LIMITS";
+        let err = |name| move |source| LoadError::Map { name, source };
+        let map = self
+            .ebpf
+            .map_mut(COUNTS)
+            .ok_or(LoadError::MissingMap(COUNTS))?;
+        let mut counts: Array<_, SessionCount> = Array::try_from(map).map_err(err(COUNTS))?;
+        for s in 0..MAX_SESSIONS {
+            counts
+                .set(s, SessionCount::default(), 0)
+                .map_err(err(COUNTS))?;
+        }
+        let map = self
+            .ebpf
+            .map_mut(LIMITS)
+            .ok_or(LoadError::MissingMap(LIMITS))?;
+        let mut limits: Array<_, SessionLimit> = Array::try_from(map).map_err(err(LIMITS))?;
+        for s in 0..MAX_SESSIONS {
+            let l = limits.get(&s, 0).map_err(err(LIMITS))?;
+            limits
+                .set(s, SessionLimit { roots: 0, ..l }, 0)
+                .map_err(err(LIMITS))?;
+        }
         Ok(tracked)
     }
 
-    /// Zeroes the tree-wide RSS (sum, peak, its time) and the pid `own_pid` learnt, so a run's
-    /// figures are its own. Call with nothing tracked (after [`Probes::untrack_all`]).
+    /// Zeroes session 0's tree-wide RSS (sum, peak, its time) and counters, and the pid
+    /// `own_pid` learnt, so a run's figures are its own. Call with nothing tracked (after
+    /// [`Probes::untrack_all`]).
     pub fn reset_run_state(&mut self) -> Result<(), LoadError> {
-        const TREE: &str = "TREE_RSS";
-        let map = self.ebpf.map_mut(TREE).ok_or(LoadError::MissingMap(TREE))?;
-        let mut tree: Array<_, TreeRss> =
-            Array::try_from(map).map_err(|source| LoadError::Map { name: TREE, source })?;
-        tree.set(0, TreeRss::default(), 0)
-            .map_err(|source| LoadError::Map { name: TREE, source })?;
+        self.reset_session(0)?;
         const PIDNS: &str = "PIDNS";
         let map = self
             .ebpf

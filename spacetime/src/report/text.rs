@@ -532,8 +532,12 @@ fn completeness(r: &Report) -> String {
     let mut s = if r.lost_events == 0 {
         "complete: 0 events lost".to_string()
     } else {
+        let limit = match c.session_limit {
+            0 => String::new(),
+            n => format!(", {n} over the session's process limit"),
+        };
         format!(
-            "INCOMPLETE: {} lost ({} ring buffer full, {} tracking map full); figures below cover what arrived",
+            "INCOMPLETE: {} lost ({} ring buffer full, {} tracking map full{limit}); figures below cover what arrived",
             count(r.lost_events, "event", "events"),
             c.ringbuf_lost,
             c.track_full

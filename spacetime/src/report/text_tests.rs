@@ -14,9 +14,10 @@ use crate::{
     tree::Tree,
 };
 
-fn hdr(kind: u32, tgid: u32, ts: u64) -> EventHeader {
+fn hdr(kind: u16, tgid: u32, ts: u64) -> EventHeader {
     EventHeader {
         kind,
+        session: 0,
         flags: 0,
         ts_ns: ts,
         tgid,

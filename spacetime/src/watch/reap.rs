@@ -89,6 +89,7 @@ mod tests {
         let x = ExitEvent {
             hdr: EventHeader {
                 kind: kind::EXIT,
+                session: 0,
                 flags: flags::EXIT_GROUP_DEAD,
                 ts_ns: start + 10,
                 tgid: pid,

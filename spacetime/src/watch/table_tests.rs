@@ -15,9 +15,10 @@ fn opts(max: usize) -> TableOptions {
     }
 }
 
-fn hdr(kind: u32, p: (u32, u64), ts: u64) -> EventHeader {
+fn hdr(kind: u16, p: (u32, u64), ts: u64) -> EventHeader {
     EventHeader {
         kind,
+        session: 0,
         flags: 0,
         ts_ns: ts,
         tgid: p.0,

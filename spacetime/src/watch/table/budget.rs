@@ -157,9 +157,10 @@ mod tests {
     use super::super::{Table, TableOptions};
     use crate::events::Exec;
 
-    fn hdr(kind: u32, pid: u32, ts: u64) -> EventHeader {
+    fn hdr(kind: u16, pid: u32, ts: u64) -> EventHeader {
         EventHeader {
             kind,
+            session: 0,
             flags: 0,
             ts_ns: ts,
             tgid: pid,

@@ -1,0 +1,40 @@
+//! Each session's live tracked processes against its limit. A fork takes a slot before its
+//! child joins `TRACKED`, the group exit of a tracked process gives it back. The count is one
+//! atomic add each way: forks racing for the last slots are admitted in the order their adds
+//! land, so N+k forks against N free slots see exactly k refused.
+
+use core::intrinsics::{atomic_xadd, AtomicOrdering::SeqCst};
+
+use crate::{SESSIONS, SESSION_LIMITS};
+
+/// Takes a slot of `session` for a new process; false (nothing taken) when the session is
+/// at its limit.
+#[inline(always)]
+pub fn admit(session: u16) -> bool {
+    let Some(count) = SESSIONS.get_ptr_mut(session as u32) else {
+        return false;
+    };
+    // SAFETY: an aligned i64 of our own map value, changed only with atomics. SeqCst: the
+    // BPF backend emits a fetching add only for it (see rss.rs's tree_add).
+    let forked = unsafe { atomic_xadd::<i64, i64, { SeqCst }>(&raw mut (*count).forked, 1) } + 1;
+    // Written by userspace only, as a whole value.
+    let Some(limit) = SESSION_LIMITS.get(session as u32) else {
+        return true;
+    };
+    if limit.max_processes == 0 || forked + limit.roots as i64 <= limit.max_processes as i64 {
+        return true;
+    }
+    // SAFETY: as above.
+    unsafe { atomic_xadd::<i64, i64, { SeqCst }>(&raw mut (*count).forked, -1) };
+    false
+}
+
+/// Gives back the slot of a tracked process of `session` that ended (or was never tracked
+/// after all).
+#[inline(always)]
+pub fn release(session: u16) {
+    if let Some(count) = SESSIONS.get_ptr_mut(session as u32) {
+        // SAFETY: as in `admit`.
+        unsafe { atomic_xadd::<i64, i64, { SeqCst }>(&raw mut (*count).forked, -1) };
+    }
+}
