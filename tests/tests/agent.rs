@@ -165,9 +165,28 @@ fn two_traces_at_once_each_exact() {
 }
 
 fn client(agent: &Agent, case: &str) -> String {
-    let out = Command::new(CLIENT)
+    client_as(agent, &[case], false)
+}
+
+fn client_as(agent: &Agent, args: &[&str], nobody: bool) -> String {
+    let mut cmd = match nobody {
+        true => {
+            let mut c = Command::new("setpriv");
+            c.args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--",
+                CLIENT,
+            ]);
+            c
+        }
+        false => Command::new(CLIENT),
+    };
+    let case = args.join(" ");
+    let out = cmd
         .arg(agent.socket())
-        .arg(case)
+        .args(args)
         .output()
         .expect("run st-agent-client");
     let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -195,6 +214,29 @@ fn refuses_what_is_not_the_clients_own_held_child() {
     // The agent still serves after refusing.
     let again = client(&agent, "own-child");
     assert!(again.starts_with("tracked "), "after refusals: {again}");
+    agent.stop();
+}
+
+/// A non-root user holds at most 8 sessions at once; root is not limited so.
+#[test]
+fn sessions_per_user_are_limited() {
+    assert_world_executable(std::path::Path::new(CLIENT));
+    let agent = Agent::start("limits");
+    assert_eq!(
+        client_as(&agent, &["sessions", "8"], true),
+        "welcome",
+        "8 sessions"
+    );
+    let ninth = client_as(&agent, &["sessions", "9"], true);
+    assert!(
+        ninth.starts_with("refused ") && ninth.contains("already has 8 sessions"),
+        "the 9th session of one user: {ninth}"
+    );
+    assert_eq!(
+        client_as(&agent, &["sessions", "12"], false),
+        "welcome",
+        "root"
+    );
     agent.stop();
 }
 

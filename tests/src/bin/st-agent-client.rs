@@ -8,6 +8,7 @@
 //!   other-uid    run as root: fork a held child (uid 0), then become uid 65534 and connect
 //!   execd        a child that has already exec'd `sleep`
 //!   not-pidfd    an ordinary file instead of a pidfd
+//!   sessions N   open N sessions at once (hello on N connections); print the last answer
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
@@ -84,6 +85,10 @@ fn main() {
         eprintln!("usage: st-agent-client SOCKET CASE");
         std::process::exit(2);
     };
+    if case == "sessions" {
+        let n: usize = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(1);
+        return sessions(Path::new(socket), n);
+    }
     let mut keep = Vec::new();
     let passed: OwnedFd = match case.as_str() {
         "own-child" => {
@@ -194,4 +199,41 @@ fn main() {
         }
     }
     drop(keep);
+}
+
+/// Opens `n` connections, each with its hello, all kept open; prints `welcome` or
+/// `refused REASON` for the last.
+fn sessions(socket: &Path, n: usize) {
+    let mut conns = Vec::new();
+    let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
+    let mut last = String::from("error none");
+    for _ in 0..n {
+        let fd = match sock::connect(socket) {
+            Ok(fd) => fd,
+            Err(e) => {
+                println!("error connect: {e}");
+                return;
+            }
+        };
+        let hello = Msg::Hello {
+            version: proto::VERSION,
+            want: proto::want::TRACE,
+        };
+        if sock::send(fd.as_raw_fd(), &hello.encode(), None).is_err() {
+            println!("error hello");
+            return;
+        }
+        last = match sock::recv(fd.as_raw_fd(), &mut buf, 0)
+            .ok()
+            .and_then(|r| Msg::parse(&buf[..r.len]).ok())
+        {
+            Some(Msg::Welcome(_)) => "welcome".into(),
+            Some(Msg::Refused { reason }) => {
+                format!("refused {}", String::from_utf8_lossy(&reason))
+            }
+            other => format!("error {other:?}"),
+        };
+        conns.push(fd);
+    }
+    println!("{last}");
 }
