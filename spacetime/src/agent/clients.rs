@@ -130,3 +130,67 @@ impl Client {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::FromRawFd;
+
+    use super::*;
+
+    fn pair() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0; 2];
+        let flags = libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+        // SAFETY: a valid array of two fds.
+        let r = unsafe { libc::socketpair(libc::AF_UNIX, flags, 0, fds.as_mut_ptr()) };
+        assert_eq!(r, 0, "socketpair: {}", io::Error::last_os_error());
+        // SAFETY: fresh descriptors we own.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    }
+
+    /// A client that never reads: the queue stops at its bound, the records beyond are
+    /// counted as dropped, control messages still go in, and what was queued arrives whole
+    /// and in order once the client reads.
+    #[test]
+    fn a_client_that_does_not_read_costs_a_bounded_queue() {
+        let (agent_end, client_end) = pair();
+        let mut c = Client::new(agent_end, Peer { pid: 1, uid: 1 });
+        let record = vec![7u8; 4000];
+        let total = 3 * MAX_QUEUED_BYTES / record.len();
+        for _ in 0..total {
+            c.record(&record);
+            c.write();
+        }
+        c.seal();
+        c.write();
+        assert!(
+            c.queued_bytes <= MAX_QUEUED_BYTES,
+            "queue {} bytes",
+            c.queued_bytes
+        );
+        assert!(c.dropped_records > 0, "nothing dropped past the bound");
+        c.control(&Msg::Flushed { seq: 1 });
+        let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
+        let mut got = 0u64;
+        let mut flushed = false;
+        while !flushed {
+            c.write();
+            match sock::recv(client_end.as_raw_fd(), &mut buf, libc::MSG_DONTWAIT) {
+                Ok(r) => match Msg::parse(&buf[..r.len]).expect("a whole message") {
+                    Msg::Records(rs) => {
+                        assert!(rs.iter().all(|r| *r == record), "records intact");
+                        got += rs.len() as u64;
+                    }
+                    Msg::Flushed { seq: 1 } => flushed = true,
+                    other => panic!("unexpected {other:?}"),
+                },
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("recv: {e}"),
+            }
+        }
+        assert_eq!(
+            got + c.dropped_records,
+            total as u64,
+            "every record either arrived or was counted as dropped"
+        );
+    }
+}
