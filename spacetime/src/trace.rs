@@ -65,9 +65,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
         append: args.append,
     })
     .map_err(anyhow::Error::from)?;
-    // An attach loads its own programs: the agent does not attach yet.
-    let no_agent = args.no_agent || args.pid.is_some();
-    let mut session = Session::open_any(&session_options(&args, verbose), no_agent)?;
+    let mut session = Session::open_any(&session_options(&args, verbose), args.no_agent)?;
     if verbose > 0 {
         session.tell_loaded();
     }

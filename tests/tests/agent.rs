@@ -256,6 +256,62 @@ fn non_root_attach_to_another_users_process_is_refused() {
     assert!(err.contains("not as uid 65534"), "stderr: {err}");
 }
 
+/// A non-root `trace -p` of its own process goes through the agent: the process is followed
+/// to its end and its exit status is the kernel's.
+#[test]
+fn unprivileged_attach_through_the_agent() {
+    nobody_can_run_the_binaries();
+    let agent = Agent::start("attach-own");
+    let dir = TempDir::new("agent-attach");
+    let mut target = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args([WL, "sleep", "1500"])
+        .env("ST_TRUTH", dir.path().join("truth.jsonl"))
+        .spawn()
+        .expect("start the target as nobody");
+    let pid = target.id() as i32;
+    // setpriv execs the workload: attach once the process runs it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if cmdline.starts_with(WL.as_bytes()) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the target never ran the workload"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let report = dir.path().join("report.json");
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(spacetime_bin())
+        .args(["trace", "--json"])
+        .arg(&report)
+        .args(["-p", &pid.to_string()])
+        .env("SPACETIME_SOCKET", agent.socket())
+        .output()
+        .expect("setpriv runs spacetime");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let status = target.wait().expect("reap the target");
+    assert_eq!(status.code(), Some(0), "the target's own status");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "trace -p exits with the root's status: {err}"
+    );
+    let v: Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("the report")).expect("JSON report");
+    assert_eq!(programs(&v), "agent", "{err}");
+    let p = v["processes"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["pid"].as_i64() == Some(pid as i64)))
+        .unwrap_or_else(|| panic!("pid {pid} missing: {v}"));
+    assert_eq!(p["exit"]["code"].as_i64(), Some(0), "{p}");
+    agent.stop();
+}
+
 /// The agent is killed while the command runs: the client says so, keeps waiting for its
 /// command, and exits with the command's status; the command runs to its end.
 #[test]

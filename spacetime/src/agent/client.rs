@@ -43,7 +43,7 @@ pub enum ConnectError {
 /// A refusal or failure while tracking, as one sentence.
 #[derive(Debug, thiserror::Error)]
 pub enum TrackError {
-    #[error("the spacetime agent refused to trace the command: {0}")]
+    #[error("the spacetime agent refused: {0}")]
     Refused(String),
     #[error("the spacetime agent went away: {0}")]
     Gone(String),
@@ -145,10 +145,7 @@ impl AgentConn {
     /// Has the agent track the held child `pidfd` pins (our own, not yet exec'd); returns
     /// its pid as the agent numbers it and the namespace depth between us.
     pub fn track(&mut self, pidfd: RawFd) -> Result<(u32, u32), TrackError> {
-        self.inbox.clear();
-        self.taskstats.clear();
-        self.ended = None;
-        self.mms.clear();
+        self.begin_run();
         if let Err(e) = sock::send(self.fd.as_raw_fd(), &Msg::Track.encode(), Some(pidfd)) {
             return Err(TrackError::Gone(e.to_string()));
         }
@@ -165,6 +162,42 @@ impl AgentConn {
                 }
             }
         }
+    }
+
+    /// Has the agent attach to `pids` (and their descendants) for this session; returns the
+    /// pids attached to, when tracking began, and whether their memory is followed.
+    pub fn attach(&mut self, pids: &[u32]) -> Result<(Vec<u32>, u64, bool), TrackError> {
+        self.begin_run();
+        let msg = Msg::Attach {
+            pids: pids.to_vec(),
+        };
+        if let Err(e) = sock::send(self.fd.as_raw_fd(), &msg.encode(), None) {
+            return Err(TrackError::Gone(e.to_string()));
+        }
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        loop {
+            match self.recv_blocking(deadline) {
+                Some(Msg::Attached {
+                    pids,
+                    attach_ns,
+                    memory_followed,
+                }) => return Ok((pids, attach_ns, memory_followed)),
+                Some(Msg::Refused { reason }) => return Err(TrackError::Refused(shown(&reason))),
+                Some(m) => self.keep(m),
+                None => {
+                    self.told = true;
+                    let why = self.gone.clone().unwrap_or_else(|| "no answer".into());
+                    return Err(TrackError::Gone(why));
+                }
+            }
+        }
+    }
+
+    fn begin_run(&mut self) {
+        self.inbox.clear();
+        self.taskstats.clear();
+        self.ended = None;
+        self.mms.clear();
     }
 
     /// Why the agent is no longer there (None while it is).

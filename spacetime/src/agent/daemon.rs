@@ -256,6 +256,7 @@ impl Agent {
                     "no process descriptor came with the request",
                 ),
             },
+            (Msg::Attach { pids }, Some(s)) => self.attach(i, s, &pids),
             (Msg::Flush { seq }, Some(_)) => {
                 self.route();
                 self.clients[i].control(&Msg::Flushed { seq });
@@ -351,6 +352,70 @@ impl Agent {
         self.clients[i].control(&Msg::Tracked {
             kernel_pid: proven.pid,
             level: proven.level,
+        });
+    }
+
+    /// Attaches to running processes for client `i`: a non-root client only to processes
+    /// whose real, effective and saved uids are its own (ptrace's credential rule), and only
+    /// from the agent's PID namespace (its pids must mean the agent's).
+    fn attach(&mut self, i: usize, s: SessionId, pids: &[u32]) {
+        let peer = self.clients[i].peer;
+        if self.clients[i].run.is_some() {
+            return refuse(
+                &mut self.clients[i],
+                "a run is already being traced in this session",
+            );
+        }
+        if !verify::same_pid_namespace(peer.pid) {
+            let reason =
+                b"attaching through the agent needs the client in the agent's PID namespace"
+                    .to_vec();
+            return self.clients[i].control(&Msg::Refused { reason });
+        }
+        let caller = (peer.uid != 0).then_some(peer.uid);
+        let started = self.probes.reset_session(s).and_then(|()| {
+            let limit = if peer.uid == 0 {
+                0
+            } else {
+                PROCESSES_PER_SESSION
+            };
+            self.probes.set_session_limit(s, limit)?;
+            self.probes.counters_of(s)
+        });
+        let baseline = match started {
+            Ok(b) => b,
+            Err(e) => {
+                let reason = format!("the agent could not attach: {e}").into_bytes();
+                return self.clients[i].control(&Msg::Refused { reason });
+            }
+        };
+        let attached = match crate::attach::attach_as(&mut self.probes, pids, s, caller) {
+            Ok(a) => a,
+            Err(e) => {
+                log::info!(
+                    "client pid {} uid {}: attach refused: {e}",
+                    peer.pid,
+                    peer.uid
+                );
+                // Whatever was tracked before the refusal is forgotten.
+                self.end_session_run(s);
+                let reason = e.to_string().into_bytes();
+                return self.clients[i].control(&Msg::Refused { reason });
+            }
+        };
+        let pids: Vec<u32> = attached.targets.iter().map(|t| t.pid).collect();
+        for &p in &pids {
+            self.tgids.insert(p, s);
+        }
+        self.clients[i].run = Some(RunState {
+            baseline,
+            enobufs_at_start: self.taskstats_stats().enobufs,
+        });
+        self.follow_rss();
+        self.clients[i].control(&Msg::Attached {
+            pids,
+            attach_ns: attached.attach_ns,
+            memory_followed: attached.memory_followed,
         });
     }
 

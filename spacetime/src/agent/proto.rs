@@ -19,6 +19,8 @@ pub const VERSION: u32 = 1;
 pub const MAX_MESSAGE: usize = 128 << 10;
 /// Longest text (a refusal, a mechanism line) in a message.
 pub const MAX_TEXT: usize = 2048;
+/// Most pids in an [`Msg::Attach`] or [`Msg::Attached`].
+pub const MAX_PIDS: usize = 4096;
 /// Most mechanism lines in a [`Welcome`].
 pub const MAX_MECHANISMS: usize = 64;
 
@@ -70,6 +72,8 @@ pub enum Msg {
     Hello { version: u32, want: u8 },
     /// Client: track the held child whose pidfd rides along (SCM_RIGHTS).
     Track,
+    /// Client: attach to these running processes (at most [`MAX_PIDS`]), theirs only.
+    Attach { pids: Vec<u32> },
     /// Client: send every record the kernel holds for my session now, then [`Msg::Flushed`].
     Flush { seq: u32 },
     /// Client: the run is over: untrack its processes, send what is left and [`Msg::End`].
@@ -82,6 +86,13 @@ pub enum Msg {
     /// kernel's, when the agent runs in the initial one), and how many namespaces below the
     /// agent's the client's is.
     Tracked { kernel_pid: u32, level: u32 },
+    /// Agent: the processes attached to (the pids asked for first, then their descendants),
+    /// when tracking began, and whether their memory is followed from then on.
+    Attached {
+        pids: Vec<u32>,
+        attach_ns: u64,
+        memory_followed: bool,
+    },
     /// Agent: raw kernel records of the session, in ring order.
     Records(Vec<Vec<u8>>),
     /// Agent: one taskstats netlink datagram about a process of the session.
@@ -102,6 +113,8 @@ mod ty {
     pub const TRACK: u8 = 2;
     pub const FLUSH: u8 = 3;
     pub const FINISH: u8 = 4;
+    pub const ATTACH: u8 = 5;
+    pub const ATTACHED: u8 = 110;
     pub const WELCOME: u8 = 101;
     pub const REFUSED: u8 = 102;
     pub const TRACKED: u8 = 103;
@@ -279,6 +292,16 @@ impl Msg {
             Msg::Track => vec![ty::TRACK],
             Msg::Flush { seq } => Writer::new(ty::FLUSH).u32(*seq).0.clone(),
             Msg::Finish => vec![ty::FINISH],
+            Msg::Attach { pids } => encode_pids(Writer::new(ty::ATTACH), pids).0,
+            Msg::Attached {
+                pids,
+                attach_ns,
+                memory_followed,
+            } => {
+                let mut w = Writer::new(ty::ATTACHED);
+                w.u64(*attach_ns).u8(*memory_followed as u8);
+                encode_pids(w, pids).0
+            }
             Msg::Welcome(w) => encode_welcome(w),
             Msg::Refused { reason } => Writer::new(ty::REFUSED).bytes(reason, MAX_TEXT).0.clone(),
             Msg::Tracked { kernel_pid, level } => Writer::new(ty::TRACKED)
@@ -334,6 +357,18 @@ impl Msg {
             ty::TRACK => Msg::Track,
             ty::FLUSH => Msg::Flush { seq: r.u32("seq")? },
             ty::FINISH => Msg::Finish,
+            ty::ATTACH => Msg::Attach {
+                pids: parse_pids(&mut r)?,
+            },
+            ty::ATTACHED => {
+                let attach_ns = r.u64("attach time")?;
+                let memory_followed = r.bool("memory followed")?;
+                Msg::Attached {
+                    pids: parse_pids(&mut r)?,
+                    attach_ns,
+                    memory_followed,
+                }
+            }
             ty::WELCOME => Msg::Welcome(parse_welcome(&mut r)?),
             ty::REFUSED => Msg::Refused {
                 reason: r.bytes(MAX_TEXT, "reason")?.to_vec(),
@@ -423,6 +458,26 @@ fn parse_welcome(r: &mut Reader<'_>) -> Result<Welcome, ProtoError> {
         w.mechanisms.push(r.bytes(MAX_TEXT, "mechanism")?.to_vec());
     }
     Ok(w)
+}
+
+fn encode_pids(mut w: Writer, pids: &[u32]) -> Writer {
+    let n = pids.len().min(MAX_PIDS);
+    w.u32(n as u32);
+    for &p in &pids[..n] {
+        w.u32(p);
+    }
+    w
+}
+
+fn parse_pids(r: &mut Reader<'_>) -> Result<Vec<u32>, ProtoError> {
+    let n = r.u32("pid count")? as usize;
+    if n > MAX_PIDS || n.saturating_mul(4) > r.rest.len() {
+        return Err(ProtoError::Invalid {
+            ty: r.ty,
+            what: "more pids than allowed or than bytes",
+        });
+    }
+    (0..n).map(|_| r.u32("pid")).collect()
 }
 
 fn parse_records(r: &mut Reader<'_>) -> Result<Vec<Vec<u8>>, ProtoError> {

@@ -29,6 +29,14 @@ fn samples() -> Vec<Msg> {
         Msg::Track,
         Msg::Flush { seq: 9 },
         Msg::Finish,
+        Msg::Attach {
+            pids: vec![1, 4242],
+        },
+        Msg::Attached {
+            pids: vec![4242, 4243],
+            attach_ns: 123,
+            memory_followed: true,
+        },
         Msg::Welcome(Welcome {
             session: 3,
             rss_tracking: true,

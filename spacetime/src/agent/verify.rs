@@ -118,6 +118,12 @@ pub fn prove(peer: Peer, pidfd: &OwnedFd) -> Result<Proven, Refusal> {
     Ok(Proven { pid, level })
 }
 
+/// Whether process `pid` lives in this process's PID namespace.
+pub fn same_pid_namespace(pid: u32) -> bool {
+    let ns = |p: &str| std::fs::metadata(format!("/proc/{p}/ns/pid")).map(|m| (m.dev(), m.ino()));
+    matches!((ns(&pid.to_string()), ns("self")), (Ok(a), Ok(b)) if a == b)
+}
+
 /// Whether the process a pidfd pins still runs (signal 0 sends nothing).
 fn alive(pidfd: &OwnedFd) -> bool {
     // SAFETY: plain syscall on a descriptor we own; no siginfo.

@@ -203,6 +203,43 @@ impl Kernel {
         }
     }
 
+    /// Attaches to running processes (`trace -p`), through the agent or here.
+    pub fn attach(&mut self, pids: &[u32]) -> Result<crate::attach::Attached, RunError> {
+        let other = |e: anyhow::Error| RunError::Other(e);
+        match self {
+            Kernel::Own(o) => {
+                crate::attach::attach(&mut o.probes, pids, 0).map_err(|e| other(e.into()))
+            }
+            Kernel::Agent(a) => {
+                let (tracked, attach_ns, memory_followed) =
+                    a.attach(pids).map_err(|e| other(e.into()))?;
+                // What the report shows of each process is read here, as the client sees it
+                // (its own processes); the agent only made the kernel follow them.
+                let caller = crate::attach::caller_uid();
+                let mut targets = Vec::new();
+                let mut skipped = Vec::new();
+                for pid in tracked {
+                    match crate::attach::Target::hold(pid, caller) {
+                        Ok(t) => targets.push(t),
+                        Err(e) => skipped.push((pid, e)),
+                    }
+                }
+                if targets.first().map(|t| t.pid) != pids.first().copied() {
+                    return Err(other(anyhow::anyhow!(
+                        "process {} ended while it was being attached to",
+                        pids.first().copied().unwrap_or(0)
+                    )));
+                }
+                Ok(crate::attach::Attached {
+                    targets,
+                    skipped,
+                    attach_ns,
+                    memory_followed,
+                })
+            }
+        }
+    }
+
     pub fn io(&mut self, sigfd: std::os::fd::RawFd) -> Io<'_> {
         match self {
             Kernel::Own(o) => Io {

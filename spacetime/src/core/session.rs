@@ -336,13 +336,7 @@ impl Session {
         match start {
             Start::Spawn(s) => self.spawn(&s, cgroup, quiet),
             Start::Attach(pids) => {
-                let Kernel::Own(own) = &mut self.kernel else {
-                    return Err(RunError::Other(anyhow::anyhow!(
-                        "attaching (-p) through the spacetime agent is not supported: run it with sudo and --no-agent"
-                    )));
-                };
-                let attached = crate::attach::attach(&mut own.probes, pids, 0)
-                    .map_err(|e| RunError::Other(e.into()))?;
+                let attached = self.kernel.attach(pids)?;
                 attached.tell(quiet);
                 let pid = attached.targets[0].pid;
                 Ok(Root {
