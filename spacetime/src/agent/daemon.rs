@@ -281,6 +281,13 @@ impl Agent {
         if want != proto::want::TRACE {
             return refuse(&mut self.clients[i], "this agent only traces commands");
         }
+        // The kernel programs number processes as the agent's namespace does.
+        if !verify::same_pid_namespace(self.clients[i].peer.pid) {
+            return refuse(
+                &mut self.clients[i],
+                "the client runs in another PID namespace than the agent's",
+            );
+        }
         let held = self
             .clients
             .iter()
@@ -389,6 +396,11 @@ impl Agent {
                 return self.clients[i].control(&Msg::Refused { reason });
             }
         };
+        // Adopting the running processes' mms needs rss_stat following.
+        if let Err(e) = self.probes.set_rss_following(true) {
+            log::warn!("spacetime agent: switching rss_stat on: {e}");
+        }
+        self.rss_following = self.probes.rss_following();
         let attached = match crate::attach::attach_as(&mut self.probes, pids, s, caller) {
             Ok(a) => a,
             Err(e) => {
@@ -399,6 +411,7 @@ impl Agent {
                 );
                 // Whatever was tracked before the refusal is forgotten.
                 self.end_session_run(s);
+                self.follow_rss();
                 let reason = e.to_string().into_bytes();
                 return self.clients[i].control(&Msg::Refused { reason });
             }

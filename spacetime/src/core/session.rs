@@ -156,6 +156,7 @@ impl Session {
     /// in one sentence, to start one or use sudo.
     pub fn open_any(opts: &SessionOptions, no_agent: bool) -> anyhow::Result<Session> {
         use crate::agent::client::{AgentConn, ConnectError};
+
         // SAFETY: geteuid cannot fail.
         let root = unsafe { libc::geteuid() } == 0;
         if no_agent {
@@ -164,11 +165,9 @@ impl Session {
         let path = crate::agent::socket_path();
         match AgentConn::connect(&path) {
             Ok(conn) => Session::through_agent(conn, opts),
+            // Root gets the same report from its own programs: quietly (-vv says why).
             Err(e) if root => {
-                match e {
-                    ConnectError::Absent(_) => log::debug!("{e}: loading the programs here"),
-                    _ => log::warn!("{e}; loading the programs here"),
-                }
+                log::debug!("{e}; loading the programs here");
                 Session::open(opts)
             }
             Err(ConnectError::Absent(_)) => anyhow::bail!(
