@@ -312,24 +312,23 @@ fn unprivileged_attach_through_the_agent() {
     agent.stop();
 }
 
-/// The agent is killed while the command runs: the client says so, keeps waiting for its
+/// The agent ends (`sig`) while the command runs: the client says so, keeps waiting for its
 /// command, and exits with the command's status; the command runs to its end.
-#[test]
-fn agent_killed_mid_trace() {
+fn agent_ends_mid_trace(sig: i32, tag: &str) -> (String, String) {
     nobody_can_run_the_binaries();
-    let agent = Agent::start("killed");
+    let agent = Agent::start(tag);
     let script = format!("{WL} sleep 1500; exit 7");
     let running = Trace::new(["sh", "-c", &script])
         .through(&agent)
         .as_nobody()
-        .tag("agent-killed")
+        .tag(tag)
         .spawn();
     wait_for_descendant(
         running.pid(),
         &[WL, "sleep", "1500"],
         Duration::from_secs(30),
     );
-    let agent_err = agent.kill(libc::SIGKILL);
+    let agent_err = agent.kill(sig);
     let out = running.wait();
     out.assert_code(7);
     assert!(
@@ -339,8 +338,27 @@ fn agent_killed_mid_trace() {
     );
     let t = out.truth_one("sleep");
     assert_eq!(t.int("ms"), 1500, "the command ran to its end");
-    let v = out.json_value();
-    assert_eq!(programs(&v), "agent");
+    assert_eq!(programs(&out.json_value()), "agent");
+    (out.stderr.clone(), agent_err)
+}
+
+#[test]
+fn agent_killed_mid_trace() {
+    agent_ends_mid_trace(libc::SIGKILL, "agent-killed");
+}
+
+/// SIGTERM: the agent tells its clients it stops, ends their sessions and exits 0.
+#[test]
+fn agent_stopped_mid_trace() {
+    let (client, agent) = agent_ends_mid_trace(libc::SIGTERM, "agent-stopped");
+    assert!(
+        client.contains("it is stopping"),
+        "the client is told the agent stops: {client}"
+    );
+    assert!(
+        agent.ends_with("agent status: ExitStatus(unix_wait_status(0))"),
+        "the agent exits 0 on SIGTERM:\n{agent}"
+    );
 }
 
 #[test]
