@@ -2,7 +2,6 @@
 //! the traced tree here, in the kernel, before it can run.
 
 use aya_ebpf::programs::RawTracePointContext;
-use aya_log_ebpf::warn;
 use spacetime_common::{flags, kind, mode, stat, ForkEvent, Tracked};
 
 use crate::{
@@ -38,7 +37,7 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
         if mm != 0 && mm == parent.mm()? {
             hdr.flags |= flags::FORK_SHARED_MM;
         }
-        if conf!(mode) == mode::TREE && !track_child(ctx, child_tgid, sess) {
+        if conf!(mode) == mode::TREE && !track_child(child_tgid, sess) {
             hdr.flags |= flags::FORK_UNTRACKED;
         }
         if hdr.flags & (flags::FORK_SHARED_MM | flags::FORK_UNTRACKED) == 0 {
@@ -59,9 +58,10 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
 }
 
 /// Tracks a new process in its parent's session, if the session's limit and the map allow:
-/// whether it is tracked (a refusal is counted for the session).
+/// whether it is tracked. A refusal is counted for the session, not logged: a log call here
+/// doubled the instructions the verifier walks for this program (4.8 k of 8.4 k).
 #[inline(always)]
-fn track_child(ctx: &RawTracePointContext, child_tgid: u32, sess: u16) -> bool {
+fn track_child(child_tgid: u32, sess: u16) -> bool {
     if !session::admit(sess) {
         count(sess, stat::SESSION_LIMIT);
         return false;
@@ -74,10 +74,6 @@ fn track_child(ctx: &RawTracePointContext, child_tgid: u32, sess: u16) -> bool {
     if TRACKED.insert(child_tgid, t, 0).is_err() {
         session::release(sess);
         count(sess, stat::TRACK_FULL);
-        warn!(
-            ctx,
-            "tracking map full: process {} is not traced", child_tgid
-        );
         return false;
     }
     true
