@@ -17,6 +17,9 @@ use crate::loader::KernelCounters;
 
 /// Most bytes queued for one client; beyond, records and taskstats datagrams are dropped.
 const MAX_QUEUED_BYTES: usize = 32 << 20;
+/// Control messages go in beyond [`MAX_QUEUED_BYTES`] up to this much more; a client that
+/// asks for answers it never reads past it is closed.
+const CONTROL_SLACK_BYTES: usize = 1 << 20;
 
 /// A run being traced for a client.
 pub(super) struct RunState {
@@ -103,7 +106,15 @@ impl Client {
     }
 
     fn queue(&mut self, msg: Vec<u8>, always: bool) -> bool {
-        if !always && self.queued_bytes + msg.len() > MAX_QUEUED_BYTES {
+        let limit = match always {
+            true => MAX_QUEUED_BYTES + CONTROL_SLACK_BYTES,
+            false => MAX_QUEUED_BYTES,
+        };
+        if self.queued_bytes + msg.len() > limit {
+            if always {
+                log::debug!("client {}: answers it never reads: closed", self.peer.pid);
+                self.closed = true;
+            }
             return false;
         }
         self.queued_bytes += msg.len();

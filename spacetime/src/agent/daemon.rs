@@ -32,6 +32,11 @@ pub const SESSIONS_PER_USER: usize = 8;
 pub const PROCESSES_PER_SESSION: u32 = 16384;
 /// Connections at once (each holds a session or is about to).
 const MAX_CLIENTS: usize = 256;
+/// Connections one non-root user may hold at once (with or without a session), so that no
+/// user takes every connection.
+const CONNECTIONS_PER_USER: usize = 16;
+/// Messages read from one client per round of the loop: one client cannot starve the others.
+const READS_PER_ROUND: usize = 64;
 
 /// `spacetime agent [--socket PATH]`.
 #[derive(Debug, clap::Args)]
@@ -204,11 +209,22 @@ impl Agent {
                 uid: cred.uid,
             };
             let mut c = Client::new(fd, peer);
+            let of_user = self
+                .clients
+                .iter()
+                .filter(|c| c.peer.uid == peer.uid)
+                .count();
             if self.clients.len() >= MAX_CLIENTS {
                 refuse(
                     &mut c,
                     "the agent serves as many connections as it can; try again later",
                 );
+            } else if peer.uid != 0 && of_user >= CONNECTIONS_PER_USER {
+                let why = format!(
+                    "user {} already has {CONNECTIONS_PER_USER} connections to the agent, the most one user may have",
+                    peer.uid
+                );
+                refuse(&mut c, &why);
             }
             log::debug!("client pid {} uid {} connected", peer.pid, peer.uid);
             self.clients.push(c);
@@ -217,7 +233,10 @@ impl Agent {
 
     /// Reads and handles every message client `i` sent.
     fn read_client(&mut self, i: usize, buf: &mut [u8]) {
-        while !self.clients[i].closed {
+        for _ in 0..READS_PER_ROUND {
+            if self.clients[i].closed {
+                return;
+            }
             let fd = self.clients[i].fd.as_raw_fd();
             let r = match sock::recv(fd, buf, libc::MSG_DONTWAIT) {
                 Ok(r) => r,
