@@ -25,11 +25,17 @@ impl Agent {
     /// Starts `spacetime -v agent --socket <tmp>/agent.sock` and returns once it says it
     /// listens (its start-up line on stderr).
     pub fn start(tag: &str) -> Agent {
+        Agent::start_with(tag, &[])
+    }
+
+    /// [`Agent::start`] with more `spacetime agent` options.
+    pub fn start_with(tag: &str, extra: &[&str]) -> Agent {
         let dir = TempDir::new(&format!("agent-{tag}"));
         let socket = dir.path().join("agent.sock");
         let mut child = Command::new(spacetime_bin())
             .args(["-v", "agent", "--socket"])
             .arg(&socket)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

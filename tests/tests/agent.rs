@@ -240,6 +240,41 @@ fn sessions_per_user_are_limited() {
     agent.stop();
 }
 
+/// A non-root session's process limit: the forks beyond it are not traced, and the report
+/// counts them and says it is incomplete.
+#[test]
+fn a_non_root_session_stops_at_its_process_limit() {
+    nobody_can_run_the_binaries();
+    let agent = Agent::start_with("limit", &["--session-limit", "3"]);
+    // Five holders alive at once (each waits until all five are there) under one shell.
+    let meet = TempDir::new("agent-limit-meet");
+    let script = format!(
+        "for i in 1 2 3 4 5; do {WL} hold-together 5 {} 1 0 & done; wait",
+        meet.path().display()
+    );
+    let out = Trace::new(["sh", "-c", &script])
+        .through(&agent)
+        .as_nobody()
+        .tag("agent-limit")
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    let counters = &v["kernel"]["counters"];
+    // The shell and two holders fill the limit of 3: three of the five holders are refused.
+    assert_eq!(
+        counters["session_limit"].as_u64(),
+        Some(3),
+        "forks refused by the limit: {counters}\n{}",
+        out.context()
+    );
+    assert!(
+        out.stderr.contains("over the session's process limit"),
+        "the summary says why it is incomplete\n{}",
+        out.context()
+    );
+    agent.stop();
+}
+
 #[test]
 fn non_root_attach_to_another_users_process_is_refused() {
     nobody_can_run_the_binaries();

@@ -44,6 +44,11 @@ pub struct AgentArgs {
     /// Where to listen (default: $SPACETIME_SOCKET, else /run/spacetime/agent.sock)
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
+    /// Most processes one non-root session may have traced at once (the kernel refuses to
+    /// trace forks beyond it, and the client's report counts them)
+    #[arg(long, value_name = "N", default_value_t = PROCESSES_PER_SESSION,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub session_limit: u32,
 }
 
 /// Entry point of the subcommand: 0 after a SIGTERM or SIGINT, 125 when it cannot serve.
@@ -63,6 +68,8 @@ pub(super) struct Agent {
     logger: Option<KernelLogger>,
     taskstats: Option<TaskstatsListener>,
     welcome: Welcome,
+    /// Processes per non-root session.
+    session_limit: u32,
     clients: Vec<Client>,
     /// The tgid of each traced process, to its session.
     tgids: HashMap<u32, SessionId>,
@@ -114,6 +121,7 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
         probes,
         taskstats: taskstats.ok(),
         welcome,
+        session_limit: args.session_limit,
         clients: Vec::new(),
         tgids: HashMap::new(),
         rss_following: false,
@@ -347,11 +355,7 @@ impl Agent {
                 return self.clients[i].control(&Msg::Refused { reason });
             }
         };
-        let limit = if peer.uid == 0 {
-            0
-        } else {
-            PROCESSES_PER_SESSION
-        };
+        let limit = if peer.uid == 0 { 0 } else { self.session_limit };
         let started = self
             .probes
             .reset_session(s)
@@ -400,11 +404,7 @@ impl Agent {
         }
         let caller = (peer.uid != 0).then_some(peer.uid);
         let started = self.probes.reset_session(s).and_then(|()| {
-            let limit = if peer.uid == 0 {
-                0
-            } else {
-                PROCESSES_PER_SESSION
-            };
+            let limit = if peer.uid == 0 { 0 } else { self.session_limit };
             self.probes.set_session_limit(s, limit)?;
             self.probes.counters_of(s)
         });
