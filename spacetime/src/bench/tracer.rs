@@ -60,6 +60,10 @@ impl SessionTracer {
 }
 
 impl Tracer for SessionTracer {
+    fn programs(&self) -> &'static str {
+        self.session.programs()
+    }
+
     fn interrupted(&self) -> bool {
         self.signalled || super::driver::stop_signal_pending()
     }

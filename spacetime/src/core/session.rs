@@ -207,6 +207,11 @@ impl Session {
         self.stdio = stdio;
     }
 
+    /// Whose kernel programs: `"own"` (loaded here) or `"agent"`.
+    pub fn programs(&self) -> &'static str {
+        self.kernel.whose()
+    }
+
     /// The programs loaded here (None: an agent's).
     pub fn probes(&self) -> Option<&Probes> {
         self.kernel.probes()
