@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use spacetime_tests::agent::Agent;
+use spacetime_tests::watch::{token, Watch};
 use spacetime_tests::{
     assert_rss, assert_world_executable, find_process, spacetime_bin, wait_for_descendant, TempDir,
     Trace, MIB,
@@ -438,5 +439,73 @@ fn no_agent_flag_loads_own_programs_beside_a_live_agent() {
         .run();
     through.assert_code(0);
     assert_eq!(programs(&through.json_value()), "agent");
+    agent.stop();
+}
+
+const NOBODY: [&str; 4] = [
+    "setpriv",
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+];
+
+/// A non-root `watch` through the agent sees its own uid's exits and no one else's; root's
+/// sees both.
+#[test]
+fn a_non_root_watch_sees_its_own_exits_only() {
+    nobody_can_run_the_binaries();
+    let agent = Agent::start("watch");
+    let watch = |nobody: bool| {
+        let w = Watch::new()
+            .env("SPACETIME_SOCKET", agent.socket())
+            .flag("--json");
+        let w = match nobody {
+            true => w.under(NOBODY.iter().chain(["--"].iter())),
+            false => w,
+        };
+        w.start()
+    };
+    let as_nobody = watch(true);
+    let as_root = watch(false);
+    let mine = token("nobody");
+    let theirs = token("root");
+    let st = Command::new("setpriv")
+        .args(NOBODY)
+        .arg("--")
+        .args([WL, "quiet-exit", "3", &mine])
+        .status()
+        .expect("run the workload as nobody");
+    assert_eq!(st.code(), Some(3), "nobody's workload");
+    let st = Command::new(WL)
+        .args(["quiet-exit", "4", &theirs])
+        .status()
+        .expect("run the workload as root");
+    assert_eq!(st.code(), Some(4), "root's workload");
+    as_root.wait_until(
+        "root's watch sees both exits",
+        Duration::from_secs(30),
+        |out| out.contains(&mine) && out.contains(&theirs),
+    );
+    as_nobody.wait_until(
+        "nobody's watch sees its exit",
+        Duration::from_secs(30),
+        |out| out.contains(&mine),
+    );
+    let nobody = as_nobody.interrupt();
+    let root = as_root.interrupt();
+    assert_eq!(nobody.exits_with(&mine).len(), 1, "{}", nobody.context());
+    assert!(
+        nobody.exits_with(&theirs).is_empty(),
+        "a non-root watch saw root's exit\n{}",
+        nobody.context()
+    );
+    let others: Vec<Value> = nobody
+        .json_lines()
+        .into_iter()
+        .filter(|v| v["uid"].as_u64() != Some(65534))
+        .collect();
+    assert!(others.is_empty(), "exits of other users: {others:?}");
+    assert_eq!(root.exits_with(&mine).len(), 1, "{}", root.context());
+    assert_eq!(root.exits_with(&theirs).len(), 1, "{}", root.context());
     agent.stop();
 }

@@ -61,6 +61,8 @@ pub struct AgentConn {
     pub welcome: Welcome,
     /// From connecting to the session's welcome, ms: this client's start-up.
     pub ready_ms: f64,
+    /// A watch's kernel counters, as the agent last sent them.
+    pub counters: std::rc::Rc<std::cell::Cell<crate::loader::KernelCounters>>,
     /// Records received and not yet handed out, in ring order.
     inbox: VecDeque<Vec<u8>>,
     /// taskstats datagrams received and not yet parsed.
@@ -83,6 +85,11 @@ fn shown(b: &[u8]) -> String {
 impl AgentConn {
     /// Connects and opens a session for tracing.
     pub fn connect(path: &Path) -> Result<AgentConn, ConnectError> {
+        AgentConn::connect_for(path, proto::want::TRACE)
+    }
+
+    /// Connects and opens a session for `want` ([`proto::want`]).
+    pub fn connect_for(path: &Path, want: u8) -> Result<AgentConn, ConnectError> {
         let started = Instant::now();
         let where_ = path.display().to_string();
         let fd = match sock::connect(path) {
@@ -108,13 +115,14 @@ impl AgentConn {
         };
         let hello = Msg::Hello {
             version: proto::VERSION,
-            want: proto::want::TRACE,
+            want,
         };
         sock::send(fd.as_raw_fd(), &hello.encode(), None).map_err(io_err)?;
         let mut conn = AgentConn {
             fd,
             welcome: Welcome::default(),
             ready_ms: 0.0,
+            counters: Default::default(),
             inbox: VecDeque::new(),
             taskstats: Vec::new(),
             taskstats_stats: ListenerStats::default(),
@@ -308,6 +316,7 @@ impl AgentConn {
             Msg::Flushed { seq } => self.flushed = Some(seq),
             Msg::Mms(m) => self.mms.extend(m),
             Msg::End(e) => self.ended = Some(e),
+            Msg::Counters(c) => self.counters.set(c),
             Msg::Shutdown { reason } => self.lost(format!("it is stopping: {}", shown(&reason))),
             Msg::Refused { reason } => self.lost(format!("it refused: {}", shown(&reason))),
             other => log::debug!("agent: unexpected message {other:?}"),

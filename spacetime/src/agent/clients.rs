@@ -35,6 +35,8 @@ pub(super) struct Client {
     /// Given at the hello.
     pub session: Option<u16>,
     pub run: Option<RunState>,
+    /// A watch client's programs.
+    pub watch: Option<Box<super::watchers::Watching>>,
     outbox: VecDeque<Vec<u8>>,
     queued_bytes: usize,
     /// Records gathered for the next [`Msg::Records`].
@@ -54,6 +56,7 @@ impl Client {
             peer,
             session: None,
             run: None,
+            watch: None,
             outbox: VecDeque::new(),
             queued_bytes: 0,
             batch: Vec::new(),

@@ -305,8 +305,8 @@ impl Agent {
             );
             return refuse(&mut self.clients[i], &why);
         }
-        if want != proto::want::TRACE {
-            return refuse(&mut self.clients[i], "this agent only traces commands");
+        if want != proto::want::TRACE && want != proto::want::WATCH {
+            return refuse(&mut self.clients[i], "the agent does not serve that");
         }
         // The kernel programs number processes as the agent's namespace does.
         if !verify::same_pid_namespace(self.clients[i].peer.pid) {
@@ -331,11 +331,37 @@ impl Agent {
                 "the agent serves as many sessions as it can; try again later",
             );
         };
-        self.clients[i].session = Some(s);
-        let welcome = Welcome {
+        let mut welcome = Welcome {
             session: s,
             ..self.welcome.clone()
         };
+        if want == proto::want::WATCH {
+            let watching = self.clients.iter().filter(|c| c.watch.is_some()).count();
+            if watching >= super::watchers::MAX_WATCHES {
+                let why = format!(
+                    "the agent serves {watching} watches already, the most it serves at once"
+                );
+                return refuse(&mut self.clients[i], &why);
+            }
+            match super::watchers::Watching::load(uid) {
+                Ok(w) => {
+                    welcome.cpu_at_release = w.probes.cpu_at_release;
+                    welcome.mechanisms = w
+                        .probes
+                        .mechanisms
+                        .iter()
+                        .map(|m| m.clone().into_bytes())
+                        .collect();
+                    welcome.load_us = (w.probes.load_ms * 1e3) as u64;
+                    self.clients[i].watch = Some(Box::new(w));
+                }
+                Err(e) => {
+                    let why = format!("the agent could not load programs for the watch: {e}");
+                    return refuse(&mut self.clients[i], &why);
+                }
+            }
+        }
+        self.clients[i].session = Some(s);
         self.clients[i].control(&Msg::Welcome(welcome));
     }
 
@@ -560,6 +586,15 @@ impl Agent {
         while let Some(item) = ring.next() {
             route_record(&item, clients, tgids);
         }
+        for c in clients.iter_mut() {
+            if let Some(mut w) = c.watch.take() {
+                w.drain(c);
+                if let Some(counters) = w.counters_changed() {
+                    c.control(&Msg::Counters(counters));
+                }
+                c.watch = Some(w);
+            }
+        }
         let mut records = Vec::new();
         for d in &datagrams {
             records.clear();
@@ -567,6 +602,11 @@ impl Agent {
             let session = records.iter().find_map(|r| tgids.get(&record_tgid(r)));
             if let Some(c) = session.and_then(|&s| client_of(clients, s)) {
                 c.taskstats(d);
+            }
+            for c in clients.iter_mut() {
+                if c.watch.as_ref().is_some_and(|w| w.may_see(&records)) {
+                    c.taskstats(d);
+                }
             }
         }
     }

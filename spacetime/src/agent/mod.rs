@@ -8,6 +8,7 @@ mod daemon;
 pub mod proto;
 pub mod sock;
 pub mod verify;
+mod watchers;
 
 pub use daemon::{main, AgentArgs};
 

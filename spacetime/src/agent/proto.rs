@@ -28,6 +28,8 @@ pub const MAX_MECHANISMS: usize = 64;
 pub mod want {
     /// Trace processes the client starts.
     pub const TRACE: u8 = 1;
+    /// Watch every exit on the system (a non-root client: its own uid's only).
+    pub const WATCH: u8 = 2;
 }
 
 /// What the agent tells a client once it has a session.
@@ -104,6 +106,8 @@ pub enum Msg {
     Mms(Vec<spacetime_common::MmState>),
     /// Agent: the run's end.
     End(End),
+    /// Agent: a watch's kernel counters, when they changed.
+    Counters(KernelCounters),
     /// Agent: it is stopping; the session ends here.
     Shutdown { reason: Vec<u8> },
 }
@@ -124,6 +128,7 @@ mod ty {
     pub const MMS: u8 = 107;
     pub const END: u8 = 108;
     pub const SHUTDOWN: u8 = 109;
+    pub const COUNTERS: u8 = 111;
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -338,6 +343,13 @@ impl Msg {
                 w.0.extend_from_slice(pod_bytes(&e.tree_rss));
                 w.0
             }
+            Msg::Counters(c) => {
+                let mut w = Writer::new(ty::COUNTERS);
+                for v in counters_to(c) {
+                    w.u64(v);
+                }
+                w.0
+            }
             Msg::Shutdown { reason } => Writer::new(ty::SHUTDOWN).bytes(reason, MAX_TEXT).0.clone(),
         }
     }
@@ -408,6 +420,13 @@ impl Msg {
                     taskstats_enobufs: r.u64("enobufs")?,
                     tree_rss: r.pod("tree rss")?,
                 })
+            }
+            ty::COUNTERS => {
+                let mut c = [0u64; COUNTERS];
+                for v in c.iter_mut() {
+                    *v = r.u64("counters")?;
+                }
+                Msg::Counters(counters_from(c))
             }
             ty::SHUTDOWN => Msg::Shutdown {
                 reason: r.bytes(MAX_TEXT, "reason")?.to_vec(),

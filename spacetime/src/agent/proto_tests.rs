@@ -77,6 +77,11 @@ fn samples() -> Vec<Msg> {
                 ..Default::default()
             },
         }),
+        Msg::Counters(KernelCounters {
+            ringbuf_lost: 3,
+            filtered: 9,
+            ..Default::default()
+        }),
         Msg::Shutdown {
             reason: b"stopping".to_vec(),
         },
