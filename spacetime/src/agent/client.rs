@@ -40,6 +40,24 @@ pub enum ConnectError {
     Protocol(String),
 }
 
+/// The error to show when the agent could not be used (`agent`) and loading the programs
+/// here failed too (`own`): without the privileges to load them, what the agent said (no
+/// agent: start one, or use sudo); otherwise the loading's own failure.
+pub fn instead(own: anyhow::Error, agent: ConnectError, path: &Path) -> anyhow::Error {
+    let unprivileged = matches!(
+        own.downcast_ref::<crate::loader::LoadError>(),
+        Some(crate::loader::LoadError::NotRoot)
+    );
+    match (unprivileged, agent) {
+        (false, _) => own,
+        (true, ConnectError::Absent(_)) => anyhow::anyhow!(
+            "no spacetime agent answers at {}: start one (`sudo spacetime agent`, or its systemd unit), or run this with sudo",
+            path.display()
+        ),
+        (true, other) => other.into(),
+    }
+}
+
 /// A refusal or failure while tracking, as one sentence.
 #[derive(Debug, thiserror::Error)]
 pub enum TrackError {

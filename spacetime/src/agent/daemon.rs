@@ -51,7 +51,8 @@ pub struct AgentArgs {
     pub session_limit: u32,
 }
 
-/// Entry point of the subcommand: 0 after a SIGTERM or SIGINT, 125 when it cannot serve.
+/// Entry point of the subcommand: 0 after a SIGTERM, SIGINT or SIGHUP, 125 when it cannot
+/// serve.
 pub fn main(args: AgentArgs) -> i32 {
     match serve(&args) {
         Ok(()) => 0,
@@ -84,7 +85,7 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
     }
     let path = args.socket.clone().unwrap_or_else(super::socket_path);
     // Before any thread: every thread inherits the blocked signals.
-    let sigfd = crate::signals::signal_fd(&[libc::SIGTERM, libc::SIGINT])?;
+    let sigfd = crate::signals::signal_fd(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
     let mut probes = Probes::load(&LoadOptions {
         ring_buffer_bytes: 16 << 20,
         track_rss: true,

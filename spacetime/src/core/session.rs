@@ -155,27 +155,18 @@ impl Session {
     /// programs loaded here (root only): a user without root and without an agent is told,
     /// in one sentence, to start one or use sudo.
     pub fn open_any(opts: &SessionOptions, no_agent: bool) -> anyhow::Result<Session> {
-        use crate::agent::client::{AgentConn, ConnectError};
-
-        // SAFETY: geteuid cannot fail.
-        let root = unsafe { libc::geteuid() } == 0;
         if no_agent {
             return Session::open(opts);
         }
         let path = crate::agent::socket_path();
-        match AgentConn::connect(&path) {
-            Ok(conn) => Session::through_agent(conn, opts),
-            // Root gets the same report from its own programs: quietly (-vv says why).
-            Err(e) if root => {
-                log::debug!("{e}; loading the programs here");
-                Session::open(opts)
-            }
-            Err(ConnectError::Absent(_)) => anyhow::bail!(
-                "no spacetime agent answers at {}: start one (`sudo spacetime agent`, or its systemd unit), or run this with sudo",
-                path.display()
-            ),
-            Err(e) => Err(e.into()),
-        }
+        let why = match crate::agent::client::AgentConn::connect(&path) {
+            Ok(conn) => return Session::through_agent(conn, opts),
+            Err(e) => e,
+        };
+        // Root (or the capabilities) gets the same report from its own programs: quietly
+        // (-vv says why).
+        log::debug!("{why}; loading the programs here");
+        Session::open(opts).map_err(|e| crate::agent::client::instead(e, why, &path))
     }
 
     fn with(kernel: Kernel, opts: &SessionOptions) -> anyhow::Result<Session> {

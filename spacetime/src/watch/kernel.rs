@@ -6,10 +6,7 @@ use std::{cell::Cell, rc::Rc};
 
 use super::{filter::Filter, WatchArgs};
 use crate::{
-    agent::{
-        client::{AgentConn, ConnectError},
-        proto::want,
-    },
+    agent::{client::AgentConn, proto::want},
     core::event_loop::Records,
     loader::{KernelCounters, KernelLogger, Probes},
     selfstats::OwnCost,
@@ -33,8 +30,7 @@ pub(super) type Opened = (Kernel, Box<dyn Records>, Option<KernelLogger>);
 /// Through the agent when its socket answers (not for `--pid-tree`, which tracks a tree in
 /// the kernel, nor with `--no-agent`); otherwise programs loaded here (root only).
 pub(super) fn open(args: &WatchArgs, filter: &Filter) -> anyhow::Result<Opened> {
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
+    let mut why = None;
     if !args.no_agent && filter.pid_tree().is_none() {
         let path = crate::agent::socket_path();
         match AgentConn::connect_for(&path, want::WATCH) {
@@ -49,15 +45,19 @@ pub(super) fn open(args: &WatchArgs, filter: &Filter) -> anyhow::Result<Opened> 
                 };
                 return Ok((kernel, Box::new(conn), None));
             }
-            Err(e) if root => log::debug!("{e}; loading the programs here"),
-            Err(ConnectError::Absent(_)) => anyhow::bail!(
-                "no spacetime agent answers at {}: start one (`sudo spacetime agent`, or its systemd unit), or run this with sudo",
-                path.display()
-            ),
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                log::debug!("{e}; loading the programs here");
+                why = Some((e, path));
+            }
         }
     }
-    let mut probes = super::load_probes(args, filter)?;
+    let mut probes = match (super::load_probes(args, filter), why) {
+        (Ok(p), _) => p,
+        (Err(e), Some((agent, path))) => {
+            return Err(crate::agent::client::instead(e, agent, &path))
+        }
+        (Err(e), None) => return Err(e),
+    };
     let ring = probes.take_events()?;
     let logger = probes.take_logger();
     Ok((Kernel::Own(Box::new(probes)), Box::new(ring), logger))
