@@ -372,6 +372,15 @@ fn agent_ends_mid_trace(sig: i32, tag: &str) -> (String, String) {
         "the client must say the agent went away\n{}\nagent:\n{agent_err}",
         out.context()
     );
+    // Said while the command still ran (it sleeps 1.5 s from before the agent ended): before
+    // the summary, which comes once the command is gone.
+    let said = out.stderr.find("the agent went away");
+    let summary = out.stderr.find(&format!("spacetime: sh -c {script}"));
+    assert!(
+        matches!((said, summary), (Some(a), Some(b)) if a < b),
+        "the client must say so before the command ends\n{}",
+        out.context()
+    );
     let t = out.truth_one("sleep");
     assert_eq!(t.int("ms"), 1500, "the command ran to its end");
     assert_eq!(programs(&out.json_value()), "agent");
