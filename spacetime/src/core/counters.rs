@@ -44,3 +44,29 @@ impl KernelCounters {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processes_refused_by_a_session_limit_are_lost_events() {
+        let start = KernelCounters {
+            ringbuf_lost: 1,
+            track_full: 2,
+            session_limit: 3,
+            ..KernelCounters::default()
+        };
+        let end = KernelCounters {
+            ringbuf_lost: 1,
+            track_full: 2,
+            session_limit: 7,
+            read_failures: 5,
+            ..KernelCounters::default()
+        };
+        assert_eq!(start.lost(), 6);
+        let run = end.since(&start);
+        assert_eq!(run.session_limit, 4);
+        assert_eq!(run.lost(), 4, "read failures are not lost events: {run:?}");
+    }
+}

@@ -296,8 +296,9 @@ impl Probes {
 
     /// Attaches or detaches the `rss_stat` program (a no-op when already so): with no session
     /// following RSS, no program runs on every RSS change of the machine. While detached,
-    /// forks and execs start following no new mm (its figures would go stale); mms followed
-    /// before are left as they were.
+    /// forks and execs start following no new mm (its figures would go stale). An mm followed
+    /// from before keeps its last figures, and misses the peaks of the pause; its next change
+    /// once attached again sets it right (each change reads the counter's exact value).
     pub fn set_rss_following(&mut self, on: bool) -> Result<(), LoadError> {
         if on == self.rss_following() {
             return Ok(());
