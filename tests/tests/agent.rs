@@ -85,6 +85,34 @@ fn unprivileged_trace_has_root_figures() {
     agent.stop();
 }
 
+/// `--delayacct` needs a root-only sysctl: through the agent, the agent switches it on for the
+/// session and puts it back after.
+#[test]
+fn unprivileged_delayacct_is_switched_by_the_agent() {
+    nobody_can_run_the_binaries();
+    const SYSCTL: &str = "/proc/sys/kernel/task_delayacct";
+    let before = std::fs::read_to_string(SYSCTL).expect("read the sysctl");
+    let agent = Agent::start("delayacct");
+    let out = Trace::new([WL, "touch", "8"])
+        .flag("--delayacct")
+        .through(&agent)
+        .as_nobody()
+        .tag("agent-delayacct")
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    assert_eq!(programs(&v), "agent");
+    assert_eq!(
+        v["taskstats"]["delayacct"],
+        Value::Bool(true),
+        "delay accounting was on for the run: {}",
+        v["taskstats"]
+    );
+    agent.stop();
+    let after = std::fs::read_to_string(SYSCTL).expect("read the sysctl");
+    assert_eq!(after, before, "kernel.task_delayacct put back as it was");
+}
+
 /// CPU through the agent, checked as tests/tests/cpu.rs checks it: what wait4 returned.
 #[test]
 fn unprivileged_cpu_is_what_wait4_returned() {

@@ -37,6 +37,8 @@ pub(super) struct Client {
     pub run: Option<RunState>,
     /// A watch client's programs.
     pub watch: Option<Box<super::watchers::Watching>>,
+    /// It asked for delay accounting.
+    pub delayacct: bool,
     outbox: VecDeque<Vec<u8>>,
     queued_bytes: usize,
     /// Records gathered for the next [`Msg::Records`].
@@ -57,6 +59,7 @@ impl Client {
             session: None,
             run: None,
             watch: None,
+            delayacct: false,
             outbox: VecDeque::new(),
             queued_bytes: 0,
             batch: Vec::new(),

@@ -73,6 +73,8 @@ pub(super) struct Agent {
     /// The tgid of each traced process, to its session.
     pub tgids: HashMap<u32, SessionId>,
     rss_following: bool,
+    /// Delay accounting switched on for clients (restored when dropped).
+    delayacct: Option<crate::core::delayacct::DelayAcct>,
 }
 
 fn serve(args: &AgentArgs) -> anyhow::Result<()> {
@@ -124,6 +126,7 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
         clients: Vec::new(),
         tgids: HashMap::new(),
         rss_following: false,
+        delayacct: None,
     };
     let result = agent.run(&listener, &sigfd);
     agent.shutdown();
@@ -295,7 +298,8 @@ impl Agent {
         }
     }
 
-    fn hello(&mut self, i: usize, version: u32, want: u8) {
+    fn hello(&mut self, i: usize, version: u32, asked: u8) {
+        let want = asked & proto::want::KIND;
         let uid = self.clients[i].peer.uid;
         if version != proto::VERSION {
             let why = format!(
@@ -361,6 +365,8 @@ impl Agent {
             }
         }
         self.clients[i].session = Some(s);
+        self.clients[i].delayacct = asked & proto::want::DELAYACCT != 0;
+        self.update_delayacct();
         self.clients[i].control(&Msg::Welcome(welcome));
     }
 
@@ -529,6 +535,19 @@ impl Agent {
         }
     }
 
+    /// Delay accounting (a root-only sysctl) on while some client asked for it, and put back
+    /// as it was after the last.
+    fn update_delayacct(&mut self) {
+        let want = self.clients.iter().any(|c| c.delayacct && !c.closed);
+        match (want, self.delayacct.is_some()) {
+            (true, false) => {
+                self.delayacct = Some(crate::core::delayacct::DelayAcct::configure(true, false))
+            }
+            (false, true) => self.delayacct = None,
+            _ => {}
+        }
+    }
+
     fn remove_closed(&mut self) {
         let closed: Vec<usize> = (0..self.clients.len())
             .filter(|&i| self.clients[i].closed)
@@ -543,6 +562,7 @@ impl Agent {
         }
         if !closed.is_empty() {
             self.follow_rss();
+            self.update_delayacct();
         }
     }
 

@@ -30,6 +30,10 @@ pub mod want {
     pub const TRACE: u8 = 1;
     /// Watch every exit on the system (a non-root client: its own uid's only).
     pub const WATCH: u8 = 2;
+    /// The bits above that say what.
+    pub const KIND: u8 = 0x7f;
+    /// A flag beside TRACE: delay accounting on while the session lives.
+    pub const DELAYACCT: u8 = 0x80;
 }
 
 /// What the agent tells a client once it has a session.

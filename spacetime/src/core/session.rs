@@ -159,7 +159,11 @@ impl Session {
             return Session::open(opts);
         }
         let path = crate::agent::socket_path();
-        let why = match crate::agent::client::AgentConn::connect(&path) {
+        let want = match opts.delayacct {
+            true => crate::agent::proto::want::TRACE | crate::agent::proto::want::DELAYACCT,
+            false => crate::agent::proto::want::TRACE,
+        };
+        let why = match crate::agent::client::AgentConn::connect_for(&path, want) {
             Ok(conn) => return Session::through_agent(conn, opts),
             Err(e) => e,
         };
@@ -170,7 +174,9 @@ impl Session {
     }
 
     fn with(kernel: Kernel, opts: &SessionOptions) -> anyhow::Result<Session> {
-        let delayacct = DelayAcct::configure(opts.delayacct, opts.delayacct_notice);
+        // Through the agent, the agent switches it (a root-only sysctl) for the session.
+        let here = opts.delayacct && matches!(kernel, Kernel::Own(_));
+        let delayacct = DelayAcct::configure(here, opts.delayacct_notice && !opts.delayacct);
         let mut handled = vec![libc::SIGCHLD];
         handled.extend(FORWARDED);
         let sigfd = crate::signals::signal_fd(&handled)?;
