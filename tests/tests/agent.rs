@@ -546,3 +546,47 @@ fn a_non_root_watch_sees_its_own_exits_only() {
     assert_eq!(root.exits_with(&theirs).len(), 1, "{}", root.context());
     agent.stop();
 }
+
+/// Socket activation (contrib/systemd/spacetime-agent.socket): the agent started at the first
+/// connection on a socket systemd made serves it, and leaves the socket to systemd.
+#[test]
+fn socket_activation_serves_the_first_client() {
+    nobody_can_run_the_binaries();
+    let dir = TempDir::new("agent-activation");
+    let socket = dir.path().join("agent.sock");
+    let mut activator = Command::new("systemd-socket-activate")
+        .args(["--seqpacket", "-l"])
+        .arg(&socket)
+        .arg(spacetime_bin())
+        .args(["agent"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("systemd-socket-activate (systemd) runs");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !socket.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no socket from systemd-socket-activate"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::set_permissions(&socket, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .expect("chmod the socket");
+    let out = Trace::new([WL, "touch", "16"])
+        .env("SPACETIME_SOCKET", &socket)
+        .as_nobody()
+        .tag("agent-activated")
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    assert_eq!(programs(&v), "agent", "{}", out.context());
+    let t = out.truth_one("touch");
+    let p = find_process(&out.report(), t.pid()).peak_rss_bytes;
+    assert_rss("activated agent: peak", p, t.vmhwm_bytes());
+    // SAFETY: our own child (the activator exec'd the agent).
+    unsafe { libc::kill(activator.id() as i32, libc::SIGTERM) };
+    let st = activator.wait().expect("reap the agent");
+    assert_eq!(st.code(), Some(0), "the agent exits 0 on SIGTERM");
+    assert!(socket.exists(), "a socket systemd made is left to it");
+}

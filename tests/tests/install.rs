@@ -102,7 +102,11 @@ fn install_into_a_prefix_and_a_destdir() {
     xtask_install(&["--prefix", prefix_s]);
     check_tree(&prefix, prefix_s);
     // The unit, with its ExecStart really there: systemd's own static check.
-    for name in ["spacetime-watch.service", "spacetime-agent.service"] {
+    for name in [
+        "spacetime-watch.service",
+        "spacetime-agent.service",
+        "spacetime-agent.socket",
+    ] {
         run_ok(
             Command::new("systemd-analyze")
                 .args(["verify", "--man=no"])

@@ -93,7 +93,12 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
     })?;
     probes.set_rss_following(false)?;
     let taskstats = crate::core::matcher::open_listener(16 << 20);
-    let listener = listen(&path).with_context(|| format!("listening on {}", path.display()))?;
+    let activated = activated_socket();
+    let by_systemd = activated.is_some();
+    let listener = match activated {
+        Some(fd) => fd,
+        None => listen(&path).with_context(|| format!("listening on {}", path.display()))?,
+    };
     let welcome = Welcome {
         session: 0,
         rss_tracking: probes.rss_tracking,
@@ -131,10 +136,32 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
     let result = agent.run(&listener, &sigfd);
     agent.shutdown();
     drop(listener);
-    if let Err(e) = std::fs::remove_file(&path) {
-        log::debug!("removing {}: {e}", path.display());
+    // A socket systemd made is systemd's to remove.
+    if !by_systemd {
+        if let Err(e) = std::fs::remove_file(&path) {
+            log::debug!("removing {}: {e}", path.display());
+        }
     }
     result
+}
+
+/// The listening socket systemd passed (socket activation: `LISTEN_PID` is us and
+/// `LISTEN_FDS` is 1, the socket is descriptor 3), made non-blocking.
+fn activated_socket() -> Option<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let ours = std::env::var("LISTEN_PID").ok()?.parse::<u32>().ok()? == std::process::id();
+    if !ours || std::env::var("LISTEN_FDS").ok()?.trim() != "1" {
+        return None;
+    }
+    // SAFETY: systemd hands descriptor 3 over to us; nothing else in this process owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(3) };
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+        libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC);
+    }
+    Some(fd)
 }
 
 /// The socket file (its directory made 0755 when missing), open to every user (0666): the
