@@ -229,10 +229,21 @@ pub fn attach(
     pids: &[u32],
     session: SessionId,
 ) -> Result<Attached, AttachError> {
+    attach_as(probes, pids, session, caller_uid())
+}
+
+/// [`attach`] for `caller` (None: root, any process; Some(uid): only processes whose real,
+/// effective and saved uids are `uid`), which need not be this process (the agent attaches
+/// for its clients).
+pub fn attach_as(
+    probes: &mut Probes,
+    pids: &[u32],
+    session: SessionId,
+    caller: Option<u32>,
+) -> Result<Attached, AttachError> {
     if !crate::pidns::in_initial_namespace() {
         return Err(AttachError::Namespace);
     }
-    let caller = caller_uid();
     let attach_ns = crate::clock::monotonic_ns();
     let mut targets = Vec::new();
     for &pid in pids {

@@ -78,6 +78,15 @@ pub enum Command {
     /// ancestry; as a table, JSON lines or OpenMetrics
     #[command(after_help = WATCH_EXAMPLES)]
     Watch(crate::watch::WatchArgs),
+    /// Serve trace and bench for any user: load the kernel programs once, as root, and trace
+    /// what clients start, each in a session of its own, over a Unix socket
+    #[command(after_help = "\
+Examples:
+  sudo spacetime agent
+      Listen on /run/spacetime/agent.sock; then `spacetime trace -- make` works without sudo
+  sudo spacetime agent --socket /tmp/st.sock
+      Another socket; clients find it through SPACETIME_SOCKET=/tmp/st.sock")]
+    Agent(crate::agent::AgentArgs),
     /// Print a shell completion script on stdout
     #[command(after_help = "\
 Examples:
@@ -226,6 +235,10 @@ pub struct TraceArgs {
     /// List at most N processes in the summary tree (0: all)
     #[arg(long, value_name = "N", default_value_t = 40)]
     pub top: usize,
+    /// Load the kernel programs here (root) even when a `spacetime agent` answers on its
+    /// socket (SPACETIME_SOCKET, default /run/spacetime/agent.sock)
+    #[arg(long)]
+    pub no_agent: bool,
     /// Attach to these running processes (comma-separated) instead of running CMD: each, its
     /// descendants and every later fork, until all have ended or Ctrl-C
     #[arg(short = 'p', long = "pid", value_name = "PID[,PID...]", value_parser = parse_pids, conflicts_with_all = ["command", "cgroup_peak", "keep_root"])]

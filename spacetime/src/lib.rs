@@ -27,9 +27,15 @@
 //!    opens the files a trace writes before CMD starts, [`pidfd`] proves a pid is still the
 //!    process meant before it is signalled, [`selfstats`] measures what spacetime costs.
 //!
+//! [`agent`] is `spacetime agent`, the daemon that loads the programs once and serves the
+//! commands of any user over a socket ([`agent::proto`]); a command's kernel side is then
+//! the agent's connection instead of programs of its own (`core::kernel`, `watch::kernel`),
+//! carrying the same ring records.
+//!
 //! Leaves that import nothing of spacetime's (`core::parse`, `core::counters`,
 //! `core::exit_code`, [`units`], [`clock`]) are shared by every layer.
 
+pub mod agent;
 pub mod attach;
 pub mod bench;
 pub mod btf;

@@ -26,6 +26,7 @@ fn main() -> ExitCode {
         Command::Trace(args) => spacetime::trace::main(args, cli.verbose),
         Command::Watch(args) => spacetime::watch::main(args, cli.verbose),
         Command::Bench(args) => spacetime::bench::main(args, cli.verbose),
+        Command::Agent(args) => spacetime::agent::main(args),
         Command::Completions { shell } => written(spacetime::cli::write_completions(
             shell,
             &mut std::io::stdout().lock(),

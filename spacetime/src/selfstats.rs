@@ -40,6 +40,11 @@ impl OwnCost {
         }
     }
 
+    /// getrusage now, without kernel program statistics (the programs are an agent's).
+    pub fn measure_process() -> OwnCost {
+        OwnCost::from_parts(rusage_self(), vm_hwm_bytes(), KernelProgramStats::default())
+    }
+
     /// `vm_hwm`: VmHWM in bytes; without it, ru_maxrss (an upper bound) stands in.
     fn from_parts(
         usage: Option<libc::rusage>,

@@ -65,9 +65,9 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
         append: args.append,
     })
     .map_err(anyhow::Error::from)?;
-    let mut session = Session::open(&session_options(&args, verbose))?;
+    let mut session = Session::open_any(&session_options(&args, verbose), args.no_agent)?;
     if verbose > 0 {
-        crate::core::session::tell_loaded(session.probes());
+        session.tell_loaded();
     }
     let start = match &what {
         What::Spawn(path, creds) => Start::Spawn(Spawn {

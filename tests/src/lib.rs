@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::Value;
 
+pub mod agent;
 pub mod chart;
 pub mod openmetrics;
 pub mod prometheus;
@@ -163,6 +164,22 @@ impl Trace {
         self.envs
             .push((k.as_ref().to_owned(), v.as_ref().to_owned()));
         self
+    }
+
+    /// Through this agent (SPACETIME_SOCKET).
+    pub fn through(self, agent: &agent::Agent) -> Self {
+        self.env("SPACETIME_SOCKET", agent.socket())
+    }
+
+    /// As the unprivileged user 65534 (setpriv around spacetime; the temp dir is 0777).
+    pub fn as_nobody(self) -> Self {
+        self.under([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+        ])
     }
 
     /// Don't pass `--json`.
@@ -456,19 +473,22 @@ impl Outcome {
         String::from_utf8_lossy(&self.stdout).into_owned()
     }
 
-    /// The parsed `--json` file as an untyped value (panics if missing or not JSON).
+    /// The parsed `--json` file as an untyped value (panics if missing or not JSON; and,
+    /// when the suite runs through an agent, unless it did: [`agent::check_programs`]).
     pub fn json_value(&self) -> Value {
         let text = self
             .json
             .as_deref()
             .unwrap_or_else(|| panic!("no --json report was written\n{}", self.context()));
-        serde_json::from_str(text).unwrap_or_else(|e| {
+        let v = serde_json::from_str(text).unwrap_or_else(|e| {
             panic!(
                 "--json report is not valid JSON: {e}\n{}\n{}",
                 &text[..floor_boundary(text, 2000)],
                 self.context()
             )
-        })
+        });
+        agent::check_programs(&v);
+        v
     }
 
     /// The typed report, after `check_invariants`.

@@ -23,6 +23,8 @@ pub struct Watch {
     flags: Vec<OsString>,
     envs: Vec<(OsString, OsString)>,
     timeout: Duration,
+    /// A command spacetime runs under (e.g. `setpriv --reuid=65534 …`).
+    under: Vec<OsString>,
 }
 
 impl Default for Watch {
@@ -37,7 +39,18 @@ impl Watch {
             flags: Vec::new(),
             envs: Vec::new(),
             timeout: Duration::from_secs(180),
+            under: Vec::new(),
         }
+    }
+
+    /// Starts spacetime through `prefix…`, which must exec it.
+    pub fn under<I, S>(mut self, prefix: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.under = prefix.into_iter().map(|s| s.as_ref().to_owned()).collect();
+        self
     }
 
     /// Sets an environment variable for spacetime (a locale, `COLUMNS`).
@@ -71,7 +84,14 @@ impl Watch {
     /// Starts `spacetime watch FLAGS…` and waits until it reports that it is watching.
     pub fn start(self) -> RunningWatch {
         let bin = spacetime_bin();
-        let mut c = Command::new(&bin);
+        let mut c = match self.under.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(&bin);
+                c
+            }
+            None => Command::new(&bin),
+        };
         c.arg("watch")
             .args(&self.flags)
             .envs(self.envs.iter().cloned());

@@ -32,8 +32,11 @@ impl Out {
     fn json(&self) -> Value {
         let text = std::fs::read(self.path("bench.json"))
             .unwrap_or_else(|e| panic!("bench.json: {e}; stderr: {}", self.stderr));
-        serde_json::from_slice(&text)
-            .unwrap_or_else(|e| panic!("bench.json does not parse: {e}; stderr: {}", self.stderr))
+        let v = serde_json::from_slice(&text)
+            .unwrap_or_else(|e| panic!("bench.json does not parse: {e}; stderr: {}", self.stderr));
+        // Through an agent when the suite runs through one.
+        spacetime_tests::agent::check_programs(&v);
+        v
     }
 
     /// The workload's truth lines, in the order the runs wrote them.

@@ -84,6 +84,14 @@ fn check_tree(root: &Path, prefix: &str) {
         !unit.contains("@BINDIR@"),
         "an unfilled placeholder: {unit}"
     );
+    let agent = std::fs::read_to_string(root.join("lib/systemd/system/spacetime-agent.service"))
+        .expect("the agent's unit");
+    assert!(
+        agent.contains(&format!(
+            "ExecStart={prefix}/bin/spacetime agent --socket /run/spacetime/agent.sock"
+        )) && !agent.contains("@BINDIR@"),
+        "the agent's unit runs another path: {agent}"
+    );
 }
 
 #[test]
@@ -94,12 +102,17 @@ fn install_into_a_prefix_and_a_destdir() {
     xtask_install(&["--prefix", prefix_s]);
     check_tree(&prefix, prefix_s);
     // The unit, with its ExecStart really there: systemd's own static check.
-    let unit = prefix.join("lib/systemd/system/spacetime-watch.service");
-    run_ok(
-        Command::new("systemd-analyze")
-            .args(["verify", "--man=no"])
-            .arg(&unit),
-    );
+    for name in [
+        "spacetime-watch.service",
+        "spacetime-agent.service",
+        "spacetime-agent.socket",
+    ] {
+        run_ok(
+            Command::new("systemd-analyze")
+                .args(["verify", "--man=no"])
+                .arg(prefix.join("lib/systemd/system").join(name)),
+        );
+    }
 
     let stage = dir.path().join("stage");
     xtask_install(&[

@@ -26,7 +26,7 @@ pub struct Options {
 }
 
 /// Where each file goes, relative to the prefix, and its mode.
-fn layout() -> [(&'static str, &'static str, u32); 8] {
+fn layout() -> [(&'static str, &'static str, u32); 10] {
     [
         ("bin", "bin/spacetime", 0o755),
         ("bash", "share/bash-completion/completions/spacetime", 0o644),
@@ -38,6 +38,16 @@ fn layout() -> [(&'static str, &'static str, u32); 8] {
         ),
         ("man", "share/man/man1/spacetime.1", 0o644),
         ("unit", "lib/systemd/system/spacetime-watch.service", 0o644),
+        (
+            "agent-unit",
+            "lib/systemd/system/spacetime-agent.service",
+            0o644,
+        ),
+        (
+            "agent-socket",
+            "lib/systemd/system/spacetime-agent.socket",
+            0o644,
+        ),
         ("mit", "share/doc/spacetime/LICENSE-MIT", 0o644),
         ("apache", "share/doc/spacetime/LICENSE-APACHE", 0o644),
     ]
@@ -72,6 +82,14 @@ fn content(what: &str, bin: &Path, prefix: &Path) -> Result<Vec<u8>> {
             unit.replace("@BINDIR@", &prefix.join("bin").to_string_lossy())
                 .into_bytes()
         }
+        "agent-unit" => {
+            let unit = fs::read_to_string(root.join("contrib/systemd/spacetime-agent.service"))
+                .context("reading contrib/systemd/spacetime-agent.service")?;
+            unit.replace("@BINDIR@", &prefix.join("bin").to_string_lossy())
+                .into_bytes()
+        }
+        "agent-socket" => fs::read(root.join("contrib/systemd/spacetime-agent.socket"))
+            .context("reading contrib/systemd/spacetime-agent.socket")?,
         "mit" => fs::read(root.join("LICENSE-MIT"))?,
         "apache" => fs::read(root.join("LICENSE-APACHE"))?,
         _ => unreachable!("no such file kind {what}"),

@@ -1,6 +1,7 @@
 //! `cargo xtask`: builds the eBPF object and the binary that embeds it, installs the toolchain
 //! pieces that are missing, and runs spacetime and its tests.
 
+mod agent_pass;
 mod bench;
 mod install;
 mod toolchain;
@@ -212,7 +213,10 @@ fn main() -> Result<()> {
                     "xtask",
                     "--",
                 ])
-                .args(&args))
+                .args(&args))?;
+            let mut through_agent = cargo();
+            through_agent.env("SPACETIME_BIN", spacetime_bin());
+            agent_pass::run(through_agent, &spacetime_bin(), &args)
         }
         Cmd::VmTest {
             kernel,

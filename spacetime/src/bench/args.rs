@@ -27,6 +27,9 @@ pub struct BenchArgs {
     /// backslashes) and exec it directly, so the shell's start-up is not measured
     #[arg(short = 'N', long)]
     pub no_shell: bool,
+    /// Load the kernel programs here (root) even when a `spacetime agent` answers
+    #[arg(long)]
+    pub no_agent: bool,
     /// Keep benchmarking when a command exits non-zero (its exit codes are still reported)
     #[arg(short = 'i', long)]
     pub ignore_failure: bool,

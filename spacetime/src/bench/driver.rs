@@ -24,6 +24,10 @@ pub trait Tracer {
     fn interrupted(&self) -> bool;
     /// Traces `argv` (`path`: its first word resolved) to its end; its figures.
     fn run(&mut self, path: &Path, argv: &[OsString]) -> anyhow::Result<RunFigures>;
+    /// Whose kernel programs trace the runs: `"own"` or `"agent"`.
+    fn programs(&self) -> &'static str {
+        "own"
+    }
 }
 
 /// Exit status when a command failed and `--ignore-failure` was not given, as hyperfine.
@@ -119,6 +123,7 @@ pub fn run(plan: Plan, tracer: &mut dyn Tracer) -> i32 {
     }
     let report = BenchReport {
         spacetime_version: env!("CARGO_PKG_VERSION"),
+        programs: tracer.programs(),
         interrupted: status == EXIT_INTERRUPTED,
         results: &results,
         comparison: cmp.as_ref(),

@@ -19,6 +19,8 @@ use super::{
 #[derive(Debug, Serialize)]
 pub struct BenchReport<'a> {
     pub spacetime_version: &'static str,
+    /// Whose kernel programs traced the runs: `"own"` (loaded here) or `"agent"`.
+    pub programs: &'static str,
     /// Ctrl-C stopped the bench: the results hold the runs that completed.
     pub interrupted: bool,
     pub results: &'a [CommandResult],

@@ -23,6 +23,7 @@ fn json_round_trips_with_the_issue_shape() {
     let cmp = compare(&results);
     let report = BenchReport {
         spacetime_version: "0",
+        programs: "own",
         interrupted: false,
         results: &results,
         comparison: cmp.as_ref(),

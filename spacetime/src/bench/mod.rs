@@ -35,6 +35,7 @@ pub fn main(args: BenchArgs, verbose: u8) -> i32 {
         plan.creds.clone(),
         args.show_output,
         args.cgroup_peak,
+        args.no_agent,
     ) {
         Ok(mut t) => driver::run(plan, &mut t),
         Err(e) => {

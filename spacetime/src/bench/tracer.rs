@@ -30,8 +30,9 @@ impl SessionTracer {
         creds: Option<Credentials>,
         show_output: bool,
         cgroup_peak: bool,
+        no_agent: bool,
     ) -> anyhow::Result<SessionTracer> {
-        let mut session = Session::open(&SessionOptions {
+        let opts = SessionOptions {
             load: LoadOptions {
                 track_rss: true,
                 ..LoadOptions::default()
@@ -39,13 +40,14 @@ impl SessionTracer {
             taskstats_buffer: 8 << 20,
             delayacct: false,
             delayacct_notice: false,
-        })?;
+        };
+        let mut session = Session::open_any(&opts, no_agent)?;
         session.detach_stdio(Stdio {
             null_stdin: true,
             null_output: !show_output,
         });
         if verbose > 0 {
-            crate::core::session::tell_loaded(session.probes());
+            session.tell_loaded();
         }
         Ok(SessionTracer {
             session,
@@ -58,6 +60,10 @@ impl SessionTracer {
 }
 
 impl Tracer for SessionTracer {
+    fn programs(&self) -> &'static str {
+        self.session.programs()
+    }
+
     fn interrupted(&self) -> bool {
         self.signalled || super::driver::stop_signal_pending()
     }

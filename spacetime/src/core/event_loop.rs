@@ -78,9 +78,61 @@ impl Source for NoSource {
     }
 }
 
+/// Where kernel records come from: the ring buffer of programs loaded here, or an agent's
+/// connection carrying the same records (see [`crate::agent`]).
+pub trait Records {
+    /// Hands records to `each`, in order, while it returns true.
+    fn each_record(&mut self, each: &mut dyn FnMut(&[u8]) -> bool);
+    /// What to wait on for records; None when no more will come.
+    fn wait_fd(&self) -> Option<RawFd>;
+    /// Records that reach `each_record` only when asked for (an agent's tick) are fetched:
+    /// after this, everything the kernel had written is available. Nothing to do for a ring.
+    fn sync(&mut self) {}
+    /// taskstats records that came with the records (an agent's), appended to `out`.
+    fn take_taskstats(&mut self, _out: &mut Vec<TaskstatsRecord>) {}
+}
+
+impl Records for RingBuf<MapData> {
+    fn each_record(&mut self, each: &mut dyn FnMut(&[u8]) -> bool) {
+        while let Some(item) = self.next() {
+            if !each(&item) {
+                break;
+            }
+        }
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        Some(self.as_raw_fd())
+    }
+}
+
+impl Records for crate::agent::client::AgentConn {
+    fn each_record(&mut self, each: &mut dyn FnMut(&[u8]) -> bool) {
+        self.pump();
+        while let Some(r) = self.next_record() {
+            if !each(&r) {
+                break;
+            }
+        }
+        self.tell_if_gone();
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        self.raw_fd()
+    }
+
+    fn sync(&mut self) {
+        crate::agent::client::AgentConn::sync(self);
+    }
+
+    fn take_taskstats(&mut self, out: &mut Vec<TaskstatsRecord>) {
+        crate::agent::client::AgentConn::take_taskstats(self, out);
+    }
+}
+
 /// What the loop reads from.
 pub struct Io<'a> {
-    pub ring: &'a mut RingBuf<MapData>,
+    pub ring: &'a mut dyn Records,
     /// A signalfd (see [`crate::signals::signal_fd`]).
     pub sigfd: RawFd,
     pub logger: Option<&'a mut KernelLogger>,
@@ -97,6 +149,7 @@ impl Io<'_> {
                 self.taskstats = None;
             }
         }
+        self.ring.take_taskstats(batch);
     }
 
     pub fn flush_log(&mut self) {
@@ -107,26 +160,29 @@ impl Io<'_> {
 }
 
 /// Hands every record in the ring buffer to `c`, while it takes them.
-pub fn drain<C: Consumer>(ring: &mut RingBuf<MapData>, c: &mut C) {
-    while c.taking() {
-        let Some(item) = ring.next() else { break };
-        match decode(&item) {
-            Ok(ev) => c.event(ev),
-            Err(e) => {
-                *c.decode_errors() += 1;
-                log::debug!("undecodable record: {e}");
+pub fn drain<C: Consumer>(ring: &mut dyn Records, c: &mut C) {
+    if c.taking() {
+        ring.each_record(&mut |item| {
+            match decode(item) {
+                Ok(ev) => c.event(ev),
+                Err(e) => {
+                    *c.decode_errors() += 1;
+                    log::debug!("undecodable record: {e}");
+                }
             }
-        }
+            c.taking()
+        });
     }
     c.drained();
 }
 
 /// Throws away what the ring buffer holds; returns how many records.
-pub fn discard(ring: &mut RingBuf<MapData>) -> usize {
+pub fn discard(ring: &mut dyn Records) -> usize {
     let mut n = 0;
-    while ring.next().is_some() {
+    ring.each_record(&mut |_| {
         n += 1;
-    }
+        true
+    });
     n
 }
 
@@ -144,15 +200,23 @@ async fn sleep_until(due: Option<u64>) {
 pub async fn run<C: Consumer>(io: &mut Io<'_>, c: &mut C, extra: &mut C::Extra) -> io::Result<()> {
     // SAFETY: the ring buffer and the signalfd stay open and unchanged for longer than these
     // registrations (dropped at the end of this function).
-    let ready =
-        unsafe { AsyncFd::register_with_interest(io.ring.as_raw_fd(), Interest::READABLE) }?;
+    let ready = match io.ring.wait_fd() {
+        Some(fd) => Some(unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }?),
+        None => None,
+    };
     // SAFETY: as above.
     let sig = unsafe { AsyncFd::register_with_interest(io.sigfd, Interest::READABLE) }?;
     let mut tick = tokio::time::interval(DRAIN_INTERVAL);
     let mut batch = Vec::new();
     while !c.done() {
         tokio::select! {
-            guard = ready.readable() => {
+            // Once the source has nothing more to give (an agent gone), only the other arms.
+            guard = async {
+                match &ready {
+                    Some(r) => r.readable().await,
+                    None => std::future::pending().await,
+                }
+            }, if ready.is_some() && io.ring.wait_fd().is_some() => {
                 let mut guard = guard?;
                 drain(io.ring, c);
                 guard.clear_ready();

@@ -8,6 +8,7 @@ pub mod counters;
 pub mod delayacct;
 pub mod event_loop;
 pub mod exit_code;
+mod kernel;
 pub mod matcher;
 pub mod parse;
 pub mod process;

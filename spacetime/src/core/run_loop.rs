@@ -5,14 +5,11 @@
 
 use std::{io, time::Duration};
 
-use aya::maps::{MapData, RingBuf};
-
-use super::event_loop::{self, Consumer, Io, NoSource};
+use super::event_loop::{self, Consumer, Io, NoSource, Records};
 use crate::{
     clock::monotonic_ns,
     crosscheck::Collector,
     events::Event,
-    loader::Probes,
     memory::Memory,
     taskstats::{TaskstatsError, TaskstatsListener, TaskstatsRecord},
     tree::{ExitStatus, Tree},
@@ -171,6 +168,8 @@ pub(super) async fn consume(
     }
     // Every exit was recorded before its process became reapable: one last drain has it all
     // (taskstats first, as on the tick).
+    // Through an agent, records wait in its ring until fetched.
+    io.ring.sync();
     let mut batch = Vec::new();
     io.read_taskstats(&mut batch, &mut run);
     event_loop::drain(io.ring, &mut run);
@@ -190,8 +189,12 @@ pub(super) async fn consume(
 
 /// Processes still running (`--stop-on-root-exit`): their peak so far, held-back point and
 /// last value, from the mms the kernel still follows.
-pub(super) fn live_memory(probes: &Probes, tree: &mut Tree, memory: &mut Memory) {
-    let states = match probes.followed_mms() {
+pub(super) fn live_memory(
+    states: Result<Vec<spacetime_common::MmState>, String>,
+    tree: &mut Tree,
+    memory: &mut Memory,
+) {
+    let states = match states {
         Ok(s) => s,
         Err(e) => {
             log::warn!("cannot read the followed mms: {e}; running processes have no peak");
@@ -235,9 +238,10 @@ fn reap(root_pid: u32, root_status: &mut Option<ExitStatus>) -> bool {
 
 /// Drains until every exited process has its free record (final CPU time), or
 /// [`RELEASE_GRACE`] has passed.
-async fn wait_for_free_records(ring: &mut RingBuf<MapData>, run: &mut TracedRun<'_, '_>) {
+async fn wait_for_free_records(ring: &mut dyn Records, run: &mut TracedRun<'_, '_>) {
     let waited = std::time::Instant::now();
     loop {
+        ring.sync();
         event_loop::drain(ring, run);
         let missing = run.sink.tree.awaiting_release();
         if missing == 0 || waited.elapsed() >= RELEASE_GRACE {

@@ -12,11 +12,10 @@ use std::{
     path::Path,
 };
 
-use aya::maps::{MapData, RingBuf};
-
 use super::{
     delayacct::{delayacct_on, DelayAcct},
-    event_loop::{self, Io},
+    event_loop,
+    kernel::Kernel,
     run_loop::{self, LoopOptions, Sink},
 };
 use crate::{
@@ -24,11 +23,11 @@ use crate::{
     crosscheck::{cross_check, Clock, Collector, PerProcess},
     idhash::IdSet,
     launch::{self, Credentials, LaunchError},
-    loader::{KernelCounters, KernelLogger, LearnedPid, LoadOptions, Probes},
+    loader::{KernelCounters, LearnedPid, LoadOptions, Probes},
     memory::{Memory, MemoryOptions},
     report::{self, MemoryMeta, Meta, Report, TaskstatsMeta},
     selfstats::OwnCost,
-    taskstats::{ListenerStats, TaskstatsListener},
+    taskstats::ListenerStats,
     timeline::Point,
     tree::{ExitStatus, Key, Tree},
 };
@@ -100,13 +99,10 @@ impl From<std::io::Error> for RunError {
     }
 }
 
-/// The programs loaded once, and everything a run needs that outlives it.
+/// The programs loaded once (here or by an agent), and everything a run needs that
+/// outlives it.
 pub struct Session {
-    probes: Probes,
-    ring: RingBuf<MapData>,
-    logger: Option<KernelLogger>,
-    /// The listener, or why there is none.
-    taskstats: Result<TaskstatsListener, String>,
+    kernel: Kernel,
     sigfd: OwnedFd,
     rt: tokio::runtime::Runtime,
     page_size: u64,
@@ -142,9 +138,45 @@ impl Session {
     /// SIGCHLD, SIGINT, SIGTERM and SIGHUP for the calling thread: call before other threads
     /// exist so that they inherit the mask.
     pub fn open(opts: &SessionOptions) -> anyhow::Result<Session> {
-        let mut probes = Probes::load(&opts.load)?;
-        let taskstats = super::matcher::open_listener(opts.taskstats_buffer as usize);
-        let delayacct = DelayAcct::configure(opts.delayacct, opts.delayacct_notice);
+        let kernel = Kernel::open_own(&opts.load, opts.taskstats_buffer)?;
+        Session::with(kernel, opts)
+    }
+
+    /// A session whose programs are a `spacetime agent`'s, reached through `conn`: for any
+    /// user, the same runs and reports. Blocks signals as [`Session::open`] does.
+    pub fn through_agent(
+        conn: crate::agent::client::AgentConn,
+        opts: &SessionOptions,
+    ) -> anyhow::Result<Session> {
+        Session::with(Kernel::Agent(Box::new(conn)), opts)
+    }
+
+    /// Through the agent when its socket answers (unless `no_agent`), otherwise with
+    /// programs loaded here (root only): a user without root and without an agent is told,
+    /// in one sentence, to start one or use sudo.
+    pub fn open_any(opts: &SessionOptions, no_agent: bool) -> anyhow::Result<Session> {
+        if no_agent {
+            return Session::open(opts);
+        }
+        let path = crate::agent::socket_path();
+        let want = match opts.delayacct {
+            true => crate::agent::proto::want::TRACE | crate::agent::proto::want::DELAYACCT,
+            false => crate::agent::proto::want::TRACE,
+        };
+        let why = match crate::agent::client::AgentConn::connect_for(&path, want) {
+            Ok(conn) => return Session::through_agent(conn, opts),
+            Err(e) => e,
+        };
+        // Root (or the capabilities) gets the same report from its own programs: quietly
+        // (-vv says why).
+        log::debug!("{why}; loading the programs here");
+        Session::open(opts).map_err(|e| crate::agent::client::instead(e, why, &path))
+    }
+
+    fn with(kernel: Kernel, opts: &SessionOptions) -> anyhow::Result<Session> {
+        // Through the agent, the agent switches it (a root-only sysctl) for the session.
+        let here = opts.delayacct && matches!(kernel, Kernel::Own(_));
+        let delayacct = DelayAcct::configure(here, opts.delayacct_notice && !opts.delayacct);
         let mut handled = vec![libc::SIGCHLD];
         handled.extend(FORWARDED);
         let sigfd = crate::signals::signal_fd(&handled)?;
@@ -156,10 +188,7 @@ impl Session {
             .enable_all()
             .build()?;
         Ok(Session {
-            ring: probes.take_events()?,
-            logger: probes.take_logger(),
-            probes,
-            taskstats,
+            kernel,
             sigfd,
             rt,
             page_size: crate::clock::page_size(),
@@ -175,9 +204,32 @@ impl Session {
         self.stdio = stdio;
     }
 
-    /// The loaded programs: load time, mechanisms in use, ring buffer size.
-    pub fn probes(&self) -> &Probes {
-        &self.probes
+    /// Whose kernel programs: `"own"` (loaded here) or `"agent"`.
+    pub fn programs(&self) -> &'static str {
+        self.kernel.whose()
+    }
+
+    /// The programs loaded here (None: an agent's).
+    pub fn probes(&self) -> Option<&Probes> {
+        self.kernel.probes()
+    }
+
+    /// Says on stderr whose programs, how long loading took and which kernel mechanisms are
+    /// in use (`-v`).
+    pub fn tell_loaded(&self) {
+        let how = match self.kernel.whose() {
+            "agent" => "ready in",
+            _ => "loaded in",
+        };
+        crate::errln!(
+            "spacetime: programs: {}, {how} {:.1} ms; ring buffer {} KiB",
+            self.kernel.whose(),
+            self.kernel.load_ms(),
+            self.kernel.ring_buffer_bytes() >> 10
+        );
+        for m in self.kernel.mechanisms() {
+            crate::errln!("spacetime:   {m}");
+        }
     }
 
     /// Runs one command to its end (every process it started gone, or its root, with
@@ -185,9 +237,9 @@ impl Session {
     pub fn run(&mut self, start: Start<'_>, opts: &RunOptions) -> Result<Run, RunError> {
         self.begin()?;
         let baseline = Baseline {
-            counters: self.probes.counters()?,
-            taskstats: self.taskstats_stats(),
-            own_cost: OwnCost::measure(&self.probes),
+            counters: self.kernel.counters()?,
+            taskstats: self.kernel.taskstats_stats(),
+            own_cost: self.kernel.own_cost(),
         };
         let command = match &start {
             Start::Spawn(s) => report::lossless::Args(
@@ -201,10 +253,10 @@ impl Session {
         let mut cgroup = (opts.cgroup_peak && matches!(start, Start::Spawn(_)))
             .then(|| crate::cgroup_peak::start(opts.quiet));
         let root = self.start(start, &mut cgroup, opts.quiet)?;
-        let mut mechanisms = self.probes.mechanisms.clone();
+        let mut mechanisms = self.kernel.mechanisms();
         let (mut tree, command) = first_tree(&root, command, &mut mechanisms);
         let mut memory = Memory::new(MemoryOptions {
-            kernel_rss: self.probes.rss_tracking,
+            kernel_rss: self.kernel.rss_tracking(),
             pss_interval_ns: opts.pss_interval_ns,
             page_size: self.page_size,
             quiet: opts.quiet,
@@ -219,7 +271,7 @@ impl Session {
         let loop_opts = LoopOptions {
             root_pid: root.pid,
             stop_on_root_exit: opts.stop_on_root_exit,
-            await_release: self.probes.cpu_at_release,
+            await_release: self.kernel.cpu_at_release(),
             earlier_left: self.earlier_left,
             attached: root.attached.is_some(),
         };
@@ -229,12 +281,7 @@ impl Session {
             collector: &mut collector,
             decode_errors: 0,
         };
-        let io = Io {
-            ring: &mut self.ring,
-            sigfd: self.sigfd.as_raw_fd(),
-            logger: self.logger.as_mut(),
-            taskstats: self.taskstats.as_mut().ok(),
-        };
+        let io = self.kernel.io(self.sigfd.as_raw_fd());
         let outcome = self
             .rt
             .block_on(run_loop::consume(loop_opts, &mut sink, io))?;
@@ -251,7 +298,7 @@ impl Session {
             ..r
         });
         // Whatever happens to the figures, the next run must not inherit this one's processes.
-        let left = self.probes.untrack_all();
+        let left = self.kernel.untrack_all();
         let run = run?;
         match left {
             Ok(n) => self.earlier_left |= n > 0 || run.tree.live() > 0,
@@ -277,22 +324,7 @@ impl Session {
 
     /// Clears what an earlier run left in the kernel and in the queues.
     fn begin(&mut self) -> Result<(), RunError> {
-        self.probes.untrack_all()?;
-        self.probes.reset_run_state()?;
-        let stale = event_loop::discard(&mut self.ring);
-        let mut batch = Vec::new();
-        if let Ok(t) = self.taskstats.as_mut() {
-            if let Err(e) = t.drain(&mut batch) {
-                log::debug!("taskstats: {e}");
-            }
-        }
-        if stale + batch.len() > 0 {
-            log::debug!(
-                "{stale} records and {} taskstats records of earlier runs discarded",
-                batch.len()
-            );
-        }
-        Ok(())
+        self.kernel.begin()
     }
 
     /// Starts the run's root and has the kernel track it.
@@ -305,8 +337,7 @@ impl Session {
         match start {
             Start::Spawn(s) => self.spawn(&s, cgroup, quiet),
             Start::Attach(pids) => {
-                let attached = crate::attach::attach(&mut self.probes, pids, 0)
-                    .map_err(|e| RunError::Other(e.into()))?;
+                let attached = self.kernel.attach(pids)?;
                 attached.tell(quiet);
                 let pid = attached.targets[0].pid;
                 Ok(Root {
@@ -328,15 +359,12 @@ impl Session {
         cgroup: &mut Option<crate::cgroup_peak::Run>,
         quiet: bool,
     ) -> Result<Root, RunError> {
-        let own_pid = self.probes.own_pid_program();
+        let own_pid = self.kernel.own_pid_program();
         let held = launch::spawn_held_with(s.path, s.argv, s.creds, own_pid, self.stdio)?;
         // Signals and waitpid take the pid as spacetime's namespace numbers it; the kernel
         // programs and the tree key processes by the kernel's.
         let pid = held.pid as u32;
-        let learned = match root_kernel_pid(&self.probes, &held).and_then(|r| {
-            self.probes.track(r.kernel_pid)?;
-            Ok(r)
-        }) {
+        let learned = match self.kernel.track_root(&held) {
             Ok(r) => r,
             Err(e) => {
                 // SAFETY: killing and reaping our own child.
@@ -365,13 +393,6 @@ impl Session {
         })
     }
 
-    fn taskstats_stats(&self) -> ListenerStats {
-        self.taskstats
-            .as_ref()
-            .map(|l| l.stats())
-            .unwrap_or_default()
-    }
-
     /// The run's figures once its loop ended.
     #[allow(clippy::too_many_arguments)]
     fn finish(
@@ -382,20 +403,29 @@ impl Session {
         outcome: run_loop::Outcome,
         root: Root,
         baseline: Baseline,
-        mechanisms: Vec<String>,
+        mut mechanisms: Vec<String>,
     ) -> Result<Run, RunError> {
-        if self.probes.rss_tracking && tree.live() > 0 {
-            run_loop::live_memory(&self.probes, &mut tree, &mut memory);
+        let rss_tracking = self.kernel.rss_tracking();
+        let end = self
+            .kernel
+            .end_run(&baseline.counters, rss_tracking && tree.live() > 0);
+        if let Some(why) = self.kernel.agent_gone() {
+            mechanisms.push(format!(
+                "the agent went away during the run ({why}): records after that are missing, kernel counters and the tree-wide peak unknown"
+            ));
+        }
+        if rss_tracking && tree.live() > 0 {
+            run_loop::live_memory(end.mms, &mut tree, &mut memory);
         }
         let page_size = self.page_size;
-        let kernel_peak = match self.probes.rss_tracking {
-            true => self.probes.tree_rss().ok().filter(|t| t.peak_ts_ns != 0),
+        let kernel_peak = match rss_tracking {
+            true => end.tree_rss.filter(|t| t.peak_ts_ns != 0),
             false => None,
         };
         memory.finish(
             kernel_peak.map(|t| Point::new(t.peak_ts_ns, t.peak_pages.max(0) as u64 * page_size)),
         );
-        let counters = self.probes.counters()?.since(&baseline.counters);
+        let counters = end.counters;
         let end_ns = match tree.live() {
             0 => tree
                 .processes()
@@ -415,10 +445,11 @@ impl Session {
         // their exit record lost, which the report must not call running.
         let gone = crate::pidfd::gone_unseen(&tree);
         // Measured last, with the programs still attached: the figures cover the whole run.
-        let own_cost = OwnCost::measure(&self.probes);
+        let own_cost = self.kernel.own_cost();
         Ok(Run {
             command: report::lossless::Args::default(),
             cgroup_peak: None,
+            programs: self.kernel.whose(),
             tree,
             memory,
             per_process,
@@ -429,7 +460,7 @@ impl Session {
             page_size,
             counters,
             decode_errors: outcome.decode_errors,
-            ring_buffer_bytes: self.probes.ring_buffer_bytes,
+            ring_buffer_bytes: self.kernel.ring_buffer_bytes(),
             mechanisms,
             taskstats,
             own_cost_at_start: baseline.own_cost,
@@ -450,11 +481,10 @@ impl Session {
             .iter()
             .filter(|p| p.end_ns.is_some())
             .count();
-        let l = match &self.taskstats {
-            Ok(l) => l,
-            Err(e) => return (TaskstatsMeta::Unavailable(e.clone()), PerProcess::default()),
-        };
-        let st = l.stats();
+        if let Some(e) = self.kernel.taskstats_unavailable() {
+            return (TaskstatsMeta::Unavailable(e), PerProcess::default());
+        }
+        let st = self.kernel.taskstats_stats();
         // Registered, yet not one record for any exit on the system: they go elsewhere.
         if exited > 0 && st.records == at_start.records {
             let why = "no taskstats record arrived: the kernel sends them only to the host's network namespace";
@@ -533,6 +563,8 @@ pub struct Run {
     pub gone: IdSet<Key>,
     /// The run's memory cgroup peak ([`RunOptions::cgroup_peak`]), or why there is none.
     pub cgroup_peak: Option<report::CgroupPeakReport>,
+    /// Whose kernel programs traced the run: `"own"` (loaded here) or `"agent"`.
+    pub programs: &'static str,
 }
 
 impl Run {
@@ -558,6 +590,7 @@ impl Run {
             },
         );
         report.cgroup_peak = self.cgroup_peak.clone();
+        report.programs = Some(self.programs);
         report
     }
 
@@ -572,20 +605,8 @@ impl Run {
     }
 }
 
-/// Says on stderr how long loading took and which kernel mechanisms are in use (`-v`).
-pub fn tell_loaded(probes: &Probes) {
-    crate::errln!(
-        "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
-        probes.load_ms,
-        probes.ring_buffer_bytes >> 10
-    );
-    for m in &probes.mechanisms {
-        crate::errln!("spacetime:   {m}");
-    }
-}
-
 /// The traced command's kernel pid, which its held child recorded by running `own_pid`.
-fn root_kernel_pid(probes: &Probes, held: &launch::Held) -> anyhow::Result<LearnedPid> {
+pub(super) fn root_kernel_pid(probes: &Probes, held: &launch::Held) -> anyhow::Result<LearnedPid> {
     let learned = match held.own_pid_run {
         Some(0) => probes.learned_pid()?,
         Some(errno) => {
@@ -613,5 +634,18 @@ fn root_kernel_pid(probes: &Probes, held: &launch::Held) -> anyhow::Result<Learn
         None => anyhow::bail!(
             "spacetime runs inside a PID namespace and this kernel did not tell the traced command's kernel pid (BPF_PROG_TEST_RUN of a raw tracepoint program, Linux 5.10+): it cannot be traced"
         ),
+    }
+}
+
+/// Says on stderr how long loading took and which kernel mechanisms are in use (`-v`), for
+/// programs loaded here.
+pub fn tell_loaded(probes: &Probes) {
+    crate::errln!(
+        "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
+        probes.load_ms,
+        probes.ring_buffer_bytes >> 10
+    );
+    for m in &probes.mechanisms {
+        crate::errln!("spacetime:   {m}");
     }
 }

@@ -80,6 +80,9 @@ pub struct Report<'a> {
     /// not asked for). Set by the caller after [`Report::build`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup_peak: Option<CgroupPeakReport>,
+    /// Whose kernel programs traced the run: `"own"` or `"agent"`. Set by the caller.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub programs: Option<&'static str>,
 }
 
 /// The memory cgroup's peak beside the summed-RSS tree peak.
@@ -301,6 +304,7 @@ impl<'a> Report<'a> {
             // The timeline lists the processes in the report's order.
             timeline,
             cgroup_peak: None,
+            programs: None,
         }
     }
 

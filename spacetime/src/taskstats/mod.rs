@@ -225,6 +225,46 @@ impl TaskstatsListener {
         Ok(got)
     }
 
+    /// Hands every datagram that has already arrived to `each` undecoded, without waiting;
+    /// returns how many. For a reader that forwards them (the agent sends each to the client
+    /// whose process it is about, which decodes it with [`parse_messages`]). Lost receives
+    /// are counted as [`drain`](Self::drain) counts them; records are not.
+    pub fn drain_datagrams(
+        &mut self,
+        each: &mut dyn FnMut(&[u8]),
+    ) -> Result<usize, TaskstatsError> {
+        self.pending.clear();
+        let sock = self.sock.get()?;
+        let mut got = 0;
+        let mut lens = [0usize; BATCH];
+        loop {
+            let slot = self.buf.len() / BATCH;
+            let n = match sock.recv_batch(&mut self.buf, slot, &mut lens) {
+                Ok(n) => n,
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    self.stats.enobufs += 1;
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(got),
+                Err(e) => return Err(e.into()),
+            };
+            let mut widest = 0;
+            for (i, &len) in lens[..n].iter().enumerate() {
+                if len > slot {
+                    self.stats.parse_errors += 1;
+                    widest = widest.max(len);
+                } else {
+                    got += 1;
+                    each(&self.buf[i * slot..][..len]);
+                }
+            }
+            if widest > 0 {
+                let new_slot = widest.next_power_of_two().min(MAX_DATAGRAM / BATCH);
+                self.buf.resize(self.buf.len().max(new_slot * BATCH), 0);
+            }
+        }
+    }
+
     /// Appends whatever records are ready, waiting until there is at least one or the
     /// kernel reported dropped records (ENOBUFS, see [`stats`](Self::stats)); returns how
     /// many were appended. Cancel-safe. Must run inside a tokio runtime with I/O enabled.

@@ -76,6 +76,10 @@ pub struct WatchArgs {
     /// Do not cross-check exits against the kernel's taskstats records
     #[arg(long)]
     pub no_taskstats: bool,
+    /// Load the kernel programs here (root) even when a `spacetime agent` answers on its
+    /// socket (through the agent, a user who is not root sees its own exits only)
+    #[arg(long)]
+    pub no_agent: bool,
     /// Size of the kernel's ring buffer (bytes; K, M, G suffixes; rounded up to a power of two)
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = buffer_size)]
     pub ring_buffer: u32,

@@ -16,6 +16,7 @@ mod exec;
 mod exit;
 mod filter;
 pub mod identity;
+mod kernel;
 mod metrics;
 mod output;
 mod procfs;
@@ -40,10 +41,10 @@ use crate::{
     core::exit_code::EXIT_OWN_FAILURE,
     core::matcher::Coverage,
     loader::{LoadOptions, Probes},
-    selfstats::OwnCost,
 };
 use cgroup::Cgroups;
 use filter::Filter;
+use kernel::Kernel;
 use metrics::Metrics;
 use output::Output;
 use table::{Table, TableOptions};
@@ -136,18 +137,25 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     let (mut out, metrics_listener, summary_file) = open_ends(&args)?;
     let sigfd = crate::signals::signal_fd(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
         .context("setting up signal handling")?;
-    let mut probes = load_probes(&args, &filter)?;
+    let (mut kernel, ring, mut logger) = kernel::open(&args, &filter)?;
     if verbose > 0 {
-        crate::core::session::tell_loaded(&probes);
+        kernel.tell();
     }
     // Every program is attached from here on (each was attached in turn while loading).
     let attached_ns = crate::clock::monotonic_ns();
-    let ring = probes.take_events()?;
     // Opened after the programs are attached: every taskstats record has its BPF exit.
-    let (taskstats, taskstats_unavailable) = open_taskstats(args.no_taskstats);
+    // Through the agent, its listener's records come with the rest.
+    let (taskstats, taskstats_unavailable) = match &kernel {
+        Kernel::Own(_) => open_taskstats(args.no_taskstats),
+        Kernel::Agent { .. } if args.no_taskstats => (None, Some("--no-taskstats".to_string())),
+        Kernel::Agent {
+            taskstats_error, ..
+        } => (None, taskstats_error.clone()),
+    };
+    let taskstats_on = taskstats.is_some() || taskstats_unavailable.is_none();
     // Exits before the listener was registered have no taskstats record to match.
     let taskstats_since_ns = crate::clock::monotonic_ns();
-    let (table, seeded) = seeded_table(&args, &filter, &mut probes, attached_ns)?;
+    let (table, seeded) = seeded_table(&args, &filter, kernel.probes_mut(), attached_ns)?;
     out.ancestry = args.ancestry;
     let cgroups = Cgroups::open();
     if verbose > 0 && !cgroups.available() {
@@ -177,12 +185,11 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         filter,
         out,
         cgroups,
-        taskstats.is_some(),
+        taskstats_on,
         taskstats_since_ns,
-        probes.cpu_at_release,
+        kernel.cpu_at_release(),
     );
     let started = Instant::now();
-    let mut logger = probes.take_logger();
     let io = Io {
         ring,
         sigfd,
@@ -190,13 +197,13 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         metrics: metrics_listener,
         duration: args.duration,
     };
-    let stop = rt.block_on(w.consume(io, &probes, logger.as_mut()))?;
+    let stop = rt.block_on(w.consume(io, &kernel, logger.as_mut()))?;
     let elapsed = started.elapsed();
     finish(
         &mut w,
         stop,
         elapsed,
-        &probes,
+        &kernel,
         taskstats_unavailable,
         summary_file,
         &args,
@@ -223,7 +230,7 @@ fn open_taskstats(disabled: bool) -> (Option<crate::taskstats::TaskstatsListener
 fn seeded_table(
     args: &WatchArgs,
     filter: &Filter,
-    probes: &mut Probes,
+    mut probes: Option<&mut Probes>,
     attached_ns: u64,
 ) -> anyhow::Result<(Table, usize)> {
     let mut table = Table::new(TableOptions {
@@ -236,7 +243,12 @@ fn seeded_table(
     table.set_argv_budget(args.argv_budget);
     // Inside a PID namespace with its own /proc, its pids are not the kernel's: seeding from
     // it would name strangers.
-    let seeded = if crate::pidns::proc_has_kernel_pids(probes) {
+    // Through the agent, the client shares its PID namespace (the agent refuses others).
+    let kernel_pids = match probes.as_deref() {
+        Some(p) => crate::pidns::proc_has_kernel_pids(p),
+        None => crate::pidns::in_initial_namespace(),
+    };
+    let seeded = if kernel_pids {
         // Another user's argv is not read here either when the kernel filters by uid.
         let want_argv = |pid| {
             !filter.kernel_uids()
@@ -256,10 +268,12 @@ fn seeded_table(
         0
     };
     if filter.pid_tree().is_some() {
-        // The kernel will send nothing about the others.
+        // The kernel will send nothing about the others (--pid-tree loads its own programs).
         for pid in table.keep_tree_only() {
             // A process already gone is not an error: its exit was before the watch.
-            let _ = probes.track(pid);
+            if let Some(p) = probes.as_deref_mut() {
+                let _ = p.track(pid);
+            }
         }
     }
     // The argv /proc gave was charged while seeding; what remains over is cut now.
@@ -308,7 +322,7 @@ fn finish(
     w: &mut Watch,
     stop: Stop,
     elapsed: std::time::Duration,
-    probes: &Probes,
+    kernel: &Kernel,
     taskstats_unavailable: Option<String>,
     summary_file: Option<std::fs::File>,
     args: &WatchArgs,
@@ -333,7 +347,7 @@ fn finish(
         crate::errln!("spacetime: stopped: {stop:?}");
     }
     // Measured with the programs still attached: the figures cover the whole watch.
-    let own_cost = OwnCost::measure(probes);
+    let own_cost = kernel.own_cost();
     let fin = summary::Final {
         elapsed,
         metrics: &w.metrics,

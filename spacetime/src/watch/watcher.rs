@@ -9,7 +9,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::maps::{MapData, RingBuf};
 use spacetime_common::{flags, ExitEvent, ReapEvent};
 
 use super::{
@@ -29,7 +28,7 @@ use crate::{
     },
     cputime::split_runtime,
     events::Event,
-    loader::{KernelLogger, Probes},
+    loader::KernelLogger,
     taskstats::{TaskstatsError, TaskstatsListener, TaskstatsRecord},
     tree::ExitStatus,
 };
@@ -40,7 +39,7 @@ const HOUSEKEEPING: Duration = Duration::from_secs(1);
 const TASKSTATS_GRACE: Duration = Duration::from_millis(300);
 
 pub(super) struct Io {
-    pub(super) ring: RingBuf<MapData>,
+    pub(super) ring: Box<dyn crate::core::event_loop::Records>,
     pub(super) sigfd: OwnedFd,
     pub(super) taskstats: Option<TaskstatsListener>,
     pub(super) metrics: Option<MetricsListener>,
@@ -134,7 +133,7 @@ impl Source for Option<MetricsListener> {
 /// The watch as the event loop drives it.
 struct Looping<'w, 'p> {
     w: &'w mut Watch,
-    probes: &'p Probes,
+    probes: &'p super::Kernel,
     last_housekeeping: Instant,
     enobufs_seen: u64,
     /// `--duration`'s end, CLOCK_MONOTONIC ns.
@@ -236,7 +235,7 @@ impl Watch {
     pub(super) async fn consume(
         &mut self,
         mut io: Io,
-        probes: &Probes,
+        probes: &super::Kernel,
         logger: Option<&mut KernelLogger>,
     ) -> anyhow::Result<Stop> {
         let deadline_ns = io
@@ -253,7 +252,7 @@ impl Watch {
             .w
             .housekeeping(probes, io.taskstats.as_ref(), &mut looping.enobufs_seen);
         let mut lio = event_loop::Io {
-            ring: &mut io.ring,
+            ring: &mut *io.ring,
             sigfd: io.sigfd.as_raw_fd(),
             logger,
             taskstats: io.taskstats.as_mut(),
@@ -267,7 +266,9 @@ impl Watch {
         // reader is gone.
         if matches!(stop, Stop::Signal(_) | Stop::Duration) {
             looping.w.stop = None;
-            event_loop::drain(&mut io.ring, &mut looping);
+            // Through an agent, what its programs wrote is fetched first.
+            io.ring.sync();
+            event_loop::drain(&mut *io.ring, &mut looping);
             // Exec lines still waiting for argv go out with what arrived, rows still waiting
             // for a release with their exit figures.
             looping.w.write_execs(true, None);
@@ -283,7 +284,7 @@ impl Watch {
             }
             looping.w.stop = None;
             looping.w.late = true;
-            event_loop::drain(&mut io.ring, &mut looping);
+            event_loop::drain(&mut *io.ring, &mut looping);
         }
         let Looping {
             w,
@@ -301,11 +302,11 @@ impl Watch {
     /// Loss counters, stale taskstats records, clock and terminal width.
     fn housekeeping(
         &mut self,
-        probes: &Probes,
+        probes: &super::Kernel,
         taskstats: Option<&TaskstatsListener>,
         enobufs_seen: &mut u64,
     ) {
-        if let Ok(c) = probes.counters() {
+        if let Some(c) = probes.counters() {
             if c.ringbuf_lost > self.metrics.ringbuf_lost {
                 crate::errln!(
                     "spacetime: {} records lost: the ring buffer was full (raise --ring-buffer)",

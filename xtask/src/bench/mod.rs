@@ -35,7 +35,7 @@ pub struct Options {
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
     /// Only these runners (comma-separated: bare, time, trace, trace-nopss, strace,
-    /// strace-seccomp, watch); bare is always needed
+    /// strace-seccomp, watch, trace-agent); bare is always needed
     #[arg(long, value_delimiter = ',')]
     pub runners: Vec<String>,
     /// Small workloads and no 100k-process run: checks the bench works, measures little
@@ -207,7 +207,15 @@ pub fn bench(opts: Options) -> Result<()> {
     if runners.first() != Some(&Runner::Bare) {
         bail!("the runners must include bare (every ratio is to bare)");
     }
-    let env = Env { spacetime, scratch };
+    let agent = match runners.contains(&Runner::TraceAgent) {
+        true => Some(runners::AgentProcess::start(&spacetime, &scratch)?),
+        false => None,
+    };
+    let env = Env {
+        spacetime,
+        scratch,
+        agent,
+    };
     let machine = report::Machine::probe(&env.spacetime);
     let started = Instant::now();
     let guard = StatsGuard::enable()?;

@@ -29,14 +29,16 @@ pub enum Runner {
     Strace,
     StraceSeccomp,
     Watch,
+    TraceAgent,
 }
 
 impl Runner {
-    pub const ALL: [Runner; 7] = [
+    pub const ALL: [Runner; 8] = [
         Runner::Bare,
         Runner::Time,
         Runner::Trace,
         Runner::TraceNoPss,
+        Runner::TraceAgent,
         Runner::Strace,
         Runner::StraceSeccomp,
         Runner::Watch,
@@ -51,6 +53,7 @@ impl Runner {
             Runner::Strace => "strace",
             Runner::StraceSeccomp => "strace-seccomp",
             Runner::Watch => "watch",
+            Runner::TraceAgent => "trace-agent",
         }
     }
 
@@ -64,11 +67,17 @@ impl Runner {
             Runner::Strace => "`strace -f -o /dev/null`",
             Runner::StraceSeccomp => "`strace -f --seccomp-bpf -e trace=process`",
             Runner::Watch => "bare, with `spacetime watch` running",
+            Runner::TraceAgent => {
+                "`spacetime trace` through a running `spacetime agent` (its CPU counted)"
+            }
         }
     }
 
     pub fn is_spacetime(self) -> bool {
-        matches!(self, Runner::Trace | Runner::TraceNoPss | Runner::Watch)
+        matches!(
+            self,
+            Runner::Trace | Runner::TraceNoPss | Runner::Watch | Runner::TraceAgent
+        )
     }
 }
 
@@ -106,6 +115,59 @@ pub struct Env {
     pub spacetime: PathBuf,
     /// Scratch space for reports.
     pub scratch: PathBuf,
+    /// The agent the `trace-agent` runner goes through.
+    pub agent: Option<AgentProcess>,
+}
+
+/// A `spacetime agent` on a private socket, for the whole bench.
+pub struct AgentProcess {
+    child: Child,
+    pub socket: PathBuf,
+}
+
+impl AgentProcess {
+    pub fn start(env_spacetime: &Path, scratch: &Path) -> Result<AgentProcess> {
+        let socket = scratch.join("agent.sock");
+        let stderr = scratch.join("agent-stderr");
+        let child = Command::new(env_spacetime)
+            .args(["-v", "agent", "--socket"])
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&stderr)?)
+            .process_group(0)
+            .spawn()
+            .context("starting spacetime agent")?;
+        let mut a = AgentProcess { child, socket };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = fs::read_to_string(&stderr).unwrap_or_default();
+            if text.contains("listening on") {
+                return Ok(a);
+            }
+            if let Some(st) = a.child.try_wait()? {
+                bail!("spacetime agent ended before it was ready ({st}): {text}");
+            }
+            if Instant::now() > deadline {
+                bail!("spacetime agent not ready after 30 s: {text}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: signals our own child.
+            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+            let _ = self.child.wait();
+        }
+    }
 }
 
 fn timeval_ns(t: libc::timeval) -> u64 {
@@ -205,11 +267,21 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
         }
         Runner::Trace | Runner::TraceNoPss => {
             let mut c = Command::new(&env.spacetime);
-            c.args(["trace", "--keep-root", "--json"]).arg(&report);
+            c.args(["trace", "--no-agent", "--keep-root", "--json"])
+                .arg(&report);
             if runner == Runner::TraceNoPss {
                 c.args(["--pss-interval", "0"]);
             }
             c.args(["--", &w.argv[0]]);
+            c
+        }
+        Runner::TraceAgent => {
+            let agent = env.agent.as_ref().context("no agent for trace-agent")?;
+            let mut c = Command::new(&env.spacetime);
+            c.env("SPACETIME_SOCKET", &agent.socket)
+                .args(["trace", "--keep-root", "--json"])
+                .arg(&report)
+                .args(["--", &w.argv[0]]);
             c
         }
         Runner::Strace => {
@@ -234,7 +306,18 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
     cmd.args(&w.argv[1..]).current_dir(&w.dir);
     let stderr_path = env.scratch.join("stderr");
     let stderr = fs::File::create(&stderr_path)?;
-    let (wall_ns, cpu_ns, code) = measure(quiet(&mut cmd, stderr.into()))?;
+    // The agent works for the run in its own process: its CPU is the run's too.
+    let agent_pid = match runner {
+        Runner::TraceAgent => env.agent.as_ref().map(AgentProcess::pid),
+        _ => None,
+    };
+    let agent_before = agent_pid.map(threads_cpu_ns).transpose()?;
+    let (wall_ns, mut cpu_ns, code) = measure(quiet(&mut cmd, stderr.into()))?;
+    let agent_cpu = match (agent_pid, agent_before) {
+        (Some(pid), Some(before)) => Some(threads_cpu_ns(pid)?.saturating_sub(before)),
+        _ => None,
+    };
+    cpu_ns += agent_cpu.unwrap_or(0);
     if code != 0 {
         let err = fs::read_to_string(&stderr_path).unwrap_or_default();
         let tail: String = err.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
@@ -249,9 +332,25 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
         cpu_ns,
         ..Sample::default()
     };
-    if matches!(runner, Runner::Trace | Runner::TraceNoPss) {
+    if matches!(
+        runner,
+        Runner::Trace | Runner::TraceNoPss | Runner::TraceAgent
+    ) {
         let v = read_json(&report)?;
-        s.tool_cpu_ns = own_cpu(&v);
+        let want = if runner == Runner::TraceAgent {
+            "agent"
+        } else {
+            "own"
+        };
+        if v["programs"].as_str() != Some(want) {
+            bail!(
+                "{} under {}: the report says programs {}",
+                w.name,
+                runner.name(),
+                v["programs"]
+            );
+        }
+        s.tool_cpu_ns = own_cpu(&v).map(|c| c + agent_cpu.unwrap_or(0));
         s.tool_peak_rss = v["spacetime"]["peak_rss_bytes"].as_u64();
         s.lost = v["lost_events"].as_u64();
         s.processes = v["totals"]["processes"].as_u64();

@@ -1,0 +1,124 @@
+//! A `spacetime agent` of a test's own, on a private socket, stopped when dropped; and the
+//! check that a report came through an agent when the suite runs through one.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::{spacetime_bin, TempDir};
+
+/// Set by `cargo xtask test` for its run through an agent: every trace report must say
+/// `"programs": VALUE`, so a silent fallback to own programs fails.
+pub const EXPECT_PROGRAMS_ENV: &str = "ST_EXPECT_PROGRAMS";
+
+/// A running agent.
+pub struct Agent {
+    child: Child,
+    socket: PathBuf,
+    stderr: mpsc::Receiver<String>,
+    _dir: TempDir,
+}
+
+impl Agent {
+    /// Starts `spacetime -v agent --socket <tmp>/agent.sock` and returns once it says it
+    /// listens (its start-up line on stderr).
+    pub fn start(tag: &str) -> Agent {
+        Agent::start_with(tag, &[])
+    }
+
+    /// [`Agent::start`] with more `spacetime agent` options.
+    pub fn start_with(tag: &str, extra: &[&str]) -> Agent {
+        let dir = TempDir::new(&format!("agent-{tag}"));
+        let socket = dir.path().join("agent.sock");
+        let mut child = Command::new(spacetime_bin())
+            .args(["-v", "agent", "--socket"])
+            .arg(&socket)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting spacetime agent: {e}"));
+        let (tx, rx) = mpsc::channel();
+        let err = child.stderr.take().expect("piped stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut seen = Vec::new();
+        loop {
+            match rx.recv_timeout(Duration::from_secs(30)) {
+                Ok(line) if line.contains("listening on") => break,
+                Ok(line) => seen.push(line),
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!(
+                        "spacetime agent never said it listens; stderr:\n{}",
+                        seen.join("\n")
+                    );
+                }
+            }
+        }
+        Agent {
+            child,
+            socket,
+            stderr: rx,
+            _dir: dir,
+        }
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Kills it with `sig` and reaps it; returns its stderr since start-up.
+    pub fn kill(mut self, sig: i32) -> String {
+        // SAFETY: our own unreaped child.
+        unsafe { libc::kill(self.pid(), sig) };
+        let status = self.child.wait().expect("reaping the agent");
+        let mut out: Vec<String> = self.stderr.try_iter().collect();
+        out.push(format!("agent status: {status:?}"));
+        out.join("\n")
+    }
+
+    /// Stops it with SIGTERM; panics unless it exits 0 and removed its socket.
+    pub fn stop(self) {
+        let socket = self.socket.clone();
+        let out = self.kill(libc::SIGTERM);
+        assert!(
+            out.ends_with("agent status: ExitStatus(unix_wait_status(0))"),
+            "the agent did not exit 0 on SIGTERM:\n{out}"
+        );
+        assert!(!socket.exists(), "the agent left its socket behind");
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: our own unreaped child.
+            unsafe { libc::kill(self.pid(), libc::SIGTERM) };
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Panics when the suite runs through an agent and `report` did not come through it.
+pub fn check_programs(report: &serde_json::Value) {
+    if let Ok(want) = std::env::var(EXPECT_PROGRAMS_ENV) {
+        assert_eq!(
+            report["programs"].as_str(),
+            Some(want.as_str()),
+            "{EXPECT_PROGRAMS_ENV}={want}: the report's \"programs\" must say so (a silent fallback?)"
+        );
+    }
+}

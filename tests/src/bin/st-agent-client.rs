@@ -1,0 +1,239 @@
+//! `st-agent-client SOCKET CASE`: a raw client of `spacetime agent`, speaking its protocol
+//! (spacetime::agent::proto) to ask it to trace a process it must refuse, or one it must
+//! accept. Prints one line: `tracked PID` or `refused REASON` (or `error …`), exits 0.
+//!
+//! Cases:
+//!   own-child    a held child of this process, same uid, not exec'd: must be tracked
+//!   not-child    pid 1 (not this process's child)
+//!   other-uid    run as root: fork a held child (uid 0), then become uid 65534 and connect
+//!   execd        a child that has already exec'd `sleep`
+//!   not-pidfd    an ordinary file instead of a pidfd
+//!   sessions N   open N sessions at once (hello on N connections); print the last answer
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+
+use spacetime::agent::{
+    proto::{self, Msg},
+    sock,
+};
+
+fn pidfd(pid: i32) -> OwnedFd {
+    // SAFETY: plain syscall; the result is ours.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        println!(
+            "error pidfd_open({pid}): {}",
+            std::io::Error::last_os_error()
+        );
+        std::process::exit(0);
+    }
+    // SAFETY: a fresh descriptor.
+    unsafe { OwnedFd::from_raw_fd(fd as i32) }
+}
+
+/// Forks a child that waits for a byte on a pipe (or, with `exec`, execs `sleep 30` at once);
+/// returns its pid and the pipe's write end (dropping it ends the child).
+fn child(exec: bool) -> (i32, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: a valid array of two fds.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+    let mut ready = [0; 2];
+    // SAFETY: as above; closed on exec so that EOF says the exec happened.
+    assert_eq!(
+        unsafe { libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) },
+        0,
+        "pipe2"
+    );
+    let sleep = c"/bin/sleep";
+    let thirty = c"30";
+    // SAFETY: single-threaded program; the child makes only async-signal-safe calls.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: as above; never returns.
+        unsafe {
+            if exec {
+                let argv = [sleep.as_ptr(), thirty.as_ptr(), std::ptr::null()];
+                libc::execv(sleep.as_ptr(), argv.as_ptr());
+                libc::_exit(127);
+            }
+            // Only the parent's write end may keep the pipe open.
+            libc::close(fds[1]);
+            let mut b = 0u8;
+            libc::read(fds[0], (&mut b as *mut u8).cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: closing our copies of the child's ends.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(ready[1]);
+        // EOF once the child exec'd (or exited), right away for a held child (no exec, the
+        // read end is still open in it: wait only when it execs).
+        if exec {
+            let mut b = 0u8;
+            libc::read(ready[0], (&mut b as *mut u8).cast(), 1);
+        }
+        libc::close(ready[0]);
+        (pid, OwnedFd::from_raw_fd(fds[1]))
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(socket), Some(case)) = (args.get(1), args.get(2)) else {
+        eprintln!("usage: st-agent-client SOCKET CASE");
+        std::process::exit(2);
+    };
+    if case == "sessions" {
+        let n: usize = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(1);
+        return sessions(Path::new(socket), n);
+    }
+    let mut keep = Vec::new();
+    let passed: OwnedFd = match case.as_str() {
+        "own-child" => {
+            let (pid, hold) = child(false);
+            keep.push(hold);
+            pidfd(pid)
+        }
+        "not-child" => pidfd(1),
+        "execd" => {
+            let (pid, hold) = child(true);
+            keep.push(hold);
+            let fd = pidfd(pid);
+            // The child is killed when the test ends; make sure it does not outlive us.
+            keep.push(pidfd(pid));
+            fd
+        }
+        "other-uid" => {
+            let (pid, hold) = child(false);
+            keep.push(hold);
+            let fd = pidfd(pid);
+            // SAFETY: plain syscalls; dropping every privilege for good.
+            unsafe {
+                libc::setgroups(0, std::ptr::null());
+                assert_eq!(libc::setresgid(65534, 65534, 65534), 0, "setresgid");
+                assert_eq!(libc::setresuid(65534, 65534, 65534), 0, "setresuid");
+            }
+            fd
+        }
+        "not-pidfd" => std::fs::File::open("/etc/hostname")
+            .or_else(|_| std::fs::File::open("/dev/null"))
+            .expect("a file")
+            .into(),
+        other => {
+            eprintln!("unknown case {other}");
+            std::process::exit(2);
+        }
+    };
+    let fd = match sock::connect(Path::new(socket)) {
+        Ok(fd) => fd,
+        Err(e) => {
+            println!("error connect: {e}");
+            return;
+        }
+    };
+    let hello = Msg::Hello {
+        version: proto::VERSION,
+        want: proto::want::TRACE,
+    };
+    let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
+    let recv = |buf: &mut Vec<u8>| -> Option<Msg> {
+        let r = sock::recv(fd.as_raw_fd(), buf, 0).ok()?;
+        Msg::parse(&buf[..r.len]).ok()
+    };
+    if sock::send(fd.as_raw_fd(), &hello.encode(), None).is_err() {
+        println!("error hello");
+        return;
+    }
+    match recv(&mut buf) {
+        Some(Msg::Welcome(_)) => {}
+        other => {
+            println!("error welcome: {other:?}");
+            return;
+        }
+    }
+    if let Err(e) = sock::send(
+        fd.as_raw_fd(),
+        &Msg::Track.encode(),
+        Some(passed.as_raw_fd()),
+    ) {
+        println!("error track: {e}");
+        return;
+    }
+    loop {
+        match recv(&mut buf) {
+            Some(Msg::Tracked { kernel_pid, .. }) => {
+                println!("tracked {kernel_pid}");
+                break;
+            }
+            Some(Msg::Refused { reason }) => {
+                println!("refused {}", String::from_utf8_lossy(&reason));
+                break;
+            }
+            Some(_) => continue,
+            None => {
+                println!("error no answer");
+                break;
+            }
+        }
+    }
+    // End the session cleanly; the held child ends when its pipe closes.
+    let _ = sock::send(fd.as_raw_fd(), &Msg::Finish.encode(), None);
+    while let Some(m) = recv(&mut buf) {
+        if matches!(m, Msg::End(_)) {
+            break;
+        }
+    }
+    if case == "execd" {
+        // SAFETY: our own child: the sleep we started.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                keep[1].as_raw_fd(),
+                libc::SIGKILL,
+                0,
+                0,
+            );
+            libc::wait(std::ptr::null_mut());
+        }
+    }
+    drop(keep);
+}
+
+/// Opens `n` connections, each with its hello, all kept open; prints `welcome` or
+/// `refused REASON` for the last.
+fn sessions(socket: &Path, n: usize) {
+    let mut conns = Vec::new();
+    let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
+    let mut last = String::from("error none");
+    for _ in 0..n {
+        let fd = match sock::connect(socket) {
+            Ok(fd) => fd,
+            Err(e) => {
+                println!("error connect: {e}");
+                return;
+            }
+        };
+        let hello = Msg::Hello {
+            version: proto::VERSION,
+            want: proto::want::TRACE,
+        };
+        if sock::send(fd.as_raw_fd(), &hello.encode(), None).is_err() {
+            println!("error hello");
+            return;
+        }
+        last = match sock::recv(fd.as_raw_fd(), &mut buf, 0)
+            .ok()
+            .and_then(|r| Msg::parse(&buf[..r.len]).ok())
+        {
+            Some(Msg::Welcome(_)) => "welcome".into(),
+            Some(Msg::Refused { reason }) => {
+                format!("refused {}", String::from_utf8_lossy(&reason))
+            }
+            other => format!("error {other:?}"),
+        };
+        conns.push(fd);
+    }
+    println!("{last}");
+}

@@ -1,0 +1,592 @@
+//! `spacetime agent`: traces for an unprivileged user with the same figures as root's, several
+//! traces at once each with its own figures, the refusals of its security model, a client
+//! that outlives the agent, and the fallbacks when there is no agent.
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+use spacetime_tests::agent::Agent;
+use spacetime_tests::watch::{token, Watch};
+use spacetime_tests::{
+    assert_rss, assert_world_executable, find_process, spacetime_bin, wait_for_descendant, TempDir,
+    Trace, MIB,
+};
+
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+const CLIENT: &str = env!("CARGO_BIN_EXE_st-agent-client");
+
+fn programs(report: &Value) -> &str {
+    report["programs"].as_str().unwrap_or("(missing)")
+}
+
+fn tree_peak(report: &Value) -> u64 {
+    report["totals"]["tree_peak_rss_bytes"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no totals.tree_peak_rss_bytes in {}", report["totals"]))
+}
+
+fn nobody_can_run_the_binaries() {
+    assert_world_executable(std::path::Path::new(WL));
+    assert_world_executable(&spacetime_bin());
+}
+
+#[test]
+fn unprivileged_trace_has_root_figures() {
+    nobody_can_run_the_binaries();
+    let agent = Agent::start("nobody");
+    let out = Trace::new([WL, "touch", "64"])
+        .through(&agent)
+        .as_nobody()
+        .tag("agent-nobody")
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    assert_eq!(programs(&v), "agent", "{}", out.context());
+    let report = out.report();
+    let truth = out.truth_one("touch");
+    assert!(truth.vmhwm_bytes() >= 64 * MIB, "truth: VmHWM below 64 MiB");
+    let p = find_process(&report, truth.pid());
+    assert_rss(
+        "non-root trace: peak_rss_bytes",
+        p.peak_rss_bytes,
+        truth.vmhwm_bytes(),
+    );
+    assert_rss(
+        "non-root trace: tree peak",
+        tree_peak(&v),
+        truth.vmhwm_bytes(),
+    );
+    assert!(
+        v["taskstats"]["matched"].as_u64() == Some(1),
+        "the agent's taskstats record reached the client: {}",
+        v["taskstats"]
+    );
+
+    // Root's own programs on the same workload: the same figures, each against its truth.
+    let own = Trace::new([WL, "touch", "64"])
+        .flag("--no-agent")
+        .tag("agent-root-own")
+        .run();
+    own.assert_code(0);
+    let ov = own.json_value();
+    assert_eq!(programs(&ov), "own");
+    let ot = own.truth_one("touch");
+    let op = find_process(&own.report(), ot.pid()).peak_rss_bytes;
+    assert_rss("root's own trace: peak_rss_bytes", op, ot.vmhwm_bytes());
+    // The two processes differ a little (root's has more to map), and the two reports differ
+    // by what their truths differ by.
+    let reports = p.peak_rss_bytes as i64 - op as i64;
+    let truths = truth.vmhwm_bytes() as i64 - ot.vmhwm_bytes() as i64;
+    assert!(
+        (reports - truths).abs() <= 8 * 4096,
+        "non-root minus root: reports {reports} bytes, truths {truths} bytes"
+    );
+    agent.stop();
+}
+
+/// `--delayacct` needs a root-only sysctl: through the agent, the agent switches it on for the
+/// session and puts it back after.
+#[test]
+fn unprivileged_delayacct_is_switched_by_the_agent() {
+    nobody_can_run_the_binaries();
+    const SYSCTL: &str = "/proc/sys/kernel/task_delayacct";
+    let before = std::fs::read_to_string(SYSCTL).expect("read the sysctl");
+    let agent = Agent::start("delayacct");
+    let out = Trace::new([WL, "touch", "8"])
+        .flag("--delayacct")
+        .through(&agent)
+        .as_nobody()
+        .tag("agent-delayacct")
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    assert_eq!(programs(&v), "agent");
+    assert_eq!(
+        v["taskstats"]["delayacct"],
+        Value::Bool(true),
+        "delay accounting was on for the run: {}",
+        v["taskstats"]
+    );
+    agent.stop();
+    let after = std::fs::read_to_string(SYSCTL).expect("read the sysctl");
+    assert_eq!(after, before, "kernel.task_delayacct put back as it was");
+}
+
+/// CPU through the agent, checked as tests/tests/cpu.rs checks it: what wait4 returned.
+#[test]
+fn unprivileged_cpu_is_what_wait4_returned() {
+    nobody_can_run_the_binaries();
+    let agent = Agent::start("cpu");
+    let spins = ["0", "700", "3000", "15000"];
+    let mut argv = vec![WL, "rusage"];
+    argv.extend(spins);
+    let out = Trace::new(argv)
+        .through(&agent)
+        .as_nobody()
+        .tag("agent-cpu")
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    assert_eq!(programs(&v), "agent");
+    let t = out.truth_one("rusage");
+    let (pids, user, sys) = (t.ints("pids"), t.ints("user_us"), t.ints("sys_us"));
+    assert_eq!(pids.len(), spins.len(), "children");
+    for (i, &pid) in pids.iter().enumerate() {
+        let p = v["processes"]
+            .as_array()
+            .and_then(|a| a.iter().find(|p| p["pid"].as_i64() == Some(pid)))
+            .unwrap_or_else(|| panic!("pid {pid} missing from the report"));
+        assert_eq!(p["cpu_final"], Value::Bool(true), "pid {pid}: {p}");
+        let us = |k: &str| p[k].as_i64().unwrap_or(-1_000_000) / 1000;
+        let got = us("user_ns") + us("sys_ns");
+        let want = user[i] + sys[i];
+        // As cpu.rs: the child's last slice may be folded in after its parent's wait4.
+        assert!(
+            (0..=50).contains(&(got - want)),
+            "pid {pid} ({} µs burnt): spacetime {got} µs, wait4 {want} µs",
+            spins[i]
+        );
+    }
+}
+
+/// Two traces through one agent at once, both processes at their peak at the same moment:
+/// each tree's peak is its own process's, not the sum.
+#[test]
+fn two_traces_at_once_each_exact() {
+    nobody_can_run_the_binaries();
+    let agent = Agent::start("two");
+    let meet = TempDir::new("agent-meet");
+    let dir = meet.path().to_str().expect("utf-8 temp dir").to_string();
+    let small = Trace::new([WL, "hold-together", "2", &dir, "40", "0"])
+        .through(&agent)
+        .as_nobody()
+        .tag("agent-small")
+        .spawn();
+    let big = Trace::new([WL, "hold-together", "2", &dir, "120", "0"])
+        .through(&agent)
+        .tag("agent-big")
+        .spawn();
+    for (out, mib) in [(small.wait(), 40), (big.wait(), 120)] {
+        out.assert_code(0);
+        let v = out.json_value();
+        assert_eq!(programs(&v), "agent", "{}", out.context());
+        let t = out.truth_one("hold-together");
+        assert!(t.vmhwm_bytes() >= mib * MIB, "truth below {mib} MiB");
+        let report = out.report();
+        assert_eq!(
+            report.processes.len(),
+            1,
+            "{mib} MiB trace: only its own process"
+        );
+        let p = find_process(&report, t.pid());
+        assert_rss(
+            &format!("{mib} MiB trace: peak"),
+            p.peak_rss_bytes,
+            t.vmhwm_bytes(),
+        );
+        assert_rss(
+            &format!("{mib} MiB trace: tree peak"),
+            tree_peak(&v),
+            t.vmhwm_bytes(),
+        );
+    }
+}
+
+fn client(agent: &Agent, case: &str) -> String {
+    client_as(agent, &[case], false)
+}
+
+fn client_as(agent: &Agent, args: &[&str], nobody: bool) -> String {
+    let mut cmd = match nobody {
+        true => {
+            let mut c = Command::new("setpriv");
+            c.args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--",
+                CLIENT,
+            ]);
+            c
+        }
+        false => Command::new(CLIENT),
+    };
+    let case = args.join(" ");
+    let out = cmd
+        .arg(agent.socket())
+        .args(args)
+        .output()
+        .expect("run st-agent-client");
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(out.status.success(), "st-agent-client {case}: {out:?}");
+    text
+}
+
+#[test]
+fn refuses_what_is_not_the_clients_own_held_child() {
+    let agent = Agent::start("refuse");
+    let own = client(&agent, "own-child");
+    assert!(own.starts_with("tracked "), "own held child: {own}");
+    for (case, want) in [
+        ("not-child", "is not a child of the client"),
+        ("other-uid", "does not run as the client's user"),
+        ("execd", "has already exec'd"),
+        ("not-pidfd", "not a process descriptor"),
+    ] {
+        let got = client(&agent, case);
+        assert!(
+            got.starts_with("refused ") && got.contains(want),
+            "{case}: want a refusal saying {want:?}, got {got:?}"
+        );
+    }
+    // The agent still serves after refusing.
+    let again = client(&agent, "own-child");
+    assert!(again.starts_with("tracked "), "after refusals: {again}");
+    agent.stop();
+}
+
+/// A non-root user holds at most 8 sessions at once; root is not limited so.
+#[test]
+fn sessions_per_user_are_limited() {
+    assert_world_executable(std::path::Path::new(CLIENT));
+    let agent = Agent::start("limits");
+    assert_eq!(
+        client_as(&agent, &["sessions", "8"], true),
+        "welcome",
+        "8 sessions"
+    );
+    let ninth = client_as(&agent, &["sessions", "9"], true);
+    assert!(
+        ninth.starts_with("refused ") && ninth.contains("already has 8 sessions"),
+        "the 9th session of one user: {ninth}"
+    );
+    assert_eq!(
+        client_as(&agent, &["sessions", "12"], false),
+        "welcome",
+        "root"
+    );
+    agent.stop();
+}
+
+/// A non-root session's process limit: the forks beyond it are not traced, and the report
+/// counts them and says it is incomplete.
+#[test]
+fn a_non_root_session_stops_at_its_process_limit() {
+    nobody_can_run_the_binaries();
+    let agent = Agent::start_with("limit", &["--session-limit", "3"]);
+    // Five holders alive at once (each waits until all five are there) under one shell.
+    let meet = TempDir::new("agent-limit-meet");
+    let script = format!(
+        "for i in 1 2 3 4 5; do {WL} hold-together 5 {} 1 0 & done; wait",
+        meet.path().display()
+    );
+    let out = Trace::new(["sh", "-c", &script])
+        .through(&agent)
+        .as_nobody()
+        .tag("agent-limit")
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    let counters = &v["kernel"]["counters"];
+    // The shell and two holders fill the limit of 3: three of the five holders are refused.
+    assert_eq!(
+        counters["session_limit"].as_u64(),
+        Some(3),
+        "forks refused by the limit: {counters}\n{}",
+        out.context()
+    );
+    assert!(
+        out.stderr.contains("over the session's process limit"),
+        "the summary says why it is incomplete\n{}",
+        out.context()
+    );
+    agent.stop();
+}
+
+#[test]
+fn non_root_attach_to_another_users_process_is_refused() {
+    nobody_can_run_the_binaries();
+    let agent = Agent::start("attach");
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(spacetime_bin())
+        .args(["trace", "-p", "1"])
+        .env("SPACETIME_SOCKET", agent.socket())
+        .output()
+        .expect("setpriv runs spacetime");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "stderr: {err}");
+    assert!(err.contains("not as uid 65534"), "stderr: {err}");
+}
+
+/// A non-root `trace -p` of its own process goes through the agent: the process is followed
+/// to its end and its exit status is the kernel's.
+#[test]
+fn unprivileged_attach_through_the_agent() {
+    nobody_can_run_the_binaries();
+    let agent = Agent::start("attach-own");
+    let dir = TempDir::new("agent-attach");
+    let mut target = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args([WL, "sleep", "1500"])
+        .env("ST_TRUTH", dir.path().join("truth.jsonl"))
+        .spawn()
+        .expect("start the target as nobody");
+    let pid = target.id() as i32;
+    // setpriv execs the workload: attach once the process runs it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if cmdline.starts_with(WL.as_bytes()) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the target never ran the workload"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let report = dir.path().join("report.json");
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(spacetime_bin())
+        .args(["trace", "--json"])
+        .arg(&report)
+        .args(["-p", &pid.to_string()])
+        .env("SPACETIME_SOCKET", agent.socket())
+        .output()
+        .expect("setpriv runs spacetime");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let status = target.wait().expect("reap the target");
+    assert_eq!(status.code(), Some(0), "the target's own status");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "trace -p exits with the root's status: {err}"
+    );
+    let v: Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("the report")).expect("JSON report");
+    assert_eq!(programs(&v), "agent", "{err}");
+    let p = v["processes"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["pid"].as_i64() == Some(pid as i64)))
+        .unwrap_or_else(|| panic!("pid {pid} missing: {v}"));
+    assert_eq!(p["exit"]["code"].as_i64(), Some(0), "{p}");
+    agent.stop();
+}
+
+/// The agent ends (`sig`) while the command runs: the client says so, keeps waiting for its
+/// command, and exits with the command's status; the command runs to its end.
+fn agent_ends_mid_trace(sig: i32, tag: &str) -> (String, String) {
+    nobody_can_run_the_binaries();
+    let agent = Agent::start(tag);
+    let script = format!("{WL} sleep 1500; exit 7");
+    let running = Trace::new(["sh", "-c", &script])
+        .through(&agent)
+        .as_nobody()
+        .tag(tag)
+        .spawn();
+    wait_for_descendant(
+        running.pid(),
+        &[WL, "sleep", "1500"],
+        Duration::from_secs(30),
+    );
+    let agent_err = agent.kill(sig);
+    let out = running.wait();
+    out.assert_code(7);
+    assert!(
+        out.stderr.contains("the agent went away"),
+        "the client must say the agent went away\n{}\nagent:\n{agent_err}",
+        out.context()
+    );
+    // Said while the command still ran (it sleeps 1.5 s from before the agent ended): before
+    // the summary, which comes once the command is gone.
+    let said = out.stderr.find("the agent went away");
+    let summary = out.stderr.find(&format!("spacetime: sh -c {script}"));
+    assert!(
+        matches!((said, summary), (Some(a), Some(b)) if a < b),
+        "the client must say so before the command ends\n{}",
+        out.context()
+    );
+    let t = out.truth_one("sleep");
+    assert_eq!(t.int("ms"), 1500, "the command ran to its end");
+    assert_eq!(programs(&out.json_value()), "agent");
+    (out.stderr.clone(), agent_err)
+}
+
+#[test]
+fn agent_killed_mid_trace() {
+    agent_ends_mid_trace(libc::SIGKILL, "agent-killed");
+}
+
+/// SIGTERM: the agent tells its clients it stops, ends their sessions and exits 0.
+#[test]
+fn agent_stopped_mid_trace() {
+    let (client, agent) = agent_ends_mid_trace(libc::SIGTERM, "agent-stopped");
+    assert!(
+        client.contains("it is stopping"),
+        "the client is told the agent stops: {client}"
+    );
+    assert!(
+        agent.ends_with("agent status: ExitStatus(unix_wait_status(0))"),
+        "the agent exits 0 on SIGTERM:\n{agent}"
+    );
+}
+
+#[test]
+fn without_an_agent_root_loads_its_own_and_others_are_told() {
+    let out = Trace::new([WL, "touch", "8"])
+        .env("SPACETIME_SOCKET", "/nonexistent/agent.sock")
+        .tag("agent-none-root")
+        .run();
+    out.assert_code(0);
+    assert_eq!(programs(&out.json_value()), "own", "{}", out.context());
+
+    nobody_can_run_the_binaries();
+    let out = Trace::new([WL, "touch", "8"])
+        .env("SPACETIME_SOCKET", "/nonexistent/agent.sock")
+        .as_nobody()
+        .tag("agent-none-nobody")
+        .run();
+    out.assert_code(125);
+    let err = out.stderr.trim();
+    assert!(
+        err.contains("no spacetime agent answers")
+            && err.contains("sudo")
+            && err.lines().count() == 1,
+        "one sentence: start an agent or use sudo; got:\n{err}"
+    );
+    assert!(out.truth.is_empty(), "nothing ran");
+}
+
+#[test]
+fn no_agent_flag_loads_own_programs_beside_a_live_agent() {
+    let agent = Agent::start("noagent");
+    let out = Trace::new([WL, "touch", "8"])
+        .through(&agent)
+        .flag("--no-agent")
+        .tag("agent-flag")
+        .run();
+    out.assert_code(0);
+    assert_eq!(programs(&out.json_value()), "own");
+    let through = Trace::new([WL, "touch", "8"])
+        .through(&agent)
+        .tag("agent-through")
+        .run();
+    through.assert_code(0);
+    assert_eq!(programs(&through.json_value()), "agent");
+    agent.stop();
+}
+
+const NOBODY: [&str; 4] = [
+    "setpriv",
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+];
+
+/// A non-root `watch` through the agent sees its own uid's exits and no one else's; root's
+/// sees both.
+#[test]
+fn a_non_root_watch_sees_its_own_exits_only() {
+    nobody_can_run_the_binaries();
+    let agent = Agent::start("watch");
+    let watch = |nobody: bool| {
+        let w = Watch::new()
+            .env("SPACETIME_SOCKET", agent.socket())
+            .flag("--json");
+        let w = match nobody {
+            true => w.under(NOBODY.iter().chain(["--"].iter())),
+            false => w,
+        };
+        w.start()
+    };
+    let as_nobody = watch(true);
+    let as_root = watch(false);
+    let mine = token("nobody");
+    let theirs = token("root");
+    let st = Command::new("setpriv")
+        .args(NOBODY)
+        .arg("--")
+        .args([WL, "quiet-exit", "3", &mine])
+        .status()
+        .expect("run the workload as nobody");
+    assert_eq!(st.code(), Some(3), "nobody's workload");
+    let st = Command::new(WL)
+        .args(["quiet-exit", "4", &theirs])
+        .status()
+        .expect("run the workload as root");
+    assert_eq!(st.code(), Some(4), "root's workload");
+    as_root.wait_until(
+        "root's watch sees both exits",
+        Duration::from_secs(30),
+        |out| out.contains(&mine) && out.contains(&theirs),
+    );
+    as_nobody.wait_until(
+        "nobody's watch sees its exit",
+        Duration::from_secs(30),
+        |out| out.contains(&mine),
+    );
+    let nobody = as_nobody.interrupt();
+    let root = as_root.interrupt();
+    assert_eq!(nobody.exits_with(&mine).len(), 1, "{}", nobody.context());
+    assert!(
+        nobody.exits_with(&theirs).is_empty(),
+        "a non-root watch saw root's exit\n{}",
+        nobody.context()
+    );
+    let others: Vec<Value> = nobody
+        .json_lines()
+        .into_iter()
+        .filter(|v| v["uid"].as_u64() != Some(65534))
+        .collect();
+    assert!(others.is_empty(), "exits of other users: {others:?}");
+    assert_eq!(root.exits_with(&mine).len(), 1, "{}", root.context());
+    assert_eq!(root.exits_with(&theirs).len(), 1, "{}", root.context());
+    agent.stop();
+}
+
+/// Socket activation (contrib/systemd/spacetime-agent.socket): the agent started at the first
+/// connection on a socket systemd made serves it, and leaves the socket to systemd.
+#[test]
+fn socket_activation_serves_the_first_client() {
+    nobody_can_run_the_binaries();
+    let dir = TempDir::new("agent-activation");
+    let socket = dir.path().join("agent.sock");
+    let mut activator = Command::new("systemd-socket-activate")
+        .args(["--seqpacket", "-l"])
+        .arg(&socket)
+        .arg(spacetime_bin())
+        .args(["agent"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("systemd-socket-activate (systemd) runs");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !socket.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no socket from systemd-socket-activate"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::set_permissions(&socket, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .expect("chmod the socket");
+    let out = Trace::new([WL, "touch", "16"])
+        .env("SPACETIME_SOCKET", &socket)
+        .as_nobody()
+        .tag("agent-activated")
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    assert_eq!(programs(&v), "agent", "{}", out.context());
+    let t = out.truth_one("touch");
+    let p = find_process(&out.report(), t.pid()).peak_rss_bytes;
+    assert_rss("activated agent: peak", p, t.vmhwm_bytes());
+    // SAFETY: our own child (the activator exec'd the agent).
+    unsafe { libc::kill(activator.id() as i32, libc::SIGTERM) };
+    let st = activator.wait().expect("reap the agent");
+    assert_eq!(st.code(), Some(0), "the agent exits 0 on SIGTERM");
+    assert!(socket.exists(), "a socket systemd made is left to it");
+}

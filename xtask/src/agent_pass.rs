@@ -1,0 +1,70 @@
+//! The second pass of `cargo xtask test`: the trace-centred integration tests again, every
+//! trace through a `spacetime agent` that xtask starts on a private socket. The harness
+//! checks that each report says it came through the agent (`ST_EXPECT_PROGRAMS=agent`), so
+//! a silent fallback to own programs fails the pass.
+
+use std::{
+    ffi::OsString,
+    io::{BufRead, BufReader},
+    process::{Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use anyhow::{bail, Context, Result};
+
+/// The test files run through the agent.
+const FILES: [&str; 6] = ["memory", "processes", "cpu", "exit", "bench", "attach"];
+
+pub fn run(cargo: Command, bin: &std::path::Path, args: &[OsString]) -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("spacetime-xtask-agent-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let socket = dir.join("agent.sock");
+    let mut agent = Command::new(bin)
+        .args(["-v", "agent", "--socket"])
+        .arg(&socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting spacetime agent")?;
+    // Wait for its start-up line; keep forwarding its stderr afterwards.
+    let (tx, rx) = mpsc::channel();
+    let err = agent.stderr.take().context("agent stderr")?;
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if line.contains("listening on") {
+                let _ = tx.send(());
+            } else if !line.contains("INFO") {
+                eprintln!("agent: {line}");
+            }
+        }
+    });
+    if rx.recv_timeout(Duration::from_secs(60)).is_err() {
+        let _ = agent.kill();
+        bail!("spacetime agent did not start listening within 60 s");
+    }
+    eprintln!(
+        "xtask: running {} again through spacetime agent ({})",
+        FILES.join(", "),
+        socket.display()
+    );
+    let mut cmd = cargo;
+    cmd.env("SPACETIME_SOCKET", &socket)
+        .env("ST_EXPECT_PROGRAMS", "agent")
+        .args(["test", "--release", "-p", "spacetime-tests"]);
+    for f in FILES {
+        cmd.args(["--test", f]);
+    }
+    cmd.arg("--").args(args);
+    let result = crate::run(&mut cmd);
+    // SAFETY: our own unreaped child.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    let status = agent.wait().context("waiting for the agent")?;
+    let _ = std::fs::remove_dir_all(&dir);
+    result?;
+    if !status.success() {
+        bail!("spacetime agent exited with {status} on SIGTERM");
+    }
+    Ok(())
+}
