@@ -1,0 +1,59 @@
+//! Start-up of the kernel side: aya's loader is built in a thread confined to a root where the
+//! kernel's BTF is not visible (so aya skips its parse), and that confinement stays in that
+//! thread: after loading, the process's root and cwd are as before and relative paths work.
+
+use std::path::PathBuf;
+
+use spacetime::loader::{LoadOptions, Probes};
+
+fn link(path: &str) -> PathBuf {
+    std::fs::read_link(path).unwrap_or_else(|e| panic!("readlink {path}: {e}"))
+}
+
+/// The main thread's (the thread-group leader's) and this thread's root and cwd.
+fn roots_and_cwds() -> [PathBuf; 4] {
+    [
+        link("/proc/self/root"),
+        link("/proc/self/cwd"),
+        link("/proc/thread-self/root"),
+        link("/proc/thread-self/cwd"),
+    ]
+}
+
+#[test]
+fn load_skips_aya_btf_and_keeps_root_and_cwd() {
+    let before = roots_and_cwds();
+    let probes = Probes::load(&LoadOptions {
+        track_rss: true,
+        ..LoadOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("the programs load: {e}"));
+    assert!(
+        !probes.aya_btf_parsed,
+        "as root on a kernel with BTF, aya's loader must be built without parsing it"
+    );
+    let stats = probes.program_stats();
+    let exit = stats
+        .programs
+        .iter()
+        .find(|p| p.name == "sched_process_exit")
+        .expect("the exit program is loaded");
+    assert!(
+        exit.load_us.is_some_and(|us| us > 0) && exit.verified_insns.is_some_and(|n| n > 0),
+        "the exit program was verified and its load timed: {:?} µs, {:?} instructions",
+        exit.load_us,
+        exit.verified_insns
+    );
+    assert_eq!(
+        before,
+        roots_and_cwds(),
+        "loading changed the process's root or cwd"
+    );
+    // cargo runs integration tests in the package's directory.
+    std::fs::read_to_string("Cargo.toml")
+        .unwrap_or_else(|e| panic!("a relative open after loading: {e}"));
+    assert!(
+        std::path::Path::new("/sys/kernel/btf/vmlinux").exists(),
+        "the kernel's BTF is no longer visible after loading"
+    );
+}
