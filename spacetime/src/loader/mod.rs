@@ -324,48 +324,6 @@ fn attach_fentry(
     Ok(())
 }
 
-/// Loads the raw-tracepoint programs of `hooks` (program, tracepoint) at once, one thread
-/// each: the kernel verifies them concurrently, which halves the ~55 ms the verifier takes on
-/// two cores. Attaching stays in the caller's order.
-/// Returns each program's load time in µs.
-fn load_in_parallel(
-    ebpf: &mut Ebpf,
-    hooks: &[(&'static str, &'static str)],
-) -> Result<Vec<(String, u64)>, LoadError> {
-    let mut progs = Vec::with_capacity(hooks.len());
-    for (name, prog) in ebpf.programs_mut() {
-        if let Some(&(name, tracepoint)) = hooks.iter().find(|(n, _)| *n == name) {
-            let prog: &mut RawTracePoint = prog
-                .try_into()
-                .map_err(|source| LoadError::Attach { tracepoint, source })?;
-            progs.push((name, tracepoint, prog));
-        }
-    }
-    if let Some(&(missing, _)) = hooks.iter().find(|(n, _)| !progs.iter().any(|p| p.0 == *n)) {
-        return Err(LoadError::MissingProgram(missing));
-    }
-    std::thread::scope(|s| {
-        let handles: Vec<_> = progs
-            .into_iter()
-            .map(|(name, tracepoint, prog)| {
-                s.spawn(move || {
-                    let t = Instant::now();
-                    prog.load()
-                        .map_err(|source| LoadError::Attach { tracepoint, source })?;
-                    Ok((name.to_string(), t.elapsed().as_micros() as u64))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .map_err(|_| LoadError::ThreadPanicked("verifying a program"))?
-            })
-            .collect()
-    })
-}
-
 impl Probes {
     /// Checks the environment, resolves kernel offsets, loads and attaches the programs.
     pub fn load(opts: &LoadOptions) -> Result<Probes, LoadError> {
@@ -478,7 +436,7 @@ impl Probes {
             hooks.push(("sched_process_free", "sched_process_free"));
         }
         let verify_started = Instant::now();
-        let load_us = load_in_parallel(&mut ebpf, &hooks)?;
+        let load_us = startup::verify_all(&mut ebpf, &hooks)?;
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         log::debug!(
             "start-up: offsets resolved at {:.1} ms, aya's loader ready at {:.1} ms ({:.1} ms on \
