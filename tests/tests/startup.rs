@@ -2,12 +2,20 @@
 //! kernel's BTF is not visible (so aya skips its parse), and that confinement stays in that
 //! thread: after loading, the process's root and cwd are as before and relative paths work.
 
-use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 
 use spacetime::loader::{LoadOptions, Probes};
 
 fn link(path: &str) -> PathBuf {
     std::fs::read_link(path).unwrap_or_else(|e| panic!("readlink {path}: {e}"))
+}
+
+/// (device, inode) of a directory, to tell it is the same one.
+fn ids(path: impl AsRef<Path>) -> (u64, u64) {
+    let path = path.as_ref();
+    let m = std::fs::metadata(path).unwrap_or_else(|e| panic!("stat {}: {e}", path.display()));
+    (m.dev(), m.ino())
 }
 
 /// The main thread's (the thread-group leader's) and this thread's root and cwd.
@@ -49,11 +57,15 @@ fn load_skips_aya_btf_and_keeps_root_and_cwd() {
         roots_and_cwds(),
         "loading changed the process's root or cwd"
     );
-    // cargo runs integration tests in the package's directory.
-    std::fs::read_to_string("Cargo.toml")
-        .unwrap_or_else(|e| panic!("a relative open after loading: {e}"));
+    // Relative paths and "/" resolve where they did: the same directories as before loading.
+    assert_eq!(
+        ids("."),
+        ids(&before[1]),
+        "\".\" is not the directory cwd was before loading"
+    );
+    assert_eq!(ids("/"), ids(&before[0]), "\"/\" is not the root it was");
     assert!(
-        std::path::Path::new("/sys/kernel/btf/vmlinux").exists(),
+        Path::new("/sys/kernel/btf/vmlinux").exists(),
         "the kernel's BTF is no longer visible after loading"
     );
 }
