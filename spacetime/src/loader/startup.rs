@@ -16,9 +16,9 @@ use aya::{programs::RawTracePoint, Ebpf, EbpfLoader};
 
 use super::{LoadError, BTF_PATH};
 
-/// Raw-tracepoint programs by the CPU the verifier spends on them, costliest first
-/// (6.18: exit 15–16 ms, exec 12 ms, fork 3 ms, each of the others under 2 ms). Names not
-/// listed come last.
+/// Raw-tracepoint programs by the CPU the verifier spends on them, costliest first (6.18,
+/// idle: exit 16–17 ms, exec 12.5–13.5 ms, fork 3 ms, each of the others under 2 ms; `-vv`
+/// logs them). Names not listed come last.
 const VERIFY_ORDER: [&str; 8] = [
     "sched_process_exit",
     "sched_process_exec",
