@@ -1,9 +1,11 @@
 //! Start-up of the kernel side: aya's loader is built in a thread confined to a root where the
 //! kernel's BTF is not visible (so aya skips its parse), and that confinement stays in that
 //! thread: after loading, the process's root and cwd are as before and relative paths work.
+//! Without the capability to chroot, aya parses the BTF as before and tracing still works.
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::{fs::MetadataExt, process::CommandExt};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use spacetime::loader::{LoadOptions, Probes};
 
@@ -67,5 +69,42 @@ fn load_skips_aya_btf_and_keeps_root_and_cwd() {
     assert!(
         Path::new("/sys/kernel/btf/vmlinux").exists(),
         "the kernel's BTF is no longer visible after loading"
+    );
+}
+
+/// Without CAP_SYS_CHROOT (as in some containers) the loader thread cannot hide the BTF: aya
+/// parses it as it always did, says so at -vv, and the programs load and trace all the same.
+#[test]
+fn without_cap_sys_chroot_aya_parses_and_tracing_works() {
+    const CAP_SYS_CHROOT: libc::c_ulong = 18;
+    let mut cmd = Command::new(spacetime_tests::spacetime_bin());
+    cmd.args(["-vv", "trace", "-q", "--", "true"]);
+    // SAFETY: only prctl between fork and exec; it drops the capability from the child's
+    // bounding set, so the spacetime it execs runs without it.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_CHROOT, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd
+        .output()
+        .expect("running spacetime without CAP_SYS_CHROOT");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let ours: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("spacetime::loader"))
+        .collect();
+    assert!(
+        out.status.success(),
+        "spacetime without CAP_SYS_CHROOT exited {:?}: {ours:#?}",
+        out.status
+    );
+    assert!(
+        ours.iter()
+            .any(|l| l.contains("aya's loader parsed the kernel's BTF (chroot")),
+        "no line saying the loader fell back to aya's parse: {ours:#?}"
     );
 }
