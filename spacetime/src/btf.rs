@@ -162,9 +162,26 @@ struct Found {
     type_id: u32,
 }
 
+/// The raw blob: read into the heap, or the kernel's own mapped (see `mapped`).
+enum Blob {
+    Heap(Vec<u8>),
+    Mapped(mapped::Mapped),
+}
+
+impl std::ops::Deref for Blob {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Blob::Heap(v) => v,
+            Blob::Mapped(m) => m,
+        }
+    }
+}
+
 /// Parsed BTF. Holds the raw blob plus an index of where each type starts.
 pub struct Btf {
-    data: Vec<u8>,
+    data: Blob,
     str_start: usize,
     str_end: usize,
     /// `type_pos[id]` = position of type `id` in `data`; index 0 (void) is unused.
@@ -206,9 +223,16 @@ fn section(data: &[u8], base: usize, off: u32, len: u32) -> Result<(usize, usize
 }
 
 impl Btf {
-    /// Reads and parses the running kernel's BTF.
+    /// Reads and parses the running kernel's BTF: mapped where the kernel allows it (6.16+),
+    /// read otherwise.
     pub fn from_sys_fs() -> Result<Btf> {
-        Self::from_file(VMLINUX_BTF)
+        match mapped::Mapped::open(Path::new(VMLINUX_BTF)) {
+            Ok(m) => Self::parse_blob(Blob::Mapped(m)),
+            Err(e) => {
+                log::debug!("{VMLINUX_BTF} cannot be mapped ({e}): reading it");
+                Self::from_file(VMLINUX_BTF)
+            }
+        }
     }
 
     /// Reads and parses a raw BTF file (not an ELF `.BTF` section).
@@ -223,6 +247,10 @@ impl Btf {
 
     /// Parses a raw BTF blob in this machine's byte order.
     pub fn parse(data: Vec<u8>) -> Result<Btf> {
+        Self::parse_blob(Blob::Heap(data))
+    }
+
+    fn parse_blob(data: Blob) -> Result<Btf> {
         // Positions are stored as u32 to halve the index; kernel BTF is a few MB.
         if u32::try_from(data.len()).is_err() {
             return Err(BtfError::Truncated("blob larger than 4 GiB"));
@@ -645,5 +673,6 @@ fn cstr(strs: &[u8], off: u32) -> Result<&[u8]> {
     Ok(&rest[..len])
 }
 
+mod mapped;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -40,6 +40,7 @@ mod adopt;
 mod own_pid;
 mod runs;
 mod sessions;
+mod startup;
 mod stats;
 
 pub use own_pid::{run_own_pid, LearnedPid};
@@ -156,6 +157,9 @@ pub struct Probes {
     pub cpu_at_release: bool,
     /// Each raw-tracepoint program's load time (µs), verification included.
     load_us: Vec<(String, u64)>,
+    /// aya parsed the kernel's BTF for its loader (the thread that builds it could not hide
+    /// it: see startup.rs); that costs ~10 ms of start-up and nothing else.
+    pub aya_btf_parsed: bool,
 }
 
 /// The kernel programs' own diagnostics (aya-log), forwarded to the `log` crate.
@@ -320,48 +324,6 @@ fn attach_fentry(
     Ok(())
 }
 
-/// Loads the raw-tracepoint programs of `hooks` (program, tracepoint) at once, one thread
-/// each: the kernel verifies them concurrently, which halves the ~55 ms the verifier takes on
-/// two cores. Attaching stays in the caller's order.
-/// Returns each program's load time in µs.
-fn load_in_parallel(
-    ebpf: &mut Ebpf,
-    hooks: &[(&'static str, &'static str)],
-) -> Result<Vec<(String, u64)>, LoadError> {
-    let mut progs = Vec::with_capacity(hooks.len());
-    for (name, prog) in ebpf.programs_mut() {
-        if let Some(&(name, tracepoint)) = hooks.iter().find(|(n, _)| *n == name) {
-            let prog: &mut RawTracePoint = prog
-                .try_into()
-                .map_err(|source| LoadError::Attach { tracepoint, source })?;
-            progs.push((name, tracepoint, prog));
-        }
-    }
-    if let Some(&(missing, _)) = hooks.iter().find(|(n, _)| !progs.iter().any(|p| p.0 == *n)) {
-        return Err(LoadError::MissingProgram(missing));
-    }
-    std::thread::scope(|s| {
-        let handles: Vec<_> = progs
-            .into_iter()
-            .map(|(name, tracepoint, prog)| {
-                s.spawn(move || {
-                    let t = Instant::now();
-                    prog.load()
-                        .map_err(|source| LoadError::Attach { tracepoint, source })?;
-                    Ok((name.to_string(), t.elapsed().as_micros() as u64))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .map_err(|_| LoadError::ThreadPanicked("verifying a program"))?
-            })
-            .collect()
-    })
-}
-
 impl Probes {
     /// Checks the environment, resolves kernel offsets, loads and attaches the programs.
     pub fn load(opts: &LoadOptions) -> Result<Probes, LoadError> {
@@ -373,9 +335,9 @@ impl Probes {
         let object = OBJECT.ok_or(LoadError::NotBuilt)?;
         bump_memlock();
 
-        // aya's EbpfLoader::new() reads and parses the kernel's BTF whether or not it is used
-        // (~25 ms of CPU); do that on another core while this one resolves the offsets.
-        let aya_loader = std::thread::spawn(EbpfLoader::new);
+        // aya's loader, built on another core (without aya's BTF parse, see startup.rs)
+        // while this one resolves the offsets.
+        let aya_loader = startup::spawn();
         let btf = Btf::from_sys_fs()?;
         let resolved = offsets::resolve(&btf)?;
         let offsets_at = started.elapsed();
@@ -404,10 +366,17 @@ impl Probes {
             1
         };
         // The programs use no CO-RE relocations (offsets come from our own BTF reading).
-        let mut aya_loader = aya_loader
+        let built = aya_loader
             .join()
             .map_err(|_| LoadError::ThreadPanicked("aya's loader"))?;
         let aya_btf_at = started.elapsed();
+        match &built.fallback {
+            None if built.btf_hidden => {}
+            None => log::debug!("aya's loader parsed the kernel's BTF: it was visible"),
+            Some(why) => log::debug!("aya's loader parsed the kernel's BTF ({why})"),
+        }
+        // Moved out first: the loader then takes the (shorter) lifetime of the globals.
+        let mut aya_loader: EbpfLoader<'_> = built.loader;
         let mut ebpf = aya_loader
             .btf(None)
             .override_global("CONFIG", &config, true)
@@ -467,13 +436,14 @@ impl Probes {
             hooks.push(("sched_process_free", "sched_process_free"));
         }
         let verify_started = Instant::now();
-        let load_us = load_in_parallel(&mut ebpf, &hooks)?;
+        let load_us = startup::verify_all(&mut ebpf, &hooks)?;
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         log::debug!(
-            "start-up: offsets resolved at {:.1} ms, aya's BTF ready at {:.1} ms, maps created \
-             at {:.1} ms; {:.1} ms verifying {} programs",
+            "start-up: offsets resolved at {:.1} ms, aya's loader ready at {:.1} ms ({:.1} ms on \
+             its thread), maps created at {:.1} ms; {:.1} ms verifying {} programs",
             ms(offsets_at),
             ms(aya_btf_at),
+            built.elapsed_us as f64 / 1e3,
             ms(verify_started - started),
             ms(verify_started.elapsed()),
             load_us.len()
@@ -566,6 +536,7 @@ impl Probes {
             rss_link,
             cpu_at_release,
             load_us,
+            aya_btf_parsed: !built.btf_hidden,
         })
     }
 

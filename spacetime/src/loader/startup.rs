@@ -1,0 +1,237 @@
+//! aya's loader without aya's parse of the kernel's BTF.
+//!
+//! `EbpfLoader::new()` reads and parses /sys/kernel/btf/vmlinux (~10 ms of CPU, 5.5 MB read)
+//! whether or not the BTF is used, and has no way to skip it; spacetime then sets `.btf(None)`
+//! (its own offsets replace CO-RE relocations, and the fentry programs get a BTF of their own
+//! only on kernels that need them). So the loader is built in a short-lived thread that first
+//! stops sharing its root and cwd with the process (`unshare(CLONE_FS)`) and then `chroot`s
+//! into a directory where that path does not exist: aya's `Btf::from_sys_fs()` fails there and
+//! `new()` leaves its BTF empty. Nothing else in `new()` touches the filesystem (empty hash
+//! maps and defaults); the hash maps' random keys, which std could read from /dev/urandom
+//! when the getrandom syscall is refused, are drawn before the chroot.
+
+use std::{ffi::CStr, io, path::Path, sync::Mutex, time::Instant};
+
+use aya::{programs::RawTracePoint, Ebpf, EbpfLoader};
+
+use super::{LoadError, BTF_PATH};
+
+/// Raw-tracepoint programs by the CPU the verifier spends on them, costliest first (6.18,
+/// idle: exit 16–17 ms, exec 12.5–13.5 ms, fork 3 ms, each of the others under 2 ms; `-vv`
+/// logs them). Names not listed come last.
+const VERIFY_ORDER: [&str; 8] = [
+    "sched_process_exit",
+    "sched_process_exec",
+    "sched_process_fork",
+    "sched_prepare_exec",
+    "rss_exec",
+    "rss_stat",
+    "rss_exit",
+    "sched_process_free",
+];
+
+/// A directory that exists whenever the kernel has BTF (checked before loading) and holds
+/// no `sys/kernel/btf/vmlinux`.
+const HIDING_ROOT: &CStr = c"/sys/kernel/btf";
+
+/// aya's loader, and how it was built, for `-vv` and tests.
+pub struct Loader {
+    pub loader: EbpfLoader<'static>,
+    /// aya's own BTF parse was skipped (the kernel's BTF was not visible in the thread).
+    pub btf_hidden: bool,
+    /// Why it was not, when the thread could not be confined (no CAP_SYS_CHROOT, a seccomp
+    /// policy refusing unshare or chroot).
+    pub fallback: Option<String>,
+    /// Time the thread took, aya's feature probes included.
+    pub elapsed_us: u64,
+}
+
+/// Starts building aya's loader on another thread; join it when the loader is needed.
+/// aya's feature probes (BPF syscalls only, run once per process) are done there too, before
+/// the confinement, so they overlap the caller's own work instead of delaying the load.
+pub fn spawn() -> std::thread::JoinHandle<Loader> {
+    std::thread::spawn(build)
+}
+
+fn build() -> Loader {
+    let started = Instant::now();
+    let _ = aya::features();
+    // Seeds this thread's hash-map keys while /dev/urandom is still reachable.
+    let _ = std::collections::hash_map::RandomState::new();
+    let fallback = confine_thread().err().map(|e| e.to_string());
+    let btf_hidden = fallback.is_none() && !Path::new(BTF_PATH).exists();
+    let loader = EbpfLoader::new();
+    Loader {
+        loader,
+        btf_hidden,
+        fallback,
+        elapsed_us: started.elapsed().as_micros() as u64,
+    }
+}
+
+/// Gives the calling thread a root of its own in which the kernel's BTF is not visible.
+/// Must only run on a thread that ends soon after: it keeps that root until it exits.
+fn confine_thread() -> io::Result<()> {
+    // SAFETY: plain syscall. CLONE_FS alone is allowed in a multi-threaded process and only
+    // affects this thread; if it fails, nothing changed and no chroot is attempted (it would
+    // move the whole process).
+    if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("unshare(CLONE_FS): {e}")));
+    }
+    // SAFETY: a valid NUL-terminated path; the root changed is this thread's own (unshared).
+    if unsafe { libc::chroot(HIDING_ROOT.as_ptr()) } != 0 {
+        let e = io::Error::last_os_error();
+        let dir = HIDING_ROOT.to_string_lossy();
+        return Err(io::Error::new(e.kind(), format!("chroot {dir}: {e}")));
+    }
+    Ok(())
+}
+
+/// Loads (the kernel verifies) the raw-tracepoint programs of `hooks` (program, tracepoint):
+/// one worker per CPU, at most one per program, each taking the costliest program left. The
+/// kernel verifies programs of different threads concurrently, so on two CPUs the ~35 ms of
+/// verification ends with the exit program (~18 ms) instead of after all of it. Attaching
+/// stays with the caller, in its order. Returns each program's load time in µs.
+pub fn verify_all(
+    ebpf: &mut Ebpf,
+    hooks: &[(&'static str, &'static str)],
+) -> Result<Vec<(String, u64)>, LoadError> {
+    let mut progs = Vec::with_capacity(hooks.len());
+    for (name, prog) in ebpf.programs_mut() {
+        if let Some(&(name, tracepoint)) = hooks.iter().find(|(n, _)| *n == name) {
+            let prog: &mut RawTracePoint = prog
+                .try_into()
+                .map_err(|source| LoadError::Attach { tracepoint, source })?;
+            progs.push((name, tracepoint, prog));
+        }
+    }
+    if let Some(&(missing, _)) = hooks.iter().find(|(n, _)| !progs.iter().any(|p| p.0 == *n)) {
+        return Err(LoadError::MissingProgram(missing));
+    }
+    let rank = |name: &str| VERIFY_ORDER.iter().position(|n| *n == name);
+    progs.sort_by_key(|p| rank(p.0).unwrap_or(VERIFY_ORDER.len()));
+    let workers = online_cpus().clamp(1, progs.len().max(1));
+    let queue = Mutex::new(progs.into_iter());
+    let next = || queue.lock().map_or(None, |mut q| q.next());
+    let results = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    while let Some((name, tracepoint, prog)) = next() {
+                        let loaded = load_one(name, prog)
+                            .map_err(|source| LoadError::Attach { tracepoint, source });
+                        let failed = loaded.is_err();
+                        done.push(loaded);
+                        if failed {
+                            break;
+                        }
+                    }
+                    done
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join()).collect::<Vec<_>>()
+    });
+    let mut load_us = Vec::new();
+    for worker in results {
+        let worker = worker.map_err(|_| LoadError::ThreadPanicked("verifying a program"))?;
+        for loaded in worker {
+            load_us.push(loaded?);
+        }
+    }
+    Ok(load_us)
+}
+
+/// Loads one program, timing it (wall, and the CPU its thread spent: the verifier's own).
+fn load_one(
+    name: &'static str,
+    prog: &mut RawTracePoint,
+) -> Result<(String, u64), aya::programs::ProgramError> {
+    let t = Instant::now();
+    let cpu = thread_cpu_us();
+    prog.load()?;
+    let us = t.elapsed().as_micros() as u64;
+    log::debug!(
+        "start-up: {name} loaded in {:.1} ms ({:.1} ms of CPU)",
+        us as f64 / 1e3,
+        thread_cpu_us().saturating_sub(cpu) as f64 / 1e3
+    );
+    Ok((name.to_string(), us))
+}
+
+/// CPUs this process may run on (its affinity mask), 1 if it cannot be read.
+fn online_cpus() -> usize {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return 1;
+        }
+        libc::CPU_COUNT(&set).max(1) as usize
+    }
+}
+
+/// CPU time of the calling thread (µs): what the kernel spent verifying a program on it,
+/// whatever else the machine runs.
+fn thread_cpu_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid pointer to a timespec; this clock exists on every Linux.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(path: &str) -> std::path::PathBuf {
+        std::fs::read_link(path).unwrap_or_else(|e| panic!("readlink {path}: {e}"))
+    }
+
+    /// The thread's confinement hides the BTF from aya and leaves the process's (and this
+    /// thread's) root and cwd as they were.
+    #[test]
+    fn loader_thread_hides_btf_and_leaves_root_and_cwd() {
+        if !Path::new(BTF_PATH).exists() {
+            panic!("{BTF_PATH} is missing: this test needs a kernel with BTF");
+        }
+        let before = [
+            link("/proc/self/root"),
+            link("/proc/self/cwd"),
+            link("/proc/thread-self/root"),
+            link("/proc/thread-self/cwd"),
+        ];
+        let built = spawn().join().expect("the loader thread panicked");
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            assert!(
+                built.btf_hidden,
+                "as root the BTF must be hidden from aya (fallback: {:?})",
+                built.fallback
+            );
+        }
+        let after = [
+            link("/proc/self/root"),
+            link("/proc/self/cwd"),
+            link("/proc/thread-self/root"),
+            link("/proc/thread-self/cwd"),
+        ];
+        assert_eq!(
+            before, after,
+            "root or cwd changed outside the loader thread"
+        );
+        assert!(
+            Path::new(BTF_PATH).exists(),
+            "{BTF_PATH} not visible any more"
+        );
+        // A relative path still resolves from the unchanged cwd (cargo runs tests in the crate).
+        std::fs::File::open("Cargo.toml").expect("relative open after the loader thread");
+    }
+}
