@@ -197,6 +197,12 @@ impl Store {
         };
         if let Slot::Live(t) = &mut s {
             t.in_tree |= in_tree;
+            // Forked after the programs were attached, found in /proc too: as for an adopted
+            // process, the records say everything (an exec /proc already showed is still to
+            // come), so the /proc reading goes.
+            if std::mem::take(&mut t.seeded) {
+                t.process.images.clear();
+            }
         }
         let child = s.p();
         if child.fork_seen {

@@ -361,23 +361,47 @@ fn argv_over_records_shows_partial_in_trace_whole_in_watch() {
 }
 
 #[test]
-fn a_seeded_process_takes_the_exact_start_and_keeps_its_image() {
+fn a_seeded_process_takes_the_exact_start_and_its_records_say_the_rest() {
     let mut s = live(100);
-    let names = Names {
+    let cron = || Names {
         exe: b"/usr/sbin/cron".as_slice().into(),
         args: b"cron\0-f".as_slice().into(),
         argv_complete: true,
         ..Names::default()
     };
-    s.insert_seeded(Tracked::seeded(40, 1, 1_000_000_000, Arc::new(names)));
+    s.apply(exec((1, 1), 2, "/sbin/init", b"init\0", 5));
+    s.insert_seeded(Tracked::seeded(40, 1, 1_000_000_000, Arc::new(cron())));
+    s.insert_seeded(Tracked::seeded(41, 1, 1_000_000_000, Arc::new(cron())));
     // 7 ms off (a /proc clock tick): the same process.
-    s.apply(fork((1, 1), (40, 1_007_000_000), 0));
-    assert_eq!(s.stats.stale, 0);
-    let t = s.live_get(40).expect("seeded");
-    assert_eq!(t.start_ns, 1_007_000_000);
+    s.apply(image_end((41, 1_007_000_000), 5, 1));
+    let t = s.live_get(41).expect("seeded");
+    assert_eq!((t.start_ns, t.seeded), (1_007_000_000, true));
     assert_eq!(t.image().exe.as_ref(), b"/usr/sbin/cron");
     assert_eq!(t.exec_ns(), 0, "no exec seen");
+    // Its fork was seen: it started after the attach, and its exec record is still to come.
+    s.apply(fork((1, 1), (40, 1_007_000_000), 0));
+    let t = s.live_get(40).expect("forked");
+    assert_eq!((t.start_ns, t.seeded, t.ppid), (1_007_000_000, false, 1));
+    assert_eq!(t.image().exe.as_ref(), b"/sbin/init");
+    s.apply(exec(
+        (40, 1_007_000_000),
+        1_008_000_000,
+        "/usr/sbin/cron",
+        b"cron\0-f\0",
+        8,
+    ));
+    let t = s.live_get(40).expect("exec'd");
+    assert_eq!(t.images.len(), 2);
+    assert!(t.images[0].inherited && !t.images[0].read_at_attach);
+    assert_eq!(
+        t.image().as_ref(),
+        &Names {
+            comm: t.image().comm,
+            ..cron()
+        }
+    );
+    assert_eq!(s.stats.stale, 0);
     // A record a second off is another process.
-    s.apply(image_end((40, 2_007_000_000), 5, 1));
+    s.apply(image_end((41, 2_007_000_000), 5, 1));
     assert_eq!(s.stats.stale, 1);
 }
