@@ -108,6 +108,9 @@ fn live(max: usize) -> Store {
     })
 }
 
+/// An image's facts: exe, argv, argv complete, peak pages, on its parent's memory (vfork).
+type ImageFacts = (Vec<u8>, Vec<Vec<u8>>, bool, Option<u64>, bool);
+
 /// What both retentions must agree on for one process.
 #[derive(Debug, PartialEq, Eq)]
 struct Facts {
@@ -115,8 +118,8 @@ struct Facts {
     threads: u32,
     exit: Option<ExitStatus>,
     user_ns: u64,
-    /// (exe, argv, argv complete, peak pages, vfork) per image, oldest first.
-    images: Vec<(Vec<u8>, Vec<Vec<u8>>, bool, Option<u64>, bool)>,
+    /// Oldest first.
+    images: Vec<ImageFacts>,
 }
 
 fn facts(p: &Process) -> Facts {
