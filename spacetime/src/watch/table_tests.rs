@@ -295,20 +295,23 @@ mod budget {
     use super::super::table::{Table, TableOptions, KEEP_BYTES};
     use crate::events::Exec;
 
-    fn hdr(kind: u32, pid: u32, ts: u64) -> EventHeader {
+    /// A record's header (its kind set by the caller).
+    fn hdr(pid: u32, ts: u64) -> EventHeader {
         EventHeader {
-            kind,
-            flags: 0,
             ts_ns: ts,
             tgid: pid,
             pid,
             leader_start_ns: pid as u64,
+            ..EventHeader::default()
         }
     }
 
     fn exec(t: &mut Table, pid: u32, area: Vec<u8>) {
         t.exec(Exec {
-            hdr: hdr(kind::EXEC, pid, pid as u64 + 10),
+            hdr: EventHeader {
+                kind: kind::EXEC,
+                ..hdr(pid, pid as u64 + 10)
+            },
             old_pid: pid,
             uid: 0,
             cgroup_id: 0,
@@ -369,7 +372,10 @@ mod budget {
         exec(&mut t, 1, vec![b'p'; 40 << 10]);
         for child in 2..50 {
             t.fork(&ForkEvent {
-                hdr: hdr(kind::FORK, 1, child as u64),
+                hdr: EventHeader {
+                    kind: kind::FORK,
+                    ..hdr(1, child as u64)
+                },
                 child_pid: child,
                 child_tgid: child,
                 child_start_ns: child as u64,

@@ -12,19 +12,22 @@ use crate::{
 
 type P = (u32, u64);
 
-fn hdr(kind: u32, p: P, ts: u64) -> EventHeader {
+/// A record's header (its kind set by the caller).
+fn hdr(p: P, ts: u64) -> EventHeader {
     EventHeader {
-        kind,
-        flags: 0,
         ts_ns: ts,
         tgid: p.0,
         pid: p.0,
         leader_start_ns: p.1,
+        ..EventHeader::default()
     }
 }
 
 fn fork(parent: P, child: P, f: u32) -> Event {
-    let mut h = hdr(kind::FORK, parent, child.1);
+    let mut h = EventHeader {
+        kind: kind::FORK,
+        ..hdr(parent, child.1)
+    };
     h.flags = f;
     Event::Fork(ForkEvent {
         hdr: h,
@@ -36,7 +39,10 @@ fn fork(parent: P, child: P, f: u32) -> Event {
 }
 
 fn thread(p: P, tid: u32, ts: u64) -> Event {
-    let mut h = hdr(kind::FORK, p, ts);
+    let mut h = EventHeader {
+        kind: kind::FORK,
+        ..hdr(p, ts)
+    };
     h.flags = flags::FORK_THREAD;
     Event::Fork(ForkEvent {
         hdr: h,
@@ -50,7 +56,10 @@ fn thread(p: P, tid: u32, ts: u64) -> Event {
 /// An exec whose record carries `first` of an area of `total` bytes.
 fn exec(p: P, ts: u64, exe: &str, first: &[u8], total: usize) -> Event {
     Event::Exec(Exec {
-        hdr: hdr(kind::EXEC, p, ts),
+        hdr: EventHeader {
+            kind: kind::EXEC,
+            ..hdr(p, ts)
+        },
         old_pid: p.0,
         uid: 0,
         cgroup_id: 0,
@@ -63,7 +72,10 @@ fn exec(p: P, ts: u64, exe: &str, first: &[u8], total: usize) -> Event {
 
 fn args(p: P, ts: u64, offset: u32, data: &[u8]) -> Event {
     Event::Args(Args {
-        hdr: hdr(kind::ARGS, p, ts),
+        hdr: EventHeader {
+            kind: kind::ARGS,
+            ..hdr(p, ts)
+        },
         offset,
         data: data.to_vec(),
     })
@@ -79,14 +91,20 @@ fn mem(pages: u64) -> MemStats {
 
 fn image_end(p: P, ts: u64, pages: u64) -> Event {
     Event::ImageEnd(ImageEndEvent {
-        hdr: hdr(kind::IMAGE_END, p, ts),
+        hdr: EventHeader {
+            kind: kind::IMAGE_END,
+            ..hdr(p, ts)
+        },
         mem: mem(pages),
     })
 }
 
 /// A thread's exit (`group`: the last one) with `runtime_ns` of CPU, all user time.
 fn exit(p: P, ts: u64, code: u32, pages: u64, group: bool, runtime_ns: u64) -> Event {
-    let mut h = hdr(kind::EXIT, p, ts);
+    let mut h = EventHeader {
+        kind: kind::EXIT,
+        ..hdr(p, ts)
+    };
     if group {
         h.flags = flags::EXIT_GROUP_DEAD;
     }
