@@ -69,24 +69,23 @@ impl Entry {
         } = t;
         let mut images = std::mem::take(&mut p.images);
         let last = images.pop().unwrap_or_default();
-        let images = if keep_images {
-            images
-                .into_iter()
-                .map(|i| EndedImage {
-                    peak_rss_pages: i.peak_rss_pages(),
-                    shared_mm: i.shared_mm,
-                    image: i.names,
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
+        // Not `collect()`: it would reuse the images' allocation and shrink it (a realloc
+        // per exit).
+        let mut ended = Vec::new();
+        if keep_images && !images.is_empty() {
+            ended.reserve_exact(images.len());
+            ended.extend(images.into_iter().map(|i| EndedImage {
+                peak_rss_pages: i.peak_rss_pages(),
+                shared_mm: i.shared_mm,
+                image: i.names,
+            }));
+        }
         Entry {
             ppid: p.ppid,
             image: last.names,
             shared_mm: last.shared_mm,
             left_peak_pages,
-            images,
+            images: ended,
             images_dropped,
             threads: p.threads,
             user_ns: p.user_ns,

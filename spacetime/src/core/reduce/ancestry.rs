@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::{live::LiveSet, Stats, Store, Tracked};
-use crate::core::process::{proc_start_slack_ns, Names};
+use crate::core::process::Names;
 
 /// A process that exited while children of its still run, kept for their ancestry.
 #[derive(Debug)]
@@ -28,7 +28,7 @@ pub struct Ancestor {
 impl LiveSet {
     /// The parent of a process started at `child_start`: live, or a ghost.
     fn parent(&self, ppid: u32, child_start: u64) -> Option<(u64, u32, &Arc<Names>, bool)> {
-        let limit = child_start.saturating_add(proc_start_slack_ns());
+        let limit = child_start.saturating_add(self.slack_ns);
         if let Some(p) = self.map.get(&ppid).filter(|p| p.start_ns <= limit) {
             return Some((p.start_ns, p.ppid, p.image(), false));
         }
@@ -59,7 +59,7 @@ impl LiveSet {
     /// A child of `ppid` exited: a ghost whose last child it was goes, and so on up.
     pub(super) fn release_parent(&mut self, mut ppid: u32, mut start: u64) {
         for _ in 0..64 {
-            let limit = start.saturating_add(proc_start_slack_ns());
+            let limit = start.saturating_add(self.slack_ns);
             if let Some(p) = self.map.get_mut(&ppid).filter(|p| p.start_ns <= limit) {
                 p.live_children = p.live_children.saturating_sub(1);
                 return;

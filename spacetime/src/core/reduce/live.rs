@@ -19,7 +19,7 @@ use super::{
     Image, Process, Stats, Store,
 };
 use crate::{
-    core::process::{same_start, Key, Names},
+    core::process::{proc_start_slack_ns, same_start, Key, Names},
     cputime,
     idhash::IdMap,
 };
@@ -173,6 +173,8 @@ pub(super) struct LiveSet {
     pub(super) budget: Budget,
     /// The parent chain of the last process that ended (with ancestry).
     chain: Vec<Ancestor>,
+    /// [`proc_start_slack_ns`], read once (it asks sysconf).
+    pub(super) slack_ns: u64,
 }
 
 impl LiveSet {
@@ -188,6 +190,7 @@ impl LiveSet {
             attached_ns: 0,
             budget: Budget::default(),
             chain: Vec::new(),
+            slack_ns: proc_start_slack_ns(),
         }
     }
 

@@ -188,6 +188,7 @@ impl Store {
         }
         self.kept.forget_adopted(f.child_tgid);
         let ns_pids = self.kept.root_ns_pid.is_some();
+        let live = self.live.is_some();
         let child_key = Key {
             tgid: f.child_tgid,
             start_ns: f.child_start_ns,
@@ -219,8 +220,9 @@ impl Store {
         // The inherited image runs from the fork until the first exec (or the exit).
         let end_ns = child.images.first().map(|i| i.start_ns).or(child.end_ns);
         // Most processes have one or two images: without this the first insert reserves
-        // four (864 bytes, the largest allocation per process in a 100k-process trace).
-        child.images.reserve_exact(1);
+        // four (864 bytes, the largest allocation per process in a 100k-process trace). A live
+        // set is bounded: room for the exec that mostly follows saves a reallocation.
+        child.images.reserve_exact(if live { 2 } else { 1 });
         let mut img = Image {
             start_ns: f.child_start_ns,
             end_ns,
