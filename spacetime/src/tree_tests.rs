@@ -214,7 +214,7 @@ fn argv_continuations_assemble_and_gaps_are_counted() {
     assert!(img.argv_complete());
     assert_eq!(argv(img), ["aaaa", "bbbc"]);
     t.apply(args(99, b"x"));
-    assert_eq!(t.args_gaps, 1);
+    assert_eq!(t.stats.args_gaps, 1);
 }
 
 fn mm_peak(p: (u32, u64), since: u64, pages: u64) -> Event {

@@ -274,7 +274,7 @@ impl<'a> Report<'a> {
             kernel: KernelReport {
                 counters: meta.counters,
                 decode_errors: meta.decode_errors,
-                args_gaps: tree.args_gaps,
+                args_gaps: tree.stats.args_gaps,
                 page_size: page,
                 ring_buffer_bytes: meta.ring_buffer_bytes,
                 mechanisms: meta.mechanisms,

@@ -288,3 +288,109 @@ fn a_cut_argv_streams_up_to_the_cap_and_an_exit_ends_a_stream() {
         (vec!["x".into(), "y".into()], false)
     );
 }
+
+/// The argv budget (`--argv-budget`).
+mod budget {
+    use spacetime_common::{kind, EventHeader, ForkEvent};
+
+    use super::super::table::{Table, TableOptions, KEEP_BYTES};
+    use crate::events::Exec;
+
+    /// A record's header (its kind set by the caller).
+    fn hdr(pid: u32, ts: u64) -> EventHeader {
+        EventHeader {
+            ts_ns: ts,
+            tgid: pid,
+            pid,
+            leader_start_ns: pid as u64,
+            ..EventHeader::default()
+        }
+    }
+
+    fn exec(t: &mut Table, pid: u32, area: Vec<u8>) {
+        t.exec(Exec {
+            hdr: EventHeader {
+                kind: kind::EXEC,
+                ..hdr(pid, pid as u64 + 10)
+            },
+            old_pid: pid,
+            uid: 0,
+            cgroup_id: 0,
+            comm: "x".into(),
+            filename: b"/bin/x".to_vec(),
+            args_len: area.len() as u32,
+            args: area,
+        });
+    }
+
+    #[test]
+    fn largest_argv_are_cut_to_stay_within_budget() {
+        let mut t = Table::new(TableOptions {
+            max_processes: 1000,
+            ancestry: false,
+            images: false,
+            threads: false,
+        });
+        t.set_argv_budget(64 << 10);
+        // 20 small argv, then big ones until the budget is checked and enforced.
+        for pid in 1..=20 {
+            exec(&mut t, pid, format!("small\0{pid}").into_bytes());
+        }
+        for pid in 100..110 {
+            exec(&mut t, pid, vec![b'b'; 16 << 10]);
+        }
+        assert!(t.stats.argv_evicted > 0, "nothing evicted");
+        // Checked every 64 KiB announced: at most that much over between checks.
+        assert!(t.argv_bytes() <= 128 << 10, "{} bytes held", t.argv_bytes());
+        t.enforce_argv_budget();
+        assert!(
+            t.argv_bytes() <= 64 << 10,
+            "{} bytes held over a 64 KiB budget",
+            t.argv_bytes()
+        );
+        // The small ones are untouched; a cut one keeps its first 256 bytes.
+        for pid in 1..=20 {
+            let e = t.get(pid).expect("small entry");
+            assert!(e.image.argv_complete, "pid {pid} was cut");
+        }
+        let cut: Vec<_> = (100..110)
+            .filter_map(|p| t.get(p))
+            .filter(|e| !e.image.argv_complete)
+            .collect();
+        assert_eq!(cut.len() as u64, t.stats.argv_evicted);
+        assert!(cut.iter().all(|e| e.image.args.len() == KEEP_BYTES));
+    }
+
+    #[test]
+    fn a_shared_image_is_counted_and_cut_once() {
+        let mut t = Table::new(TableOptions {
+            max_processes: 1000,
+            ancestry: false,
+            images: false,
+            threads: false,
+        });
+        t.set_argv_budget(64 << 10);
+        exec(&mut t, 1, vec![b'p'; 40 << 10]);
+        for child in 2..50 {
+            t.fork(&ForkEvent {
+                hdr: EventHeader {
+                    kind: kind::FORK,
+                    ..hdr(1, child as u64)
+                },
+                child_pid: child,
+                child_tgid: child,
+                child_start_ns: child as u64,
+                ..ForkEvent::default()
+            });
+        }
+        // 49 entries share one 40 KiB image: 40 KiB held, under the budget.
+        assert_eq!(t.argv_bytes(), 40 << 10);
+        t.enforce_argv_budget();
+        assert_eq!(t.stats.argv_evicted, 0);
+        exec(&mut t, 60, vec![b'q'; 40 << 10]);
+        t.enforce_argv_budget();
+        // Over: the parent's image goes (or the new one), cut once for every holder.
+        assert_eq!(t.stats.argv_evicted, 1);
+        assert!(t.argv_bytes() <= 48 << 10, "{}", t.argv_bytes());
+    }
+}

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use super::{Image, Key, Names, Process, Tree};
-use crate::core::process::same_start;
+use super::{kept::Kept, Image, Process, Store};
+use crate::core::process::{same_start, Key, Names};
 
 /// What /proc said of a running process when spacetime attached to it.
 #[derive(Clone, Debug)]
@@ -26,18 +26,22 @@ pub struct Adopted {
     pub attach_ns: u64,
 }
 
-impl Tree {
-    /// Keeps what /proc said of a process that predates the attach.
-    pub fn adopt(&mut self, a: Adopted) {
-        self.tgids.insert(a.tgid);
-        self.adopted.insert(a.tgid, a);
+impl Adopted {
+    /// Fills a new entry from its /proc reading.
+    pub(super) fn fill(self, p: &mut Process) {
+        p.ppid = self.ppid;
+        p.threads = self.threads.max(1);
+        p.fork_seen = true;
+        p.images.push(Image {
+            names: Arc::new(self.names),
+            start_ns: self.attach_ns,
+            read_at_attach: true,
+            ..Image::default()
+        });
     }
+}
 
-    /// Adopted processes no record has named yet.
-    pub fn pending_adoptions(&self) -> usize {
-        self.adopted.len()
-    }
-
+impl Kept {
     /// The /proc reading for a process about to get its entry, when it is the same process.
     pub(super) fn take_adopted(&mut self, key: Key) -> Option<Adopted> {
         let a = self.adopted.get(&key.tgid)?;
@@ -49,43 +53,45 @@ impl Tree {
 
     /// A fork record names `tgid`: it did not predate the attach.
     pub(super) fn forget_adopted(&mut self, tgid: u32) {
-        self.adopted.remove(&tgid);
+        if !self.adopted.is_empty() {
+            self.adopted.remove(&tgid);
+        }
+    }
+}
+
+impl Store {
+    /// Keeps what /proc said of a process that predates the attach.
+    pub fn adopt(&mut self, a: Adopted) {
+        self.kept.tgids.insert(a.tgid);
+        self.kept.adopted.insert(a.tgid, a);
     }
 
-    /// Fills a new entry from its /proc reading.
-    pub(super) fn fill_adopted(p: &mut Process, a: Adopted) {
-        p.ppid = a.ppid;
-        p.threads = a.threads.max(1);
-        p.fork_seen = true;
-        p.images.push(Image {
-            names: Arc::new(a.names),
-            start_ns: a.attach_ns,
-            read_at_attach: true,
-            ..Image::default()
-        });
+    /// Adopted processes no record has named yet.
+    pub fn pending_adoptions(&self) -> usize {
+        self.kept.adopted.len()
     }
 
     /// Gives every adopted process no record named an entry (keyed by its /proc start time):
     /// still running at the end, or gone with its records lost.
     pub fn settle_adopted(&mut self) {
-        let pending: Vec<Adopted> = self.adopted.drain().map(|(_, a)| a).collect();
+        let pending: Vec<Adopted> = self.kept.adopted.drain().map(|(_, a)| a).collect();
         for a in pending {
             let key = Key {
                 tgid: a.tgid,
                 start_ns: a.start_ns,
             };
-            let i = self.entry(key);
-            Tree::fill_adopted(&mut self.procs[i], a);
+            let i = self.kept.entry(key);
+            a.fill(&mut self.kept.procs[i]);
         }
     }
 
     /// The peak so far of a process still running at the end that predates the attach (the
     /// kernel followed its mm from the attach only): its VmHWM, read then, if higher.
     pub fn set_peak_so_far(&mut self, key: Key, pages: u64) {
-        let Some(&i) = self.index.get(&key) else {
+        let Some(&i) = self.kept.index.get(&key) else {
             return;
         };
-        if let Some(img) = self.procs[i].images.last_mut() {
+        if let Some(img) = self.kept.procs[i].images.last_mut() {
             let so_far = img.followed_peak_pages.unwrap_or(0).max(pages);
             img.followed_peak_pages = Some(so_far);
         }

@@ -1,16 +1,16 @@
-//! Parent chains (`--ancestry`): who forked whom, through exited parents. A process that exits
+//! Parent chains (ancestry): who forked whom, through exited parents. A process that exits
 //! while some of its children still run stays as a small ghost (pid, start, image) that still
 //! counts as its own parent's child, until its last child exits; ghosts are bounded.
 
 use std::sync::Arc;
 
-use super::{Entry, Names, Table};
-use crate::core::process::proc_start_slack_ns;
+use super::{live::LiveSet, Stats, Store, Tracked};
+use crate::core::process::Names;
 
 /// A process that exited while children of its still run, kept for their ancestry.
 #[derive(Debug)]
 pub(super) struct Ghost {
-    pub(super) start_ns: u64,
+    start_ns: u64,
     ppid: u32,
     image: Arc<Names>,
     live_children: u32,
@@ -25,12 +25,12 @@ pub struct Ancestor {
     pub exited: bool,
 }
 
-impl Table {
+impl LiveSet {
     /// The parent of a process started at `child_start`: live, or a ghost.
     fn parent(&self, ppid: u32, child_start: u64) -> Option<(u64, u32, &Arc<Names>, bool)> {
-        let limit = child_start.saturating_add(proc_start_slack_ns());
-        if let Some(p) = self.live.get(&ppid).filter(|p| p.start_ns <= limit) {
-            return Some((p.start_ns, p.ppid, &p.image, false));
+        let limit = child_start.saturating_add(self.slack_ns);
+        if let Some(p) = self.map.get(&ppid).filter(|p| p.start_ns <= limit) {
+            return Some((p.start_ns, p.ppid, p.image(), false));
         }
         self.ghosts
             .get(&ppid)
@@ -39,7 +39,7 @@ impl Table {
     }
 
     /// Fills `out` with the parent chain of a process (parent first), up to 64 steps.
-    pub fn chain(&self, mut ppid: u32, mut start: u64, out: &mut Vec<Ancestor>) {
+    pub(super) fn chain_of(&self, mut ppid: u32, mut start: u64, out: &mut Vec<Ancestor>) {
         while ppid != 0 && out.len() < 64 {
             let Some((pstart, pppid, image, exited)) = self.parent(ppid, start) else {
                 break;
@@ -59,8 +59,8 @@ impl Table {
     /// A child of `ppid` exited: a ghost whose last child it was goes, and so on up.
     pub(super) fn release_parent(&mut self, mut ppid: u32, mut start: u64) {
         for _ in 0..64 {
-            let limit = start.saturating_add(proc_start_slack_ns());
-            if let Some(p) = self.live.get_mut(&ppid).filter(|p| p.start_ns <= limit) {
+            let limit = start.saturating_add(self.slack_ns);
+            if let Some(p) = self.map.get_mut(&ppid).filter(|p| p.start_ns <= limit) {
                 p.live_children = p.live_children.saturating_sub(1);
                 return;
             }
@@ -76,7 +76,7 @@ impl Table {
         }
     }
 
-    pub(super) fn add_ghost(&mut self, e: &Entry) {
+    pub(super) fn add_ghost(&mut self, e: &Tracked, stats: &mut Stats) {
         let cap = (self.opts.max_processes / 4).max(64);
         while self.ghosts.len() >= cap {
             let Some((pid, start)) = self.ghost_order.pop_front() else {
@@ -84,7 +84,7 @@ impl Table {
             };
             if self.ghosts.get(&pid).is_some_and(|g| g.start_ns == start) {
                 let g = self.ghosts.remove(&pid).expect("present");
-                self.stats.ghosts_evicted += 1;
+                stats.ghosts_evicted += 1;
                 self.release_parent(g.ppid, g.start_ns);
             }
         }
@@ -93,7 +93,7 @@ impl Table {
             Ghost {
                 start_ns: e.start_ns,
                 ppid: e.ppid,
-                image: e.image.clone(),
+                image: e.image().clone(),
                 live_children: e.live_children,
             },
         );
@@ -103,6 +103,15 @@ impl Table {
             let ghosts = &self.ghosts;
             self.ghost_order
                 .retain(|(pid, start)| ghosts.get(pid).is_some_and(|g| g.start_ns == *start));
+        }
+    }
+}
+
+impl Store {
+    /// Fills `out` with the parent chain of a process (parent first), up to 64 steps.
+    pub fn chain(&self, ppid: u32, start: u64, out: &mut Vec<Ancestor>) {
+        if let Some(l) = self.live.as_deref() {
+            l.chain_of(ppid, start, out);
         }
     }
 }
