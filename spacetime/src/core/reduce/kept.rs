@@ -102,7 +102,8 @@ impl Store {
             .count()
     }
 
-    /// Processes that have not exited.
+    /// Processes that have not exited, among those the kernel tracks (an untracked one's
+    /// exit never comes: an attached run waiting for it would never end).
     pub fn live(&self) -> usize {
         match self.live.as_deref() {
             Some(l) => l.len(),
@@ -110,7 +111,7 @@ impl Store {
                 .kept
                 .procs
                 .iter()
-                .filter(|p| p.end_ns.is_none())
+                .filter(|p| p.end_ns.is_none() && !p.untracked)
                 .count(),
         }
     }

@@ -210,6 +210,7 @@ impl Store {
             return;
         }
         child.fork_seen = true;
+        child.untracked = f.hdr.flags & flags::FORK_UNTRACKED != 0;
         if ns_pids {
             child.pid = f.child_ns_tgid;
         }

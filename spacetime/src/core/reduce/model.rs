@@ -148,6 +148,9 @@ pub struct Process {
     pub signal_maxrss_pages: u64,
     /// Its fork was seen (false for the root and for processes whose fork was lost).
     pub fork_seen: bool,
+    /// The kernel did not track it (its session's process limit, or a full tracking map: the
+    /// fork record says so): none of its records come, so nothing waits for its exit.
+    pub untracked: bool,
     pub is_root: bool,
 }
 

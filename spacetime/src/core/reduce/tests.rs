@@ -426,3 +426,26 @@ fn a_seeded_process_takes_the_exact_start_and_its_records_say_the_rest() {
     s.apply(image_end((41, 2_007_000_000), 5, 1));
     assert_eq!(s.stats.stale, 1);
 }
+
+#[test]
+fn an_untracked_child_is_not_waited_for() {
+    let root = (7, 70);
+    let mut all = Store::keep_all(7, 1);
+    all.apply(exec(root, 71, "/bin/sh", b"sh\0", 3));
+    all.apply(fork(root, (8, 80), 0));
+    all.apply(fork(root, (9, 90), flags::FORK_UNTRACKED));
+    assert_eq!(
+        all.live(),
+        2,
+        "root and the tracked child; not the untracked one"
+    );
+    all.apply(exit(root, 100, 0, 5, true, 10));
+    all.apply(exit((8, 80), 101, 0, 5, true, 10));
+    assert_eq!(all.live(), 0, "nothing left to wait for");
+    let untracked = all
+        .processes()
+        .iter()
+        .find(|p| p.pid == 9)
+        .expect("the untracked child is in the tree");
+    assert!(untracked.untracked && untracked.end_ns.is_none());
+}
