@@ -78,7 +78,7 @@ const HOST_ONLY: [&str; 7] = [
 ];
 
 /// Single tests skipped in the guest, and why: one needs make and a C compiler; one a
-/// disk-backed file system; one setpriv; one Python's jsonschema; three run a copy of
+/// disk-backed file system; one systemd's socket activation; one Python's jsonschema; three run a copy of
 /// /bin/true under another name, and the guest's /bin/true is busybox, which picks its
 /// applet by that name. What those check (non-UTF-8 names in the report, escaping) is done
 /// in userspace; the kernel's reading of argv bytes is tested in the guest by the processes
@@ -89,8 +89,8 @@ const HOST_TOOLS_TESTS: [(&str, &str); 7] = [
         "no python3 with jsonschema in the guest",
     ),
     (
-        "a_non_root_caller_cannot_attach_to_a_root_process",
-        "no setpriv in the guest",
+        "socket_activation_serves_the_first_client",
+        "no systemd-socket-activate in the guest: the socket handoff is userspace only",
     ),
     (
         "page_cache_is_charged_to_the_cgroup_and_absent_from_rss",
@@ -280,7 +280,12 @@ struct Built {
     tests: Vec<(String, PathBuf)>,
     /// `st-workload`: the tests have its absolute path compiled in, so the guest keeps it.
     workload: PathBuf,
+    /// `st-agent-client` (the agent tests' raw protocol client), at its build path likewise.
+    agent_client: PathBuf,
 }
+
+/// util-linux's setpriv: the tests run clients as `nobody` with it (busybox's lacks --reuid).
+const SETPRIV: &str = "/usr/bin/setpriv";
 
 /// Builds the integration tests (release) and finds their binaries in cargo's JSON messages.
 fn build_tests() -> Result<Built> {
@@ -302,6 +307,7 @@ fn build_tests() -> Result<Built> {
     }
     let mut tests = Vec::new();
     let mut workload = None;
+    let mut agent_client = None;
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
@@ -323,8 +329,12 @@ fn build_tests() -> Result<Built> {
         let is_test = msg["profile"]["test"].as_bool().unwrap_or(false);
         if kinds.iter().any(|k| k == "test") {
             tests.push((name, PathBuf::from(exe)));
-        } else if kinds.iter().any(|k| k == "bin") && name == "st-workload" && !is_test {
-            workload = Some(PathBuf::from(exe));
+        } else if kinds.iter().any(|k| k == "bin") && !is_test {
+            match name.as_str() {
+                "st-workload" => workload = Some(PathBuf::from(exe)),
+                "st-agent-client" => agent_client = Some(PathBuf::from(exe)),
+                _ => {}
+            }
         }
     }
     if tests.is_empty() {
@@ -334,6 +344,7 @@ fn build_tests() -> Result<Built> {
     Ok(Built {
         tests,
         workload: workload.context("cargo did not report the st-workload binary")?,
+        agent_client: agent_client.context("cargo did not report the st-agent-client binary")?,
     })
 }
 
@@ -460,6 +471,12 @@ fn make_initramfs(root: &Path, out: &Path, built: &Built, test_args: &[OsString]
 
     let mut binaries = vec![(crate::spacetime_bin(), PathBuf::from(GUEST_SPACETIME))];
     binaries.push((built.workload.clone(), built.workload.clone()));
+    binaries.push((built.agent_client.clone(), built.agent_client.clone()));
+    // In /bin, ahead of busybox's applet of that name (`--install` keeps existing files).
+    if !Path::new(SETPRIV).is_file() {
+        bail!("{SETPRIV} is missing: install util-linux (the agent tests run clients as nobody)");
+    }
+    binaries.push((PathBuf::from(SETPRIV), PathBuf::from("/bin/setpriv")));
     for (name, path) in &built.tests {
         binaries.push((path.clone(), Path::new(GUEST_TESTS).join(name)));
     }

@@ -103,11 +103,16 @@ fn shown(b: &[u8]) -> String {
 impl AgentConn {
     /// Connects and opens a session for tracing.
     pub fn connect(path: &Path) -> Result<AgentConn, ConnectError> {
-        AgentConn::connect_for(path, proto::want::TRACE)
+        AgentConn::connect_for(path, proto::want::TRACE, 0)
     }
 
-    /// Connects and opens a session for `want` ([`proto::want`]).
-    pub fn connect_for(path: &Path, want: u8) -> Result<AgentConn, ConnectError> {
+    /// Connects and opens a session for `want` ([`proto::want`]), whose runs have at most
+    /// `max_processes` processes tracked at once (0: the agent's limit alone).
+    pub fn connect_for(
+        path: &Path,
+        want: u8,
+        max_processes: u32,
+    ) -> Result<AgentConn, ConnectError> {
         let started = Instant::now();
         let where_ = path.display().to_string();
         let fd = match sock::connect(path) {
@@ -134,6 +139,7 @@ impl AgentConn {
         let hello = Msg::Hello {
             version: proto::VERSION,
             want,
+            max_processes,
         };
         sock::send(fd.as_raw_fd(), &hello.encode(), None).map_err(io_err)?;
         let mut conn = AgentConn {

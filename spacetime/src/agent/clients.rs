@@ -39,6 +39,8 @@ pub(super) struct Client {
     pub watch: Option<Box<super::watchers::Watching>>,
     /// It asked for delay accounting.
     pub delayacct: bool,
+    /// Its runs' own limit on processes tracked at once (0: none), from its hello.
+    pub max_processes: u32,
     outbox: VecDeque<Vec<u8>>,
     queued_bytes: usize,
     /// Records gathered for the next [`Msg::Records`].
@@ -60,6 +62,7 @@ impl Client {
             run: None,
             watch: None,
             delayacct: false,
+            max_processes: 0,
             outbox: VecDeque::new(),
             queued_bytes: 0,
             batch: Vec::new(),

@@ -304,7 +304,17 @@ impl Agent {
 
     fn handle(&mut self, i: usize, msg: Msg, fd: Option<OwnedFd>) {
         match (msg, self.clients[i].session) {
-            (Msg::Hello { version, want }, None) => self.hello(i, version, want),
+            (
+                Msg::Hello {
+                    version,
+                    want,
+                    max_processes,
+                },
+                None,
+            ) => {
+                self.clients[i].max_processes = max_processes;
+                self.hello(i, version, want)
+            }
             (Msg::Track, Some(s)) => match fd {
                 Some(fd) => self.track(i, s, &fd),
                 None => refuse(
@@ -397,6 +407,21 @@ impl Agent {
         self.clients[i].control(&Msg::Welcome(welcome));
     }
 
+    /// The most processes client `i`'s run may have tracked at once (0: no limit): the
+    /// agent's for a non-root client, the client's own `--max-processes`, whichever is lower.
+    fn limit_for(&self, i: usize) -> u32 {
+        let c = &self.clients[i];
+        let agents = if c.peer.uid == 0 {
+            0
+        } else {
+            self.session_limit
+        };
+        match (agents, c.max_processes) {
+            (0, own) | (own, 0) => own,
+            (a, b) => a.min(b),
+        }
+    }
+
     fn track(&mut self, i: usize, s: SessionId, pidfd: &OwnedFd) {
         let peer = self.clients[i].peer;
         if self.clients[i].run.is_some() {
@@ -413,7 +438,7 @@ impl Agent {
                 return self.clients[i].control(&Msg::Refused { reason });
             }
         };
-        let limit = if peer.uid == 0 { 0 } else { self.session_limit };
+        let limit = self.limit_for(i);
         let started = self
             .probes
             .reset_session(s)
@@ -461,8 +486,8 @@ impl Agent {
             return self.clients[i].control(&Msg::Refused { reason });
         }
         let caller = (peer.uid != 0).then_some(peer.uid);
+        let limit = self.limit_for(i);
         let started = self.probes.reset_session(s).and_then(|()| {
-            let limit = if peer.uid == 0 { 0 } else { self.session_limit };
             self.probes.set_session_limit(s, limit)?;
             self.probes.counters_of(s)
         });

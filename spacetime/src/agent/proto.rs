@@ -13,7 +13,7 @@
 use crate::core::counters::KernelCounters;
 
 /// The protocol's version: a change to any message's layout changes it.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 128 << 10;
@@ -75,7 +75,13 @@ pub struct End {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
     /// Client: the first message.
-    Hello { version: u32, want: u8 },
+    /// `max_processes`: the most processes the client's run may have tracked at once (its
+    /// `--max-processes`; 0: no limit of its own), as its own programs' tracking map would.
+    Hello {
+        version: u32,
+        want: u8,
+        max_processes: u32,
+    },
     /// Client: track the held child whose pidfd rides along (SCM_RIGHTS).
     Track,
     /// Client: attach to these running processes (at most [`MAX_PIDS`]), theirs only.
@@ -295,9 +301,16 @@ impl Msg {
     /// sender's to split (see [`records_fit`]).
     pub fn encode(&self) -> Vec<u8> {
         match self {
-            Msg::Hello { version, want } => {
-                Writer::new(ty::HELLO).u32(*version).u8(*want).0.clone()
-            }
+            Msg::Hello {
+                version,
+                want,
+                max_processes,
+            } => Writer::new(ty::HELLO)
+                .u32(*version)
+                .u8(*want)
+                .u32(*max_processes)
+                .0
+                .clone(),
             Msg::Track => vec![ty::TRACK],
             Msg::Flush { seq } => Writer::new(ty::FLUSH).u32(*seq).0.clone(),
             Msg::Finish => vec![ty::FINISH],
@@ -369,6 +382,7 @@ impl Msg {
             ty::HELLO => Msg::Hello {
                 version: r.u32("version")?,
                 want: r.u8("want")?,
+                max_processes: r.u32("max_processes")?,
             },
             ty::TRACK => Msg::Track,
             ty::FLUSH => Msg::Flush { seq: r.u32("seq")? },

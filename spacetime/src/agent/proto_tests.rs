@@ -25,6 +25,7 @@ fn samples() -> Vec<Msg> {
         Msg::Hello {
             version: VERSION,
             want: want::TRACE,
+            max_processes: 65536,
         },
         Msg::Track,
         Msg::Flush { seq: 9 },

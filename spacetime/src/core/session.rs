@@ -163,8 +163,12 @@ impl Session {
             true => crate::agent::proto::want::TRACE | crate::agent::proto::want::DELAYACCT,
             false => crate::agent::proto::want::TRACE,
         };
-        let why = match crate::agent::client::AgentConn::connect_for(&path, want) {
-            Ok(conn) => return Session::through_agent(conn, opts),
+        let max = opts.load.max_tracked;
+        let why = match crate::agent::client::AgentConn::connect_for(&path, want, max) {
+            Ok(conn) => {
+                agents_own_settings(&opts.load);
+                return Session::through_agent(conn, opts);
+            }
             Err(e) => e,
         };
         // Root (or the capabilities) gets the same report from its own programs: quietly
@@ -647,5 +651,18 @@ pub fn tell_loaded(probes: &Probes) {
     );
     for m in &probes.mechanisms {
         crate::errln!("spacetime:   {m}");
+    }
+}
+
+/// Through the agent, its programs' ring buffer and RSS point interval are the agent's: a
+/// different value asked for here is said, not silently dropped.
+fn agents_own_settings(asked: &LoadOptions) {
+    let default = LoadOptions::default();
+    if asked.ring_buffer_bytes != default.ring_buffer_bytes
+        || asked.rss_interval_ns != default.rss_interval_ns
+    {
+        log::warn!(
+            "through the agent, --ring-buffer and --rss-interval are the agent's own; use --no-agent (as root) for yours"
+        );
     }
 }

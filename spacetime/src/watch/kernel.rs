@@ -33,7 +33,7 @@ pub(super) fn open(args: &WatchArgs, filter: &Filter) -> anyhow::Result<Opened> 
     let mut why = None;
     if !args.no_agent && filter.pid_tree().is_none() {
         let path = crate::agent::socket_path();
-        match AgentConn::connect_for(&path, want::WATCH) {
+        match AgentConn::connect_for(&path, want::WATCH, 0) {
             Ok(conn) => {
                 let error = &conn.welcome.taskstats_error;
                 let kernel = Kernel::Agent {

@@ -136,6 +136,7 @@ fn main() {
     let hello = Msg::Hello {
         version: proto::VERSION,
         want: proto::want::TRACE,
+        max_processes: 0,
     };
     let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
     let recv = |buf: &mut Vec<u8>| -> Option<Msg> {
@@ -218,6 +219,7 @@ fn sessions(socket: &Path, n: usize) {
         let hello = Msg::Hello {
             version: proto::VERSION,
             want: proto::want::TRACE,
+            max_processes: 0,
         };
         if sock::send(fd.as_raw_fd(), &hello.encode(), None).is_err() {
             println!("error hello");
