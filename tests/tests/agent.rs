@@ -304,6 +304,35 @@ fn a_non_root_session_stops_at_its_process_limit() {
     agent.stop();
 }
 
+/// The client's own `--max-processes` limits its session as it sizes its own programs'
+/// tracking map, below the agent's limit (none for root).
+#[test]
+fn the_clients_max_processes_limits_its_session() {
+    let agent = Agent::start("maxproc");
+    let meet = TempDir::new("agent-maxproc-meet");
+    let script = format!(
+        "for i in 1 2 3 4 5; do {WL} hold-together 5 {} 1 0 & done; wait",
+        meet.path().display()
+    );
+    let out = Trace::new(["sh", "-c", &script])
+        .flag("--max-processes")
+        .flag("2")
+        .through(&agent)
+        .tag("agent-maxproc")
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    let counters = &v["kernel"]["counters"];
+    // The shell and one holder fill the limit of 2: four of the five holders are refused.
+    assert_eq!(
+        counters["session_limit"].as_u64(),
+        Some(4),
+        "forks refused by --max-processes 2: {counters}\n{}",
+        out.context()
+    );
+    agent.stop();
+}
+
 #[test]
 fn non_root_attach_to_another_users_process_is_refused() {
     nobody_can_run_the_binaries();
