@@ -9,8 +9,8 @@ use serde_json::Value;
 use spacetime_tests::agent::Agent;
 use spacetime_tests::watch::{token, Watch};
 use spacetime_tests::{
-    assert_rss, assert_world_executable, find_process, spacetime_bin, wait_for_descendant, TempDir,
-    Trace, MIB,
+    assert_rss, assert_world_executable, find_process, spacetime_bin, wait_for_descendant, Outcome,
+    TempDir, Trace, MIB,
 };
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
@@ -269,31 +269,39 @@ fn sessions_per_user_are_limited() {
     agent.stop();
 }
 
+/// Five holders alive at once (each waits until all five are there) under one shell, traced
+/// through `agent`: the run's output and its count of forks refused by the session's limit.
+fn five_holders(
+    agent: &Agent,
+    tag: &str,
+    setup: impl FnOnce(Trace) -> Trace,
+) -> (Outcome, Option<u64>) {
+    let meet = TempDir::new(&format!("{tag}-meet"));
+    let script = format!(
+        "for i in 1 2 3 4 5; do {WL} hold-together 5 {} 1 0 & done; wait",
+        meet.path().display()
+    );
+    let out = setup(Trace::new(["sh", "-c", &script]))
+        .through(agent)
+        .tag(tag)
+        .run();
+    out.assert_code(0);
+    let refused = out.json_value()["kernel"]["counters"]["session_limit"].as_u64();
+    (out, refused)
+}
+
 /// A non-root session's process limit: the forks beyond it are not traced, and the report
 /// counts them and says it is incomplete.
 #[test]
 fn a_non_root_session_stops_at_its_process_limit() {
     nobody_can_run_the_binaries();
     let agent = Agent::start_with("limit", &["--session-limit", "3"]);
-    // Five holders alive at once (each waits until all five are there) under one shell.
-    let meet = TempDir::new("agent-limit-meet");
-    let script = format!(
-        "for i in 1 2 3 4 5; do {WL} hold-together 5 {} 1 0 & done; wait",
-        meet.path().display()
-    );
-    let out = Trace::new(["sh", "-c", &script])
-        .through(&agent)
-        .as_nobody()
-        .tag("agent-limit")
-        .run();
-    out.assert_code(0);
-    let v = out.json_value();
-    let counters = &v["kernel"]["counters"];
+    let (out, refused) = five_holders(&agent, "agent-limit", Trace::as_nobody);
     // The shell and two holders fill the limit of 3: three of the five holders are refused.
     assert_eq!(
-        counters["session_limit"].as_u64(),
+        refused,
         Some(3),
-        "forks refused by the limit: {counters}\n{}",
+        "forks refused by the limit\n{}",
         out.context()
     );
     assert!(
@@ -309,25 +317,14 @@ fn a_non_root_session_stops_at_its_process_limit() {
 #[test]
 fn the_clients_max_processes_limits_its_session() {
     let agent = Agent::start("maxproc");
-    let meet = TempDir::new("agent-maxproc-meet");
-    let script = format!(
-        "for i in 1 2 3 4 5; do {WL} hold-together 5 {} 1 0 & done; wait",
-        meet.path().display()
-    );
-    let out = Trace::new(["sh", "-c", &script])
-        .flag("--max-processes")
-        .flag("2")
-        .through(&agent)
-        .tag("agent-maxproc")
-        .run();
-    out.assert_code(0);
-    let v = out.json_value();
-    let counters = &v["kernel"]["counters"];
+    let (out, refused) = five_holders(&agent, "agent-maxproc", |t| {
+        t.flag("--max-processes").flag("2")
+    });
     // The shell and one holder fill the limit of 2: four of the five holders are refused.
     assert_eq!(
-        counters["session_limit"].as_u64(),
+        refused,
         Some(4),
-        "forks refused by --max-processes 2: {counters}\n{}",
+        "forks refused by --max-processes 2\n{}",
         out.context()
     );
     agent.stop();
