@@ -14,7 +14,15 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 /// The test files run through the agent.
-const FILES: [&str; 6] = ["memory", "processes", "cpu", "exit", "bench", "attach"];
+const FILES: [&str; 7] = [
+    "memory",
+    "processes",
+    "cpu",
+    "exit",
+    "bench",
+    "attach",
+    "safety",
+];
 
 pub fn run(cargo: Command, bin: &std::path::Path, args: &[OsString]) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("spacetime-xtask-agent-{}", std::process::id()));

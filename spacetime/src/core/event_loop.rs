@@ -223,7 +223,14 @@ pub async fn run<C: Consumer>(io: &mut Io<'_>, c: &mut C, extra: &mut C::Extra) 
             }
             guard = sig.readable() => {
                 let mut guard = guard?;
-                for (signo, from_process) in read_signals(io.sigfd) {
+                let signals = read_signals(io.sigfd);
+                // Through an agent, records wait in its ring until fetched: a stop signal is
+                // forwarded to every process the kernel has recorded until now, a fork of the
+                // last milliseconds included. Not for SIGCHLD, which comes with every exit.
+                if signals.iter().any(|&(signo, _)| signo != libc::SIGCHLD) {
+                    io.ring.sync();
+                }
+                for (signo, from_process) in signals {
                     c.before_signal(signo, from_process);
                     drain(io.ring, c);
                     c.signal(signo, from_process);
