@@ -126,27 +126,14 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let fd = match sock::connect(Path::new(socket)) {
-        Ok(fd) => fd,
-        Err(e) => {
-            println!("error connect: {e}");
-            return;
-        }
-    };
-    let hello = Msg::Hello {
-        version: proto::VERSION,
-        want: proto::want::TRACE,
-        max_processes: 0,
+    let Some(fd) = connect_with_hello(Path::new(socket)) else {
+        return;
     };
     let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
     let recv = |buf: &mut Vec<u8>| -> Option<Msg> {
         let r = sock::recv(fd.as_raw_fd(), buf, 0).ok()?;
         Msg::parse(&buf[..r.len]).ok()
     };
-    if sock::send(fd.as_raw_fd(), &hello.encode(), None).is_err() {
-        println!("error hello");
-        return;
-    }
     match recv(&mut buf) {
         Some(Msg::Welcome(_)) => {}
         other => {
@@ -209,22 +196,9 @@ fn sessions(socket: &Path, n: usize) {
     let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
     let mut last = String::from("error none");
     for _ in 0..n {
-        let fd = match sock::connect(socket) {
-            Ok(fd) => fd,
-            Err(e) => {
-                println!("error connect: {e}");
-                return;
-            }
-        };
-        let hello = Msg::Hello {
-            version: proto::VERSION,
-            want: proto::want::TRACE,
-            max_processes: 0,
-        };
-        if sock::send(fd.as_raw_fd(), &hello.encode(), None).is_err() {
-            println!("error hello");
+        let Some(fd) = connect_with_hello(socket) else {
             return;
-        }
+        };
         last = match sock::recv(fd.as_raw_fd(), &mut buf, 0)
             .ok()
             .and_then(|r| Msg::parse(&buf[..r.len]).ok())
@@ -238,4 +212,26 @@ fn sessions(socket: &Path, n: usize) {
         conns.push(fd);
     }
     println!("{last}");
+}
+
+/// A connection to the agent at `socket` that has sent its hello (asking to trace); None,
+/// with the error printed, when either fails.
+fn connect_with_hello(socket: &Path) -> Option<OwnedFd> {
+    let fd = match sock::connect(socket) {
+        Ok(fd) => fd,
+        Err(e) => {
+            println!("error connect: {e}");
+            return None;
+        }
+    };
+    let hello = Msg::Hello {
+        version: proto::VERSION,
+        want: proto::want::TRACE,
+        max_processes: 0,
+    };
+    if sock::send(fd.as_raw_fd(), &hello.encode(), None).is_err() {
+        println!("error hello");
+        return None;
+    }
+    Some(fd)
 }
