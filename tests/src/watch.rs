@@ -515,3 +515,22 @@ impl Drop for TempCgroup {
         }
     }
 }
+
+/// `st-workload quiet-exit CODE TOKEN` (the workload at `wl`) and its token: a process that
+/// exits with `code` and whose argv names this test (see [`token`]).
+pub fn quiet_exit(wl: &str, code: i32, what: &str) -> (String, std::process::Command) {
+    let t = token(what);
+    let mut c = std::process::Command::new(wl);
+    c.args(["quiet-exit", &code.to_string(), &t]);
+    (t, c)
+}
+
+/// Lets a holder (a shell waiting on its stdin) go on, and waits for it to end.
+pub fn release(h: &mut std::process::Child) {
+    h.stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("release holder");
+    h.wait().expect("wait holder");
+}
