@@ -161,11 +161,15 @@ pub fn try_rss_stat(ctx: &RawTracePointContext) -> Result<(), i32> {
     st.last_tree_pages = tree_pages;
     // Points go at a bounded rate (a record per change would be one per page fault while
     // memory grows), but a maximum is only held back, never dropped: the held point goes out
-    // when growth stops, before a later point would hide it, or when following ends. Since a
-    // point was held this mm only grew, so a newer point covers its value; the tree's sum may
-    // have fallen meanwhile, and then the held one (perhaps the tree's peak) goes first.
-    if now.wrapping_sub(st.last_sent_ns) >= conf!(rss_interval_ns) as u64 {
-        if st.held_tree_pages > tree_pages {
+    // when growth stops, before a later point would hide it, or when following ends. A newer
+    // point covers the held one's value (this mm only grew since), not its time: growth that
+    // stopped long before this change (a sleep at the peak, then a few pages at exit) would
+    // show the value sent before the hold until now. So a held point goes first unless it is
+    // the last moments' (continuous growth), or the tree's sum fell since (it may be the
+    // tree's peak).
+    let interval = conf!(rss_interval_ns) as u64;
+    if now.wrapping_sub(st.last_sent_ns) >= interval {
+        if st.held_tree_pages > tree_pages || now.wrapping_sub(st.held_ns) > interval >> 3 {
             flush_held(st);
         }
         st.held_ns = 0;

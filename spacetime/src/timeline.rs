@@ -233,6 +233,10 @@ impl Default for Limits {
     }
 }
 
+/// The tree-wide peak is dated when the tree first came within 1/256 (0.4 %) of it: finer
+/// than the summary's three digits.
+pub const PEAK_REACHED_SHIFT: u32 = 8;
+
 /// Smallest per-process cap the global budget may push the per-process cap down to.
 const MIN_PROCESS_POINTS: usize = 16;
 
@@ -323,9 +327,21 @@ impl Timeline {
     }
 
     /// The tree-wide RSS peak: the kernel's exact one when set, else the series' maximum
-    /// (statm sampling).
+    /// (statm sampling); dated when the tree first came within [`PEAK_REACHED_SHIFT`] of it.
+    /// A tree that reached its size and held it, then faulted in a few pages as it exited
+    /// (64 KiB of text at a time), peaked at its exit by those pages: its peak is when it got
+    /// there, not the last pages.
     pub fn tree_peak(&self) -> Option<Point> {
-        self.tree_peak.or_else(|| self.tree_rss.max())
+        let exact = self.tree_peak.or_else(|| self.tree_rss.max())?;
+        let near = exact.bytes - (exact.bytes >> PEAK_REACHED_SHIFT);
+        let reached = self
+            .tree_rss
+            .points()
+            .iter()
+            .take_while(|p| p.ts_ns <= exact.ts_ns)
+            .find(|p| p.bytes >= near)
+            .map_or(exact.ts_ns, |p| p.ts_ns);
+        Some(Point::new(reached, exact.bytes))
     }
 
     /// The largest tree-wide PSS sampled.

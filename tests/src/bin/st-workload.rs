@@ -15,6 +15,9 @@ use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt as _;
 use std::time::Duration;
 
+#[path = "st_workload/truth.rs"]
+mod truth;
+
 const USAGE: &str = "\
 usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_TRUTH)
   noop [ANY...]                exit 0, record nothing
@@ -65,6 +68,8 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
                                mib} and exit 0 (M = 0: a holder idle from the attach to its end)
   page-cache FILE              drop FILE from the page cache, read it, record {file_bytes,
                                cached_before_bytes, cached_after_bytes} (mincore)
+  peak-sleep MIB MS            touch MIB MiB, print a line, sleep MS ms, touch 16 pages more (an
+                               exit's text); record {touched_unix_ns, held_kib, woke_unix_ns}
 ";
 
 /// Bytes reserved (and touched) for reading /proc/self/status.
@@ -942,6 +947,7 @@ fn main() {
             parse(&args, 4, "K"),
         ),
         "attach-grow" => attach_grow(&mut rec, parse(&args, 2, "N"), parse(&args, 3, "M")),
+        "peak-sleep" => truth::peak_sleep(&mut rec, parse(&args, 2, "MIB"), parse(&args, 3, "MS")),
         "page-cache" => page_cache(&mut rec, args.get(2).unwrap_or_else(|| die("missing FILE"))),
         other => die(&format!("unknown mode {other:?}")),
     }
