@@ -3,9 +3,14 @@
 //! (`start_unix_ns` says when that was); all sizes are bytes. docs/trace-report.schema.json
 //! describes the JSON.
 
-pub mod lossless;
-pub mod origin;
-pub mod text;
+pub(crate) mod chart;
+pub(crate) mod export;
+pub(crate) mod format;
+pub(crate) mod lossless;
+pub(crate) mod origin;
+pub(crate) mod selfstats;
+pub(crate) mod status;
+pub(crate) mod text;
 mod view;
 
 pub use origin::{Origin, SCHEMA_VERSION};
@@ -15,12 +20,14 @@ pub use view::{ImageReport, ProcessReport, State};
 use serde::Serialize;
 
 use crate::{
-    core::counters::KernelCounters,
-    crosscheck::{Coverage, PerProcess},
-    idhash::IdSet,
-    selfstats::OwnCost,
-    timeline::TimelineReport,
-    tree::{ExitStatus, Key, Tree},
+    kernel::counters::KernelCounters,
+    model::{
+        crosscheck::{Coverage, PerProcess},
+        timeline::TimelineReport,
+        tree::{ExitStatus, Key, Tree},
+    },
+    report::selfstats::OwnCost,
+    util::idhash::IdSet,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,16 +111,16 @@ pub struct CgroupPeakReport {
     pub unavailable_reason: Option<String>,
 }
 
-/// Memory over time, taken from the [`Timeline`](crate::timeline::Timeline).
+/// Memory over time, taken from the [`Timeline`](crate::model::timeline::Timeline).
 pub struct MemoryMeta<'a> {
-    pub tree_peak: Option<crate::timeline::Point>,
-    pub max_pss: Option<crate::timeline::Point>,
-    pub max_pss_estimated: Option<crate::timeline::Point>,
-    pub timeline: &'a crate::timeline::Timeline,
+    pub tree_peak: Option<crate::model::timeline::Point>,
+    pub max_pss: Option<crate::model::timeline::Point>,
+    pub max_pss_estimated: Option<crate::model::timeline::Point>,
+    pub timeline: &'a crate::model::timeline::Timeline,
 }
 
 impl<'a> MemoryMeta<'a> {
-    pub fn of(timeline: &'a crate::timeline::Timeline) -> MemoryMeta<'a> {
+    pub fn of(timeline: &'a crate::model::timeline::Timeline) -> MemoryMeta<'a> {
         MemoryMeta {
             tree_peak: timeline.tree_peak(),
             max_pss: timeline.max_pss(),
@@ -182,6 +189,10 @@ pub struct KernelReport {
     pub page_size: u64,
     pub ring_buffer_bytes: u32,
     pub mechanisms: Vec<String>,
+    /// For an attach (`trace -p`): whether the kernel followed the RSS of the processes
+    /// attached to from the attach on. Said in `mechanisms` in words; this is the fact.
+    #[serde(skip)]
+    pub attach_memory_followed: Option<bool>,
 }
 
 /// What the trace knows beyond the tree.
@@ -196,6 +207,8 @@ pub struct Meta<'a> {
     pub decode_errors: u64,
     pub ring_buffer_bytes: u32,
     pub mechanisms: Vec<String>,
+    /// See [`KernelReport::attach_memory_followed`].
+    pub attach_memory_followed: Option<bool>,
     pub taskstats: TaskstatsMeta,
     pub memory: MemoryMeta<'a>,
     pub own_cost: OwnCost,
@@ -278,6 +291,7 @@ impl<'a> Report<'a> {
                 page_size: page,
                 ring_buffer_bytes: meta.ring_buffer_bytes,
                 mechanisms: meta.mechanisms,
+                attach_memory_followed: meta.attach_memory_followed,
             },
             taskstats: match meta.taskstats {
                 TaskstatsMeta::Available {

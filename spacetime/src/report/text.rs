@@ -6,9 +6,11 @@ use std::{collections::HashMap, fmt::Write};
 
 use super::{ImageReport, ProcessReport, Report};
 use crate::{
-    term,
-    tree::ExitStatus,
-    units::{bytes, duration_ns},
+    model::tree::ExitStatus,
+    util::{
+        term,
+        units::{bytes, duration_ns},
+    },
 };
 
 fn exit_text(e: Option<&super::Exit>, state: super::State) -> String {
@@ -171,7 +173,7 @@ pub fn render(
         .filter(|p| p.images().any(|i| i.read_at_attach()))
         .count() as u64;
     if predate > 0 {
-        let over_time = if crate::attach::memory_followed(&r.kernel.mechanisms) {
+        let over_time = if r.kernel.attach_memory_followed == Some(true) {
             "their RSS followed from the attach on"
         } else {
             "their memory over time not followed"

@@ -9,9 +9,11 @@ use super::{
     Exit,
 };
 use crate::{
-    crosscheck::{PerProcess, ProcessTaskstats},
-    idhash::IdSet,
-    tree::{Image, Key, Process},
+    model::{
+        crosscheck::{PerProcess, ProcessTaskstats},
+        tree::{Image, Key, Process},
+    },
+    util::idhash::IdSet,
 };
 
 /// What turns the tree's figures into the report's: times since `t0`, pages into bytes.
