@@ -25,7 +25,7 @@ use anyhow::{bail, Context, Result};
 use crate::{run, target_dir, toolchain};
 
 /// Host packages the VM test needs: qemu, a static busybox for the guest, cpio for the archive.
-const HOST_PACKAGES: [&str; 3] = ["qemu-system-x86", "busybox-static", "cpio"];
+const HOST_PACKAGES: [&str; 4] = ["qemu-system-x86", "busybox-static", "cpio", "hyperfine"];
 /// The Debian kernel package, by name: `linux-image-6.1.0-<abi>-cloud-amd64-unsigned`.
 const KERNEL_PREFIX: &str = "linux-image-6.1.0-";
 const KERNEL_SUFFIX: &str = "-cloud-amd64-unsigned";
@@ -175,7 +175,10 @@ pub fn vm_test(opts: Options) -> Result<()> {
 }
 
 fn ensure_host_packages() -> Result<()> {
-    toolchain::apt_install(&HOST_PACKAGES, "the VM test boots a 6.1 guest under qemu")
+    toolchain::apt_install(
+        &HOST_PACKAGES,
+        "the VM test boots a 6.1 guest under qemu; the guest gets hyperfine, the truth of the bench's wall",
+    )
 }
 
 /// The ABI number of a kernel package or .deb name (`linux-image-6.1.0-<abi>-cloud-…`).
@@ -286,6 +289,8 @@ struct Built {
 
 /// util-linux's setpriv: the tests run clients as `nobody` with it (busybox's lacks --reuid).
 const SETPRIV: &str = "/usr/bin/setpriv";
+/// hyperfine (Debian's): the bench's wall is compared with its times on the same command.
+const HYPERFINE: &str = "/usr/bin/hyperfine";
 
 /// Builds the integration tests (release) and finds their binaries in cargo's JSON messages.
 fn build_tests() -> Result<Built> {
@@ -477,6 +482,7 @@ fn make_initramfs(root: &Path, out: &Path, built: &Built, test_args: &[OsString]
         bail!("{SETPRIV} is missing: install util-linux (the agent tests run clients as nobody)");
     }
     binaries.push((PathBuf::from(SETPRIV), PathBuf::from("/bin/setpriv")));
+    binaries.push((PathBuf::from(HYPERFINE), PathBuf::from(HYPERFINE)));
     for (name, path) in &built.tests {
         binaries.push((path.clone(), Path::new(GUEST_TESTS).join(name)));
     }

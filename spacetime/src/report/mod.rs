@@ -199,7 +199,8 @@ pub struct KernelReport {
 pub struct Meta<'a> {
     pub command: lossless::Args,
     pub root_exit: Option<ExitStatus>,
-    /// CLOCK_MONOTONIC when the root started and when the trace ended.
+    /// CLOCK_MONOTONIC when the command started (let go to exec, or attached to) and when the
+    /// trace ended.
     pub t0_ns: u64,
     pub end_ns: u64,
     pub page_size: u64,

@@ -15,8 +15,9 @@ pub struct Origin {
     pub host: String,
     /// The running kernel's release (uname -r).
     pub kernel_release: String,
-    /// When the root process started: nanoseconds since the Unix epoch, and the same instant
-    /// as RFC 3339 in UTC. Every `_ns` time of the report counts from this instant.
+    /// When the command started (let go to exec it; an attach: the attach): nanoseconds since
+    /// the Unix epoch, and the same instant as RFC 3339 in UTC. Every `_ns` time of the report
+    /// counts from this instant.
     pub start_unix_ns: u64,
     pub start_rfc3339: String,
 }

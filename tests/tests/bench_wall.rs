@@ -1,0 +1,135 @@
+//! A run's wall is the command's own, through an agent or not: `spacetime bench` and `trace`
+//! against hyperfine's times of the same command. The child is held between fork and exec
+//! until it is tracked (through an agent, one round trip: 16 ms once, on a 0.69 ms command);
+//! the wall starts when it is let go.
+//!
+//! Timing on a shared 2-CPU machine: the runs are interleaved (hyperfine, bench through an
+//! agent, bench with its own programs, trace through the agent, and again), so a busy moment
+//! reaches all of them, and medians are compared. The command sleeps, so CPU contention moves
+//! its time little.
+
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+};
+
+use serde_json::Value;
+use spacetime_tests::{agent::Agent, spacetime_bin, TempDir, Trace};
+
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+/// The command: st-workload sleeps this long and exits.
+const SLEEP_MS: &str = "50";
+const ROUNDS: usize = 4;
+const RUNS: usize = 6;
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    assert!(n > 0, "no values");
+    match n % 2 {
+        1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn read_json(path: &Path, what: &str, out: &std::process::Output) -> Value {
+    let text = std::fs::read(path).unwrap_or_else(|e| {
+        panic!(
+            "{what}: {} not written ({e}); stderr:\n{}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    serde_json::from_slice(&text).unwrap_or_else(|e| panic!("{what}: JSON does not parse: {e}"))
+}
+
+/// hyperfine's times of each run, ns.
+fn hyperfine(dir: &Path) -> Vec<f64> {
+    let json = dir.join("hyperfine.json");
+    let out = Command::new("hyperfine")
+        .args(["-N", "--style", "none", "--runs", &RUNS.to_string(), "--export-json"])
+        .arg(&json)
+        .arg(format!("{WL} sleep {SLEEP_MS}"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running hyperfine (cargo xtask test installs it): {e}"));
+    assert!(out.status.success(), "hyperfine failed: {out:?}");
+    let v = read_json(&json, "hyperfine", &out);
+    v["results"][0]["times"]
+        .as_array()
+        .expect("hyperfine's results[0].times")
+        .iter()
+        .map(|t| t.as_f64().expect("a time in seconds") * 1e9)
+        .collect()
+}
+
+/// `spacetime bench`'s wall of each run, ns, through `agent` or with its own programs.
+fn bench(dir: &Path, agent: Option<&Agent>) -> Vec<f64> {
+    let json = dir.join("bench.json");
+    let mut c = Command::new(spacetime_bin());
+    c.args(["bench", "-q", "-N", "-r", &RUNS.to_string(), "--json"])
+        .arg(&json);
+    match agent {
+        Some(a) => c.env("SPACETIME_SOCKET", a.socket()),
+        None => c.arg("--no-agent"),
+    };
+    let out = c
+        .arg(format!("{WL} sleep {SLEEP_MS}"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running spacetime bench");
+    assert!(out.status.success(), "spacetime bench failed: {out:?}");
+    let v = read_json(&json, "spacetime bench", &out);
+    let want = if agent.is_some() { "agent" } else { "own" };
+    assert_eq!(v["programs"], want, "whose programs traced the bench");
+    v["results"][0]["wall_ns"]["values"]
+        .as_array()
+        .expect("results[0].wall_ns.values")
+        .iter()
+        .map(|t| t.as_u64().expect("ns") as f64)
+        .collect()
+}
+
+#[test]
+fn bench_and_trace_walls_are_the_commands_own_through_an_agent_or_not() {
+    let agent = Agent::start("bench-wall");
+    let dir = TempDir::new("bench-wall");
+    let (mut hf, mut through, mut own, mut traced) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..ROUNDS {
+        hf.extend(hyperfine(dir.path()));
+        through.extend(bench(dir.path(), Some(&agent)));
+        own.extend(bench(dir.path(), None));
+        let out = Trace::new([WL, "sleep", SLEEP_MS])
+            .through(&agent)
+            .tag("bench-wall-trace")
+            .run();
+        out.assert_code(0);
+        let v = out.json_value();
+        assert_eq!(v["programs"], "agent", "the trace went through the agent");
+        traced.push(v["wall_ns"].as_u64().expect("wall_ns") as f64);
+    }
+    let ms = |x: f64| x / 1e6;
+    let reference = median(&mut hf);
+    let mut lines = vec![format!("hyperfine: median {:.2} ms", ms(reference))];
+    let mut worst = 0.0f64;
+    for (what, v) in [
+        ("bench through the agent", &mut through),
+        ("bench, own programs", &mut own),
+        ("trace through the agent", &mut traced),
+    ] {
+        let m = median(v);
+        let off = (m - reference) / reference;
+        worst = worst.max(off.abs());
+        lines.push(format!(
+            "{what}: median {:.2} ms ({:+.1} %)",
+            ms(m),
+            100.0 * off
+        ));
+    }
+    let summary = lines.join("; ");
+    eprintln!("{summary}");
+    assert!(
+        worst <= 0.05,
+        "a run's wall is not within 5 % of hyperfine's on the same command: {summary}"
+    );
+}
