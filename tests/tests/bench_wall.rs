@@ -47,7 +47,14 @@ fn read_json(path: &Path, what: &str, out: &std::process::Output) -> Value {
 fn hyperfine(dir: &Path) -> Vec<f64> {
     let json = dir.join("hyperfine.json");
     let out = Command::new("hyperfine")
-        .args(["-N", "--style", "none", "--runs", &RUNS.to_string(), "--export-json"])
+        .args([
+            "-N",
+            "--style",
+            "none",
+            "--runs",
+            &RUNS.to_string(),
+            "--export-json",
+        ])
         .arg(&json)
         .arg(format!("{WL} sleep {SLEEP_MS}"))
         .stdin(Stdio::null())

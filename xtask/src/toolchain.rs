@@ -120,7 +120,14 @@ fn ensure_bpf_linker() -> Result<()> {
 /// compiler for the timeline's make test, hyperfine for the bench's wall.
 pub fn ensure_test_tools() -> Result<()> {
     apt_install(
-        &["prometheus", "tmux", "make", "gcc", "libc6-dev", "hyperfine"],
+        &[
+            "prometheus",
+            "tmux",
+            "make",
+            "gcc",
+            "libc6-dev",
+            "hyperfine",
+        ],
         "the metrics tests scrape `watch --metrics` with a real Prometheus and lint it with \
          promtool; the terminal tests run spacetime in an 80-column tmux pane; a timeline \
          test traces a small make; the bench's wall is compared with hyperfine's",

@@ -398,9 +398,13 @@ impl Timeline {
         }
     }
 
-    /// Records the kernel's exact tree-wide peak.
+    /// Records the kernel's exact tree-wide peak. The series gets it too when it has not
+    /// reached it: a run stopped while a process grew reads the peak after the last point.
     pub fn set_tree_peak(&mut self, p: Point) {
         self.tree_peak = Some(p);
+        if self.tree_rss.max().is_none_or(|m| m.bytes < p.bytes) {
+            self.tree_rss.insert(p, self.limits.tree_points);
+        }
     }
 
     /// A tree-wide RSS value from the kernel, exact at its time (which may be earlier than

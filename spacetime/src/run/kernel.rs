@@ -263,21 +263,26 @@ impl Kernel {
     /// when processes still run. An agent untracks the run's processes here.
     pub fn end_run(&mut self, baseline: &KernelCounters, live: bool) -> EndFigures {
         match self {
-            Kernel::Own(o) => EndFigures {
-                counters: o
-                    .probes
-                    .counters()
-                    .map(|c| c.since(baseline))
-                    .unwrap_or_else(|e| {
-                        log::warn!("cannot read the kernel counters: {e}");
-                        KernelCounters::default()
-                    }),
-                tree_rss: o.probes.tree_rss().ok(),
-                mms: match live {
+            Kernel::Own(o) => {
+                // The mms before the tree's sum: a process growing between the two reads
+                // raises the tree's peak past its own, never its own past the tree's.
+                let mms = match live {
                     true => o.probes.followed_mms().map_err(|e| e.to_string()),
                     false => Ok(Vec::new()),
-                },
-            },
+                };
+                EndFigures {
+                    counters: o
+                        .probes
+                        .counters()
+                        .map(|c| c.since(baseline))
+                        .unwrap_or_else(|e| {
+                            log::warn!("cannot read the kernel counters: {e}");
+                            KernelCounters::default()
+                        }),
+                    tree_rss: o.probes.tree_rss().ok(),
+                    mms,
+                }
+            }
             Kernel::Agent(a) => {
                 let end = a.finish();
                 a.tell_if_gone();

@@ -119,6 +119,19 @@ pub fn alive(pid: u32, start_mono_ns: u64) -> bool {
     matches!(Pinned::open(pid), Ok(Some(p)) if p.identity(start_mono_ns) == Identity::Same)
 }
 
+/// Whether the process (`pid`, started at `start_mono_ns`) was reaped: no process holds the
+/// pid, or another one does. A zombie, or a process still exiting, was not.
+pub fn reaped(pid: u32, start_mono_ns: u64) -> bool {
+    let Ok(Some(p)) = Pinned::open(pid) else {
+        return true;
+    };
+    let Ok(stat) = std::fs::read(format!("/proc/{}/stat", p.pid)) else {
+        return true;
+    };
+    let (lo, hi) = expected_ticks(start_mono_ns);
+    !parse_stat(&stat).is_some_and(|(_, ticks)| (lo..=hi).contains(&ticks))
+}
+
 /// Sends `signo` to the process (`pid`, started at `start_mono_ns`) if it is proven to be
 /// that one; returns whether it was sent.
 pub fn signal_if_same(pid: u32, start_mono_ns: u64, signo: libc::c_int) -> bool {

@@ -14,10 +14,10 @@ use crate::{
     model::{
         crosscheck::Collector,
         memory::Memory,
-        tree::{ExitStatus, Tree},
+        tree::{ExitStatus, Key, Tree},
     },
     report::status::StatusLine,
-    util::clock::monotonic_ns,
+    util::{clock::monotonic_ns, idhash::IdSet},
 };
 
 /// Longest a run waits at its end for the free records of processes already reaped: each
@@ -29,6 +29,8 @@ pub(super) struct Outcome {
     pub root_status: Option<ExitStatus>,
     /// The first SIGINT, SIGTERM or SIGHUP spacetime received during the run.
     pub stop_signal: Option<libc::c_int>,
+    /// When the run stopped: the root's exit with `stop_on_root_exit`, the signal that
+    /// stopped an attach, else the loop's end.
     pub end_ns: u64,
     pub decode_errors: u64,
 }
@@ -75,8 +77,8 @@ struct TracedRun<'s, 'a> {
     no_children: bool,
     /// The first stop signal (not SIGCHLD) received.
     stop_signal: Option<libc::c_int>,
-    /// An attached run was stopped by a signal.
-    stopped: bool,
+    /// When an attached run was stopped by a signal.
+    stopped: Option<u64>,
 }
 
 impl Consumer for TracedRun<'_, '_> {
@@ -110,7 +112,7 @@ impl Consumer for TracedRun<'_, '_> {
         self.stop_signal.get_or_insert(signo);
         if self.opts.attached {
             // Ctrl-C or a kill ends the trace, not the processes attached to.
-            self.stopped = true;
+            self.stopped.get_or_insert_with(monotonic_ns);
         } else if from_process {
             let alive = self.root_status.is_none();
             forward(signo, self.opts.root_pid, alive, self.sink.tree);
@@ -149,7 +151,7 @@ impl Consumer for TracedRun<'_, '_> {
     fn done(&self) -> bool {
         let o = &self.opts;
         if o.attached {
-            return self.stopped || attached_done(o.stop_on_root_exit, self.sink.tree);
+            return self.stopped.is_some() || attached_done(o.stop_on_root_exit, self.sink.tree);
         }
         self.root_status.is_some()
             && (o.stop_on_root_exit
@@ -171,7 +173,7 @@ pub(super) async fn consume(
         root_status: None,
         no_children: false,
         stop_signal: None,
-        stopped: false,
+        stopped: None,
     };
     run.no_children = reap(run.opts.root_pid, &mut run.root_status);
     event_loop::run(&mut io, &mut run, &mut NoSource).await?;
@@ -193,10 +195,21 @@ pub(super) async fn consume(
         // Not our child: its status is the kernel's exit record's.
         run.root_status = run.sink.tree.root().and_then(|r| r.exit);
     }
+    let end_ns = match (run.stopped, run.opts.stop_on_root_exit) {
+        (Some(at), _) => at,
+        // As the kernel dated the root's exit.
+        (None, true) => run
+            .sink
+            .tree
+            .root()
+            .and_then(|r| r.end_ns)
+            .unwrap_or_else(monotonic_ns),
+        (None, false) => monotonic_ns(),
+    };
     Ok(Outcome {
         root_status: run.root_status,
         stop_signal: run.stop_signal,
-        end_ns: monotonic_ns(),
+        end_ns,
         decode_errors: run.sink.decode_errors,
     })
 }
@@ -250,14 +263,36 @@ fn reap(root_pid: u32, root_status: &mut Option<ExitStatus>) -> bool {
     }
 }
 
-/// Drains until every exited process has its free record (final CPU time), or
-/// [`RELEASE_GRACE`] has passed.
+/// Drains until every exited process that was reaped has its free record (final CPU time), or
+/// [`RELEASE_GRACE`] has passed. Children of spacetime's (orphans it adopted as the subreaper)
+/// are reaped first: that is spacetime's part. A zombie whose parent is alive may stay one
+/// until after spacetime returns: not waited for (with --stop-on-root-exit, a double fork's
+/// grandchild that exited after CMD kept the run a whole second).
 async fn wait_for_free_records(ring: &mut dyn Records, run: &mut TracedRun<'_, '_>) {
     let waited = std::time::Instant::now();
+    // Found reaped once, reaped for good.
+    let mut reaped: IdSet<Key> = IdSet::default();
     loop {
+        run.no_children = reap(run.opts.root_pid, &mut run.root_status);
         ring.sync();
         event_loop::drain(ring, run);
-        let missing = run.sink.tree.awaiting_release();
+        let missing = run
+            .sink
+            .tree
+            .processes()
+            .iter()
+            .filter(|p| p.end_ns.is_some() && !p.cpu_final)
+            .filter_map(|p| p.key.map(|k| (p.pid, k)))
+            .filter(|&(pid, k)| {
+                reaped.contains(&k) || {
+                    let gone = crate::run::pidfd::reaped(pid, k.start_ns);
+                    if gone {
+                        reaped.insert(k);
+                    }
+                    gone
+                }
+            })
+            .count();
         if missing == 0 || waited.elapsed() >= RELEASE_GRACE {
             log::debug!(
                 "waited {:?} for free records; {missing} missing",

@@ -13,7 +13,7 @@ use std::{
 };
 
 use super::{
-    delayacct::{delayacct_on, DelayAcct},
+    delayacct::DelayAcct,
     event_loop,
     kernel::Kernel,
     run_loop::{self, LoopOptions, Sink},
@@ -24,7 +24,7 @@ use crate::{
         taskstats::ListenerStats,
     },
     model::{
-        crosscheck::{cross_check, Clock, Collector, PerProcess},
+        crosscheck::{Clock, Collector, PerProcess},
         memory::{Memory, MemoryOptions},
         timeline::Point,
         tree::{ExitStatus, Key, Tree},
@@ -34,6 +34,8 @@ use crate::{
     run::launch::{self, Credentials, LaunchError},
     util::{clock::monotonic_ns, idhash::IdSet},
 };
+
+mod end;
 
 /// Signals passed on to the traced command.
 const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
@@ -298,18 +300,17 @@ impl Session {
             .block_on(run_loop::consume(loop_opts, &mut sink, io))?;
         // The status line goes before anything of the end is printed.
         status.finish();
-        // Read before anything else of the end: a --stop-on-root-exit survivor keeps charging.
-        let cgroup_peak = cgroup.map(crate::run::cgroup_peak::finish);
         if let Some(a) = &root.attached {
             tree.settle_adopted();
             a.peaks_so_far(&mut tree, self.page_size);
         }
-        let run = self.finish(tree, memory, collector, outcome, root, baseline, mechanisms);
-        let run = run.map(|r| Run {
-            command,
-            cgroup_peak,
-            ..r
-        });
+        let ends = end::Ends {
+            outcome,
+            cgroup,
+            baseline,
+        };
+        let run = self.finish(tree, memory, collector, ends, root, mechanisms);
+        let run = run.map(|r| Run { command, ..r });
         // Whatever happens to the figures, the next run must not inherit this one's processes.
         let left = self.kernel.untrack_all();
         let run = run?;
@@ -404,117 +405,6 @@ impl Session {
             release_ns,
             attached: None,
         })
-    }
-
-    /// The run's figures once its loop ended.
-    #[allow(clippy::too_many_arguments)]
-    fn finish(
-        &mut self,
-        mut tree: Tree,
-        mut memory: Memory,
-        collector: Collector,
-        outcome: run_loop::Outcome,
-        root: Root,
-        baseline: Baseline,
-        mut mechanisms: Vec<String>,
-    ) -> Result<Run, RunError> {
-        let rss_tracking = self.kernel.rss_tracking();
-        let end = self
-            .kernel
-            .end_run(&baseline.counters, rss_tracking && tree.live() > 0);
-        if let Some(why) = self.kernel.agent_gone() {
-            mechanisms.push(format!(
-                "the agent went away during the run ({why}): records after that are missing, kernel counters and the tree-wide peak unknown"
-            ));
-        }
-        if rss_tracking && tree.live() > 0 {
-            run_loop::live_memory(end.mms, &mut tree, &mut memory);
-        }
-        let page_size = self.page_size;
-        let kernel_peak = match rss_tracking {
-            true => end.tree_rss.filter(|t| t.peak_ts_ns != 0),
-            false => None,
-        };
-        memory.finish(
-            kernel_peak.map(|t| Point::new(t.peak_ts_ns, t.peak_pages.max(0) as u64 * page_size)),
-        );
-        let counters = end.counters;
-        let end_ns = match tree.live() {
-            0 => tree
-                .processes()
-                .iter()
-                .filter_map(|p| p.end_ns)
-                .max()
-                .unwrap_or(outcome.end_ns),
-            _ => outcome.end_ns,
-        };
-        // An attached run's times start at the attach; a started one's when it was let go to
-        // exec: its wall is the command's own, not the hold before it (the tracking, through
-        // an agent a round trip: 16 ms, where hyperfine measures /bin/true at 0.69 ms).
-        let t0_ns = root.release_ns;
-        let (taskstats, per_process) = self.cross_check(&tree, collector, &baseline.taskstats);
-        // Processes whose exit never arrived: still running (--stop-on-root-exit), or gone with
-        // their exit record lost, which the report must not call running.
-        let gone = crate::run::pidfd::gone_unseen(&tree);
-        // Measured last, with the programs still attached: the figures cover the whole run.
-        let own_cost = self.kernel.own_cost();
-        Ok(Run {
-            command: report::lossless::Args::default(),
-            cgroup_peak: None,
-            programs: self.kernel.whose(),
-            tree,
-            memory,
-            per_process,
-            root_status: outcome.root_status,
-            stop_signal: outcome.stop_signal,
-            t0_ns,
-            end_ns,
-            page_size,
-            counters,
-            decode_errors: outcome.decode_errors,
-            ring_buffer_bytes: self.kernel.ring_buffer_bytes(),
-            mechanisms,
-            attach_memory_followed: root.attached.as_ref().map(|a| a.memory_followed),
-            taskstats,
-            own_cost_at_start: baseline.own_cost,
-            own_cost,
-            gone,
-        })
-    }
-
-    /// The run's exits against the taskstats records it kept.
-    fn cross_check(
-        &self,
-        tree: &Tree,
-        collector: Collector,
-        at_start: &ListenerStats,
-    ) -> (TaskstatsMeta, PerProcess) {
-        let exited = tree
-            .processes()
-            .iter()
-            .filter(|p| p.end_ns.is_some())
-            .count();
-        if let Some(e) = self.kernel.taskstats_unavailable() {
-            return (TaskstatsMeta::Unavailable(e), PerProcess::default());
-        }
-        let st = self.kernel.taskstats_stats();
-        // Registered, yet not one record for any exit on the system: they go elsewhere.
-        if exited > 0 && st.records == at_start.records {
-            let why = "no taskstats record arrived: the kernel sends them only to the host's network namespace";
-            return (
-                TaskstatsMeta::Unavailable(why.into()),
-                PerProcess::default(),
-            );
-        }
-        let (mut coverage, sums) = cross_check(tree, collector, self.page_size);
-        coverage.enobufs = st.enobufs - at_start.enobufs;
-        coverage.parse_errors = st.parse_errors - at_start.parse_errors;
-        let meta = TaskstatsMeta::Available {
-            coverage,
-            delayacct: delayacct_on(),
-            rcvbuf_bytes: st.rcvbuf_bytes as u64,
-        };
-        (meta, sums)
     }
 }
 

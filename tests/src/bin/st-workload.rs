@@ -70,6 +70,12 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
                                cached_before_bytes, cached_after_bytes} (mincore)
   peak-sleep MIB MS            touch MIB MiB, print a line, sleep MS ms, touch 16 pages more (an
                                exit's text); record {touched_unix_ns, held_kib, woke_unix_ns}
+  double-fork MS               fork a child that forks a grandchild and exits; MS = 0: the
+                               grandchild exits at once and the root exits once it is a zombie;
+                               else the grandchild exits MS ms later. Records {role, ...,
+                               exit_unix_ns}
+  grow-at-stop START CAP       fork a grower that touches START MiB, lets the root exit, then
+                               touches a MiB per ms up to CAP MiB; records {role, mib}
 ";
 
 /// Bytes reserved (and touched) for reading /proc/self/status.
@@ -947,6 +953,10 @@ fn main() {
             parse(&args, 4, "K"),
         ),
         "attach-grow" => attach_grow(&mut rec, parse(&args, 2, "N"), parse(&args, 3, "M")),
+        "double-fork" => truth::double_fork(&mut rec, parse(&args, 2, "MS")),
+        "grow-at-stop" => {
+            truth::grow_at_stop(&mut rec, parse(&args, 2, "START"), parse(&args, 3, "CAP"))
+        }
         "peak-sleep" => truth::peak_sleep(&mut rec, parse(&args, 2, "MIB"), parse(&args, 3, "MS")),
         "page-cache" => page_cache(&mut rec, args.get(2).unwrap_or_else(|| die("missing FILE"))),
         other => die(&format!("unknown mode {other:?}")),

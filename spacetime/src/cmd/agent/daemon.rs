@@ -543,8 +543,10 @@ impl Agent {
             // Nothing tracked (the track was refused): an empty end.
             return self.clients[i].control(&Msg::End(proto::End::default()));
         };
-        let tree_rss = self.probes.tree_rss_of(s).unwrap_or_default();
+        // The mms before the tree's sum: a process growing between the two reads raises the
+        // tree's peak past its own, never its own past the tree's.
         let mms = self.probes.followed_mms_of(s).unwrap_or_default();
+        let tree_rss = self.probes.tree_rss_of(s).unwrap_or_default();
         let counters = self
             .probes
             .counters_of(s)

@@ -93,15 +93,6 @@ impl Store {
         self.kept.index.get(key).map(|&i| &self.kept.procs[i])
     }
 
-    /// Processes that exited but whose final CPU time (their free record) has not come.
-    pub fn awaiting_release(&self) -> usize {
-        self.kept
-            .procs
-            .iter()
-            .filter(|p| p.end_ns.is_some() && !p.cpu_final)
-            .count()
-    }
-
     /// Processes that have not exited, among those the kernel tracks (an untracked one's
     /// exit never comes: an attached run waiting for it would never end).
     pub fn live(&self) -> usize {

@@ -50,3 +50,114 @@ pub fn peak_sleep(rec: &mut Recorder, mib: usize, ms: u64) -> ! {
         .finish();
     super::exit(0)
 }
+
+/// The state letter of /proc/PID/stat ('Z' for a zombie), or 0 when it cannot be read.
+fn proc_state(pid: libc::pid_t) -> u8 {
+    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    let close = stat.iter().rposition(|&b| b == b')').unwrap_or(0);
+    stat.get(close + 2).copied().unwrap_or(0)
+}
+
+/// A double fork: the root forks a child that forks a grandchild and exits at once (the
+/// grandchild is adopted by the nearest subreaper: spacetime). MS = 0: the grandchild exits
+/// at once, and the root exits once it is a zombie (exited, not yet reaped: its reap is its
+/// new parent's business). MS > 0: the grandchild sleeps MS ms after the root's exit and then
+/// exits. Records: child {role, grandchild}; grandchild {role, ms, exit_unix_ns}; root {role,
+/// child, grandchild, grandchild_zombie, exit_unix_ns}.
+pub fn double_fork(rec: &mut Recorder, ms: u64) -> ! {
+    let [r, w] = super::pipe_pair();
+    let child = super::fork();
+    if child == 0 {
+        let grandchild = super::fork();
+        if grandchild == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            rec.begin("double-fork")
+                .str("role", "grandchild")
+                .int("ms", ms as i64)
+                .int("exit_unix_ns", unix_ns())
+                .finish();
+            super::exit(0)
+        }
+        let bytes = grandchild.to_ne_bytes();
+        if unsafe { libc::write(w, bytes.as_ptr().cast(), bytes.len()) } != bytes.len() as isize {
+            super::sys_die("write pipe");
+        }
+        rec.begin("double-fork")
+            .str("role", "child")
+            .int("grandchild", i64::from(grandchild))
+            .finish();
+        super::exit(0)
+    }
+    let mut bytes = [0u8; 4];
+    if unsafe { libc::read(r, bytes.as_mut_ptr().cast(), 4) } != 4 {
+        super::sys_die("read pipe");
+    }
+    let grandchild = libc::pid_t::from_ne_bytes(bytes);
+    let ok = super::wait_ok(child);
+    let mut zombie = false;
+    if ms == 0 {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !zombie && std::time::Instant::now() < until {
+            zombie = proc_state(grandchild) == b'Z';
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    rec.begin("double-fork")
+        .str("role", "root")
+        .int("child", i64::from(child))
+        .int("failed", i64::from(!ok))
+        .int("grandchild", i64::from(grandchild))
+        .int("grandchild_zombie", i64::from(zombie))
+        .int("exit_unix_ns", unix_ns())
+        .finish();
+    super::exit(0)
+}
+
+/// The root forks a grower and exits once it holds START MiB; the grower keeps touching a new
+/// MiB every millisecond up to CAP MiB, then exits: it is still growing when a trace that
+/// stops at the root's exit reads its figures. Records: grower {role: started, mib,
+/// rss_file_kib} when the root may go, {role: done, mib} at its end; root {role, grower}.
+pub fn grow_at_stop(rec: &mut Recorder, start: usize, cap: usize) -> ! {
+    let [r, w] = super::pipe_pair();
+    let grower = super::fork();
+    if grower == 0 {
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let p = map_anon(cap << 20);
+        let touch_mib = |i: usize| {
+            for off in (0..1 << 20).step_by(page) {
+                unsafe { std::ptr::write_volatile(p.add((i << 20) + off), 1) };
+            }
+        };
+        for i in 0..start {
+            touch_mib(i);
+        }
+        // Its file pages (text, libraries) may be charged to another cgroup (whoever read
+        // them first): a memory cgroup of its own need not count them.
+        let n = rec.read_status();
+        let status = &rec.status[..n];
+        let file_kib = status_kib(status, b"RssFile:") + status_kib(status, b"RssShmem:").max(0);
+        rec.begin("grow-at-stop")
+            .str("role", "started")
+            .int("mib", start as i64)
+            .int("rss_file_kib", file_kib)
+            .finish();
+        super::send_byte(w);
+        for i in start..cap {
+            touch_mib(i);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        rec.begin("grow-at-stop")
+            .str("role", "done")
+            .int("mib", cap as i64)
+            .finish();
+        super::exit(0)
+    }
+    super::recv_byte(r);
+    rec.begin("grow-at-stop")
+        .str("role", "root")
+        .int("grower", i64::from(grower))
+        .finish();
+    super::exit(0)
+}

@@ -1,0 +1,161 @@
+//! The end of a run: the figures read once its loop ended, in an order that keeps them
+//! consistent with each other while processes still run, and the taskstats cross-check.
+
+use super::{run_loop, Baseline, Root, Run, RunError, Session};
+use crate::{
+    kernel::taskstats::ListenerStats,
+    model::{
+        crosscheck::{cross_check, Collector, PerProcess},
+        memory::Memory,
+        timeline::{Point, Timeline},
+        tree::Tree,
+    },
+    report::{self, TaskstatsMeta},
+    run::delayacct::delayacct_on,
+};
+
+/// How the run's loop ended, and what is left to read at the end.
+pub(super) struct Ends {
+    pub outcome: run_loop::Outcome,
+    /// The run's memory cgroup, its peak read after the kernel's figures.
+    pub cgroup: Option<crate::run::cgroup_peak::Run>,
+    pub baseline: Baseline,
+}
+
+impl Session {
+    /// The run's figures once its loop ended.
+    pub(super) fn finish(
+        &mut self,
+        mut tree: Tree,
+        mut memory: Memory,
+        collector: Collector,
+        ends: Ends,
+        root: Root,
+        mut mechanisms: Vec<String>,
+    ) -> Result<Run, RunError> {
+        let Ends {
+            outcome,
+            cgroup,
+            baseline,
+        } = ends;
+        let rss_tracking = self.kernel.rss_tracking();
+        // With processes still running (--stop-on-root-exit, a stopped attach) the figures of
+        // the end keep moving: read the mms, then the tree's sum, then the cgroup's peak, and
+        // end the run after the last read. Each later figure then covers the earlier ones (the
+        // tree's peak every process's, the cgroup's too), and nothing is dated after the end.
+        let end = self
+            .kernel
+            .end_run(&baseline.counters, rss_tracking && tree.live() > 0);
+        if let Some(why) = self.kernel.agent_gone() {
+            mechanisms.push(format!(
+                "the agent went away during the run ({why}): records after that are missing, kernel counters and the tree-wide peak unknown"
+            ));
+        }
+        if rss_tracking && tree.live() > 0 {
+            run_loop::live_memory(end.mms, &mut tree, &mut memory);
+        }
+        let page_size = self.page_size;
+        let kernel_peak = match rss_tracking {
+            true => end.tree_rss.filter(|t| t.peak_ts_ns != 0),
+            false => None,
+        };
+        memory.finish(
+            kernel_peak.map(|t| Point::new(t.peak_ts_ns, t.peak_pages.max(0) as u64 * page_size)),
+        );
+        let cgroup_peak = cgroup.map(crate::run::cgroup_peak::finish);
+        let counters = end.counters;
+        let end_ns = match tree.live() {
+            0 => tree
+                .processes()
+                .iter()
+                .filter_map(|p| p.end_ns)
+                .max()
+                .unwrap_or(outcome.end_ns),
+            // Stopped with processes running: the stop, or the latest instant a figure read
+            // at the end is dated if later (each is dated when it happened): nothing is dated
+            // after the end, and the survivors' life after it is not the run's.
+            _ => latest_dated(&tree, &memory.timeline).max(outcome.end_ns),
+        };
+        // An attached run's times start at the attach; a started one's when it was let go to
+        // exec: its wall is the command's own, not the hold before it (the tracking, through
+        // an agent a round trip: 16 ms, where hyperfine measures /bin/true at 0.69 ms).
+        let t0_ns = root.release_ns;
+        let (taskstats, per_process) = self.cross_check(&tree, collector, &baseline.taskstats);
+        // Processes whose exit never arrived: still running (--stop-on-root-exit), or gone with
+        // their exit record lost, which the report must not call running.
+        let gone = crate::run::pidfd::gone_unseen(&tree);
+        // Measured last, with the programs still attached: the figures cover the whole run.
+        let own_cost = self.kernel.own_cost();
+        Ok(Run {
+            command: report::lossless::Args::default(),
+            cgroup_peak,
+            programs: self.kernel.whose(),
+            tree,
+            memory,
+            per_process,
+            root_status: outcome.root_status,
+            stop_signal: outcome.stop_signal,
+            t0_ns,
+            end_ns,
+            page_size,
+            counters,
+            decode_errors: outcome.decode_errors,
+            ring_buffer_bytes: self.kernel.ring_buffer_bytes(),
+            mechanisms,
+            attach_memory_followed: root.attached.as_ref().map(|a| a.memory_followed),
+            taskstats,
+            own_cost_at_start: baseline.own_cost,
+            own_cost,
+            gone,
+        })
+    }
+
+    /// The run's exits against the taskstats records it kept.
+    fn cross_check(
+        &self,
+        tree: &Tree,
+        collector: Collector,
+        at_start: &ListenerStats,
+    ) -> (TaskstatsMeta, PerProcess) {
+        let exited = tree
+            .processes()
+            .iter()
+            .filter(|p| p.end_ns.is_some())
+            .count();
+        if let Some(e) = self.kernel.taskstats_unavailable() {
+            return (TaskstatsMeta::Unavailable(e), PerProcess::default());
+        }
+        let st = self.kernel.taskstats_stats();
+        // Registered, yet not one record for any exit on the system: they go elsewhere.
+        if exited > 0 && st.records == at_start.records {
+            let why = "no taskstats record arrived: the kernel sends them only to the host's network namespace";
+            return (
+                TaskstatsMeta::Unavailable(why.into()),
+                PerProcess::default(),
+            );
+        }
+        let (mut coverage, sums) = cross_check(tree, collector, self.page_size);
+        coverage.enobufs = st.enobufs - at_start.enobufs;
+        coverage.parse_errors = st.parse_errors - at_start.parse_errors;
+        let meta = TaskstatsMeta::Available {
+            coverage,
+            delayacct: delayacct_on(),
+            rcvbuf_bytes: st.rcvbuf_bytes as u64,
+        };
+        (meta, sums)
+    }
+}
+
+/// The latest instant any figure of the run is dated: a start, an exit, an exec, a point of a
+/// memory series.
+fn latest_dated(tree: &Tree, timeline: &Timeline) -> u64 {
+    let processes = tree.processes().iter().flat_map(|p| {
+        let images = p.images.iter().flat_map(|i| [Some(i.start_ns), i.end_ns]);
+        [Some(p.start_ns), p.end_ns].into_iter().chain(images)
+    });
+    let series = [timeline.tree_rss(), timeline.tree_pss()]
+        .into_iter()
+        .chain(timeline.processes().flat_map(|(_, s)| [&s.rss, s.pss()]))
+        .map(|s| s.last().map(|p| p.ts_ns));
+    processes.chain(series).flatten().max().unwrap_or(0)
+}

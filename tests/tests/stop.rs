@@ -1,0 +1,227 @@
+//! The stop of a run with processes still running (`--stop-on-root-exit`): it returns at
+//! CMD's exit, reaps the zombies that are spacetime's own (a double fork's grandchild is
+//! adopted by spacetime, the subreaper), reports the rest as running, and reads the figures of
+//! the end so that they never contradict each other while a survivor keeps growing.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use spacetime_tests::{Trace, MIB, PAGE};
+
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+
+/// How long after CMD's exit spacetime may return: the root's free record comes one RCU grace
+/// period after its reap (12-22 ms idle, up to 260 ms with both CPUs busy), then the report
+/// is written. The defect waited a whole second for a zombie nobody reaps.
+const RETURN_LIMIT: Duration = Duration::from_millis(600);
+
+fn unix_now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_nanos() as i64
+}
+
+fn process<'a>(v: &'a Value, pid: i64) -> &'a Value {
+    v["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["pid"].as_i64() == Some(pid))
+        .unwrap_or_else(|| panic!("pid {pid} not in the report: {}", v["processes"]))
+}
+
+/// Runs `double-fork MS` with --stop-on-root-exit; returns the report, the root's and the
+/// grandchild's pids, and how long after the root's exit spacetime returned.
+fn double_fork(ms: u64, tag: &str) -> (Value, i64, i64, Duration, String) {
+    let launched = unix_now_ns();
+    let out = Trace::new([WL, "double-fork", &ms.to_string()])
+        .flag("--stop-on-root-exit")
+        .tag(tag)
+        .run();
+    let returned = launched + out.elapsed.as_nanos() as i64;
+    out.assert_code(0);
+    let ctx = out.context();
+    let v = out.json_value();
+    let root = out
+        .truth_of("double-fork")
+        .into_iter()
+        .find(|t| t.str("role") == "root")
+        .unwrap_or_else(|| panic!("no root truth line\n{ctx}"))
+        .clone();
+    let after = Duration::from_nanos((returned - root.int("exit_unix_ns")).max(0) as u64);
+    (v, root.int("pid"), root.int("grandchild"), after, ctx)
+}
+
+#[test]
+fn a_double_forked_survivor_is_reported_running_and_the_stop_is_at_cmds_exit() {
+    for run in 0..3 {
+        let (v, root, grandchild, after, ctx) = double_fork(3000, "stop-survivor");
+        let g = process(&v, grandchild);
+        assert_eq!(
+            g["state"], "running",
+            "run {run}: the grandchild sleeps 3 s after CMD's exit\n{ctx}"
+        );
+        assert!(
+            after <= RETURN_LIMIT,
+            "run {run}: spacetime returned {after:?} after CMD's exit\n{ctx}"
+        );
+        // The run ends at CMD's exit: its wall is CMD's.
+        let r = process(&v, root);
+        let root_end = r["end_ns"].as_u64().expect("the root exited");
+        let wall = v["wall_ns"].as_u64().expect("wall_ns");
+        assert!(
+            wall >= root_end && wall - root_end <= 5_000_000,
+            "run {run}: wall {wall} ns, CMD exited at {root_end} ns\n{ctx}"
+        );
+        eprintln!(
+            "survivor run {run}: returned {after:?} after CMD's exit; wall - CMD's exit {} µs",
+            (wall - root_end) / 1000
+        );
+    }
+}
+
+#[test]
+fn a_double_forked_zombie_is_reaped_by_spacetime_and_the_stop_does_not_wait_for_it() {
+    // 0: the grandchild is a zombie (exited, adopted by spacetime) before CMD exits, as CMD
+    // saw; 5: it exits 5 ms after CMD, while spacetime waits for CMD's free record: spacetime
+    // reaps it (its own) or, if its exit came later, reports it running. Either way the stop
+    // does not wait for a zombie nobody reaps (it waited a whole second).
+    for ms in [0, 5] {
+        for run in 0..4 {
+            let (v, _, grandchild, after, ctx) = double_fork(ms, "stop-zombie");
+            let g = process(&v, grandchild);
+            if ms == 0 {
+                assert_eq!(g["state"], "exited", "run {run}\n{ctx}");
+            }
+            // An exit reported is a reap seen: its free record came (its parent, spacetime).
+            if g["state"] == "exited" {
+                assert_eq!(
+                    g["cpu_final"], true,
+                    "run {run}: the zombie adopted by spacetime was not reaped\n{ctx}"
+                );
+            }
+            assert!(
+                after <= RETURN_LIMIT,
+                "run {run}: spacetime returned {after:?} after CMD's exit (grandchild's exit \
+                 {ms} ms after it)\n{ctx}"
+            );
+            eprintln!(
+                "zombie {ms} ms run {run}: grandchild {}, returned {after:?} after CMD's exit",
+                g["state"]
+            );
+        }
+    }
+}
+
+/// Every instant the report dates, in ns since its origin.
+fn dates(v: &Value) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut add = |what: String, x: &Value| {
+        if let Some(t) = x.as_u64() {
+            out.push((what, t));
+        }
+    };
+    for p in v["processes"].as_array().expect("processes") {
+        add(format!("pid {} start", p["pid"]), &p["start_ns"]);
+        add(format!("pid {} end", p["pid"]), &p["end_ns"]);
+        for i in p["images"].as_array().expect("images") {
+            add(format!("pid {} image start", p["pid"]), &i["start_ns"]);
+            add(format!("pid {} image end", p["pid"]), &i["end_ns"]);
+        }
+    }
+    add("tree peak".into(), &v["totals"]["tree_peak_at_ns"]);
+    let tl = &v["timeline"];
+    let mut series = vec![("tree_rss", &tl["tree_rss"]), ("tree_pss", &tl["tree_pss"])];
+    for p in tl["processes"].as_array().expect("timeline.processes") {
+        series.push(("process rss", &p["rss"]));
+        series.push(("process pss", &p["pss"]));
+    }
+    for (what, s) in series {
+        for point in s.as_array().expect("a series") {
+            add(what.into(), &point[0]);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_process_growing_at_the_stop_never_contradicts_the_report() {
+    for run in 0..6 {
+        let out = Trace::new([WL, "grow-at-stop", "20", "160"])
+            .flag("--stop-on-root-exit")
+            .flag("--cgroup-peak")
+            .tag("stop-grow")
+            .run();
+        out.assert_code(0);
+        let ctx = out.context();
+        let v = out.json_value();
+        let grower = out
+            .truth_of("grow-at-stop")
+            .into_iter()
+            .find(|t| t.str("role") == "started")
+            .unwrap_or_else(|| panic!("no grower truth line\n{ctx}"))
+            .clone();
+        let g = process(&v, grower.int("pid"));
+        assert_eq!(
+            g["state"], "running",
+            "run {run}: the grower still grows\n{ctx}"
+        );
+        let peaks: Vec<(i64, u64)> = v["processes"]
+            .as_array()
+            .expect("processes")
+            .iter()
+            .map(|p| {
+                (
+                    p["pid"].as_i64().unwrap_or(0),
+                    p["peak_rss_bytes"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect();
+        let tree = v["totals"]["tree_peak_rss_bytes"]
+            .as_u64()
+            .expect("tree peak");
+        for &(pid, peak) in &peaks {
+            assert!(
+                tree >= peak,
+                "run {run}: tree peak {tree} below pid {pid}'s peak {peak}\n{ctx}"
+            );
+        }
+        let wall = v["wall_ns"].as_u64().expect("wall_ns");
+        for (what, t) in dates(&v) {
+            assert!(
+                t <= wall,
+                "run {run}: {what} dated {t} ns, after the run's end (wall {wall} ns)\n{ctx}"
+            );
+        }
+        // The cgroup counts every page the tree charged, read after the processes' figures:
+        // at least the grower's peak, less its file pages (charged to whoever read them
+        // first, maybe another cgroup).
+        let cg = v["cgroup_peak"]["peak_bytes"]
+            .as_u64()
+            .expect("cgroup peak");
+        let g_peak = g["peak_rss_bytes"].as_u64().expect("grower's peak so far");
+        let file = grower.int("rss_file_kib") as u64 * 1024;
+        assert!(
+            g_peak >= 20 * MIB && cg + file + 16 * PAGE >= g_peak,
+            "run {run}: cgroup peak {cg} below the grower's peak {g_peak} less its {file} \
+             bytes of file pages\n{ctx}"
+        );
+        eprintln!(
+            "grow run {run}: wall {:.1} ms, tree peak {:.1} MiB, grower {:.1} MiB, cgroup {:.1} MiB",
+            wall as f64 / 1e6,
+            tree as f64 / MIB as f64,
+            g_peak as f64 / MIB as f64,
+            cg as f64 / MIB as f64
+        );
+        // The next run's cgroup and memory: the grower's own end.
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        while !std::fs::read_to_string(out.dir.path().join("truth.jsonl"))
+            .unwrap_or_default()
+            .contains("\"done\"")
+        {
+            assert!(std::time::Instant::now() < until, "the grower never ended");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
