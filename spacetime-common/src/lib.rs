@@ -520,6 +520,7 @@ pub struct MmState {
     pub held_ns: u64,
     pub held_pages: i64,
     pub held_tree_pages: i64,
+    pub held_anon_pages: i64,
     /// The value of the last point sent, and when `total_pages` last changed (with the tree's
     /// sum then): the last value is sent when following ends, if it was held back.
     pub sent_pages: i64,
@@ -548,6 +549,9 @@ pub struct RssEvent {
     pub tree_rss_pages: u64,
     /// `RSS_MM_PEAK` only: when the mm stopped being followed (exec or exit); else 0.
     pub end_ns: u64,
+    /// Of `rss_pages`, the anonymous ones (private to the mm unless it forked): the rest,
+    /// file and shmem pages, may be shared with other processes. 0 for `RSS_MM_PEAK`.
+    pub anon_pages: u64,
 }
 
 #[cfg(feature = "user")]
@@ -585,9 +589,9 @@ const _: () = {
     assert!(ARGS_EVENT_FIXED == 40);
     assert!(size_of::<KernelOffsets>() == 41 * 4);
     assert!(size_of::<Config>() == 24 + 41 * 4 + 8);
-    assert!(size_of::<MmState>() == 120);
+    assert!(size_of::<MmState>() == 128);
     assert!(size_of::<TreeRss>() == 32);
-    assert!(size_of::<RssEvent>() == 56);
+    assert!(size_of::<RssEvent>() == 64);
     assert!(size_of::<ReapEvent>() == 72);
     assert!(size_of::<Tracked>() == 16);
     assert!(size_of::<Reaping>() == 16);

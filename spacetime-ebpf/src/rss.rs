@@ -89,12 +89,18 @@ fn tree_add(session: u32, delta: i64, now: u64, tgid: u32) -> (i64, bool) {
     }
 }
 
+/// Index of the anonymous pages in `MmState::rss_pages`.
+const ANON: usize = 1;
+
 fn send(st: &MmState, now: u64, tree_pages: i64, peak: bool) {
     let flags = if peak { flags::RSS_TREE_PEAK } else { 0 };
-    record(st, flags, now, st.total_pages, tree_pages, 0);
+    let pages = (st.total_pages, st.rss_pages[ANON]);
+    record(st, flags, now, pages, tree_pages, 0);
 }
 
-fn record(st: &MmState, flags: u32, ts_ns: u64, rss_pages: i64, tree_pages: i64, end_ns: u64) {
+/// Sends a point: `(rss_pages, anon_pages)` at `ts_ns`, the tree's sum then.
+fn record(st: &MmState, flags: u32, ts_ns: u64, pages: (i64, i64), tree_pages: i64, end_ns: u64) {
+    let (rss_pages, anon_pages) = pages;
     let ev = RssEvent {
         hdr: EventHeader {
             kind: kind::RSS,
@@ -108,6 +114,7 @@ fn record(st: &MmState, flags: u32, ts_ns: u64, rss_pages: i64, tree_pages: i64,
         rss_pages: rss_pages.max(0) as u64,
         tree_rss_pages: tree_pages.max(0) as u64,
         end_ns,
+        anon_pages: anon_pages.max(0) as u64,
     };
     output(&ev, st.session as u16);
 }
@@ -116,11 +123,12 @@ fn record(st: &MmState, flags: u32, ts_ns: u64, rss_pages: i64, tree_pages: i64,
 #[inline(always)]
 fn flush_held(st: &mut MmState) {
     if st.held_ns != 0 {
+        let pages = (st.held_pages, st.held_anon_pages);
         record(
             st,
             flags::RSS_HELD,
             st.held_ns,
-            st.held_pages,
+            pages,
             st.held_tree_pages,
             0,
         );
@@ -183,6 +191,7 @@ pub fn try_rss_stat(ctx: &RawTracePointContext) -> Result<(), i32> {
         st.held_ns = now;
         st.held_pages = total;
         st.held_tree_pages = tree_pages;
+        st.held_anon_pages = st.rss_pages[ANON];
     } else if delta < 0 {
         flush_held(st);
     }
@@ -350,21 +359,22 @@ pub fn forget(tgid: u32) {
         let st = unsafe { &mut *st };
         flush_held(st);
         if st.total_pages != st.sent_pages {
-            let flags = flags::RSS_HELD;
-            record(st, flags, st.last_ns, st.total_pages, st.last_tree_pages, 0);
+            let pages = (st.total_pages, st.rss_pages[ANON]);
+            record(
+                st,
+                flags::RSS_HELD,
+                st.last_ns,
+                pages,
+                st.last_tree_pages,
+                0,
+            );
         }
         // SAFETY: plain helper call.
         let now = unsafe { bpf_ktime_get_ns() };
         let (tree_pages, _) = tree_add(st.session, -st.total_pages, now, tgid);
         // Dated by when following began: userspace gives it to the image running then.
-        record(
-            st,
-            flags::RSS_MM_PEAK,
-            st.since_ns,
-            st.peak_pages,
-            tree_pages,
-            now,
-        );
+        let pages = (st.peak_pages, 0);
+        record(st, flags::RSS_MM_PEAK, st.since_ns, pages, tree_pages, now);
     }
     let _ = MM_STATE.remove(mm);
 }

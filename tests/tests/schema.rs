@@ -36,7 +36,7 @@ fn date_utc(unix_ns: u64) -> String {
 }
 
 fn check_origin(report: &Value, before_ns: u64, after_ns: u64) {
-    assert_eq!(report["schema_version"], 1, "schema_version");
+    assert_eq!(report["schema_version"], 2, "schema_version");
     assert_eq!(
         report["spacetime_version"],
         env!("CARGO_PKG_VERSION"),

@@ -22,7 +22,7 @@ fn unix_now_ns() -> i64 {
         .as_nanos() as i64
 }
 
-fn process<'a>(v: &'a Value, pid: i64) -> &'a Value {
+fn process(v: &Value, pid: i64) -> &Value {
     v["processes"]
         .as_array()
         .expect("processes")

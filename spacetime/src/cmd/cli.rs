@@ -228,8 +228,9 @@ pub struct TraceArgs {
     /// count)
     #[arg(long, value_name = "MS", default_value_t = 5)]
     pub rss_interval: u32,
-    /// Shortest interval between two PSS samples of one process, in ms (bigger processes are
-    /// sampled less often so sampling stays under 2% of a CPU); 0 turns PSS sampling off
+    /// Shortest interval between two PSS rounds (every live process read together), in ms
+    /// (bigger trees are read less often so sampling stays under 2% of a CPU); 0 turns PSS
+    /// sampling off
     #[arg(long, value_name = "MS", default_value_t = 50)]
     pub pss_interval: u64,
     /// List at most N processes in the summary tree (0: all)

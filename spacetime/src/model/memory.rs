@@ -6,7 +6,8 @@ use spacetime_common::{flags, EventHeader, MmState, RssEvent};
 use crate::{
     kernel::events::Event,
     model::{
-        pss::{PssSampler, SamplerConfig, StatmSampler},
+        pss::{PssConfig, PssSampler},
+        statm::{SamplerConfig, StatmSampler},
         timeline::{Point, RssSource, Timeline},
         tree::{Key, Tree},
     },
@@ -44,17 +45,20 @@ impl Memory {
         } else {
             RssSource::Statm
         };
-        let cfg = |min: u64| SamplerConfig {
-            min_interval_ns: min,
-            follow_growth: o.kernel_rss,
+        let pss = PssConfig {
+            min_interval_ns: o.pss_interval_ns,
+            follow_rss: o.kernel_rss,
+            ..PssConfig::default()
+        };
+        let statm = SamplerConfig {
+            min_interval_ns: o.pss_interval_ns.max(10_000_000),
             ..SamplerConfig::default()
         };
         Memory {
             timeline: Timeline::new(source),
             page_size: o.page_size,
-            pss: (o.pss_interval_ns > 0).then(|| PssSampler::new(cfg(o.pss_interval_ns))),
-            statm: (!o.kernel_rss)
-                .then(|| StatmSampler::new(cfg(o.pss_interval_ns.max(10_000_000)))),
+            pss: (o.pss_interval_ns > 0).then(|| PssSampler::new(pss)),
+            statm: (!o.kernel_rss).then(|| StatmSampler::new(statm)),
             proc_by_shown_pids: false,
         }
     }
@@ -73,6 +77,11 @@ impl Memory {
             Event::Rss(r) if r.hdr.flags & flags::RSS_MM_PEAK != 0 && r.end_ns != 0 => {
                 let tree = r.tree_rss_pages * self.page_size;
                 self.timeline.record_tree_rss(Point::new(r.end_ns, tree));
+                let key = Key {
+                    tgid: r.hdr.tgid,
+                    start_ns: r.hdr.leader_start_ns,
+                };
+                self.timeline.image_ended(key, r.end_ns);
             }
             Event::Rss(r) if r.hdr.flags & flags::RSS_MM_PEAK != 0 => {}
             Event::Rss(r) => {
@@ -82,10 +91,9 @@ impl Memory {
                 };
                 let ts = r.hdr.ts_ns;
                 let bytes = r.rss_pages * self.page_size;
-                self.timeline.record_kernel_rss(key, Point::new(ts, bytes));
-                if let Some(s) = self.pss.as_mut() {
-                    s.note_rss(key, bytes);
-                }
+                let anon = Some(r.anon_pages * self.page_size);
+                self.timeline
+                    .record_kernel_rss(key, Point::new(ts, bytes), anon);
                 self.timeline
                     .record_tree_rss(Point::new(ts, r.tree_rss_pages * self.page_size));
             }
@@ -122,15 +130,16 @@ impl Memory {
             && followed
             && mem.flags & flags::MEM_VALID != 0
         {
+            // The image is ending: its PSS leaves the sum with it.
             let bytes = mem.rss_pages() * self.page_size;
             self.timeline
-                .record_kernel_rss(key, Point::new(ts_ns, bytes));
+                .record_kernel_rss(key, Point::new(ts_ns, bytes), None);
         }
     }
 
     /// When the next sample is due (CLOCK_MONOTONIC ns), if any.
     pub fn next_due(&self) -> Option<u64> {
-        let a = self.pss.as_ref().and_then(PssSampler::next_due);
+        let a = self.pss.as_ref().and_then(|s| s.next_due(&self.timeline));
         let b = self.statm.as_ref().and_then(StatmSampler::next_due);
         match (a, b) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -166,7 +175,8 @@ impl Memory {
             log::debug!("PSS sampling: {st:?}");
             self.timeline.pss_sampling = Some(crate::model::timeline::PssSampling {
                 samples: st.samples,
-                growth_samples: st.growth_samples,
+                rounds: st.rounds,
+                early_rounds: st.early_rounds,
                 read_ns: st.read_ns,
                 cpu_budget: s.cpu_budget(),
             });
@@ -187,7 +197,8 @@ impl Memory {
 pub fn live_mm_records(states: &[MmState]) -> Vec<RssEvent> {
     let mut out = Vec::with_capacity(states.len() * 3);
     for st in states {
-        let rec = |flags: u32, ts_ns: u64, pages: i64, tree: i64| RssEvent {
+        // (flags, when, (pages, anon pages), the tree's pages)
+        let rec = |flags: u32, ts_ns: u64, (pages, anon): (i64, i64), tree: i64| RssEvent {
             hdr: EventHeader {
                 kind: spacetime_common::kind::RSS,
                 session: 0,
@@ -200,20 +211,17 @@ pub fn live_mm_records(states: &[MmState]) -> Vec<RssEvent> {
             rss_pages: pages.max(0) as u64,
             tree_rss_pages: tree.max(0) as u64,
             end_ns: 0,
+            anon_pages: anon.max(0) as u64,
         };
         if st.held_ns != 0 {
-            out.push(rec(
-                flags::RSS_HELD,
-                st.held_ns,
-                st.held_pages,
-                st.held_tree_pages,
-            ));
+            let pages = (st.held_pages, st.held_anon_pages);
+            out.push(rec(flags::RSS_HELD, st.held_ns, pages, st.held_tree_pages));
         }
         if st.total_pages != st.sent_pages || st.held_ns != 0 {
-            let (pages, tree) = (st.total_pages, st.last_tree_pages);
-            out.push(rec(flags::RSS_HELD, st.last_ns, pages, tree));
+            let pages = (st.total_pages, st.rss_pages[1]);
+            out.push(rec(flags::RSS_HELD, st.last_ns, pages, st.last_tree_pages));
         }
-        out.push(rec(flags::RSS_MM_PEAK, st.since_ns, st.peak_pages, 0));
+        out.push(rec(flags::RSS_MM_PEAK, st.since_ns, (st.peak_pages, 0), 0));
     }
     out
 }

@@ -1,7 +1,7 @@
 //! What the records mean: processes and their images ([`process`], [`argv`]), the one store
 //! both `trace` and `watch` build from the records ([`reduce`], seen as `trace`'s [`tree`] and
 //! `watch`'s [`table`]), CPU as the kernel splits it ([`cputime`]), memory over time
-//! ([`memory`], [`timeline`], [`pss`]), and every exit matched with its taskstats record
+//! ([`memory`], [`timeline`], [`pss`], [`pss_sum`], [`statm`], [`proc_read`]), and every exit matched with its taskstats record
 //! ([`matcher`], [`crosscheck`]).
 
 pub(crate) mod argv;
@@ -9,9 +9,12 @@ pub(crate) mod cputime;
 pub(crate) mod crosscheck;
 pub(crate) mod matcher;
 pub(crate) mod memory;
+pub(crate) mod proc_read;
 pub(crate) mod process;
 pub(crate) mod pss;
+pub(crate) mod pss_sum;
 pub(crate) mod reduce;
+pub(crate) mod statm;
 pub(crate) mod table;
 #[cfg(test)]
 mod table_tests;

@@ -1,9 +1,15 @@
-//! Tests of the /proc samplers, against real processes forked for the purpose.
+//! Tests of PSS sampling: when rounds are due (replayed with given times and costs, no
+//! clock), and rounds of real processes forked for the purpose.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use super::*;
-use crate::model::timeline::RssSource;
+use crate::model::{
+    proc_read::process_key,
+    pss_sum::MaxPssFigure,
+    statm::{SamplerConfig, StatmSampler},
+    timeline::RssSource,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -138,71 +144,100 @@ fn touch_child(bytes: u64) -> Child {
 }
 
 fn sampler() -> PssSampler {
-    PssSampler::new(SamplerConfig::default())
+    PssSampler::new(PssConfig::default())
+}
+
+const MS: u64 = 1_000_000;
+
+fn policy(follow_rss: bool) -> Policy {
+    Policy::new(PssConfig {
+        follow_rss,
+        ..PssConfig::default()
+    })
+}
+
+fn tree(rss: u64, estimate: u64, uncertain: u64) -> TreeNow {
+    TreeNow {
+        rss_bytes: rss,
+        estimate_bytes: estimate,
+        uncertain_bytes: uncertain,
+    }
 }
 
 #[test]
-fn parses_rollup_stat_and_statm() {
-    let rollup = b"55d0c000-7ffc0000 ---p 00000000 00:00 0                          [rollup]\n\
-        Rss:               12345 kB\n\
-        Pss:                6789 kB\n\
-        Pss_Dirty:          1000 kB\n\
-        Pss_Anon:           5000 kB\n\
-        Shared_Clean:        100 kB\n";
-    assert_eq!(
-        parse_smaps_rollup(rollup),
-        Some(Usage {
-            rss_bytes: 12345 * 1024,
-            pss_bytes: 6789 * 1024
-        })
-    );
-    assert_eq!(parse_smaps_rollup(b""), None, "a zombie's rollup is empty");
-    let stat = b"42 (a) b (c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
-    assert_eq!(stat_start_ticks(stat), Some(987654));
-    assert_eq!(
-        parse_statm_resident(b"2000 300 100 10 0 150 0\n"),
-        Some(300)
-    );
-    assert_eq!(parse_u64(b"12x"), None);
+fn the_clock_paces_rounds_by_their_cost() {
+    let mut p = policy(true);
+    p.earn(1_000 * MS);
+    let quiet = tree(10 * MIB, 10 * MIB, 0);
+    // A cheap round: every 50 ms from the start.
+    assert_eq!(p.due(100_000, quiet), Some(1_050 * MS));
+    p.ran(1_050 * MS, 100_000, 10 * MIB);
+    assert_eq!(p.due(100_000, quiet), Some(1_100 * MS));
+    // A 1 GiB tree: 7 ms a round at 2 % of a CPU is one round every 350 ms.
+    assert_eq!(p.due(7 * MS, quiet), Some(1_400 * MS));
 }
 
 #[test]
-fn budget_is_shared_and_small_processes_stay_fast() {
-    let min = 50_000_000;
-    // 10 small processes (10 MiB: 70 µs) and one of 4 GiB (28 ms).
-    let mut costs = vec![70_000u64; 10];
-    costs.push(28_000_000);
-    let iv = intervals(&costs, min, 0.02);
-    let used = |costs: &[u64], iv: &[u64]| -> f64 {
-        costs
-            .iter()
-            .zip(iv)
-            .map(|(&c, &t)| c as f64 / t as f64)
-            .sum()
-    };
-    assert!(used(&costs, &iv) <= 0.0201, "{}", used(&costs, &iv));
-    assert!(
-        iv[..10].iter().all(|&t| t == min),
-        "small ones at the minimum"
+fn growth_brings_a_round_forward_as_far_as_the_budget_pays() {
+    let mut p = policy(true);
+    p.earn(0);
+    p.ran(0, 0, 100 * MIB);
+    let cost = 700_000;
+    // Grown by less than 1/8: the clock's round.
+    p.earn(10 * MS);
+    assert_eq!(p.due(cost, tree(110 * MIB, 110 * MIB, 0)), Some(50 * MS));
+    // Grown by 1/8: due once 2 % of the time since pays 0.7 ms of reading (35 ms).
+    assert_eq!(p.due(cost, tree(113 * MIB, 113 * MIB, 0)), Some(35 * MS));
+    p.earn(35 * MS);
+    assert_eq!(p.due(cost, tree(113 * MIB, 113 * MIB, 0)), Some(35 * MS));
+    p.ran(35 * MS, cost, 113 * MIB);
+    // The budget is spent: the next early round waits for it again.
+    assert_eq!(p.due(cost, tree(200 * MIB, 200 * MIB, 0)), Some(70 * MS));
+    // Without the kernel's RSS, growth is not known.
+    let mut statm = policy(false);
+    statm.earn(0);
+    statm.ran(0, 0, 100 * MIB);
+    statm.earn(40 * MS);
+    assert_eq!(statm.due(cost, tree(500 * MIB, 0, 0)), Some(50 * MS));
+}
+
+#[test]
+fn an_uncertain_estimate_brings_a_round_forward() {
+    let mut p = policy(true);
+    p.earn(0);
+    p.ran(0, 0, 100 * MIB);
+    p.earn(20 * MS);
+    let cost = 100_000;
+    // A fork: 10 MiB of the estimate's 100 MiB may be written unseen (over 1/40): due now,
+    // 20 ms of budget pay for it.
+    assert_eq!(
+        p.due(cost, tree(110 * MIB, 100 * MIB, 10 * MIB)),
+        Some(20 * MS)
     );
-    // The big one gets what the small ones leave: 2 % − 10 × 70 µs / 50 ms = 0.6 %.
+    // Under 1/40 (or 1 MiB): the clock's.
+    assert_eq!(
+        p.due(cost, tree(110 * MIB, 100 * MIB, 2 * MIB)),
+        Some(50 * MS)
+    );
+    assert_eq!(p.due(cost, tree(2 * MIB, 2 * MIB, MIB)), Some(50 * MS));
+}
+
+#[test]
+fn the_unspent_budget_is_kept_for_ten_seconds_at_most() {
+    let mut p = policy(true);
+    p.earn(0);
+    p.ran(0, 0, MIB);
+    p.earn(3_600_000 * MS);
+    // 10 s at 2 %: 200 ms of reading, not an hour's 72 s.
     assert!(
-        (4_600_000_000..4_700_000_000).contains(&iv[10]),
+        (p.credit_ns - 200.0 * MS as f64).abs() < 1.0,
         "{}",
-        iv[10]
+        p.credit_ns
     );
-    // 1000 small ones alone would need 140 %: they slow down evenly to fit.
-    let many = vec![70_000u64; 1000];
-    let iv = intervals(&many, min, 0.02);
-    assert!(
-        iv.iter().all(|&t| t.abs_diff(3_500_000_000) <= 1),
-        "{:?}",
-        &iv[..3]
-    );
-    assert!(used(&many, &iv) <= 0.0201);
-    // One 1 GiB process alone: 7 ms at 2 % is one read every 350 ms.
-    assert_eq!(intervals(&[7_000_000], min, 0.02), [350_000_000]);
-    assert_eq!(intervals(&[], min, 0.02), Vec::<u64>::new());
+    p.ran(3_600_000 * MS, 0, MIB);
+    // A round of 300 ms, early: 100 ms more of budget is 5 s (the clock says 15 s).
+    let due = p.due(300 * MS, tree(10 << 30, 0, 0)).expect("due");
+    assert_eq!(due, 3_605_000 * MS);
 }
 
 #[test]
@@ -300,41 +335,58 @@ fn shared_region_is_split_between_its_two_users() {
 }
 
 #[test]
-fn schedule_timeline_and_vanished_processes() {
-    let c = touch_child(16 * MIB);
-    c.wait_ready();
-    c.go();
-    c.wait_ready();
-    let key = c.key();
+fn a_round_reads_every_live_process_together_and_drops_the_gone() {
+    let a = touch_child(16 * MIB);
+    let b = touch_child(8 * MIB);
+    for c in [&a, &b] {
+        c.wait_ready();
+        c.go();
+        c.wait_ready();
+    }
+    let (ka, kb) = (a.key(), b.key());
     let mut s = sampler();
     let mut t = Timeline::new(RssSource::Kernel);
-    assert_eq!(s.sample_due(1_000, [key], &mut t), 1);
-    assert_eq!(s.sample_due(2_000, [key], &mut t), 0, "not due again yet");
-    let next = s.next_due().expect("scheduled");
-    assert!(next >= 1_000 + 50_000_000, "{next}");
-    assert_eq!(s.sample_due(next, [key], &mut t), 1);
-    let pss = t
-        .process(&key)
-        .expect("series")
-        .pss()
-        .last()
-        .expect("point");
-    assert!(pss.bytes >= 16 * MIB, "{pss:?}");
-    assert_eq!(t.tree_pss().last().map(|p| p.bytes), Some(pss.bytes));
+    let t0 = 1_000 * MS;
+    assert_eq!(
+        s.sample_due(t0, [ka, kb], &mut t),
+        0,
+        "the first round is the clock's"
+    );
+    assert_eq!(
+        s.sample_due(t0 + 50 * MS, [ka, kb], &mut t),
+        2,
+        "both, in one round"
+    );
+    assert_eq!(
+        s.sample_due(t0 + 60 * MS, [ka, kb], &mut t),
+        0,
+        "not due again yet"
+    );
+    let pss = |k: &Key| {
+        t.process(k)
+            .and_then(|p| p.pss().last())
+            .expect("read")
+            .bytes
+    };
+    let (pa, pb) = (pss(&ka), pss(&kb));
+    assert!(pa >= 16 * MIB && pb >= 8 * MIB, "{pa} {pb}");
+    // The tree-wide PSS is the round's sum.
+    assert_eq!(t.tree_pss().last().map(|p| p.bytes), Some(pa + pb));
+    assert!(matches!(t.max_pss(), MaxPssFigure::Trusted(m) if m.bytes == pa + pb));
 
     // The same pid with another start time: not this process.
     let other = Key {
-        tgid: key.tgid,
-        start_ns: key.start_ns + 10_000_000_000,
+        tgid: ka.tgid,
+        start_ns: ka.start_ns + 10_000_000_000,
     };
     assert_eq!(s.read(other).expect("read"), None);
-    c.finish();
-    // Gone: dropped from the schedule, not an error, and not sampled again.
-    assert_eq!(s.sample_due(next + 100_000_000, [key], &mut t), 0);
+    b.finish();
+    // Gone: not an error, left out of the rounds while the caller still lists it.
+    assert_eq!(s.sample_due(t0 + 200 * MS, [ka, kb], &mut t), 1);
     assert_eq!(s.stats().vanished, 1);
-    assert_eq!(s.next_due(), None);
-    assert_eq!(s.sample_due(next + 200_000_000, [key], &mut t), 0);
-    assert_eq!(s.stats().vanished, 1);
+    assert_eq!(s.sample_due(t0 + 300 * MS, [ka, kb], &mut t), 1);
+    assert_eq!((s.stats().vanished, s.stats().rounds), (1, 3));
+    a.finish();
 }
 
 #[test]
@@ -351,74 +403,4 @@ fn statm_fallback_sums_rss() {
     let rss = t.current_rss();
     assert!(rss >= 32 * MIB, "{rss}");
     assert_eq!(t.tree_rss().last().map(|p| p.bytes), Some(rss));
-}
-
-/// `cargo test -p spacetime pss_cost -- --ignored --nocapture`: what one sample costs.
-#[test]
-#[ignore]
-fn pss_cost() {
-    for size in [64 * MIB, 1024 * MIB] {
-        let c = touch_child(size);
-        c.wait_ready();
-        c.go();
-        c.wait_ready();
-        let key = c.key();
-        let mut s = sampler();
-        let mut statm = StatmSampler::new(SamplerConfig::default());
-        let mut t = Timeline::new(RssSource::Statm);
-        let rounds = 20;
-        for i in 0..rounds {
-            let now = (i + 1) * 10_000_000_000;
-            s.sample_due(now, [key], &mut t);
-            statm.sample_due(now, [key], &mut t);
-        }
-        let (st, sm) = (s.stats(), statm.stats());
-        println!(
-            "{} MiB: smaps_rollup {:.0} µs/sample (max {:.0} µs), statm {:.1} µs/sample; interval {} ms",
-            size / MIB,
-            st.read_ns as f64 / st.samples as f64 / 1e3,
-            st.max_read_ns as f64 / 1e3,
-            sm.read_ns as f64 / sm.samples as f64 / 1e3,
-            s.interval_ns(&key).unwrap_or(0) / 1_000_000
-        );
-        c.finish();
-    }
-}
-
-#[test]
-fn growth_reads_before_the_clock_within_the_budget() {
-    let c = touch_child(MIB);
-    c.wait_ready();
-    c.go();
-    c.wait_ready();
-    let key = c.key();
-    let mut s = PssSampler::new(SamplerConfig {
-        follow_growth: true,
-        ..SamplerConfig::default()
-    });
-    let mut t = Timeline::new(RssSource::Kernel);
-    let t0 = 1_000_000_000;
-    assert_eq!(s.sample_due(t0, [key], &mut t), 1, "the first read");
-    s.note_rss(key, MIB);
-    let soon = t0 + 45_000_000;
-    assert!(s.next_due().is_some_and(|d| d > soon), "no growth, no read");
-    assert_eq!(s.sample_due(soon, [key], &mut t), 0, "nothing grew");
-    // Grown eightfold: due now, before its 50 ms clock, paid by 45 ms of 2 % budget.
-    s.note_rss(key, 8 * MIB);
-    assert!(
-        s.next_due().is_some_and(|d| d <= soon),
-        "{:?}",
-        s.next_due()
-    );
-    assert_eq!(s.sample_due(soon, [key], &mut t), 1, "a growth read");
-    assert_eq!(s.stats().growth_samples, 1);
-    // The budget is spent: the next growth waits for the budget to pay for it.
-    s.note_rss(key, 1 << 30);
-    assert_eq!(
-        s.sample_due(soon + 1_000, [key], &mut t),
-        0,
-        "a 1 GiB read is not paid"
-    );
-    assert!(s.next_due().is_some_and(|d| d > soon + 1_000));
-    c.finish();
 }

@@ -1,8 +1,9 @@
 //! Memory over time: tree-wide and per-process RSS and PSS series.
 //!
 //! RSS comes from the kernel (rss_stat events, the exact tree-wide peak) or, where that
-//! tracepoint is missing, from sampling `/proc/PID/statm` ([`RssSource`]). PSS is always
-//! sampled (`/proc/PID/smaps_rollup`, see [`crate::model::pss`]). Every series is a step function:
+//! tracepoint is missing, from sampling `/proc/PID/statm` ([`RssSource`]). PSS is read from
+//! `/proc/PID/smaps_rollup` in rounds ([`crate::model::pss`]), the tree-wide PSS following the
+//! exact RSS between them ([`crate::model::pss_sum`]). Every series is a step function:
 //! a point holds until the next one. Consecutive equal values are coalesced, and a series that
 //! grows past its limit is compacted keeping each bucket's minimum and maximum, so peaks
 //! survive and memory stays bounded.
@@ -14,16 +15,21 @@
 //! "timeline": { "rss_source": "kernel" | "statm", "pss_sampled": true,
 //!               "tree_rss": [[t_ns, bytes], ...], "tree_pss": [[t_ns, bytes], ...],
 //!               "tree_peak_rss": {"t_ns": N, "bytes": N} | null,
-//!               "max_pss": {"t_ns": N, "bytes": N, "sampled": true} | null,
-//!               "pss_sampling": {"samples": N, "growth_samples": N, "read_ns": N,
-//!                                "cpu_budget": F} | null,
-//!               "max_pss_estimated": {"t_ns": N, "bytes": N, "estimated": true} | null,
+//!               "max_pss": {"t_ns": N, "bytes": N, "unseen_bytes": N,
+//!                           "guessed_bytes": N, "trusted": B} | null,
+//!               "pss_sampling": {"samples": N, "rounds": N, "early_rounds": N,
+//!                                "read_ns": N, "cpu_budget": F} | null,
 //!               "processes": [ {"pid": N, "start_ns": N, "rss": [[t_ns, bytes], ...],
 //!                               "pss": [[t_ns, bytes], ...], "max_pss_bytes": N | null} ] }
 //! ```
 
 use serde::{ser::SerializeSeq, Serialize, Serializer};
 
+use super::{
+    proc_read::Usage,
+    pss::TreeNow,
+    pss_sum::{MaxPssFigure, PssSum},
+};
 use crate::{model::tree::Key, util::idhash::IdMap};
 
 /// One value of a series: `bytes` from `ts_ns` on.
@@ -245,37 +251,30 @@ const MIN_PROCESS_POINTS: usize = 16;
 pub struct Timeline {
     pub rss_source: RssSource,
     tree_rss: Series,
-    tree_pss: Series,
     procs: IdMap<Key, ProcessSeries>,
-    /// Latest values of live processes, and their sums.
+    /// Latest statm samples of live processes, and their sum.
     live_rss: IdMap<Key, u64>,
-    live_pss: IdMap<Key, u64>,
     rss_sum: u64,
-    pss_sum: u64,
     /// The exact tree-wide RSS peak, from the kernel.
     tree_peak: Option<Point>,
-    /// The largest tree-wide PSS (sum of the latest samples of live processes).
-    max_pss: Option<Point>,
+    /// The tree-wide PSS.
+    pss: PssSum,
     limits: Limits,
     process_cap: usize,
     process_points: usize,
     /// What PSS sampling did and cost, when it ran.
     pub pss_sampling: Option<PssSampling>,
-    /// Estimated PSS: each sampled process's exact RSS less what sharing took off its RSS at
-    /// its last sample (RSS − PSS then). PSS moves with RSS between samples as long as the
-    /// sharing does not change: exact for private memory, which is what grows fastest.
-    sharing: IdMap<Key, u64>,
-    live_est: IdMap<Key, u64>,
-    est_sum: u64,
-    max_pss_est: Option<Point>,
 }
 
-/// What PSS sampling did and cost: every PSS figure is sampled, and this says how densely.
+/// What PSS sampling did and cost: how densely the PSS figures are backed by reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct PssSampling {
+    /// Processes read, over all rounds.
     pub samples: u64,
-    /// Samples taken because a process's exact RSS grew, before its clock.
-    pub growth_samples: u64,
+    pub rounds: u64,
+    /// Rounds taken before the clock's: the exact RSS grew, or too much of the estimate was
+    /// backed by no read.
+    pub early_rounds: u64,
     /// Time spent reading smaps_rollup: the sampling's CPU.
     pub read_ns: u64,
     /// The fraction of one CPU sampling may use.
@@ -291,22 +290,15 @@ impl Timeline {
         Timeline {
             rss_source,
             tree_rss: Series::default(),
-            tree_pss: Series::default(),
             procs: IdMap::default(),
             live_rss: IdMap::default(),
-            live_pss: IdMap::default(),
             rss_sum: 0,
-            pss_sum: 0,
             tree_peak: None,
-            max_pss: None,
+            pss: PssSum::new(limits.tree_points),
             limits,
             process_cap: limits.process_points,
             process_points: 0,
             pss_sampling: None,
-            sharing: IdMap::default(),
-            live_est: IdMap::default(),
-            est_sum: 0,
-            max_pss_est: None,
         }
     }
 
@@ -314,8 +306,9 @@ impl Timeline {
         &self.tree_rss
     }
 
+    /// The tree-wide PSS: the rounds' sums, and the exact RSS between them.
     pub fn tree_pss(&self) -> &Series {
-        &self.tree_pss
+        self.pss.series()
     }
 
     pub fn process(&self, key: &Key) -> Option<&ProcessSeries> {
@@ -344,50 +337,27 @@ impl Timeline {
         Some(Point::new(reached, exact.bytes))
     }
 
-    /// The largest tree-wide PSS sampled.
-    pub fn max_pss(&self) -> Option<Point> {
-        self.max_pss
+    /// The largest tree-wide PSS, and what it is worth.
+    pub fn max_pss(&self) -> MaxPssFigure {
+        self.pss.figure()
     }
 
-    /// The largest tree-wide PSS estimated from the exact RSS between samples (see
-    /// [`Timeline::record_sharing`]); at least the sampled maximum, at most the kernel's exact
-    /// tree-wide RSS peak. The sum holds each process's latest point, and the kernel drops
-    /// points under its rate limit: a process that freed memory and then sleeps can stay in
-    /// the sum at its old size while another grows. PSS never exceeds RSS at any instant, so
-    /// the exact peak bounds the estimate.
-    pub fn max_pss_estimated(&self) -> Option<Point> {
-        let best = match (self.max_pss_est, self.max_pss) {
-            (Some(e), Some(s)) if s.bytes >= e.bytes => Some(s),
-            (e, s) => e.or(s),
-        };
-        match (best, self.tree_peak) {
-            (Some(b), Some(peak))
-                if self.rss_source == RssSource::Kernel && b.bytes > peak.bytes =>
-            {
-                Some(peak)
-            }
-            (b, _) => b,
+    /// What deciding on a PSS round looks at.
+    pub fn pss_tree_now(&self) -> TreeNow {
+        let (estimate_bytes, uncertain_bytes) = self.pss.now();
+        TreeNow {
+            rss_bytes: self.current_rss(),
+            estimate_bytes,
+            uncertain_bytes,
         }
     }
 
-    /// What sharing took off a process's RSS at its PSS sample just recorded (RSS − PSS).
-    pub fn record_sharing(&mut self, key: Key, bytes: u64) {
-        self.sharing.insert(key, bytes);
-    }
-
-    fn estimate(&mut self, key: Key, ts_ns: u64, pss_bytes: u64) {
-        update_sum(&mut self.live_est, &mut self.est_sum, key, pss_bytes);
-        if self.max_pss_est.is_none_or(|m| self.est_sum > m.bytes) {
-            self.max_pss_est = Some(Point::new(ts_ns, self.est_sum));
-        }
-    }
-
-    /// The process with the largest PSS sample, and that sample.
-    pub fn max_process_pss(&self) -> Option<(Key, Point)> {
+    /// A process's RSS now: its last point (0 when it has none).
+    pub fn rss_now(&self, key: &Key) -> u64 {
         self.procs
-            .iter()
-            .filter_map(|(k, s)| s.max_pss().map(|p| (*k, p)))
-            .max_by_key(|(k, p)| (p.bytes, std::cmp::Reverse(*k)))
+            .get(key)
+            .and_then(|s| s.rss.last())
+            .map_or(0, |p| p.bytes)
     }
 
     /// The current tree-wide RSS: the last kernel value, or the sum of the latest samples.
@@ -416,9 +386,9 @@ impl Timeline {
     /// A process's RSS from the kernel, exact at its time. Unlike statm samples it is not
     /// summed (the kernel sums the tree), and it may arrive after the process's exit record:
     /// the kernel sends a held-back point and the last value as it stops following the mm.
-    pub fn record_kernel_rss(&mut self, key: Key, p: Point) {
-        if let Some(&shared) = self.sharing.get(&key) {
-            self.estimate(key, p.ts_ns, p.bytes.saturating_sub(shared));
+    pub fn record_kernel_rss(&mut self, key: Key, p: Point, anon_bytes: Option<u64>) {
+        if let Some(anon) = anon_bytes {
+            self.pss.rss(key, p.ts_ns, p.bytes, anon);
         }
         let cap = self.process_cap;
         let series = &mut self.procs.entry(key).or_default().rss;
@@ -443,30 +413,34 @@ impl Timeline {
         }
     }
 
-    /// A process's sampled PSS; the tree-wide PSS follows the sum of the latest samples.
-    pub fn record_pss(&mut self, key: Key, p: Point) {
-        update_sum(&mut self.live_pss, &mut self.pss_sum, key, p.bytes);
+    /// A process read in a PSS round at `ts_ns`: a point of its PSS series, and its part of
+    /// the tree-wide sum.
+    pub fn record_pss_read(&mut self, key: Key, ts_ns: u64, u: Usage) {
+        let p = Point::new(ts_ns, u.pss_bytes);
         self.push_process(key, p, |s| &mut s.sampled().pss);
         let s = self.procs.entry(key).or_default().sampled();
         if s.max_pss.is_none_or(|m| p.bytes > m.bytes) {
             s.max_pss = Some(p);
         }
-        self.estimate(key, p.ts_ns, p.bytes);
-        let tree = Point::new(p.ts_ns, self.pss_sum);
-        self.tree_pss.push(tree, self.limits.tree_points);
-        if self.max_pss.is_none_or(|m| tree.bytes > m.bytes) {
-            self.max_pss = Some(tree);
-        }
+        self.pss.read(key, ts_ns, u);
+    }
+
+    /// Every live process was read: the tree-wide PSS is the round's sum.
+    pub fn pss_round_done(&mut self, ts_ns: u64) {
+        self.pss.round_done(ts_ns);
+    }
+
+    /// A process's image ended at `ts_ns` (exec replaced its mm): its PSS so far leaves the
+    /// sum, its next image counts from its start.
+    pub fn image_ended(&mut self, key: Key, ts_ns: u64) {
+        self.pss.ended(key, ts_ns);
     }
 
     /// A process exited (or was found gone): its series drop to 0 and it leaves the sums.
     pub fn process_exited(&mut self, key: Key, ts_ns: u64) {
         let had_rss = self.live_rss.remove(&key).inspect(|b| self.rss_sum -= b);
-        let had_pss = self.live_pss.remove(&key).inspect(|b| self.pss_sum -= b);
-        if let Some(b) = self.live_est.remove(&key) {
-            self.est_sum -= b;
-        }
-        self.sharing.remove(&key);
+        self.pss.ended(key, ts_ns);
+        let sampled = self.procs.get(&key).is_some_and(|s| s.sampled.is_some());
         let end = Point::new(ts_ns, 0);
         let followed = self.rss_source == RssSource::Kernel
             && self.procs.get(&key).is_some_and(|s| !s.rss.is_empty());
@@ -477,10 +451,8 @@ impl Timeline {
                     .push(Point::new(ts_ns, self.rss_sum), self.limits.tree_points);
             }
         }
-        if had_pss.is_some() {
+        if sampled {
             self.push_process(key, end, |s| &mut s.sampled().pss);
-            self.tree_pss
-                .push(Point::new(ts_ns, self.pss_sum), self.limits.tree_points);
         }
     }
 
@@ -573,20 +545,15 @@ struct At {
     bytes: u64,
 }
 
-/// An estimated maximum, labelled so.
+/// The tree-wide PSS maximum: how far the truth may be from it, and whether that is little
+/// enough.
 #[derive(Serialize)]
-struct Estimated {
+struct MaxPssAt {
     t_ns: u64,
     bytes: u64,
-    estimated: bool,
-}
-
-/// A sampled maximum, labelled so.
-#[derive(Serialize)]
-struct SampledAt {
-    t_ns: u64,
-    bytes: u64,
-    sampled: bool,
+    unseen_bytes: u64,
+    guessed_bytes: u64,
+    trusted: bool,
 }
 
 fn at(p: Option<Point>, t0: u64) -> Option<At> {
@@ -614,20 +581,21 @@ impl Serialize for TimelineReport<'_> {
         m.serialize_entry("rss_source", &t.rss_source)?;
         m.serialize_entry("pss_sampled", &true)?;
         m.serialize_entry("tree_rss", &Points(t.tree_rss.points(), t0))?;
-        m.serialize_entry("tree_pss", &Points(t.tree_pss.points(), t0))?;
+        m.serialize_entry("tree_pss", &Points(t.tree_pss().points(), t0))?;
         m.serialize_entry("tree_peak_rss", &at(t.tree_peak(), t0))?;
-        let max_pss = t.max_pss.map(|p| SampledAt {
-            t_ns: p.ts_ns.saturating_sub(t0),
-            bytes: p.bytes,
-            sampled: true,
+        let max_pss = match t.max_pss() {
+            MaxPssFigure::NotSampled => None,
+            MaxPssFigure::Trusted(m) => Some((m, true)),
+            MaxPssFigure::Uncertain(m) => Some((m, false)),
+        }
+        .map(|(m, trusted)| MaxPssAt {
+            t_ns: m.ts_ns.saturating_sub(t0),
+            bytes: m.bytes,
+            unseen_bytes: m.unseen_bytes,
+            guessed_bytes: m.guessed_bytes,
+            trusted,
         });
         m.serialize_entry("max_pss", &max_pss)?;
-        let estimated = t.max_pss_estimated().map(|p| Estimated {
-            t_ns: p.ts_ns.saturating_sub(t0),
-            bytes: p.bytes,
-            estimated: true,
-        });
-        m.serialize_entry("max_pss_estimated", &estimated)?;
         m.serialize_entry("pss_sampling", &t.pss_sampling)?;
         m.serialize_entry("processes", &ProcessEntries(self))?;
         m.end()

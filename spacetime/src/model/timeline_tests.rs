@@ -1,6 +1,7 @@
 //! Unit tests of [`crate::model::timeline`].
 
 use super::*;
+use crate::model::{proc_read::Usage, pss_sum::MaxPssFigure};
 
 fn key(pid: u32) -> Key {
     Key {
@@ -49,24 +50,41 @@ fn compaction_bounds_points_and_keeps_extremes() {
     assert!(s.points().windows(2).all(|w| w[0].bytes != w[1].bytes));
 }
 
+/// A read of `pss` bytes, all anonymous and private.
+fn read(pss: u64) -> Usage {
+    Usage {
+        rss_bytes: pss,
+        pss_bytes: pss,
+        anon_bytes: pss,
+        pss_anon_bytes: Some(pss),
+    }
+}
+
 #[test]
-fn tree_pss_is_the_sum_of_latest_samples() {
+fn tree_pss_is_each_rounds_sum_and_a_process_series_its_reads() {
     let mut t = Timeline::new(RssSource::Kernel);
-    t.record_pss(key(1), p(100, 10));
-    t.record_pss(key(2), p(100, 5));
-    t.record_pss(key(1), p(200, 30));
+    t.record_pss_read(key(1), 100, read(10));
+    t.record_pss_read(key(2), 100, read(5));
+    t.pss_round_done(101);
+    t.record_pss_read(key(1), 200, read(30));
+    t.record_pss_read(key(2), 200, read(5));
+    t.pss_round_done(201);
     t.process_exited(key(2), 250);
-    t.record_pss(key(1), p(300, 20));
+    t.record_pss_read(key(1), 300, read(20));
+    t.pss_round_done(301);
     assert_eq!(
         t.tree_pss().points(),
-        [p(100, 15), p(200, 35), p(250, 30), p(300, 20)]
+        [p(101, 15), p(201, 35), p(250, 30), p(301, 20)]
     );
-    assert_eq!(t.max_pss(), Some(p(200, 35)));
+    assert!(matches!(t.max_pss(), MaxPssFigure::Trusted(m) if m.bytes == 35 && m.ts_ns == 201));
     assert_eq!(
         t.process(&key(2)).expect("2").pss().points(),
         [p(100, 5), p(250, 0)]
     );
-    assert_eq!(t.max_process_pss(), Some((key(1), p(200, 30))));
+    assert_eq!(
+        t.process(&key(1)).and_then(|s| s.max_pss()),
+        Some(p(200, 30))
+    );
 }
 
 #[test]
@@ -121,16 +139,21 @@ fn json_times_are_relative_to_t0() {
     t.record_tree_rss(p(1_000, 4096));
     t.set_tree_peak(p(1_500, 8192));
     t.record_rss(key(7), p(1_200, 4096));
-    t.record_pss(key(7), p(1_300, 2048));
+    t.record_pss_read(key(7), 1_300, read(2048));
+    t.pss_round_done(1_300);
     let v = serde_json::to_value(t.report(1_000, vec![key(7)])).expect("json");
     assert_eq!(v["rss_source"], "kernel");
-    assert_eq!(v["tree_rss"], serde_json::json!([[0, 4096]]));
+    // The kernel's peak joins the series, which had not reached it.
+    assert_eq!(v["tree_rss"], serde_json::json!([[0, 4096], [500, 8192]]));
     assert_eq!(v["tree_pss"], serde_json::json!([[300, 2048]]));
     assert_eq!(
         v["tree_peak_rss"],
         serde_json::json!({"t_ns": 500, "bytes": 8192})
     );
-    assert_eq!(v["max_pss"]["bytes"], 2048);
+    assert_eq!(
+        v["max_pss"],
+        serde_json::json!({"t_ns": 300, "bytes": 2048, "unseen_bytes": 0, "guessed_bytes": 0, "trusted": true})
+    );
     let proc0 = &v["processes"][0];
     assert_eq!(proc0["pid"], 7);
     assert_eq!(proc0["start_ns"], 0);
@@ -158,11 +181,11 @@ fn late_points_go_where_they_belong() {
 fn kernel_points_after_the_exit_record_keep_the_series_whole() {
     let mut t = Timeline::new(RssSource::Kernel);
     let k = key(1);
-    t.record_kernel_rss(k, p(10, 100));
+    t.record_kernel_rss(k, p(10, 100), Some(100));
     // The exit record comes first; the held-back peak and the last value follow it.
     t.process_exited(k, 50);
-    t.record_kernel_rss(k, p(20, 900));
-    t.record_kernel_rss(k, p(40, 300));
+    t.record_kernel_rss(k, p(20, 900), Some(900));
+    t.record_kernel_rss(k, p(40, 300), Some(300));
     let s = t.process(&k).expect("series");
     assert_eq!(
         s.rss.points(),
@@ -173,46 +196,18 @@ fn kernel_points_after_the_exit_record_keep_the_series_whole() {
 }
 
 #[test]
-fn pss_is_estimated_from_the_exact_rss_between_samples() {
+fn the_tree_peak_is_dated_when_the_tree_got_within_1_256_of_it() {
     let mut t = Timeline::new(RssSource::Kernel);
-    let (a, b) = (key(1), key(2));
-    // a: sampled at 10 MiB RSS with 2 MiB taken off by sharing, then grows to 100 MiB.
-    t.record_kernel_rss(a, p(1, 10));
-    t.record_pss(a, p(2, 8));
-    t.record_sharing(a, 2);
-    t.record_kernel_rss(a, p(3, 100));
-    // b was never sampled: no estimate for it.
-    t.record_kernel_rss(b, p(4, 50));
-    assert_eq!(t.max_pss(), Some(p(2, 8)), "sampled");
-    assert_eq!(t.max_pss_estimated(), Some(p(3, 98)), "100 − 2");
-    // a frees, exits: the estimate follows, the maximum stays.
-    t.record_kernel_rss(a, p(5, 20));
-    t.process_exited(a, 6);
-    t.record_pss(b, p(7, 40));
-    assert_eq!(t.max_pss_estimated(), Some(p(3, 98)));
-    // A sampled maximum above every estimate is the estimate too.
-    t.record_pss(b, p(8, 500));
-    assert_eq!(t.max_pss_estimated(), Some(p(8, 500)));
-}
-
-#[test]
-fn the_pss_estimate_never_exceeds_the_exact_tree_peak() {
-    let mut t = Timeline::new(RssSource::Kernel);
-    let (parent, child) = (key(1), key(2));
-    // The parent filled 128, was sampled unshared, freed it, and its last decrease was
-    // dropped by the kernel's rate limit: it stays in the sum at 128 while the child fills 256.
-    t.record_kernel_rss(parent, p(1, 128));
-    t.record_pss(parent, p(2, 128));
-    t.record_sharing(parent, 0);
-    t.record_kernel_rss(child, p(3, 1));
-    t.record_pss(child, p(4, 1));
-    t.record_sharing(child, 0);
-    t.record_kernel_rss(child, p(5, 256));
-    // The kernel's exact tree sum peaked at 258 (parent 2 + child 256).
-    t.set_tree_peak(p(5, 258));
-    assert_eq!(
-        t.max_pss_estimated(),
-        Some(p(5, 258)),
-        "bounded by the exact peak"
-    );
+    for pt in [p(10, 1000), p(20, 25_500), p(30, 25_590), p(40, 100)] {
+        t.record_tree_rss(pt);
+    }
+    // Exact: 25 600 at 35 (10 pages faulted in at exit); 25 500 is within 1/256 of it.
+    t.set_tree_peak(p(35, 25_600));
+    assert_eq!(t.tree_peak(), Some(p(20, 25_600)));
+    // A peak the series never came near is dated at its own time, and joins the series.
+    let mut u = Timeline::new(RssSource::Kernel);
+    u.record_tree_rss(p(10, 1000));
+    u.set_tree_peak(p(15, 9000));
+    assert_eq!(u.tree_peak(), Some(p(15, 9000)));
+    assert_eq!(u.tree_rss().max(), Some(p(15, 9000)));
 }

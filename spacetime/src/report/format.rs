@@ -8,7 +8,7 @@
 //! exit status (128+N for signal N), `%C` the command line (escaped for a terminal), `%c`/`%w`
 //! involuntary/voluntary context switches summed over the processes taskstats confirmed (`?`
 //! without taskstats). spacetime's: `%T` tree-wide peak RSS in KiB, `%N` processes, `%Y` max
-//! PSS in KiB (sampled), `%L` events lost (`?` when unknown). `%%`, `\n`, `\t`, `\\`.
+//! PSS in KiB (`?` when not a figure to print), `%L` events lost (`?` when unknown). `%%`, `\n`, `\t`, `\\`.
 
 use std::fmt::Write as _;
 

@@ -23,6 +23,7 @@ use crate::{
     kernel::counters::KernelCounters,
     model::{
         crosscheck::{Coverage, PerProcess},
+        pss_sum::{MaxPss, MaxPssFigure},
         timeline::TimelineReport,
         tree::{ExitStatus, Key, Tree},
     },
@@ -114,8 +115,7 @@ pub struct CgroupPeakReport {
 /// Memory over time, taken from the [`Timeline`](crate::model::timeline::Timeline).
 pub struct MemoryMeta<'a> {
     pub tree_peak: Option<crate::model::timeline::Point>,
-    pub max_pss: Option<crate::model::timeline::Point>,
-    pub max_pss_estimated: Option<crate::model::timeline::Point>,
+    pub max_pss: MaxPssFigure,
     pub timeline: &'a crate::model::timeline::Timeline,
 }
 
@@ -124,9 +124,38 @@ impl<'a> MemoryMeta<'a> {
         MemoryMeta {
             tree_peak: timeline.tree_peak(),
             max_pss: timeline.max_pss(),
-            max_pss_estimated: timeline.max_pss_estimated(),
             timeline,
         }
+    }
+
+    /// The maximum PSS when it is a figure to print, else why not.
+    fn max_pss(&self) -> (Option<u64>, Option<String>) {
+        let why = match self.max_pss {
+            MaxPssFigure::Trusted(m) => return (Some(m.bytes), None),
+            MaxPssFigure::NotSampled if self.timeline.pss_sampling.is_none() => {
+                "PSS sampling is off (--pss-interval 0)".to_string()
+            }
+            MaxPssFigure::NotSampled => "the run ended before its first PSS round".to_string(),
+            MaxPssFigure::Uncertain(m) => max_pss_uncertain(&m),
+        };
+        (None, Some(why))
+    }
+}
+
+/// Why a maximum PSS is not a figure: the truth may be more than 5 % away from it.
+pub fn max_pss_uncertain(m: &MaxPss) -> String {
+    let bytes = crate::util::units::bytes;
+    match m.unseen_bytes > m.bytes / crate::model::pss_sum::TRUST_SHIFT_DIV {
+        true => format!(
+            "the tree may have held up to {} more than the {} estimated, unseen by any PSS round (pages written after a fork, or left by a process that exited, before the next round): over 5 %",
+            bytes(m.unseen_bytes),
+            bytes(m.bytes)
+        ),
+        false => format!(
+            "{} of the {} estimated are file pages of programs not read by any PSS round, counted at a guessed ratio: over 5 %",
+            bytes(m.guessed_bytes),
+            bytes(m.bytes)
+        ),
     }
 }
 
@@ -170,13 +199,18 @@ pub struct Totals {
     /// when it happened (ns since the root started). Null without kernel RSS tracking data.
     pub tree_peak_rss_bytes: Option<u64>,
     pub tree_peak_at_ns: Option<u64>,
-    /// The largest tree-wide PSS seen (sampled).
+    /// The largest tree-wide PSS: rounds of reads taken together, the exact RSS between
+    /// them (see `timeline.max_pss`). Null, with the reason next to it, when too much of it
+    /// was backed by no read, or nothing was read.
     pub max_pss_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_pss_unknown_reason: Option<String>,
+    /// The same, as the summary decides on it.
+    #[serde(skip)]
+    pub max_pss: MaxPssFigure,
     /// Processes whose CPU time is not wait4's final figure (`cpu_final: false`): not released
     /// when the trace ended, so summed at their threads' exits.
     pub cpu_not_final: u64,
-    /// The largest tree-wide PSS estimated between samples from the exact RSS (estimated).
-    pub max_pss_estimated_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -237,6 +271,7 @@ impl<'a> Report<'a> {
             })
             .collect();
         let heaviest = processes.iter().max_by_key(|p| p.peak_rss_bytes());
+        let (max_pss_bytes, max_pss_unknown_reason) = meta.memory.max_pss();
         let totals = Totals {
             processes: processes.len() as u64,
             threads: processes.iter().map(|p| p.threads() as u64).sum(),
@@ -257,9 +292,10 @@ impl<'a> Report<'a> {
                 .count() as u64,
             tree_peak_rss_bytes: meta.memory.tree_peak.map(|p| p.bytes),
             tree_peak_at_ns: meta.memory.tree_peak.map(|p| p.ts_ns.saturating_sub(t0)),
-            max_pss_bytes: meta.memory.max_pss.map(|p| p.bytes),
+            max_pss_bytes,
+            max_pss_unknown_reason,
+            max_pss: meta.memory.max_pss,
             cpu_not_final: processes.iter().filter(|p| !p.cpu_final()).count() as u64,
-            max_pss_estimated_bytes: meta.memory.max_pss_estimated.map(|p| p.bytes),
         };
         // The timeline lists the processes in the report's order.
         let timeline = meta

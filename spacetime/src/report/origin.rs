@@ -5,7 +5,7 @@ use serde::Serialize;
 
 /// The version of the report's layout (docs/trace-report.schema.json). Adding a field keeps
 /// it; renaming, removing or changing the meaning of one raises it.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Serialize)]
 pub struct Origin {

@@ -6,7 +6,7 @@ use std::{collections::HashMap, fmt::Write};
 
 use super::{ImageReport, ProcessReport, Report};
 use crate::{
-    model::tree::ExitStatus,
+    model::{pss_sum::MaxPssFigure, tree::ExitStatus},
     util::{
         term,
         units::{bytes, duration_ns},
@@ -153,14 +153,15 @@ pub fn render(
             bytes(peak),
             duration_ns(at)
         )];
-        match (t.max_pss_bytes, t.max_pss_estimated_bytes) {
-            (Some(p), Some(e)) if e > p => parts.push(format!(
-                "max PSS {} (sampled), {} (estimated from the exact RSS)",
-                bytes(p),
-                bytes(e)
+        match t.max_pss {
+            MaxPssFigure::Trusted(m) => parts.push(format!("max PSS {}", bytes(m.bytes))),
+            MaxPssFigure::Uncertain(m) => parts.push(format!(
+                "max PSS unknown (estimated {}, unread: up to {} more, {} guessed)",
+                bytes(m.bytes),
+                bytes(m.unseen_bytes),
+                bytes(m.guessed_bytes)
             )),
-            (Some(p), _) => parts.push(format!("max PSS {} (sampled)", bytes(p))),
-            _ => {}
+            MaxPssFigure::NotSampled => {}
         }
         flow(&mut out, &parts, width);
     }

@@ -15,6 +15,8 @@ use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt as _;
 use std::time::Duration;
 
+#[path = "st_workload/pss.rs"]
+mod pss;
 #[path = "st_workload/truth.rs"]
 mod truth;
 
@@ -76,6 +78,12 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
                                exit_unix_ns}
   grow-at-stop START CAP       fork a grower that touches START MiB, lets the root exit, then
                                touches a MiB per ms up to CAP MiB; records {role, mib}
+  pss-touch MIB MS             touch MIB MiB, read its own PSS there, hold MS ms; record
+                               {mib, pss_kib}
+  pss-fillfill MIB             fillfill reading PSS at each peak (the child reads its waiting
+                               parent's too); record {role, mib, pss_kib, parent_pss_kib}
+  pss-cow MIB read|write MS    touch MIB MiB, fork a child that reads (writes) them all; at the
+                               peak each reads its PSS, both hold MS ms; record {role, pss_kib}
 ";
 
 /// Bytes reserved (and touched) for reading /proc/self/status.
@@ -956,6 +964,21 @@ fn main() {
         "double-fork" => truth::double_fork(&mut rec, parse(&args, 2, "MS")),
         "grow-at-stop" => {
             truth::grow_at_stop(&mut rec, parse(&args, 2, "START"), parse(&args, 3, "CAP"))
+        }
+        "pss-touch" => pss::pss_touch(&mut rec, parse(&args, 2, "MIB"), parse(&args, 3, "MS")),
+        "pss-fillfill" => pss::pss_fillfill(&mut rec, parse(&args, 2, "MIB")),
+        "pss-cow" => {
+            let write = match args.get(3).and_then(|a| a.to_str()) {
+                Some("read") => false,
+                Some("write") => true,
+                _ => die("read or write"),
+            };
+            pss::pss_cow(
+                &mut rec,
+                parse(&args, 2, "MIB"),
+                write,
+                parse(&args, 4, "MS"),
+            )
         }
         "peak-sleep" => truth::peak_sleep(&mut rec, parse(&args, 2, "MIB"), parse(&args, 3, "MS")),
         "page-cache" => page_cache(&mut rec, args.get(2).unwrap_or_else(|| die("missing FILE"))),

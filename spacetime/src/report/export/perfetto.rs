@@ -412,9 +412,13 @@ pub fn encode(tree: &Tree, timeline: &Timeline, opts: &Options) -> Vec<Vec<u8>> 
         TRACE_TRACK,
         Msg::new(),
     );
+    let max_pss = match timeline.max_pss() {
+        crate::model::pss_sum::MaxPssFigure::Trusted(m) => Some(Point::new(m.ts_ns, m.bytes)),
+        _ => None,
+    };
     for (what, peak) in [
         ("tree RSS peak", timeline.tree_peak()),
-        ("max tree PSS (sampled)", timeline.max_pss()),
+        ("max tree PSS", max_pss),
     ] {
         if let Some(p) = peak {
             let name = format!("{what} {}", bytes(p.bytes));
@@ -435,7 +439,7 @@ pub fn encode(tree: &Tree, timeline: &Timeline, opts: &Options) -> Vec<Vec<u8>> 
     b.descriptors.push(counter_descriptor(
         TREE_PSS_TRACK,
         None,
-        "tree PSS (sampled)",
+        "tree PSS (estimated)",
         Some(2),
     ));
     b.counter(TREE_PSS_TRACK, timeline.tree_pss().points());

@@ -111,7 +111,14 @@ fn sample() -> (Tree, Timeline) {
     for (ts, b) in [(2_000, 4096), (10_000, 1 << 20), (20_000, 0)] {
         tl.record_rss(key(CC), Point::new(ts, b));
     }
-    tl.record_pss(key(CC1), Point::new(8_000, 20 << 20));
+    let read = crate::model::proc_read::Usage {
+        rss_bytes: 20 << 20,
+        pss_bytes: 20 << 20,
+        anon_bytes: 20 << 20,
+        pss_anon_bytes: Some(20 << 20),
+    };
+    tl.record_pss_read(key(CC1), 8_000, read);
+    tl.pss_round_done(8_000);
     tl.process_exited(key(CC1), 15_000);
     for (ts, b) in [(1_000, 4096), (10_000, 30 << 20), (16_000, 2 << 20)] {
         tl.record_tree_rss(Point::new(ts, b));
@@ -351,9 +358,14 @@ fn counters_for_processes_and_the_tree() {
     assert!(t.counter && t.parent.is_none());
     assert_eq!(
         values(tree),
-        [(0, 4096), (9_000, 30 << 20), (15_000, 2 << 20)]
+        [
+            (0, 4096),
+            (9_000, 30 << 20),
+            (11_000, 31 << 20),
+            (15_000, 2 << 20)
+        ]
     );
-    let (tree_pss, _) = track_named(&tracks, "tree PSS (sampled)");
+    let (tree_pss, _) = track_named(&tracks, "tree PSS (estimated)");
     assert_eq!(values(tree_pss), [(7_000, 20 << 20), (14_000, 0)]);
     // The exact peak is marked on the top track.
     let peak = events

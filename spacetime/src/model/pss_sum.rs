@@ -1,0 +1,298 @@
+//! The tree-wide PSS over time, from rounds of reads taken together and the exact RSS
+//! between them.
+//!
+//! PSS divides each page among the processes that map it, so a process's PSS changes when
+//! another one forks, writes a page they shared, or exits. A sum of each process's latest
+//! read mixes moments: a parent read before its fork (all private) plus its child read after
+//! (half of the same pages) counts them one and a half times. So every live process is read
+//! in one round ([`super::pss`]), and a round's reads are the sum. Between rounds each
+//! process's PSS moves with its exact RSS from the kernel's points: its new anonymous pages
+//! are its own (PSS = RSS), its new file and shmem pages count at the PSS/RSS ratio its
+//! file pages had at its read. A process that began since the last round (a fork, an exec)
+//! counts from what it began with: a fork's child holds its parent's pages, shared
+//! copy-on-write, and adds nothing until it grows.
+//!
+//! What no read backs is kept as the uncertain part: a child's inherited anonymous pages (it
+//! may have written them since, adding that much unseen), a new image's file pages (counted
+//! at the last round's ratio), the pages an exited process shared (another's alone now). The
+//! estimate plus that part bounds what the tree may have held. The next round narrows the
+//! bound for the time since the last one: the tree held no more then than the round finds,
+//! plus what was freed or exited in between. The maximum is trusted when the bound over the
+//! whole run exceeds it by at most 5 %, and the file pages counted at a guessed ratio are at
+//! most 5 % of it.
+
+use super::{
+    proc_read::Usage,
+    timeline::{Point, Series},
+};
+use crate::{model::tree::Key, util::idhash::IdMap};
+
+/// The maximum is trusted when the truth may differ from it by at most 1/20 of it.
+pub const TRUST_SHIFT_DIV: u64 = 20;
+
+/// The largest tree-wide PSS, and how far the truth may differ from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaxPss {
+    pub ts_ns: u64,
+    pub bytes: u64,
+    /// How much more the tree may have held at some moment, unseen: written copy-on-write
+    /// pages, pages of an exited process now another's alone.
+    pub unseen_bytes: u64,
+    /// Of `bytes`, file pages of images not read yet, counted at a guessed ratio.
+    pub guessed_bytes: u64,
+}
+
+/// What the run's maximum PSS is worth.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MaxPssFigure {
+    /// PSS sampling was off, or the run ended before its first round.
+    #[default]
+    NotSampled,
+    /// Backed by reads but for its uncertain part, under 5 % of it.
+    Trusted(MaxPss),
+    /// Too much of it estimated without a read: not a figure to print.
+    Uncertain(MaxPss),
+}
+
+/// One process's part of the sum.
+#[derive(Clone, Copy, Debug)]
+struct Est {
+    /// Points dated before this are older than what it counts from.
+    last_ns: u64,
+    /// What it counts from: its PSS at its last read (0 before any read of this image), its
+    /// RSS and anonymous pages then (or when it began).
+    pss: u64,
+    rss: u64,
+    anon: u64,
+    /// Read since this image began.
+    read: bool,
+    /// Its file pages' PSS/RSS at its read (None before one, or without file pages: the
+    /// last round's).
+    ratio: Option<f64>,
+    /// Not read since it began: the anonymous pages it began with (a child's, its parent's
+    /// shared copy-on-write).
+    cow: u64,
+    /// Anonymous pages it shared at its last read (with a process of the tree, or another).
+    anon_shared: u64,
+    /// Its exact RSS at its last point.
+    last_rss: u64,
+    /// Its estimate now; what it may hold unseen (`cow`, new file pages); of the estimate,
+    /// the new file pages counted at a guessed ratio.
+    e: u64,
+    u: u64,
+    g: u64,
+}
+
+/// The time since the last round: the most the tree may have held, and what left it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Window {
+    /// The largest estimate plus what it may hold unseen.
+    bound: u64,
+    /// RSS freed by live processes, and held by processes when they ended.
+    freed: u64,
+}
+
+#[derive(Debug)]
+pub struct PssSum {
+    procs: IdMap<Key, Est>,
+    sum: u64,
+    /// Σ u and Σ g over the processes.
+    uncertain: u64,
+    guessed: u64,
+    /// Anonymous pages shared by processes that ended since the last round.
+    exit_risk: u64,
+    window: Window,
+    /// The most the tree may have held before the last round, rounds' findings applied.
+    bound: u64,
+    /// PSS/RSS of the file pages over the last round's reads (1 before any).
+    file_ratio: f64,
+    /// This round's file pages so far: PSS and RSS.
+    round_file: (u64, u64),
+    rounds: u64,
+    series: Series,
+    cap: usize,
+    max: Option<MaxPss>,
+}
+
+impl PssSum {
+    pub fn new(cap: usize) -> PssSum {
+        PssSum {
+            procs: IdMap::default(),
+            sum: 0,
+            uncertain: 0,
+            guessed: 0,
+            exit_risk: 0,
+            window: Window::default(),
+            bound: 0,
+            file_ratio: 1.0,
+            round_file: (0, 0),
+            rounds: 0,
+            series: Series::default(),
+            cap,
+            max: None,
+        }
+    }
+
+    /// The tree-wide series: one point per change.
+    pub fn series(&self) -> &Series {
+        &self.series
+    }
+
+    /// The estimate now and what of it no read backs.
+    pub fn now(&self) -> (u64, u64) {
+        (self.sum, self.uncertain + self.exit_risk)
+    }
+
+    /// The largest value of the series, how much more the tree may have held unseen, and
+    /// whether that is little enough.
+    pub fn figure(&self) -> MaxPssFigure {
+        let Some(max) = self.max.filter(|_| self.rounds > 0) else {
+            return MaxPssFigure::NotSampled;
+        };
+        let bound = self.bound.max(self.window.bound);
+        let m = MaxPss {
+            unseen_bytes: bound.saturating_sub(max.bytes),
+            ..max
+        };
+        let limit = m.bytes / TRUST_SHIFT_DIV;
+        match m.unseen_bytes <= limit && m.guessed_bytes <= limit {
+            true => MaxPssFigure::Trusted(m),
+            false => MaxPssFigure::Uncertain(m),
+        }
+    }
+
+    /// A process's exact RSS and anonymous pages at `ts_ns`, from the kernel.
+    pub fn rss(&mut self, key: Key, ts_ns: u64, rss: u64, anon: u64) {
+        let ratio = self.file_ratio;
+        let Some(est) = self.procs.get_mut(&key) else {
+            // It began (a fork's child, an exec's image): what it holds is counted elsewhere
+            // or is next to nothing; its inherited anonymous pages are uncertain.
+            let est = Est {
+                last_ns: ts_ns,
+                pss: 0,
+                rss,
+                anon,
+                read: false,
+                ratio: None,
+                cow: anon,
+                anon_shared: 0,
+                last_rss: rss,
+                e: 0,
+                u: anon,
+                g: 0,
+            };
+            self.procs.insert(key, est);
+            self.uncertain += anon;
+            self.push(ts_ns);
+            return;
+        };
+        if ts_ns < est.last_ns {
+            return;
+        }
+        est.last_ns = ts_ns;
+        self.window.freed += est.last_rss.saturating_sub(rss);
+        est.last_rss = rss;
+        let (e, u, g) = estimate(est, rss, anon, ratio);
+        self.sum = self.sum + e - est.e;
+        self.uncertain = self.uncertain + u - est.u;
+        self.guessed = self.guessed + g - est.g;
+        (est.e, est.u, est.g) = (e, u, g);
+        self.push(ts_ns);
+    }
+
+    /// A process read in the current round at `ts_ns`.
+    pub fn read(&mut self, key: Key, ts_ns: u64, u: Usage) {
+        let est = Est {
+            last_ns: ts_ns,
+            pss: u.pss_bytes,
+            rss: u.rss_bytes,
+            anon: u.anon_bytes,
+            read: true,
+            ratio: u.file_ratio(),
+            cow: 0,
+            anon_shared: u.anon_shared_bytes(),
+            last_rss: u.rss_bytes,
+            e: u.pss_bytes,
+            u: 0,
+            g: 0,
+        };
+        let file_rss = u.rss_bytes.saturating_sub(u.anon_bytes);
+        let file_pss = est.ratio.map_or(0, |r| (r * file_rss as f64) as u64);
+        self.round_file = (self.round_file.0 + file_pss, self.round_file.1 + file_rss);
+        let old = self.procs.insert(key, est);
+        let (e, u, g) = old.map_or((0, 0, 0), |o| (o.e, o.u, o.g));
+        self.sum = self.sum + est.e - e;
+        self.uncertain -= u;
+        self.guessed -= g;
+    }
+
+    /// Every live process was read (or found gone): the sum is the round's.
+    pub fn round_done(&mut self, ts_ns: u64) {
+        self.rounds += 1;
+        self.exit_risk = 0;
+        // Since the last round the tree held no more than this round finds, plus what left it
+        // in between (freed, or held by processes that ended), nor more than its bound.
+        let seen = self.sum + self.window.freed;
+        self.bound = self.bound.max(self.window.bound.min(seen));
+        self.window = Window::default();
+        let (pss, rss) = std::mem::take(&mut self.round_file);
+        if rss > 0 {
+            self.file_ratio = (pss as f64 / rss as f64).min(1.0);
+        }
+        self.push(ts_ns);
+    }
+
+    /// A process's image ended (exec replaced it, or the process exited) at `ts_ns`: its
+    /// part leaves the sum; the next image, if any, begins with its first point.
+    pub fn ended(&mut self, key: Key, ts_ns: u64) {
+        let Some(est) = self.procs.remove(&key) else {
+            return;
+        };
+        self.sum -= est.e;
+        self.uncertain -= est.u;
+        self.guessed -= est.g;
+        self.exit_risk += est.anon_shared;
+        self.window.freed += est.last_rss;
+        self.push(ts_ns);
+    }
+
+    fn push(&mut self, ts_ns: u64) {
+        // One value per instant: a later change at the same time steps just after it, so
+        // the series keeps every value the maximum may be.
+        let ts = match self.series.last() {
+            Some(l) if ts_ns <= l.ts_ns => l.ts_ns + 1,
+            _ => ts_ns,
+        };
+        self.series.push(Point::new(ts, self.sum), self.cap);
+        let bound = self.sum + self.uncertain + self.exit_risk;
+        self.window.bound = self.window.bound.max(bound);
+        if self.max.is_none_or(|m| self.sum > m.bytes) {
+            self.max = Some(MaxPss {
+                ts_ns: ts,
+                bytes: self.sum,
+                unseen_bytes: 0,
+                guessed_bytes: self.guessed,
+            });
+        }
+    }
+}
+
+/// A process's estimate at (`rss`, `anon`) from what it counts from: (estimate, what it may
+/// hold unseen, its new file pages counted at a guessed ratio).
+fn estimate(est: &Est, rss: u64, anon: u64, tree_ratio: f64) -> (u64, u64, u64) {
+    let d_anon = anon as f64 - est.anon as f64;
+    let d_file = rss.saturating_sub(anon) as f64 - est.rss.saturating_sub(est.anon) as f64;
+    let ratio = est.ratio.unwrap_or(tree_ratio);
+    let e = (est.pss as f64 + d_anon + ratio * d_file).max(0.0) as u64;
+    match est.read {
+        true => (e, 0, 0),
+        false => {
+            let file = d_file.max(0.0);
+            (e, est.cow + file as u64, (ratio * file) as u64)
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "pss_sum_tests.rs"]
+mod tests;

@@ -1,0 +1,163 @@
+//! Unit tests of [`crate::model::pss_sum`]: the sum of a round, the exact RSS between rounds,
+//! forks, exits, and when the maximum is trusted.
+
+use super::*;
+
+fn key(pid: u32) -> Key {
+    Key {
+        tgid: pid,
+        start_ns: pid as u64,
+    }
+}
+
+/// A read: (rss, pss, anon, pss of the anon pages).
+fn usage(rss: u64, pss: u64, anon: u64, pss_anon: u64) -> Usage {
+    Usage {
+        rss_bytes: rss,
+        pss_bytes: pss,
+        anon_bytes: anon,
+        pss_anon_bytes: Some(pss_anon),
+    }
+}
+
+fn trusted(s: &PssSum) -> MaxPss {
+    match s.figure() {
+        MaxPssFigure::Trusted(m) => m,
+        other => panic!("not trusted: {other:?}"),
+    }
+}
+
+#[test]
+fn new_anonymous_pages_count_whole_between_rounds() {
+    let mut s = PssSum::new(1 << 10);
+    s.read(key(1), 10, usage(120, 30, 20, 20));
+    s.round_done(11);
+    assert_eq!(s.now(), (30, 0));
+    // 100 new anonymous pages: private.
+    s.rss(key(1), 20, 220, 120);
+    assert_eq!(s.now(), (130, 0));
+    let m = trusted(&s);
+    assert_eq!((m.bytes, m.unseen_bytes, m.guessed_bytes), (130, 0, 0));
+    assert_eq!(s.series().max().map(|p| p.bytes), Some(130));
+}
+
+#[test]
+fn new_file_pages_count_at_the_ratio_of_the_read() {
+    let mut s = PssSum::new(1 << 10);
+    // 30 file pages, PSS 10 of them: a third.
+    s.read(key(1), 10, usage(40, 20, 10, 10));
+    s.round_done(11);
+    s.rss(key(1), 20, 70, 10);
+    assert_eq!(s.now().0, 30);
+}
+
+#[test]
+fn a_point_older_than_the_read_is_ignored() {
+    let mut s = PssSum::new(1 << 10);
+    s.read(key(1), 100, usage(500, 500, 500, 500));
+    s.round_done(101);
+    // Dated before the read: the read already counts it.
+    s.rss(key(1), 90, 300, 300);
+    assert_eq!(s.now().0, 500);
+}
+
+#[test]
+fn a_fork_adds_nothing_and_the_next_round_says_what_was_written() {
+    let mut s = PssSum::new(1 << 10);
+    s.read(key(1), 10, usage(100, 100, 100, 100));
+    s.round_done(11);
+    // The child begins with its parent's 100 anonymous pages, shared: the sum stays, what
+    // it may write is unseen.
+    s.rss(key(2), 20, 100, 100);
+    assert_eq!(s.now(), (100, 100));
+    // It wrote them all: the round finds two copies.
+    s.read(key(1), 30, usage(100, 100, 100, 100));
+    s.read(key(2), 30, usage(100, 100, 100, 100));
+    s.round_done(31);
+    assert_eq!(s.now(), (200, 0));
+    let m = trusted(&s);
+    assert_eq!((m.bytes, m.unseen_bytes), (200, 0));
+}
+
+#[test]
+fn a_child_that_only_reads_is_trusted_once_a_round_saw_it() {
+    let mut s = PssSum::new(1 << 10);
+    s.read(key(1), 10, usage(100, 100, 100, 100));
+    s.round_done(11);
+    s.rss(key(2), 20, 100, 100);
+    // Before a round, the child may have written its pages: up to 100 more, unseen.
+    assert!(matches!(s.figure(), MaxPssFigure::Uncertain(m) if m.unseen_bytes == 100));
+    s.read(key(1), 30, usage(100, 50, 100, 50));
+    s.read(key(2), 30, usage(100, 50, 100, 50));
+    s.round_done(31);
+    // Nothing was freed in between: the tree held no more than the round found.
+    let m = trusted(&s);
+    assert_eq!((m.bytes, m.unseen_bytes), (100, 0));
+}
+
+#[test]
+fn what_left_before_the_round_keeps_the_bound_open() {
+    let mut s = PssSum::new(1 << 10);
+    s.read(key(1), 10, usage(100, 100, 100, 100));
+    s.round_done(11);
+    s.rss(key(2), 20, 100, 100);
+    // The child exits before the next round: it may have held 100 pages of its own.
+    s.ended(key(2), 25);
+    s.round_done(31);
+    assert!(
+        matches!(s.figure(), MaxPssFigure::Uncertain(m) if m.bytes == 100 && m.unseen_bytes == 100),
+        "{:?}",
+        s.figure()
+    );
+}
+
+#[test]
+fn an_exec_begins_a_new_image_from_its_first_point() {
+    let mut s = PssSum::new(1 << 10);
+    s.read(key(1), 10, usage(50, 40, 30, 30));
+    s.round_done(11);
+    s.ended(key(1), 20);
+    assert_eq!(s.now().0, 0);
+    // The new image's pages at its start are next to nothing; it grows 64 anonymous pages.
+    s.rss(key(1), 21, 4, 2);
+    s.rss(key(1), 30, 68, 66);
+    assert_eq!(s.now().0, 64);
+}
+
+#[test]
+fn file_pages_of_images_never_read_are_guessed() {
+    let mut s = PssSum::new(1 << 10);
+    s.read(key(1), 10, usage(1000, 1000, 1000, 1000));
+    s.round_done(11);
+    // A new image maps 200 file pages and is never read: counted at the last round's
+    // ratio (1: the round had no file pages), which is a guess.
+    s.rss(key(2), 20, 0, 0);
+    s.rss(key(2), 30, 200, 0);
+    assert_eq!(s.now().0, 1200);
+    assert!(
+        matches!(s.figure(), MaxPssFigure::Uncertain(m) if m.guessed_bytes == 200),
+        "{:?}",
+        s.figure()
+    );
+}
+
+#[test]
+fn no_round_no_figure_and_the_series_holds_the_maximum() {
+    let mut s = PssSum::new(1 << 10);
+    s.rss(key(1), 1, 10, 10);
+    s.rss(key(1), 2, 500, 500);
+    assert_eq!(s.figure(), MaxPssFigure::NotSampled);
+    s.read(key(1), 3, usage(500, 480, 500, 480));
+    s.round_done(3);
+    // Two values at one instant: both stay in the series, so its maximum is the figure's.
+    s.rss(key(1), 3, 900, 900);
+    s.ended(key(1), 3);
+    let m = trusted(&s);
+    assert_eq!(m.bytes, 880);
+    assert_eq!(s.series().max().map(|p| p.bytes), Some(880));
+    assert!(s
+        .series()
+        .points()
+        .windows(2)
+        .all(|w| w[0].ts_ns < w[1].ts_ns));
+}

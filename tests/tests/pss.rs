@@ -1,0 +1,343 @@
+//! The tree-wide maximum PSS against the truth: the processes' own PSS (smaps_rollup, the
+//! kernel's figure) read by themselves at the peak moment, and the tree's distinct pages (the
+//! peak of a memory cgroup of the run's own, `--cgroup-peak`). One figure, within 5 % of the
+//! truth, never above the distinct pages by more than 1 %, the maximum of the series it
+//! summarises. Workloads: a 1 GiB touch read at once, st's fillfill, a copy-on-write fork
+//! whose child reads (or writes) all it inherited, a Python fork pool, a JVM.
+
+use std::{os::fd::AsRawFd, path::Path, process::Command};
+
+use serde_json::Value;
+use spacetime_tests::{Outcome, TempDir, Trace, MIB};
+
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+
+fn u64_at(v: &Value, path: &[&str]) -> u64 {
+    let mut cur = v;
+    for k in path {
+        cur = &cur[*k];
+    }
+    cur.as_u64()
+        .unwrap_or_else(|| panic!("{} is not an integer: {cur}", path.join(".")))
+}
+
+/// Checks the run's maximum PSS against `truth` (bytes): the one figure, trusted, the series'
+/// maximum, within 5 % of the truth and at most 1 % above the cgroup's peak.
+fn check(out: &Outcome, truth: u64, what: &str) {
+    out.assert_code(0);
+    let ctx = out.context();
+    let v = out.json_value();
+    let figure = v["totals"]["max_pss_bytes"].as_u64().unwrap_or_else(|| {
+        panic!(
+            "{what}: no max PSS ({}): {}\n{ctx}",
+            v["totals"]["max_pss_unknown_reason"], v["timeline"]["max_pss"]
+        )
+    });
+    let tl = &v["timeline"];
+    assert_eq!(tl["max_pss"]["trusted"], true, "{what}: {}", tl["max_pss"]);
+    assert_eq!(u64_at(tl, &["max_pss", "bytes"]), figure, "{what}");
+    let series_max = tl["tree_pss"]
+        .as_array()
+        .expect("tree_pss")
+        .iter()
+        .filter_map(|p| p[1].as_u64())
+        .max();
+    assert_eq!(
+        series_max,
+        Some(figure),
+        "{what}: max_pss_bytes is the maximum of the tree_pss series"
+    );
+    let cgroup = u64_at(&v, &["cgroup_peak", "peak_bytes"]);
+    let off = (figure as f64 - truth as f64) / truth as f64;
+    let over = (figure as f64 - cgroup as f64) / cgroup as f64;
+    eprintln!(
+        "{what}: max PSS {:.1} MiB, truth {:.1} MiB ({:+.1} %), cgroup {:.1} MiB ({:+.1} %), tree RSS peak {:.1} MiB; {}",
+        figure as f64 / MIB as f64,
+        truth as f64 / MIB as f64,
+        100.0 * off,
+        cgroup as f64 / MIB as f64,
+        100.0 * over,
+        u64_at(&v, &["totals", "tree_peak_rss_bytes"]) as f64 / MIB as f64,
+        tl["pss_sampling"]
+    );
+    assert!(
+        off.abs() <= 0.05,
+        "{what}: max PSS {figure} is not within 5 % of the truth {truth}\n{ctx}"
+    );
+    assert!(
+        over <= 0.01,
+        "{what}: max PSS {figure} above the tree's distinct pages (cgroup peak {cgroup}) by more than 1 %\n{ctx}"
+    );
+}
+
+fn trace(cmd: &[&str], tag: &str) -> Outcome {
+    Trace::new(cmd).flag("--cgroup-peak").tag(tag).run()
+}
+
+fn kib_sum(out: &Outcome, mode: &str) -> u64 {
+    out.truth_of(mode)
+        .iter()
+        .map(|t| t.int("pss_kib") as u64 * 1024)
+        .sum()
+}
+
+#[test]
+fn a_1_gib_touch_read_at_its_peak() {
+    for run in 0..3 {
+        let out = trace(&[WL, "pss-touch", "1024", "0"], "pss-touch");
+        check(
+            &out,
+            kib_sum(&out, "pss-touch"),
+            &format!("1 GiB touch, run {run}"),
+        );
+    }
+}
+
+#[test]
+fn st_fillfill_is_the_childs_fill_and_its_waiting_parent() {
+    for run in 0..2 {
+        let out = trace(&[WL, "pss-fillfill", "256"], "pss-fillfill");
+        let truth = out.truth_of("pss-fillfill");
+        let of = |role: &str| {
+            truth
+                .iter()
+                .find(|t| t.str("role") == role)
+                .unwrap_or_else(|| panic!("no {role} truth line"))
+        };
+        let (parent, child) = (of("parent"), of("child"));
+        let at_child = (child.int("pss_kib") + child.int("parent_pss_kib")) as u64 * 1024;
+        let truth = at_child.max(parent.int("pss_kib") as u64 * 1024);
+        check(&out, truth, &format!("fillfill 256 MiB, run {run}"));
+    }
+}
+
+#[test]
+fn a_fork_whose_child_reads_what_it_inherited_counts_it_once() {
+    for run in 0..3 {
+        let out = trace(&[WL, "pss-cow", "160", "read", "500"], "pss-cow-read");
+        check(
+            &out,
+            kib_sum(&out, "pss-cow"),
+            &format!("COW read, run {run}"),
+        );
+    }
+}
+
+#[test]
+fn a_fork_whose_child_writes_what_it_inherited_counts_it_twice() {
+    for run in 0..3 {
+        let out = trace(&[WL, "pss-cow", "160", "write", "500"], "pss-cow-write");
+        check(
+            &out,
+            kib_sum(&out, "pss-cow"),
+            &format!("COW write, run {run}"),
+        );
+    }
+}
+
+/// Drops these files (directories: every file under them) from the page cache, so the run
+/// that maps them next brings them in and is charged for them: the cgroup's peak then counts
+/// them as the tree's distinct pages, as PSS does.
+fn evict(paths: &[&Path]) {
+    fn walk(p: &Path, n: &mut usize) {
+        if p.is_dir() {
+            for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
+                walk(&e.path(), n);
+            }
+        } else if let Ok(f) = std::fs::File::open(p) {
+            // SAFETY: advice on a descriptor we own.
+            unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+            *n += 1;
+        }
+    }
+    let mut n = 0;
+    for p in paths {
+        walk(p, &mut n);
+    }
+    assert!(n > 0, "nothing to evict in {paths:?}");
+}
+
+fn which(program: &str) -> std::path::PathBuf {
+    let out = Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .expect("sh");
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        !path.is_empty(),
+        "{program} not found (cargo xtask test installs it)"
+    );
+    std::fs::canonicalize(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// A pool of forked Python workers (multiprocessing, fork): the parent holds 40 MiB of
+/// small objects whose reference counts every worker writes when it reads them (Python's
+/// copy-on-write breaks), and each worker allocates 20 MiB. All meet at the peak, each reads
+/// its own PSS, then they hold 1 s.
+const POOL_PY: &str = r#"
+import json, multiprocessing as mp, os, sys, time
+N, PARENT_MIB, WORKER_MIB, HOLD_MS = (int(a) for a in sys.argv[1:5])
+
+def pss_kib():
+    with open('/proc/self/smaps_rollup') as f:
+        for line in f:
+            if line.startswith('Pss:'):
+                return int(line.split()[1])
+    return -1
+
+def record(role, pss):
+    with open(os.environ['ST_TRUTH'], 'a') as f:
+        f.write(json.dumps({'mode': 'py-pool', 'role': role, 'pid': os.getpid(), 'pss_kib': pss}) + '\n')
+
+data = [str(i) * 8 for i in range(PARENT_MIB * 1024 * 1024 // 96)]
+
+def work(at_peak, read):
+    total = sum(len(s) for s in data)
+    mine = b'w' * (WORKER_MIB << 20)
+    at_peak.wait()
+    pss = pss_kib()
+    read.wait()
+    time.sleep(HOLD_MS / 1000)
+    record('worker', pss)
+    return total + len(mine)
+
+if __name__ == '__main__':
+    ctx = mp.get_context('fork')
+    at_peak, read = ctx.Barrier(N + 1), ctx.Barrier(N + 1)
+    workers = [ctx.Process(target=work, args=(at_peak, read)) for _ in range(N)]
+    for w in workers:
+        w.start()
+    at_peak.wait()
+    pss = pss_kib()
+    read.wait()
+    record('parent', pss)
+    for w in workers:
+        w.join()
+    sys.exit(max(w.exitcode for w in workers))
+"#;
+
+/// The system's Python (Debian's /usr/bin/python3, else the first on PATH), and the files
+/// it maps or reads: the executable and its standard library.
+fn python() -> (std::path::PathBuf, Vec<std::path::PathBuf>) {
+    let python = match Path::new("/usr/bin/python3").exists() {
+        true => std::path::PathBuf::from("/usr/bin/python3"),
+        false => which("python3"),
+    };
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            "import sys, sysconfig; print(sys.executable); print(sysconfig.get_paths()['stdlib'])",
+        ])
+        .output()
+        .expect("python3");
+    let files = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| std::fs::canonicalize(l.trim()).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    (python, files)
+}
+
+#[test]
+fn a_python_fork_pool() {
+    let dir = TempDir::new("pss-py");
+    let script = dir.path().join("pool.py");
+    std::fs::write(&script, POOL_PY).expect("write pool.py");
+    let (python, files) = python();
+    let files: Vec<&Path> = files.iter().map(|f| f.as_path()).collect();
+    for run in 0..2 {
+        evict(&files);
+        let out = trace(
+            &[
+                python.to_str().expect("utf-8"),
+                script.to_str().expect("utf-8"),
+                "4",
+                "40",
+                "20",
+                "1000",
+            ],
+            "pss-py",
+        );
+        assert_eq!(
+            out.truth_of("py-pool").len(),
+            5,
+            "parent and 4 workers\n{}",
+            out.context()
+        );
+        check(
+            &out,
+            kib_sum(&out, "py-pool"),
+            &format!("Python fork pool, run {run}"),
+        );
+    }
+}
+
+/// A JVM with a 256 MiB heap touched at start, which allocates 100 MiB in it, reads its own
+/// PSS, holds 1 s.
+const PEAK_JAVA: &str = r#"
+import java.io.FileWriter;
+import java.nio.file.Files;
+import java.nio.file.Path;
+
+public class Peak {
+    public static void main(String[] args) throws Exception {
+        int mib = Integer.parseInt(args[0]);
+        byte[][] blocks = new byte[mib][];
+        for (int i = 0; i < mib; i++) {
+            blocks[i] = new byte[1 << 20];
+            for (int j = 0; j < blocks[i].length; j += 4096) {
+                blocks[i][j] = 1;
+            }
+        }
+        long pss = -1;
+        for (String line : Files.readAllLines(Path.of("/proc/self/smaps_rollup"))) {
+            if (line.startsWith("Pss:")) {
+                pss = Long.parseLong(line.split("\\s+")[1]);
+            }
+        }
+        Thread.sleep(Long.parseLong(args[1]));
+        try (FileWriter w = new FileWriter(System.getenv("ST_TRUTH"), true)) {
+            w.write("{\"mode\":\"jvm\",\"pid\":" + ProcessHandle.current().pid()
+                + ",\"pss_kib\":" + pss + ",\"blocks\":" + blocks.length + "}\n");
+        }
+    }
+}
+"#;
+
+#[test]
+fn a_jvm_with_a_256_mib_heap() {
+    let dir = TempDir::new("pss-jvm");
+    std::fs::write(dir.path().join("Peak.java"), PEAK_JAVA).expect("write Peak.java");
+    let javac = Command::new(which("javac"))
+        .arg("-d")
+        .arg(dir.path())
+        .arg(dir.path().join("Peak.java"))
+        .output()
+        .expect("javac");
+    assert!(javac.status.success(), "javac: {javac:?}");
+    let java = which("java");
+    // The JDK's home: its libraries and class modules, mapped by the JVM.
+    let home = java.parent().and_then(Path::parent).expect("JDK home");
+    let classes = dir.path().to_str().expect("utf-8");
+    for run in 0..2 {
+        evict(&[home]);
+        let out = trace(
+            &[
+                java.to_str().expect("utf-8"),
+                "-Xms256m",
+                "-Xmx256m",
+                "-XX:+AlwaysPreTouch",
+                "-cp",
+                classes,
+                "Peak",
+                "100",
+                "1000",
+            ],
+            "pss-jvm",
+        );
+        check(
+            &out,
+            kib_sum(&out, "jvm"),
+            &format!("JVM 256 MiB heap, run {run}"),
+        );
+    }
+}
