@@ -45,6 +45,18 @@ impl KernelCounters {
     }
 }
 
+/// Reads the latest cumulative counters: the programs' maps here, or what an agent last sent.
+pub trait CounterSource {
+    /// None when they cannot be read now.
+    fn current(&self) -> Option<KernelCounters>;
+}
+
+impl CounterSource for std::cell::Cell<KernelCounters> {
+    fn current(&self) -> Option<KernelCounters> {
+        Some(self.get())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,5 +10,6 @@ pub mod events;
 pub mod loader;
 pub(crate) mod offsets;
 pub(crate) mod pidns;
+pub(crate) mod provenance;
 pub mod remote;
 pub(crate) mod taskstats;

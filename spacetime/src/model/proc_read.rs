@@ -10,7 +10,8 @@ use std::{
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
 };
 
-use crate::{model::tree::Key, util::idhash::IdMap};
+use crate::model::tree::Key;
+use rustc_hash::FxHashMap;
 
 /// Reads /proc files of processes into reusable buffers.
 #[derive(Debug)]
@@ -21,7 +22,7 @@ pub(crate) struct ProcReader {
     tick_ns: u64,
     verify_start: bool,
     /// Inside a PID namespace with its own /proc: kernel pid → the pid /proc names it by.
-    proc_pids: Option<IdMap<u32, u32>>,
+    proc_pids: Option<FxHashMap<u32, u32>>,
 }
 
 impl ProcReader {
@@ -40,7 +41,7 @@ impl ProcReader {
     /// pids without such a pairing are not read (that /proc would name a stranger).
     pub(crate) fn set_proc_pid(&mut self, kernel: u32, proc: u32) {
         self.proc_pids
-            .get_or_insert_with(IdMap::default)
+            .get_or_insert_with(FxHashMap::default)
             .insert(kernel, proc);
     }
 

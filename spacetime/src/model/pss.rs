@@ -15,10 +15,8 @@ use super::{
     proc_read::{parse_smaps_rollup, parse_statm_resident, ProcReader, Usage},
     timeline::Timeline,
 };
-use crate::{
-    model::tree::Key,
-    util::idhash::{IdMap, IdSet},
-};
+use crate::model::tree::Key;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// The measured cost of reading smaps_rollup: nanoseconds per KiB of RSS (≈ 7 ms per GiB).
 pub const SMAPS_NS_PER_KIB: u64 = 7;
@@ -170,9 +168,9 @@ pub struct PssSampler {
     reader: ProcReader,
     page: u64,
     /// What reading each process cost (ns, averaged) and per KiB of its RSS then.
-    costs: IdMap<Key, (u64, u64)>,
+    costs: FxHashMap<Key, (u64, u64)>,
     /// Found gone, still in the caller's live set.
-    gone: IdSet<Key>,
+    gone: FxHashSet<Key>,
     /// The last round's cost as priced, for [`PssSampler::next_due`].
     last_cost: u64,
     stats: PssStats,
@@ -184,8 +182,8 @@ impl PssSampler {
             policy: Policy::new(cfg),
             reader: ProcReader::new(cfg.verify_start),
             page: crate::util::clock::page_size(),
-            costs: IdMap::default(),
-            gone: IdSet::default(),
+            costs: FxHashMap::default(),
+            gone: FxHashSet::default(),
             last_cost: 0,
             stats: PssStats::default(),
         }
@@ -234,7 +232,7 @@ impl PssSampler {
         live: impl IntoIterator<Item = Key>,
         out: &mut Timeline,
     ) -> usize {
-        let listed: IdSet<Key> = live.into_iter().collect();
+        let listed: FxHashSet<Key> = live.into_iter().collect();
         // Processes found gone stay so while the caller lists them.
         self.gone.retain(|k| listed.contains(k));
         self.costs.retain(|k, _| listed.contains(k));
@@ -317,13 +315,7 @@ impl PssSampler {
 
 /// This thread's CPU time, ns.
 fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime fills the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    crate::util::clock::now_ns(crate::util::clock::ClockId::ThreadCPUTime) as u64
 }
 
 #[cfg(test)]

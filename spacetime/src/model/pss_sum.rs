@@ -25,7 +25,8 @@ use super::{
     proc_read::Usage,
     timeline::{Point, Series},
 };
-use crate::{model::tree::Key, util::idhash::IdMap};
+use crate::model::tree::Key;
+use rustc_hash::FxHashMap;
 
 /// The maximum is trusted when the truth may differ from it by at most 1/20 of it.
 pub const TRUST_SHIFT_DIV: u64 = 20;
@@ -94,7 +95,7 @@ struct Window {
 
 #[derive(Debug)]
 pub struct PssSum {
-    procs: IdMap<Key, Est>,
+    procs: FxHashMap<Key, Est>,
     sum: u64,
     /// Σ u and Σ g over the processes.
     uncertain: u64,
@@ -117,7 +118,7 @@ pub struct PssSum {
 impl PssSum {
     pub fn new(cap: usize) -> PssSum {
         PssSum {
-            procs: IdMap::default(),
+            procs: FxHashMap::default(),
             sum: 0,
             uncertain: 0,
             guessed: 0,

@@ -30,7 +30,8 @@ use super::{
     pss::TreeNow,
     pss_sum::{MaxPssFigure, PssSum},
 };
-use crate::{model::tree::Key, util::idhash::IdMap};
+use crate::model::tree::Key;
+use rustc_hash::FxHashMap;
 
 /// One value of a series: `bytes` from `ts_ns` on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -251,9 +252,9 @@ const MIN_PROCESS_POINTS: usize = 16;
 pub struct Timeline {
     pub rss_source: RssSource,
     tree_rss: Series,
-    procs: IdMap<Key, ProcessSeries>,
+    procs: FxHashMap<Key, ProcessSeries>,
     /// Latest statm samples of live processes, and their sum.
-    live_rss: IdMap<Key, u64>,
+    live_rss: FxHashMap<Key, u64>,
     rss_sum: u64,
     /// The exact tree-wide RSS peak, from the kernel.
     tree_peak: Option<Point>,
@@ -290,8 +291,8 @@ impl Timeline {
         Timeline {
             rss_source,
             tree_rss: Series::default(),
-            procs: IdMap::default(),
-            live_rss: IdMap::default(),
+            procs: FxHashMap::default(),
+            live_rss: FxHashMap::default(),
             rss_sum: 0,
             tree_peak: None,
             pss: PssSum::new(limits.tree_points),
@@ -503,7 +504,7 @@ impl Timeline {
     }
 }
 
-fn update_sum(map: &mut IdMap<Key, u64>, sum: &mut u64, key: Key, bytes: u64) {
+fn update_sum(map: &mut FxHashMap<Key, u64>, sum: &mut u64, key: Key, bytes: u64) {
     let old = map.insert(key, bytes).unwrap_or(0);
     *sum = *sum - old + bytes;
 }

@@ -6,6 +6,7 @@
 use std::{io, time::Duration};
 
 use super::event_loop::{self, Consumer, Io, NoSource, Records};
+use crate::kernel::counters::CounterSource;
 use crate::{
     kernel::{
         events::Event,
@@ -17,8 +18,9 @@ use crate::{
         tree::{ExitStatus, Key, Tree},
     },
     report::status::StatusLine,
-    util::{clock::monotonic_ns, idhash::IdSet},
+    util::clock::monotonic_ns,
 };
+use rustc_hash::FxHashSet;
 
 /// Longest a run waits at its end for the free records of processes already reaped: each
 /// comes one RCU grace period after the reap with the final CPU time. Measured here: 12-22 ms
@@ -127,7 +129,7 @@ impl Consumer for TracedRun<'_, '_> {
         log::warn!("taskstats: {e}; the cross-check stops here");
     }
 
-    fn tick(&mut self, _: Option<&TaskstatsListener>) {
+    fn tick(&mut self, _: Option<&TaskstatsListener>, _: &dyn CounterSource) {
         // Also picks up new processes for sampling (only due ones are read).
         self.sink.memory.sample(monotonic_ns(), self.sink.tree);
         let s = &mut *self.sink;
@@ -271,7 +273,7 @@ fn reap(root_pid: u32, root_status: &mut Option<ExitStatus>) -> bool {
 async fn wait_for_free_records(ring: &mut dyn Records, run: &mut TracedRun<'_, '_>) {
     let waited = std::time::Instant::now();
     // Found reaped once, reaped for good.
-    let mut reaped: IdSet<Key> = IdSet::default();
+    let mut reaped: FxHashSet<Key> = FxHashSet::default();
     loop {
         run.no_children = reap(run.opts.root_pid, &mut run.root_status);
         ring.sync();

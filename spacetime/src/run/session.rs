@@ -15,12 +15,13 @@ use std::{
 use super::{
     delayacct::DelayAcct,
     event_loop,
-    kernel::Kernel,
     run_loop::{self, LoopOptions, Sink},
+    source::{agent::AgentSource, own::OwnSource, KernelSource},
 };
 use crate::{
     kernel::{
         loader::{KernelCounters, LearnedPid, LoadOptions, Probes},
+        provenance::Provenance,
         taskstats::ListenerStats,
     },
     model::{
@@ -32,8 +33,9 @@ use crate::{
     report::status::StatusLine,
     report::{self, selfstats::OwnCost, MemoryMeta, Meta, Report, TaskstatsMeta},
     run::launch::{self, Credentials, LaunchError},
-    util::{clock::monotonic_ns, idhash::IdSet},
+    util::clock::monotonic_ns,
 };
+use rustc_hash::FxHashSet;
 
 mod end;
 
@@ -107,7 +109,7 @@ impl From<std::io::Error> for RunError {
 /// The programs loaded once (here or by an agent), and everything a run needs that
 /// outlives it.
 pub struct Session {
-    kernel: Kernel,
+    kernel: Box<dyn KernelSource>,
     sigfd: OwnedFd,
     rt: tokio::runtime::Runtime,
     page_size: u64,
@@ -143,8 +145,8 @@ impl Session {
     /// SIGCHLD, SIGINT, SIGTERM and SIGHUP for the calling thread: call before other threads
     /// exist so that they inherit the mask.
     pub fn open(opts: &SessionOptions) -> anyhow::Result<Session> {
-        let kernel = Kernel::open_own(&opts.load, opts.taskstats_buffer)?;
-        Session::with(kernel, opts)
+        let kernel = OwnSource::open(&opts.load, Some(opts.taskstats_buffer as usize))?;
+        Session::with(Box::new(kernel), opts)
     }
 
     /// A session whose programs are a `spacetime agent`'s, reached through `conn`: for any
@@ -153,7 +155,7 @@ impl Session {
         conn: crate::kernel::remote::client::AgentConn,
         opts: &SessionOptions,
     ) -> anyhow::Result<Session> {
-        Session::with(Kernel::Agent(Box::new(conn)), opts)
+        Session::with(Box::new(AgentSource::new(conn)), opts)
     }
 
     /// Through the agent when its socket answers (unless `no_agent`), otherwise with
@@ -185,15 +187,14 @@ impl Session {
         Session::open(opts).map_err(|e| crate::kernel::remote::client::instead(e, why, &path))
     }
 
-    fn with(kernel: Kernel, opts: &SessionOptions) -> anyhow::Result<Session> {
+    fn with(kernel: Box<dyn KernelSource>, opts: &SessionOptions) -> anyhow::Result<Session> {
         // Through the agent, the agent switches it (a root-only sysctl) for the session.
-        let here = opts.delayacct && matches!(kernel, Kernel::Own(_));
+        let here = opts.delayacct && kernel.provenance() == Provenance::Own;
         let delayacct = DelayAcct::configure(here, opts.delayacct_notice && !opts.delayacct);
         let mut handled = vec![libc::SIGCHLD];
         handled.extend(FORWARDED);
         let sigfd = crate::util::signals::signal_fd(&handled)?;
-        // SAFETY: prctl with an integer argument.
-        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        if rustix::process::set_child_subreaper(Some(rustix::process::getpid())).is_err() {
             log::warn!("cannot become a child subreaper: orphans will not be waited for");
         }
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -216,32 +217,15 @@ impl Session {
         self.stdio = stdio;
     }
 
-    /// Whose kernel programs: `"own"` (loaded here) or `"agent"`.
-    pub fn programs(&self) -> &'static str {
-        self.kernel.whose()
-    }
-
-    /// The programs loaded here (None: an agent's).
-    pub fn probes(&self) -> Option<&Probes> {
-        self.kernel.probes()
+    /// Whose kernel programs.
+    pub fn programs(&self) -> Provenance {
+        self.kernel.provenance()
     }
 
     /// Says on stderr whose programs, how long loading took and which kernel mechanisms are
     /// in use (`-v`).
     pub fn tell_loaded(&self) {
-        let how = match self.kernel.whose() {
-            "agent" => "ready in",
-            _ => "loaded in",
-        };
-        crate::errln!(
-            "spacetime: programs: {}, {how} {:.1} ms; ring buffer {} KiB",
-            self.kernel.whose(),
-            self.kernel.load_ms(),
-            self.kernel.ring_buffer_bytes() >> 10
-        );
-        for m in self.kernel.mechanisms() {
-            crate::errln!("spacetime:   {m}");
-        }
+        self.kernel.tell();
     }
 
     /// Runs one command to its end (every process it started gone, or its root, with
@@ -249,7 +233,7 @@ impl Session {
     pub fn run(&mut self, start: Start<'_>, opts: &RunOptions) -> Result<Run, RunError> {
         self.begin()?;
         let baseline = Baseline {
-            counters: self.kernel.counters()?,
+            counters: self.kernel.counters().unwrap_or_default(),
             taskstats: self.kernel.taskstats_stats(),
             own_cost: self.kernel.own_cost(),
         };
@@ -381,11 +365,7 @@ impl Session {
         let learned = match self.kernel.track_root(&held) {
             Ok(r) => r,
             Err(e) => {
-                // SAFETY: killing and reaping our own child.
-                unsafe {
-                    libc::kill(held.pid, libc::SIGKILL);
-                    libc::waitpid(held.pid, std::ptr::null_mut(), 0);
-                }
+                kill_and_reap(held.pid);
                 return Err(e.into());
             }
         };
@@ -394,9 +374,10 @@ impl Session {
             *cgroup = Some(crate::run::cgroup_peak::place(c, held.pid, quiet));
         }
         let release_ns = monotonic_ns();
+        let held_pid = held.pid;
         if let Err(e) = held.release() {
-            // SAFETY: reaping our own child, which exits right after a failed exec.
-            unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), 0) };
+            // Our own child, which exits right after a failed exec.
+            reap(held_pid);
             return Err(RunError::Launch(e));
         }
         Ok(Root {
@@ -466,11 +447,11 @@ pub struct Run {
     pub own_cost_at_start: OwnCost,
     pub own_cost: OwnCost,
     /// Processes whose exit was never seen and that were gone at the end.
-    pub gone: IdSet<Key>,
+    pub gone: FxHashSet<Key>,
     /// The run's memory cgroup peak ([`RunOptions::cgroup_peak`]), or why there is none.
     pub cgroup_peak: Option<report::CgroupPeakReport>,
-    /// Whose kernel programs traced the run: `"own"` (loaded here) or `"agent"`.
-    pub programs: &'static str,
+    /// Whose kernel programs traced the run.
+    pub programs: Provenance,
 }
 
 impl Run {
@@ -544,16 +525,18 @@ pub(super) fn root_kernel_pid(probes: &Probes, held: &launch::Held) -> anyhow::R
     }
 }
 
-/// Says on stderr how long loading took and which kernel mechanisms are in use (`-v`), for
-/// programs loaded here.
-pub fn tell_loaded(probes: &Probes) {
-    crate::errln!(
-        "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
-        probes.load_ms,
-        probes.ring_buffer_bytes >> 10
-    );
-    for m in &probes.mechanisms {
-        crate::errln!("spacetime:   {m}");
+/// Kills and reaps our own child (unreaped: its pid is still its own).
+fn kill_and_reap(pid: libc::pid_t) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+    }
+    reap(pid);
+}
+
+/// Waits for our own child to end and reaps it.
+fn reap(pid: libc::pid_t) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::empty());
     }
 }
 

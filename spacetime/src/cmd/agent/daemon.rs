@@ -94,7 +94,7 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
         ..LoadOptions::default()
     })?;
     probes.set_rss_following(false)?;
-    let taskstats = crate::model::matcher::open_listener(16 << 20);
+    let taskstats = crate::kernel::taskstats::open_listener(16 << 20);
     let activated = activated_socket();
     let by_systemd = activated.is_some();
     let listener = match activated {
@@ -111,7 +111,7 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
         taskstats_error: taskstats
             .as_ref()
             .err()
-            .map_or(Vec::new(), |e| e.clone().into_bytes()),
+            .map_or(Vec::new(), |e| e.to_string().into_bytes()),
         mechanisms: probes
             .mechanisms
             .iter()

@@ -3,7 +3,7 @@
 
 use super::{run_loop, Baseline, Root, Run, RunError, Session};
 use crate::{
-    kernel::taskstats::ListenerStats,
+    kernel::taskstats::{ListenerStats, Unavailable},
     model::{
         crosscheck::{cross_check, Collector, PerProcess},
         memory::Memory,
@@ -11,7 +11,7 @@ use crate::{
         tree::Tree,
     },
     report::{self, TaskstatsMeta},
-    run::delayacct::delayacct_on,
+    run::{delayacct::delayacct_on, source::TaskstatsFeed},
 };
 
 /// How the run's loop ended, and what is left to read at the end.
@@ -46,7 +46,7 @@ impl Session {
         let end = self
             .kernel
             .end_run(&baseline.counters, rss_tracking && tree.live() > 0);
-        if let Some(why) = self.kernel.agent_gone() {
+        if let Some(why) = self.kernel.gone() {
             mechanisms.push(format!(
                 "the agent went away during the run ({why}): records after that are missing, kernel counters and the tree-wide peak unknown"
             ));
@@ -89,7 +89,7 @@ impl Session {
         Ok(Run {
             command: report::lossless::Args::default(),
             cgroup_peak,
-            programs: self.kernel.whose(),
+            programs: self.kernel.provenance(),
             tree,
             memory,
             per_process,
@@ -122,15 +122,14 @@ impl Session {
             .iter()
             .filter(|p| p.end_ns.is_some())
             .count();
-        if let Some(e) = self.kernel.taskstats_unavailable() {
-            return (TaskstatsMeta::Unavailable(e), PerProcess::default());
+        if let TaskstatsFeed::Unavailable(why) = self.kernel.taskstats() {
+            return (TaskstatsMeta::Unavailable(why), PerProcess::default());
         }
         let st = self.kernel.taskstats_stats();
         // Registered, yet not one record for any exit on the system: they go elsewhere.
         if exited > 0 && st.records == at_start.records {
-            let why = "no taskstats record arrived: the kernel sends them only to the host's network namespace";
             return (
-                TaskstatsMeta::Unavailable(why.into()),
+                TaskstatsMeta::Unavailable(Unavailable::NoRecords),
                 PerProcess::default(),
             );
         }
