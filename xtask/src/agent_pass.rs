@@ -14,7 +14,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 /// The test files run through the agent.
-const FILES: [&str; 7] = [
+const FILES: [&str; 10] = [
     "memory",
     "processes",
     "cpu",
@@ -22,6 +22,9 @@ const FILES: [&str; 7] = [
     "bench",
     "attach",
     "safety",
+    "stop",
+    "pss",
+    "peak_time",
 ];
 
 pub fn run(cargo: Command, bin: &std::path::Path, args: &[OsString]) -> Result<()> {

@@ -34,6 +34,8 @@ pub(super) struct Outcome {
     /// When the run stopped: the root's exit with `stop_on_root_exit`, the signal that
     /// stopped an attach, else the loop's end.
     pub end_ns: u64,
+    /// Processes whose exit came after the stop (running then).
+    pub exited_after: FxHashSet<Key>,
     pub decode_errors: u64,
 }
 
@@ -81,18 +83,61 @@ struct TracedRun<'s, 'a> {
     stop_signal: Option<libc::c_int>,
     /// When an attached run was stopped by a signal.
     stopped: Option<u64>,
+    /// When the run stopped (the root's exit with `stop_on_root_exit`, the signal that stopped
+    /// an attach): what happened later to the processes left (an exit, a fork, an exec, a
+    /// memory point) is not the run's; what the kernel holds of their memory is read at the
+    /// end (their peaks so far, the tree's).
+    cutoff: Option<u64>,
+    /// Processes whose exit came after the stop: running at the stop, not gone unseen.
+    exited_after: FxHashSet<Key>,
+}
+
+impl TracedRun<'_, '_> {
+    /// Whether a record is the run's: anything before the stop; after it, memory points,
+    /// and the final CPU of a process that exited before it.
+    fn within(&self, ev: &Event) -> bool {
+        let Some(cut) = self.cutoff else {
+            return true;
+        };
+        let h = ev.header();
+        match ev {
+            _ if h.ts_ns <= cut => true,
+            Event::Reap(_) => {
+                let key = Key {
+                    tgid: h.tgid,
+                    start_ns: h.leader_start_ns,
+                };
+                self.sink.tree.get(&key).is_some_and(|p| p.end_ns.is_some())
+            }
+            _ => false,
+        }
+    }
 }
 
 impl Consumer for TracedRun<'_, '_> {
     type Extra = NoSource;
 
     fn event(&mut self, ev: Event) {
+        if !self.within(&ev) {
+            if let Event::Exit(x) = &ev {
+                self.exited_after.insert(Key {
+                    tgid: x.hdr.tgid,
+                    start_ns: x.hdr.leader_start_ns,
+                });
+            }
+            return;
+        }
         let sink = &mut *self.sink;
         sink.memory.observe(&ev);
         if let Event::Exit(x) = &ev {
             sink.collector.exit(x);
         }
         sink.tree.apply(ev);
+        if self.opts.stop_on_root_exit && self.cutoff.is_none() {
+            // As the kernel dated the root's exit: deterministic, whatever the order in which
+            // the other processes' records reach us.
+            self.cutoff = self.sink.tree.root().and_then(|r| r.end_ns);
+        }
     }
 
     fn decode_errors(&mut self) -> &mut u64 {
@@ -114,7 +159,8 @@ impl Consumer for TracedRun<'_, '_> {
         self.stop_signal.get_or_insert(signo);
         if self.opts.attached {
             // Ctrl-C or a kill ends the trace, not the processes attached to.
-            self.stopped.get_or_insert_with(monotonic_ns);
+            let at = *self.stopped.get_or_insert_with(monotonic_ns);
+            self.cutoff.get_or_insert(at);
         } else if from_process {
             let alive = self.root_status.is_none();
             forward(signo, self.opts.root_pid, alive, self.sink.tree);
@@ -176,6 +222,8 @@ pub(super) async fn consume(
         no_children: false,
         stop_signal: None,
         stopped: None,
+        cutoff: None,
+        exited_after: FxHashSet::default(),
     };
     run.no_children = reap(run.opts.root_pid, &mut run.root_status);
     event_loop::run(&mut io, &mut run, &mut NoSource).await?;
@@ -212,6 +260,7 @@ pub(super) async fn consume(
         root_status: run.root_status,
         stop_signal: run.stop_signal,
         end_ns,
+        exited_after: std::mem::take(&mut run.exited_after),
         decode_errors: run.sink.decode_errors,
     })
 }

@@ -74,8 +74,8 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
                                exit's text); record {touched_unix_ns, held_kib, woke_unix_ns}
   double-fork MS               fork a child that forks a grandchild and exits; MS = 0: the
                                grandchild exits at once and the root exits once it is a zombie;
-                               else the grandchild exits MS ms later. Records {role, ...,
-                               exit_unix_ns}
+                               else the grandchild exits MS ms after the root. Records {role,
+                               ..., exit_unix_ns}
   grow-at-stop START CAP       fork a grower that touches START MiB, lets the root exit, then
                                touches a MiB per ms up to CAP MiB; records {role, mib}
   pss-touch MIB MS             touch MIB MiB, read its own PSS there, hold MS ms; record

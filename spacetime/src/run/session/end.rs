@@ -83,7 +83,9 @@ impl Session {
         let (taskstats, per_process) = self.cross_check(&tree, collector, &baseline.taskstats);
         // Processes whose exit never arrived: still running (--stop-on-root-exit), or gone with
         // their exit record lost, which the report must not call running.
-        let gone = crate::run::pidfd::gone_unseen(&tree);
+        let mut gone = crate::run::pidfd::gone_unseen(&tree);
+        // Seen to exit, after the stop: running when the run stopped.
+        gone.retain(|k| !outcome.exited_after.contains(k));
         // Measured last, with the programs still attached: the figures cover the whole run.
         let own_cost = self.kernel.own_cost();
         Ok(Run {

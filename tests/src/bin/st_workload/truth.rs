@@ -62,17 +62,25 @@ fn proc_state(pid: libc::pid_t) -> u8 {
 
 /// A double fork: the root forks a child that forks a grandchild and exits at once (the
 /// grandchild is adopted by the nearest subreaper: spacetime). MS = 0: the grandchild exits
-/// at once, and the root exits once it is a zombie (exited, not yet reaped: its reap is its
-/// new parent's business). MS > 0: the grandchild sleeps MS ms after the root's exit and then
-/// exits. Records: child {role, grandchild}; grandchild {role, ms, exit_unix_ns}; root {role,
-/// child, grandchild, grandchild_zombie, exit_unix_ns}.
+/// at once, and the root exits once it has exited (a zombie, or reaped already: its reap is
+/// its new parent's business). MS > 0: the grandchild waits for the root's exit (the end of a pipe
+/// only the root holds open), sleeps MS ms, and exits. Records: child {role, grandchild};
+/// grandchild {role, ms, exit_unix_ns}; root {role, child, grandchild, grandchild_exited,
+/// exit_unix_ns}.
 pub fn double_fork(rec: &mut Recorder, ms: u64) -> ! {
     let [r, w] = super::pipe_pair();
+    let [root_gone, root_holds] = super::pipe_pair();
     let child = super::fork();
     if child == 0 {
+        unsafe { libc::close(root_holds) };
         let grandchild = super::fork();
         if grandchild == 0 {
-            std::thread::sleep(std::time::Duration::from_millis(ms));
+            if ms > 0 {
+                // End of file once the root, the last holder of the write end, has exited.
+                let mut b = [0u8; 1];
+                while unsafe { libc::read(root_gone, b.as_mut_ptr().cast(), 1) } > 0 {}
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+            }
             rec.begin("double-fork")
                 .str("role", "grandchild")
                 .int("ms", ms as i64)
@@ -80,6 +88,7 @@ pub fn double_fork(rec: &mut Recorder, ms: u64) -> ! {
                 .finish();
             super::exit(0)
         }
+        unsafe { libc::close(root_gone) };
         let bytes = grandchild.to_ne_bytes();
         if unsafe { libc::write(w, bytes.as_ptr().cast(), bytes.len()) } != bytes.len() as isize {
             super::sys_die("write pipe");
@@ -90,17 +99,19 @@ pub fn double_fork(rec: &mut Recorder, ms: u64) -> ! {
             .finish();
         super::exit(0)
     }
+    unsafe { libc::close(root_gone) };
     let mut bytes = [0u8; 4];
     if unsafe { libc::read(r, bytes.as_mut_ptr().cast(), 4) } != 4 {
         super::sys_die("read pipe");
     }
     let grandchild = libc::pid_t::from_ne_bytes(bytes);
     let ok = super::wait_ok(child);
-    let mut zombie = false;
+    // Exited: a zombie, or already reaped by its new parent.
+    let mut exited = false;
     if ms == 0 {
         let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while !zombie && std::time::Instant::now() < until {
-            zombie = proc_state(grandchild) == b'Z';
+        while !exited && std::time::Instant::now() < until {
+            exited = matches!(proc_state(grandchild), b'Z' | 0);
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
@@ -109,7 +120,7 @@ pub fn double_fork(rec: &mut Recorder, ms: u64) -> ! {
         .int("child", i64::from(child))
         .int("failed", i64::from(!ok))
         .int("grandchild", i64::from(grandchild))
-        .int("grandchild_zombie", i64::from(zombie))
+        .int("grandchild_exited", i64::from(exited))
         .int("exit_unix_ns", unix_ns())
         .finish();
     super::exit(0)
@@ -148,9 +159,13 @@ pub fn grow_at_stop(rec: &mut Recorder, start: usize, cap: usize) -> ! {
             touch_mib(i);
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        let n = rec.read_status();
+        let status = &rec.status[..n];
+        let file_kib = status_kib(status, b"RssFile:") + status_kib(status, b"RssShmem:").max(0);
         rec.begin("grow-at-stop")
             .str("role", "done")
             .int("mib", cap as i64)
+            .int("rss_file_kib", file_kib)
             .finish();
         super::exit(0)
     }
