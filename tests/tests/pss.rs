@@ -70,6 +70,24 @@ fn check(out: &Outcome, truth: u64, what: &str) {
     );
 }
 
+/// How long processes hold their peak for sampling to see it: 500 ms, longer where programs
+/// start slowly (an emulated CPU, where a round of reads costs its CPU budget for seconds),
+/// in proportion, up to 4 s.
+fn hold_ms() -> u64 {
+    let start_ms = (0..3)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            let ok = Command::new(WL)
+                .arg("noop")
+                .status()
+                .expect("st-workload noop");
+            assert!(ok.success(), "st-workload noop");
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .fold(f64::MAX, f64::min);
+    (500.0 * (start_ms / 2.0).max(1.0)).min(4000.0) as u64
+}
+
 fn trace(cmd: &[&str], tag: &str) -> Outcome {
     Trace::new(cmd).flag("--cgroup-peak").tag(tag).run()
 }
@@ -114,7 +132,8 @@ fn st_fillfill_is_the_childs_fill_and_its_waiting_parent() {
 #[test]
 fn a_fork_whose_child_reads_what_it_inherited_counts_it_once() {
     for run in 0..3 {
-        let out = trace(&[WL, "pss-cow", "160", "read", "500"], "pss-cow-read");
+        let hold = hold_ms().to_string();
+        let out = trace(&[WL, "pss-cow", "160", "read", &hold], "pss-cow-read");
         check(
             &out,
             kib_sum(&out, "pss-cow"),
@@ -126,7 +145,8 @@ fn a_fork_whose_child_reads_what_it_inherited_counts_it_once() {
 #[test]
 fn a_fork_whose_child_writes_what_it_inherited_counts_it_twice() {
     for run in 0..3 {
-        let out = trace(&[WL, "pss-cow", "160", "write", "500"], "pss-cow-write");
+        let hold = hold_ms().to_string();
+        let out = trace(&[WL, "pss-cow", "160", "write", &hold], "pss-cow-write");
         check(
             &out,
             kib_sum(&out, "pss-cow"),

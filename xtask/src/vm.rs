@@ -78,12 +78,13 @@ const HOST_ONLY: [&str; 7] = [
 ];
 
 /// Single tests skipped in the guest, and why: one needs make and a C compiler; one a
-/// disk-backed file system; one systemd's socket activation; one Python's jsonschema; three run a copy of
+/// disk-backed file system; one systemd's socket activation; one Python's jsonschema; one a
+/// Python interpreter, one a JDK; three run a copy of
 /// /bin/true under another name, and the guest's /bin/true is busybox, which picks its
 /// applet by that name. What those check (non-UTF-8 names in the report, escaping) is done
 /// in userspace; the kernel's reading of argv bytes is tested in the guest by the processes
 /// tests.
-const HOST_TOOLS_TESTS: [(&str, &str); 7] = [
+const HOST_TOOLS_TESTS: [(&str, &str); 9] = [
     (
         "an_attach_report_matches_the_schema",
         "no python3 with jsonschema in the guest",
@@ -111,6 +112,14 @@ const HOST_TOOLS_TESTS: [(&str, &str); 7] = [
     (
         "non_utf8_argv_and_exe_are_exact_in_watch_json",
         "busybox /bin/true",
+    ),
+    (
+        "a_python_fork_pool",
+        "no python3 in the guest: PSS rounds are tested there on st-workload's forks",
+    ),
+    (
+        "a_jvm_with_a_256_mib_heap",
+        "no JDK in the guest: PSS rounds are tested there on st-workload's forks",
     ),
 ];
 
