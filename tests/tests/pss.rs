@@ -25,15 +25,27 @@ fn u64_at(v: &Value, path: &[&str]) -> u64 {
 /// maximum, within 5 % of the truth and at most 1 % above the cgroup's peak.
 fn check(out: &Outcome, truth: u64, what: &str) {
     out.assert_code(0);
-    let ctx = out.context();
     let v = out.json_value();
+    let tl = &v["timeline"];
+    // What the figure was made of, for a failure: the tree's series and each process's reads.
+    let ctx = format!(
+        "{}\ntree_pss: {}\nreads: {}",
+        out.context(),
+        tl["tree_pss"],
+        tl["processes"]
+            .as_array()
+            .expect("processes")
+            .iter()
+            .map(|p| format!("pid {} {}", p["pid"], p["pss"]))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
     let figure = v["totals"]["max_pss_bytes"].as_u64().unwrap_or_else(|| {
         panic!(
             "{what}: no max PSS ({}): {}\n{ctx}",
             v["totals"]["max_pss_unknown_reason"], v["timeline"]["max_pss"]
         )
     });
-    let tl = &v["timeline"];
     assert_eq!(tl["max_pss"]["trusted"], true, "{what}: {}", tl["max_pss"]);
     assert_eq!(u64_at(tl, &["max_pss", "bytes"]), figure, "{what}");
     let series_max = tl["tree_pss"]
@@ -48,6 +60,7 @@ fn check(out: &Outcome, truth: u64, what: &str) {
         "{what}: max_pss_bytes is the maximum of the tree_pss series"
     );
     let cgroup = u64_at(&v, &["cgroup_peak", "peak_bytes"]);
+
     let off = (figure as f64 - truth as f64) / truth as f64;
     let over = (figure as f64 - cgroup as f64) / cgroup as f64;
     eprintln!(
@@ -70,10 +83,10 @@ fn check(out: &Outcome, truth: u64, what: &str) {
     );
 }
 
-/// How long processes hold their peak for sampling to see it: 500 ms, longer where programs
-/// start slowly (an emulated CPU, where a round of reads costs its CPU budget for seconds),
-/// in proportion, up to 4 s.
-fn hold_ms() -> u64 {
+/// The copy-on-write workload's size and how long it holds its peak: 160 MiB held 500 ms;
+/// where programs start slowly (an emulated CPU: reading 320 MiB of page tables there costs
+/// over 100 ms of CPU, five seconds of the sampling budget) 32 MiB held 4 s.
+fn cow_size() -> (String, String) {
     let start_ms = (0..3)
         .map(|_| {
             let t = std::time::Instant::now();
@@ -85,7 +98,12 @@ fn hold_ms() -> u64 {
             t.elapsed().as_secs_f64() * 1e3
         })
         .fold(f64::MAX, f64::min);
-    (500.0 * (start_ms / 2.0).max(1.0)).min(4000.0) as u64
+    let (mib, ms) = if start_ms < 8.0 {
+        (160, 500)
+    } else {
+        (32, 4000)
+    };
+    (mib.to_string(), ms.to_string())
 }
 
 fn trace(cmd: &[&str], tag: &str) -> Outcome {
@@ -132,8 +150,8 @@ fn st_fillfill_is_the_childs_fill_and_its_waiting_parent() {
 #[test]
 fn a_fork_whose_child_reads_what_it_inherited_counts_it_once() {
     for run in 0..3 {
-        let hold = hold_ms().to_string();
-        let out = trace(&[WL, "pss-cow", "160", "read", &hold], "pss-cow-read");
+        let (mib, hold) = cow_size();
+        let out = trace(&[WL, "pss-cow", &mib, "read", &hold], "pss-cow-read");
         check(
             &out,
             kib_sum(&out, "pss-cow"),
@@ -145,8 +163,8 @@ fn a_fork_whose_child_reads_what_it_inherited_counts_it_once() {
 #[test]
 fn a_fork_whose_child_writes_what_it_inherited_counts_it_twice() {
     for run in 0..3 {
-        let hold = hold_ms().to_string();
-        let out = trace(&[WL, "pss-cow", "160", "write", &hold], "pss-cow-write");
+        let (mib, hold) = cow_size();
+        let out = trace(&[WL, "pss-cow", &mib, "write", &hold], "pss-cow-write");
         check(
             &out,
             kib_sum(&out, "pss-cow"),

@@ -267,12 +267,12 @@ impl PssSampler {
     fn round(&mut self, live: &[Key], out: &mut Timeline) -> usize {
         let mut n = 0;
         for &key in live {
-            let ts = crate::util::clock::monotonic_ns();
             // The budget is CPU: on a busy machine a read waits for the CPU (and for the
             // target's mmap lock) far longer than it works.
             let cpu = thread_cpu_ns();
             let got = self.read(key);
             let took = thread_cpu_ns().saturating_sub(cpu);
+            let ts = crate::util::clock::monotonic_ns();
             self.stats.read_ns += took;
             match got {
                 Ok(Some(u)) => {

@@ -201,7 +201,9 @@ impl PssSum {
         self.push(ts_ns);
     }
 
-    /// A process read in the current round at `ts_ns`.
+    /// A process read in the current round; `ts_ns` is when the read ended (the page walk
+    /// sees the mm as it is then: a munmap running meanwhile is done in it, while the kernel's
+    /// points dated during the walk still count the pages).
     pub fn read(&mut self, key: Key, ts_ns: u64, u: Usage) {
         let est = Est {
             last_ns: ts_ns,
@@ -221,6 +223,8 @@ impl PssSum {
         let file_pss = est.ratio.map_or(0, |r| (r * file_rss as f64) as u64);
         self.round_file = (self.round_file.0 + file_pss, self.round_file.1 + file_rss);
         let old = self.procs.insert(key, est);
+        // What it freed since its last point, seen by the read only.
+        self.window.freed += old.map_or(0, |o| o.last_rss.saturating_sub(u.rss_bytes));
         let (e, u, g) = old.map_or((0, 0, 0), |o| (o.e, o.u, o.g));
         self.sum = self.sum + est.e - e;
         self.uncertain -= u;

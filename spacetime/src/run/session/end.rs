@@ -64,22 +64,7 @@ impl Session {
         );
         let cgroup_peak = cgroup.map(crate::run::cgroup_peak::finish);
         let counters = end.counters;
-        let end_ns = match tree.live() {
-            0 => tree
-                .processes()
-                .iter()
-                .filter_map(|p| p.end_ns)
-                .max()
-                .unwrap_or(outcome.end_ns),
-            // Stopped with processes running: the stop, or the latest instant a figure read
-            // at the end is dated if later (each is dated when it happened): nothing is dated
-            // after the end, and the survivors' life after it is not the run's.
-            _ => latest_dated(&tree, &memory.timeline).max(outcome.end_ns),
-        };
-        // An attached run's times start at the attach; a started one's when it was let go to
-        // exec: its wall is the command's own, not the hold before it (the tracking, through
-        // an agent a round trip: 16 ms, where hyperfine measures /bin/true at 0.69 ms).
-        let t0_ns = root.release_ns;
+        let end_ns = end_of(&tree, &memory.timeline, outcome.end_ns);
         let (taskstats, per_process) = self.cross_check(&tree, collector, &baseline.taskstats);
         // Processes whose exit never arrived: still running (--stop-on-root-exit), or gone with
         // their exit record lost, which the report must not call running.
@@ -97,7 +82,11 @@ impl Session {
             per_process,
             root_status: outcome.root_status,
             stop_signal: outcome.stop_signal,
-            t0_ns,
+            // An attached run's times start at the attach; a started one's when it was let
+            // go to exec: its wall is the command's own, not the hold before it (the
+            // tracking; through an agent a round trip: 16 ms, where hyperfine measures
+            // /bin/true at 0.69 ms).
+            t0_ns: root.release_ns,
             end_ns,
             page_size,
             counters,
@@ -144,6 +133,22 @@ impl Session {
             rcvbuf_bytes: st.rcvbuf_bytes as u64,
         };
         (meta, sums)
+    }
+}
+
+/// When the run ended: its last exit; stopped with processes running (`stop_ns`), the stop,
+/// or the latest instant a figure read at the end is dated if later (each is dated when it
+/// happened): nothing is dated after the end, and the survivors' life after it is not the
+/// run's.
+fn end_of(tree: &Tree, timeline: &Timeline, stop_ns: u64) -> u64 {
+    match tree.live() {
+        0 => tree
+            .processes()
+            .iter()
+            .filter_map(|p| p.end_ns)
+            .max()
+            .unwrap_or(stop_ns),
+        _ => latest_dated(tree, timeline).max(stop_ns),
     }
 }
 
