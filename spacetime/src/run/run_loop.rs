@@ -93,8 +93,8 @@ struct TracedRun<'s, 'a> {
 }
 
 impl TracedRun<'_, '_> {
-    /// Whether a record is the run's: anything before the stop; after it, memory points,
-    /// and the final CPU of a process that exited before it.
+    /// Whether a record is the run's: anything before the stop; after it, only the final CPU
+    /// of a process that exited before it.
     fn within(&self, ev: &Event) -> bool {
         let Some(cut) = self.cutoff else {
             return true;
