@@ -19,6 +19,20 @@ use crate::{
 };
 use rustc_hash::FxHashSet;
 
+fn opts(width: Option<usize>, top: usize, verbose: bool) -> Options {
+    Options {
+        width,
+        top,
+        verbose,
+        charts: true,
+        chart_width: None,
+        style: crate::report::chart::Style {
+            color: false,
+            unicode: true,
+        },
+    }
+}
+
 fn hdr(kind: u16, tgid: u32, ts: u64) -> EventHeader {
     EventHeader {
         kind,
@@ -103,7 +117,7 @@ fn hostile_names_render_safely_at_every_width() {
         );
         let width = 20 + (round as usize * 7) % 120;
         for top in [0, 3] {
-            let text = render(&report, Some(width), top, round % 2 == 0, None);
+            let text = render(&report, &opts(Some(width), top, round % 2 == 0));
             assert_terminal_safe(&text, true);
             for line in text.lines() {
                 assert!(term::width(line) <= width, "{line:?} over {width}\n{text}");
@@ -186,7 +200,7 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
         );
         for width in [80, 60, 40] {
             for (top, verbose) in [(0, false), (0, true), (5, false)] {
-                let text = render(&report, Some(width), top, verbose, None);
+                let text = render(&report, &opts(Some(width), top, verbose));
                 for line in text.lines() {
                     assert!(term::width(line) <= width, "{line:?} over {width}\n{text}");
                 }
@@ -201,7 +215,7 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
                 }
             }
         }
-        let one = render(&report, Some(80), 0, false, None);
+        let one = render(&report, &opts(Some(80), 0, false));
         if n == 1 {
             assert!(one.contains("1 process, 1 thread, 1 exec"), "{one}");
         } else {
@@ -215,7 +229,7 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
             );
         }
         // The wide form cuts nothing.
-        let wide = render(&report, None, 0, false, None);
+        let wide = render(&report, &opts(None, 0, false));
         assert!(wide.contains(&"x".repeat(200)), "{wide}");
     }
 }
