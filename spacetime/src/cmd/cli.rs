@@ -87,6 +87,17 @@ Examples:
   sudo spacetime agent --socket /tmp/st.sock
       Another socket; clients find it through SPACETIME_SOCKET=/tmp/st.sock")]
     Agent(crate::cmd::agent::AgentArgs),
+    /// Draw a saved report again: a `trace --json` or `bench --json` file as its terminal
+    /// summary, or with --html as a self-contained page
+    #[command(after_help = "\
+Examples:
+  spacetime report build.json
+      The summary the trace printed, at this terminal's width
+  spacetime report build.json --html build.html
+      The process tree on a timeline, memory and CPU over time, the critical path
+  spacetime report bench.json --html bench.html
+      Each command's runs as distributions; a parameter scan as curves")]
+    Report(crate::cmd::report::ReportArgs),
     /// Print a shell completion script on stdout
     #[command(after_help = "\
 Examples:
@@ -221,6 +232,11 @@ pub struct TraceArgs {
     /// tree, a slice per image, RSS and PSS counters (`-`: standard output)
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
+    /// Write the report as a self-contained HTML page to FILE (opens offline in any browser):
+    /// the process tree on a timeline, memory and CPU over time, the critical path, the
+    /// programs (`-`: standard output)
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Quiet: no live status line and no notices (errors are still shown)
     #[arg(short, long)]
     pub quiet: bool,

@@ -5,5 +5,6 @@
 pub mod agent;
 pub mod bench;
 pub mod cli;
+pub mod report;
 pub mod trace;
 pub mod watch;

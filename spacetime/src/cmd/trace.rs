@@ -60,6 +60,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
     let mut outputs = Outputs::open(&Requested {
         json: args.json.as_deref(),
         perfetto: args.perfetto.as_deref(),
+        html: args.html.as_deref(),
         summary: args.output.as_deref(),
         append: args.append,
     })

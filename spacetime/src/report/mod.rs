@@ -4,9 +4,11 @@
 //! describes the JSON.
 
 pub(crate) mod analysis;
+pub(crate) mod bench_text;
 pub(crate) mod chart;
 pub(crate) mod export;
 pub(crate) mod format;
+pub(crate) mod html;
 pub(crate) mod lossless;
 pub(crate) mod origin;
 pub(crate) mod saved;

@@ -46,6 +46,10 @@ pub struct BenchArgs {
     /// Write one CSV row per command to FILE
     #[arg(long, value_name = "FILE")]
     pub export_csv: Option<PathBuf>,
+    /// Write a self-contained HTML page to FILE: each command's runs as distributions of time
+    /// and memory, a parameter scan's commands as curves
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// No progress bar and no notices (the summary and errors are still shown)
     #[arg(short, long)]
     pub quiet: bool,

@@ -161,6 +161,7 @@ pub struct Files {
     pub json: Option<(PathBuf, File)>,
     pub markdown: Option<(PathBuf, File)>,
     pub csv: Option<(PathBuf, File)>,
+    pub html: Option<(PathBuf, File)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -191,7 +192,20 @@ impl Files {
             json: open(json)?,
             markdown: open(markdown)?,
             csv: open(csv)?,
+            html: None,
         })
+    }
+
+    /// Also `--html FILE`, created now as the others are.
+    pub fn with_html(mut self, html: Option<&Path>) -> Result<Files, OpenError> {
+        if let Some(p) = html {
+            let f = File::create(p).map_err(|source| OpenError {
+                path: p.to_path_buf(),
+                source,
+            })?;
+            self.html = Some((p.to_path_buf(), f));
+        }
+        Ok(self)
     }
 
     /// Writes every requested export; a failed one costs that file only, and says so.
@@ -212,6 +226,11 @@ impl Files {
             markdown(report.results, report.comparison, w)
         });
         put(self.csv, &|w| csv(report.results, w));
+        // The page reads the bench's JSON, as `spacetime report` reads a saved one.
+        put(self.html, &|w| {
+            let v = serde_json::to_value(report)?;
+            w.write_all(crate::report::html::bench(&v).as_bytes())
+        });
         ok
     }
 }

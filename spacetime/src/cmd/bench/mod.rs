@@ -59,7 +59,8 @@ fn plan(args: &BenchArgs) -> anyhow::Result<driver::Plan<'_>> {
         args.json.as_deref(),
         args.export_markdown.as_deref(),
         args.export_csv.as_deref(),
-    )?;
+    )?
+    .with_html(args.html.as_deref())?;
     let creds = match args.keep_root {
         true => None,
         false => crate::run::launch::sudo_credentials()?,
