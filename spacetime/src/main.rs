@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => spacetime::cmd::bench::main(args, cli.verbose),
         Command::Agent(args) => spacetime::cmd::agent::main(args),
         Command::Report(args) => spacetime::cmd::report::main(args, cli.verbose),
+        Command::Diff(args) => spacetime::cmd::diff::main(args),
         Command::Completions { shell } => written(spacetime::cmd::cli::write_completions(
             shell,
             &mut std::io::stdout().lock(),

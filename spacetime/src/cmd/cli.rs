@@ -98,6 +98,18 @@ Examples:
   spacetime report bench.json --html bench.html
       Each command's runs as distributions; a parameter scan as curves")]
     Report(crate::cmd::report::ReportArgs),
+    /// Compare two saved reports for CI: wall, CPU, peak RSS, tree peak, processes and
+    /// failures, in total and per program (bench reports: each command's distributions, with
+    /// their significance); exit 1 when B crossed a --fail-on threshold
+    #[command(after_help = "\
+Examples:
+  spacetime diff main.json pr.json
+      The two builds side by side, with each change
+  spacetime diff --fail-on 'peak:+5%,cpu:+10%' main.json pr.json
+      Exit 1 when the largest process's peak grew by more than 5 % or CPU by 10 %
+  spacetime diff --format markdown main.json pr.json >> $GITHUB_STEP_SUMMARY
+      A CI job summary")]
+    Diff(crate::cmd::diff::DiffArgs),
     /// Print a shell completion script on stdout
     #[command(after_help = "\
 Examples:

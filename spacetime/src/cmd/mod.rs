@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod bench;
 pub mod cli;
+pub mod diff;
 pub mod report;
 pub mod trace;
 pub mod watch;
