@@ -120,10 +120,19 @@ fn ensure_bpf_linker() -> Result<()> {
 /// compiler for the timeline's make test.
 pub fn ensure_test_tools() -> Result<()> {
     apt_install(
-        &["prometheus", "tmux", "make", "gcc", "libc6-dev"],
+        &[
+            "prometheus",
+            "tmux",
+            "make",
+            "gcc",
+            "libc6-dev",
+            "chromium",
+            "fonts-dejavu-core",
+        ],
         "the metrics tests scrape `watch --metrics` with a real Prometheus and lint it with \
-         promtool; the terminal tests run spacetime in an 80-column tmux pane; a timeline \
-         test traces a small make",
+         promtool; the terminal tests run spacetime in an 80-column tmux pane; the timeline \
+         and build tests trace make builds; the HTML tests load the reports in headless \
+         Chromium",
     )
 }
 

@@ -226,9 +226,10 @@ impl Files {
             markdown(report.results, report.comparison, w)
         });
         put(self.csv, &|w| csv(report.results, w));
-        // The page reads the bench's JSON, as `spacetime report` reads a saved one.
+        // The page reads the bench's JSON as text, as `spacetime report` reads a saved one
+        // (floats parsed from text, the same page from both).
         put(self.html, &|w| {
-            let v = serde_json::to_value(report)?;
+            let v: serde_json::Value = serde_json::from_str(&serde_json::to_string(report)?)?;
             w.write_all(crate::report::html::bench(&v).as_bytes())
         });
         ok

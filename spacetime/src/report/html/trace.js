@@ -13,7 +13,7 @@
   const color = (i) => hue(P.program[i]);
 
   // Headline.
-  const bad = D.failures.length > 0 || (D.exit_code !== null && D.exit_code !== 0);
+  const bad = D.exit_code !== null && D.exit_code !== 0;
   app.append(el("h1", {}, "spacetime"), el("div", { class: "cmd" }, D.command));
   const peakIdx = D.peak_index;
   const chips = el("div", { class: "chips" },
@@ -38,7 +38,7 @@
       cells: [String(P.pid[i]), P.exit[i] === null ? "?" : String(P.exit[i]), fmtNs(endOf(i)), argv(i) || label(i),
         P.parent[i] >= 0 ? P.pid[P.parent[i]] + " " + label(P.parent[i]) : ""],
     }));
-    app.append(el("div", { id: "failures" }, table(["pid", "exit", "at", "command", "parent"], rows, [true, true, true, false, false])));
+    app.append(el("div", { id: "failures", class: "scroll" }, table(["pid", "exit", "at", "command", "parent"], rows, [true, true, true, false, false])));
     if (D.failures.length > 500) app.append(el("p", { class: "note" }, (D.failures.length - 500) + " more in the JSON report."));
   }
 
@@ -253,7 +253,7 @@
     });
     app.append(bar, el("p", { class: "note" }, D.path_programs.map((g) => (g.name || "(no traced process)") + " " + (100 * g.ns / wall).toFixed(1) + "% (" + g.steps + ")").join(" · ")));
     const longest = D.path.map((s, k) => k).sort((a, b) => (D.path[b][2] - D.path[b][1]) - (D.path[a][2] - D.path[a][1])).slice(0, 25).sort((a, b) => a - b);
-    app.append(el("div", { id: "path" }, table(["share", "time", "from", "process"], longest.map((k) => {
+    app.append(el("div", { id: "path", class: "scroll" }, table(["share", "time", "from", "process"], longest.map((k) => {
       const [i, s, e] = D.path[k];
       return { mono: [false, false, false, true], cells: [(100 * (e - s) / wall).toFixed(1) + "%", fmtNs(e - s), fmtNs(s), i >= 0 ? label(i) : "(no traced process)"] };
     }), [true, true, true, false])));
@@ -274,5 +274,7 @@
   function drawAll() { drawTimeline(); drawMemory(); drawCpu(); }
   drawAll();
   window.addEventListener("resize", drawAll);
+  // Time from navigation to the page drawn: what opening the report costs.
+  document.body.dataset.renderMs = String(Math.round(performance.now()));
   document.body.dataset.rendered = "1";
 })();
