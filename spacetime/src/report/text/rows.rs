@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use super::{command_line, exit_text, name, runtime, ProcessReport, Report};
+use crate::model::tree::ExitStatus;
 use crate::util::{
     term,
     units::{bytes, duration_ns},
@@ -117,11 +118,10 @@ pub(super) fn row(p: &ProcessReport, r: &Report, indent: &str, width: usize, wid
     let mut s = lay.figures(&Figures::One(p), r);
     let room = width.saturating_sub(term::width(&s));
     s.push_str(&clamp_indent(indent, room));
-    if !lay.exit {
-        let e = exit_text(p.exit().as_ref(), p.state());
-        if e != "0" {
-            let _ = write!(s, "[{e}] ");
-        }
+    // Without an EXIT column, anything but a clean exit is said before the command.
+    let clean = matches!(p.exit(), Some(super::super::Exit(ExitStatus::Code(0))));
+    if !lay.exit && !clean {
+        let _ = write!(s, "[{}] ", exit_text(p.exit().as_ref(), p.state()));
     }
     let left = width.saturating_sub(term::width(&s)).max(8);
     s + &name(r, p, left, wide)
