@@ -4,6 +4,7 @@
 
 use std::{
     io::{self, IsTerminal},
+    os::fd::AsFd,
     path::PathBuf,
 };
 
@@ -121,13 +122,15 @@ pub fn main(args: ReportArgs, verbose: u8) -> i32 {
 /// The summary's width: stdout's terminal's when it is the destination, else `COLUMNS`, else
 /// 120; none with `-w`.
 fn width(args: &ReportArgs) -> Option<usize> {
-    let fd = (args.output.is_none() && io::stdout().is_terminal()).then_some(libc::STDOUT_FILENO);
+    let stdout = io::stdout();
+    let fd = (args.output.is_none() && stdout.is_terminal()).then(|| stdout.as_fd());
     crate::util::term::columns(fd, args.wide)
 }
 
 fn summary(r: &report::Report, args: &ReportArgs, verbose: u8) -> String {
-    let terminal = args.output.is_none() && io::stdout().is_terminal();
-    let fd = terminal.then_some(libc::STDOUT_FILENO);
+    let stdout = io::stdout();
+    let terminal = args.output.is_none() && stdout.is_terminal();
+    let fd = terminal.then(|| stdout.as_fd());
     report::text::render(
         r,
         &report::text::Options {

@@ -1,15 +1,13 @@
 //! Two bench reports: each command of B against the same command of A (matched by command
 //! line, or by position when the lists differ only in their commands), its mean time, CPU and
 //! memory with the change and whether it is significant — the bench's own Welch test on the
-//! runs' values ([`crate::cmd::bench::stats`]).
+//! runs' values (the `spacetime-stats` crate the bench uses).
 
 use serde_json::Value;
+use spacetime_stats::{welch_p, Stats};
 
 use super::table::{Figure, Row, Section};
-use crate::{
-    cmd::bench::stats::{welch_p, Stats},
-    util::term,
-};
+use crate::util::term;
 
 /// A figure's per-run values (`{…, "values": [...]}`), as the bench's statistics.
 fn stats(result: &Value, key: &str) -> Option<Stats> {

@@ -165,9 +165,10 @@ pub fn main(args: DiffArgs) -> i32 {
         Format::Markdown => table::markdown(&sections, &names, &crossed),
         Format::Text => {
             use std::io::IsTerminal;
-            let fd = std::io::stdout()
+            let stdout = std::io::stdout();
+            let fd = stdout
                 .is_terminal()
-                .then_some(libc::STDOUT_FILENO);
+                .then(|| std::os::fd::AsFd::as_fd(&stdout));
             let width = crate::util::term::columns(fd, args.wide).unwrap_or(usize::MAX / 4);
             table::text(&sections, &names, &crossed, width)
         }
