@@ -93,6 +93,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
         t0_ns: run.t0_ns,
         end_ns: run.end_ns,
         page_size: run.page_size,
+        cpu: Some(&report.analysis.cpu),
     };
     outputs.write(&report, &summary, |w| {
         perfetto::write_to(
