@@ -54,7 +54,7 @@ pub(super) fn both(out: &mut String, r: &Report, width: usize, style: Style) {
     if !single && cpu.total_ns() > 0 && r.wall_ns > 0 {
         let mean = r.analysis.parallelism(r.wall_ns).unwrap_or(0.0);
         let title = format!(
-            "CPU · {mean:.2} cores on average (approximate: each process's CPU spread over its life)"
+            "CPU in cores, approximate: each process's CPU spread over its life · mean {mean:.2}"
         );
         let values = |w: usize| -> Vec<u64> {
             cpu.columns(r.wall_ns, w)
