@@ -134,7 +134,7 @@ fn a_31_file_build_shows_the_file_each_compiler_compiled() {
     // is built).
     let again = c_project(dir.path(), "again", 31, None);
     let a = again.to_string_lossy();
-    let (_, grouped) = traced(&dir, "grouped", &["make", "-j2", "-C", &a], &[]);
+    let (gv, grouped) = traced(&dir, "grouped", &["make", "-j2", "-C", &a], &[]);
     assert!(grouped.contains("cc1 ×31"), "{grouped}");
     assert!(grouped.contains("cc ×32"), "{grouped}");
     assert!(
@@ -147,26 +147,27 @@ fn a_31_file_build_shows_the_file_each_compiler_compiled() {
         last.contains(" cc1 ") && last.ends_with("0 failed"),
         "{last}"
     );
-    // CPU over time adds up to the total CPU, to the nanosecond.
-    for (tag, v) in [("all", &v)] {
-        let cpu = &v["timeline"]["cpu"];
-        let sum: u64 = cpu["cpu_ns"]
-            .as_array()
-            .expect("cpu_ns")
-            .iter()
-            .map(|x| x.as_u64().expect("ns"))
-            .sum();
-        let total = v["user_ns"].as_u64().expect("user") + v["sys_ns"].as_u64().expect("sys");
-        assert_eq!(
-            sum, total,
-            "{tag}: the CPU series' integral against user + sys"
-        );
-        assert_eq!(cpu["total_cpu_ns"].as_u64(), Some(total));
-        assert_eq!(cpu["approximate"], true, "labelled approximate");
-        let wall = v["wall_ns"].as_u64().expect("wall") as f64;
-        let par = v["parallelism"].as_f64().expect("parallelism");
-        assert!((par - total as f64 / wall).abs() < 1e-9, "{par}");
-    }
+    // CPU over time adds up to the total CPU, to the nanosecond, in both builds.
+    assert_cpu_integral(&v);
+    assert_cpu_integral(&gv);
+}
+
+/// The CPU series' integral against user + sys, its labels, and parallelism.
+fn assert_cpu_integral(v: &Value) {
+    let cpu = &v["timeline"]["cpu"];
+    let sum: u64 = cpu["cpu_ns"]
+        .as_array()
+        .expect("cpu_ns")
+        .iter()
+        .map(|x| x.as_u64().expect("ns"))
+        .sum();
+    let total = v["user_ns"].as_u64().expect("user") + v["sys_ns"].as_u64().expect("sys");
+    assert_eq!(sum, total, "the CPU series' integral against user + sys");
+    assert_eq!(cpu["total_cpu_ns"].as_u64(), Some(total));
+    assert_eq!(cpu["approximate"], true, "labelled approximate");
+    let wall = v["wall_ns"].as_u64().expect("wall") as f64;
+    let par = v["parallelism"].as_f64().expect("parallelism");
+    assert!((par - total as f64 / wall).abs() < 1e-9, "{par}");
 }
 
 /// make -j3 runs a → b → c → d (200, 210, 220, 230 ms, each waiting for the one before) beside

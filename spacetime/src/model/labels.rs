@@ -62,10 +62,13 @@ fn is_flag(arg: &[u8]) -> bool {
     arg.len() > 1 && arg[0] == b'-'
 }
 
+/// A program's runs, and in how many of them each argument appears.
+type Group<'a> = (u32, FxHashMap<&'a [u8], u32>);
+
 /// The label of each run, in order.
 pub fn label_all(runs: &[Run]) -> Vec<Label> {
     // Per program: how many runs, and in how many runs each argument appears.
-    let mut groups: FxHashMap<&[u8], (u32, FxHashMap<&[u8], u32>)> = FxHashMap::default();
+    let mut groups: FxHashMap<&[u8], Group> = FxHashMap::default();
     for r in runs {
         let g = groups.entry(r.program).or_default();
         g.0 += 1;

@@ -364,8 +364,6 @@ fn coverage(r: &Report, verbose: bool) -> String {
     s
 }
 
-/// A process's taskstats figures on one line (-v).
-
 fn completeness(r: &Report) -> String {
     let c = &r.kernel.counters;
     let inexact = r
