@@ -181,6 +181,57 @@ fn a_bench_page_draws_every_run() {
     );
 }
 
+/// A parameter scan as hyperfine writes it (`parameters` on each result): the page draws a
+/// curve per command over the parameter, a point per value, for time and both peaks.
+#[test]
+fn a_parameter_scan_is_drawn_as_curves() {
+    let dir = TempDir::new("html-scan");
+    let json = dir.path().join("scan.json");
+    let figure = |base: u64, i: u64| {
+        let values: Vec<u64> = (0..3).map(|k| base * (i + 1) + k * 1000).collect();
+        let mean = values.iter().sum::<u64>() as f64 / 3.0;
+        serde_json::json!({"mean": mean, "stddev": 1000.0, "median": values[1] as f64,
+                           "min": values[0], "max": values[2], "values": values})
+    };
+    let results: Vec<Value> = ["gzip", "zstd"]
+        .iter()
+        .flat_map(|tool| {
+            (1..=4u64).map(move |j| {
+                serde_json::json!({
+                    "command": format!("{tool} -{j} big.tar"), "runs": 3, "exit_codes": [0, 0, 0],
+                    "parameters": {"level": j.to_string()},
+                    "wall_ns": figure(50_000_000, j), "user_ns": figure(40_000_000, j),
+                    "sys_ns": figure(1_000_000, j), "peak_rss_bytes": figure(4 << 20, j),
+                    "tree_peak_rss_bytes": figure(5 << 20, j), "processes": figure(1, 0)
+                })
+            })
+        })
+        .collect();
+    let report = serde_json::json!({"spacetime_version": "0.1.0", "programs": "own",
+        "interrupted": false, "results": results, "comparison": null});
+    std::fs::write(&json, report.to_string()).expect("write");
+    let page = dir.path().join("scan.html");
+    let st = Command::new(spacetime_bin())
+        .arg("report")
+        .arg(&json)
+        .arg("--html")
+        .arg(&page)
+        .status()
+        .expect("spacetime report");
+    assert!(st.success());
+    let r = render(&page, dir.path(), 1200, 2400);
+    r.assert_ran();
+    for fig in ["wall", "peak", "tree"] {
+        let marker = format!("data-parameter=\"level\" data-figure=\"{fig}\"");
+        assert_eq!(
+            r.attr(&marker, "data-points").as_deref(),
+            Some("8"),
+            "{fig}: two curves of four values"
+        );
+    }
+    r.assert_screenshot_drawn();
+}
+
 /// A build of 1 000 compiler-like steps (each with a compiler's 20-odd arguments): its page
 /// stays under 2 MB.
 #[test]

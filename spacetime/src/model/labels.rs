@@ -58,6 +58,16 @@ pub fn basename(path: &[u8]) -> &[u8] {
     }
 }
 
+/// The path that names a program: its exe, or argv[0] when the exe may have been cut (the
+/// kernel sends at most `FILENAME_LEN` bytes of it) and argv[0] is there.
+pub fn program_path<'a>(exe: &'a [u8], argv0: Option<&'a [u8]>) -> &'a [u8] {
+    let cut = exe.len() + 1 >= spacetime_common::FILENAME_LEN;
+    match argv0.filter(|a| !a.is_empty()) {
+        Some(a) if cut || exe.is_empty() => a,
+        _ => exe,
+    }
+}
+
 fn is_flag(arg: &[u8]) -> bool {
     arg.len() > 1 && arg[0] == b'-'
 }
@@ -208,6 +218,15 @@ mod tests {
         // A flag before a kept value is shown, whether it takes one or not (`-c`).
         assert_eq!(text(&runs[2], &labels[2]), "cc … -c f2.c -o f2.o");
         assert_eq!(text(&runs[4], &labels[4]), "cc -o app f0.o f1.o f2.o f3.o");
+    }
+
+    #[test]
+    fn a_path_the_kernel_cut_is_named_by_argv0() {
+        let long = vec![b'd'; spacetime_common::FILENAME_LEN - 1];
+        assert_eq!(program_path(&long, Some(b"/x/prog")), b"/x/prog");
+        assert_eq!(program_path(b"/usr/bin/cc", Some(b"cc")), b"/usr/bin/cc");
+        assert_eq!(program_path(b"", Some(b"sh")), b"sh");
+        assert_eq!(program_path(&long, None), &long[..]);
     }
 
     #[test]

@@ -51,6 +51,8 @@ pub struct PathProgram {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProgramStat {
     pub exe: Vec<u8>,
+    /// The path that names it (the exe, or argv[0] where the kernel cut the exe).
+    pub path: Vec<u8>,
     pub runs: u64,
     /// Processes whose last program this was that failed.
     pub failed: u64,
@@ -141,7 +143,7 @@ fn path_programs(procs: &[ProcessReport], path: &[Segment]) -> Vec<PathProgram> 
         let name = s
             .node
             .and_then(|i| procs[i].naming_image())
-            .map_or(&b""[..], |img| basename(img.exe()));
+            .map_or(&b""[..], |img| basename(img.program()));
         let e = by.entry(name).or_insert_with(|| PathProgram {
             name: name.to_vec(),
             steps: 0,
@@ -162,6 +164,7 @@ fn programs(procs: &[ProcessReport]) -> Vec<ProgramStat> {
         for img in p.own_images() {
             let e = by_exe.entry(img.exe()).or_insert_with(|| ProgramStat {
                 exe: img.exe().to_vec(),
+                path: img.program().to_vec(),
                 runs: 0,
                 failed: 0,
                 peak_rss_bytes: 0,
@@ -220,7 +223,7 @@ pub fn label_text(p: &ProcessReport, label: &Label, how: Spelling) -> String {
         return format!("pid {}", p.pid());
     };
     let argv: Vec<&[u8]> = img.argv().collect();
-    let name = match basename(img.exe()) {
+    let name = match basename(img.program()) {
         b"" => argv.first().map_or(img.comm(), |a| basename(a)),
         n => n,
     };
@@ -370,7 +373,7 @@ impl Serialize for ProgramsJson<'_, '_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(self.list.iter().map(|g| ProgramJson {
             exe: Lossy(&g.exe),
-            name: Lossy(basename(&g.exe)),
+            name: Lossy(basename(&g.path)),
             runs: g.runs,
             failed: g.failed,
             peak_rss_bytes: g.peak_rss_bytes,

@@ -303,6 +303,12 @@ impl<'a> ImageReport<'a> {
         self.names().comm.as_bytes()
     }
 
+    /// The path that names the program ([`crate::model::labels::program_path`]): the exe, or
+    /// argv[0] where the kernel may have cut the exe.
+    pub fn program(&self) -> &'a [u8] {
+        crate::model::labels::program_path(self.exe(), self.argv().next())
+    }
+
     pub fn start_ns(&self) -> u64 {
         match *self {
             ImageReport::Live { img, scale } => scale.since(img.start_ns),

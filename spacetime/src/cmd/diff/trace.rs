@@ -37,21 +37,25 @@ fn totals(a: &Report, b: &Report) -> Section {
     }
 }
 
-/// Each program's name: its basename, or its whole path where two share a basename.
-fn names<'a>(exes: impl Iterator<Item = &'a [u8]> + Clone) -> BTreeMap<&'a [u8], String> {
+/// Each program's name (by exe): its path's last component, or its whole path where two share
+/// a last component.
+fn names<'a>(
+    programs: impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
+) -> BTreeMap<&'a [u8], String> {
     let mut count: BTreeMap<&[u8], usize> = BTreeMap::new();
-    for e in exes.clone() {
-        *count.entry(basename(e)).or_default() += 1;
+    for (_, path) in programs.clone() {
+        *count.entry(basename(path)).or_default() += 1;
     }
-    exes.map(|e| {
-        let n = if count[basename(e)] > 1 {
-            e
-        } else {
-            basename(e)
-        };
-        (e, term::escape(n))
-    })
-    .collect()
+    programs
+        .map(|(exe, path)| {
+            let n = if count[basename(path)] > 1 {
+                path
+            } else {
+                basename(path)
+            };
+            (exe, term::escape(n))
+        })
+        .collect()
 }
 
 fn programs(a: &Report, b: &Report) -> [Section; 2] {
@@ -73,7 +77,12 @@ fn programs(a: &Report, b: &Report) -> [Section; 2] {
             .map_or(0, |g| g.peak_rss_bytes)
     };
     exes.sort_by(|x, y| peak(y).cmp(&peak(x)).then(x.cmp(y)));
-    let names = names(exes.iter().copied());
+    let path = |e: &[u8]| -> &[u8] {
+        pb.get(e)
+            .or_else(|| pa.get(e))
+            .map_or(&[][..], |g| g.path.as_slice())
+    };
+    let names = names(exes.iter().map(|&e| (e, path(e))));
     let runs = |m: &BTreeMap<Vec<u8>, ProgramStat>, e: &[u8]| {
         m.get(e).map_or("–".to_string(), |g| g.runs.to_string())
     };

@@ -25,6 +25,9 @@
       for (const r of R) for (const v of (r[key] ? r[key].values : [])) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
       if (!isFinite(lo)) { canvas.dataset.points = "0"; return; }
       if (hi === lo) { hi = lo * 1.05 + 1; lo = Math.max(0, lo * 0.95 - 1); }
+      // A margin on both sides: the extreme runs are drawn whole.
+      const pad = (hi - lo) * 0.04;
+      lo = Math.max(0, lo - pad); hi = hi + pad;
       const box = { x: 12, w: w - 24 };
       const X = (v) => box.x + box.w * (v - lo) / (hi - lo);
       ctx.font = "11px system-ui, sans-serif";

@@ -228,8 +228,8 @@ impl TraceData {
                 .programs
                 .iter()
                 .map(|g| Program {
-                    exe: lossy(&g.exe),
-                    name: lossy(basename(&g.exe)),
+                    exe: lossy(&g.path),
+                    name: lossy(basename(&g.path)),
                     runs: g.runs,
                     failed: g.failed,
                     peak_rss_bytes: g.peak_rss_bytes,

@@ -36,7 +36,7 @@ enum Kind {
 fn key<'a>(p: &ProcessReport<'a>) -> (&'a [u8], bool) {
     let own = p.own_images().next_back();
     match own.or_else(|| p.images().next()) {
-        Some(img) => (img.exe(), own.is_none()),
+        Some(img) => (img.program(), own.is_none()),
         None => (b"", true),
     }
 }

@@ -283,7 +283,7 @@ fn recap(r: &Report, width: usize, style: Style) -> String {
         let size = bytes(r.totals.peak_rss_bytes);
         let prog = p
             .naming_image()
-            .map(|i| term::escape(crate::model::labels::basename(i.exe())))
+            .map(|i| term::escape(crate::model::labels::basename(i.program())))
             .unwrap_or_default();
         let room = width.saturating_sub(fixed(&parts) + term::width(&size) + 4);
         parts.push(match room {

@@ -148,7 +148,7 @@ pub(super) fn programs(out: &mut String, r: &Report, width: usize, top: usize) {
             let _ = write!(s, "{:>6}  ", p.failed);
         }
         let room = width.saturating_sub(term::width(&s)).max(8);
-        let _ = writeln!(out, "{s}{}", term::fit_path(&term::escape(&p.exe), room));
+        let _ = writeln!(out, "{s}{}", term::fit_path(&term::escape(&p.path), room));
     }
 }
 
