@@ -72,6 +72,16 @@ fn is_flag(arg: &[u8]) -> bool {
     arg.len() > 1 && arg[0] == b'-'
 }
 
+/// A flag that may take the next argument as its value: one letter (`-o`, `-I`) or a long
+/// option without `=` (`--crate-name`); `-O2`, `-Wall`, `--edition=2021` carry their own.
+fn may_take_value(arg: &[u8]) -> bool {
+    match arg {
+        [b'-', c] => *c != b'-',
+        [b'-', b'-', rest @ ..] => !rest.is_empty() && !rest.contains(&b'='),
+        _ => false,
+    }
+}
+
 /// A program's runs, and in how many of them each argument appears.
 type Group<'a> = (u32, FxHashMap<&'a [u8], u32>);
 
@@ -112,7 +122,12 @@ fn label_one(argv: &[&[u8]], common: impl Fn(&[u8]) -> bool) -> Label {
         }
         keep[i] = true;
         // The flag that names this value, when the group shares it.
-        if i > 1 && !keep[i - 1] && is_flag(argv[i - 1]) && !is_flag(a) && common(argv[i - 1]) {
+        if i > 1
+            && !keep[i - 1]
+            && may_take_value(argv[i - 1])
+            && !is_flag(a)
+            && common(argv[i - 1])
+        {
             keep[i - 1] = true;
         }
     }
@@ -227,6 +242,16 @@ mod tests {
         assert_eq!(program_path(b"/usr/bin/cc", Some(b"cc")), b"/usr/bin/cc");
         assert_eq!(program_path(b"", Some(b"sh")), b"sh");
         assert_eq!(program_path(&long, None), &long[..]);
+    }
+
+    #[test]
+    fn flags_that_may_take_a_value() {
+        for f in ["-o", "-I", "-c", "--crate-name"] {
+            assert!(may_take_value(f.as_bytes()), "{f}");
+        }
+        for f in ["-O2", "-Wall", "--edition=2021", "--", "-", "x"] {
+            assert!(!may_take_value(f.as_bytes()), "{f}");
+        }
     }
 
     #[test]

@@ -233,3 +233,111 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
         assert!(wide.contains(&"x".repeat(200)), "{wide}");
     }
 }
+
+/// A root running `n` compilers of one program, each on its own file; the one of `f{bad}.c`
+/// exits 1, so does the root.
+#[allow(clippy::needless_update)]
+fn build_tree(n: u32, bad: u32) -> Tree {
+    let mut tree = Tree::new(100, 1);
+    let exec = |tree: &mut Tree, pid: u32, argv: &str| {
+        let mut args: Vec<u8> = argv.replace(' ', "\0").into_bytes();
+        args.push(0);
+        let exe = argv
+            .split(' ')
+            .next()
+            .unwrap_or_default()
+            .as_bytes()
+            .to_vec();
+        tree.apply(Event::Exec(Exec {
+            hdr: hdr(kind::EXEC, pid, pid as u64 * 10 + 1),
+            old_pid: pid,
+            uid: 0,
+            cgroup_id: 0,
+            comm: Comm::new(b"x"),
+            filename: exe,
+            args_len: args.len() as u32,
+            args,
+        }));
+    };
+    let exit = |tree: &mut Tree, pid: u32, code: u32, at: u64| {
+        tree.apply(Event::Exit(ExitEvent {
+            hdr: EventHeader {
+                flags: spacetime_common::flags::EXIT_GROUP_DEAD,
+                ..hdr(kind::EXIT, pid, at)
+            },
+            exit_code: code << 8,
+            ..ExitEvent::default()
+        }));
+    };
+    exec(&mut tree, 100, "/usr/bin/make -j2");
+    for i in 1..=n {
+        let pid = 100 + i;
+        tree.apply(Event::Fork(ForkEvent {
+            hdr: hdr(kind::FORK, 100, pid as u64 * 10),
+            child_pid: pid,
+            child_tgid: pid,
+            // Records name a process by its leader's start: hdr() uses the pid.
+            child_start_ns: pid as u64,
+            ..ForkEvent::default()
+        }));
+        exec(
+            &mut tree,
+            pid,
+            &format!("/usr/lib/gcc/cc1 -quiet -O2 f{i}.c -o /tmp/cc{i}.s"),
+        );
+        exit(&mut tree, pid, u32::from(i == bad), pid as u64 * 10 + 8);
+    }
+    exit(&mut tree, 100, 2, 100_000);
+    tree
+}
+
+#[test]
+fn a_large_build_is_grouped_with_its_failure_first_and_its_recap_last() {
+    let timeline = Timeline::new(RssSource::Kernel);
+    let sums = PerProcess::default();
+    let gone = FxHashSet::default();
+    let tree = build_tree(60, 17);
+    let report = Report::build(
+        &tree,
+        &sums,
+        Meta {
+            command: crate::report::lossless::Args(vec![b"make".to_vec(), b"-j2".to_vec()]),
+            root_exit: Some(crate::model::tree::ExitStatus::Code(2)),
+            t0_ns: 0,
+            end_ns: 100_000,
+            page_size: 4096,
+            counters: KernelCounters::default(),
+            decode_errors: 0,
+            ring_buffer_bytes: 4096,
+            mechanisms: Vec::new(),
+            attach_memory_followed: None,
+            taskstats: TaskstatsMeta::Unavailable(Unavailable::Open("test".into())),
+            memory: MemoryMeta::of(&timeline),
+            own_cost: OwnCost::default(),
+            gone: &gone,
+        },
+    );
+    let text = render(&report, &opts(Some(80), 40, false));
+    let failed = text
+        .find("FAILED: 2 processes of 61")
+        .unwrap_or_else(|| panic!("no failed section\n{text}"));
+    assert!(failed < text.find("PEAK RSS").expect("table"), "{text}");
+    assert!(
+        text.contains("cc1 … f17.c -o"),
+        "the failed compiler by its file\n{text}"
+    );
+    assert!(text.contains("cc1 ×60"), "{text}");
+    let last = text.lines().last().expect("lines");
+    assert!(
+        last.starts_with("exit 2 · wall ") && last.ends_with("2 failed"),
+        "{last}"
+    );
+    for l in text.lines() {
+        assert!(term::width(l) <= 80, "{l:?}\n{text}");
+    }
+    // Every process listed with --top 0, each compiler by its file.
+    let all = render(&report, &opts(Some(80), 0, false));
+    for i in 1..=60 {
+        assert!(all.contains(&format!("cc1 … f{i}.c -o")), "f{i}.c\n{all}");
+    }
+}
