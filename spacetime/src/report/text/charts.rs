@@ -1,5 +1,5 @@
 //! Memory and CPU over time, one chart above the other on the same time axis. Left out when
-//! they would carry nothing: memory for a single process that ran under a second (or a series
+//! they would carry nothing: memory for a single process that ran under 100 ms (or a series
 //! of fewer than two points), CPU for a single process (its CPU is spread evenly over its
 //! life: a flat line).
 
@@ -10,6 +10,9 @@ use crate::{
     util::units::{bytes, duration_ns},
 };
 
+/// A single process that ran less than this gets no memory chart.
+const SHORT_NS: u64 = 100_000_000;
+
 /// Both charts share the width of their y labels, so their time axes line up.
 const LABEL_W: usize = 9;
 
@@ -17,7 +20,7 @@ const LABEL_W: usize = 9;
 pub(super) fn both(out: &mut String, r: &Report, width: usize, style: Style) {
     let series = r.memory.tree_rss();
     let single = r.processes.len() <= 1;
-    if series.len() >= 2 && !(single && r.wall_ns < 1_000_000_000) {
+    if series.len() >= 2 && !(single && r.wall_ns < SHORT_NS) {
         let t = &r.totals;
         let title = match (
             r.memory.rss_source(),

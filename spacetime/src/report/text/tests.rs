@@ -341,3 +341,42 @@ fn a_large_build_is_grouped_with_its_failure_first_and_its_recap_last() {
         assert!(all.contains(&format!("cc1 … f{i}.c -o")), "f{i}.c\n{all}");
     }
 }
+
+#[test]
+fn a_single_short_process_gets_no_chart_and_a_longer_one_does() {
+    let mut timeline = Timeline::new(RssSource::Kernel);
+    for (t, b) in [(10, 1 << 20), (500, 3 << 20), (900, 0)] {
+        timeline.record_tree_rss(crate::model::timeline::Point::new(t, b));
+    }
+    let sums = PerProcess::default();
+    let gone = FxHashSet::default();
+    let tree = build_tree(0, 0);
+    let meta = |end_ns: u64| Meta {
+        command: crate::report::lossless::Args(vec![b"make".to_vec()]),
+        root_exit: Some(crate::model::tree::ExitStatus::Code(2)),
+        t0_ns: 0,
+        end_ns,
+        page_size: 4096,
+        counters: KernelCounters::default(),
+        decode_errors: 0,
+        ring_buffer_bytes: 4096,
+        mechanisms: Vec::new(),
+        attach_memory_followed: None,
+        taskstats: TaskstatsMeta::Unavailable(Unavailable::Open("test".into())),
+        memory: MemoryMeta::of(&timeline),
+        own_cost: OwnCost::default(),
+        gone: &gone,
+    };
+    let short = Report::build(&tree, &sums, meta(100_000));
+    let text = render(&short, &opts(Some(80), 40, false));
+    assert!(!text.contains("memory (tree RSS)"), "{text}");
+    assert!(
+        text.lines().last().is_some_and(|l| l.starts_with("exit 2")),
+        "{text}"
+    );
+    let long = Report::build(&tree, &sums, meta(2_000_000_000));
+    let text = render(&long, &opts(Some(80), 40, false));
+    assert!(text.contains("memory (tree RSS)"), "{text}");
+    // One process: its CPU over time would be a flat line.
+    assert!(!text.contains("CPU in cores"), "{text}");
+}
