@@ -182,9 +182,11 @@ pub struct TraceArgs {
     /// With -o, append to FILE instead of overwriting it
     #[arg(short = 'a', long, requires = "output")]
     pub append: bool,
-    /// Print this line instead of the summary, with GNU time's letters (%e %E %U %S %M %x %C
-    /// %c %w, %%, \n, \t) and spacetime's: %T tree-wide peak RSS KiB, %N processes, %Y max
-    /// PSS KiB, %L events lost
+    /// Print this instead of the summary, with every letter of GNU time's (`time -f`: %e %E
+    /// %U %S %P %M %t %K %D %p %X %Z %F %R %W %I %O %r %s %k %C %x %c %w, %%, \n, \t) and
+    /// spacetime's: %T tree-wide peak RSS KiB, %N processes, %Y max PSS KiB, %L events lost.
+    /// `verbose` prints `time -v`'s layout, `posix` `time -p`'s. As GNU time, a line says
+    /// first when CMD exited non-zero or was killed (not with -q)
     #[arg(short = 'f', long, value_name = "FMT", value_parser = crate::format::parse)]
     pub format: Option<crate::format::Format>,
     /// Stop when CMD exits; report descendants still running instead of waiting for them
@@ -221,7 +223,8 @@ pub struct TraceArgs {
     /// tree, a slice per image, RSS and PSS counters (`-`: standard output)
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
-    /// Quiet: no live status line and no notices (errors are still shown)
+    /// Quiet: no live status line and no notices (errors are still shown); with --format,
+    /// no line about how CMD ended (as `time -q`)
     #[arg(short, long)]
     pub quiet: bool,
     /// Least time between two RSS points of one process, in ms (new tree-wide peaks always
