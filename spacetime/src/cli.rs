@@ -171,7 +171,55 @@ fn write_subcommand_man(sub: &clap::Command, out: &mut dyn std::io::Write) -> st
     out.write_all(page.as_bytes())
 }
 
+/// A usage error made clearer where spacetime knows what was meant: a program named where a
+/// subcommand goes (`spacetime make -j8`) gets the `spacetime trace -- make -j8` that traces
+/// it, and `trace` with neither CMD nor -p says both ways.
+pub fn explain(e: clap::Error, args: impl Iterator<Item = OsString>) -> clap::Error {
+    use clap::error::ErrorKind;
+    let args: Vec<OsString> = args.collect();
+    // The first word that is not an option: where the subcommand goes.
+    let at = args.iter().position(|a| !a.as_encoded_bytes().starts_with(b"-"));
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    match (e.kind(), at) {
+        (ErrorKind::InvalidSubcommand, Some(i)) if crate::launch::resolve(&args[i]).is_ok() => {
+            let line = shell_line(&args[i..]);
+            cmd.error(
+                ErrorKind::InvalidSubcommand,
+                format!(
+                    "'{}' is not a spacetime command; to trace that program run:\n\n    \
+                     spacetime trace -- {line}",
+                    crate::term::escape(args[i].as_encoded_bytes())
+                ),
+            )
+        }
+        (ErrorKind::MissingRequiredArgument, Some(i)) if args[i] == "trace" => {
+            let mut trace = cmd.find_subcommand_mut("trace").cloned().unwrap_or(cmd);
+            trace.error(
+                ErrorKind::MissingRequiredArgument,
+                "give a command to run or processes to attach to:\n\n    \
+                 spacetime trace [OPTIONS] -- CMD [ARGS...]\n    \
+                 spacetime trace [OPTIONS] -p PID[,PID...]",
+            )
+        }
+        _ => e,
+    }
+}
+
+/// Arguments as a shell line to copy (quoted where a shell needs it), escaped for a terminal.
+fn shell_line(args: &[OsString]) -> String {
+    let words: Vec<String> = args
+        .iter()
+        .map(|a| {
+            let s = a.to_string_lossy();
+            shlex::try_quote(&s).map_or_else(|_| s.to_string(), |q| q.into_owned())
+        })
+        .collect();
+    crate::term::escape(words.join(" ").as_bytes())
+}
+
 #[derive(Debug, Args)]
+#[command(override_usage = "spacetime trace [OPTIONS] -- <CMD>...\n       \
+                            spacetime trace [OPTIONS] -p <PID[,PID...]>")]
 pub struct TraceArgs {
     /// Write the full report as JSON to FILE (`-`: standard output)
     #[arg(long, value_name = "FILE")]

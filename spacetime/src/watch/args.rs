@@ -48,14 +48,15 @@ pub struct WatchArgs {
     /// JSON lines on stdout (or FILE): one object per exit
     #[arg(long)]
     pub json: bool,
-    /// Append the output to FILE instead of writing it to stdout
+    /// Append the output to FILE instead of writing it to stdout (`-`: standard output)
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Table: do not cut lines to the terminal's width, and add a CGROUP column
     #[arg(short = 'w', long)]
     pub wide: bool,
     /// When the watch stops, write its summary to FILE as one JSON object (exits seen, loss,
-    /// taskstats coverage, spacetime's own CPU, memory and in-kernel time)
+    /// taskstats coverage, spacetime's own CPU, memory and in-kernel time; `-`: standard
+    /// output, after the last row)
     #[arg(long, value_name = "FILE")]
     pub summary_json: Option<PathBuf>,
     /// Stop after this long (e.g. 30s, 5m)

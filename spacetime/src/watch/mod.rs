@@ -27,10 +27,7 @@ mod table;
 mod table_tests;
 mod watcher;
 
-use std::{
-    io::{self, Write as _},
-    time::Instant,
-};
+use std::{io, time::Instant};
 
 use anyhow::Context;
 use spacetime_common::mode;
@@ -41,6 +38,7 @@ use crate::{
     core::exit_code::EXIT_OWN_FAILURE,
     core::matcher::Coverage,
     loader::{LoadOptions, Probes},
+    outputs::Dest,
 };
 use cgroup::Cgroups;
 use filter::Filter;
@@ -98,12 +96,11 @@ impl Stop {
     }
 }
 
-/// Writes the summary object and a newline to `file`.
-fn write_summary_json(mut file: std::fs::File, summary: &summary::Json) -> io::Result<()> {
+/// Writes the summary object and a newline to `dest`.
+fn write_summary_json(dest: &mut Dest, summary: &summary::Json) -> io::Result<()> {
     let mut text = serde_json::to_vec(summary)?;
     text.push(b'\n');
-    file.write_all(&text)?;
-    file.flush()
+    dest.write_with(|w| w.write_all(&text))
 }
 
 /// Loads the kernel programs with the kernel's part of the filter: `--uid` and `--cgroup` as
@@ -324,7 +321,7 @@ fn finish(
     elapsed: std::time::Duration,
     kernel: &Kernel,
     taskstats_unavailable: Option<String>,
-    summary_file: Option<std::fs::File>,
+    summary_file: Option<Dest>,
     args: &WatchArgs,
     verbose: u8,
 ) -> anyhow::Result<()> {
@@ -361,8 +358,8 @@ fn finish(
     if verbose > 0 {
         crate::errln!("  {}", own_cost.line());
     }
-    if let (Some(file), Some(path)) = (summary_file, &args.summary_json) {
-        write_summary_json(file, &summary::json(&fin, &stop.name(), &own_cost))
+    if let (Some(mut file), Some(path)) = (summary_file, &args.summary_json) {
+        write_summary_json(&mut file, &summary::json(&fin, &stop.name(), &own_cost))
             .with_context(|| format!("--summary-json: writing {}", path.display()))?;
     }
     Ok(())
@@ -370,10 +367,10 @@ fn finish(
 
 /// What the watch writes to and serves from, opened before anything is loaded so that a
 /// path or address that cannot be used fails the watch before it starts.
-fn open_ends(
-    args: &WatchArgs,
-) -> anyhow::Result<(Output, Option<std::net::TcpListener>, Option<std::fs::File>)> {
-    let out = Output::open(args.output.as_deref(), args.json, args.wide).with_context(|| {
+fn open_ends(args: &WatchArgs) -> anyhow::Result<(Output, Option<std::net::TcpListener>, Option<Dest>)> {
+    // `-`: standard output, as without -o.
+    let path = args.output.as_deref().filter(|p| p.as_os_str() != "-");
+    let out = Output::open(path, args.json, args.wide).with_context(|| {
         format!(
             "opening {}",
             args.output
@@ -391,13 +388,12 @@ fn open_ends(
         None => None,
     };
     // Created now, so a path that cannot be written fails the watch before it starts.
-    let summary_file = match &args.summary_json {
-        Some(path) => Some(
-            std::fs::File::create(path)
-                .with_context(|| format!("--summary-json: creating {}", path.display()))?,
-        ),
-        None => None,
-    };
+    let summary_file = args
+        .summary_json
+        .as_deref()
+        .map(|p| Dest::open(p, false, true))
+        .transpose()
+        .context("--summary-json")?;
     Ok((out, metrics_listener, summary_file))
 }
 
