@@ -178,7 +178,9 @@ pub fn explain(e: clap::Error, args: impl Iterator<Item = OsString>) -> clap::Er
     use clap::error::ErrorKind;
     let args: Vec<OsString> = args.collect();
     // The first word that is not an option: where the subcommand goes.
-    let at = args.iter().position(|a| !a.as_encoded_bytes().starts_with(b"-"));
+    let at = args
+        .iter()
+        .position(|a| !a.as_encoded_bytes().starts_with(b"-"));
     let mut cmd = <Cli as clap::CommandFactory>::command();
     match (e.kind(), at) {
         (ErrorKind::InvalidSubcommand, Some(i)) if crate::launch::resolve(&args[i]).is_ok() => {

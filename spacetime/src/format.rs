@@ -204,7 +204,9 @@ fn field(out: &mut String, l: char, r: &Report) {
 pub fn status_line(r: &Report) -> Option<String> {
     match r.exit?.0 {
         crate::tree::ExitStatus::Code(0) => None,
-        crate::tree::ExitStatus::Code(c) => Some(format!("Command exited with non-zero status {c}\n")),
+        crate::tree::ExitStatus::Code(c) => {
+            Some(format!("Command exited with non-zero status {c}\n"))
+        }
         crate::tree::ExitStatus::Signal { signal, .. } => {
             Some(format!("Command terminated by signal {signal}\n"))
         }

@@ -15,7 +15,10 @@ fn parsing() {
     assert!(parse("%q").is_err());
     assert!(parse("50%").is_err());
     // An unknown escape is printed as GNU time prints it.
-    assert_eq!(parse("a\\qb").expect("valid").0, [Piece::Text("a?\\qb".into())]);
+    assert_eq!(
+        parse("a\\qb").expect("valid").0,
+        [Piece::Text("a?\\qb".into())]
+    );
 }
 
 #[test]
@@ -47,17 +50,18 @@ fn elapsed_like_gnu_time() {
 fn verbose_is_time_v_layout() {
     let f = parse("verbose").expect("verbose");
     // 23 lines, each a tab, a label, ": " and one figure.
-    let fields: Vec<char> = f
-        .0
-        .iter()
-        .filter_map(|p| match p {
-            Piece::Field(l) => Some(*l),
-            Piece::Text(_) => None,
-        })
-        .collect();
+    let fields: Vec<char> =
+        f.0.iter()
+            .filter_map(|p| match p {
+                Piece::Field(l) => Some(*l),
+                Piece::Text(_) => None,
+            })
+            .collect();
     assert_eq!(fields.iter().collect::<String>(), "CUSPEXDpKMtFRwcWIOsrkZx");
     assert_eq!(VERBOSE.lines().count(), 23);
-    assert!(VERBOSE.lines().all(|l| l.starts_with('\t') && l.contains(": ")));
+    assert!(VERBOSE
+        .lines()
+        .all(|l| l.starts_with('\t') && l.contains(": ")));
     assert_eq!(
         parse("posix").expect("posix"),
         parse("real %e\\nuser %U\\nsys %S").expect("same")

@@ -15,8 +15,8 @@ const GNU_TIME: &str = "/usr/bin/time";
 
 /// `time -v`'s lines as (label, value).
 fn fields(path: &Path) -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     text.lines()
         .filter(|l| l.starts_with('\t'))
         .map(|l| {
@@ -60,9 +60,14 @@ fn verbose_is_gnu_time_v_field_by_field() {
     let dir = TempDir::new("gnu-v");
     let gnu = dir.path().join("gnu.txt");
     let st = dir.path().join("st.txt");
-    let cmd = [GNU_TIME.as_ref(), "-v".as_ref(), "-o".as_ref(), gnu.as_os_str()]
-        .into_iter()
-        .chain([WL, "touch", "256"].map(std::ffi::OsStr::new));
+    let cmd = [
+        GNU_TIME.as_ref(),
+        "-v".as_ref(),
+        "-o".as_ref(),
+        gnu.as_os_str(),
+    ]
+    .into_iter()
+    .chain([WL, "touch", "256"].map(std::ffi::OsStr::new));
     let out = Trace::new(cmd)
         .flag("-f")
         .flag("verbose")
@@ -100,21 +105,37 @@ fn verbose_is_gnu_time_v_field_by_field() {
     }
     // CPU: the tree's (GNU time's own start included) against its children's, both truncated
     // to hundredths.
-    let cpu = |f: &[(String, String)]| {
-        num(f, "User time (seconds)") + num(f, "System time (seconds)")
-    };
+    let cpu =
+        |f: &[(String, String)]| num(f, "User time (seconds)") + num(f, "System time (seconds)");
     within("user + system", cpu(&s), cpu(&g), 0.015, 0.035);
-    let wall = |f: &[(String, String)]| clock(value(f, "Elapsed (wall clock) time (h:mm:ss or m:ss)"));
+    let wall =
+        |f: &[(String, String)]| clock(value(f, "Elapsed (wall clock) time (h:mm:ss or m:ss)"));
     within("elapsed", wall(&s), wall(&g), 0.005, 0.06);
     // %P is (U+S)/E in whole milliseconds: spacetime's from its own figures, as GNU computes it.
     let pct = num(&s, "Percent of CPU this job got");
     let own = (cpu(&s) * 100.0).round() * 10.0 * 100.0 / (wall(&s) * 1000.0).max(1.0);
-    within("percent from spacetime's own U, S, E", pct, own.floor(), 15.0, 15.0);
-    within("percent", pct, num(&g, "Percent of CPU this job got"), 30.0, 30.0);
+    within(
+        "percent from spacetime's own U, S, E",
+        pct,
+        own.floor(),
+        15.0,
+        15.0,
+    );
+    within(
+        "percent",
+        pct,
+        num(&g, "Percent of CPU this job got"),
+        30.0,
+        30.0,
+    );
     // Faults and switches: the same counters, plus GNU time's own (its exec and its wait).
     let minor = "Minor (reclaiming a frame) page faults";
     within(minor, num(&s, minor), num(&g, minor), 0.0, 400.0);
-    assert!(num(&g, minor) > 60_000.0, "256 MiB touched: {}", num(&g, minor));
+    assert!(
+        num(&g, minor) > 60_000.0,
+        "256 MiB touched: {}",
+        num(&g, minor)
+    );
     let major = "Major (requiring I/O) page faults";
     within(major, num(&s, major), num(&g, major), 0.0, 20.0);
     // Taskstats records a process at its exit, before its last trips through the scheduler,
@@ -134,7 +155,8 @@ fn io_blocks_and_status_lines_match_gnu_time() {
     // Direct I/O on the checkout's file system (not a tmpfs): storage reads and writes that
     // getrusage counts in 512-byte blocks.
     let dir = TempDir::new("gnu-io");
-    let data = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gnu-io-{}", std::process::id()));
+    let data =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gnu-io-{}", std::process::id()));
     let gnu = dir.path().join("gnu.txt");
     let st = dir.path().join("st.txt");
     let script = format!(
@@ -142,9 +164,19 @@ fn io_blocks_and_status_lines_match_gnu_time() {
          dd if={d} of=/dev/null bs=1M iflag=direct 2>/dev/null; rm -f {d}; exit 3",
         d = data.display()
     );
-    let cmd = [GNU_TIME.as_ref(), "-f".as_ref(), "%I %O %x".as_ref(), "-o".as_ref()]
-        .into_iter()
-        .chain([gnu.as_os_str(), "sh".as_ref(), "-c".as_ref(), script.as_ref()]);
+    let cmd = [
+        GNU_TIME.as_ref(),
+        "-f".as_ref(),
+        "%I %O %x".as_ref(),
+        "-o".as_ref(),
+    ]
+    .into_iter()
+    .chain([
+        gnu.as_os_str(),
+        "sh".as_ref(),
+        "-c".as_ref(),
+        script.as_ref(),
+    ]);
     let out = Trace::new(cmd)
         .flag("-f")
         .flag("%I %O %x")
@@ -154,18 +186,27 @@ fn io_blocks_and_status_lines_match_gnu_time() {
         .no_json()
         .run();
     assert_eq!(out.code(), 3, "{}", out.context());
-    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let read =
+        |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     let (g, s) = (read(&gnu), read(&st));
     // GNU time's line about the status first, in both.
     let status = "Command exited with non-zero status 3";
     assert_eq!(g.lines().next(), Some(status), "{g}");
     assert_eq!(s.lines().next(), Some(status), "{s}");
     let figures = |t: &str| -> Vec<u64> {
-        let l = t.lines().nth(1).unwrap_or_else(|| panic!("no figures: {t:?}"));
-        l.split(' ').map(|v| v.parse().unwrap_or_else(|_| panic!("{l:?}"))).collect()
+        let l = t
+            .lines()
+            .nth(1)
+            .unwrap_or_else(|| panic!("no figures: {t:?}"));
+        l.split(' ')
+            .map(|v| v.parse().unwrap_or_else(|_| panic!("{l:?}")))
+            .collect()
     };
     let (gf, sf) = (figures(&g), figures(&s));
-    assert!(gf[0] >= 16384 && gf[1] >= 16384, "8 MiB read and written: {g}");
+    assert!(
+        gf[0] >= 16384 && gf[1] >= 16384,
+        "8 MiB read and written: {g}"
+    );
     // The same counters, and GNU time's own: the pages of its binary if they were not cached,
     // and the page of its -o file it dirties.
     within("%I", sf[0] as f64, gf[0] as f64, 0.0, 256.0);

@@ -367,7 +367,9 @@ fn finish(
 
 /// What the watch writes to and serves from, opened before anything is loaded so that a
 /// path or address that cannot be used fails the watch before it starts.
-fn open_ends(args: &WatchArgs) -> anyhow::Result<(Output, Option<std::net::TcpListener>, Option<Dest>)> {
+fn open_ends(
+    args: &WatchArgs,
+) -> anyhow::Result<(Output, Option<std::net::TcpListener>, Option<Dest>)> {
     // `-`: standard output, as without -o.
     let path = args.output.as_deref().filter(|p| p.as_os_str() != "-");
     let out = Output::open(path, args.json, args.wide).with_context(|| {
