@@ -55,15 +55,14 @@ Examples:
 const BENCH_EXAMPLES: &str = "\
 Examples:
   sudo spacetime bench 'gzip -k -f big.tar' 'zstd -k -f big.tar'
-      10 traced runs of each: time, peak memory of the largest process and of the whole
-      tree, and which differences are significant
+      At least 10 traced runs of each (and 3 s): time, peak memory of the largest process
+      and of the whole tree, and which differences are significant
   sudo spacetime bench -N -r 30 -w 3 './old --input x' './new --input x'
       No shell: each command split like a shell and exec'd; 3 warm-up runs first
-  sudo spacetime bench --prepare 'make clean' 'make -j2' 'make -j4'
-      A clean tree before every run: the build's time and the memory of its largest
-      compiler, and of all its processes at once
-  sudo spacetime bench --json bench.json --export-markdown bench.md 'sort big.txt' 'sort -S 1M big.txt'
-      Every run's figures as JSON; a Markdown table to paste";
+  sudo spacetime bench -P j 1 4 --prepare 'make clean' 'make -j{j}'
+      A clean tree before every run of make -j1 to -j4: time and memory per -j
+  sudo spacetime bench --export-json b.json 'sort big.txt' 'sort -S 1M big.txt'
+      hyperfine's JSON (its scripts read it), with every run's figures";
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
