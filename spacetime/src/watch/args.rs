@@ -48,7 +48,8 @@ pub struct WatchArgs {
     /// JSON lines on stdout (or FILE): one object per exit
     #[arg(long)]
     pub json: bool,
-    /// Append the output to FILE instead of writing it to stdout (`-`: standard output)
+    /// Append the output to FILE instead of writing it to stdout (`-`: standard output);
+    /// SIGHUP reopens FILE (after a log rotation) instead of stopping the watch
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Table: do not cut lines to the terminal's width, and add a CGROUP column

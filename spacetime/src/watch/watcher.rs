@@ -194,6 +194,15 @@ impl Consumer for Looping<'_, '_> {
     }
 
     fn signal(&mut self, signo: libc::c_int, _from_process: bool) {
+        // SIGHUP with -o FILE: the log was rotated (logrotate's postrotate, systemd's
+        // ExecReload); write on into FILE made anew. Without -o it stops, as a hangup does.
+        if signo == libc::SIGHUP {
+            match self.w.out.reopen() {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => return self.w.output_failed(e),
+            }
+        }
         self.w.stop.get_or_insert(Stop::Signal(signo));
     }
 
