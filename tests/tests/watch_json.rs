@@ -120,7 +120,7 @@ fn every_line_kind_matches_the_schema_and_the_collector_recipe() {
     );
     let two_images = lines
         .iter()
-        .find(|v| v["event"] == "exit" && argv_of(v).iter().any(|a| *a == t))
+        .find(|v| v["event"] == "exit" && argv_of(v).contains(&t))
         .expect("the exit of the exec'd image");
     // The spawner's fork (it ran on its address space), grow-exec, quiet-exit.
     let images = two_images["images"].as_array().map_or(0, Vec::len);
