@@ -398,6 +398,7 @@ impl Watch {
         reaps: bool,
     ) -> Watch {
         let mut metrics = Metrics::new(taskstats, args.metrics_comm_limit);
+        metrics.histograms = args.metrics_histograms;
         for label in &args.metrics_label {
             metrics.by_identity.push(metrics::identity::ByIdentity::new(
                 *label,
