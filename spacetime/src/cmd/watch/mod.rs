@@ -122,6 +122,7 @@ fn load_probes(args: &WatchArgs, filter: &Filter) -> anyhow::Result<Probes> {
         ring_buffer_bytes: args.ring_buffer,
         max_tracked: args.max_processes.clamp(1, 65536) as u32,
         filter: kernel_filter,
+        cgroup_names: true,
         ..LoadOptions::default()
     })?;
     if let Some(root) = filter.pid_tree() {

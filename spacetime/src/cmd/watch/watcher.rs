@@ -171,6 +171,7 @@ impl Consumer for Looping<'_> {
             // RSS over time is trace's; watch does not turn it on.
             Event::Rss(_) => {}
             Event::Reap(r) => w.reap(&r),
+            Event::CgroupName(c) => w.cgroups.named(c.cgroup_id, &c.path),
         }
     }
 
