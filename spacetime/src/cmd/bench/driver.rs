@@ -142,12 +142,18 @@ struct Out {
 impl Out {
     fn new(plan: &Plan) -> Out {
         let stderr = plan.files.uses_stdout();
-        let (terminal, fd) = match stderr {
-            true => (std::io::stderr().is_terminal(), libc::STDERR_FILENO),
-            false => (std::io::stdout().is_terminal(), libc::STDOUT_FILENO),
+        let (terminal, cols) = match stderr {
+            true => {
+                let e = std::io::stderr();
+                (e.is_terminal(), crate::util::term::columns(Some(e), false))
+            }
+            false => {
+                let o = std::io::stdout();
+                (o.is_terminal(), crate::util::term::columns(Some(o), false))
+            }
         };
         let width = match terminal {
-            true => crate::util::term::columns(Some(fd), false).unwrap_or(80),
+            true => cols.unwrap_or(80),
             false => 80,
         };
         Out {

@@ -33,7 +33,8 @@ pub fn of(walls_ns: &[u64], shell: bool, warmup: bool, prepare: bool) -> Vec<War
     if shell && walls_ns.iter().any(|&t| t < MIN_EXECUTION_NS) {
         w.push(Warning::FastExecution);
     }
-    let scores = modified_zscores(&walls_ns.iter().map(|&t| t as f64).collect::<Vec<_>>());
+    let walls: Vec<f64> = walls_ns.iter().map(|&t| t as f64).collect();
+    let scores = super::stats::modified_zscores(&walls);
     if scores[0] > OUTLIER_THRESHOLD {
         w.push(Warning::SlowFirstRun {
             wall_ns: walls_ns[0],
@@ -44,27 +45,6 @@ pub fn of(walls_ns: &[u64], shell: bool, warmup: bool, prepare: bool) -> Vec<War
         w.push(Warning::Outliers { warmup, prepare });
     }
     w
-}
-
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-/// (x − median) / MAD for each x; a MAD of 0 is taken as the smallest positive step, so that
-/// any run off a constant majority stands out.
-pub fn modified_zscores(xs: &[f64]) -> Vec<f64> {
-    let m = median(xs);
-    let dev: Vec<f64> = xs.iter().map(|x| (x - m).abs()).collect();
-    let mad = median(&dev);
-    let mad = if mad > 0.0 { mad } else { f64::EPSILON };
-    xs.iter().map(|x| (x - m) / mad).collect()
 }
 
 impl Warning {
@@ -133,43 +113,6 @@ fn slow_hint(warmup: bool, prepare: bool) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn outliers(xs: &[f64]) -> usize {
-        modified_zscores(xs)
-            .iter()
-            .filter(|s| s.abs() > OUTLIER_THRESHOLD)
-            .count()
-    }
-
-    #[test]
-    fn outliers_as_hyperfine_counts_them() {
-        // hyperfine's own cases (src/outlier_detection.rs).
-        assert_eq!(outliers(&[50.0]), 0);
-        assert_eq!(outliers(&[1000.0, 0.0]), 0);
-        assert_eq!(outliers(&[-0.2, 0.0, 0.2]), 0);
-        assert_eq!(outliers(&[-0.2, 0.0, 0.2, 4.0]), 1);
-        assert_eq!(outliers(&[0.5, 0.30, 0.29, 0.31, 0.30]), 1);
-        let normal = [
-            2.33269488,
-            1.42195907,
-            -0.57527698,
-            -0.31293437,
-            2.2948158,
-            0.75813273,
-            -1.0712388,
-            -0.96394741,
-            -1.15897446,
-            1.10976285,
-        ];
-        assert_eq!(outliers(&normal), 0);
-        let mut two = normal.to_vec();
-        two.extend([20.0, -500.0]);
-        assert_eq!(outliers(&two), 2);
-        assert_eq!(
-            outliers(&[10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 100.0]),
-            1
-        );
-    }
 
     #[test]
     fn which_warning() {
