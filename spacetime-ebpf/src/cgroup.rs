@@ -13,9 +13,7 @@ use aya_ebpf::{
     maps::{LruHashMap, PerCpuArray},
     programs::RawTracePointContext,
 };
-use spacetime_common::{
-    flags, kind, stat, CgroupNameEvent, CGROUP_NAME_DEPTH, CGROUP_NAME_LEN,
-};
+use spacetime_common::{flags, kind, stat, CgroupNameEvent, CGROUP_NAME_DEPTH, CGROUP_NAME_LEN};
 
 use crate::{
     conf, count, filter, output,
@@ -35,7 +33,7 @@ pub fn try_name(ctx: &RawTracePointContext) -> Result<(), i32> {
     // SAFETY: plain helper call; the task is current in the exec tracepoint.
     let id = unsafe { bpf_get_current_cgroup_id() };
     // SAFETY: the value is not kept.
-    if unsafe { CGROUP_NAMED.get(&id) }.is_some() {
+    if unsafe { CGROUP_NAMED.get(id) }.is_some() {
         return Ok(());
     }
     let task = Task(ctx.arg::<u64>(0));
@@ -73,7 +71,7 @@ pub fn try_name(ctx: &RawTracePointContext) -> Result<(), i32> {
             Ok(_) => {}
             Err(e) => {
                 count(session, stat::READ_FAIL);
-                return Err(e as i32);
+                return Err(e);
             }
         }
         depth += 1;
@@ -84,7 +82,7 @@ pub fn try_name(ctx: &RawTracePointContext) -> Result<(), i32> {
     }
     ev.depth = depth;
     // Marked sent only once the path is whole: a failed read tries again at the next exec.
-    let _ = CGROUP_NAMED.insert(&id, &1, 0);
+    let _ = CGROUP_NAMED.insert(id, 1, 0);
     output(ev, session);
     Ok(())
 }

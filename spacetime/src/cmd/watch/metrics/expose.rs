@@ -210,7 +210,9 @@ fn exits(w: &mut Writer, m: &Metrics) {
 /// Run time and peak RSS histograms by `label` (comm, unit or container): p99 of a program's
 /// peak is `histogram_quantile(0.99, sum by (comm, le) (rate(…_bucket[5m])))`.
 fn histograms_of(w: &mut Writer, word: &str, label: &str, rows: &[(&str, &CommStats)]) {
-    let families: [(&str, &str, &str, &Buckets, fn(&CommStats) -> &Histogram); 2] = [
+    /// Which of a row's histograms.
+    type Pick = fn(&CommStats) -> &Histogram;
+    let families: [(&str, &str, &str, &Buckets, Pick); 2] = [
         (
             "runtime_seconds",
             "seconds",
