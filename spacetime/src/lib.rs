@@ -39,6 +39,7 @@ pub mod agent;
 pub mod attach;
 pub mod bench;
 pub mod btf;
+pub mod caps;
 pub mod cgroup_peak;
 pub mod chart;
 pub mod cli;

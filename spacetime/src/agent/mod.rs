@@ -6,6 +6,7 @@ pub mod client;
 mod clients;
 mod daemon;
 pub mod proto;
+mod ready;
 mod route;
 pub mod sock;
 pub mod verify;

@@ -49,10 +49,12 @@ pub use stats::{parse_sysctl_flag, KernelProgramStats, ProgramStats};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("root is needed to load the eBPF programs; run it with sudo")]
+    #[error("loading the eBPF programs needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), which this user lacks: run it with sudo, or through a spacetime agent")]
     NotRoot,
-    #[error("running as root but without {0}: loading the eBPF programs needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)")]
-    MissingCapability(&'static str),
+    #[error(
+        "without {0}: loading the eBPF programs needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)"
+    )]
+    MissingCapability(String),
     #[error("this kernel has no BTF ({BTF_PATH} is missing); spacetime needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
     NoBtf,
     #[error("this spacetime binary was built without its eBPF programs; build it with `cargo xtask build`")]
@@ -179,38 +181,23 @@ pub fn possible_cpus() -> Result<u32, LoadError> {
     Ok(max + 1)
 }
 
-/// The effective capability set, from /proc/self/status.
-fn effective_caps() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
-    u64::from_str_radix(hex.trim(), 16).ok()
-}
-
 fn check_capabilities() -> Result<(), LoadError> {
-    const CAP_SYS_ADMIN: u64 = 21;
-    const CAP_PERFMON: u64 = 38;
-    const CAP_BPF: u64 = 39;
-    let has = |caps: u64, c: u64| caps & (1 << c) != 0;
     // SAFETY: geteuid cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
-    let Some(caps) = effective_caps() else {
+    let Some(caps) = crate::caps::CapSet::effective() else {
         return if root {
             Ok(())
         } else {
             Err(LoadError::NotRoot)
         };
     };
-    if has(caps, CAP_SYS_ADMIN) || (has(caps, CAP_BPF) && has(caps, CAP_PERFMON)) {
-        return Ok(());
+    let missing = caps.missing_for_load();
+    match missing.len() {
+        0 => Ok(()),
+        // A plain user: neither capability.
+        2 if !root => Err(LoadError::NotRoot),
+        _ => Err(LoadError::MissingCapability(crate::caps::names(&missing))),
     }
-    if !root {
-        return Err(LoadError::NotRoot);
-    }
-    Err(LoadError::MissingCapability(if has(caps, CAP_BPF) {
-        "CAP_PERFMON"
-    } else {
-        "CAP_BPF"
-    }))
 }
 
 fn bump_memlock() {
