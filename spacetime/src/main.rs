@@ -1,11 +1,11 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use spacetime::cli::{Cli, Command, EXIT_OWN_FAILURE};
+use spacetime::cmd::cli::{Cli, Command, EXIT_OWN_FAILURE};
 
 fn main() -> ExitCode {
     fixed_mmap_threshold();
-    spacetime::term::init_locale();
+    spacetime::util::term::init_locale();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -23,15 +23,17 @@ fn main() -> ExitCode {
         .format_timestamp(None)
         .init();
     let code = match cli.command {
-        Command::Trace(args) => spacetime::trace::main(args, cli.verbose),
-        Command::Watch(args) => spacetime::watch::main(args, cli.verbose),
-        Command::Bench(args) => spacetime::bench::main(args, cli.verbose),
-        Command::Agent(args) => spacetime::agent::main(args),
-        Command::Completions { shell } => written(spacetime::cli::write_completions(
+        Command::Trace(args) => spacetime::cmd::trace::main(args, cli.verbose),
+        Command::Watch(args) => spacetime::cmd::watch::main(args, cli.verbose),
+        Command::Bench(args) => spacetime::cmd::bench::main(args, cli.verbose),
+        Command::Agent(args) => spacetime::cmd::agent::main(args),
+        Command::Completions { shell } => written(spacetime::cmd::cli::write_completions(
             shell,
             &mut std::io::stdout().lock(),
         )),
-        Command::Man => written(spacetime::cli::write_man(&mut std::io::stdout().lock())),
+        Command::Man => written(spacetime::cmd::cli::write_man(
+            &mut std::io::stdout().lock(),
+        )),
     };
     ExitCode::from(code.clamp(0, 255) as u8)
 }

@@ -7,8 +7,8 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use spacetime::core::{Run, RunOptions, Session, SessionOptions, Spawn, Start};
-use spacetime::loader::LoadOptions;
+use spacetime::kernel::loader::LoadOptions;
+use spacetime::run::{Run, RunOptions, Session, SessionOptions, Spawn, Start};
 use spacetime_tests::{assert_rss, check_invariants, find_process, Exit, Report, TempDir, MIB};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");

@@ -11,9 +11,9 @@ use std::ffi::OsString;
 use std::path::Path;
 
 use aya::maps::{MapData, RingBuf};
-use spacetime::events::{decode, Event};
-use spacetime::launch::{spawn_held, Held};
-use spacetime::loader::{LoadOptions, Probes, SessionId};
+use spacetime::kernel::events::{decode, Event};
+use spacetime::kernel::loader::{LoadOptions, Probes, SessionId};
+use spacetime::run::launch::{spawn_held, Held};
 use spacetime_common::{flags, kind};
 use spacetime_tests::{assert_rss, TempDir, Truth, MIB, PAGE};
 

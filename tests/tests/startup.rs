@@ -7,7 +7,7 @@ use std::os::unix::{fs::MetadataExt, process::CommandExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use spacetime::loader::{LoadOptions, Probes};
+use spacetime::kernel::loader::{LoadOptions, Probes};
 
 fn link(path: &str) -> PathBuf {
     std::fs::read_link(path).unwrap_or_else(|e| panic!("readlink {path}: {e}"))
@@ -95,7 +95,7 @@ fn without_cap_sys_chroot_aya_parses_and_tracing_works() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let ours: Vec<&str> = stderr
         .lines()
-        .filter(|l| l.contains("spacetime::loader"))
+        .filter(|l| l.contains("spacetime::kernel::loader"))
         .collect();
     assert!(
         out.status.success(),

@@ -4,6 +4,7 @@
 mod agent_pass;
 mod bench;
 mod install;
+mod layers;
 mod toolchain;
 mod vm;
 
@@ -44,7 +45,9 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
-    /// rustfmt and clippy (-D warnings) on both the userspace and the eBPF crates
+    /// The layering of spacetime/src (imports point down: cmd → run → report → model →
+    /// kernel → util), then rustfmt and clippy (-D warnings) on both the userspace and the
+    /// eBPF crates
     Lint,
     /// Measure what spacetime costs next to bare runs, /usr/bin/time and strace, on workloads
     /// the bench builds itself (needs root); prints a Markdown table, writes JSON under
@@ -236,6 +239,7 @@ fn main() -> Result<()> {
         Cmd::Bench(opts) => bench::bench(opts),
         Cmd::Lint => {
             toolchain::ensure()?;
+            layers::lint(&root().join("spacetime/src"))?;
             run(cargo().args(["fmt", "--all", "--check"]))?;
             run(Command::new("cargo")
                 .current_dir(root().join("spacetime-ebpf"))

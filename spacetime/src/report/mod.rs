@@ -3,9 +3,14 @@
 //! (`start_unix_ns` says when that was); all sizes are bytes. docs/trace-report.schema.json
 //! describes the JSON.
 
-pub mod lossless;
-pub mod origin;
-pub mod text;
+pub(crate) mod chart;
+pub(crate) mod export;
+pub(crate) mod format;
+pub(crate) mod lossless;
+pub(crate) mod origin;
+pub(crate) mod selfstats;
+pub(crate) mod status;
+pub(crate) mod text;
 mod view;
 
 pub use origin::{Origin, SCHEMA_VERSION};
@@ -14,14 +19,17 @@ pub use view::{ImageReport, ProcessReport, State};
 
 use serde::Serialize;
 
+use crate::kernel::taskstats::Unavailable;
 use crate::{
-    core::counters::KernelCounters,
-    crosscheck::{Coverage, PerProcess},
-    idhash::IdSet,
-    selfstats::OwnCost,
-    timeline::TimelineReport,
-    tree::{ExitStatus, Key, Tree},
+    kernel::counters::KernelCounters,
+    model::{
+        crosscheck::{Coverage, PerProcess},
+        timeline::TimelineReport,
+        tree::{ExitStatus, Key, Tree},
+    },
+    report::selfstats::OwnCost,
 };
+use rustc_hash::FxHashSet;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Exit(pub ExitStatus);
@@ -80,9 +88,9 @@ pub struct Report<'a> {
     /// not asked for). Set by the caller after [`Report::build`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup_peak: Option<CgroupPeakReport>,
-    /// Whose kernel programs traced the run: `"own"` or `"agent"`. Set by the caller.
+    /// Whose kernel programs traced the run. Set by the caller.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub programs: Option<&'static str>,
+    pub programs: Option<crate::kernel::provenance::Provenance>,
 }
 
 /// The memory cgroup's peak beside the summed-RSS tree peak.
@@ -104,16 +112,16 @@ pub struct CgroupPeakReport {
     pub unavailable_reason: Option<String>,
 }
 
-/// Memory over time, taken from the [`Timeline`](crate::timeline::Timeline).
+/// Memory over time, taken from the [`Timeline`](crate::model::timeline::Timeline).
 pub struct MemoryMeta<'a> {
-    pub tree_peak: Option<crate::timeline::Point>,
-    pub max_pss: Option<crate::timeline::Point>,
-    pub max_pss_estimated: Option<crate::timeline::Point>,
-    pub timeline: &'a crate::timeline::Timeline,
+    pub tree_peak: Option<crate::model::timeline::Point>,
+    pub max_pss: Option<crate::model::timeline::Point>,
+    pub max_pss_estimated: Option<crate::model::timeline::Point>,
+    pub timeline: &'a crate::model::timeline::Timeline,
 }
 
 impl<'a> MemoryMeta<'a> {
-    pub fn of(timeline: &'a crate::timeline::Timeline) -> MemoryMeta<'a> {
+    pub fn of(timeline: &'a crate::model::timeline::Timeline) -> MemoryMeta<'a> {
         MemoryMeta {
             tree_peak: timeline.tree_peak(),
             max_pss: timeline.max_pss(),
@@ -126,9 +134,9 @@ impl<'a> MemoryMeta<'a> {
 #[derive(Debug, Serialize)]
 pub struct TaskstatsReport {
     pub available: bool,
-    /// Why there is no cross-check, when there is none.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub unavailable_reason: Option<String>,
+    /// Why there is no cross-check, when there is none (its sentence in JSON).
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "sentence")]
+    pub unavailable_reason: Option<Unavailable>,
     #[serde(flatten)]
     pub coverage: Coverage,
     /// Delay accounting was on: the per-process delays are meaningful.
@@ -144,7 +152,15 @@ pub enum TaskstatsMeta {
         delayacct: bool,
         rcvbuf_bytes: u64,
     },
-    Unavailable(String),
+    Unavailable(Unavailable),
+}
+
+/// A reason, serialized as the sentence it renders to.
+fn sentence<S: serde::Serializer>(r: &Option<Unavailable>, s: S) -> Result<S::Ok, S::Error> {
+    match r {
+        Some(r) => s.collect_str(r),
+        None => s.serialize_none(),
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -182,6 +198,10 @@ pub struct KernelReport {
     pub page_size: u64,
     pub ring_buffer_bytes: u32,
     pub mechanisms: Vec<String>,
+    /// For an attach (`trace -p`): whether the kernel followed the RSS of the processes
+    /// attached to from the attach on. Said in `mechanisms` in words; this is the fact.
+    #[serde(skip)]
+    pub attach_memory_followed: Option<bool>,
 }
 
 /// What the trace knows beyond the tree.
@@ -196,11 +216,13 @@ pub struct Meta<'a> {
     pub decode_errors: u64,
     pub ring_buffer_bytes: u32,
     pub mechanisms: Vec<String>,
+    /// See [`KernelReport::attach_memory_followed`].
+    pub attach_memory_followed: Option<bool>,
     pub taskstats: TaskstatsMeta,
     pub memory: MemoryMeta<'a>,
     pub own_cost: OwnCost,
     /// Processes whose exit was never seen and that were gone when the trace ended.
-    pub gone: &'a IdSet<Key>,
+    pub gone: &'a FxHashSet<Key>,
 }
 
 impl<'a> Report<'a> {
@@ -278,6 +300,7 @@ impl<'a> Report<'a> {
                 page_size: page,
                 ring_buffer_bytes: meta.ring_buffer_bytes,
                 mechanisms: meta.mechanisms,
+                attach_memory_followed: meta.attach_memory_followed,
             },
             taskstats: match meta.taskstats {
                 TaskstatsMeta::Available {

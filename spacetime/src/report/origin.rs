@@ -25,7 +25,7 @@ impl Origin {
     /// The origin of a trace whose root started at `t0_mono_ns` (CLOCK_MONOTONIC).
     pub fn now(t0_mono_ns: u64) -> Origin {
         let (host, kernel_release) = uname();
-        let offset = crate::clock::realtime_offset_ns() as i128;
+        let offset = crate::util::clock::realtime_offset_ns() as i128;
         let start_unix_ns = (t0_mono_ns as i128 + offset).max(0) as u64;
         Origin {
             schema_version: SCHEMA_VERSION,
@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn origin_is_this_machine() {
-        let o = Origin::now(crate::clock::monotonic_ns());
+        let o = Origin::now(crate::util::clock::monotonic_ns());
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
         assert_eq!(o.kernel_release, release.trim());
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");

@@ -3,16 +3,21 @@
 use spacetime_common::{kind, EventHeader, ExitEvent, ForkEvent};
 
 use super::*;
+use crate::kernel::taskstats::Unavailable;
 use crate::{
-    core::counters::KernelCounters,
-    crosscheck::PerProcess,
-    events::{Comm, Event, Exec},
-    report::{MemoryMeta, Meta, TaskstatsMeta},
-    selfstats::OwnCost,
-    term::tests::{assert_terminal_safe, nasty_bytes},
-    timeline::{RssSource, Timeline},
-    tree::Tree,
+    kernel::{
+        counters::KernelCounters,
+        events::{Comm, Event, Exec},
+    },
+    model::{
+        crosscheck::PerProcess,
+        timeline::{RssSource, Timeline},
+        tree::Tree,
+    },
+    report::{selfstats::OwnCost, MemoryMeta, Meta, TaskstatsMeta},
+    util::term::tests::{assert_terminal_safe, nasty_bytes},
 };
+use rustc_hash::FxHashSet;
 
 fn hdr(kind: u16, tgid: u32, ts: u64) -> EventHeader {
     EventHeader {
@@ -72,7 +77,7 @@ fn hostile_names_render_safely_at_every_width() {
     let mut seed = 0x9E37_79B9_7F4A_7C15;
     let timeline = Timeline::new(RssSource::Kernel);
     let sums = PerProcess::default();
-    let gone = crate::idhash::IdSet::default();
+    let gone = FxHashSet::default();
     for round in 0..40u32 {
         let tree = hostile_tree(&mut seed, 1 + round % 13);
         let command = crate::report::lossless::Args(vec![nasty_bytes(&mut seed, 40)]);
@@ -89,7 +94,8 @@ fn hostile_names_render_safely_at_every_width() {
                 decode_errors: 0,
                 ring_buffer_bytes: 4096,
                 mechanisms: Vec::new(),
-                taskstats: TaskstatsMeta::Unavailable("test".into()),
+                attach_memory_followed: None,
+                taskstats: TaskstatsMeta::Unavailable(Unavailable::Open("test".into())),
                 memory: MemoryMeta::of(&timeline),
                 own_cost: OwnCost::default(),
                 gone: &gone,
@@ -153,7 +159,7 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
         .as_bytes();
     let timeline = Timeline::new(RssSource::Kernel);
     let sums = PerProcess::default();
-    let gone = crate::idhash::IdSet::default();
+    let gone = FxHashSet::default();
     for n in [1, 12, 60] {
         let tree = long_path_tree(n, exe);
         let report = Report::build(
@@ -161,7 +167,7 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
             &sums,
             Meta {
                 command: crate::report::lossless::Args(vec![exe.to_vec(), b"x".repeat(200)]),
-                root_exit: Some(crate::tree::ExitStatus::Code(0)),
+                root_exit: Some(crate::model::tree::ExitStatus::Code(0)),
                 t0_ns: 0,
                 end_ns: 123_456_000_000_000,
                 page_size: 4096,
@@ -169,7 +175,10 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
                 decode_errors: 0,
                 ring_buffer_bytes: 4096,
                 mechanisms: Vec::new(),
-                taskstats: TaskstatsMeta::Unavailable("a reason long enough to need a wrap".into()),
+                attach_memory_followed: None,
+                taskstats: TaskstatsMeta::Unavailable(Unavailable::Open(
+                    "a reason long enough to need a wrap".into(),
+                )),
                 memory: MemoryMeta::of(&timeline),
                 own_cost: OwnCost::default(),
                 gone: &gone,

@@ -1,5 +1,5 @@
 //! `st-agent-client SOCKET CASE`: a raw client of `spacetime agent`, speaking its protocol
-//! (spacetime::agent::proto) to ask it to trace a process it must refuse, or one it must
+//! (spacetime::kernel::remote::proto) to ask it to trace a process it must refuse, or one it must
 //! accept. Prints one line: `tracked PID` or `refused REASON` (or `error …`), exits 0.
 //!
 //! Cases:
@@ -13,7 +13,7 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
-use spacetime::agent::{
+use spacetime::kernel::remote::{
     proto::{self, Msg},
     sock,
 };

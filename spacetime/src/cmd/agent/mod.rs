@@ -1,0 +1,14 @@
+//! `spacetime agent`: a root daemon that loads the kernel programs once and traces for any
+//! user who connects, each in a session of its own. [`crate::kernel::remote::proto`] is what travels on
+//! its socket, [`crate::kernel::remote::sock`] the socket itself.
+
+mod clients;
+mod daemon;
+mod ready;
+mod route;
+pub(crate) mod verify;
+mod watchers;
+
+pub use daemon::{main, AgentArgs};
+
+pub use crate::kernel::remote::{socket_path, DEFAULT_SOCKET, SOCKET_ENV};

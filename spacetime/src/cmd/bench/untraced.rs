@@ -1,0 +1,36 @@
+//! The runs that are not measured: `--prepare` commands and warm-up runs, started as a shell
+//! would start them, as the user the measured runs run as.
+
+use std::{
+    ffi::OsString,
+    io,
+    os::unix::process::{CommandExt, ExitStatusExt},
+    process::{Command, Stdio},
+};
+
+use crate::run::launch::Credentials;
+
+/// Runs `argv` to its end; returns its status as a shell gives it (128+N for signal N).
+pub fn run(argv: &[OsString], creds: Option<&Credentials>, show_output: bool) -> io::Result<i32> {
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]).stdin(Stdio::null());
+    if !show_output {
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    }
+    if let Some(c) = creds.cloned() {
+        // SAFETY: only async-signal-safe syscalls on memory prepared before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setgroups(c.groups.len(), c.groups.as_ptr()) != 0
+                    || libc::setgid(c.gid) != 0
+                    || libc::setuid(c.uid) != 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let st = cmd.status()?;
+    Ok(st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0)))
+}

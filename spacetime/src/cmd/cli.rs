@@ -1,0 +1,335 @@
+//! Command-line interface.
+
+use std::{ffi::OsString, path::PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+
+pub use crate::util::exit_code::EXIT_OWN_FAILURE;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "spacetime",
+    version,
+    about = "Trace a process tree with eBPF: every fork, exec and exit, with exact peak memory per process and per program image",
+    after_help = "Exit status: `trace` exits with CMD's status (128+N if CMD died of signal N, \
+                  127 if CMD was not found, 126 if it could not be executed); 125 when spacetime \
+                  itself fails."
+)]
+pub struct Cli {
+    /// More detail: kernel mechanisms in use, per-image figures (-vv: debug logs, including
+    /// the kernel programs' own)
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+const TRACE_EXAMPLES: &str = "\
+Examples:
+  sudo spacetime trace -- make -j8
+      Build, then read the summary: every process, its time and its exact peak memory
+  sudo spacetime trace --json report.json -q -- ./run-tests.sh
+      No live status line; the whole report as JSON (see docs/trace-report.schema.json)
+  sudo spacetime trace --perfetto build.pftrace -- cargo build
+      A timeline to open in ui.perfetto.dev
+  sudo spacetime trace --stop-on-root-exit -- sh -c 'sleep 100 & echo started'
+      Stop when sh exits; report the sleep as still running
+  sudo spacetime trace --cgroup-peak -- make -j8
+      Also the tree's memory with shared pages counted once and page cache included
+  sudo spacetime trace -p 4242
+      Attach to a running process and its descendants; report when all have ended (or on Ctrl-C)";
+
+const WATCH_EXAMPLES: &str = "\
+Examples:
+  sudo spacetime watch
+      Every process exit on the system, one row each, until Ctrl-C
+  sudo spacetime watch --failed --ancestry
+      Only the processes that failed, with who started them
+  sudo spacetime watch --cgroup /system.slice/cron.service --min-rss 100M
+      Cron jobs that reached 100 MiB
+  sudo spacetime watch --json -o exits.jsonl --duration 1h
+      One JSON object per exit for an hour, appended to exits.jsonl
+  sudo spacetime watch --metrics 9464 -o /dev/null
+      Serve OpenMetrics for Prometheus on 127.0.0.1:9464";
+
+const BENCH_EXAMPLES: &str = "\
+Examples:
+  sudo spacetime bench 'gzip -k -f big.tar' 'zstd -k -f big.tar'
+      10 traced runs of each: time, peak memory of the largest process and of the whole
+      tree, and which differences are significant
+  sudo spacetime bench -N -r 30 -w 3 './old --input x' './new --input x'
+      No shell: each command split like a shell and exec'd; 3 warm-up runs first
+  sudo spacetime bench --prepare 'make clean' 'make -j2' 'make -j4'
+      A clean tree before every run: the build's time and the memory of its largest
+      compiler, and of all its processes at once
+  sudo spacetime bench --json bench.json --export-markdown bench.md 'sort big.txt' 'sort -S 1M big.txt'
+      Every run's figures as JSON; a Markdown table to paste";
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run CMD and report its whole process tree on stderr
+    #[command(after_help = TRACE_EXAMPLES)]
+    Trace(TraceArgs),
+    /// Run each command many times, every run fully traced (programs loaded once): time and
+    /// exact peak memory with their spread, and the commands compared
+    #[command(after_help = BENCH_EXAMPLES)]
+    Bench(crate::cmd::bench::BenchArgs),
+    /// Report every process exit on the system: runtime, CPU, peak memory, exit status, argv,
+    /// ancestry; as a table, JSON lines or OpenMetrics
+    #[command(after_help = WATCH_EXAMPLES)]
+    Watch(crate::cmd::watch::WatchArgs),
+    /// Serve trace and bench for any user: load the kernel programs once, as root, and trace
+    /// what clients start, each in a session of its own, over a Unix socket
+    #[command(after_help = "\
+Examples:
+  sudo spacetime agent
+      Listen on /run/spacetime/agent.sock; then `spacetime trace -- make` works without sudo
+  sudo spacetime agent --socket /tmp/st.sock
+      Another socket; clients find it through SPACETIME_SOCKET=/tmp/st.sock")]
+    Agent(crate::cmd::agent::AgentArgs),
+    /// Print a shell completion script on stdout
+    #[command(after_help = "\
+Examples:
+  spacetime completions bash > /usr/share/bash-completion/completions/spacetime
+  spacetime completions zsh > /usr/share/zsh/vendor-completions/_spacetime
+  spacetime completions fish > /usr/share/fish/vendor_completions.d/spacetime.fish")]
+    Completions {
+        /// The shell to complete for
+        #[arg(value_enum)]
+        shell: Shell,
+    },
+    /// Print the manual page (roff) on stdout
+    #[command(after_help = "\
+Examples:
+  spacetime man | man -l -
+  spacetime man > /usr/share/man/man1/spacetime.1")]
+    Man,
+}
+
+/// Shells `spacetime completions` writes for.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+/// Writes the completion script for `shell`, generated from the clap definitions.
+pub fn write_completions(shell: Shell, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let shell = match shell {
+        Shell::Bash => clap_complete::Shell::Bash,
+        Shell::Zsh => clap_complete::Shell::Zsh,
+        Shell::Fish => clap_complete::Shell::Fish,
+    };
+    // Generated in memory: clap_complete panics on a write error (a closed pipe).
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "spacetime", &mut script);
+    out.write_all(&script)
+}
+
+/// Writes the manual page: the top command's page followed by one section per subcommand
+/// (their options and examples), so `man spacetime` holds everything.
+pub fn write_man(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let man = clap_mangen::Man::new(cmd.clone());
+    man.render_title(out)?;
+    man.render_name_section(out)?;
+    man.render_synopsis_section(out)?;
+    man.render_description_section(out)?;
+    man.render_options_section(out)?;
+    man.render_subcommands_section(out)?;
+    for sub in cmd.get_subcommands() {
+        write_subcommand_man(sub, out)?;
+    }
+    // The top command's after-help is the exit status paragraph.
+    let mut extra = Vec::new();
+    man.render_extra_section(&mut extra)?;
+    let extra = String::from_utf8_lossy(&extra).replace(".SH EXTRA", ".SH \"EXIT STATUS\"");
+    out.write_all(extra.replace("Exit status: ", "").as_bytes())?;
+    man.render_version_section(out)
+}
+
+fn write_subcommand_man(sub: &clap::Command, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let name = format!("spacetime {}", sub.get_name());
+    let sub = sub.clone().bin_name(name.clone());
+    writeln!(out, ".SH \"{}\"", name.to_uppercase())?;
+    let man = clap_mangen::Man::new(sub.clone());
+    // Each section of the subcommand's own page, one level down (.SS), without its .TH.
+    let mut page = Vec::new();
+    man.render_synopsis_section(&mut page)?;
+    man.render_description_section(&mut page)?;
+    man.render_options_section(&mut page)?;
+    man.render_extra_section(&mut page)?;
+    // A subcommand's after-help is its examples.
+    let page = String::from_utf8_lossy(&page)
+        .replace("\n.SH ", "\n.SS ")
+        .replace(".SS EXTRA\nExamples:\n", ".SS EXAMPLES\n");
+    let page = page
+        .strip_prefix(".SH ")
+        .map_or(page.clone(), |p| format!(".SS {p}"));
+    out.write_all(page.as_bytes())
+}
+
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// Write the full report as JSON to FILE (`-`: standard output)
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write the summary to FILE instead of stderr (`-`: standard output), like `time -o`
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// With -o, append to FILE instead of overwriting it
+    #[arg(short = 'a', long, requires = "output")]
+    pub append: bool,
+    /// Print this line instead of the summary, with GNU time's letters (%e %E %U %S %M %x %C
+    /// %c %w, %%, \n, \t) and spacetime's: %T tree-wide peak RSS KiB, %N processes, %Y max
+    /// PSS KiB, %L events lost
+    #[arg(short = 'f', long, value_name = "FMT", value_parser = crate::report::format::parse)]
+    pub format: Option<crate::report::format::Format>,
+    /// Stop when CMD exits; report descendants still running instead of waiting for them
+    #[arg(long)]
+    pub stop_on_root_exit: bool,
+    /// Also run CMD in a memory cgroup of its own and report its peak (cgroup v2 memory.peak,
+    /// v1 memory.max_usage_in_bytes): each page once, page cache included, beside the
+    /// tree-wide peak RSS that sums the processes' RSS
+    #[arg(long)]
+    pub cgroup_peak: bool,
+    /// Under sudo, run CMD as root instead of the invoking user
+    #[arg(long)]
+    pub keep_root: bool,
+    /// Size of the kernel's ring buffer (bytes; K, M, G suffixes; rounded up to a power of two)
+    #[arg(long, value_name = "SIZE", default_value = "4M", value_parser = parse_size)]
+    pub ring_buffer: u32,
+    /// Most processes tracked at once
+    #[arg(long, value_name = "N", default_value_t = 65536)]
+    pub max_processes: u32,
+    /// Receive buffer for the kernel's taskstats exit records (K, M, G suffixes)
+    #[arg(long, value_name = "SIZE", default_value = "8M", value_parser = parse_size)]
+    pub taskstats_buffer: u32,
+    /// Switch delay accounting on (sysctl kernel.task_delayacct) for the trace, restoring the
+    /// old value afterwards
+    #[arg(long)]
+    pub delayacct: bool,
+    /// Do not cut the summary's lines to the terminal's width
+    #[arg(short = 'w', long)]
+    pub wide: bool,
+    /// Skip the memory-over-time chart in the summary
+    #[arg(long)]
+    pub no_chart: bool,
+    /// Write a Perfetto trace (open it in ui.perfetto.dev): a track per process nested by the
+    /// tree, a slice per image, RSS and PSS counters (`-`: standard output)
+    #[arg(long, value_name = "FILE")]
+    pub perfetto: Option<PathBuf>,
+    /// Quiet: no live status line and no notices (errors are still shown)
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Least time between two RSS points of one process, in ms (new tree-wide peaks always
+    /// count)
+    #[arg(long, value_name = "MS", default_value_t = 5)]
+    pub rss_interval: u32,
+    /// Shortest interval between two PSS samples of one process, in ms (bigger processes are
+    /// sampled less often so sampling stays under 2% of a CPU); 0 turns PSS sampling off
+    #[arg(long, value_name = "MS", default_value_t = 50)]
+    pub pss_interval: u64,
+    /// List at most N processes in the summary tree (0: all)
+    #[arg(long, value_name = "N", default_value_t = 40)]
+    pub top: usize,
+    /// Load the kernel programs here (root) even when a `spacetime agent` answers on its
+    /// socket (SPACETIME_SOCKET, default /run/spacetime/agent.sock)
+    #[arg(long)]
+    pub no_agent: bool,
+    /// Attach to these running processes (comma-separated) instead of running CMD: each, its
+    /// descendants and every later fork, until all have ended or Ctrl-C
+    #[arg(short = 'p', long = "pid", value_name = "PID[,PID...]", value_parser = parse_pids, conflicts_with_all = ["command", "cgroup_peak", "keep_root"])]
+    pub pid: Option<Pids>,
+    /// The command to run, and its arguments
+    #[arg(
+        required_unless_present = "pid",
+        trailing_var_arg = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// The pids of `trace -p`, in the order given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pids(pub Vec<u32>);
+
+fn parse_pids(s: &str) -> Result<Pids, String> {
+    crate::run::attach::parse_pids(s).map(Pids)
+}
+
+/// A buffer size from 4 KiB to 1 GiB, spelt as every size is ([`crate::util::parse`]).
+pub use crate::util::parse::buffer_size as parse_size;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4M"), Ok(4 << 20));
+        assert_eq!(parse_size("64k"), Ok(64 << 10));
+        assert_eq!(parse_size("8192"), Ok(8192));
+        assert!(parse_size("1").is_err());
+        assert!(parse_size("2X").is_err());
+        assert!(parse_size("9G").is_err());
+    }
+
+    #[test]
+    fn trailing_command_keeps_its_flags() {
+        let cli = Cli::try_parse_from(["spacetime", "trace", "--", "ls", "-l", "--color"])
+            .expect("parse");
+        let Command::Trace(t) = cli.command else {
+            panic!("not parsed as trace")
+        };
+        assert_eq!(t.command, ["ls", "-l", "--color"]);
+    }
+
+    #[test]
+    fn output_options() {
+        let cli = Cli::try_parse_from([
+            "spacetime",
+            "trace",
+            "-o",
+            "t.txt",
+            "--append",
+            "-f",
+            "%e %M",
+            "--json",
+            "-",
+            "--",
+            "true",
+        ])
+        .expect("parse");
+        let Command::Trace(t) = cli.command else {
+            panic!("not parsed as trace")
+        };
+        assert_eq!(t.output.as_deref(), Some(std::path::Path::new("t.txt")));
+        assert!(t.append && t.format.is_some());
+        assert_eq!(t.json.as_deref(), Some(std::path::Path::new("-")));
+        // --append needs -o; a bad format letter is refused before anything runs.
+        assert!(Cli::try_parse_from(["spacetime", "trace", "--append", "--", "true"]).is_err());
+        assert!(Cli::try_parse_from(["spacetime", "trace", "-f", "%q", "--", "true"]).is_err());
+    }
+
+    #[test]
+    fn attach_takes_pids_instead_of_a_command() {
+        let cli = Cli::try_parse_from(["spacetime", "trace", "-p", "12,34"]).expect("parse");
+        let Command::Trace(t) = cli.command else {
+            panic!("not parsed as trace")
+        };
+        assert_eq!(t.pid, Some(Pids(vec![12, 34])));
+        assert!(t.command.is_empty());
+        assert!(
+            Cli::try_parse_from(["spacetime", "trace"]).is_err(),
+            "neither"
+        );
+        assert!(
+            Cli::try_parse_from(["spacetime", "trace", "-p", "1", "--", "true"]).is_err(),
+            "both"
+        );
+        assert!(Cli::try_parse_from(["spacetime", "trace", "-p", "x"]).is_err());
+    }
+}

@@ -1,0 +1,9 @@
+//! The commands, thin orchestrations over the layers below: [`cli`] parses the command line,
+//! [`trace`] is one run of a session rendered, [`bench`] many runs compared, [`watch`] every
+//! exit on the system, [`agent`] the daemon that serves the others' kernel side.
+
+pub mod agent;
+pub mod bench;
+pub mod cli;
+pub mod trace;
+pub mod watch;

@@ -1,0 +1,202 @@
+//! `spacetime trace -- CMD`: one run of a [`Session`]: load the programs, run CMD until every
+//! traced process has exited (or the root, on request), then render and write the report.
+
+use std::io::{self, IsTerminal};
+use std::os::fd::AsRawFd;
+
+use crate::{
+    cmd::cli::TraceArgs,
+    kernel::loader::LoadOptions,
+    model::timeline::{RssSource, Timeline},
+    report::{self, chart, export::perfetto},
+    run::{
+        launch,
+        outputs::{Outputs, Requested},
+        Run, RunError, RunOptions, Session, SessionOptions, Spawn, Start,
+    },
+    util::exit_code::EXIT_OWN_FAILURE,
+};
+
+/// Entry point of the subcommand: returns the process exit status.
+pub fn main(args: TraceArgs, verbose: u8) -> i32 {
+    match run(args, verbose) {
+        Ok(code) => code,
+        Err(RunError::Launch(e)) => {
+            crate::errln!("spacetime: {e}");
+            e.exit_code()
+        }
+        Err(RunError::Other(e)) => {
+            crate::errln!("spacetime: {e:#}");
+            EXIT_OWN_FAILURE
+        }
+    }
+}
+
+/// What starts the run: CMD, resolved, and who it runs as; or the pids to attach to.
+enum What {
+    Spawn(std::path::PathBuf, Option<launch::Credentials>),
+    Attach(Vec<u32>),
+}
+
+fn what(args: &TraceArgs) -> Result<What, RunError> {
+    if let Some(pids) = &args.pid {
+        // Refused before anything loads: a pid that is gone, or another user's.
+        let caller = crate::run::attach::caller_uid();
+        for &pid in &pids.0 {
+            crate::run::attach::Target::hold(pid, caller).map_err(anyhow::Error::from)?;
+        }
+        return Ok(What::Attach(pids.0.clone()));
+    }
+    let path = launch::resolve(&args.command[0])?;
+    let creds = match args.keep_root {
+        true => None,
+        false => launch::sudo_credentials()?,
+    };
+    Ok(What::Spawn(path, creds))
+}
+
+fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
+    let what = what(&args)?;
+    // Before anything runs: a path that cannot be written must not cost a whole run.
+    let mut outputs = Outputs::open(&Requested {
+        json: args.json.as_deref(),
+        perfetto: args.perfetto.as_deref(),
+        summary: args.output.as_deref(),
+        append: args.append,
+    })
+    .map_err(anyhow::Error::from)?;
+    let mut session = Session::open_any(&session_options(&args, verbose), args.no_agent)?;
+    if verbose > 0 {
+        session.tell_loaded();
+    }
+    let start = match &what {
+        What::Spawn(path, creds) => Start::Spawn(Spawn {
+            path,
+            argv: &args.command,
+            creds: creds.as_ref(),
+        }),
+        What::Attach(pids) => Start::Attach(pids),
+    };
+    let run = session.run(
+        start,
+        &RunOptions {
+            stop_on_root_exit: args.stop_on_root_exit,
+            pss_interval_ns: args.pss_interval.saturating_mul(1_000_000),
+            quiet: args.quiet,
+            cgroup_peak: args.cgroup_peak,
+        },
+    )?;
+    let report = run.report();
+    let summary = render(&report, &run, &args, outputs.summary.as_ref(), verbose);
+    let title = report.command.lossy_line();
+    let perfetto_opts = perfetto::Options {
+        title: &title,
+        t0_ns: run.t0_ns,
+        end_ns: run.end_ns,
+        page_size: run.page_size,
+    };
+    outputs.write(&report, &summary, |w| {
+        perfetto::write_to(
+            &mut &mut *w,
+            &run.tree,
+            &run.memory.timeline,
+            &perfetto_opts,
+        )
+    });
+    Ok(run.exit_code())
+}
+
+fn session_options(args: &TraceArgs, verbose: u8) -> SessionOptions {
+    SessionOptions {
+        load: LoadOptions {
+            ring_buffer_bytes: args.ring_buffer,
+            max_tracked: args.max_processes,
+            track_rss: true,
+            rss_interval_ns: args.rss_interval.saturating_mul(1_000_000),
+            ..LoadOptions::default()
+        },
+        taskstats_buffer: args.taskstats_buffer,
+        delayacct: args.delayacct,
+        delayacct_notice: verbose > 0 && !args.quiet,
+    }
+}
+
+/// The summary: `--format`'s, or the text report with its memory chart.
+fn render(
+    report: &report::Report,
+    run: &Run,
+    args: &TraceArgs,
+    summary_dest: Option<&crate::run::outputs::Dest>,
+    verbose: u8,
+) -> String {
+    if let Some(f) = &args.format {
+        return f.render(report);
+    }
+    // Colours only on a terminal: not in a file of `-o`.
+    let terminal = summary_dest.is_none() && io::stderr().is_terminal();
+    let cols = summary_width(summary_dest, args.wide);
+    let chart_w = cols.unwrap_or_else(|| terminal_width(&io::stderr()));
+    let chart = (!args.no_chart).then(|| {
+        memory_chart(
+            &run.memory.timeline,
+            run.t0_ns,
+            run.end_ns,
+            chart_w,
+            terminal,
+        )
+    });
+    report::text::render(report, cols, args.top, verbose > 0, chart.as_deref())
+}
+
+/// stderr's width when it is a terminal, else `COLUMNS`, else 120.
+fn terminal_width(stderr: &io::Stderr) -> usize {
+    let fd = stderr.is_terminal().then(|| stderr.as_raw_fd());
+    crate::util::term::columns(fd, false).unwrap_or(120)
+}
+
+/// The summary's width: its terminal's (stderr, or stdout for `-o -`), else `COLUMNS`, else
+/// 120; a file is not cut to a terminal it is not on. None (no cut) with `--wide`.
+fn summary_width(summary: Option<&crate::run::outputs::Dest>, wide: bool) -> Option<usize> {
+    let fd = match summary {
+        None => io::stderr().is_terminal().then_some(libc::STDERR_FILENO),
+        Some(crate::run::outputs::Dest::Stdout) => {
+            io::stdout().is_terminal().then_some(libc::STDOUT_FILENO)
+        }
+        Some(_) => None,
+    };
+    crate::util::term::columns(fd, wide)
+}
+
+/// The tree-wide RSS over time, as a chart for the summary.
+fn memory_chart(
+    timeline: &Timeline,
+    t0_ns: u64,
+    end_ns: u64,
+    width: usize,
+    terminal: bool,
+) -> String {
+    let peak = timeline.tree_peak();
+    let title = match (timeline.rss_source, peak) {
+        (_, None) => "memory (tree RSS)".to_string(),
+        (RssSource::Kernel, Some(p)) => format!(
+            "memory (tree RSS) · peak {} at {}",
+            crate::util::units::bytes(p.bytes),
+            crate::util::units::duration_ns(p.ts_ns.saturating_sub(t0_ns))
+        ),
+        (RssSource::Statm, Some(p)) => format!(
+            "memory (tree RSS, sampled from statm) · peak {} at {}",
+            crate::util::units::bytes(p.bytes),
+            crate::util::units::duration_ns(p.ts_ns.saturating_sub(t0_ns))
+        ),
+    };
+    let spec = chart::Spec {
+        title: &title,
+        t0_ns,
+        end_ns,
+        width,
+        height: 10,
+        style: chart::Style::detect(terminal),
+        peak_bytes: peak.map_or(0, |p| p.bytes),
+    };
+    chart::render(timeline.tree_rss().points(), &spec)
+}

@@ -1,4 +1,0 @@
-//! Exports of a trace to other tools' formats.
-
-pub mod perfetto;
-pub mod protobuf;

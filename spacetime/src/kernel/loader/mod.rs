@@ -1,0 +1,544 @@
+//! Loading and attaching the kernel programs.
+//!
+//! Before anything is loaded the environment is checked, so each missing piece (root, BTF, a
+//! kernel too old) is one clear sentence. Kernel field offsets come from the running kernel's
+//! BTF and are written into the programs' read-only configuration.
+
+use std::{path::Path, time::Instant};
+
+use aya::{
+    maps::{MapData, RingBuf},
+    programs::{raw_trace_point::RawTracePointLinkId, FEntry, RawTracePoint},
+    Ebpf, EbpfLoader,
+};
+use spacetime_common::{mode, Config};
+
+use crate::kernel::{
+    btf::Btf,
+    offsets::{self, MemHook},
+};
+
+/// The compiled kernel programs, embedded at build time by `cargo xtask build`.
+#[cfg(spacetime_ebpf)]
+static OBJECT: Option<&[u8]> = Some(aya::include_bytes_aligned!(env!("SPACETIME_EBPF_OBJ")));
+#[cfg(not(spacetime_ebpf))]
+static OBJECT: Option<&[u8]> = None;
+
+const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+/// Exits in flight between exit_mm() and the exit tracepoint, on kernels that need the
+/// `exit_mm_release` program (preallocated: about 100 KiB).
+const EXIT_MEM_ENTRIES: u32 = 1024;
+
+/// Traced processes exited and not yet freed at once (preallocated: about 1 MiB). A process
+/// beyond it keeps its exit-time CPU figures (`cpu_final: false`).
+const REAPING_ENTRIES: u32 = 16384;
+/// System mode: processes exited and not yet freed, for the one group exit of each
+/// (allocated on use).
+const EXITED_ENTRIES: u32 = 16384;
+
+mod adopt;
+mod own_pid;
+mod runs;
+mod sessions;
+mod startup;
+mod stats;
+
+pub use own_pid::{run_own_pid, LearnedPid};
+pub use sessions::SessionId;
+pub use stats::{parse_sysctl_flag, KernelProgramStats, ProgramStats};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("loading the eBPF programs needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), which this user lacks: run it with sudo, or through a spacetime agent")]
+    NotRoot,
+    #[error(
+        "without {0}: loading the eBPF programs needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)"
+    )]
+    MissingCapability(String),
+    #[error("this kernel has no BTF ({BTF_PATH} is missing); spacetime needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
+    NoBtf,
+    #[error("this spacetime binary was built without its eBPF programs; build it with `cargo xtask build`")]
+    NotBuilt,
+    #[error("reading the kernel's BTF: {0}")]
+    Btf(#[from] crate::kernel::btf::BtfError),
+    #[error("this kernel lacks a field spacetime reads: {0}")]
+    Offsets(#[from] offsets::OffsetsError),
+    #[error("the kernel refused spacetime's eBPF programs (permission denied): a capability is missing or a security policy (lockdown, SELinux) forbids BPF")]
+    Denied,
+    #[error("loading the eBPF programs failed: {0}")]
+    Load(#[source] aya::EbpfError),
+    #[error("attaching to the {tracepoint} tracepoint failed: {source}")]
+    Attach {
+        tracepoint: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("attaching to kernel function {function} (fentry) failed: {source}")]
+    AttachFentry {
+        function: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("reading the kernel's BTF for fentry: {0}")]
+    KernelBtf(#[source] aya::BtfError),
+    #[error("a loading thread died: {0}")]
+    ThreadPanicked(&'static str),
+    #[error("eBPF program {0} is missing from the object")]
+    MissingProgram(&'static str),
+    #[error("eBPF map {0} is missing from the object")]
+    MissingMap(&'static str),
+    #[error("eBPF map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("session {0} is out of range (sessions are 0 to {max})", max = spacetime_common::MAX_SESSIONS - 1)]
+    BadSession(u16),
+    #[error("process {tgid} is already traced in session {session}")]
+    TrackedElsewhere { tgid: u32, session: u16 },
+    #[error("RSS is not followed in the kernel here (no kmem:rss_stat, or not loaded for it)")]
+    RssUnavailable,
+    #[error("reading {path}: {source}")]
+    Io {
+        path: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// [`mode::TREE`] or [`mode::SYSTEM`].
+    pub mode: u32,
+    /// Ring buffer size in bytes; rounded up to a power of two of at least a page.
+    pub ring_buffer_bytes: u32,
+    /// Largest number of processes tracked at once.
+    pub max_tracked: u32,
+    /// argv records per exec (4 KiB each).
+    pub max_arg_chunks: u32,
+    /// Follow every RSS change of the traced processes (kmem:rss_stat), when the kernel has it.
+    pub track_rss: bool,
+    /// Least time between two RSS points of one process.
+    pub rss_interval_ns: u32,
+    /// The kernel-side filter (`watch --uid`, `--cgroup`, `--pid-tree`); all zero: none.
+    pub filter: spacetime_common::KernelFilter,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            mode: mode::TREE,
+            ring_buffer_bytes: 4 << 20,
+            max_tracked: 65536,
+            max_arg_chunks: 64,
+            track_rss: false,
+            rss_interval_ns: 5_000_000,
+            filter: spacetime_common::KernelFilter::default(),
+        }
+    }
+}
+
+pub use crate::kernel::counters::KernelCounters;
+
+/// The loaded and attached programs.
+pub struct Probes {
+    ebpf: Ebpf,
+    logger: Option<KernelLogger>,
+    /// Which kernel mechanisms are in use, for `-v`.
+    pub mechanisms: Vec<String>,
+    /// Time spent resolving offsets and loading, for `-v`.
+    pub load_ms: f64,
+    pub ring_buffer_bytes: u32,
+    /// RSS changes can be followed in the kernel (the kmem:rss_stat programs are loaded);
+    /// whether they are now is [`Probes::rss_following`].
+    pub rss_tracking: bool,
+    /// The kmem:rss_stat program's link while it is attached.
+    rss_link: Option<RawTracePointLinkId>,
+    /// Release records come (sched_process_free attached): CPU figures as wait4's.
+    pub cpu_at_release: bool,
+    /// Each raw-tracepoint program's load time (µs), verification included.
+    load_us: Vec<(String, u64)>,
+    /// aya parsed the kernel's BTF for its loader (the thread that builds it could not hide
+    /// it: see startup.rs); that costs ~10 ms of start-up and nothing else.
+    pub aya_btf_parsed: bool,
+}
+
+/// The kernel programs' own diagnostics (aya-log), forwarded to the `log` crate.
+pub type KernelLogger = aya_log::EbpfLogger<&'static dyn log::Log>;
+
+/// Number of possible CPUs: per-CPU areas exist for every index up to the highest.
+pub fn possible_cpus() -> Result<u32, LoadError> {
+    const PATH: &str = "/sys/devices/system/cpu/possible";
+    let text =
+        std::fs::read_to_string(PATH).map_err(|source| LoadError::Io { path: PATH, source })?;
+    let max = text
+        .trim()
+        .split(',')
+        .filter_map(|r| r.rsplit('-').next()?.trim().parse::<u32>().ok())
+        .max()
+        .unwrap_or(0);
+    Ok(max + 1)
+}
+
+fn check_capabilities() -> Result<(), LoadError> {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let Some(caps) = crate::util::caps::CapSet::effective() else {
+        return if root {
+            Ok(())
+        } else {
+            Err(LoadError::NotRoot)
+        };
+    };
+    let missing = caps.missing_for_load();
+    match missing.len() {
+        0 => Ok(()),
+        // A plain user: neither capability.
+        2 if !root => Err(LoadError::NotRoot),
+        _ => Err(LoadError::MissingCapability(crate::util::caps::names(&missing))),
+    }
+}
+
+fn bump_memlock() {
+    // Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
+    let r = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: plain syscall with a valid pointer.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &r) } != 0 {
+        log::debug!(
+            "could not raise RLIMIT_MEMLOCK: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+fn map_load_error(e: aya::EbpfError) -> LoadError {
+    let text = format!("{e:?}");
+    if text.contains("PermissionDenied")
+        || text.contains("EPERM")
+        || text.contains("Operation not permitted")
+    {
+        LoadError::Denied
+    } else {
+        LoadError::Load(e)
+    }
+}
+
+/// Which end of an image a memory hook serves, for the `-v` lines.
+#[derive(Clone, Copy)]
+enum MemKind {
+    Exec,
+    Exit,
+}
+
+impl MemKind {
+    fn tracepoint_line(self) -> &'static str {
+        match self {
+            MemKind::Exec => "sched_prepare_exec: image peaks read at exec's point of no return",
+            MemKind::Exit => {
+                "sched_process_exit fires before exit_mm(): final image peaks read there"
+            }
+        }
+    }
+
+    fn fentry_line(self, function: &str) -> String {
+        match self {
+            MemKind::Exec => format!(
+                "fentry {function} (no sched_prepare_exec): peaks of images replaced by exec \
+                 read from the old mm"
+            ),
+            MemKind::Exit => format!(
+                "fentry {function} (sched_process_exit fires after exit_mm()): final image \
+                 peaks read before the mm is released"
+            ),
+        }
+    }
+
+    fn no_hook(self) -> &'static str {
+        match self {
+            MemKind::Exec => "no sched_prepare_exec nor exec_mm_release on this kernel",
+            MemKind::Exit => {
+                "sched_process_exit fires after exit_mm() and exit_mm_release is not traceable"
+            }
+        }
+    }
+
+    fn unavailable(self) -> &'static str {
+        match self {
+            MemKind::Exec => "images replaced by exec have no peak",
+            MemKind::Exit => "the last image of each process has no peak",
+        }
+    }
+}
+
+/// Attaches the loaded raw-tracepoint program `name` to `tracepoint`.
+fn attach_raw(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    tracepoint: &'static str,
+) -> Result<RawTracePointLinkId, LoadError> {
+    let err = |source| LoadError::Attach { tracepoint, source };
+    let prog: &mut RawTracePoint = ebpf
+        .program_mut(name)
+        .ok_or(LoadError::MissingProgram(name))?
+        .try_into()
+        .map_err(err)?;
+    prog.attach(tracepoint).map_err(err)
+}
+
+/// Loads and attaches the fentry program named after kernel function `function`. aya resolves
+/// the target in the kernel's BTF with its own parser, loaded once, only when needed.
+fn attach_fentry(
+    ebpf: &mut Ebpf,
+    function: &'static str,
+    kernel_btf: &mut Option<aya::Btf>,
+) -> Result<(), LoadError> {
+    let err = |source| LoadError::AttachFentry { function, source };
+    if kernel_btf.is_none() {
+        *kernel_btf = Some(aya::Btf::from_sys_fs().map_err(LoadError::KernelBtf)?);
+    }
+    let btf = kernel_btf.as_ref().ok_or(LoadError::NoBtf)?;
+    let prog: &mut FEntry = ebpf
+        .program_mut(function)
+        .ok_or(LoadError::MissingProgram(function))?
+        .try_into()
+        .map_err(err)?;
+    prog.load(function, btf).map_err(err)?;
+    prog.attach().map_err(err)?;
+    Ok(())
+}
+
+impl Probes {
+    /// Checks the environment, resolves kernel offsets, loads and attaches the programs.
+    pub fn load(opts: &LoadOptions) -> Result<Probes, LoadError> {
+        let started = Instant::now();
+        check_capabilities()?;
+        if !Path::new(BTF_PATH).exists() {
+            return Err(LoadError::NoBtf);
+        }
+        let object = OBJECT.ok_or(LoadError::NotBuilt)?;
+        bump_memlock();
+
+        // aya's loader, built on another core (without aya's BTF parse, see startup.rs)
+        // while this one resolves the offsets.
+        let aya_loader = startup::spawn();
+        let btf = Btf::from_sys_fs()?;
+        let resolved = offsets::resolve(&btf)?;
+        let offsets_at = started.elapsed();
+        for note in &resolved.notes {
+            log::debug!("kernel BTF: {note}");
+        }
+        let nr_cpus = possible_cpus()?;
+        let ring = opts.ring_buffer_bytes.max(4096).next_power_of_two();
+        let rss_tracking = opts.track_rss && btf.has_typedef("btf_trace_rss_stat");
+        let config = Config {
+            mode: opts.mode,
+            rss_layout: resolved.rss_layout,
+            nr_cpus,
+            max_arg_chunks: opts.max_arg_chunks,
+            wakeup_bytes: ring / 8,
+            _pad: 0,
+            off: resolved.off,
+            rss_interval_ns: opts.rss_interval_ns,
+            track_rss: rss_tracking as u32,
+        };
+        // System mode reads neither the tracking map nor the followed mms: one entry each
+        // instead of preallocating room for `max_tracked` processes.
+        let per_process = if opts.mode == mode::TREE {
+            opts.max_tracked.max(1)
+        } else {
+            1
+        };
+        // The programs use no CO-RE relocations (offsets come from our own BTF reading).
+        let built = aya_loader
+            .join()
+            .map_err(|_| LoadError::ThreadPanicked("aya's loader"))?;
+        let aya_btf_at = started.elapsed();
+        match &built.fallback {
+            None if built.btf_hidden => {}
+            None => log::debug!("aya's loader parsed the kernel's BTF: it was visible"),
+            Some(why) => log::debug!("aya's loader parsed the kernel's BTF ({why})"),
+        }
+        // Moved out first: the loader then takes the (shorter) lifetime of the globals.
+        let mut aya_loader: EbpfLoader<'_> = built.loader;
+        let mut ebpf = aya_loader
+            .btf(None)
+            .override_global("CONFIG", &config, true)
+            .override_global("FILTER", &opts.filter, true)
+            .map_max_entries("EVENTS", ring)
+            .map_max_entries("TRACKED", per_process)
+            .map_max_entries(
+                "EXIT_MEM",
+                match (resolved.exit_mem, resolved.group_dead_hook) {
+                    (MemHook::Fentry(_), _) | (_, Some(_)) => EXIT_MEM_ENTRIES,
+                    _ => 1,
+                },
+            )
+            .map_max_entries("MM_STATE", per_process)
+            .map_max_entries("REAPING", per_process.min(REAPING_ENTRIES))
+            .map_max_entries(
+                "EXITED",
+                if opts.mode == mode::TREE {
+                    1
+                } else {
+                    EXITED_ENTRIES
+                },
+            )
+            .load(object)
+            .map_err(map_load_error)?;
+
+        let mut mechanisms = vec![
+            "raw tracepoints sched_process_fork, sched_process_exec, sched_process_exit"
+                .to_string(),
+            format!("kernel field offsets from {BTF_PATH}"),
+        ];
+        mechanisms.push(match resolved.rss_layout {
+            spacetime_common::rss_layout::ATOMIC_ARRAY => "RSS counters: atomic array (pre-6.2)".to_string(),
+            _ if nr_cpus <= spacetime_common::MAX_EXACT_CPUS => {
+                format!("RSS counters: per-CPU, summed exactly over {nr_cpus} CPUs")
+            }
+            _ => format!("RSS counters: per-CPU, {nr_cpus} CPUs is above {}: shared count only (approximate)", spacetime_common::MAX_EXACT_CPUS),
+        });
+        // Program name → its tracepoint (the same name but for a second program on exec).
+        let mut hooks = vec![
+            ("sched_process_exit", "sched_process_exit"),
+            ("sched_process_exec", "sched_process_exec"),
+            ("sched_process_fork", "sched_process_fork"),
+        ];
+        if resolved.has_prepare_exec {
+            hooks.push(("sched_prepare_exec", "sched_prepare_exec"));
+        }
+        if rss_tracking {
+            hooks.extend([
+                ("rss_stat", "rss_stat"),
+                ("rss_exec", "sched_process_exec"),
+                ("rss_exit", "sched_process_exit"),
+            ]);
+        }
+        let cpu_at_release = resolved.off.signal_prev_utime != 0;
+        if cpu_at_release {
+            hooks.push(("sched_process_free", "sched_process_free"));
+        }
+        let verify_started = Instant::now();
+        let load_us = startup::verify_all(&mut ebpf, &hooks)?;
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        log::debug!(
+            "start-up: offsets resolved at {:.1} ms, aya's loader ready at {:.1} ms ({:.1} ms on \
+             its thread), maps created at {:.1} ms; {:.1} ms verifying {} programs",
+            ms(offsets_at),
+            ms(aya_btf_at),
+            built.elapsed_us as f64 / 1e3,
+            ms(verify_started - started),
+            ms(verify_started.elapsed()),
+            load_us.len()
+        );
+        own_pid::load_own_pid(&mut ebpf);
+        let attach_started = started.elapsed();
+        let mut attach_to = |name: &'static str,
+                             tracepoint: &'static str|
+         -> Result<RawTracePointLinkId, LoadError> {
+            attach_raw(&mut ebpf, name, tracepoint)
+        };
+        // Free, exit first, fork last: a process seen forking is then always seen exiting (the
+        // other order leaves a window where one starts and ends between the two attaches).
+        if cpu_at_release {
+            attach_to("sched_process_free", "sched_process_free")?;
+        }
+        // Before the exit record's program: a tracepoint runs its programs in attach order,
+        // and the RSS records of a process's end come before its exit record.
+        if rss_tracking {
+            attach_to("rss_exit", "sched_process_exit")?;
+        }
+        attach_to("sched_process_exit", "sched_process_exit")?;
+        attach_to("sched_process_exec", "sched_process_exec")?;
+        attach_to("sched_process_fork", "sched_process_fork")?;
+        if resolved.has_prepare_exec {
+            attach_to("sched_prepare_exec", "sched_prepare_exec")?;
+        }
+        let mut rss_link = None;
+        if rss_tracking {
+            rss_link = Some(attach_to("rss_stat", "rss_stat")?);
+            attach_to("rss_exec", "sched_process_exec")?;
+            mechanisms.push(
+                "kmem:rss_stat: every RSS change of traced processes; tree-wide sum and peak kept in the kernel".into(),
+            );
+        } else if opts.track_rss {
+            mechanisms.push(
+                "no kmem:rss_stat tracepoint: RSS over time is sampled from /proc/PID/statm".into(),
+            );
+        }
+        log::debug!(
+            "start-up: raw tracepoints attached in {:.1} ms",
+            ms(started.elapsed() - attach_started)
+        );
+        let mut kernel_btf = None;
+        if let Some(function) = resolved.group_dead_hook {
+            // Before exit_mm_release: it reads what this one stashed.
+            mechanisms.push(match attach_fentry(&mut ebpf, function, &mut kernel_btf) {
+                Ok(()) => format!("fentry {function}: the kernel's own group_dead (last thread)"),
+                Err(e) => {
+                    log::warn!("{e}: the last thread is told by signal->live");
+                    format!("{e}: the last thread is told by signal->live")
+                }
+            });
+        }
+        for (hook, what) in [
+            (resolved.exec_mem, MemKind::Exec),
+            (resolved.exit_mem, MemKind::Exit),
+        ] {
+            let line = match hook {
+                MemHook::Tracepoint => what.tracepoint_line().to_string(),
+                MemHook::Fentry(function) => {
+                    match attach_fentry(&mut ebpf, function, &mut kernel_btf) {
+                        Ok(()) => what.fentry_line(function),
+                        Err(e) => {
+                            log::warn!("{e}: {}", what.unavailable());
+                            format!("{e}: {}", what.unavailable())
+                        }
+                    }
+                }
+                MemHook::Unavailable => format!("{}: {}", what.no_hook(), what.unavailable()),
+            };
+            mechanisms.push(line);
+        }
+        mechanisms.push(if cpu_at_release {
+            "raw tracepoint sched_process_free: each process's CPU as wait4 reports it".into()
+        } else {
+            "CPU read at exit (no sched_process_free): short processes read low".into()
+        });
+        let logger = aya_log::EbpfLogger::init(&mut ebpf)
+            .inspect_err(|e| log::debug!("kernel-side logging unavailable: {e}"))
+            .ok();
+        log::debug!("start-up: done at {:.1} ms", ms(started.elapsed()));
+        Ok(Probes {
+            ebpf,
+            logger,
+            mechanisms,
+            load_ms: started.elapsed().as_secs_f64() * 1e3,
+            ring_buffer_bytes: ring,
+            rss_tracking,
+            rss_link,
+            cpu_at_release,
+            load_us,
+            aya_btf_parsed: !built.btf_hidden,
+        })
+    }
+
+    /// The kernel programs' log records, to be flushed now and then (can be taken once).
+    pub fn take_logger(&mut self) -> Option<KernelLogger> {
+        self.logger.take()
+    }
+
+    /// The ring buffer the programs write to (can be taken once).
+    pub fn take_events(&mut self) -> Result<RingBuf<MapData>, LoadError> {
+        const NAME: &str = "EVENTS";
+        let map = self
+            .ebpf
+            .take_map(NAME)
+            .ok_or(LoadError::MissingMap(NAME))?;
+        RingBuf::try_from(map).map_err(|source| LoadError::Map { name: NAME, source })
+    }
+}

@@ -1,0 +1,390 @@
+//! Several traced trees in one loaded set of programs. Each traced process carries its
+//! session in `TRACKED` (a fork copies the parent's), every record says whose it is, and each
+//! session has its own tree-wide RSS, loss counters and process limit. Session 0 is the
+//! standalone one: a `trace`, `bench` or `watch` that loaded its own programs uses it alone.
+
+use aya::{
+    maps::{Array, HashMap, MapData, MapError, PerCpuArray, PerCpuValues},
+    Ebpf, Pod,
+};
+use spacetime_common::{
+    stat, switch, MmState, Reaping, SessionCount, SessionLimit, Tracked, TreeRss, MAX_SESSIONS,
+};
+
+use super::{attach_raw, possible_cpus, KernelCounters, LoadError, Probes};
+
+/// A session of the loaded programs: 0 standalone, `1..MAX_SESSIONS` handed out by an agent.
+pub type SessionId = u16;
+
+/// Passes at most this many times over `TRACKED` when a session is forgotten: a fork racing
+/// with one pass adds a child the next pass removes.
+const UNTRACK_PASSES: usize = 16;
+
+fn map_err(name: &'static str) -> impl Fn(MapError) -> LoadError {
+    move |source| LoadError::Map { name, source }
+}
+
+fn hash_mut<'a, K: Pod, V: Pod>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<HashMap<&'a mut MapData, K, V>, LoadError> {
+    let map = ebpf.map_mut(name).ok_or(LoadError::MissingMap(name))?;
+    HashMap::try_from(map).map_err(map_err(name))
+}
+
+fn hash<'a, K: Pod, V: Pod>(
+    ebpf: &'a Ebpf,
+    name: &'static str,
+) -> Result<HashMap<&'a MapData, K, V>, LoadError> {
+    let map = ebpf.map(name).ok_or(LoadError::MissingMap(name))?;
+    HashMap::try_from(map).map_err(map_err(name))
+}
+
+fn array_mut<'a, V: Pod>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<Array<&'a mut MapData, V>, LoadError> {
+    let map = ebpf.map_mut(name).ok_or(LoadError::MissingMap(name))?;
+    Array::try_from(map).map_err(map_err(name))
+}
+
+fn array<'a, V: Pod>(
+    ebpf: &'a Ebpf,
+    name: &'static str,
+) -> Result<Array<&'a MapData, V>, LoadError> {
+    let map = ebpf.map(name).ok_or(LoadError::MissingMap(name))?;
+    Array::try_from(map).map_err(map_err(name))
+}
+
+/// The session as a map index, if it is one.
+fn index(session: SessionId) -> Result<u32, LoadError> {
+    if u32::from(session) < MAX_SESSIONS {
+        Ok(u32::from(session))
+    } else {
+        Err(LoadError::BadSession(session))
+    }
+}
+
+fn is_enoent(e: &MapError) -> bool {
+    matches!(e, MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::ENOENT))
+        || matches!(e, MapError::KeyNotFound)
+}
+
+fn is_eexist(e: &MapError) -> bool {
+    matches!(e, MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::EEXIST))
+}
+
+impl Probes {
+    /// Starts tracing the process `tgid` and everything it forks from now on, in session 0.
+    pub fn track(&mut self, tgid: u32) -> Result<(), LoadError> {
+        self.track_in(tgid, 0)
+    }
+
+    /// Starts tracing the process `tgid` and everything it forks from now on in `session`.
+    /// It counts against the session's process limit. A process already traced in the same
+    /// session (a tracked parent forked it meanwhile) stays as it is; in another session it
+    /// is an error.
+    pub fn track_in(&mut self, tgid: u32, session: SessionId) -> Result<(), LoadError> {
+        const NAME: &str = "TRACKED";
+        let slot = index(session)?;
+        let mut tracked = hash_mut::<u32, Tracked>(&mut self.ebpf, NAME)?;
+        let t = Tracked {
+            mm: 0,
+            session: slot,
+            _pad: 0,
+        };
+        // BPF_NOEXIST: an entry a fork made has the mm the kernel already follows.
+        match tracked.insert(tgid, t, 1) {
+            Ok(()) => {}
+            Err(e) if is_eexist(&e) => {
+                let held = tracked.get(&tgid, 0).map_err(map_err(NAME))?;
+                return match held.session == slot {
+                    true => Ok(()),
+                    false => Err(LoadError::TrackedElsewhere {
+                        tgid,
+                        session: held.session as SessionId,
+                    }),
+                };
+            }
+            Err(source) => return Err(LoadError::Map { name: NAME, source }),
+        }
+        self.update_limit(session, |l| l.roots = l.roots.saturating_add(1))
+    }
+
+    /// Stops tracing `tgid` (a process attached to that was gone before it was proven
+    /// tracked: its pid must not make a later holder traced). Absent is not an error.
+    pub fn untrack(&mut self, tgid: u32) -> Result<(), LoadError> {
+        const NAME: &str = "TRACKED";
+        let mut tracked = hash_mut::<u32, Tracked>(&mut self.ebpf, NAME)?;
+        let session = match tracked.get(&tgid, 0) {
+            Ok(t) => t.session as SessionId,
+            Err(e) if is_enoent(&e) => return Ok(()),
+            Err(source) => return Err(LoadError::Map { name: NAME, source }),
+        };
+        match tracked.remove(&tgid) {
+            Ok(()) => self.update_limit(session, |l| l.roots = l.roots.saturating_sub(1)),
+            // Its exit removed it meanwhile and gave its slot back.
+            Err(e) if is_enoent(&e) => Ok(()),
+            Err(source) => Err(LoadError::Map { name: NAME, source }),
+        }
+    }
+
+    /// Stops tracing every process of `session`: its entries in `TRACKED` first (repeated
+    /// while forks add children), then its followed mms and its processes waiting for their
+    /// free record. Processes still running go on untraced. Returns how many processes were
+    /// still tracked. Other sessions are untouched.
+    pub fn untrack_session(&mut self, session: SessionId) -> Result<usize, LoadError> {
+        let slot = index(session)?;
+        let mut removed = 0;
+        for _ in 0..UNTRACK_PASSES {
+            let n = remove_where::<u32, Tracked>(&mut self.ebpf, "TRACKED", |t| t.session == slot)?;
+            removed += n;
+            if n == 0 {
+                break;
+            }
+        }
+        remove_where::<u64, MmState>(&mut self.ebpf, "MM_STATE", |m| m.session == slot)?;
+        remove_where::<u32, Reaping>(&mut self.ebpf, "REAPING", |r| r.session == slot)?;
+        self.zero_count(slot)?;
+        Ok(removed)
+    }
+
+    /// Sets `session`'s tree-wide RSS (sum, peak, its time), live process count and loss
+    /// counters back to zero, before a run. Call it with nothing of the session tracked
+    /// (after [`Probes::untrack_session`]). Its process limit stays.
+    pub fn reset_session(&mut self, session: SessionId) -> Result<(), LoadError> {
+        let slot = index(session)?;
+        array_mut::<TreeRss>(&mut self.ebpf, "TREE_RSS")?
+            .set(slot, TreeRss::default(), 0)
+            .map_err(map_err("TREE_RSS"))?;
+        self.zero_count(slot)?;
+        const STATS: &str = "STATS";
+        let cpus = possible_cpus()? as usize;
+        let map = self
+            .ebpf
+            .map_mut(STATS)
+            .ok_or(LoadError::MissingMap(STATS))?;
+        let mut stats: PerCpuArray<_, u64> = PerCpuArray::try_from(map).map_err(map_err(STATS))?;
+        for i in 0..stat::COUNT {
+            let zeros =
+                PerCpuValues::try_from(vec![0u64; cpus]).map_err(|source| LoadError::Io {
+                    path: "/sys/devices/system/cpu/possible",
+                    source,
+                })?;
+            stats
+                .set(slot * stat::COUNT + i, zeros, 0)
+                .map_err(map_err(STATS))?;
+        }
+        Ok(())
+    }
+
+    /// The session's live count back to nothing tracked (its processes were just forgotten).
+    fn zero_count(&mut self, slot: u32) -> Result<(), LoadError> {
+        array_mut::<SessionCount>(&mut self.ebpf, "SESSIONS")?
+            .set(slot, SessionCount::default(), 0)
+            .map_err(map_err("SESSIONS"))?;
+        self.update_limit(slot as SessionId, |l| l.roots = 0)
+    }
+
+    /// Most processes `session` may have traced at once (0: no limit). A fork beyond it is
+    /// reported but its child is not traced (`FORK_UNTRACKED`, counted as `session_limit`).
+    pub fn set_session_limit(
+        &mut self,
+        session: SessionId,
+        max_processes: u32,
+    ) -> Result<(), LoadError> {
+        self.update_limit(session, |l| l.max_processes = max_processes)
+    }
+
+    /// Changes `session`'s entry of `SESSION_LIMITS`, which only userspace writes (so the
+    /// whole-value write loses no kernel change).
+    fn update_limit(
+        &mut self,
+        session: SessionId,
+        change: impl FnOnce(&mut SessionLimit),
+    ) -> Result<(), LoadError> {
+        const NAME: &str = "SESSION_LIMITS";
+        let slot = index(session)?;
+        let mut limits = array_mut::<SessionLimit>(&mut self.ebpf, NAME)?;
+        let mut l = limits.get(&slot, 0).map_err(map_err(NAME))?;
+        change(&mut l);
+        limits.set(slot, l, 0).map_err(map_err(NAME))
+    }
+
+    /// Processes `session` has traced now, as its limit counts them.
+    pub fn live_processes_of(&self, session: SessionId) -> Result<i64, LoadError> {
+        let slot = index(session)?;
+        let count = array::<SessionCount>(&self.ebpf, "SESSIONS")?
+            .get(&slot, 0)
+            .map_err(map_err("SESSIONS"))?;
+        let limit = array::<SessionLimit>(&self.ebpf, "SESSION_LIMITS")?
+            .get(&slot, 0)
+            .map_err(map_err("SESSION_LIMITS"))?;
+        Ok(count.forked + i64::from(limit.roots))
+    }
+
+    /// Session 0's tree-wide RSS as the kernel followed it: current sum, peak and when.
+    pub fn tree_rss(&self) -> Result<TreeRss, LoadError> {
+        self.tree_rss_of(0)
+    }
+
+    /// `session`'s tree-wide RSS as the kernel followed it: current sum, peak and when.
+    pub fn tree_rss_of(&self, session: SessionId) -> Result<TreeRss, LoadError> {
+        array::<TreeRss>(&self.ebpf, "TREE_RSS")?
+            .get(&index(session)?, 0)
+            .map_err(map_err("TREE_RSS"))
+    }
+
+    /// The mms the kernel still follows for session 0 (processes running now).
+    pub fn followed_mms(&self) -> Result<Vec<MmState>, LoadError> {
+        self.followed_mms_of(0)
+    }
+
+    /// The mms the kernel still follows for `session` (its processes running now).
+    pub fn followed_mms_of(&self, session: SessionId) -> Result<Vec<MmState>, LoadError> {
+        let slot = u32::from(session);
+        let states = hash::<u64, MmState>(&self.ebpf, "MM_STATE")?;
+        // An entry removed while the walk runs is skipped, not an error.
+        Ok(states
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(_, v)| v)
+            .filter(|v| v.session == slot)
+            .collect())
+    }
+
+    /// Loss and failure counters of every session together, and the programs' recursion
+    /// misses.
+    pub fn counters(&self) -> Result<KernelCounters, LoadError> {
+        let mut sum = KernelCounters {
+            recursion_misses: self.recursion_misses(),
+            ..KernelCounters::default()
+        };
+        let stats = self.stats_map()?;
+        for s in 0..MAX_SESSIONS {
+            let c = read_counters(&stats, s)?;
+            sum.ringbuf_lost += c.ringbuf_lost;
+            sum.track_full += c.track_full;
+            sum.session_limit += c.session_limit;
+            sum.read_failures += c.read_failures;
+            sum.filtered += c.filtered;
+            sum.reap_full += c.reap_full;
+        }
+        Ok(sum)
+    }
+
+    /// `session`'s own loss and failure counters. Loss that belongs to no session (a kernel
+    /// read with no process to charge, a program run the kernel skipped) is session 0's.
+    pub fn counters_of(&self, session: SessionId) -> Result<KernelCounters, LoadError> {
+        let mut c = read_counters(&self.stats_map()?, index(session)?)?;
+        if session == 0 {
+            c.recursion_misses = self.recursion_misses();
+        }
+        Ok(c)
+    }
+
+    fn stats_map(&self) -> Result<PerCpuArray<&MapData, u64>, LoadError> {
+        const NAME: &str = "STATS";
+        let map = self.ebpf.map(NAME).ok_or(LoadError::MissingMap(NAME))?;
+        PerCpuArray::try_from(map).map_err(map_err(NAME))
+    }
+
+    /// Whether the kernel follows RSS changes now (`rss_stat` attached).
+    pub fn rss_following(&self) -> bool {
+        self.rss_link.is_some()
+    }
+
+    /// Attaches or detaches the `rss_stat` program (a no-op when already so): with no session
+    /// following RSS, no program runs on every RSS change of the machine. While detached,
+    /// forks and execs start following no new mm (its figures would go stale). An mm followed
+    /// from before keeps its last figures, and misses the peaks of the pause; its next change
+    /// once attached again sets it right (each change reads the counter's exact value).
+    pub fn set_rss_following(&mut self, on: bool) -> Result<(), LoadError> {
+        if on == self.rss_following() {
+            return Ok(());
+        }
+        if !self.rss_tracking {
+            return if on {
+                Err(LoadError::RssUnavailable)
+            } else {
+                Ok(())
+            };
+        }
+        const PAUSED: &str = "SWITCHES";
+        if on {
+            self.rss_link = Some(attach_raw(&mut self.ebpf, "rss_stat", "rss_stat")?);
+            array_mut::<u32>(&mut self.ebpf, PAUSED)?
+                .set(switch::RSS_PAUSED, 0, 0)
+                .map_err(map_err(PAUSED))?;
+            return Ok(());
+        }
+        // Paused first: no mm starts being followed once nothing keeps it current.
+        array_mut::<u32>(&mut self.ebpf, PAUSED)?
+            .set(switch::RSS_PAUSED, 1, 0)
+            .map_err(map_err(PAUSED))?;
+        let err = |source| LoadError::Attach {
+            tracepoint: "rss_stat",
+            source,
+        };
+        let prog: &mut aya::programs::RawTracePoint = self
+            .ebpf
+            .program_mut("rss_stat")
+            .ok_or(LoadError::MissingProgram("rss_stat"))?
+            .try_into()
+            .map_err(err)?;
+        if let Some(link) = self.rss_link.take() {
+            prog.detach(link).map_err(err)?;
+        }
+        Ok(())
+    }
+}
+
+/// One session's counters, each summed over the CPUs.
+fn read_counters(
+    stats: &PerCpuArray<&MapData, u64>,
+    session: u32,
+) -> Result<KernelCounters, LoadError> {
+    let sum = |i: u32| -> Result<u64, LoadError> {
+        let v = stats
+            .get(&(session * stat::COUNT + i), 0)
+            .map_err(map_err("STATS"))?;
+        Ok(v.iter().sum())
+    };
+    Ok(KernelCounters {
+        ringbuf_lost: sum(stat::RINGBUF_LOST)?,
+        track_full: sum(stat::TRACK_FULL)?,
+        session_limit: sum(stat::SESSION_LIMIT)?,
+        read_failures: sum(stat::READ_FAIL)?,
+        filtered: sum(stat::FILTERED)?,
+        reap_full: sum(stat::REAP_FULL)?,
+        recursion_misses: 0,
+    })
+}
+
+/// Removes the entries of hash map `name` whose value `matches`; returns how many. An entry
+/// the kernel removes meanwhile (its process exited) is no error.
+pub(super) fn remove_where<K: Pod, V: Pod>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    matches: impl Fn(&V) -> bool,
+) -> Result<usize, LoadError> {
+    let mut m = hash_mut::<K, V>(ebpf, name)?;
+    let keys: Vec<K> = m
+        .iter()
+        .filter_map(Result::ok)
+        .filter(|(_, v)| matches(v))
+        .map(|(k, _)| k)
+        .collect();
+    for k in &keys {
+        let _ = m.remove(k);
+    }
+    Ok(keys.len())
+}
+
+impl crate::kernel::counters::CounterSource for Probes {
+    fn current(&self) -> Option<KernelCounters> {
+        self.counters()
+            .map_err(|e| log::warn!("cannot read the kernel counters: {e}"))
+            .ok()
+    }
+}

@@ -1,0 +1,637 @@
+//! Resolves [`KernelOffsets`] — where the kernel programs find each field they read — from the
+//! running kernel's BTF, so one binary works across kernel builds and versions.
+
+use crate::kernel::btf::{Btf, BtfError, Kind};
+use spacetime_common::{rss_layout, KernelOffsets};
+
+/// `SIGNAL_GROUP_EXIT` is a `#define` (not in BTF); it has been 0x4 since Linux 3.x.
+const SIGNAL_GROUP_EXIT: u32 = 0x4;
+
+/// Why the offsets could not be resolved.
+///
+/// The BTF error is part of the message rather than a `source`, so that one line says both what
+/// spacetime needed and what the kernel lacks.
+#[derive(Debug, thiserror::Error)]
+pub enum OffsetsError {
+    #[error("cannot find {field} in the kernel's BTF: {cause}")]
+    Field { field: String, cause: BtfError },
+    #[error(
+        "mm_struct.rss_stat is {found}, neither an array of struct percpu_counter (Linux 6.2+) \
+         nor struct mm_rss_stat (older kernels)"
+    )]
+    RssLayout { found: String },
+    #[error(
+        "enumerator {name} = {value} is not an index into mm_struct.rss_stat ({len} counters)"
+    )]
+    RssIndex {
+        name: &'static str,
+        value: i64,
+        len: u32,
+    },
+}
+
+/// Where the kernel programs read the memory figures of an image that ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemHook {
+    /// In the tracepoint program itself: it fires while the mm is still attached.
+    Tracepoint,
+    /// In an fentry program on this kernel function, which is handed the mm: the tracepoint
+    /// misses it (or is missing) on this kernel.
+    Fentry(&'static str),
+    /// Nowhere: those images report no peak.
+    Unavailable,
+}
+
+/// The kernel function exit_mm() calls with the mm before dropping it (kernel/fork.c).
+pub const EXIT_MM_RELEASE: &str = "exit_mm_release";
+/// The kernel function exec_mmap() calls with the old mm after exec's point of no return.
+pub const EXEC_MM_RELEASE: &str = "exec_mm_release";
+
+/// The kernel function do_exit() hands its own `group_dead` to, before exit_mm().
+pub const TASKSTATS_EXIT: &str = "taskstats_exit";
+
+/// What [`resolve`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    pub off: KernelOffsets,
+    /// [`rss_layout`] of `mm_struct.rss_stat`.
+    pub rss_layout: u32,
+    /// Number of RSS counters (`NR_MM_COUNTERS`).
+    pub nr_mm_counters: u32,
+    /// `sched_prepare_exec` tracepoint exists (Linux 6.10+): the old image is still mapped there.
+    pub has_prepare_exec: bool,
+    /// Where the last image of an exiting process has its figures read.
+    pub exit_mem: MemHook,
+    /// Where an image replaced by exec has its figures read.
+    pub exec_mem: MemHook,
+    /// An fentry that learns the kernel's own `group_dead`, where the exit tracepoint does not
+    /// pass it (before 6.16); `None` otherwise or when the function is not traceable.
+    pub group_dead_hook: Option<&'static str>,
+    /// `task_struct.rss_stat` exists: per-task cached RSS deltas (kernels before 6.2 with
+    /// SPLIT_RSS_COUNTING) must be added to the mm's counters.
+    pub has_task_rss_stat: bool,
+    /// One line per layout decision, for `-v` output.
+    pub notes: Vec<String>,
+}
+
+fn field(btf: &Btf, ty: &str, path: &str) -> Result<u32, OffsetsError> {
+    btf.member_offset(ty, path)
+        .map_err(|cause| OffsetsError::Field {
+            field: format!("{ty}.{path}"),
+            cause,
+        })
+}
+
+fn rss_index(btf: &Btf, name: &'static str, len: u32) -> Result<u32, OffsetsError> {
+    let value = btf.enum_value(name).map_err(|cause| OffsetsError::Field {
+        field: format!("enum value {name}"),
+        cause,
+    })?;
+    u32::try_from(value)
+        .ok()
+        .filter(|&v| v < len)
+        .ok_or(OffsetsError::RssIndex { name, value, len })
+}
+
+#[cfg(test)]
+/// Whether `sched_process_exit` fires while the exiting task's mm is still attached.
+///
+/// Linux 6.16 (commit 3e816361e94a, "sched/tracepoints: Move and extend the
+/// sched_process_exit() tracepoint") moved the tracepoint before exit_mm() and, in the same
+/// change, gave it a `group_dead` argument. So the tracepoint's BTF prototype tells which side
+/// of exit_mm() it fires on: `btf_trace_sched_process_exit` is `void (*)(void *, struct
+/// task_struct *)` before, `(void *, struct task_struct *, bool)` since.
+pub fn exit_tracepoint_has_mm(btf: &Btf) -> bool {
+    btf.typedef_fn_params("btf_trace_sched_process_exit")
+        .is_ok_and(|n| n >= 3)
+}
+
+/// An fentry on `function` if the kernel describes it (it then exists and is not inlined).
+fn fentry_hook(btf: &Btf, function: &'static str, notes: &mut Vec<String>) -> MemHook {
+    if btf.has_func(function) {
+        notes.push(format!("function {function}: present (fentry target)"));
+        MemHook::Fentry(function)
+    } else {
+        notes.push(format!(
+            "function {function}: not in BTF (inlined or absent)"
+        ));
+        MemHook::Unavailable
+    }
+}
+
+/// Resolves every offset the kernel programs need from `btf`.
+pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
+    let mut notes = Vec::new();
+    let task = |p| field(btf, "task_struct", p);
+    let signal = |p| field(btf, "signal_struct", p);
+    let mm = |p| field(btf, "mm_struct", p);
+    let mut off = KernelOffsets {
+        task_pid: task("pid")?,
+        task_tgid: task("tgid")?,
+        task_mm: task("mm")?,
+        task_signal: task("signal")?,
+        task_group_leader: task("group_leader")?,
+        task_start_time: task("start_time")?,
+        task_utime: task("utime")?,
+        task_stime: task("stime")?,
+        task_sum_exec_runtime: task("se.sum_exec_runtime")?,
+        task_exit_code: task("exit_code")?,
+        signal_live: signal("live.counter")?,
+        signal_flags: signal("flags")?,
+        signal_group_exit_code: signal("group_exit_code")?,
+        signal_maxrss: signal("maxrss")?,
+        mm_hiwater_rss: mm("hiwater_rss")?,
+        mm_hiwater_vm: mm("hiwater_vm")?,
+        mm_total_vm: mm("total_vm")?,
+        mm_rss_stat: mm("rss_stat")?,
+        mm_arg_start: mm("arg_start")?,
+        mm_arg_end: mm("arg_end")?,
+        binprm_filename: field(btf, "linux_binprm", "filename")?,
+        bpf_array_pptrs: field(btf, "bpf_array", "pptrs")?,
+        signal_group_exit_flag: SIGNAL_GROUP_EXIT,
+        ..KernelOffsets::default()
+    };
+
+    // Optional: the exit record's comm, PID-namespace pid and group CPU times (`watch`).
+    if btf.has_member("task_struct", "comm") {
+        off.task_comm = task("comm")?;
+    }
+    if btf.has_member("task_struct", "thread_pid")
+        && btf.has_member("pid", "level")
+        && btf.has_member("pid", "numbers")
+    {
+        let numbers = btf
+            .member_type("pid", "numbers")
+            .map_err(|cause| OffsetsError::Field {
+                field: "pid.numbers".into(),
+                cause,
+            })?;
+        if numbers.elem_size > 0 {
+            off.task_thread_pid = task("thread_pid")?;
+            off.pid_level = field(btf, "pid", "level")?;
+            off.pid_numbers = numbers.offset;
+            off.upid_size = numbers.elem_size;
+        }
+    }
+    if btf.has_member("signal_struct", "sum_sched_runtime")
+        && btf.has_member("signal_struct", "utime")
+        && btf.has_member("signal_struct", "stime")
+    {
+        off.signal_utime = signal("utime")?;
+        off.signal_stime = signal("stime")?;
+        off.signal_sum_sched_runtime = signal("sum_sched_runtime")?;
+        // What wait4 returns is cputime_adjust() of these, remembered in prev_cputime: read
+        // when the process is freed (sched_process_free).
+        if btf.has_member("signal_struct", "prev_cputime.utime")
+            && btf.has_member("signal_struct", "prev_cputime.stime")
+            && btf.has_typedef("btf_trace_sched_process_free")
+        {
+            off.signal_prev_utime = signal("prev_cputime.utime")?;
+            off.signal_prev_stime = signal("prev_cputime.stime")?;
+            notes.push("tracepoint sched_process_free: present".into());
+        } else {
+            notes.push(
+                "no sched_process_free or signal_struct.prev_cputime: CPU figures read at exit"
+                    .into(),
+            );
+        }
+    }
+
+    // sched_process_exit(task, group_dead) since 6.16: the kernel's own answer to "is this the
+    // last thread?". Before, signal->live is read, which two threads exiting at once can both
+    // see at 0.
+    if btf.typedef_fn_params("btf_trace_sched_process_exit").ok() == Some(3) {
+        off.exit_tp_group_dead = 1;
+        notes.push("tracepoint sched_process_exit passes group_dead".into());
+    }
+
+    let has_task_rss_stat = btf.has_member("task_struct", "rss_stat.count");
+    if has_task_rss_stat {
+        off.task_rss_stat_count = task("rss_stat.count")?;
+        notes.push("task_struct.rss_stat: per-task RSS deltas (split RSS counting)".into());
+    }
+
+    let rss = btf
+        .member_type("mm_struct", "rss_stat")
+        .map_err(|cause| OffsetsError::Field {
+            field: "mm_struct.rss_stat".into(),
+            cause,
+        })?;
+    let (layout, nr) = match (rss.kind, rss.elem_kind, rss.name) {
+        (Kind::Array, Kind::Struct, "percpu_counter") => {
+            let pc = |p| field(btf, "percpu_counter", p);
+            off.pcpu_count = pc("count")?;
+            off.pcpu_counters = pc("counters")?;
+            off.rss_stride = rss.elem_size;
+            notes.push(format!(
+                "mm_struct.rss_stat: struct percpu_counter[{}], {} bytes each (Linux 6.2+)",
+                rss.array_len, rss.elem_size
+            ));
+            (rss_layout::PERCPU_COUNTER, rss.array_len)
+        }
+        (Kind::Struct, _, "mm_rss_stat") => {
+            let count =
+                btf.member_type("mm_rss_stat", "count")
+                    .map_err(|cause| OffsetsError::Field {
+                        field: "mm_rss_stat.count".into(),
+                        cause,
+                    })?;
+            if count.kind != Kind::Array {
+                return Err(OffsetsError::RssLayout {
+                    found: "struct mm_rss_stat without a count array".into(),
+                });
+            }
+            // Point straight at the first atomic_long_t so both layouts index the same way.
+            off.mm_rss_stat += count.offset;
+            off.rss_stride = count.elem_size;
+            notes.push(format!(
+                "mm_struct.rss_stat: struct mm_rss_stat {{ atomic_long_t count[{}] }} (before 6.2)",
+                count.array_len
+            ));
+            (rss_layout::ATOMIC_ARRAY, count.array_len)
+        }
+        (kind, elem, name) => {
+            return Err(OffsetsError::RssLayout {
+                found: format!("{kind:?} of {elem:?} {name:?}"),
+            })
+        }
+    };
+    off.rss_file_idx = rss_index(btf, "MM_FILEPAGES", nr)?;
+    off.rss_anon_idx = rss_index(btf, "MM_ANONPAGES", nr)?;
+    off.rss_shmem_idx = rss_index(btf, "MM_SHMEMPAGES", nr)?;
+
+    let has_prepare_exec = btf.has_typedef("btf_trace_sched_prepare_exec");
+    notes.push(if has_prepare_exec {
+        "tracepoint sched_prepare_exec: present".into()
+    } else {
+        "tracepoint sched_prepare_exec: absent (before 6.10)".into()
+    });
+    let exec_mem = if has_prepare_exec {
+        MemHook::Tracepoint
+    } else {
+        fentry_hook(btf, EXEC_MM_RELEASE, &mut notes)
+    };
+    let exit_mem = if off.exit_tp_group_dead != 0 {
+        // The probe exit_tracepoint_has_mm() names for the tests.
+        notes.push(
+            "tracepoint sched_process_exit: fires before exit_mm(), the mm is attached".into(),
+        );
+        MemHook::Tracepoint
+    } else {
+        notes.push(
+            "tracepoint sched_process_exit(task): fires after exit_mm() (before 6.16), the mm \
+             is gone"
+                .into(),
+        );
+        fentry_hook(btf, EXIT_MM_RELEASE, &mut notes)
+    };
+    let group_dead_hook =
+        (off.exit_tp_group_dead == 0 && btf.has_func(TASKSTATS_EXIT)).then(|| {
+            notes.push(format!(
+                "function {TASKSTATS_EXIT}: present (fentry target: the kernel's group_dead)"
+            ));
+            TASKSTATS_EXIT
+        });
+    Ok(Resolved {
+        group_dead_hook,
+        off,
+        rss_layout: layout,
+        nr_mm_counters: nr,
+        has_prepare_exec,
+        exit_mem,
+        exec_mem,
+        has_task_rss_stat,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::btf::tests::Enc;
+
+    /// BTF shaped like a 5.x kernel: `mm_struct.rss_stat` is a `struct mm_rss_stat`, tasks cache
+    /// RSS deltas in `task_struct.rss_stat`, no `sched_prepare_exec`. `skip` ("struct.member" or
+    /// an enumerator) is left out, to check the errors.
+    fn old_kernel(skip: &str) -> Btf {
+        kernel(skip, false)
+    }
+
+    /// [`old_kernel`], or with `tracepoints_with_mm` the tracepoints of 6.16+: a
+    /// `sched_prepare_exec`, and a `sched_process_exit` with a `group_dead` argument. Both have
+    /// `exit_mm_release` and `exec_mm_release` unless `skip` names them.
+    fn kernel(skip: &str, tracepoints_with_mm: bool) -> Btf {
+        let mut e = Enc::new();
+        let int = e.int("int", 4, 32);
+        let long = e.int("long", 8, 64);
+        let ptr = e.modifier(Kind::Ptr, "", long);
+        let s64 = e.modifier(Kind::Typedef, "s64", long);
+        let a64 = e.strukt("", 8, &[("counter", s64, 0)]);
+        let a64_t = e.modifier(Kind::Typedef, "atomic64_t", a64);
+        let along = e.modifier(Kind::Typedef, "atomic_long_t", a64_t);
+        let a32 = e.strukt("", 4, &[("counter", int, 0)]);
+        let atomic_t = e.modifier(Kind::Typedef, "atomic_t", a32);
+        let counts = e.array(along, int, 4);
+        // `count` is not first here (it is in the kernel) so the addition is tested.
+        let mm_rss = e.strukt("mm_rss_stat", 40, &[("count", counts, 8)]);
+        let icounts = e.array(int, int, 4);
+        let task_rss = e.strukt(
+            "task_rss_stat",
+            20,
+            &[("events", int, 0), ("count", icounts, 4)],
+        );
+        let se = e.strukt("sched_entity", 64, &[("sum_exec_runtime", long, 48)]);
+        let keep = |ty: &str, m: &[(&'static str, u32, u32)]| -> Vec<(&'static str, u32, u32)> {
+            m.iter()
+                .filter(|x| format!("{ty}.{}", x.0) != skip)
+                .copied()
+                .collect()
+        };
+        let task = keep(
+            "task_struct",
+            &[
+                ("se", se, 64),
+                ("mm", ptr, 200),
+                ("exit_code", int, 208),
+                ("pid", int, 220),
+                ("tgid", int, 224),
+                ("group_leader", ptr, 232),
+                ("utime", long, 240),
+                ("stime", long, 248),
+                ("start_time", long, 256),
+                ("rss_stat", task_rss, 264),
+                ("signal", ptr, 288),
+            ],
+        );
+        e.strukt("task_struct", 512, &task);
+        let signal = keep(
+            "signal_struct",
+            &[
+                ("live", atomic_t, 4),
+                ("group_exit_code", int, 96),
+                ("flags", int, 116),
+                ("maxrss", long, 200),
+            ],
+        );
+        e.strukt("signal_struct", 256, &signal);
+        let mm = keep(
+            "mm_struct",
+            &[
+                ("hiwater_rss", long, 8),
+                ("hiwater_vm", long, 16),
+                ("total_vm", long, 24),
+                ("arg_start", long, 100),
+                ("arg_end", long, 108),
+                ("rss_stat", mm_rss, 200),
+            ],
+        );
+        let mm_body = e.strukt("", 400, &mm);
+        e.strukt("mm_struct", 400, &[("", mm_body, 0)]);
+        e.strukt(
+            "linux_binprm",
+            128,
+            &keep("linux_binprm", &[("filename", ptr, 96)]),
+        );
+        let pptrs = e.array(ptr, int, 0);
+        let value = e.array(int, int, 0);
+        let u = e.composite(
+            Kind::Union,
+            "",
+            false,
+            0,
+            &[("value", value, 0), ("pptrs", pptrs, 0)],
+        );
+        e.strukt("bpf_array", 320, &keep("bpf_array", &[("", u, 320)]));
+        let counters: Vec<_> = [
+            ("MM_FILEPAGES", 0),
+            ("MM_ANONPAGES", 1),
+            ("MM_SWAPENTS", 2),
+            ("MM_SHMEMPAGES", 3),
+            ("NR_MM_COUNTERS", 4),
+        ]
+        .into_iter()
+        .filter(|x| x.0 != skip)
+        .collect();
+        e.enum32("", false, &counters);
+
+        // Tracepoint typedefs: `void (*)(void *, struct task_struct *[, bool])`.
+        let void_ptr = e.modifier(Kind::Ptr, "", 0);
+        let task_ptr = e.modifier(Kind::Ptr, "", 1); // any pointer will do
+        let boolean = e.int("_Bool", 1, 8);
+        let mut params = vec![void_ptr, task_ptr];
+        if tracepoints_with_mm {
+            params.push(boolean);
+            let proto = e.ty("", Kind::FuncProto, false, 3, 0);
+            e.words(&[0, void_ptr, 0, task_ptr, 0, ptr]);
+            let fp = e.modifier(Kind::Ptr, "", proto);
+            e.modifier(Kind::Typedef, "btf_trace_sched_prepare_exec", fp);
+        }
+        let proto = e.ty("", Kind::FuncProto, false, params.len() as u32, 0);
+        for p in params {
+            e.words(&[0, p]);
+        }
+        let fp = e.modifier(Kind::Ptr, "", proto);
+        e.modifier(Kind::Typedef, "btf_trace_sched_process_exit", fp);
+
+        // `void exit_mm_release(struct task_struct *tsk, struct mm_struct *mm)`, and exec's.
+        let tsk = e.s("tsk");
+        let mm_name = e.s("mm");
+        let release = e.ty("", Kind::FuncProto, false, 2, 0);
+        e.words(&[tsk, task_ptr, mm_name, ptr]);
+        for f in [EXIT_MM_RELEASE, EXEC_MM_RELEASE] {
+            if f != skip {
+                e.ty(f, Kind::Func, false, 0, release);
+            }
+        }
+        Btf::parse(e.build()).unwrap()
+    }
+
+    #[test]
+    fn mem_hooks_follow_the_tracepoints_prototypes() {
+        let r = resolve(&old_kernel("")).unwrap();
+        assert_eq!(r.exit_mem, MemHook::Fentry("exit_mm_release"));
+        assert_eq!(r.exec_mem, MemHook::Fentry("exec_mm_release"));
+        assert!(r.notes.iter().any(|n| n.contains("fires after exit_mm()")));
+        assert!(!exit_tracepoint_has_mm(&old_kernel("")));
+
+        let r = resolve(&kernel("", true)).unwrap();
+        assert!(r.has_prepare_exec);
+        assert_eq!(
+            (r.exit_mem, r.exec_mem),
+            (MemHook::Tracepoint, MemHook::Tracepoint)
+        );
+        assert!(exit_tracepoint_has_mm(&kernel("", true)));
+
+        // A function inlined away is not in BTF: no fentry, and the images have no peak.
+        let r = resolve(&old_kernel("exit_mm_release")).unwrap();
+        assert_eq!(r.exit_mem, MemHook::Unavailable);
+        assert_eq!(r.exec_mem, MemHook::Fentry("exec_mm_release"));
+        let r = resolve(&old_kernel("exec_mm_release")).unwrap();
+        assert_eq!(r.exec_mem, MemHook::Unavailable);
+        assert!(r
+            .notes
+            .iter()
+            .any(|n| n.contains("exec_mm_release: not in BTF")));
+    }
+
+    #[test]
+    fn btf_function_probes() {
+        let b = old_kernel("");
+        assert!(b.has_func("exit_mm_release"));
+        assert!(!b.has_func("exit_mm"));
+        assert!(!b.has_func("task_struct")); // a struct, not a function
+        assert_eq!(
+            b.typedef_fn_params("btf_trace_sched_process_exit").unwrap(),
+            2
+        );
+        assert_eq!(
+            kernel("", true)
+                .typedef_fn_params("btf_trace_sched_process_exit")
+                .unwrap(),
+            3
+        );
+        assert!(b.typedef_fn_params("btf_trace_sched_prepare_exec").is_err());
+        assert!(b.typedef_fn_params("atomic_t").is_err()); // a typedef of a struct
+    }
+
+    #[test]
+    fn resolve_old_kernel_layout() {
+        let r = resolve(&old_kernel("")).unwrap();
+        let o = r.off;
+        assert_eq!(r.rss_layout, rss_layout::ATOMIC_ARRAY);
+        assert_eq!((r.nr_mm_counters, r.has_prepare_exec), (4, false));
+        assert_eq!(o.mm_rss_stat, 208); // points at count[0]
+        assert_eq!(o.rss_stride, 8); // sizeof(atomic_long_t), through two typedefs
+        assert_eq!((o.pcpu_count, o.pcpu_counters), (0, 0));
+        assert!(r.has_task_rss_stat);
+        assert_eq!(o.task_rss_stat_count, 268);
+        assert_eq!(o.task_sum_exec_runtime, 112);
+        assert_eq!((o.task_pid, o.task_tgid, o.task_signal), (220, 224, 288));
+        assert_eq!((o.signal_live, o.signal_maxrss), (4, 200));
+        assert_eq!((o.mm_hiwater_rss, o.mm_arg_end), (8, 108));
+        assert_eq!((o.binprm_filename, o.bpf_array_pptrs), (96, 320));
+        assert_eq!((o.rss_file_idx, o.rss_anon_idx, o.rss_shmem_idx), (0, 1, 3));
+
+        let r = resolve(&old_kernel("task_struct.rss_stat")).unwrap();
+        assert_eq!((r.has_task_rss_stat, r.off.task_rss_stat_count), (false, 0));
+    }
+
+    #[test]
+    fn resolve_names_what_is_missing() {
+        let err = resolve(&old_kernel("signal_struct.maxrss")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cannot find signal_struct.maxrss in the kernel's BTF: signal_struct has no member maxrss"
+        );
+        for skip in [
+            "task_struct.se",
+            "task_struct.exit_code",
+            "mm_struct.hiwater_rss",
+            "mm_struct.rss_stat",
+            "linux_binprm.filename",
+            "MM_SHMEMPAGES",
+        ] {
+            let err = resolve(&old_kernel(skip)).unwrap_err().to_string();
+            let name = skip.rsplit('.').next().unwrap();
+            assert!(err.contains(name), "{skip}: {err}");
+        }
+    }
+
+    /// This machine's kernel, whose offsets /work/shared/TOOLCHAIN.md records.
+    const DOCUMENTED_RELEASE: &str = "6.18.44-fc-v445";
+
+    #[test]
+    fn resolve_live_btf_parse_and_resolve() {
+        let t = std::time::Instant::now();
+        let btf = Btf::from_sys_fs().expect("this test needs /sys/kernel/btf/vmlinux");
+        let parsed = t.elapsed();
+        let r = resolve(&btf).expect("resolve");
+        let total = t.elapsed();
+        println!(
+            "btf: parse {parsed:?}, parse+resolve {total:?} ({})",
+            if cfg!(debug_assertions) {
+                "debug build"
+            } else {
+                "release build"
+            }
+        );
+        println!("{:#?}", r);
+        let o = r.off;
+
+        // Facts that hold on any kernel.
+        let size = |s| btf.size_of(s).unwrap();
+        let (task, sig, mm) = (
+            size("task_struct"),
+            size("signal_struct"),
+            size("mm_struct"),
+        );
+        assert_eq!(o.task_tgid, o.task_pid + 4);
+        for f in [
+            o.task_pid,
+            o.task_mm,
+            o.task_signal,
+            o.task_group_leader,
+            o.task_start_time,
+            o.task_utime,
+            o.task_stime,
+            o.task_sum_exec_runtime,
+            o.task_exit_code,
+            o.task_rss_stat_count,
+        ] {
+            assert!(f < task, "{f} not inside task_struct ({task})");
+        }
+        for f in [o.signal_live, o.signal_flags, o.signal_group_exit_code] {
+            assert!(f < sig);
+        }
+        assert!(o.signal_maxrss < sig);
+        for f in [
+            o.mm_hiwater_rss,
+            o.mm_hiwater_vm,
+            o.mm_total_vm,
+            o.mm_arg_start,
+        ] {
+            assert!(f < mm);
+        }
+        assert_eq!(o.mm_arg_end, o.mm_arg_start + 8);
+        assert!(o.mm_rss_stat + r.nr_mm_counters * o.rss_stride <= mm);
+        let idx = [o.rss_file_idx, o.rss_anon_idx, o.rss_shmem_idx];
+        assert!(idx.iter().all(|&i| i < 4 && i < r.nr_mm_counters));
+        assert!(idx[0] != idx[1] && idx[1] != idx[2] && idx[0] != idx[2]);
+        assert!(o.binprm_filename < size("linux_binprm"));
+        assert!(o.bpf_array_pptrs <= size("bpf_array")); // a flexible array: may sit at the very end
+        assert_eq!(o.signal_group_exit_flag, 4);
+        match r.rss_layout {
+            rss_layout::PERCPU_COUNTER => {
+                assert_eq!(o.rss_stride, size("percpu_counter"));
+                assert!(o.pcpu_count < o.rss_stride && o.pcpu_counters < o.rss_stride);
+                assert!(!r.has_task_rss_stat);
+            }
+            _ => {
+                assert_eq!(o.rss_stride, 8);
+                assert_eq!((o.pcpu_count, o.pcpu_counters), (0, 0));
+            }
+        }
+
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        if release.trim() != DOCUMENTED_RELEASE {
+            println!(
+                "note: kernel {} is not {DOCUMENTED_RELEASE}; documented offsets not compared",
+                release.trim()
+            );
+            return;
+        }
+        assert_eq!(o.task_mm, 1136);
+        assert_eq!(o.mm_hiwater_rss, 344);
+        assert_eq!(o.mm_rss_stat, 960);
+        assert_eq!(o.pcpu_count, 8);
+        assert_eq!(o.rss_stride, 40);
+        assert_eq!(r.rss_layout, rss_layout::PERCPU_COUNTER);
+        assert_eq!((o.rss_file_idx, o.rss_anon_idx, o.rss_shmem_idx), (0, 1, 3));
+        assert!(r.has_prepare_exec);
+        assert_eq!(
+            (r.exit_mem, r.exec_mem),
+            (MemHook::Tracepoint, MemHook::Tracepoint)
+        );
+        assert!(btf.has_func(EXIT_MM_RELEASE) && btf.has_func(EXEC_MM_RELEASE));
+    }
+}

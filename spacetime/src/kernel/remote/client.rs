@@ -1,0 +1,394 @@
+//! The client's end of an agent connection: a session opened with a hello, a held child
+//! tracked by passing its pidfd, the session's records and taskstats datagrams received as
+//! they come, and the run's end figures on request.
+//!
+//! The agent going away (EOF, an error, a shutdown message) is never fatal here: the
+//! connection says so once ([`AgentConn::gone`]) and hands out what it received before.
+
+use std::{
+    collections::VecDeque,
+    io,
+    os::fd::{AsRawFd, OwnedFd, RawFd},
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use super::{
+    proto::{self, End, Msg, Welcome},
+    sock,
+};
+use crate::kernel::taskstats::{ListenerStats, TaskstatsRecord};
+
+/// How long a client waits for an answer the agent owes it (tracking, a flush, the end).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// No agent listens there (no socket file, or nobody behind it).
+    #[error("no spacetime agent at {0}")]
+    Absent(String),
+    /// The agent answered no.
+    #[error("the spacetime agent refused: {0}")]
+    Refused(String),
+    #[error("talking to the spacetime agent at {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the spacetime agent at {0} answered something unexpected")]
+    Protocol(String),
+}
+
+/// The error to show when the agent could not be used (`agent`) and loading the programs
+/// here failed too (`own`): without the privileges to load them, what the agent said (no
+/// agent: start one, or use sudo); otherwise the loading's own failure.
+pub fn instead(own: anyhow::Error, agent: ConnectError, path: &Path) -> anyhow::Error {
+    let unprivileged = matches!(
+        own.downcast_ref::<crate::kernel::loader::LoadError>(),
+        Some(crate::kernel::loader::LoadError::NotRoot)
+    );
+    match (unprivileged, agent) {
+        (false, _) => own,
+        (true, ConnectError::Absent(_)) => anyhow::anyhow!(
+            "no spacetime agent answers at {}, and loading the kernel programs here needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN): start an agent (`sudo systemctl start spacetime-agent.socket`, or `sudo spacetime agent`), or run this with sudo; `spacetime doctor` says what works here",
+            path.display()
+        ),
+        (true, other) => other.into(),
+    }
+}
+
+/// A refusal or failure while tracking, as one sentence.
+#[derive(Debug, thiserror::Error)]
+pub enum TrackError {
+    #[error("the spacetime agent refused: {0}")]
+    Refused(String),
+    #[error("the spacetime agent went away: {0}")]
+    Gone(String),
+}
+
+/// What the agent sent when the run ended (nothing, when it went away first).
+#[derive(Debug, Default)]
+pub struct RunEnd {
+    pub end: Option<End>,
+    pub mms: Vec<spacetime_common::MmState>,
+}
+
+pub struct AgentConn {
+    fd: OwnedFd,
+    pub welcome: Welcome,
+    /// From connecting to the session's welcome, ms: this client's start-up.
+    pub ready_ms: f64,
+    /// A watch's kernel counters, as the agent last sent them.
+    pub counters: std::rc::Rc<std::cell::Cell<crate::kernel::loader::KernelCounters>>,
+    /// Records received and not yet handed out, in ring order.
+    inbox: VecDeque<Vec<u8>>,
+    /// taskstats datagrams received and not yet parsed.
+    taskstats: Vec<Vec<u8>>,
+    taskstats_stats: ListenerStats,
+    flushed: Option<u32>,
+    seq: u32,
+    ended: Option<End>,
+    mms: Vec<spacetime_common::MmState>,
+    gone: Option<String>,
+    /// The user was told that the agent went away.
+    told: bool,
+    buf: Vec<u8>,
+}
+
+fn shown(b: &[u8]) -> String {
+    crate::util::term::escape(b)
+}
+
+impl AgentConn {
+    /// Connects and opens a session for tracing.
+    pub fn connect(path: &Path) -> Result<AgentConn, ConnectError> {
+        AgentConn::connect_for(path, proto::want::TRACE, 0)
+    }
+
+    /// Connects and opens a session for `want` ([`proto::want`]), whose runs have at most
+    /// `max_processes` processes tracked at once (0: the agent's limit alone).
+    pub fn connect_for(
+        path: &Path,
+        want: u8,
+        max_processes: u32,
+    ) -> Result<AgentConn, ConnectError> {
+        let started = Instant::now();
+        let where_ = path.display().to_string();
+        let fd = match sock::connect(path) {
+            Ok(fd) => fd,
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOENT) | Some(libc::ECONNREFUSED) | Some(libc::ENOTDIR)
+                ) =>
+            {
+                return Err(ConnectError::Absent(where_))
+            }
+            Err(source) => {
+                return Err(ConnectError::Io {
+                    path: where_,
+                    source,
+                })
+            }
+        };
+        let io_err = |source| ConnectError::Io {
+            path: where_.clone(),
+            source,
+        };
+        let hello = Msg::Hello {
+            version: proto::VERSION,
+            want,
+            max_processes,
+        };
+        sock::send(fd.as_raw_fd(), &hello.encode(), None).map_err(io_err)?;
+        let mut conn = AgentConn {
+            fd,
+            welcome: Welcome::default(),
+            ready_ms: 0.0,
+            counters: Default::default(),
+            inbox: VecDeque::new(),
+            taskstats: Vec::new(),
+            taskstats_stats: ListenerStats::default(),
+            flushed: None,
+            seq: 0,
+            ended: None,
+            mms: Vec::new(),
+            gone: None,
+            told: true,
+            buf: vec![0; proto::MAX_MESSAGE + 1],
+        };
+        match conn.recv_blocking(Instant::now() + ANSWER_TIMEOUT) {
+            Some(Msg::Welcome(w)) => {
+                conn.welcome = w;
+                conn.taskstats_stats.rcvbuf_bytes = conn.welcome.taskstats_rcvbuf_bytes as usize;
+                conn.told = false;
+                conn.ready_ms = started.elapsed().as_secs_f64() * 1e3;
+                Ok(conn)
+            }
+            Some(Msg::Refused { reason }) => Err(ConnectError::Refused(shown(&reason))),
+            _ => match conn.gone.take() {
+                Some(why) if why.contains("refused") => Err(ConnectError::Refused(why)),
+                _ => Err(ConnectError::Protocol(where_)),
+            },
+        }
+    }
+
+    /// Has the agent track the held child `pidfd` pins (our own, not yet exec'd); returns
+    /// its pid as the agent numbers it and the namespace depth between us.
+    pub fn track(&mut self, pidfd: RawFd) -> Result<(u32, u32), TrackError> {
+        self.begin_run();
+        if let Err(e) = sock::send(self.fd.as_raw_fd(), &Msg::Track.encode(), Some(pidfd)) {
+            return Err(TrackError::Gone(e.to_string()));
+        }
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        loop {
+            match self.recv_blocking(deadline) {
+                Some(Msg::Tracked { kernel_pid, level }) => return Ok((kernel_pid, level)),
+                Some(Msg::Refused { reason }) => return Err(TrackError::Refused(shown(&reason))),
+                Some(m) => self.keep(m),
+                None => {
+                    let why = self.gone.clone().unwrap_or_else(|| "no answer".into());
+                    self.told = true;
+                    return Err(TrackError::Gone(why));
+                }
+            }
+        }
+    }
+
+    /// Has the agent attach to `pids` (and their descendants) for this session; returns the
+    /// pids attached to, when tracking began, and whether their memory is followed.
+    pub fn attach(&mut self, pids: &[u32]) -> Result<(Vec<u32>, u64, bool), TrackError> {
+        self.begin_run();
+        let msg = Msg::Attach {
+            pids: pids.to_vec(),
+        };
+        if let Err(e) = sock::send(self.fd.as_raw_fd(), &msg.encode(), None) {
+            return Err(TrackError::Gone(e.to_string()));
+        }
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        loop {
+            match self.recv_blocking(deadline) {
+                Some(Msg::Attached {
+                    pids,
+                    attach_ns,
+                    memory_followed,
+                }) => return Ok((pids, attach_ns, memory_followed)),
+                Some(Msg::Refused { reason }) => return Err(TrackError::Refused(shown(&reason))),
+                Some(m) => self.keep(m),
+                None => {
+                    self.told = true;
+                    let why = self.gone.clone().unwrap_or_else(|| "no answer".into());
+                    return Err(TrackError::Gone(why));
+                }
+            }
+        }
+    }
+
+    fn begin_run(&mut self) {
+        self.inbox.clear();
+        self.taskstats.clear();
+        self.ended = None;
+        self.mms.clear();
+    }
+
+    /// Why the agent is no longer there (None while it is).
+    pub fn gone(&self) -> Option<&str> {
+        self.gone.as_deref()
+    }
+
+    /// The socket, to wait on; None once the agent went away (nothing more will come).
+    pub fn raw_fd(&self) -> Option<RawFd> {
+        self.gone.is_none().then(|| self.fd.as_raw_fd())
+    }
+
+    /// Receives whatever waits, without blocking.
+    pub fn pump(&mut self) {
+        while self.gone.is_none() {
+            match self.recv(libc::MSG_DONTWAIT) {
+                Ok(Some(m)) => self.keep(m),
+                Ok(None) => return,
+                Err(why) => self.lost(why),
+            }
+        }
+    }
+
+    /// The next record received, in ring order.
+    pub fn next_record(&mut self) -> Option<Vec<u8>> {
+        self.inbox.pop_front()
+    }
+
+    /// Forgets what was received and not handed out (records of an earlier run).
+    pub fn discard(&mut self) -> usize {
+        self.pump();
+        let n = self.inbox.len() + self.taskstats.len();
+        self.inbox.clear();
+        self.taskstats.clear();
+        n
+    }
+
+    /// Parses the taskstats datagrams received into `out`.
+    pub fn take_taskstats(&mut self, out: &mut Vec<TaskstatsRecord>) {
+        for d in self.taskstats.drain(..) {
+            crate::kernel::taskstats::parse_messages(&d, out, &mut self.taskstats_stats);
+        }
+    }
+
+    /// Counters of the taskstats records received (records, parse errors; the agent's
+    /// buffer size; its lost receives once the run ended).
+    pub fn taskstats_stats(&self) -> ListenerStats {
+        self.taskstats_stats
+    }
+
+    /// Asks the agent for every record of the session the kernel holds now and waits until
+    /// they are all received (or the agent is gone).
+    pub fn sync(&mut self) {
+        if self.gone.is_some() {
+            return;
+        }
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        if let Err(e) = sock::send(self.fd.as_raw_fd(), &Msg::Flush { seq }.encode(), None) {
+            return self.lost(e.to_string());
+        }
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        while self.flushed != Some(seq) {
+            match self.recv_blocking(deadline) {
+                Some(m) => self.keep(m),
+                None => return,
+            }
+        }
+    }
+
+    /// Ends the run: the agent untracks its processes and sends what only it can read.
+    /// Every record of the run is received before this returns.
+    pub fn finish(&mut self) -> RunEnd {
+        if self.gone.is_none() {
+            if let Err(e) = sock::send(self.fd.as_raw_fd(), &Msg::Finish.encode(), None) {
+                self.lost(e.to_string());
+            }
+        }
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        while self.ended.is_none() && self.gone.is_none() {
+            if let Some(m) = self.recv_blocking(deadline) {
+                self.keep(m);
+            }
+        }
+        if let Some(e) = &self.ended {
+            self.taskstats_stats.enobufs += e.taskstats_enobufs;
+        }
+        RunEnd {
+            end: self.ended.take(),
+            mms: std::mem::take(&mut self.mms),
+        }
+    }
+
+    /// Says once on stderr that the agent went away, if it did.
+    pub fn tell_if_gone(&mut self) {
+        if let (Some(why), false) = (&self.gone, self.told) {
+            crate::errln!(
+                "spacetime: the agent went away ({why}); the command keeps running, and the report covers what came before"
+            );
+            self.told = true;
+        }
+    }
+
+    fn keep(&mut self, m: Msg) {
+        match m {
+            Msg::Records(r) => self.inbox.extend(r),
+            Msg::Taskstats(d) => self.taskstats.push(d),
+            Msg::Flushed { seq } => self.flushed = Some(seq),
+            Msg::Mms(m) => self.mms.extend(m),
+            Msg::End(e) => self.ended = Some(e),
+            Msg::Counters(c) => self.counters.set(c),
+            Msg::Shutdown { reason } => self.lost(format!("it is stopping: {}", shown(&reason))),
+            Msg::Refused { reason } => self.lost(format!("it refused: {}", shown(&reason))),
+            other => log::debug!("agent: unexpected message {other:?}"),
+        }
+    }
+
+    fn lost(&mut self, why: String) {
+        if self.gone.is_none() {
+            log::debug!("agent connection lost: {why}");
+            self.gone = Some(why);
+        }
+    }
+
+    /// One message; Ok(None) when none waits (with MSG_DONTWAIT).
+    fn recv(&mut self, flags: libc::c_int) -> Result<Option<Msg>, String> {
+        match sock::recv(self.fd.as_raw_fd(), &mut self.buf, flags) {
+            Ok(r) if r.len == 0 => Err("the connection was closed".into()),
+            Ok(r) if r.truncated => Err("a message larger than the protocol allows".into()),
+            Ok(r) => match Msg::parse(&self.buf[..r.len]) {
+                Ok(m) => Ok(Some(m)),
+                Err(e) => Err(format!("a malformed message: {e}")),
+            },
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// One message, waiting until `deadline`; None when the agent is gone or silent.
+    fn recv_blocking(&mut self, deadline: Instant) -> Option<Msg> {
+        while self.gone.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                self.lost("it did not answer within 5 s".into());
+                return None;
+            }
+            let mut pfd = libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(1000) as libc::c_int + 1) };
+            match self.recv(libc::MSG_DONTWAIT) {
+                Ok(Some(m)) => return Some(m),
+                Ok(None) => continue,
+                Err(why) => self.lost(why),
+            }
+        }
+        None
+    }
+}

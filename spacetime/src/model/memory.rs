@@ -1,0 +1,219 @@
+//! Memory over time during a trace: the kernel's RSS points (or statm sampling where the
+//! kernel has no rss_stat tracepoint) and sampled PSS, gathered into a [`Timeline`].
+
+use spacetime_common::{flags, EventHeader, MmState, RssEvent};
+
+use crate::{
+    kernel::events::Event,
+    model::{
+        pss::{PssSampler, SamplerConfig, StatmSampler},
+        timeline::{Point, RssSource, Timeline},
+        tree::{Key, Tree},
+    },
+};
+
+pub struct Memory {
+    pub timeline: Timeline,
+    page_size: u64,
+    pss: Option<PssSampler>,
+    statm: Option<StatmSampler>,
+    /// /proc names processes by the pids the tree shows, not the kernel's.
+    proc_by_shown_pids: bool,
+}
+
+/// How memory is followed.
+pub struct MemoryOptions {
+    /// The kernel follows RSS (kmem:rss_stat); otherwise /proc/PID/statm is sampled.
+    pub kernel_rss: bool,
+    /// Shortest PSS sampling interval per process, ns; 0 turns PSS off.
+    pub pss_interval_ns: u64,
+    pub page_size: u64,
+}
+
+fn live_keys(tree: &Tree) -> impl Iterator<Item = Key> + '_ {
+    tree.processes()
+        .iter()
+        .filter(|p| p.end_ns.is_none())
+        .filter_map(|p| p.key)
+}
+
+impl Memory {
+    pub fn new(o: MemoryOptions) -> Memory {
+        let source = if o.kernel_rss {
+            RssSource::Kernel
+        } else {
+            RssSource::Statm
+        };
+        let cfg = |min: u64| SamplerConfig {
+            min_interval_ns: min,
+            follow_growth: o.kernel_rss,
+            ..SamplerConfig::default()
+        };
+        Memory {
+            timeline: Timeline::new(source),
+            page_size: o.page_size,
+            pss: (o.pss_interval_ns > 0).then(|| PssSampler::new(cfg(o.pss_interval_ns))),
+            statm: (!o.kernel_rss)
+                .then(|| StatmSampler::new(cfg(o.pss_interval_ns.max(10_000_000)))),
+            proc_by_shown_pids: false,
+        }
+    }
+
+    /// /proc is mounted for spacetime's PID namespace: processes are read there by the pids
+    /// the tree shows (their namespace pids), not by the kernel's.
+    pub fn proc_by_shown_pids(&mut self) {
+        self.proc_by_shown_pids = true;
+    }
+
+    /// Takes what concerns memory from a kernel record.
+    pub fn observe(&mut self, ev: &Event) {
+        match ev {
+            // An mm's end: its exact peak is the tree's business; the tree's sum without it is
+            // a point in time.
+            Event::Rss(r) if r.hdr.flags & flags::RSS_MM_PEAK != 0 && r.end_ns != 0 => {
+                let tree = r.tree_rss_pages * self.page_size;
+                self.timeline.record_tree_rss(Point::new(r.end_ns, tree));
+            }
+            Event::Rss(r) if r.hdr.flags & flags::RSS_MM_PEAK != 0 => {}
+            Event::Rss(r) => {
+                let key = Key {
+                    tgid: r.hdr.tgid,
+                    start_ns: r.hdr.leader_start_ns,
+                };
+                let ts = r.hdr.ts_ns;
+                let bytes = r.rss_pages * self.page_size;
+                self.timeline.record_kernel_rss(key, Point::new(ts, bytes));
+                if let Some(s) = self.pss.as_mut() {
+                    s.note_rss(key, bytes);
+                }
+                self.timeline
+                    .record_tree_rss(Point::new(ts, r.tree_rss_pages * self.page_size));
+            }
+            Event::Exit(x) if x.hdr.flags & flags::EXIT_GROUP_DEAD != 0 => {
+                let key = Key {
+                    tgid: x.hdr.tgid,
+                    start_ns: x.hdr.leader_start_ns,
+                };
+                // The exact RSS as the image ended, read with the exit record: before 6.2 it
+                // also counts the thread's RSS changes not folded into the mm yet, which no
+                // rss_stat event reported.
+                self.image_end_rss(key, x.hdr.ts_ns.saturating_sub(1), &x.mem);
+                self.timeline.process_exited(key, x.hdr.ts_ns);
+            }
+            Event::ImageEnd(m) => {
+                let key = Key {
+                    tgid: m.hdr.tgid,
+                    start_ns: m.hdr.leader_start_ns,
+                };
+                self.image_end_rss(key, m.hdr.ts_ns, &m.mem);
+            }
+            _ => {}
+        }
+    }
+
+    /// A process's exact RSS read as an image ended, as a point of its series (kernel source
+    /// only; a process the kernel did not follow has no series to add to).
+    fn image_end_rss(&mut self, key: Key, ts_ns: u64, mem: &spacetime_common::MemStats) {
+        let followed = self
+            .timeline
+            .process(&key)
+            .is_some_and(|s| !s.rss.is_empty());
+        if self.timeline.rss_source == RssSource::Kernel
+            && followed
+            && mem.flags & flags::MEM_VALID != 0
+        {
+            let bytes = mem.rss_pages() * self.page_size;
+            self.timeline
+                .record_kernel_rss(key, Point::new(ts_ns, bytes));
+        }
+    }
+
+    /// When the next sample is due (CLOCK_MONOTONIC ns), if any.
+    pub fn next_due(&self) -> Option<u64> {
+        let a = self.pss.as_ref().and_then(PssSampler::next_due);
+        let b = self.statm.as_ref().and_then(StatmSampler::next_due);
+        match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Samples the live processes that are due.
+    pub fn sample(&mut self, now_ns: u64, tree: &Tree) {
+        if self.proc_by_shown_pids {
+            for p in tree.processes().iter().filter(|p| p.end_ns.is_none()) {
+                let Some(key) = p.key else { continue };
+                if let Some(s) = self.pss.as_mut() {
+                    s.set_proc_pid(key.tgid, p.pid);
+                }
+                if let Some(s) = self.statm.as_mut() {
+                    s.set_proc_pid(key.tgid, p.pid);
+                }
+            }
+        }
+        if let Some(s) = self.pss.as_mut() {
+            s.sample_due(now_ns, live_keys(tree), &mut self.timeline);
+        }
+        if let Some(s) = self.statm.as_mut() {
+            s.sample_due(now_ns, live_keys(tree), &mut self.timeline);
+        }
+    }
+
+    /// The trace is over: the kernel's exact peak is recorded.
+    pub fn finish(&mut self, kernel_peak: Option<Point>) {
+        if let Some(s) = &self.pss {
+            let st = s.stats();
+            log::debug!("PSS sampling: {st:?}");
+            self.timeline.pss_sampling = Some(crate::model::timeline::PssSampling {
+                samples: st.samples,
+                growth_samples: st.growth_samples,
+                read_ns: st.read_ns,
+                cpu_budget: s.cpu_budget(),
+            });
+        }
+        if let Some(s) = &self.statm {
+            log::debug!("statm sampling: {:?}", s.stats());
+        }
+        if let Some(p) = kernel_peak {
+            self.timeline.set_tree_peak(p);
+        }
+    }
+}
+
+/// What the kernel still holds of the mms it follows when the trace ends (processes still
+/// running), as the records it would send if they ended now: a point held back, the last
+/// value, and the peak so far (an `RSS_MM_PEAK` record with no end). Applied like any other
+/// record, they put each live process's peak into its series and its report.
+pub fn live_mm_records(states: &[MmState]) -> Vec<RssEvent> {
+    let mut out = Vec::with_capacity(states.len() * 3);
+    for st in states {
+        let rec = |flags: u32, ts_ns: u64, pages: i64, tree: i64| RssEvent {
+            hdr: EventHeader {
+                kind: spacetime_common::kind::RSS,
+                session: 0,
+                flags,
+                ts_ns,
+                tgid: st.tgid,
+                pid: st.tgid,
+                leader_start_ns: st.leader_start_ns,
+            },
+            rss_pages: pages.max(0) as u64,
+            tree_rss_pages: tree.max(0) as u64,
+            end_ns: 0,
+        };
+        if st.held_ns != 0 {
+            out.push(rec(
+                flags::RSS_HELD,
+                st.held_ns,
+                st.held_pages,
+                st.held_tree_pages,
+            ));
+        }
+        if st.total_pages != st.sent_pages || st.held_ns != 0 {
+            let (pages, tree) = (st.total_pages, st.last_tree_pages);
+            out.push(rec(flags::RSS_HELD, st.last_ns, pages, tree));
+        }
+        out.push(rec(flags::RSS_MM_PEAK, st.since_ns, st.peak_pages, 0));
+    }
+    out
+}

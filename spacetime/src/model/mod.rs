@@ -1,0 +1,19 @@
+//! What the records mean: processes and their images ([`process`], [`argv`]), the one store
+//! both `trace` and `watch` build from the records ([`reduce`], seen as `trace`'s [`tree`] and
+//! `watch`'s [`table`]), CPU as the kernel splits it ([`cputime`]), memory over time
+//! ([`memory`], [`timeline`], [`pss`]), and every exit matched with its taskstats record
+//! ([`matcher`], [`crosscheck`]).
+
+pub(crate) mod argv;
+pub(crate) mod cputime;
+pub(crate) mod crosscheck;
+pub(crate) mod matcher;
+pub(crate) mod memory;
+pub(crate) mod process;
+pub(crate) mod pss;
+pub(crate) mod reduce;
+pub(crate) mod table;
+#[cfg(test)]
+mod table_tests;
+pub(crate) mod timeline;
+pub(crate) mod tree;

@@ -1,0 +1,99 @@
+//! Processes that predate an attach (`trace -p`): they have no fork or exec record, so what
+//! /proc said of them at the attach is kept by tgid until their first record arrives, which
+//! gives the kernel's exact key. A fork record for the tgid means the process started after
+//! its parent was tracked: the record then says everything and the /proc reading is dropped.
+
+use std::sync::Arc;
+
+use super::{kept::Kept, Image, Process, Store};
+use crate::model::process::{same_start, Key, Names};
+
+/// What /proc said of a running process when spacetime attached to it.
+#[derive(Clone, Debug)]
+pub struct Adopted {
+    /// The kernel's pid (the tree's key).
+    pub tgid: u32,
+    /// The parent's pid at the attach.
+    pub ppid: u32,
+    /// Start time from /proc (CLOCK_MONOTONIC ns, to a clock tick): the provisional key
+    /// until a record gives the exact one.
+    pub start_ns: u64,
+    pub threads: u32,
+    /// The executable (/proc/PID/exe: resolved, not the path given to execve), the arguments
+    /// (NUL-separated) and the comm.
+    pub names: Names,
+    /// When spacetime attached (CLOCK_MONOTONIC ns): the image is dated from then.
+    pub attach_ns: u64,
+}
+
+impl Adopted {
+    /// Fills a new entry from its /proc reading.
+    pub(super) fn fill(self, p: &mut Process) {
+        p.ppid = self.ppid;
+        p.threads = self.threads.max(1);
+        p.fork_seen = true;
+        p.images.push(Image {
+            names: Arc::new(self.names),
+            start_ns: self.attach_ns,
+            read_at_attach: true,
+            ..Image::default()
+        });
+    }
+}
+
+impl Kept {
+    /// The /proc reading for a process about to get its entry, when it is the same process.
+    pub(super) fn take_adopted(&mut self, key: Key) -> Option<Adopted> {
+        let a = self.adopted.get(&key.tgid)?;
+        if !same_start(a.start_ns, key.start_ns) {
+            return None;
+        }
+        self.adopted.remove(&key.tgid)
+    }
+
+    /// A fork record names `tgid`: it did not predate the attach.
+    pub(super) fn forget_adopted(&mut self, tgid: u32) {
+        if !self.adopted.is_empty() {
+            self.adopted.remove(&tgid);
+        }
+    }
+}
+
+impl Store {
+    /// Keeps what /proc said of a process that predates the attach.
+    pub fn adopt(&mut self, a: Adopted) {
+        self.kept.tgids.insert(a.tgid);
+        self.kept.adopted.insert(a.tgid, a);
+    }
+
+    /// Adopted processes no record has named yet.
+    pub fn pending_adoptions(&self) -> usize {
+        self.kept.adopted.len()
+    }
+
+    /// Gives every adopted process no record named an entry (keyed by its /proc start time):
+    /// still running at the end, or gone with its records lost.
+    pub fn settle_adopted(&mut self) {
+        let pending: Vec<Adopted> = self.kept.adopted.drain().map(|(_, a)| a).collect();
+        for a in pending {
+            let key = Key {
+                tgid: a.tgid,
+                start_ns: a.start_ns,
+            };
+            let i = self.kept.entry(key);
+            a.fill(&mut self.kept.procs[i]);
+        }
+    }
+
+    /// The peak so far of a process still running at the end that predates the attach (the
+    /// kernel followed its mm from the attach only): its VmHWM, read then, if higher.
+    pub fn set_peak_so_far(&mut self, key: Key, pages: u64) {
+        let Some(&i) = self.kept.index.get(&key) else {
+            return;
+        };
+        if let Some(img) = self.kept.procs[i].images.last_mut() {
+            let so_far = img.followed_peak_pages.unwrap_or(0).max(pages);
+            img.followed_peak_pages = Some(so_far);
+        }
+    }
+}

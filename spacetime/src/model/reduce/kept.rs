@@ -1,0 +1,122 @@
+//! Every process kept (`trace`): in the order first seen, indexed by key. The root is the
+//! first process seen with the root's pid; inside a PID namespace the pids shown are the
+//! namespace's, from the fork records (the keys stay the kernel's).
+
+use super::{adopt::Adopted, Process, Store};
+use crate::model::process::Key;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+#[derive(Debug, Default)]
+pub(super) struct Kept {
+    pub(super) procs: Vec<Process>,
+    pub(super) index: FxHashMap<Key, usize>,
+    /// Every tgid seen, for filtering other sources (taskstats) by process.
+    pub(super) tgids: FxHashSet<u32>,
+    root_pid: u32,
+    root_ppid: u32,
+    /// spacetime runs inside a PID namespace: the root's pid there.
+    pub(super) root_ns_pid: Option<u32>,
+    root: Option<usize>,
+    /// Processes that predate an attach, by tgid, until a record names them.
+    pub(super) adopted: FxHashMap<u32, Adopted>,
+}
+
+impl Kept {
+    pub(super) fn new(root_pid: u32, root_ppid: u32) -> Kept {
+        Kept {
+            root_pid,
+            root_ppid,
+            ..Kept::default()
+        }
+    }
+
+    /// The process with this key, made when unknown.
+    pub(super) fn entry(&mut self, key: Key) -> usize {
+        if let Some(&i) = self.index.get(&key) {
+            return i;
+        }
+        let i = self.procs.len();
+        let is_root = self.root.is_none() && key.tgid == self.root_pid;
+        if is_root {
+            self.root = Some(i);
+        }
+        let pid = match self.root_ns_pid {
+            None => key.tgid,
+            Some(root) if is_root => root,
+            // Until its fork record names it.
+            Some(_) => 0,
+        };
+        self.procs.push(Process {
+            key: Some(key),
+            pid,
+            start_ns: key.start_ns,
+            ppid: if is_root { self.root_ppid } else { 0 },
+            threads: 1,
+            is_root,
+            ..Process::default()
+        });
+        self.index.insert(key, i);
+        self.tgids.insert(key.tgid);
+        if let Some(a) = self.take_adopted(key) {
+            a.fill(&mut self.procs[i]);
+        }
+        i
+    }
+}
+
+impl Store {
+    /// spacetime runs inside a PID namespace, where the root is `root_ns_pid` (the root pid
+    /// given to [`Store::keep_all`] is the kernel's): pids shown are the namespace's, from the
+    /// fork records.
+    pub fn in_namespace(mut self, root_ns_pid: u32) -> Store {
+        self.kept.root_ns_pid = Some(root_ns_pid);
+        self
+    }
+
+    /// Every process kept, in the order first seen (none with a live set).
+    pub fn processes(&self) -> &[Process] {
+        &self.kept.procs
+    }
+
+    pub fn root(&self) -> Option<&Process> {
+        self.kept.root.map(|i| &self.kept.procs[i])
+    }
+
+    /// Where the process is in [`processes`](Store::processes).
+    pub fn index_of(&self, key: &Key) -> Option<usize> {
+        self.kept.index.get(key).copied()
+    }
+
+    pub fn get(&self, key: &Key) -> Option<&Process> {
+        self.kept.index.get(key).map(|&i| &self.kept.procs[i])
+    }
+
+    /// Processes that exited but whose final CPU time (their free record) has not come.
+    pub fn awaiting_release(&self) -> usize {
+        self.kept
+            .procs
+            .iter()
+            .filter(|p| p.end_ns.is_some() && !p.cpu_final)
+            .count()
+    }
+
+    /// Processes that have not exited, among those the kernel tracks (an untracked one's
+    /// exit never comes: an attached run waiting for it would never end).
+    pub fn live(&self) -> usize {
+        match self.live.as_deref() {
+            Some(l) => l.len(),
+            None => self
+                .kept
+                .procs
+                .iter()
+                .filter(|p| p.end_ns.is_none() && !p.untracked)
+                .count(),
+        }
+    }
+
+    /// Whether any process with this tgid is (or was) in the tree; the root's pid counts from
+    /// the start.
+    pub fn knows_tgid(&self, tgid: u32) -> bool {
+        tgid == self.kept.root_pid || self.kept.tgids.contains(&tgid)
+    }
+}

@@ -1,0 +1,188 @@
+//! The process and image model the store keeps: one [`Process`] per thread group, with one
+//! [`Image`] per program it ran.
+
+use std::sync::{Arc, LazyLock};
+
+use spacetime_common::flags;
+
+use crate::model::{
+    argv::PendingArgv,
+    process::{EndMem, ExitStatus, Key, Names},
+};
+
+/// One program image of a process.
+#[derive(Clone, Debug)]
+pub struct Image {
+    pub names: Arc<Names>,
+    pub start_ns: u64,
+    pub end_ns: Option<u64>,
+    /// Carried over from the parent at fork rather than started by an exec.
+    pub inherited: bool,
+    /// Ran on the parent's address space (vfork/posix_spawn before exec): its memory figures
+    /// are the parent's and are not counted for this process.
+    pub shared_mm: bool,
+    /// Memory figures at the end of the image, when known.
+    pub mem: Option<EndMem>,
+    /// The exact maximum RSS of the image's mm, when the kernel followed every change of it.
+    pub followed_peak_pages: Option<u64>,
+    /// argv while it is assembled from continuation records; dropped once every byte came.
+    pub(super) pending_args: Option<Box<PendingArgv>>,
+    pub exec_flags: u32,
+    /// Started before spacetime attached (`trace -p`): exe, argv and comm were read from
+    /// /proc at the attach, not from an exec record.
+    pub read_at_attach: bool,
+}
+
+impl Default for Image {
+    /// An image with no names yet: they point at one shared empty [`Names`] (a fork builds
+    /// its inherited image from a default one, and should not allocate names to drop them).
+    fn default() -> Image {
+        Image {
+            names: Arc::clone(Image::no_names()),
+            start_ns: 0,
+            end_ns: None,
+            inherited: false,
+            shared_mm: false,
+            mem: None,
+            followed_peak_pages: None,
+            pending_args: None,
+            exec_flags: 0,
+            read_at_attach: false,
+        }
+    }
+}
+
+impl Image {
+    /// The one shared empty [`Names`].
+    pub fn no_names() -> &'static Arc<Names> {
+        static NO_NAMES: LazyLock<Arc<Names>> = LazyLock::new(Arc::default);
+        &NO_NAMES
+    }
+
+    pub fn exe(&self) -> &[u8] {
+        &self.names.exe
+    }
+
+    /// The arguments, exact bytes.
+    pub fn argv(&self) -> impl Iterator<Item = &[u8]> + Clone {
+        self.names.argv()
+    }
+
+    pub fn comm(&self) -> &[u8] {
+        self.names.comm.as_bytes()
+    }
+
+    /// Every argv byte arrived and none was cut.
+    pub fn argv_complete(&self) -> bool {
+        self.names.argv_complete
+    }
+
+    /// argv joined by spaces, or the exe (or comm) when there is none: a name for the image
+    /// where Unicode text is needed (invalid UTF-8 shown as U+FFFD).
+    pub fn title_lossy(&self) -> String {
+        let bytes: Vec<u8> = if self.argv().next().is_some() {
+            self.argv().collect::<Vec<_>>().join(&b' ')
+        } else if !self.exe().is_empty() {
+            self.exe().to_vec()
+        } else {
+            self.comm().to_vec()
+        };
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// Peak RSS of this image in pages (None while running or when not measured).
+    pub fn peak_rss_pages(&self) -> Option<u64> {
+        if self.shared_mm {
+            return Some(0);
+        }
+        // The followed maximum is exact; the end-of-image figure may miss a peak that was
+        // freed before (hiwater_rss is raised lazily, from approximate counts).
+        match (self.mem.map(|m| m.peak_rss_pages), self.followed_peak_pages) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub fn peak_vm_pages(&self) -> Option<u64> {
+        if self.shared_mm {
+            return Some(0);
+        }
+        self.mem.map(|m| m.peak_vm_pages)
+    }
+
+    pub fn exact(&self) -> bool {
+        self.shared_mm
+            || self.followed_peak_pages.is_some()
+            || self.mem.is_some_and(|m| m.flags & flags::MEM_EXACT != 0)
+    }
+}
+
+/// One process (thread group).
+#[derive(Clone, Debug, Default)]
+pub struct Process {
+    pub key: Option<Key>,
+    /// The pid as spacetime's PID namespace numbers it (the kernel's, `key.tgid`, unless
+    /// spacetime runs inside a namespace; there 0 when its fork record was lost).
+    pub pid: u32,
+    /// The process that forked this one, numbered like `pid` (0 when unknown); kept when the
+    /// kernel reparents.
+    pub ppid: u32,
+    /// The key of the process that forked this one, when its fork was seen: see
+    /// [`Process::parent`].
+    pub(super) parent_tgid: u32,
+    pub(super) parent_start_ns: u64,
+    pub start_ns: u64,
+    pub end_ns: Option<u64>,
+    /// Every thread it ever had, the main thread included.
+    pub threads: u32,
+    pub exit: Option<ExitStatus>,
+    pub images: Vec<Image>,
+    /// CPU time: what wait4 reported for it once its release was seen (`cpu_final`); until
+    /// then the sum over its exited threads, each read in the exit path (a thread's last
+    /// slice is not yet counted there, so short processes read low).
+    pub user_ns: u64,
+    pub sys_ns: u64,
+    /// `user_ns`/`sys_ns` are the kernel's figures at the process's release (as wait4).
+    pub cpu_final: bool,
+    /// `signal->maxrss` at exit: what ru_maxrss reports (pages).
+    pub signal_maxrss_pages: u64,
+    /// Its fork was seen (false for the root and for processes whose fork was lost).
+    pub fork_seen: bool,
+    /// The kernel did not track it (its session's process limit, or a full tracking map: the
+    /// fork record says so): none of its records come, so nothing waits for its exit.
+    pub untracked: bool,
+    pub is_root: bool,
+}
+
+impl Process {
+    /// The process that forked this one, when its fork was seen.
+    pub fn parent(&self) -> Option<Key> {
+        self.fork_seen.then_some(Key {
+            tgid: self.parent_tgid,
+            start_ns: self.parent_start_ns,
+        })
+    }
+
+    /// Peak RSS over its images, in pages.
+    pub fn peak_rss_pages(&self) -> u64 {
+        self.images
+            .iter()
+            .filter_map(Image::peak_rss_pages)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The image running at `ts_ns`: the last one started at or before it.
+    pub(super) fn image_at(&self, ts_ns: u64) -> Option<&Image> {
+        self.images
+            .iter()
+            .rev()
+            .find(|i| i.start_ns <= ts_ns)
+            .or(self.images.first())
+    }
+
+    /// The image still open (not yet ended by exec or exit).
+    pub(super) fn open_image(&mut self) -> Option<&mut Image> {
+        self.images.last_mut().filter(|i| i.end_ns.is_none())
+    }
+}

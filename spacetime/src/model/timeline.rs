@@ -1,0 +1,639 @@
+//! Memory over time: tree-wide and per-process RSS and PSS series.
+//!
+//! RSS comes from the kernel (rss_stat events, the exact tree-wide peak) or, where that
+//! tracepoint is missing, from sampling `/proc/PID/statm` ([`RssSource`]). PSS is always
+//! sampled (`/proc/PID/smaps_rollup`, see [`crate::model::pss`]). Every series is a step function:
+//! a point holds until the next one. Consecutive equal values are coalesced, and a series that
+//! grows past its limit is compacted keeping each bucket's minimum and maximum, so peaks
+//! survive and memory stays bounded.
+//!
+//! Timestamps are CLOCK_MONOTONIC nanoseconds, like every event; [`Timeline::report`] turns
+//! them into nanoseconds since the trace's t0 for the JSON report:
+//!
+//! ```text
+//! "timeline": { "rss_source": "kernel" | "statm", "pss_sampled": true,
+//!               "tree_rss": [[t_ns, bytes], ...], "tree_pss": [[t_ns, bytes], ...],
+//!               "tree_peak_rss": {"t_ns": N, "bytes": N} | null,
+//!               "max_pss": {"t_ns": N, "bytes": N, "sampled": true} | null,
+//!               "pss_sampling": {"samples": N, "growth_samples": N, "read_ns": N,
+//!                                "cpu_budget": F} | null,
+//!               "max_pss_estimated": {"t_ns": N, "bytes": N, "estimated": true} | null,
+//!               "processes": [ {"pid": N, "start_ns": N, "rss": [[t_ns, bytes], ...],
+//!                               "pss": [[t_ns, bytes], ...], "max_pss_bytes": N | null} ] }
+//! ```
+
+use serde::{ser::SerializeSeq, Serialize, Serializer};
+
+use crate::model::tree::Key;
+use rustc_hash::FxHashMap;
+
+/// One value of a series: `bytes` from `ts_ns` on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Point {
+    pub ts_ns: u64,
+    pub bytes: u64,
+}
+
+impl Point {
+    pub fn new(ts_ns: u64, bytes: u64) -> Point {
+        Point { ts_ns, bytes }
+    }
+}
+
+/// Where the RSS figures come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RssSource {
+    /// kmem:rss_stat events counted in the kernel: exact.
+    Kernel,
+    /// `/proc/PID/statm` sampled: the tracepoint is missing; peaks between samples are missed.
+    Statm,
+}
+
+/// A step series with a bounded number of points.
+#[derive(Clone, Debug, Default)]
+pub struct Series {
+    points: Vec<Point>,
+    /// Times the series was compacted (its points are then min/max per bucket).
+    compactions: u32,
+}
+
+impl Series {
+    pub fn points(&self) -> &[Point] {
+        &self.points
+    }
+
+    pub fn last(&self) -> Option<Point> {
+        self.points.last().copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.points.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.points.is_empty()
+    }
+
+    /// The largest value and its first time.
+    pub fn max(&self) -> Option<Point> {
+        self.points
+            .iter()
+            .copied()
+            .reduce(|a, b| if b.bytes > a.bytes { b } else { a })
+    }
+
+    pub fn compacted(&self) -> bool {
+        self.compactions > 0
+    }
+
+    /// Appends a value. A time earlier than the last point's (records from different CPUs)
+    /// is moved just after it; a value at the same time replaces the last one (a sum being
+    /// updated process by process within one sampling round); a value equal to the last one
+    /// adds nothing. Past `cap` points the series is compacted.
+    pub fn push(&mut self, p: Point, cap: usize) {
+        let mut p = p;
+        if let Some(last) = self.points.last_mut() {
+            if p.ts_ns < last.ts_ns {
+                // Never replace a value that was really there: step just after it.
+                p.ts_ns = last.ts_ns + 1;
+            }
+            if p.bytes == last.bytes {
+                return;
+            }
+            if p.ts_ns == last.ts_ns {
+                last.bytes = p.bytes;
+                // The replaced value may now equal the one before it.
+                let n = self.points.len();
+                if n >= 2 && self.points[n - 2].bytes == p.bytes {
+                    self.points.pop();
+                }
+                return;
+            }
+        }
+        if self.points.capacity() == 0 {
+            // Most processes get two points (start and exit): not the four a first push
+            // reserves.
+            self.points.reserve_exact(2);
+        }
+        self.points.push(p);
+        if self.points.len() > cap.max(8) {
+            self.compact();
+        }
+    }
+
+    /// Inserts a value at its time, for exact samples that may arrive late (a point the kernel
+    /// held back, sent after later points of other processes): a value holds until the next
+    /// point, so a late one goes where it belongs instead of after the last. Appending stays
+    /// [`Series::push`].
+    pub fn insert(&mut self, p: Point, cap: usize) {
+        let at = self.points.partition_point(|q| q.ts_ns <= p.ts_ns);
+        if at == self.points.len() {
+            return self.push(p, cap);
+        }
+        if at > 0 && self.points[at - 1].bytes == p.bytes {
+            return;
+        }
+        if at > 0 && self.points[at - 1].ts_ns == p.ts_ns {
+            // Two values at one time: keep the larger, so a maximum is never replaced.
+            let prev = &mut self.points[at - 1];
+            prev.bytes = prev.bytes.max(p.bytes);
+            return;
+        }
+        self.points.insert(at, p);
+        if self.points.len() > cap.max(8) {
+            self.compact();
+        }
+    }
+
+    /// Halves the number of points: each bucket of four keeps its minimum and maximum (in
+    /// time order), so the series' extremes are never lost. The first point stays, so the
+    /// series still starts where it did.
+    pub fn compact(&mut self) {
+        let Some(&first) = self.points.first() else {
+            return;
+        };
+        let mut out: Vec<Point> = Vec::with_capacity(self.points.len() / 2 + 2);
+        out.push(first);
+        for bucket in self.points[1..].chunks(4) {
+            let min = bucket.iter().min_by_key(|p| p.bytes).copied();
+            let max = bucket.iter().max_by_key(|p| p.bytes).copied();
+            let (Some(min), Some(max)) = (min, max) else {
+                continue;
+            };
+            let (a, b) = if min.ts_ns <= max.ts_ns {
+                (min, max)
+            } else {
+                (max, min)
+            };
+            for p in [a, b] {
+                if out.last().is_none_or(|l| l.bytes != p.bytes) {
+                    out.push(p);
+                }
+            }
+        }
+        self.points = out;
+        self.compactions += 1;
+    }
+}
+
+/// Per-process series.
+#[derive(Clone, Debug, Default)]
+pub struct ProcessSeries {
+    pub rss: Series,
+    /// PSS, for the processes that were sampled: most short ones never are, and a 100k-process
+    /// trace would otherwise carry 56 empty bytes for each.
+    sampled: Option<Box<PssSeries>>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct PssSeries {
+    pss: Series,
+    /// The largest PSS sampled.
+    max_pss: Option<Point>,
+}
+
+static NO_POINTS: Series = Series {
+    points: Vec::new(),
+    compactions: 0,
+};
+
+impl ProcessSeries {
+    pub fn pss(&self) -> &Series {
+        self.sampled.as_ref().map_or(&NO_POINTS, |s| &s.pss)
+    }
+
+    /// The largest PSS sampled.
+    pub fn max_pss(&self) -> Option<Point> {
+        self.sampled.as_ref().and_then(|s| s.max_pss)
+    }
+
+    fn sampled(&mut self) -> &mut PssSeries {
+        self.sampled.get_or_insert_with(Box::default)
+    }
+}
+
+/// Limits on the number of points kept.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Points per tree-wide series.
+    pub tree_points: usize,
+    /// Points per process series (lowered when `total_process_points` is exceeded).
+    pub process_points: usize,
+    /// Points over all process series.
+    pub total_process_points: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            tree_points: 1 << 16,
+            process_points: 1 << 12,
+            total_process_points: 1 << 21,
+        }
+    }
+}
+
+/// Smallest per-process cap the global budget may push the per-process cap down to.
+const MIN_PROCESS_POINTS: usize = 16;
+
+/// Tree-wide and per-process memory series.
+#[derive(Debug)]
+pub struct Timeline {
+    pub rss_source: RssSource,
+    tree_rss: Series,
+    tree_pss: Series,
+    procs: FxHashMap<Key, ProcessSeries>,
+    /// Latest values of live processes, and their sums.
+    live_rss: FxHashMap<Key, u64>,
+    live_pss: FxHashMap<Key, u64>,
+    rss_sum: u64,
+    pss_sum: u64,
+    /// The exact tree-wide RSS peak, from the kernel.
+    tree_peak: Option<Point>,
+    /// The largest tree-wide PSS (sum of the latest samples of live processes).
+    max_pss: Option<Point>,
+    limits: Limits,
+    process_cap: usize,
+    process_points: usize,
+    /// What PSS sampling did and cost, when it ran.
+    pub pss_sampling: Option<PssSampling>,
+    /// Estimated PSS: each sampled process's exact RSS less what sharing took off its RSS at
+    /// its last sample (RSS − PSS then). PSS moves with RSS between samples as long as the
+    /// sharing does not change: exact for private memory, which is what grows fastest.
+    sharing: FxHashMap<Key, u64>,
+    live_est: FxHashMap<Key, u64>,
+    est_sum: u64,
+    max_pss_est: Option<Point>,
+}
+
+/// What PSS sampling did and cost: every PSS figure is sampled, and this says how densely.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct PssSampling {
+    pub samples: u64,
+    /// Samples taken because a process's exact RSS grew, before its clock.
+    pub growth_samples: u64,
+    /// Time spent reading smaps_rollup: the sampling's CPU.
+    pub read_ns: u64,
+    /// The fraction of one CPU sampling may use.
+    pub cpu_budget: f64,
+}
+
+impl Timeline {
+    pub fn new(rss_source: RssSource) -> Timeline {
+        Timeline::with_limits(rss_source, Limits::default())
+    }
+
+    pub fn with_limits(rss_source: RssSource, limits: Limits) -> Timeline {
+        Timeline {
+            rss_source,
+            tree_rss: Series::default(),
+            tree_pss: Series::default(),
+            procs: FxHashMap::default(),
+            live_rss: FxHashMap::default(),
+            live_pss: FxHashMap::default(),
+            rss_sum: 0,
+            pss_sum: 0,
+            tree_peak: None,
+            max_pss: None,
+            limits,
+            process_cap: limits.process_points,
+            process_points: 0,
+            pss_sampling: None,
+            sharing: FxHashMap::default(),
+            live_est: FxHashMap::default(),
+            est_sum: 0,
+            max_pss_est: None,
+        }
+    }
+
+    pub fn tree_rss(&self) -> &Series {
+        &self.tree_rss
+    }
+
+    pub fn tree_pss(&self) -> &Series {
+        &self.tree_pss
+    }
+
+    pub fn process(&self, key: &Key) -> Option<&ProcessSeries> {
+        self.procs.get(key)
+    }
+
+    pub fn processes(&self) -> impl Iterator<Item = (&Key, &ProcessSeries)> {
+        self.procs.iter()
+    }
+
+    /// The tree-wide RSS peak: the kernel's exact one when set, else the series' maximum
+    /// (statm sampling).
+    pub fn tree_peak(&self) -> Option<Point> {
+        self.tree_peak.or_else(|| self.tree_rss.max())
+    }
+
+    /// The largest tree-wide PSS sampled.
+    pub fn max_pss(&self) -> Option<Point> {
+        self.max_pss
+    }
+
+    /// The largest tree-wide PSS estimated from the exact RSS between samples (see
+    /// [`Timeline::record_sharing`]); at least the sampled maximum, at most the kernel's exact
+    /// tree-wide RSS peak. The sum holds each process's latest point, and the kernel drops
+    /// points under its rate limit: a process that freed memory and then sleeps can stay in
+    /// the sum at its old size while another grows. PSS never exceeds RSS at any instant, so
+    /// the exact peak bounds the estimate.
+    pub fn max_pss_estimated(&self) -> Option<Point> {
+        let best = match (self.max_pss_est, self.max_pss) {
+            (Some(e), Some(s)) if s.bytes >= e.bytes => Some(s),
+            (e, s) => e.or(s),
+        };
+        match (best, self.tree_peak) {
+            (Some(b), Some(peak))
+                if self.rss_source == RssSource::Kernel && b.bytes > peak.bytes =>
+            {
+                Some(peak)
+            }
+            (b, _) => b,
+        }
+    }
+
+    /// What sharing took off a process's RSS at its PSS sample just recorded (RSS − PSS).
+    pub fn record_sharing(&mut self, key: Key, bytes: u64) {
+        self.sharing.insert(key, bytes);
+    }
+
+    fn estimate(&mut self, key: Key, ts_ns: u64, pss_bytes: u64) {
+        update_sum(&mut self.live_est, &mut self.est_sum, key, pss_bytes);
+        if self.max_pss_est.is_none_or(|m| self.est_sum > m.bytes) {
+            self.max_pss_est = Some(Point::new(ts_ns, self.est_sum));
+        }
+    }
+
+    /// The process with the largest PSS sample, and that sample.
+    pub fn max_process_pss(&self) -> Option<(Key, Point)> {
+        self.procs
+            .iter()
+            .filter_map(|(k, s)| s.max_pss().map(|p| (*k, p)))
+            .max_by_key(|(k, p)| (p.bytes, std::cmp::Reverse(*k)))
+    }
+
+    /// The current tree-wide RSS: the last kernel value, or the sum of the latest samples.
+    pub fn current_rss(&self) -> u64 {
+        match self.rss_source {
+            RssSource::Kernel => self.tree_rss.last().map_or(0, |p| p.bytes),
+            RssSource::Statm => self.rss_sum,
+        }
+    }
+
+    /// Records the kernel's exact tree-wide peak.
+    pub fn set_tree_peak(&mut self, p: Point) {
+        self.tree_peak = Some(p);
+    }
+
+    /// A tree-wide RSS value from the kernel, exact at its time (which may be earlier than
+    /// the last point's: a point the kernel held back).
+    pub fn record_tree_rss(&mut self, p: Point) {
+        self.tree_rss.insert(p, self.limits.tree_points);
+    }
+
+    /// A process's RSS from the kernel, exact at its time. Unlike statm samples it is not
+    /// summed (the kernel sums the tree), and it may arrive after the process's exit record:
+    /// the kernel sends a held-back point and the last value as it stops following the mm.
+    pub fn record_kernel_rss(&mut self, key: Key, p: Point) {
+        if let Some(&shared) = self.sharing.get(&key) {
+            self.estimate(key, p.ts_ns, p.bytes.saturating_sub(shared));
+        }
+        let cap = self.process_cap;
+        let series = &mut self.procs.entry(key).or_default().rss;
+        let before = series.len();
+        series.insert(p, cap);
+        self.process_points = self.process_points - before + series.len();
+        if self.process_points > self.limits.total_process_points
+            && self.process_cap > MIN_PROCESS_POINTS
+        {
+            self.shrink();
+        }
+    }
+
+    /// A process's RSS (kernel event or statm sample). With statm sampling, the tree-wide
+    /// series follows the sum of the latest samples.
+    pub fn record_rss(&mut self, key: Key, p: Point) {
+        update_sum(&mut self.live_rss, &mut self.rss_sum, key, p.bytes);
+        self.push_process(key, p, |s| &mut s.rss);
+        if self.rss_source == RssSource::Statm {
+            self.tree_rss
+                .push(Point::new(p.ts_ns, self.rss_sum), self.limits.tree_points);
+        }
+    }
+
+    /// A process's sampled PSS; the tree-wide PSS follows the sum of the latest samples.
+    pub fn record_pss(&mut self, key: Key, p: Point) {
+        update_sum(&mut self.live_pss, &mut self.pss_sum, key, p.bytes);
+        self.push_process(key, p, |s| &mut s.sampled().pss);
+        let s = self.procs.entry(key).or_default().sampled();
+        if s.max_pss.is_none_or(|m| p.bytes > m.bytes) {
+            s.max_pss = Some(p);
+        }
+        self.estimate(key, p.ts_ns, p.bytes);
+        let tree = Point::new(p.ts_ns, self.pss_sum);
+        self.tree_pss.push(tree, self.limits.tree_points);
+        if self.max_pss.is_none_or(|m| tree.bytes > m.bytes) {
+            self.max_pss = Some(tree);
+        }
+    }
+
+    /// A process exited (or was found gone): its series drop to 0 and it leaves the sums.
+    pub fn process_exited(&mut self, key: Key, ts_ns: u64) {
+        let had_rss = self.live_rss.remove(&key).inspect(|b| self.rss_sum -= b);
+        let had_pss = self.live_pss.remove(&key).inspect(|b| self.pss_sum -= b);
+        if let Some(b) = self.live_est.remove(&key) {
+            self.est_sum -= b;
+        }
+        self.sharing.remove(&key);
+        let end = Point::new(ts_ns, 0);
+        let followed = self.rss_source == RssSource::Kernel
+            && self.procs.get(&key).is_some_and(|s| !s.rss.is_empty());
+        if had_rss.is_some() || followed {
+            self.push_process(key, end, |s| &mut s.rss);
+            if self.rss_source == RssSource::Statm {
+                self.tree_rss
+                    .push(Point::new(ts_ns, self.rss_sum), self.limits.tree_points);
+            }
+        }
+        if had_pss.is_some() {
+            self.push_process(key, end, |s| &mut s.sampled().pss);
+            self.tree_pss
+                .push(Point::new(ts_ns, self.pss_sum), self.limits.tree_points);
+        }
+    }
+
+    fn push_process(&mut self, key: Key, p: Point, which: fn(&mut ProcessSeries) -> &mut Series) {
+        let series = which(self.procs.entry(key).or_default());
+        let before = series.len();
+        series.push(p, self.process_cap);
+        let after = series.len();
+        // This series' points are part of the total.
+        self.process_points = self.process_points - before + after;
+        if self.process_points > self.limits.total_process_points
+            && self.process_cap > MIN_PROCESS_POINTS
+        {
+            self.shrink();
+        }
+    }
+
+    /// Over the global budget: halve the per-process cap and compact every series above it.
+    fn shrink(&mut self) {
+        while self.process_points > self.limits.total_process_points
+            && self.process_cap > MIN_PROCESS_POINTS
+        {
+            self.process_cap = (self.process_cap / 2).max(MIN_PROCESS_POINTS);
+            let cap = self.process_cap;
+            let mut total = 0;
+            for s in self.procs.values_mut() {
+                let pss = s.sampled.as_deref_mut().map(|p| &mut p.pss);
+                for series in std::iter::once(&mut s.rss).chain(pss) {
+                    while series.len() > cap {
+                        series.compact();
+                    }
+                    total += series.len();
+                }
+            }
+            self.process_points = total;
+        }
+    }
+
+    /// The JSON view, with times relative to `t0_ns`. `order` lists the processes in report
+    /// order (others are left out); pass every key of the tree.
+    pub fn report(&self, t0_ns: u64, order: Vec<Key>) -> TimelineReport<'_> {
+        TimelineReport {
+            timeline: self,
+            t0_ns,
+            order,
+            pids: Vec::new(),
+        }
+    }
+}
+
+fn update_sum(map: &mut FxHashMap<Key, u64>, sum: &mut u64, key: Key, bytes: u64) {
+    let old = map.insert(key, bytes).unwrap_or(0);
+    *sum = *sum - old + bytes;
+}
+
+/// Serializes a timeline for the JSON report, straight from its series: nothing is copied.
+#[derive(Debug)]
+pub struct TimelineReport<'a> {
+    timeline: &'a Timeline,
+    t0_ns: u64,
+    order: Vec<Key>,
+    /// The pid shown for each of `order` (inside a PID namespace, not the kernel's); the
+    /// kernel's when empty.
+    pids: Vec<u32>,
+}
+
+impl TimelineReport<'_> {
+    /// The pids to show for the processes of `order`, in the same order.
+    pub fn with_pids(mut self, pids: Vec<u32>) -> Self {
+        self.pids = pids;
+        self
+    }
+}
+
+struct Points<'a>(&'a [Point], u64);
+
+impl Serialize for Points<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for p in self.0 {
+            seq.serialize_element(&[p.ts_ns.saturating_sub(self.1), p.bytes])?;
+        }
+        seq.end()
+    }
+}
+
+#[derive(Serialize)]
+struct At {
+    t_ns: u64,
+    bytes: u64,
+}
+
+/// An estimated maximum, labelled so.
+#[derive(Serialize)]
+struct Estimated {
+    t_ns: u64,
+    bytes: u64,
+    estimated: bool,
+}
+
+/// A sampled maximum, labelled so.
+#[derive(Serialize)]
+struct SampledAt {
+    t_ns: u64,
+    bytes: u64,
+    sampled: bool,
+}
+
+fn at(p: Option<Point>, t0: u64) -> Option<At> {
+    p.map(|p| At {
+        t_ns: p.ts_ns.saturating_sub(t0),
+        bytes: p.bytes,
+    })
+}
+
+#[derive(Serialize)]
+struct ProcessEntry<'a> {
+    pid: u32,
+    start_ns: u64,
+    rss: Points<'a>,
+    pss: Points<'a>,
+    max_pss_bytes: Option<u64>,
+}
+
+impl Serialize for TimelineReport<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let t = self.timeline;
+        let t0 = self.t0_ns;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("rss_source", &t.rss_source)?;
+        m.serialize_entry("pss_sampled", &true)?;
+        m.serialize_entry("tree_rss", &Points(t.tree_rss.points(), t0))?;
+        m.serialize_entry("tree_pss", &Points(t.tree_pss.points(), t0))?;
+        m.serialize_entry("tree_peak_rss", &at(t.tree_peak(), t0))?;
+        let max_pss = t.max_pss.map(|p| SampledAt {
+            t_ns: p.ts_ns.saturating_sub(t0),
+            bytes: p.bytes,
+            sampled: true,
+        });
+        m.serialize_entry("max_pss", &max_pss)?;
+        let estimated = t.max_pss_estimated().map(|p| Estimated {
+            t_ns: p.ts_ns.saturating_sub(t0),
+            bytes: p.bytes,
+            estimated: true,
+        });
+        m.serialize_entry("max_pss_estimated", &estimated)?;
+        m.serialize_entry("pss_sampling", &t.pss_sampling)?;
+        m.serialize_entry("processes", &ProcessEntries(self))?;
+        m.end()
+    }
+}
+
+/// The per-process entries, each made as it is written.
+struct ProcessEntries<'r, 'a>(&'r TimelineReport<'a>);
+
+impl Serialize for ProcessEntries<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (t, t0) = (self.0.timeline, self.0.t0_ns);
+        s.collect_seq(self.0.order.iter().enumerate().filter_map(|(i, k)| {
+            let s = t.procs.get(k)?;
+            Some(ProcessEntry {
+                pid: self.0.pids.get(i).copied().unwrap_or(k.tgid),
+                start_ns: k.start_ns.saturating_sub(t0),
+                rss: Points(s.rss.points(), t0),
+                pss: Points(s.pss().points(), t0),
+                max_pss_bytes: s.max_pss().map(|p| p.bytes),
+            })
+        }))
+    }
+}
+
+#[cfg(test)]
+#[path = "timeline_tests.rs"]
+mod tests;

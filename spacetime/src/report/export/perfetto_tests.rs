@@ -1,0 +1,371 @@
+//! The Perfetto export, parsed back.
+
+use std::collections::HashMap;
+
+use spacetime_common::{flags, kind, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, MemStats};
+
+use super::*;
+use crate::{
+    kernel::events::{Event, Exec},
+    report::export::protobuf::{fields, Value},
+};
+
+fn hdr(kind: u16, p: (u32, u64), ts: u64) -> EventHeader {
+    EventHeader {
+        kind,
+        session: 0,
+        flags: 0,
+        ts_ns: ts,
+        tgid: p.0,
+        pid: p.0,
+        leader_start_ns: p.1,
+    }
+}
+
+fn fork(parent: (u32, u64), child: (u32, u64)) -> Event {
+    Event::Fork(ForkEvent {
+        hdr: hdr(kind::FORK, parent, child.1),
+        child_pid: child.0,
+        child_tgid: child.0,
+        child_start_ns: child.1,
+        ..ForkEvent::default()
+    })
+}
+
+fn exec(p: (u32, u64), ts: u64, exe: &str, argv: &[&str]) -> Event {
+    let args: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    Event::Exec(Exec {
+        hdr: hdr(kind::EXEC, p, ts),
+        old_pid: p.0,
+        uid: 0,
+        cgroup_id: 0,
+        comm: Default::default(),
+        filename: exe.into(),
+        args_len: args.len() as u32,
+        args,
+    })
+}
+
+fn mem(pages: u64) -> MemStats {
+    MemStats {
+        hiwater_rss_pages: pages,
+        rss_anon_pages: pages,
+        flags: flags::MEM_VALID | flags::MEM_EXACT,
+        ..MemStats::default()
+    }
+}
+
+fn exit(p: (u32, u64), ts: u64, pages: u64) -> Event {
+    let mut h = hdr(kind::EXIT, p, ts);
+    h.flags = flags::EXIT_GROUP_DEAD;
+    Event::Exit(ExitEvent {
+        hdr: h,
+        mem: mem(pages),
+        ..ExitEvent::default()
+    })
+}
+
+const T0: u64 = 1_000;
+const ROOT: (u32, u64) = (100, 1_000);
+const CC: (u32, u64) = (101, 2_000);
+const CC1: (u32, u64) = (102, 4_000);
+const BG: (u32, u64) = (103, 30_000);
+
+fn key(p: (u32, u64)) -> Key {
+    Key {
+        tgid: p.0,
+        start_ns: p.1,
+    }
+}
+
+/// sh -c make → make; make forks cc, which forks cc1; a last child still runs at the end.
+fn sample() -> (Tree, Timeline) {
+    let mut t = Tree::new(100, 1);
+    for ev in [
+        exec(ROOT, 1_000, "/bin/sh", &["sh", "-c", "make"]),
+        fork(ROOT, CC),
+        exec(CC, 3_000, "/usr/bin/cc", &["cc", "-c", "a.c"]),
+        fork(CC, CC1),
+        exec(
+            CC1,
+            4_500,
+            "/usr/lib/gcc/cc1",
+            &["/usr/lib/gcc/cc1", "-quiet"],
+        ),
+        Event::ImageEnd(ImageEndEvent {
+            hdr: hdr(kind::IMAGE_END, ROOT, 5_000),
+            mem: mem(100),
+        }),
+        exec(ROOT, 5_000, "/usr/bin/make", &["make", "-j2"]),
+        exit(CC1, 15_000, 5_000),
+        exit(CC, 20_000, 300),
+        fork(ROOT, BG),
+        exit(ROOT, 50_000, 200),
+    ] {
+        t.apply(ev);
+    }
+    let mut tl = Timeline::new(RssSource::Kernel);
+    for (ts, b) in [(2_000, 4096), (10_000, 1 << 20), (20_000, 0)] {
+        tl.record_rss(key(CC), Point::new(ts, b));
+    }
+    tl.record_pss(key(CC1), Point::new(8_000, 20 << 20));
+    tl.process_exited(key(CC1), 15_000);
+    for (ts, b) in [(1_000, 4096), (10_000, 30 << 20), (16_000, 2 << 20)] {
+        tl.record_tree_rss(Point::new(ts, b));
+    }
+    tl.set_tree_peak(Point::new(12_000, 31 << 20));
+    (t, tl)
+}
+
+#[derive(Debug, Default)]
+struct Track {
+    name: String,
+    parent: Option<u64>,
+    counter: bool,
+    unit: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Ev {
+    ts: u64,
+    kind: u64,
+    track: u64,
+    name: Option<String>,
+    counter: Option<i64>,
+    args: HashMap<String, String>,
+}
+
+fn get<'a>(f: &[(u32, Value<'a>)], n: u32) -> Option<Value<'a>> {
+    f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone())
+}
+
+/// Reads the file back with the protobuf reader: tracks by uuid, and the timed events.
+fn parse(data: &[u8]) -> (HashMap<u64, Track>, Vec<Ev>) {
+    let mut tracks = HashMap::new();
+    let mut events = Vec::new();
+    for (n, packet) in fields(data).expect("trace") {
+        assert_eq!(n, field::TRACE_PACKET);
+        let pf = fields(packet.as_bytes().expect("packet")).expect("packet fields");
+        assert_eq!(get(&pf, field::PACKET_SEQUENCE_ID), Some(Value::Varint(1)));
+        if let Some(d) = get(&pf, field::PACKET_TRACK_DESCRIPTOR) {
+            let d = fields(d.as_bytes().expect("descriptor")).expect("descriptor");
+            let uuid = get(&d, field::TRACK_UUID)
+                .and_then(|v| v.as_u64())
+                .expect("uuid");
+            let counter = get(&d, field::TRACK_COUNTER);
+            let unit = counter.as_ref().and_then(|c| {
+                let c = fields(c.as_bytes()?)?;
+                get(&c, field::COUNTER_UNIT)?.as_u64()
+            });
+            let t = Track {
+                name: get(&d, field::TRACK_NAME)
+                    .and_then(|v| v.as_str().map(String::from))
+                    .expect("name"),
+                parent: get(&d, field::TRACK_PARENT_UUID).and_then(|v| v.as_u64()),
+                counter: counter.is_some(),
+                unit,
+            };
+            assert!(tracks.insert(uuid, t).is_none(), "uuid {uuid} used twice");
+        }
+        if let Some(e) = get(&pf, field::PACKET_TRACK_EVENT) {
+            let e = fields(e.as_bytes().expect("event")).expect("event");
+            let mut args = HashMap::new();
+            for (k, a) in &e {
+                if *k != field::EVENT_DEBUG_ANNOTATIONS {
+                    continue;
+                }
+                let a = fields(a.as_bytes().expect("annotation")).expect("annotation");
+                let name =
+                    get(&a, field::ANNOTATION_NAME).and_then(|v| v.as_str().map(String::from));
+                let value = a
+                    .iter()
+                    .find(|(k, _)| *k != field::ANNOTATION_NAME)
+                    .map(|(_, v)| {
+                        v.as_str()
+                            .map(String::from)
+                            .unwrap_or_else(|| format!("{}", v.as_u64().unwrap_or(0)))
+                    });
+                args.insert(
+                    name.expect("annotation name"),
+                    value.expect("annotation value"),
+                );
+            }
+            events.push(Ev {
+                ts: get(&pf, field::PACKET_TIMESTAMP)
+                    .and_then(|v| v.as_u64())
+                    .expect("timestamp"),
+                kind: get(&e, field::EVENT_TYPE)
+                    .and_then(|v| v.as_u64())
+                    .expect("type"),
+                track: get(&e, field::EVENT_TRACK_UUID)
+                    .and_then(|v| v.as_u64())
+                    .expect("track"),
+                name: get(&e, field::EVENT_NAME).and_then(|v| v.as_str().map(String::from)),
+                counter: get(&e, field::EVENT_COUNTER_VALUE)
+                    .and_then(|v| v.as_u64())
+                    .map(|v| v as i64),
+                args,
+            });
+        }
+    }
+    (tracks, events)
+}
+
+/// The sample written to a file of its own (tests run side by side) and read back.
+fn write_sample(test: &str) -> Vec<u8> {
+    let (tree, tl) = sample();
+    let opts = Options {
+        title: "spacetime: sh -c make",
+        t0_ns: T0,
+        end_ns: 60_000,
+        page_size: 4096,
+    };
+    let path =
+        std::env::temp_dir().join(format!("spacetime-{}-{test}.pftrace", std::process::id()));
+    write(&path, &tree, &tl, &opts).expect("write");
+    let data = std::fs::read(&path).expect("read back");
+    let _ = std::fs::remove_file(&path);
+    data
+}
+
+fn track_named<'a>(tracks: &'a HashMap<u64, Track>, name: &str) -> (u64, &'a Track) {
+    tracks
+        .iter()
+        .find(|(_, t)| t.name == name)
+        .map(|(u, t)| (*u, t))
+        .unwrap_or_else(|| panic!("no track {name:?} in {tracks:#?}"))
+}
+
+#[test]
+fn every_process_is_a_track_nested_by_the_tree() {
+    let (tracks, _) = parse(&write_sample("nesting"));
+    let (root, r) = track_named(&tracks, "100 make -j2");
+    assert_eq!(r.parent, None);
+    let (cc, c) = track_named(&tracks, "101 cc -c a.c");
+    assert_eq!(c.parent, Some(root));
+    let (_, c1) = track_named(&tracks, "102 /usr/lib/gcc/cc1 -quiet");
+    assert_eq!(c1.parent, Some(cc));
+    let (_, bg) = track_named(&tracks, "103 make -j2");
+    assert_eq!(
+        bg.parent,
+        Some(root),
+        "forked, never exec'd: named by what it runs"
+    );
+    let (_, top) = track_named(&tracks, "spacetime: sh -c make");
+    assert_eq!(top.parent, None);
+}
+
+#[test]
+fn every_image_is_a_balanced_slice() {
+    let (tracks, events) = parse(&write_sample("slices"));
+    assert!(
+        events.windows(2).all(|w| w[0].ts <= w[1].ts),
+        "in time order"
+    );
+    let mut begins: HashMap<u64, Vec<(u64, String)>> = HashMap::new();
+    let mut depth: HashMap<u64, i32> = HashMap::new();
+    for e in &events {
+        match e.kind {
+            SLICE_BEGIN => {
+                begins
+                    .entry(e.track)
+                    .or_default()
+                    .push((e.ts, e.name.clone().expect("named")));
+                *depth.entry(e.track).or_default() += 1;
+            }
+            SLICE_END => {
+                let d = depth.entry(e.track).or_default();
+                *d -= 1;
+                assert!(*d >= 0, "end without begin on {}", tracks[&e.track].name);
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        depth.values().all(|&d| d == 0),
+        "every slice ends: {depth:?}"
+    );
+    let slices =
+        |name: &str| -> Vec<(u64, String)> { begins[&track_named(&tracks, name).0].clone() };
+    assert_eq!(
+        slices("100 make -j2"),
+        [(0, "sh -c make".into()), (4_000, "make -j2".into())]
+    );
+    assert_eq!(
+        slices("101 cc -c a.c"),
+        [
+            (1_000, "(fork) sh -c make".into()),
+            (2_000, "cc -c a.c".into())
+        ]
+    );
+    assert_eq!(
+        slices("102 /usr/lib/gcc/cc1 -quiet"),
+        [
+            (3_000, "(fork) cc -c a.c".into()),
+            (3_500, "/usr/lib/gcc/cc1 -quiet".into())
+        ]
+    );
+    assert_eq!(slices("103 make -j2"), [(29_000, "(fork) make -j2".into())]);
+    // The still-running one ends with the trace; the slices carry their details.
+    let bg = track_named(&tracks, "103 make -j2").0;
+    let end = events
+        .iter()
+        .find(|e| e.track == bg && e.kind == SLICE_END)
+        .expect("end");
+    assert_eq!(end.ts, 59_000);
+    let cc1 = events
+        .iter()
+        .find(|e| e.name.as_deref() == Some("/usr/lib/gcc/cc1 -quiet"))
+        .expect("cc1");
+    assert_eq!(cc1.args["exe"], "/usr/lib/gcc/cc1");
+    assert_eq!(cc1.args["pid"], "102");
+    assert_eq!(cc1.args["peak_rss_bytes"], (5_000 * 4096).to_string());
+    assert_eq!(cc1.args["exit_status"], "0");
+}
+
+#[test]
+fn counters_for_processes_and_the_tree() {
+    let (tracks, events) = parse(&write_sample("counters"));
+    let values = |uuid: u64| -> Vec<(u64, i64)> {
+        events
+            .iter()
+            .filter(|e| e.track == uuid)
+            .map(|e| {
+                assert_eq!(e.kind, COUNTER);
+                (e.ts, e.counter.expect("value"))
+            })
+            .collect()
+    };
+    let (cc, _) = track_named(&tracks, "101 cc -c a.c");
+    let (rss, t) = track_named(&tracks, "RSS 101");
+    assert!(t.counter && t.parent == Some(cc));
+    assert_eq!(t.unit, Some(3), "bytes");
+    assert_eq!(values(rss), [(1_000, 4096), (9_000, 1 << 20), (19_000, 0)]);
+    let (pss, t) = track_named(&tracks, "PSS 102 (sampled)");
+    assert!(t.counter);
+    assert_eq!(values(pss), [(7_000, 20 << 20), (14_000, 0)]);
+    let (tree, t) = track_named(&tracks, "tree RSS");
+    assert!(t.counter && t.parent.is_none());
+    assert_eq!(
+        values(tree),
+        [(0, 4096), (9_000, 30 << 20), (15_000, 2 << 20)]
+    );
+    let (tree_pss, _) = track_named(&tracks, "tree PSS (sampled)");
+    assert_eq!(values(tree_pss), [(7_000, 20 << 20), (14_000, 0)]);
+    // The exact peak is marked on the top track.
+    let peak = events
+        .iter()
+        .find(|e| {
+            e.kind == INSTANT
+                && e.name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("tree RSS peak"))
+        })
+        .expect("peak marker");
+    assert_eq!((peak.ts, peak.args["bytes"].as_str()), (11_000, "32505856"));
+    // Processes without series have no counter tracks.
+    assert_eq!(tracks.values().filter(|t| t.counter).count(), 4);
+}

@@ -1,0 +1,443 @@
+//! `trace -p PID[,PID…]`: attach to running processes, their existing descendants and every
+//! later fork.
+//!
+//! Each pid is pinned by a pidfd first, and every /proc reading about it is trusted only once
+//! the pinned process is proven to be the one read (its start time, still alive). A caller
+//! that is not root (or root through sudo, for the invoking user) may attach only to its own
+//! processes: ptrace's credential rule, the target's real, effective and saved uids all equal
+//! to the caller's (the dumpable and capability parts of ptrace's check are not applied).
+//!
+//! A process is tracked (TRACKED in the kernel) before its children are looked for in /proc,
+//! so a child forked after that is caught by the kernel's fork record; the /proc walk repeats
+//! until it finds no new descendant. Processes that predate the attach have no fork or exec
+//! record: what /proc says of them is handed to the tree ([`crate::model::tree::Adopted`]).
+
+use std::io;
+
+use crate::{
+    kernel::loader::{Probes, SessionId},
+    model::tree::{Adopted, Names},
+    run::pidfd::{parse_stat, Identity, Pinned},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error("pid {0}: no such process")]
+    Gone(u32),
+    #[error("pid {0} is a kernel thread: it has no memory or program to trace")]
+    KernelThread(u32),
+    #[error("pid {pid} runs as uid {owner}, not as uid {caller}: only root can attach to another user's process")]
+    NotYours { pid: u32, owner: u32, caller: u32 },
+    #[error("pid {0} is spacetime itself")]
+    Own(u32),
+    #[error("trace -p inside a PID namespace is not supported: /proc there does not give the kernel's pids")]
+    Namespace,
+    // Not `source` fields: the one-line message already says them, and a chain would repeat.
+    #[error("pid {pid}: {err}")]
+    Io { pid: u32, err: io::Error },
+    #[error("tracking pid {pid}: {err}")]
+    Track {
+        pid: u32,
+        err: crate::kernel::loader::LoadError,
+    },
+}
+
+/// Parses `PID[,PID…]` (each a positive number).
+pub fn parse_pids(s: &str) -> Result<Vec<u32>, String> {
+    s.split(',')
+        .map(|p| match p.trim().parse::<u32>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("{p:?} is not a pid")),
+        })
+        .collect()
+}
+
+/// Whose processes the caller may attach to: None for root acting as itself, else the uid
+/// (the invoking user's under sudo).
+pub fn caller_uid() -> Option<u32> {
+    // SAFETY: plain syscalls.
+    let (euid, uid) = unsafe { (libc::geteuid(), libc::getuid()) };
+    if euid != 0 {
+        return Some(uid);
+    }
+    std::env::var("SUDO_UID")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|&u| u != 0)
+}
+
+/// A running process, pinned, with what /proc said of it.
+pub struct Target {
+    pub pid: u32,
+    pub ppid: u32,
+    pub start_ns: u64,
+    pub threads: u32,
+    pub names: Names,
+    pub pinned: Pinned,
+}
+
+/// CLOCK_MONOTONIC ns of a /proc start time in clock ticks since boot.
+fn start_mono_ns(ticks: u64) -> u64 {
+    let tick = 1_000_000_000 / crate::util::clock::ticks_per_s().max(1);
+    (ticks * tick).saturating_sub(crate::util::clock::boottime_offset_ns())
+}
+
+/// A `Name:\tvalue…` line of /proc/PID/status, as numbers.
+fn status_numbers(status: &str, name: &str) -> Vec<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .map(|v| {
+            v.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Field 4 (ppid) of a stat line.
+fn stat_ppid(stat: &[u8]) -> Option<u32> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    rest.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+impl Target {
+    /// Pins `pid`, reads it from /proc, checks the caller may attach, and proves the reading
+    /// was of the pinned process.
+    pub fn hold(pid: u32, caller: Option<u32>) -> Result<Target, AttachError> {
+        let io = |err| AttachError::Io { pid, err };
+        if pid == std::process::id() {
+            return Err(AttachError::Own(pid));
+        }
+        let pinned = Pinned::open(pid)
+            .map_err(io)?
+            .ok_or(AttachError::Gone(pid))?;
+        let gone = |e: io::Error| match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ESRCH) => AttachError::Gone(pid),
+            _ => io(e),
+        };
+        let stat = std::fs::read(format!("/proc/{pid}/stat")).map_err(gone)?;
+        let (state, ticks) = parse_stat(&stat).ok_or(AttachError::Gone(pid))?;
+        if matches!(state, b'Z' | b'X') {
+            return Err(AttachError::Gone(pid));
+        }
+        let ppid = stat_ppid(&stat).unwrap_or(0);
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(gone)?;
+        let uids = status_numbers(&status, "Uid:");
+        if let Some(caller) = caller {
+            // Real, effective, saved (the fs uid follows the effective one).
+            if let Some(&owner) = uids.iter().take(3).find(|&&u| u != u64::from(caller)) {
+                return Err(AttachError::NotYours {
+                    pid,
+                    owner: owner as u32,
+                    caller,
+                });
+            }
+        }
+        let threads = status_numbers(&status, "Threads:")
+            .first()
+            .copied()
+            .unwrap_or(1);
+        let exe = match std::fs::read_link(format!("/proc/{pid}/exe")) {
+            Ok(p) => p.into_os_string().into_encoded_bytes(),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                return Err(AttachError::KernelThread(pid))
+            }
+            Err(e) => return Err(gone(e)),
+        };
+        let args = std::fs::read(format!("/proc/{pid}/cmdline")).map_err(gone)?;
+        let comm = std::fs::read(format!("/proc/{pid}/comm")).map_err(gone)?;
+        let comm = comm.strip_suffix(b"\n").unwrap_or(&comm);
+        let start_ns = start_mono_ns(ticks);
+        // Everything above was read while pinned: still the same process, so it was its.
+        if pinned.identity(start_ns) != Identity::Same {
+            return Err(AttachError::Gone(pid));
+        }
+        Ok(Target {
+            pid,
+            ppid,
+            start_ns,
+            threads: threads as u32,
+            names: Names {
+                exe: exe.into_boxed_slice(),
+                args: crate::model::process::area_into_args(args),
+                comm: crate::kernel::events::Comm::new(comm),
+                argv_complete: true,
+            },
+            pinned,
+        })
+    }
+
+    /// What the tree keeps of it until its first record.
+    pub fn adopted(&self, attach_ns: u64) -> Adopted {
+        Adopted {
+            tgid: self.pid,
+            ppid: self.ppid,
+            start_ns: self.start_ns,
+            threads: self.threads,
+            names: self.names.clone(),
+            attach_ns,
+        }
+    }
+}
+
+/// Every process's parent, from one pass over /proc: (pid, ppid).
+fn all_parents() -> Vec<(u32, u32)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+            Some((pid, stat_ppid(&stat)?))
+        })
+        .collect()
+}
+
+/// What attaching found.
+pub struct Attached {
+    /// The pids asked for, then their descendants, each pinned and tracked.
+    pub targets: Vec<Target>,
+    /// Descendants left out: gone before they were pinned, or another user's.
+    pub skipped: Vec<(u32, AttachError)>,
+    /// When tracking began (CLOCK_MONOTONIC ns).
+    pub attach_ns: u64,
+    /// The kernel follows the RSS of the processes attached to from the attach on.
+    pub memory_followed: bool,
+}
+
+/// Tracks `target` in the kernel and proves it was still the pinned process afterwards (one
+/// that had ended would leave its pid tracked for a later holder: it is untracked).
+fn track(probes: &mut Probes, t: &Target, session: SessionId) -> Result<(), AttachError> {
+    probes
+        .track_in(t.pid, session)
+        .map_err(|err| AttachError::Track { pid: t.pid, err })?;
+    if t.pinned.identity(t.start_ns) != Identity::Same {
+        let _ = probes.untrack(t.pid);
+        return Err(AttachError::Gone(t.pid));
+    }
+    Ok(())
+}
+
+/// Pins and tracks each of `pids` (all must be there and the caller's), then their
+/// descendants, until a walk of /proc finds no new one; all in `session` (0 for `trace -p`
+/// itself).
+pub fn attach(
+    probes: &mut Probes,
+    pids: &[u32],
+    session: SessionId,
+) -> Result<Attached, AttachError> {
+    attach_as(probes, pids, session, caller_uid())
+}
+
+/// [`attach`] for `caller` (None: root, any process; Some(uid): only processes whose real,
+/// effective and saved uids are `uid`), which need not be this process (the agent attaches
+/// for its clients).
+pub fn attach_as(
+    probes: &mut Probes,
+    pids: &[u32],
+    session: SessionId,
+    caller: Option<u32>,
+) -> Result<Attached, AttachError> {
+    if !crate::kernel::pidns::in_initial_namespace() {
+        return Err(AttachError::Namespace);
+    }
+    let attach_ns = crate::util::clock::monotonic_ns();
+    let mut targets = Vec::new();
+    for &pid in pids {
+        if targets.iter().any(|t: &Target| t.pid == pid) {
+            continue;
+        }
+        let t = Target::hold(pid, caller)?;
+        track(probes, &t, session)?;
+        targets.push(t);
+    }
+    let mut skipped = Vec::new();
+    // Bounded: a tree forking faster than it is walked is caught by the kernel anyway, since
+    // each walk looks only below processes already tracked.
+    for _ in 0..8 {
+        let known: std::collections::HashSet<u32> = targets.iter().map(|t| t.pid).collect();
+        let skip: std::collections::HashSet<u32> = skipped.iter().map(|(p, _)| *p).collect();
+        let new: Vec<u32> = descendants(&known)
+            .into_iter()
+            .filter(|p| !known.contains(p) && !skip.contains(p))
+            .collect();
+        if new.is_empty() {
+            break;
+        }
+        for pid in new {
+            match Target::hold(pid, caller).and_then(|t| track(probes, &t, session).map(|()| t)) {
+                Ok(t) => targets.push(t),
+                Err(e) => skipped.push((pid, e)),
+            }
+        }
+    }
+    // Every process is tracked now: the kernel follows their mms from here on (a fork or
+    // exec since then has already started following the newer mm).
+    let memory_followed = match probes.adopt_running() {
+        Ok(followed) => followed,
+        Err(e) => {
+            crate::errln!("spacetime: the memory of processes older than the attach is not followed over time: {e}");
+            false
+        }
+    };
+    Ok(Attached {
+        targets,
+        skipped,
+        attach_ns,
+        memory_followed,
+    })
+}
+
+/// Processes below any of `roots` now.
+fn descendants(roots: &std::collections::HashSet<u32>) -> Vec<u32> {
+    let parents = all_parents();
+    let mut found: Vec<u32> = Vec::new();
+    let mut frontier: Vec<u32> = roots.iter().copied().collect();
+    while let Some(p) = frontier.pop() {
+        for &(child, _) in parents.iter().filter(|(_, pp)| *pp == p) {
+            if !roots.contains(&child) && !found.contains(&child) {
+                found.push(child);
+                frontier.push(child);
+            }
+        }
+    }
+    found
+}
+
+impl Attached {
+    /// The tree of the run: rooted at the first pid asked for, with what /proc said of every
+    /// process attached to, kept until their first record.
+    pub fn tree(&self) -> crate::model::tree::Tree {
+        let root = &self.targets[0];
+        let mut tree = crate::model::tree::Tree::new(root.pid, root.ppid);
+        for t in &self.targets {
+            tree.adopt(t.adopted(self.attach_ns));
+        }
+        tree
+    }
+
+    /// The root's argv, as the report's command.
+    pub fn command(&self) -> crate::report::lossless::Args {
+        crate::report::lossless::Args(self.targets[0].names.argv().map(<[u8]>::to_vec).collect())
+    }
+
+    /// Says on stderr what was attached to, and which descendants were left out because they
+    /// are another user's (one that ended meanwhile is simply not there to trace).
+    pub fn tell(&self, quiet: bool) {
+        for (pid, e) in &self.skipped {
+            match e {
+                AttachError::Gone(_) => log::debug!("pid {pid} ended before it was attached"),
+                _ if !quiet => crate::errln!("spacetime: not traced: {e}"),
+                _ => {}
+            }
+        }
+        if !quiet {
+            crate::errln!(
+                "spacetime: attached to pid {} and {} more; tracing until all have ended (Ctrl-C stops the trace, not them)",
+                self.targets[0].pid,
+                self.targets.len() - 1
+            );
+        }
+    }
+
+    /// Processes still running at the end that predate the attach and never exec'd since: the
+    /// kernel followed their mm from the attach only, so their peak so far is their VmHWM now
+    /// (the kernel's own figure, whole life), read through their pidfd.
+    pub fn peaks_so_far(&self, tree: &mut crate::model::tree::Tree, page_size: u64) {
+        for t in &self.targets {
+            let key = tree
+                .processes()
+                .iter()
+                .filter(|p| p.end_ns.is_none())
+                .filter(|p| p.images.last().is_some_and(|i| i.read_at_attach))
+                .find_map(|p| p.key.filter(|k| k.tgid == t.pid));
+            if let (Some(key), Some(pages)) = (key, vmhwm_pages(t, page_size)) {
+                tree.set_peak_so_far(key, pages);
+            }
+        }
+    }
+}
+
+impl Attached {
+    /// What the report's mechanisms say of the attach.
+    pub fn mechanism(&self) -> &'static str {
+        if self.memory_followed {
+            MECHANISM
+        } else {
+            MECHANISM_UNFOLLOWED
+        }
+    }
+}
+
+const MECHANISM: &str = "attached by pidfd to running processes: exe and argv of images older than the attach read from /proc then; their peaks exact at exit (the kernel's high-water mark covers their whole life); their RSS followed from the attach on (a task iterator run once starts following each mm, its exact RSS then the first point); processes forked since followed as for a started command";
+const MECHANISM_UNFOLLOWED: &str = "attached by pidfd to running processes: exe and argv of images older than the attach read from /proc then; their peaks exact at exit (the kernel's high-water mark covers their whole life), their memory over time not followed; processes forked since followed as for a started command";
+
+/// The VmHWM (pages) of a process still running, read through its pin once it is proven to
+/// be the one meant.
+pub fn vmhwm_pages(t: &Target, page_size: u64) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", t.pid)).ok()?;
+    if t.pinned.identity(t.start_ns) != Identity::Same {
+        return None;
+    }
+    let kib = status_numbers(&status, "VmHWM:").first().copied()?;
+    Some(kib * 1024 / page_size.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pid_lists() {
+        assert_eq!(parse_pids("12,34"), Ok(vec![12, 34]));
+        assert_eq!(parse_pids(" 7"), Ok(vec![7]));
+        assert!(parse_pids("0").is_err());
+        assert!(parse_pids("1,x").is_err());
+        assert!(parse_pids("").is_err());
+    }
+
+    #[test]
+    fn own_process_reads_and_a_gone_pid_is_refused() {
+        // A child of the test: ours, alive, with a known argv; its first line says it runs
+        // past its exec (the parent of a vfork-style spawn resumes before argv is set up).
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "echo; read x"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn sh");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.as_mut().expect("stdout")),
+            &mut line,
+        )
+        .expect("sh's first line");
+        let pid = child.id();
+        let me = unsafe { libc::getuid() };
+        let t = Target::hold(pid, Some(me)).expect("hold own child");
+        assert_eq!(t.ppid, std::process::id());
+        assert_eq!(
+            t.names.argv().collect::<Vec<_>>(),
+            [&b"sh"[..], b"-c", b"echo; read x"]
+        );
+        assert_eq!(t.names.comm.as_bytes(), b"sh");
+        let other = me.wrapping_add(1);
+        assert!(matches!(
+            Target::hold(pid, Some(other)),
+            Err(AttachError::NotYours { .. })
+        ));
+        child.kill().expect("kill own child");
+        child.wait().expect("reap own child");
+        assert!(matches!(
+            Target::hold(pid, Some(me)),
+            Err(AttachError::Gone(_))
+        ));
+        assert!(matches!(
+            Target::hold(std::process::id(), None),
+            Err(AttachError::Own(_))
+        ));
+    }
+}

@@ -1,0 +1,281 @@
+//! The one event loop of `trace` and `watch`: the ring buffer drained when the kernel wakes
+//! us and on a 50 ms tick, undecodable records counted, taskstats records read on the tick,
+//! kernel log records flushed, signals read from a signalfd, a timer of the command's own.
+//! What each command does with them is a [`Consumer`]; a command's own event source (watch's
+//! metrics endpoint) is a [`Source`].
+
+use std::{
+    future::Future,
+    io,
+    os::fd::{AsRawFd, RawFd},
+    time::Duration,
+};
+
+use aya::maps::{MapData, RingBuf};
+use tokio::io::{unix::AsyncFd, Interest};
+
+use crate::kernel::counters::CounterSource;
+use crate::{
+    kernel::{
+        events::{decode, Event},
+        loader::KernelLogger,
+        taskstats::{TaskstatsError, TaskstatsListener, TaskstatsRecord},
+    },
+    util::clock::monotonic_ns,
+};
+
+/// How often the ring buffer is drained when the kernel has not woken us: it wakes us only
+/// when the ring fills up (wake-ups are costly per record).
+pub const DRAIN_INTERVAL: Duration = Duration::from_millis(50);
+
+/// What a command does with what the loop reads.
+pub trait Consumer {
+    /// The command's own event source, polled with the others.
+    type Extra: Source;
+
+    /// A decoded record.
+    fn event(&mut self, ev: Event);
+    /// Where undecodable records are counted.
+    fn decode_errors(&mut self) -> &mut u64;
+    /// Whether records are taken from the ring now (the rest stay there).
+    fn taking(&self) -> bool {
+        true
+    }
+    /// After each drain of the ring.
+    fn drained(&mut self) {}
+    /// A signal arrived; the ring is drained after this and before [`Consumer::signal`].
+    fn before_signal(&mut self, _signo: libc::c_int, _from_process: bool) {}
+    /// A signal: `from_process` when a process sent it (not the kernel or the terminal).
+    fn signal(&mut self, signo: libc::c_int, from_process: bool);
+    /// taskstats records read on the tick, after the ring was drained (a process's fork is
+    /// in the ring before its exit record is sent).
+    fn taskstats(&mut self, batch: &mut Vec<TaskstatsRecord>);
+    /// The listener failed: no more records come.
+    fn taskstats_failed(&mut self, e: &TaskstatsError);
+    /// The end of each tick.
+    fn tick(&mut self, taskstats: Option<&TaskstatsListener>, counters: &dyn CounterSource);
+    /// When [`Consumer::due`] is next to be called (CLOCK_MONOTONIC ns), if ever.
+    fn next_due(&self) -> Option<u64> {
+        None
+    }
+    fn due(&mut self) {}
+    /// What the command's own source produced.
+    fn extra(&mut self, _item: <Self::Extra as Source>::Item, _source: &Self::Extra) {}
+    /// The loop stops once this is true.
+    fn done(&self) -> bool;
+}
+
+/// An event source of a command's own.
+pub trait Source {
+    type Item;
+    fn next(&mut self) -> impl Future<Output = Self::Item>;
+}
+
+/// No source of its own.
+pub struct NoSource;
+
+impl Source for NoSource {
+    type Item = ();
+    fn next(&mut self) -> impl Future<Output = ()> {
+        std::future::pending()
+    }
+}
+
+/// Where kernel records come from: the ring buffer of programs loaded here, or an agent's
+/// connection carrying the same records (see [`crate::cmd::agent`]).
+pub trait Records {
+    /// Hands records to `each`, in order, while it returns true.
+    fn each_record(&mut self, each: &mut dyn FnMut(&[u8]) -> bool);
+    /// What to wait on for records; None when no more will come.
+    fn wait_fd(&self) -> Option<RawFd>;
+    /// Records that reach `each_record` only when asked for (an agent's tick) are fetched:
+    /// after this, everything the kernel had written is available. Nothing to do for a ring.
+    fn sync(&mut self) {}
+    /// taskstats records that came with the records (an agent's), appended to `out`.
+    fn take_taskstats(&mut self, _out: &mut Vec<TaskstatsRecord>) {}
+}
+
+impl Records for RingBuf<MapData> {
+    fn each_record(&mut self, each: &mut dyn FnMut(&[u8]) -> bool) {
+        while let Some(item) = self.next() {
+            if !each(&item) {
+                break;
+            }
+        }
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        Some(self.as_raw_fd())
+    }
+}
+
+impl Records for crate::kernel::remote::client::AgentConn {
+    fn each_record(&mut self, each: &mut dyn FnMut(&[u8]) -> bool) {
+        self.pump();
+        while let Some(r) = self.next_record() {
+            if !each(&r) {
+                break;
+            }
+        }
+        self.tell_if_gone();
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        self.raw_fd()
+    }
+
+    fn sync(&mut self) {
+        crate::kernel::remote::client::AgentConn::sync(self);
+    }
+
+    fn take_taskstats(&mut self, out: &mut Vec<TaskstatsRecord>) {
+        crate::kernel::remote::client::AgentConn::take_taskstats(self, out);
+    }
+}
+
+/// What the loop reads from.
+pub struct Io<'a> {
+    pub ring: &'a mut dyn Records,
+    /// A signalfd (see [`crate::util::signals::signal_fd`]).
+    pub sigfd: RawFd,
+    pub logger: Option<&'a mut KernelLogger>,
+    /// None once it failed.
+    pub taskstats: Option<&'a mut TaskstatsListener>,
+    /// The kernel side's counters, read while the loop runs.
+    pub counters: &'a dyn CounterSource,
+}
+
+impl Io<'_> {
+    /// Reads the taskstats records waiting in the socket into `batch`.
+    pub fn read_taskstats<C: Consumer>(&mut self, batch: &mut Vec<TaskstatsRecord>, c: &mut C) {
+        if let Some(t) = self.taskstats.as_deref_mut() {
+            if let Err(e) = t.drain(batch) {
+                c.taskstats_failed(&e);
+                self.taskstats = None;
+            }
+        }
+        self.ring.take_taskstats(batch);
+    }
+
+    pub fn flush_log(&mut self) {
+        if let Some(l) = self.logger.as_mut() {
+            l.flush();
+        }
+    }
+}
+
+/// Hands every record in the ring buffer to `c`, while it takes them.
+pub fn drain<C: Consumer>(ring: &mut dyn Records, c: &mut C) {
+    if c.taking() {
+        ring.each_record(&mut |item| {
+            match decode(item) {
+                Ok(ev) => c.event(ev),
+                Err(e) => {
+                    *c.decode_errors() += 1;
+                    log::debug!("undecodable record: {e}");
+                }
+            }
+            c.taking()
+        });
+    }
+    c.drained();
+}
+
+/// Throws away what the ring buffer holds; returns how many records.
+pub fn discard(ring: &mut dyn Records) -> usize {
+    let mut n = 0;
+    ring.each_record(&mut |_| {
+        n += 1;
+        true
+    });
+    n
+}
+
+/// Sleeps until `due` (CLOCK_MONOTONIC ns), or forever when nothing is due.
+async fn sleep_until(due: Option<u64>) {
+    match due {
+        Some(due) => {
+            tokio::time::sleep(Duration::from_nanos(due.saturating_sub(monotonic_ns()))).await
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs until `c` is done.
+pub async fn run<C: Consumer>(io: &mut Io<'_>, c: &mut C, extra: &mut C::Extra) -> io::Result<()> {
+    // SAFETY: the ring buffer and the signalfd stay open and unchanged for longer than these
+    // registrations (dropped at the end of this function).
+    let ready = match io.ring.wait_fd() {
+        Some(fd) => Some(unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }?),
+        None => None,
+    };
+    // SAFETY: as above.
+    let sig = unsafe { AsyncFd::register_with_interest(io.sigfd, Interest::READABLE) }?;
+    let mut tick = tokio::time::interval(DRAIN_INTERVAL);
+    let mut batch = Vec::new();
+    while !c.done() {
+        tokio::select! {
+            // Once the source has nothing more to give (an agent gone), only the other arms.
+            guard = async {
+                match &ready {
+                    Some(r) => r.readable().await,
+                    None => std::future::pending().await,
+                }
+            }, if ready.is_some() && io.ring.wait_fd().is_some() => {
+                let mut guard = guard?;
+                drain(io.ring, c);
+                guard.clear_ready();
+            }
+            guard = sig.readable() => {
+                let mut guard = guard?;
+                let signals = read_signals(io.sigfd);
+                // Through an agent, records wait in its ring until fetched: a stop signal is
+                // forwarded to every process the kernel has recorded until now, a fork of the
+                // last milliseconds included. Not for SIGCHLD, which comes with every exit.
+                if signals.iter().any(|&(signo, _)| signo != libc::SIGCHLD) {
+                    io.ring.sync();
+                }
+                for (signo, from_process) in signals {
+                    c.before_signal(signo, from_process);
+                    drain(io.ring, c);
+                    c.signal(signo, from_process);
+                }
+                guard.clear_ready();
+            }
+            _ = sleep_until(c.next_due()) => c.due(),
+            item = extra.next() => c.extra(item, extra),
+            _ = tick.tick() => {
+                // taskstats records are read on this tick, not as each arrives: one wake-up
+                // per exit cost ~10 µs of CPU per process at storm rates; 50 ms of records
+                // fit the socket buffer many times over. Read before the drain: every record
+                // read has its process's fork in the ring.
+                io.read_taskstats(&mut batch, c);
+                drain(io.ring, c);
+                c.taskstats(&mut batch);
+                // A backlog (after a stall) must not keep its memory.
+                batch.clear();
+                batch.shrink_to(1024);
+                io.flush_log();
+                c.tick(io.taskstats.as_deref(), io.counters);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Pending signals: (number, sent by a process rather than by the kernel or the terminal).
+pub fn read_signals(fd: libc::c_int) -> Vec<(libc::c_int, bool)> {
+    let mut out = Vec::new();
+    loop {
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: reads one siginfo into a properly sized buffer.
+        let n = unsafe { libc::read(fd, (&mut info as *mut libc::signalfd_siginfo).cast(), size) };
+        if n != size as isize {
+            return out;
+        }
+        // SI_USER, SI_QUEUE, SI_TKILL are <= 0; the terminal's signals come as SI_KERNEL and
+        // already reached CMD's process group.
+        out.push((info.ssi_signo as libc::c_int, info.ssi_code <= 0));
+    }
+}

@@ -1,0 +1,657 @@
+//! A tracing session: the kernel programs loaded once ([`Session::open`]), then one traced
+//! run after another ([`Session::run`]), each returning its own [`Run`]: the tree, the memory
+//! timeline, the report model, the root's status, and kernel counters that are the run's own.
+//!
+//! Between runs the session clears what a run leaves in the kernel (processes still tracked,
+//! mms followed, the tree-wide RSS peak, the learnt pid) and throws away records that arrive
+//! for an earlier run's processes, so run N+1 starts clean.
+
+use std::{
+    ffi::OsString,
+    os::fd::{AsRawFd, OwnedFd},
+    path::Path,
+};
+
+use super::{
+    delayacct::{delayacct_on, DelayAcct},
+    event_loop,
+    run_loop::{self, LoopOptions, Sink},
+    source::{agent::AgentSource, own::OwnSource, KernelSource, TaskstatsFeed},
+};
+use crate::{
+    kernel::{
+        loader::{KernelCounters, LearnedPid, LoadOptions, Probes},
+        provenance::Provenance,
+        taskstats::ListenerStats,
+        taskstats::Unavailable,
+    },
+    model::{
+        crosscheck::{cross_check, Clock, Collector, PerProcess},
+        memory::{Memory, MemoryOptions},
+        timeline::Point,
+        tree::{ExitStatus, Key, Tree},
+    },
+    report::status::StatusLine,
+    report::{self, selfstats::OwnCost, MemoryMeta, Meta, Report, TaskstatsMeta},
+    run::launch::{self, Credentials, LaunchError},
+    util::clock::monotonic_ns,
+};
+use rustc_hash::FxHashSet;
+
+/// Signals passed on to the traced command.
+const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// What is set up once for every run.
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    pub load: LoadOptions,
+    /// The taskstats socket's receive buffer, bytes.
+    pub taskstats_buffer: u32,
+    /// Switch delay accounting on while the session lives (restored when it ends).
+    pub delayacct: bool,
+    /// Say on stderr that delays read 0 when delay accounting is off.
+    pub delayacct_notice: bool,
+}
+
+/// What may differ from one run to the next.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// End the run when the root exits, leaving the rest running (untraced from then on).
+    pub stop_on_root_exit: bool,
+    /// Shortest PSS sampling interval per process, ns; 0 turns PSS off.
+    pub pss_interval_ns: u64,
+    /// No warnings on stderr from the memory sampler.
+    pub quiet: bool,
+    /// Run a started command in a memory cgroup of its own and report its peak
+    /// ([`Run::cgroup_peak`]); no effect on an attach.
+    pub cgroup_peak: bool,
+}
+
+/// How a run's root comes to be.
+pub enum Start<'a> {
+    /// Fork the command, hold it until it is tracked, then exec it.
+    Spawn(Spawn<'a>),
+    /// Attach to running processes (the first is the root), their descendants and every
+    /// later fork (see [`crate::run::attach`]).
+    Attach(&'a [u32]),
+}
+
+/// A command to start: `path` is `argv[0]` resolved ([`launch::resolve`]).
+pub struct Spawn<'a> {
+    pub path: &'a Path,
+    pub argv: &'a [OsString],
+    /// Who it runs as (None: as spacetime).
+    pub creds: Option<&'a Credentials>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The command could not be started (not found, not executable…): the run never began.
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+impl From<crate::kernel::loader::LoadError> for RunError {
+    fn from(e: crate::kernel::loader::LoadError) -> Self {
+        RunError::Other(e.into())
+    }
+}
+
+impl From<std::io::Error> for RunError {
+    fn from(e: std::io::Error) -> Self {
+        RunError::Other(e.into())
+    }
+}
+
+/// The programs loaded once (here or by an agent), and everything a run needs that
+/// outlives it.
+pub struct Session {
+    kernel: Box<dyn KernelSource>,
+    sigfd: OwnedFd,
+    rt: tokio::runtime::Runtime,
+    page_size: u64,
+    /// An earlier run ended with processes of its tree still running.
+    earlier_left: bool,
+    /// Where started commands' standard streams go ([`Session::detach_stdio`]).
+    stdio: launch::Stdio,
+    _delayacct: DelayAcct,
+}
+
+/// Where a run's root is.
+struct Root {
+    /// As spacetime's PID namespace numbers it.
+    pid: u32,
+    /// As the kernel (initial namespace) numbers it.
+    learned: LearnedPid,
+    /// CLOCK_MONOTONIC when it was let go (or attached to).
+    release_ns: u64,
+    /// What attaching found, for a run that attached.
+    attached: Option<crate::run::attach::Attached>,
+}
+
+/// The figures kept at a run's start, to make the run's own from cumulative ones.
+struct Baseline {
+    counters: KernelCounters,
+    taskstats: ListenerStats,
+    own_cost: OwnCost,
+}
+
+impl Session {
+    /// Loads and attaches the programs, opens the taskstats listener and the signalfd, and
+    /// becomes the child subreaper (orphans of a traced tree are waited for here). Blocks
+    /// SIGCHLD, SIGINT, SIGTERM and SIGHUP for the calling thread: call before other threads
+    /// exist so that they inherit the mask.
+    pub fn open(opts: &SessionOptions) -> anyhow::Result<Session> {
+        let kernel = OwnSource::open(&opts.load, Some(opts.taskstats_buffer as usize))?;
+        Session::with(Box::new(kernel), opts)
+    }
+
+    /// A session whose programs are a `spacetime agent`'s, reached through `conn`: for any
+    /// user, the same runs and reports. Blocks signals as [`Session::open`] does.
+    pub fn through_agent(
+        conn: crate::kernel::remote::client::AgentConn,
+        opts: &SessionOptions,
+    ) -> anyhow::Result<Session> {
+        Session::with(Box::new(AgentSource::new(conn)), opts)
+    }
+
+    /// Through the agent when its socket answers (unless `no_agent`), otherwise with
+    /// programs loaded here (root only): a user without root and without an agent is told,
+    /// in one sentence, to start one or use sudo.
+    pub fn open_any(opts: &SessionOptions, no_agent: bool) -> anyhow::Result<Session> {
+        if no_agent {
+            return Session::open(opts);
+        }
+        let path = crate::kernel::remote::socket_path();
+        let want = match opts.delayacct {
+            true => {
+                crate::kernel::remote::proto::want::TRACE
+                    | crate::kernel::remote::proto::want::DELAYACCT
+            }
+            false => crate::kernel::remote::proto::want::TRACE,
+        };
+        let max = opts.load.max_tracked;
+        let why = match crate::kernel::remote::client::AgentConn::connect_for(&path, want, max) {
+            Ok(conn) => {
+                agents_own_settings(&opts.load);
+                // The agent switched it at the hello, before its welcome, if it could.
+                if opts.delayacct && !crate::run::delayacct::delayacct_on() {
+                    crate::errln!("spacetime: the agent could not switch delay accounting on (that needs CAP_SYS_ADMIN, which its unit leaves out; `sysctl kernel.task_delayacct=1` turns it on for everyone): delays read 0");
+                }
+                return Session::through_agent(conn, opts);
+            }
+            Err(e) => e,
+        };
+        // Root (or the capabilities) gets the same report from its own programs: quietly
+        // (-vv says why).
+        log::debug!("{why}; loading the programs here");
+        Session::open(opts).map_err(|e| crate::kernel::remote::client::instead(e, why, &path))
+    }
+
+    fn with(kernel: Box<dyn KernelSource>, opts: &SessionOptions) -> anyhow::Result<Session> {
+        // Through the agent, the agent switches it (a root-only sysctl) for the session.
+        let here = opts.delayacct && kernel.provenance() == Provenance::Own;
+        let delayacct = DelayAcct::configure(here, opts.delayacct_notice && !opts.delayacct);
+        let mut handled = vec![libc::SIGCHLD];
+        handled.extend(FORWARDED);
+        let sigfd = crate::util::signals::signal_fd(&handled)?;
+        // SAFETY: prctl with an integer argument.
+        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+            log::warn!("cannot become a child subreaper: orphans will not be waited for");
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(Session {
+            kernel,
+            sigfd,
+            rt,
+            page_size: crate::util::clock::page_size(),
+            earlier_left: false,
+            stdio: launch::Stdio::default(),
+            _delayacct: delayacct,
+        })
+    }
+
+    /// Where the standard streams of the commands started from now on go (default: they
+    /// share spacetime's): `spacetime bench` reads no input and shows no output of its runs.
+    pub fn detach_stdio(&mut self, stdio: launch::Stdio) {
+        self.stdio = stdio;
+    }
+
+    /// Whose kernel programs.
+    pub fn programs(&self) -> Provenance {
+        self.kernel.provenance()
+    }
+
+    /// Says on stderr whose programs, how long loading took and which kernel mechanisms are
+    /// in use (`-v`).
+    pub fn tell_loaded(&self) {
+        self.kernel.tell();
+    }
+
+    /// Runs one command to its end (every process it started gone, or its root, with
+    /// [`RunOptions::stop_on_root_exit`]) and returns what was seen.
+    pub fn run(&mut self, start: Start<'_>, opts: &RunOptions) -> Result<Run, RunError> {
+        self.begin()?;
+        let baseline = Baseline {
+            counters: self.kernel.counters().unwrap_or_default(),
+            taskstats: self.kernel.taskstats_stats(),
+            own_cost: self.kernel.own_cost(),
+        };
+        let command = match &start {
+            Start::Spawn(s) => report::lossless::Args(
+                s.argv
+                    .iter()
+                    .map(|a| a.as_encoded_bytes().to_vec())
+                    .collect(),
+            ),
+            Start::Attach(_) => report::lossless::Args::default(),
+        };
+        let mut cgroup = (opts.cgroup_peak && matches!(start, Start::Spawn(_)))
+            .then(|| crate::run::cgroup_peak::start(opts.quiet));
+        let root = self.start(start, &mut cgroup, opts.quiet)?;
+        let mut mechanisms = self.kernel.mechanisms();
+        let (mut tree, command) = first_tree(&root, command, &mut mechanisms);
+        let mut memory = Memory::new(MemoryOptions {
+            kernel_rss: self.kernel.rss_tracking(),
+            pss_interval_ns: opts.pss_interval_ns,
+            page_size: self.page_size,
+        });
+        let mut status = StatusLine::stderr(opts.quiet);
+        if root.learned.level > 0 && crate::kernel::pidns::proc_has_own_pids() {
+            memory.proc_by_shown_pids();
+        }
+        let mut collector = Collector::new(Clock {
+            realtime_offset_ns: crate::util::clock::realtime_offset_ns() as i128,
+        });
+        let loop_opts = LoopOptions {
+            root_pid: root.pid,
+            stop_on_root_exit: opts.stop_on_root_exit,
+            await_release: self.kernel.cpu_at_release(),
+            earlier_left: self.earlier_left,
+            attached: root.attached.is_some(),
+        };
+        let mut sink = Sink {
+            tree: &mut tree,
+            memory: &mut memory,
+            status: &mut status,
+            started_ns: root.release_ns,
+            collector: &mut collector,
+            decode_errors: 0,
+        };
+        let io = self.kernel.io(self.sigfd.as_raw_fd());
+        let outcome = self
+            .rt
+            .block_on(run_loop::consume(loop_opts, &mut sink, io))?;
+        // The status line goes before anything of the end is printed.
+        status.finish();
+        // Read before anything else of the end: a --stop-on-root-exit survivor keeps charging.
+        let cgroup_peak = cgroup.map(crate::run::cgroup_peak::finish);
+        if let Some(a) = &root.attached {
+            tree.settle_adopted();
+            a.peaks_so_far(&mut tree, self.page_size);
+        }
+        let run = self.finish(tree, memory, collector, outcome, root, baseline, mechanisms);
+        let run = run.map(|r| Run {
+            command,
+            cgroup_peak,
+            ..r
+        });
+        // Whatever happens to the figures, the next run must not inherit this one's processes.
+        let left = self.kernel.untrack_all();
+        let run = run?;
+        match left {
+            Ok(n) => self.earlier_left |= n > 0 || run.tree.live() > 0,
+            Err(e) => {
+                self.earlier_left = true;
+                log::warn!("cannot stop tracing the processes left running: {e}");
+            }
+        }
+        Ok(run)
+    }
+
+    /// Signals sent to spacetime since the last run ended (SIGINT, SIGTERM, SIGHUP; not
+    /// SIGCHLD), taken from the queue. Between runs nothing is forwarded: a caller running
+    /// one command after another asks here whether it was told to stop; a signal left
+    /// pending would otherwise reach the next run (and be forwarded to its command).
+    pub fn signals_between_runs(&mut self) -> Vec<libc::c_int> {
+        event_loop::read_signals(self.sigfd.as_raw_fd())
+            .into_iter()
+            .map(|(signo, _)| signo)
+            .filter(|&signo| signo != libc::SIGCHLD)
+            .collect()
+    }
+
+    /// Clears what an earlier run left in the kernel and in the queues.
+    fn begin(&mut self) -> Result<(), RunError> {
+        self.kernel.begin()
+    }
+
+    /// Starts the run's root and has the kernel track it.
+    fn start(
+        &mut self,
+        start: Start<'_>,
+        cgroup: &mut Option<crate::run::cgroup_peak::Run>,
+        quiet: bool,
+    ) -> Result<Root, RunError> {
+        match start {
+            Start::Spawn(s) => self.spawn(&s, cgroup, quiet),
+            Start::Attach(pids) => {
+                let attached = self.kernel.attach(pids)?;
+                attached.tell(quiet);
+                let pid = attached.targets[0].pid;
+                Ok(Root {
+                    pid,
+                    learned: LearnedPid {
+                        kernel_pid: pid,
+                        level: 0,
+                    },
+                    release_ns: attached.attach_ns,
+                    attached: Some(attached),
+                })
+            }
+        }
+    }
+
+    fn spawn(
+        &mut self,
+        s: &Spawn<'_>,
+        cgroup: &mut Option<crate::run::cgroup_peak::Run>,
+        quiet: bool,
+    ) -> Result<Root, RunError> {
+        let own_pid = self.kernel.own_pid_program();
+        let held = launch::spawn_held_with(s.path, s.argv, s.creds, own_pid, self.stdio)?;
+        // Signals and waitpid take the pid as spacetime's namespace numbers it; the kernel
+        // programs and the tree key processes by the kernel's.
+        let pid = held.pid as u32;
+        let learned = match self.kernel.track_root(&held) {
+            Ok(r) => r,
+            Err(e) => {
+                // SAFETY: killing and reaping our own child.
+                unsafe {
+                    libc::kill(held.pid, libc::SIGKILL);
+                    libc::waitpid(held.pid, std::ptr::null_mut(), 0);
+                }
+                return Err(e.into());
+            }
+        };
+        // In its cgroup before its exec: everything CMD maps is charged there.
+        if let Some(c) = cgroup.take() {
+            *cgroup = Some(crate::run::cgroup_peak::place(c, held.pid, quiet));
+        }
+        let release_ns = monotonic_ns();
+        if let Err(e) = held.release() {
+            // SAFETY: reaping our own child, which exits right after a failed exec.
+            unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), 0) };
+            return Err(RunError::Launch(e));
+        }
+        Ok(Root {
+            pid,
+            learned,
+            release_ns,
+            attached: None,
+        })
+    }
+
+    /// The run's figures once its loop ended.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &mut self,
+        mut tree: Tree,
+        mut memory: Memory,
+        collector: Collector,
+        outcome: run_loop::Outcome,
+        root: Root,
+        baseline: Baseline,
+        mut mechanisms: Vec<String>,
+    ) -> Result<Run, RunError> {
+        let rss_tracking = self.kernel.rss_tracking();
+        let end = self
+            .kernel
+            .end_run(&baseline.counters, rss_tracking && tree.live() > 0);
+        if let Some(why) = self.kernel.gone() {
+            mechanisms.push(format!(
+                "the agent went away during the run ({why}): records after that are missing, kernel counters and the tree-wide peak unknown"
+            ));
+        }
+        if rss_tracking && tree.live() > 0 {
+            run_loop::live_memory(end.mms, &mut tree, &mut memory);
+        }
+        let page_size = self.page_size;
+        let kernel_peak = match rss_tracking {
+            true => end.tree_rss.filter(|t| t.peak_ts_ns != 0),
+            false => None,
+        };
+        memory.finish(
+            kernel_peak.map(|t| Point::new(t.peak_ts_ns, t.peak_pages.max(0) as u64 * page_size)),
+        );
+        let counters = end.counters;
+        let end_ns = match tree.live() {
+            0 => tree
+                .processes()
+                .iter()
+                .filter_map(|p| p.end_ns)
+                .max()
+                .unwrap_or(outcome.end_ns),
+            _ => outcome.end_ns,
+        };
+        // An attached run's times start at the attach; a started one's at its root's start.
+        let t0_ns = match root.attached {
+            Some(_) => root.release_ns,
+            None => tree.root().map_or(root.release_ns, |r| r.start_ns),
+        };
+        let (taskstats, per_process) = self.cross_check(&tree, collector, &baseline.taskstats);
+        // Processes whose exit never arrived: still running (--stop-on-root-exit), or gone with
+        // their exit record lost, which the report must not call running.
+        let gone = crate::run::pidfd::gone_unseen(&tree);
+        // Measured last, with the programs still attached: the figures cover the whole run.
+        let own_cost = self.kernel.own_cost();
+        Ok(Run {
+            command: report::lossless::Args::default(),
+            cgroup_peak: None,
+            programs: self.kernel.provenance(),
+            tree,
+            memory,
+            per_process,
+            root_status: outcome.root_status,
+            stop_signal: outcome.stop_signal,
+            t0_ns,
+            end_ns,
+            page_size,
+            counters,
+            decode_errors: outcome.decode_errors,
+            ring_buffer_bytes: self.kernel.ring_buffer_bytes(),
+            mechanisms,
+            attach_memory_followed: root.attached.as_ref().map(|a| a.memory_followed),
+            taskstats,
+            own_cost_at_start: baseline.own_cost,
+            own_cost,
+            gone,
+        })
+    }
+
+    /// The run's exits against the taskstats records it kept.
+    fn cross_check(
+        &self,
+        tree: &Tree,
+        collector: Collector,
+        at_start: &ListenerStats,
+    ) -> (TaskstatsMeta, PerProcess) {
+        let exited = tree
+            .processes()
+            .iter()
+            .filter(|p| p.end_ns.is_some())
+            .count();
+        if let TaskstatsFeed::Unavailable(why) = self.kernel.taskstats() {
+            return (TaskstatsMeta::Unavailable(why), PerProcess::default());
+        }
+        let st = self.kernel.taskstats_stats();
+        // Registered, yet not one record for any exit on the system: they go elsewhere.
+        if exited > 0 && st.records == at_start.records {
+            return (
+                TaskstatsMeta::Unavailable(Unavailable::NoRecords),
+                PerProcess::default(),
+            );
+        }
+        let (mut coverage, sums) = cross_check(tree, collector, self.page_size);
+        coverage.enobufs = st.enobufs - at_start.enobufs;
+        coverage.parse_errors = st.parse_errors - at_start.parse_errors;
+        let meta = TaskstatsMeta::Available {
+            coverage,
+            delayacct: delayacct_on(),
+            rcvbuf_bytes: st.rcvbuf_bytes as u64,
+        };
+        (meta, sums)
+    }
+}
+
+/// The run's tree before its first record, and its command: a started command's as given;
+/// an attach's, the root's argv, with what /proc said of every process attached to.
+fn first_tree(
+    root: &Root,
+    command: report::lossless::Args,
+    mechanisms: &mut Vec<String>,
+) -> (Tree, report::lossless::Args) {
+    let (mut tree, command) = match &root.attached {
+        Some(a) => {
+            mechanisms.push(a.mechanism().into());
+            (a.tree(), a.command())
+        }
+        None => (
+            Tree::new(root.learned.kernel_pid, std::process::id()),
+            command,
+        ),
+    };
+    if root.learned.level > 0 {
+        tree = tree.in_namespace(root.pid);
+        mechanisms.push(format!(
+            "PID namespace at level {}: pids shown are its own; the kernel's learnt by a test run of own_pid, fork records translated",
+            root.learned.level
+        ));
+    }
+    (tree, command)
+}
+
+/// One traced run, whole: what the report model is built from.
+pub struct Run {
+    /// The command as given (exact bytes).
+    pub command: report::lossless::Args,
+    pub tree: Tree,
+    /// The memory timeline (`memory.timeline`), tree-wide peak included.
+    pub memory: Memory,
+    /// taskstats sums per process (by index in the tree).
+    pub per_process: PerProcess,
+    /// The root's exit status (None: it was not seen to exit).
+    pub root_status: Option<ExitStatus>,
+    /// The first SIGINT, SIGTERM or SIGHUP spacetime received during the run (forwarded to
+    /// the command when a process sent it; the terminal's already reached it).
+    pub stop_signal: Option<libc::c_int>,
+    /// CLOCK_MONOTONIC when the root started and when the run ended.
+    pub t0_ns: u64,
+    pub end_ns: u64,
+    pub page_size: u64,
+    /// Loss and failure counters of this run alone.
+    pub counters: KernelCounters,
+    pub decode_errors: u64,
+    pub ring_buffer_bytes: u32,
+    pub mechanisms: Vec<String>,
+    /// For an attach: whether the attached processes' RSS was followed from the attach on.
+    pub attach_memory_followed: Option<bool>,
+    pub taskstats: TaskstatsMeta,
+    /// spacetime's own cost when the run began, and when it ended (cumulative since start).
+    pub own_cost_at_start: OwnCost,
+    pub own_cost: OwnCost,
+    /// Processes whose exit was never seen and that were gone at the end.
+    pub gone: FxHashSet<Key>,
+    /// The run's memory cgroup peak ([`RunOptions::cgroup_peak`]), or why there is none.
+    pub cgroup_peak: Option<report::CgroupPeakReport>,
+    /// Whose kernel programs traced the run.
+    pub programs: Provenance,
+}
+
+impl Run {
+    /// The report model over this run.
+    pub fn report(&self) -> Report<'_> {
+        let mut report = Report::build(
+            &self.tree,
+            &self.per_process,
+            Meta {
+                command: self.command.clone(),
+                root_exit: self.root_status,
+                t0_ns: self.t0_ns,
+                end_ns: self.end_ns,
+                page_size: self.page_size,
+                counters: self.counters,
+                decode_errors: self.decode_errors,
+                ring_buffer_bytes: self.ring_buffer_bytes,
+                mechanisms: self.mechanisms.clone(),
+                attach_memory_followed: self.attach_memory_followed,
+                taskstats: self.taskstats.clone(),
+                memory: MemoryMeta::of(&self.memory.timeline),
+                own_cost: self.own_cost.clone(),
+                gone: &self.gone,
+            },
+        );
+        report.cgroup_peak = self.cgroup_peak.clone();
+        report.programs = Some(self.programs);
+        report
+    }
+
+    /// The tree-wide RSS peak of this run and when it happened (None without RSS data).
+    pub fn tree_peak(&self) -> Option<Point> {
+        self.memory.timeline.tree_peak()
+    }
+
+    /// The status spacetime exits with: the root's, as a shell reports it.
+    pub fn exit_code(&self) -> i32 {
+        self.root_status.map_or(0, |s| s.shell_code())
+    }
+}
+
+/// The traced command's kernel pid, which its held child recorded by running `own_pid`.
+pub(super) fn root_kernel_pid(probes: &Probes, held: &launch::Held) -> anyhow::Result<LearnedPid> {
+    let learned = match held.own_pid_run {
+        Some(0) => probes.learned_pid()?,
+        Some(errno) => {
+            log::debug!(
+                "running own_pid: {}",
+                std::io::Error::from_raw_os_error(errno)
+            );
+            None
+        }
+        None => None,
+    };
+    match learned {
+        Some(l) if l.level > 0 || l.kernel_pid == held.pid as u32 => Ok(l),
+        Some(l) => anyhow::bail!(
+            "the kernel numbers the traced command {} while fork returned {} in the initial PID namespace",
+            l.kernel_pid,
+            held.pid
+        ),
+        // Without the program (a kernel without raw tracepoint test runs), pids are the
+        // kernel's only in the initial namespace.
+        None if crate::kernel::pidns::in_initial_namespace() => Ok(LearnedPid {
+            kernel_pid: held.pid as u32,
+            level: 0,
+        }),
+        None => anyhow::bail!(
+            "spacetime runs inside a PID namespace and this kernel did not tell the traced command's kernel pid (BPF_PROG_TEST_RUN of a raw tracepoint program, Linux 5.10+): it cannot be traced"
+        ),
+    }
+}
+
+/// Through the agent, its programs' ring buffer and RSS point interval are the agent's: a
+/// different value asked for here is said, not silently dropped.
+fn agents_own_settings(asked: &LoadOptions) {
+    let default = LoadOptions::default();
+    if asked.ring_buffer_bytes != default.ring_buffer_bytes
+        || asked.rss_interval_ns != default.rss_interval_ns
+    {
+        log::warn!(
+            "through the agent, --ring-buffer and --rss-interval are the agent's own; use --no-agent (as root) for yours"
+        );
+    }
+}
