@@ -80,17 +80,8 @@ pub struct CapSet(pub u64);
 impl CapSet {
     /// This process's effective set (None when /proc cannot be read).
     pub fn effective() -> Option<CapSet> {
-        Self::of_self("CapEff:")
-    }
-
-    /// This process's bounding set: what it could ever get back (None without /proc).
-    pub fn bounding() -> Option<CapSet> {
-        Self::of_self("CapBnd:")
-    }
-
-    fn of_self(key: &str) -> Option<CapSet> {
         let status = std::fs::read_to_string("/proc/self/status").ok()?;
-        Self::parse(&status, key)
+        Self::parse(&status, "CapEff:")
     }
 
     /// The set named `key` ("CapEff:"…) in a /proc/PID/status text.

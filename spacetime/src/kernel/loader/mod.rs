@@ -196,7 +196,9 @@ fn check_capabilities() -> Result<(), LoadError> {
         0 => Ok(()),
         // A plain user: neither capability.
         2 if !root => Err(LoadError::NotRoot),
-        _ => Err(LoadError::MissingCapability(crate::util::caps::names(&missing))),
+        _ => Err(LoadError::MissingCapability(crate::util::caps::names(
+            &missing,
+        ))),
     }
 }
 
