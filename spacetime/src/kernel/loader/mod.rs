@@ -63,7 +63,7 @@ pub enum LoadError {
     Btf(#[from] crate::kernel::btf::BtfError),
     #[error("this kernel lacks a field spacetime reads: {0}")]
     Offsets(#[from] offsets::OffsetsError),
-    #[error("the kernel refused spacetime's eBPF programs (permission denied): a capability is missing or a security policy (lockdown, SELinux) forbids BPF")]
+    #[error("the kernel refused spacetime's eBPF programs (permission denied) although this process holds CAP_BPF and CAP_PERFMON: a security policy (lockdown, SELinux, a seccomp filter) forbids BPF")]
     Denied,
     #[error("loading the eBPF programs failed: {0}")]
     Load(#[source] aya::EbpfError),
@@ -218,15 +218,28 @@ fn bump_memlock() {
 }
 
 fn map_load_error(e: aya::EbpfError) -> LoadError {
-    let text = format!("{e:?}");
-    if text.contains("PermissionDenied")
-        || text.contains("EPERM")
-        || text.contains("Operation not permitted")
-    {
+    if denied(&e) {
         LoadError::Denied
     } else {
         LoadError::Load(e)
     }
+}
+
+/// Whether a syscall under `e` (its `source()` chain: aya keeps each syscall's io::Error
+/// there) was refused for want of permission.
+fn denied(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if matches!(io.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES))
+                || io.kind() == std::io::ErrorKind::PermissionDenied
+            {
+                return true;
+            }
+        }
+        next = err.source();
+    }
+    false
 }
 
 /// Which end of an image a memory hook serves, for the `-v` lines.
@@ -542,5 +555,22 @@ impl Probes {
             .take_map(NAME)
             .ok_or(LoadError::MissingMap(NAME))?;
         RingBuf::try_from(map).map_err(|source| LoadError::Map { name: NAME, source })
+    }
+}
+
+#[cfg(test)]
+mod denied_tests {
+    #[test]
+    fn a_refused_syscall_is_found_under_aya_errors() {
+        let refused = aya::maps::MapError::CreateError {
+            name: "EVENTS".into(),
+            io_error: std::io::Error::from_raw_os_error(libc::EPERM),
+        };
+        assert!(super::denied(&aya::EbpfError::MapError(refused)));
+        let other = aya::maps::MapError::CreateError {
+            name: "EVENTS".into(),
+            io_error: std::io::Error::from_raw_os_error(libc::EINVAL),
+        };
+        assert!(!super::denied(&aya::EbpfError::MapError(other)));
     }
 }
