@@ -5,6 +5,8 @@ mod agent_pass;
 mod bench;
 mod install;
 mod layers;
+mod package;
+mod package_check;
 mod toolchain;
 mod vm;
 
@@ -33,6 +35,12 @@ enum Cmd {
     /// Build, then install the binary, its shell completions and manual page, the licences
     /// and a hardened systemd unit for `spacetime watch --metrics` (PREFIX/lib/systemd/system)
     Install(install::Options),
+    /// Build the Debian package (target/debian/spacetime_*.deb) with cargo-deb, installed once
+    /// if missing, and check it with lintian
+    Deb(package::DebOptions),
+    /// Build the static (musl) binary and a tarball with it, its completions, manual page,
+    /// units and licences (target/dist/)
+    Dist,
     /// Build, then run the release binary with ARGS (as root)
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -186,6 +194,8 @@ fn main() -> Result<()> {
         Cmd::Setup => toolchain::ensure(),
         Cmd::Build => build(),
         Cmd::Install(opts) => install::install(opts),
+        Cmd::Deb(opts) => package::deb(opts),
+        Cmd::Dist => package::dist().map(|_| ()),
         Cmd::Run { args } => {
             build()?;
             let bin = spacetime_bin();
