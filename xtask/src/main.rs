@@ -79,6 +79,10 @@ enum Cmd {
         /// Run only this integration test binary (tests/tests/NAME.rs); repeatable
         #[arg(long = "test", value_name = "NAME")]
         only: Vec<String>,
+        /// The guest runs this spacetime binary (e.g. the static one of `cargo xtask dist`)
+        /// instead of the release build
+        #[arg(long, value_name = "PATH")]
+        spacetime: Option<PathBuf>,
         /// Extra arguments for every test binary (after --), e.g. a test name filter
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
@@ -237,6 +241,7 @@ fn main() -> Result<()> {
             all,
             cpus,
             only,
+            spacetime,
             args,
         } => vm::vm_test(vm::Options {
             kernel,
@@ -245,6 +250,7 @@ fn main() -> Result<()> {
             test_args: args,
             cpus,
             only,
+            spacetime,
         }),
         Cmd::Bench(opts) => bench::bench(opts),
         Cmd::Lint => {

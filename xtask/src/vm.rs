@@ -54,6 +54,9 @@ pub struct Options {
     pub cpus: u32,
     /// Run only these integration test binaries (by file name: `memory`); all when empty.
     pub only: Vec<String>,
+    /// The spacetime binary the guest runs (the static one of `cargo xtask dist`); the
+    /// release build when None.
+    pub spacetime: Option<PathBuf>,
 }
 
 /// Tests skipped by default (`--all` runs them): sized for a real CPU, they cannot finish in
@@ -127,8 +130,14 @@ pub fn vm_test(opts: Options) -> Result<()> {
     if !kernel.is_file() {
         bail!("kernel image {} does not exist", kernel.display());
     }
-    crate::build()?;
-    let mut built = build_tests()?;
+    let spacetime = match &opts.spacetime {
+        Some(bin) => bin.clone(),
+        None => {
+            crate::build()?;
+            crate::spacetime_bin()
+        }
+    };
+    let mut built = build_tests(spacetime)?;
     built
         .tests
         .retain(|(name, _)| !HOST_ONLY.contains(&name.as_str()));
@@ -277,6 +286,8 @@ fn debian_kernel(dir: &Path) -> Result<PathBuf> {
 
 /// What the guest runs.
 struct Built {
+    /// The spacetime binary under test.
+    spacetime: PathBuf,
     /// (name, path) of every integration test binary.
     tests: Vec<(String, PathBuf)>,
     /// `st-workload`: the tests have its absolute path compiled in, so the guest keeps it.
@@ -289,7 +300,7 @@ struct Built {
 const SETPRIV: &str = "/usr/bin/setpriv";
 
 /// Builds the integration tests (release) and finds their binaries in cargo's JSON messages.
-fn build_tests() -> Result<Built> {
+fn build_tests(spacetime: PathBuf) -> Result<Built> {
     eprintln!("xtask: building the integration tests (release)");
     let out = crate::cargo()
         .args([
@@ -343,6 +354,7 @@ fn build_tests() -> Result<Built> {
     }
     tests.sort();
     Ok(Built {
+        spacetime,
         tests,
         workload: workload.context("cargo did not report the st-workload binary")?,
         agent_client: agent_client.context("cargo did not report the st-agent-client binary")?,
@@ -470,7 +482,7 @@ fn make_initramfs(root: &Path, out: &Path, built: &Built, test_args: &[OsString]
         symlink("busybox", root.join("bin").join(applet))?;
     }
 
-    let mut binaries = vec![(crate::spacetime_bin(), PathBuf::from(GUEST_SPACETIME))];
+    let mut binaries = vec![(built.spacetime.clone(), PathBuf::from(GUEST_SPACETIME))];
     binaries.push((built.workload.clone(), built.workload.clone()));
     binaries.push((built.agent_client.clone(), built.agent_client.clone()));
     // In /bin, ahead of busybox's applet of that name (`--install` keeps existing files).
