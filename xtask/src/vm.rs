@@ -446,6 +446,8 @@ echo "spacetime-vm: kernel $(uname -r), $(grep -c ^processor /proc/cpuinfo) CPUs
     s += &format!("export SPACETIME_BIN={GUEST_SPACETIME}\n");
     s += "echo 'spacetime-vm: spacetime trace -v -- true'\n";
     s += "$SPACETIME_BIN trace -v -- true 2>&1\n";
+    s += "echo 'spacetime-vm: spacetime doctor'\n";
+    s += "$SPACETIME_BIN doctor 2>&1\n";
     s += "failed=''\n";
     for (name, _) in &built.tests {
         let path = format!("{GUEST_TESTS}/{name}");

@@ -190,3 +190,32 @@ fn verdict(checks: &[Check], own: bool, through_agent: bool) -> Verdict {
         summary: format!("cannot work here: {why}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(id: &'static str, status: Status) -> Check {
+        Check::new(id, status, String::new())
+    }
+
+    #[test]
+    fn the_verdict_prefers_own_programs_then_the_agent_and_says_why_not() {
+        let checks = [c("capabilities", Status::No), c("agent", Status::No)];
+        let v = verdict(&checks, true, true);
+        assert_eq!((v.works, v.via), (true, Some(Via::Own)));
+        let v = verdict(&checks, false, true);
+        assert_eq!((v.works, v.via), (true, Some(Via::Agent)));
+        let v = verdict(&checks, false, false);
+        assert!(!v.works && v.via.is_none());
+        assert!(
+            v.summary
+                .contains("may not load the programs (capabilities)")
+                && v.summary.contains("no agent serves it"),
+            "{}",
+            v.summary
+        );
+        let v = verdict(&[c("kernel", Status::No)], false, false);
+        assert!(v.summary.contains("no BTF"), "{}", v.summary);
+    }
+}
