@@ -127,8 +127,7 @@ pub fn examine() -> Report {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "(unknown release)".into());
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
+    let uid = rustix::process::getuid().as_raw();
     let eff = CapSet::effective().unwrap_or_default();
     let mut checks = vec![checks::kernel(&release), checks::capabilities(uid, eff)];
     checks.extend(checks::lockdown());

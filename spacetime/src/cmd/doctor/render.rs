@@ -9,8 +9,7 @@ use crate::util::term;
 const LEAD: usize = 2 + 8 + 14;
 
 pub fn text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd as _;
-    let cols = term::columns(Some(std::io::stdout().as_raw_fd()), false)
+    let cols = term::columns(Some(std::io::stdout()), false)
         .unwrap_or(80)
         .clamp(LEAD + 30, 120);
     let mut s = format!(

@@ -182,8 +182,7 @@ pub fn possible_cpus() -> Result<u32, LoadError> {
 }
 
 fn check_capabilities() -> Result<(), LoadError> {
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rustix::process::geteuid().is_root();
     let Some(caps) = crate::util::caps::CapSet::effective() else {
         return if root {
             Ok(())
