@@ -89,10 +89,11 @@ fn check_units(h: &Value, s: &Value) {
         assert!((mean - s["wall_ns"]["mean"].as_f64().expect("ns") / 1e9).abs() < 1e-12);
         assert_eq!(s["memory_usage_byte"], s["peak_rss_bytes"]["values"]);
         // The same unit as hyperfine's on the same command: a second is not a millisecond
-        // (a factor of 1000), whatever the machine's load.
+        // (a factor of 1000), whatever the machine's load (seen: 5.4 times apart, 2 runs of
+        // a 10 ms command on a loaded machine).
         let ratio = mean / h["mean"].as_f64().expect("hyperfine's mean");
         assert!(
-            (0.2..5.0).contains(&ratio),
+            (1.0 / 30.0..30.0).contains(&ratio),
             "{}: spacetime {mean} s, hyperfine {} s",
             s["command"],
             h["mean"]
