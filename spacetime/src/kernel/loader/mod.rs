@@ -123,6 +123,9 @@ pub struct LoadOptions {
     pub rss_interval_ns: u32,
     /// The kernel-side filter (`watch --uid`, `--cgroup`, `--pid-tree`); all zero: none.
     pub filter: spacetime_common::KernelFilter,
+    /// Send each cgroup's path the first time a process execs in it (`watch`'s identity,
+    /// read while the cgroup exists).
+    pub cgroup_names: bool,
 }
 
 impl Default for LoadOptions {
@@ -135,6 +138,7 @@ impl Default for LoadOptions {
             track_rss: false,
             rss_interval_ns: 5_000_000,
             filter: spacetime_common::KernelFilter::default(),
+            cgroup_names: false,
         }
     }
 }
@@ -436,6 +440,10 @@ impl Probes {
         if cpu_at_release {
             hooks.push(("sched_process_free", "sched_process_free"));
         }
+        let cgroup_names = opts.cgroup_names && resolved.off.cgroup_kn != 0;
+        if cgroup_names {
+            hooks.push(("cgroup_exec", "sched_process_exec"));
+        }
         let verify_started = Instant::now();
         let load_us = startup::verify_all(&mut ebpf, &hooks)?;
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
@@ -465,6 +473,11 @@ impl Probes {
         // and the RSS records of a process's end come before its exit record.
         if rss_tracking {
             attach_to("rss_exit", "sched_process_exit")?;
+        }
+        // A cgroup's path before the exec record that names it.
+        if cgroup_names {
+            attach_to("cgroup_exec", "sched_process_exec")?;
+            mechanisms.push("cgroup paths read from the kernel the first time each is seen".into());
         }
         attach_to("sched_process_exit", "sched_process_exit")?;
         attach_to("sched_process_exec", "sched_process_exec")?;
