@@ -97,7 +97,9 @@
       if (withP.length < 2) continue;
       const curves = new Map();
       for (const e of withP) {
-        const key = e.r.command.split(String(e.r.parameters[name])).join("{" + name + "}");
+        // The command with its value's last occurrence named: one curve per command template.
+        const v = String(e.r.parameters[name]), at = e.r.command.lastIndexOf(v);
+        const key = at < 0 ? e.r.command : e.r.command.slice(0, at) + "{" + name + "}" + e.r.command.slice(at + v.length);
         if (!curves.has(key)) curves.set(key, []);
         curves.get(key).push(e);
       }
