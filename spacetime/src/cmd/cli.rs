@@ -72,7 +72,7 @@ pub enum Command {
     /// Run each command many times, every run fully traced (programs loaded once): time and
     /// exact peak memory with their spread, and the commands compared
     #[command(after_help = BENCH_EXAMPLES)]
-    Bench(crate::cmd::bench::BenchArgs),
+    Bench(Box<crate::cmd::bench::BenchArgs>),
     /// Report every process exit on the system: runtime, CPU, peak memory, exit status, argv,
     /// ancestry; as a table, JSON lines or OpenMetrics
     #[command(after_help = WATCH_EXAMPLES)]
