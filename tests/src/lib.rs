@@ -21,7 +21,9 @@ use serde_json::Value;
 
 pub mod agent;
 pub mod bench;
+pub mod build;
 pub mod chart;
+pub mod chromium;
 pub mod openmetrics;
 pub mod prometheus;
 pub mod python;
