@@ -20,7 +20,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 pub mod agent;
+pub mod bench;
+pub mod build;
 pub mod chart;
+pub mod chromium;
 pub mod openmetrics;
 pub mod prometheus;
 pub mod python;

@@ -1,6 +1,7 @@
 //! What a user sees in a real terminal: an 80-column tmux pane where no line of `trace`'s
-//! summary or `watch`'s table and summary is longer than the pane (tmux would wrap it) and a
-//! long program path keeps its name; plain ASCII in a C locale; notices only when they help.
+//! summary, `watch`'s table and summary, `bench`'s blocks, comparison and parameter table or
+//! `--help` is longer than the pane (tmux would wrap it) and a long program path keeps its
+//! name; plain ASCII in a C locale; notices only when they help.
 
 use std::{
     path::{Path, PathBuf},
@@ -77,6 +78,16 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The pane with its colours as escape sequences (`capture-pane -e`).
+    fn capture_escapes(&self) -> String {
+        let out = self
+            .cmd()
+            .args(["capture-pane", "-p", "-e", "-J", "-S", "-", "-t", "st"])
+            .output()
+            .expect("tmux capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Waits until the pane shows `needle`; panics with the pane after `timeout`.
     fn wait_for(&self, needle: &str, timeout: Duration) -> String {
         let until = Instant::now() + timeout;
@@ -134,6 +145,91 @@ fn trace_summary_fits_an_80_column_pane_and_keeps_the_program_name() {
         );
     }
     assert!(pane.contains("4 processes, 4 threads, 4 execs"), "{pane}");
+}
+
+/// A build of 31 files, one broken, with `make -k -j2` on an 80-column terminal: every line
+/// fits, the failures are red (and plain with NO_COLOR), the recap is what the screen ends
+/// with.
+#[test]
+fn a_failed_build_in_an_80_column_pane_ends_with_its_recap_and_shows_failures_in_red() {
+    let dir = TempDir::new("tmux-build");
+    for (tag, env) in [("colour", ""), ("plain", "NO_COLOR=1 ")] {
+        let project = spacetime_tests::build::c_project(dir.path(), tag, 31, Some("f7.c"));
+        // make's own error messages go elsewhere: the pane holds the summary.
+        let script = format!(
+            "{env}{} trace -- sh -c 'make -s -k -j2 -C {} 2>/dev/null'",
+            sh_quote(&spacetime_bin()),
+            sh_quote(&project),
+        );
+        let tmux = Tmux::start(dir.path(), &script);
+        let pane = tmux.wait_for("TMUX-SCRIPT-DONE", Duration::from_secs(300));
+        assert_fits_80(&pane);
+        let lines: Vec<&str> = pane.lines().filter(|l| !l.trim().is_empty()).collect();
+        let done = lines
+            .iter()
+            .position(|l| l.contains("TMUX-SCRIPT-DONE"))
+            .expect("done");
+        let recap = lines[done - 1];
+        assert!(
+            recap.starts_with("exit 2 · wall ") && recap.ends_with(" failed"),
+            "the last line is the recap: {recap:?}\n{pane}"
+        );
+        assert!(pane.contains("FAILED: "), "{pane}");
+        assert!(pane.contains("cc1 ×31"), "{pane}");
+        let coloured = tmux.capture_escapes();
+        let red = coloured
+            .lines()
+            .any(|l| l.contains("\x1b[31m") && l.contains("FAILED"));
+        match tag {
+            "colour" => assert!(red, "FAILED in red on a colour terminal:\n{coloured}"),
+            _ => assert!(
+                !coloured.contains("\x1b[31m"),
+                "no red with NO_COLOR:\n{coloured}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn bench_and_help_fit_an_80_column_pane() {
+    let dir = TempDir::new("tmux-bench");
+    let prog = long_program(dir.path());
+    let st = sh_quote(&spacetime_bin());
+    // A parameter scan of a long-named program (one process: -N), a comparison of trees
+    // through a shell with a warning (under 5 ms), then each subcommand's help.
+    let script = format!(
+        "{st} bench -N -r 3 -P n 1 3 '{p} --with-a-long-argument-list {{n}} x86_64-linux-gnu'; \
+         {st} bench -r 3 'sh -c \"{p} 1; {p}\"' 'sh -c \"{p}; {p}; {p}\"'; \
+         for c in '' trace bench watch agent; do {st} $c --help; done",
+        p = prog.display()
+    );
+    let tmux = Tmux::start(dir.path(), &script);
+    let pane = tmux.wait_for("TMUX-SCRIPT-DONE", Duration::from_secs(180));
+    for want in [
+        "Benchmark 3:",
+        "Summary",
+        "Parameter scan",
+        "Warning:",
+        "Usage: spacetime bench",
+    ] {
+        assert!(
+            pane.contains(want),
+            "no {want:?} in the pane:
+{pane}"
+        );
+    }
+    assert!(
+        pane.contains("Peak RSS (mean ± σ):"),
+        "one process, one peak:
+{pane}"
+    );
+    assert!(
+        pane.contains("Peak RSS, tree:"),
+        "several processes, both peaks:
+{pane}"
+    );
+    assert!(!pane.contains("times less"), "{pane}");
+    assert_fits_80(&pane);
 }
 
 #[test]

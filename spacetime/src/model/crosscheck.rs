@@ -26,7 +26,8 @@ use crate::{
 use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Summed taskstats figures of one process (all its threads).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct ProcessTaskstats {
     pub utime_us: u64,
     pub stime_us: u64,
@@ -40,6 +41,9 @@ pub struct ProcessTaskstats {
     pub write_syscalls: u64,
     pub read_bytes: u64,
     pub write_bytes: u64,
+    /// Bytes written and then truncated away before reaching storage (what `getrusage`
+    /// subtracts from the blocks written).
+    pub cancelled_write_bytes: u64,
     /// `hiwater_rss` of the record of the group's last thread, KiB.
     pub hiwater_rss_kib: u64,
     pub hiwater_vm_kib: u64,
@@ -49,7 +53,8 @@ pub struct ProcessTaskstats {
 }
 
 /// Delay-accounting totals in nanoseconds (zero when `kernel.task_delayacct` is off).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Delays {
     pub cpu_ns: u64,
     pub blkio_ns: u64,
@@ -83,6 +88,7 @@ impl ProcessTaskstats {
         self.write_syscalls += o.write_syscalls;
         self.read_bytes += o.read_bytes;
         self.write_bytes += o.write_bytes;
+        self.cancelled_write_bytes += o.cancelled_write_bytes;
         self.hiwater_rss_kib = self.hiwater_rss_kib.max(o.hiwater_rss_kib);
         self.hiwater_vm_kib = self.hiwater_vm_kib.max(o.hiwater_vm_kib);
         let (d, e) = (&mut self.delays, &o.delays);
@@ -111,6 +117,7 @@ impl ProcessTaskstats {
         self.write_syscalls += r.write_syscalls;
         self.read_bytes += o(r.read_bytes);
         self.write_bytes += o(r.write_bytes);
+        self.cancelled_write_bytes += o(r.cancelled_write_bytes);
         self.hiwater_rss_kib = self.hiwater_rss_kib.max(r.hiwater_rss_kib);
         self.hiwater_vm_kib = self.hiwater_vm_kib.max(r.hiwater_vm_kib);
         let d = &mut self.delays;
@@ -127,7 +134,8 @@ impl ProcessTaskstats {
 }
 
 /// How the traced exits and the taskstats records compare.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Coverage {
     /// Exits seen by both.
     pub matched: u64,

@@ -25,7 +25,7 @@ pub enum Dest {
 impl Dest {
     /// Opens `path` for writing (created, truncated or appended to); `-` means stdout when
     /// `dash_is_stdout`.
-    fn open(path: &Path, append: bool, dash_is_stdout: bool) -> Result<Dest, OpenError> {
+    pub fn open(path: &Path, append: bool, dash_is_stdout: bool) -> Result<Dest, OpenError> {
         if dash_is_stdout && path.as_os_str() == "-" {
             return Ok(Dest::Stdout);
         }
@@ -85,6 +85,8 @@ pub struct OpenError {
 pub struct Outputs {
     pub json: Option<Dest>,
     pub perfetto: Option<Dest>,
+    /// `--html FILE`: the report as a self-contained page.
+    pub html: Option<Dest>,
     /// `-o FILE`: the human summary (or `--format`'s line) goes there instead of stderr.
     pub summary: Option<Dest>,
 }
@@ -93,6 +95,7 @@ pub struct Outputs {
 pub struct Requested<'a> {
     pub json: Option<&'a Path>,
     pub perfetto: Option<&'a Path>,
+    pub html: Option<&'a Path>,
     pub summary: Option<&'a Path>,
     pub append: bool,
 }
@@ -113,6 +116,12 @@ impl Outputs {
             });
             if let Err(e) = written {
                 crate::errln!("spacetime: writing the JSON report to {}: {e}", d.name());
+            }
+        }
+        if let Some(d) = self.html.as_mut() {
+            let page = crate::report::html::trace(report);
+            if let Err(e) = d.write_with(|w| w.write_all(page.as_bytes())) {
+                crate::errln!("spacetime: writing the HTML report to {}: {e}", d.name());
             }
         }
         if let Some(d) = self.perfetto.as_mut() {
@@ -139,6 +148,7 @@ impl Outputs {
         Ok(Outputs {
             json: r.json.map(|p| Dest::open(p, false, true)).transpose()?,
             perfetto: r.perfetto.map(|p| Dest::open(p, false, true)).transpose()?,
+            html: r.html.map(|p| Dest::open(p, false, true)).transpose()?,
             summary: r
                 .summary
                 .map(|p| Dest::open(p, r.append, true))
@@ -156,6 +166,7 @@ mod tests {
         let e = Outputs::open(&Requested {
             json: Some(Path::new("/nonexistent-dir/x.json")),
             perfetto: None,
+            html: None,
             summary: None,
             append: false,
         })
@@ -174,6 +185,7 @@ mod tests {
         let mut o = Outputs::open(&Requested {
             json: Some(Path::new("-")),
             perfetto: None,
+            html: None,
             summary: Some(&f),
             append: true,
         })
