@@ -13,6 +13,7 @@
 #![allow(internal_features)]
 
 mod adopt;
+mod creds;
 mod exec;
 mod exec_mm;
 mod exit;

@@ -193,6 +193,9 @@ pub struct KernelReport {
     /// attached to from the attach on. Said in `mechanisms` in words; this is the fact.
     #[serde(skip)]
     pub attach_memory_followed: Option<bool>,
+    /// Why the `spacetime agent` the trace went through went away before the trace ended
+    /// (null: it did not, or no agent): what it had not sent then is missing.
+    pub agent_gone: Option<String>,
 }
 
 /// What the trace knows beyond the tree.
@@ -214,6 +217,8 @@ pub struct Meta<'a> {
     pub own_cost: OwnCost,
     /// Processes whose exit was never seen and that were gone when the trace ended.
     pub gone: &'a IdSet<Key>,
+    /// See [`KernelReport::agent_gone`].
+    pub agent_gone: Option<String>,
 }
 
 impl<'a> Report<'a> {
@@ -292,6 +297,7 @@ impl<'a> Report<'a> {
                 ring_buffer_bytes: meta.ring_buffer_bytes,
                 mechanisms: meta.mechanisms,
                 attach_memory_followed: meta.attach_memory_followed,
+                agent_gone: meta.agent_gone,
             },
             taskstats: match meta.taskstats {
                 TaskstatsMeta::Available {

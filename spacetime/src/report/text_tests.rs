@@ -97,6 +97,7 @@ fn hostile_names_render_safely_at_every_width() {
                 memory: MemoryMeta::of(&timeline),
                 own_cost: OwnCost::default(),
                 gone: &gone,
+                agent_gone: None,
             },
         );
         let width = 20 + (round as usize * 7) % 120;
@@ -178,6 +179,7 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
                 memory: MemoryMeta::of(&timeline),
                 own_cost: OwnCost::default(),
                 gone: &gone,
+                agent_gone: None,
             },
         );
         for width in [80, 60, 40] {

@@ -50,6 +50,10 @@ pub enum State {
     Running,
     /// Its exit was never seen (record lost) and it is gone: how it ended is unknown.
     Unknown,
+    /// It left the trace at an exec that gave it credentials its user does not have (a
+    /// setuid, setgid or file-capability program, or one its user cannot read): traced
+    /// through an agent, nothing of it after that is shown.
+    Left,
 }
 
 impl<'a> ProcessReport<'a> {
@@ -80,6 +84,7 @@ impl<'a> ProcessReport<'a> {
     pub fn state(&self) -> State {
         match (self.p.end_ns, self.p.key) {
             (Some(_), _) => State::Exited,
+            (None, _) if self.p.left => State::Left,
             (None, Some(k)) if self.gone.contains(&k) => State::Unknown,
             (None, _) => State::Running,
         }

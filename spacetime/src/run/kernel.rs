@@ -3,7 +3,7 @@
 //! same records (the agent forwards the ring's bytes), so everything above decodes, reduces
 //! and reports them the same way.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 
 use aya::maps::{MapData, RingBuf};
 
@@ -199,7 +199,7 @@ impl Kernel {
             }
             Kernel::Agent(a) => {
                 let pidfd = pidfd_open(held.pid)?;
-                let (kernel_pid, level) = a.track(pidfd.as_raw_fd())?;
+                let (kernel_pid, level) = a.track(pidfd.as_fd())?;
                 Ok(LearnedPid { kernel_pid, level })
             }
         }
@@ -217,7 +217,7 @@ impl Kernel {
                     a.attach(pids).map_err(|e| other(e.into()))?;
                 // What the report shows of each process is read here, as the client sees it
                 // (its own processes); the agent only made the kernel follow them.
-                let caller = crate::run::attach::caller_uid();
+                let caller = crate::run::attach::caller();
                 let mut targets = Vec::new();
                 let mut skipped = Vec::new();
                 for pid in tracked {
@@ -287,8 +287,8 @@ impl Kernel {
                 };
                 let e = end.end.unwrap_or_default();
                 let mut counters = e.counters;
-                // Dropped for a slow reader: lost like a full ring's.
-                counters.ringbuf_lost += e.dropped_records;
+                // Dropped for a slow reader: lost, in the agent's queue, not in a ring.
+                counters.agent_queue_full += e.dropped_records;
                 EndFigures {
                     counters,
                     tree_rss: end.end.map(|e| e.tree_rss),
@@ -310,7 +310,7 @@ impl Kernel {
     /// Why the agent went away during the run, if it did.
     pub fn agent_gone(&self) -> Option<String> {
         match self {
-            Kernel::Agent(a) => a.gone().map(str::to_string),
+            Kernel::Agent(a) => a.gone().map(ToString::to_string),
             Kernel::Own(_) => None,
         }
     }

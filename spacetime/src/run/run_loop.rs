@@ -175,6 +175,9 @@ pub(super) async fn consume(
     };
     run.no_children = reap(run.opts.root_pid, &mut run.root_status);
     event_loop::run(&mut io, &mut run, &mut NoSource).await?;
+    // The command's own end: what follows (free records, the last fetch) is spacetime's, and
+    // through an agent that went silent it can take seconds.
+    let end_ns = monotonic_ns();
     // Processes reaped in the last moments get their final CPU time one grace period later.
     // Those never reaped (--stop-on-root-exit) keep their exit figures: the wait is bounded.
     if await_release {
@@ -196,7 +199,7 @@ pub(super) async fn consume(
     Ok(Outcome {
         root_status: run.root_status,
         stop_signal: run.stop_signal,
-        end_ns: monotonic_ns(),
+        end_ns,
         decode_errors: run.sink.decode_errors,
     })
 }

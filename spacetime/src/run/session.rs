@@ -422,11 +422,17 @@ impl Session {
         let end = self
             .kernel
             .end_run(&baseline.counters, rss_tracking && tree.live() > 0);
-        if let Some(why) = self.kernel.agent_gone() {
+        let agent_gone = self.kernel.agent_gone();
+        if let Some(why) = &agent_gone {
             mechanisms.push(format!(
                 "the agent went away during the run ({why}): records after that are missing, kernel counters and the tree-wide peak unknown"
             ));
         }
+        // Processes whose end the agent never sent: each lost at least its exit.
+        let unseen_ends = match agent_gone {
+            Some(_) => tree.live() as u64,
+            None => 0,
+        };
         if rss_tracking && tree.live() > 0 {
             run_loop::live_memory(end.mms, &mut tree, &mut memory);
         }
@@ -438,7 +444,8 @@ impl Session {
         memory.finish(
             kernel_peak.map(|t| Point::new(t.peak_ts_ns, t.peak_pages.max(0) as u64 * page_size)),
         );
-        let counters = end.counters;
+        let mut counters = end.counters;
+        counters.agent_gone = unseen_ends;
         let end_ns = match tree.live() {
             0 => tree
                 .processes()
@@ -480,6 +487,7 @@ impl Session {
             own_cost_at_start: baseline.own_cost,
             own_cost,
             gone,
+            agent_gone,
         })
     }
 
@@ -581,6 +589,8 @@ pub struct Run {
     pub cgroup_peak: Option<report::CgroupPeakReport>,
     /// Whose kernel programs traced the run: `"own"` (loaded here) or `"agent"`.
     pub programs: &'static str,
+    /// Why the agent the run went through went away before its end, when it did.
+    pub agent_gone: Option<String>,
 }
 
 impl Run {
@@ -604,6 +614,7 @@ impl Run {
                 memory: MemoryMeta::of(&self.memory.timeline),
                 own_cost: self.own_cost.clone(),
                 gone: &self.gone,
+                agent_gone: self.agent_gone.clone(),
             },
         );
         report.cgroup_peak = self.cgroup_peak.clone();
@@ -617,8 +628,13 @@ impl Run {
     }
 
     /// The status spacetime exits with: the root's, as a shell reports it.
+    /// Through an agent that went away mid-run, a command that exited 0 is no proof of a
+    /// whole report: [`EXIT_AGENT_GONE`](crate::util::exit_code::EXIT_AGENT_GONE) then.
     pub fn exit_code(&self) -> i32 {
-        self.root_status.map_or(0, |s| s.shell_code())
+        match self.root_status.map_or(0, |s| s.shell_code()) {
+            0 if self.agent_gone.is_some() => crate::util::exit_code::EXIT_AGENT_GONE,
+            code => code,
+        }
     }
 }
 

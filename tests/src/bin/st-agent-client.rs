@@ -10,7 +10,7 @@
 //!   not-pidfd    an ordinary file instead of a pidfd
 //!   sessions N   open N sessions at once (hello on N connections); print the last answer
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
 use spacetime::kernel::remote::{
@@ -131,7 +131,7 @@ fn main() {
     };
     let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
     let recv = |buf: &mut Vec<u8>| -> Option<Msg> {
-        let r = sock::recv(fd.as_raw_fd(), buf, 0).ok()?;
+        let r = sock::recv(fd.as_fd(), buf, true).ok()?;
         Msg::parse(&buf[..r.len]).ok()
     };
     match recv(&mut buf) {
@@ -141,11 +141,7 @@ fn main() {
             return;
         }
     }
-    if let Err(e) = sock::send(
-        fd.as_raw_fd(),
-        &Msg::Track.encode(),
-        Some(passed.as_raw_fd()),
-    ) {
+    if let Err(e) = sock::send(fd.as_fd(), &Msg::Track.encode(), Some(passed.as_fd())) {
         println!("error track: {e}");
         return;
     }
@@ -167,7 +163,7 @@ fn main() {
         }
     }
     // End the session cleanly; the held child ends when its pipe closes.
-    let _ = sock::send(fd.as_raw_fd(), &Msg::Finish.encode(), None);
+    let _ = sock::send(fd.as_fd(), &Msg::Finish.encode(), None);
     while let Some(m) = recv(&mut buf) {
         if matches!(m, Msg::End(_)) {
             break;
@@ -199,7 +195,7 @@ fn sessions(socket: &Path, n: usize) {
         let Some(fd) = connect_with_hello(socket) else {
             return;
         };
-        last = match sock::recv(fd.as_raw_fd(), &mut buf, 0)
+        last = match sock::recv(fd.as_fd(), &mut buf, true)
             .ok()
             .and_then(|r| Msg::parse(&buf[..r.len]).ok())
         {
@@ -229,7 +225,7 @@ fn connect_with_hello(socket: &Path) -> Option<OwnedFd> {
         want: proto::want::TRACE,
         max_processes: 0,
     };
-    if sock::send(fd.as_raw_fd(), &hello.encode(), None).is_err() {
+    if sock::send(fd.as_fd(), &hello.encode(), None).is_err() {
         println!("error hello");
         return None;
     }

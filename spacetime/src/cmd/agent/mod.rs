@@ -4,7 +4,10 @@
 
 mod clients;
 mod daemon;
+mod listen;
+mod requests;
 mod route;
+mod users;
 pub(crate) mod verify;
 mod watchers;
 

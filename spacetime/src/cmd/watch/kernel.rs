@@ -8,7 +8,10 @@ use super::{filter::Filter, WatchArgs};
 use crate::{
     kernel::{
         loader::{KernelCounters, KernelLogger, Probes},
-        remote::{client::AgentConn, proto::want},
+        remote::{
+            client::AgentConn,
+            proto::{self, want},
+        },
     },
     report::selfstats::OwnCost,
     run::event_loop::Records,
@@ -19,6 +22,10 @@ pub(super) enum Kernel {
     Agent {
         /// The counters the agent last sent.
         counters: Rc<Cell<KernelCounters>>,
+        /// Why the agent went away, once it did.
+        gone: Rc<std::cell::RefCell<Option<crate::kernel::remote::client::Gone>>>,
+        /// Whose exits the agent lets this watch see ([`proto::SEES_ALL`]: everyone's).
+        sees_uid: u32,
         ready_ms: f64,
         cpu_at_release: bool,
         /// Why the agent has no taskstats records (None: it sends them).
@@ -40,6 +47,8 @@ pub(super) fn open(args: &WatchArgs, filter: &Filter) -> anyhow::Result<Opened> 
                 let error = &conn.welcome.taskstats_error;
                 let kernel = Kernel::Agent {
                     counters: conn.counters.clone(),
+                    gone: conn.gone_news.clone(),
+                    sees_uid: conn.welcome.sees_uid,
                     ready_ms: conn.ready_ms,
                     cpu_at_release: conn.welcome.cpu_at_release,
                     taskstats_error: (!error.is_empty())
@@ -70,6 +79,27 @@ impl Kernel {
         match self {
             Kernel::Own(p) => p.counters().ok(),
             Kernel::Agent { counters, .. } => Some(counters.get()),
+        }
+    }
+
+    /// Why the agent went away, once it did (the watch stops: nothing more comes).
+    pub(super) fn agent_gone(&self) -> Option<String> {
+        match self {
+            Kernel::Own(_) => None,
+            Kernel::Agent { gone, .. } => gone.borrow().as_ref().map(ToString::to_string),
+        }
+    }
+
+    /// Whether the programs are an agent's.
+    pub(super) fn through_agent(&self) -> bool {
+        matches!(self, Kernel::Agent { .. })
+    }
+
+    /// The uid whose exits alone the agent lets this watch see, when it restricts it.
+    pub(super) fn only_uid(&self) -> Option<u32> {
+        match self {
+            Kernel::Agent { sees_uid, .. } if *sees_uid != proto::SEES_ALL => Some(*sees_uid),
+            _ => None,
         }
     }
 

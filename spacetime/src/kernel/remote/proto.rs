@@ -13,7 +13,7 @@
 use crate::kernel::counters::KernelCounters;
 
 /// The protocol's version: a change to any message's layout changes it.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 128 << 10;
@@ -53,7 +53,13 @@ pub struct Welcome {
     pub taskstats_error: Vec<u8>,
     /// The kernel mechanisms in use, as `-v` lists them.
     pub mechanisms: Vec<Vec<u8>>,
+    /// Whose processes the session sees: a watch of a user who is not root sees that uid's
+    /// only; [`SEES_ALL`] otherwise.
+    pub sees_uid: u32,
 }
+
+/// [`Welcome::sees_uid`] of a session that sees every process it asks for.
+pub const SEES_ALL: u32 = u32::MAX;
 
 /// The figures of a run that only the agent can read, sent when the run ends.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -139,6 +145,17 @@ mod ty {
     pub const END: u8 = 108;
     pub const SHUTDOWN: u8 = 109;
     pub const COUNTERS: u8 = 111;
+}
+
+/// Whether a message of type `t` is one the agent sends as a control message (an answer,
+/// or news of the session), not a record or a taskstats datagram.
+pub fn is_answer(t: u8) -> bool {
+    !matches!(t, ty::RECORDS | ty::TASKSTATS)
+}
+
+/// Whether a message of type `t` is a watch's counters (the newest replaces an unsent one).
+pub fn is_counters(t: u8) -> bool {
+    t == ty::COUNTERS
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -237,7 +254,7 @@ fn pod_bytes<T: PodRecord>(v: &T) -> &[u8] {
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
 }
 
-const COUNTERS: usize = 7;
+const COUNTERS: usize = 9;
 
 fn counters_to(c: &KernelCounters) -> [u64; COUNTERS] {
     [
@@ -248,6 +265,8 @@ fn counters_to(c: &KernelCounters) -> [u64; COUNTERS] {
         c.reap_full,
         c.recursion_misses,
         c.session_limit,
+        c.agent_queue_full,
+        c.stale_cleared,
     ]
 }
 
@@ -260,6 +279,9 @@ fn counters_from(v: [u64; COUNTERS]) -> KernelCounters {
         reap_full: v[4],
         recursion_misses: v[5],
         session_limit: v[6],
+        agent_queue_full: v[7],
+        agent_gone: 0,
+        stale_cleared: v[8],
     }
 }
 
@@ -464,6 +486,7 @@ fn encode_welcome(w: &Welcome) -> Vec<u8> {
         .u32(w.ring_buffer_bytes)
         .u64(w.load_us)
         .u32(w.taskstats_rcvbuf_bytes)
+        .u32(w.sees_uid)
         .bytes(&w.taskstats_error, MAX_TEXT);
     let n = w.mechanisms.len().min(MAX_MECHANISMS);
     out.u32(n as u32);
@@ -481,6 +504,7 @@ fn parse_welcome(r: &mut Reader<'_>) -> Result<Welcome, ProtoError> {
         ring_buffer_bytes: r.u32("ring buffer")?,
         load_us: r.u64("load time")?,
         taskstats_rcvbuf_bytes: r.u32("taskstats buffer")?,
+        sees_uid: r.u32("whose processes")?,
         taskstats_error: r.bytes(MAX_TEXT, "taskstats error")?.to_vec(),
         mechanisms: Vec::new(),
     };

@@ -47,6 +47,7 @@ fn samples() -> Vec<Msg> {
             taskstats_rcvbuf_bytes: 1 << 24,
             taskstats_error: Vec::new(),
             mechanisms: vec![b"raw tracepoints".to_vec(), b"\x1b[31mx\xff".to_vec()],
+            sees_uid: 1000,
         }),
         Msg::Refused {
             reason: b"the process is not your child".to_vec(),
@@ -68,6 +69,9 @@ fn samples() -> Vec<Msg> {
                 reap_full: 5,
                 recursion_misses: 6,
                 session_limit: 10,
+                agent_queue_full: 11,
+                stale_cleared: 12,
+                agent_gone: 0,
             },
             dropped_records: 7,
             dropped_taskstats: 8,
