@@ -62,6 +62,26 @@ impl KernelCounters {
     }
 }
 
+/// Reads the latest cumulative counters: the programs' maps here, or what an agent last sent.
+pub trait CounterSource {
+    /// None when they cannot be read now.
+    fn current(&self) -> Option<KernelCounters>;
+    /// The counters are an agent's (its ring, its queue): loss is not cured by our options.
+    fn through_agent(&self) -> bool {
+        false
+    }
+    /// Why the agent went away, once it did: no more counters, nor records, will come.
+    fn gone(&self) -> Option<String> {
+        None
+    }
+}
+
+impl CounterSource for std::cell::Cell<KernelCounters> {
+    fn current(&self) -> Option<KernelCounters> {
+        Some(self.get())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,5 +11,6 @@ pub mod events;
 pub mod loader;
 pub(crate) mod offsets;
 pub(crate) mod pidns;
+pub(crate) mod provenance;
 pub mod remote;
 pub(crate) mod taskstats;

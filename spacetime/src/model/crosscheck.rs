@@ -22,8 +22,8 @@ use crate::{
         matcher::{End, Matcher},
         tree::{Key, Process, Tree},
     },
-    util::idhash::{IdMap, IdSet},
 };
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Summed taskstats figures of one process (all its threads).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -166,7 +166,7 @@ pub struct Collector {
     packed: Vec<u8>,
     matcher: Matcher<Key, u32>,
     /// Each process whose end was matched: the index of its record in `records`.
-    matched: IdMap<Key, u32>,
+    matched: FxHashMap<Key, u32>,
     clock: Clock,
 }
 
@@ -183,7 +183,7 @@ impl Collector {
             records: Vec::new(),
             packed: Vec::new(),
             matcher: Matcher::default(),
-            matched: IdMap::default(),
+            matched: FxHashMap::default(),
             clock,
         }
     }
@@ -376,7 +376,7 @@ fn missed_exits(tree: &Tree, records: &[Kept], unpaired: &[u32], clock: Clock) -
             open.entry(key.tgid).or_default().push(p.start_ns);
         }
     }
-    let unpaired: IdSet<u32> = unpaired.iter().copied().collect();
+    let unpaired: FxHashSet<u32> = unpaired.iter().copied().collect();
     records
         .iter()
         .enumerate()

@@ -23,35 +23,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::kernel::taskstats::{
-    flags, ListenerOptions, RecordKind, TaskstatsListener, TaskstatsRecord,
-};
-use crate::util::idhash::IdMap;
-
-/// Why a listener that registered fine heard nothing while processes exited.
-pub const NO_RECORDS: &str =
-    "no taskstats record arrived: the kernel sends them only to the host's network namespace";
-
-/// The taskstats listener of `trace` and `watch` (`rcvbuf_bytes` of receive buffer), or why
-/// there is none.
-pub fn open_listener(rcvbuf_bytes: usize) -> Result<TaskstatsListener, String> {
-    // The kernel sends exit records to listeners in the initial network namespace only: a
-    // listener elsewhere (a container) registers fine and then hears nothing.
-    let netns = |pid: &str| {
-        std::fs::metadata(format!("/proc/{pid}/ns/net"))
-            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
-    };
-    if let (Ok(own), Ok(init)) = (netns("self"), netns("1")) {
-        if own != init {
-            return Err("spacetime runs outside the host's network namespace, and the kernel sends taskstats records only there".into());
-        }
-    }
-    let opts = ListenerOptions {
-        rcvbuf_bytes,
-        ..ListenerOptions::default()
-    };
-    TaskstatsListener::open(opts).map_err(|e| e.to_string())
-}
+use crate::kernel::taskstats::{flags, RecordKind, TaskstatsRecord};
+use rustc_hash::FxHashMap;
 
 /// How far the two exit times may be apart (btime has a resolution of one second and is
 /// rounded down, etime is truncated).
@@ -132,14 +105,14 @@ impl End {
 /// came back) waits in `more`.
 #[derive(Debug)]
 struct Pending<T> {
-    first: IdMap<u32, (End, T)>,
+    first: FxHashMap<u32, (End, T)>,
     more: Vec<(u32, End, T)>,
 }
 
 impl<T> Default for Pending<T> {
     fn default() -> Self {
         Pending {
-            first: IdMap::default(),
+            first: FxHashMap::default(),
             more: Vec::new(),
         }
     }

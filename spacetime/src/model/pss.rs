@@ -25,13 +25,11 @@ use std::{
     time::Instant,
 };
 
-use crate::{
-    model::{
-        timeline::{Point, Timeline},
-        tree::Key,
-    },
-    util::idhash::IdMap,
+use crate::model::{
+    timeline::{Point, Timeline},
+    tree::Key,
 };
+use rustc_hash::FxHashMap;
 
 /// The measured cost of reading smaps_rollup: nanoseconds per KiB of RSS (≈ 7 ms per GiB).
 pub const SMAPS_NS_PER_KIB: u64 = 7;
@@ -340,7 +338,7 @@ struct ProcReader {
     tick_ns: u64,
     verify_start: bool,
     /// Inside a PID namespace with its own /proc: kernel pid → the pid /proc names it by.
-    proc_pids: Option<IdMap<u32, u32>>,
+    proc_pids: Option<FxHashMap<u32, u32>>,
 }
 
 impl ProcReader {
@@ -359,7 +357,7 @@ impl ProcReader {
     /// pids without such a pairing are not read (that /proc would name a stranger).
     fn set_proc_pid(&mut self, kernel: u32, proc: u32) {
         self.proc_pids
-            .get_or_insert_with(IdMap::default)
+            .get_or_insert_with(FxHashMap::default)
             .insert(kernel, proc);
     }
 

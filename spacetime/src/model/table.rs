@@ -14,8 +14,8 @@ pub use crate::model::reduce::{Ancestor, Stats as TableStats, KEEP_BYTES};
 use crate::{
     kernel::events::{Args, Exec},
     model::reduce::{LiveOptions, Store, Tracked},
-    util::idhash::IdMap,
 };
+use rustc_hash::FxHashMap;
 
 use spacetime_common::{ExitEvent, ForkEvent, ImageEndEvent};
 
@@ -124,7 +124,7 @@ pub struct TableOptions {
 pub struct Table {
     store: Store,
     opts: TableOptions,
-    thread_starts: IdMap<u32, u64>,
+    thread_starts: FxHashMap<u32, u64>,
 }
 
 /// The store's counters and queries (`stats`, `chain`, `ghost_count`, `argv_bytes`).
@@ -144,7 +144,7 @@ impl Table {
                 images: opts.images,
             }),
             opts,
-            thread_starts: IdMap::default(),
+            thread_starts: FxHashMap::default(),
         }
     }
 

@@ -24,7 +24,8 @@
 
 use serde::{ser::SerializeSeq, Serialize, Serializer};
 
-use crate::{model::tree::Key, util::idhash::IdMap};
+use crate::model::tree::Key;
+use rustc_hash::FxHashMap;
 
 /// One value of a series: `bytes` from `ts_ns` on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -242,10 +243,10 @@ pub struct Timeline {
     pub rss_source: RssSource,
     tree_rss: Series,
     tree_pss: Series,
-    procs: IdMap<Key, ProcessSeries>,
+    procs: FxHashMap<Key, ProcessSeries>,
     /// Latest values of live processes, and their sums.
-    live_rss: IdMap<Key, u64>,
-    live_pss: IdMap<Key, u64>,
+    live_rss: FxHashMap<Key, u64>,
+    live_pss: FxHashMap<Key, u64>,
     rss_sum: u64,
     pss_sum: u64,
     /// The exact tree-wide RSS peak, from the kernel.
@@ -260,8 +261,8 @@ pub struct Timeline {
     /// Estimated PSS: each sampled process's exact RSS less what sharing took off its RSS at
     /// its last sample (RSS − PSS then). PSS moves with RSS between samples as long as the
     /// sharing does not change: exact for private memory, which is what grows fastest.
-    sharing: IdMap<Key, u64>,
-    live_est: IdMap<Key, u64>,
+    sharing: FxHashMap<Key, u64>,
+    live_est: FxHashMap<Key, u64>,
     est_sum: u64,
     max_pss_est: Option<Point>,
 }
@@ -288,9 +289,9 @@ impl Timeline {
             rss_source,
             tree_rss: Series::default(),
             tree_pss: Series::default(),
-            procs: IdMap::default(),
-            live_rss: IdMap::default(),
-            live_pss: IdMap::default(),
+            procs: FxHashMap::default(),
+            live_rss: FxHashMap::default(),
+            live_pss: FxHashMap::default(),
             rss_sum: 0,
             pss_sum: 0,
             tree_peak: None,
@@ -299,8 +300,8 @@ impl Timeline {
             process_cap: limits.process_points,
             process_points: 0,
             pss_sampling: None,
-            sharing: IdMap::default(),
-            live_est: IdMap::default(),
+            sharing: FxHashMap::default(),
+            live_est: FxHashMap::default(),
             est_sum: 0,
             max_pss_est: None,
         }
@@ -511,7 +512,7 @@ impl Timeline {
     }
 }
 
-fn update_sum(map: &mut IdMap<Key, u64>, sum: &mut u64, key: Key, bytes: u64) {
+fn update_sum(map: &mut FxHashMap<Key, u64>, sum: &mut u64, key: Key, bytes: u64) {
     let old = map.insert(key, bytes).unwrap_or(0);
     *sum = *sum - old + bytes;
 }

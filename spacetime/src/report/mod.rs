@@ -19,6 +19,7 @@ pub use view::{ImageReport, ProcessReport, State};
 
 use serde::Serialize;
 
+use crate::kernel::taskstats::Unavailable;
 use crate::{
     kernel::counters::KernelCounters,
     model::{
@@ -27,8 +28,8 @@ use crate::{
         tree::{ExitStatus, Key, Tree},
     },
     report::selfstats::OwnCost,
-    util::idhash::IdSet,
 };
+use rustc_hash::FxHashSet;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Exit(pub ExitStatus);
@@ -87,9 +88,9 @@ pub struct Report<'a> {
     /// not asked for). Set by the caller after [`Report::build`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup_peak: Option<CgroupPeakReport>,
-    /// Whose kernel programs traced the run: `"own"` or `"agent"`. Set by the caller.
+    /// Whose kernel programs traced the run. Set by the caller.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub programs: Option<&'static str>,
+    pub programs: Option<crate::kernel::provenance::Provenance>,
 }
 
 /// The memory cgroup's peak beside the summed-RSS tree peak.
@@ -133,9 +134,9 @@ impl<'a> MemoryMeta<'a> {
 #[derive(Debug, Serialize)]
 pub struct TaskstatsReport {
     pub available: bool,
-    /// Why there is no cross-check, when there is none.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub unavailable_reason: Option<String>,
+    /// Why there is no cross-check, when there is none (its sentence in JSON).
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "sentence")]
+    pub unavailable_reason: Option<Unavailable>,
     #[serde(flatten)]
     pub coverage: Coverage,
     /// Delay accounting was on: the per-process delays are meaningful.
@@ -151,7 +152,15 @@ pub enum TaskstatsMeta {
         delayacct: bool,
         rcvbuf_bytes: u64,
     },
-    Unavailable(String),
+    Unavailable(Unavailable),
+}
+
+/// A reason, serialized as the sentence it renders to.
+fn sentence<S: serde::Serializer>(r: &Option<Unavailable>, s: S) -> Result<S::Ok, S::Error> {
+    match r {
+        Some(r) => s.collect_str(r),
+        None => s.serialize_none(),
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -216,7 +225,7 @@ pub struct Meta<'a> {
     pub memory: MemoryMeta<'a>,
     pub own_cost: OwnCost,
     /// Processes whose exit was never seen and that were gone when the trace ended.
-    pub gone: &'a IdSet<Key>,
+    pub gone: &'a FxHashSet<Key>,
     /// See [`KernelReport::agent_gone`].
     pub agent_gone: Option<String>,
 }

@@ -8,7 +8,7 @@ use super::{ImageReport, ProcessReport, Report};
 use crate::{
     model::tree::ExitStatus,
     util::{
-        term,
+        signals, term,
         units::{bytes, duration_ns},
     },
 };
@@ -25,30 +25,11 @@ fn exit_text(e: Option<&super::Exit>, state: super::State) -> String {
         }) => {
             format!(
                 "{}{}",
-                signal_name(signal),
+                signals::name(signal),
                 if core_dumped { " (core)" } else { "" }
             )
         }
     }
-}
-
-fn signal_name(sig: i32) -> String {
-    let name = match sig {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        3 => "SIGQUIT",
-        4 => "SIGILL",
-        6 => "SIGABRT",
-        7 => "SIGBUS",
-        8 => "SIGFPE",
-        9 => "SIGKILL",
-        11 => "SIGSEGV",
-        13 => "SIGPIPE",
-        14 => "SIGALRM",
-        15 => "SIGTERM",
-        _ => return format!("signal {sig}"),
-    };
-    name.into()
 }
 
 /// argv as a shell would show it, escaped for the terminal, cut to `width` columns (a long
@@ -242,7 +223,9 @@ fn coverage(r: &Report, verbose: bool) -> String {
     if !t.available {
         return format!(
             "coverage: taskstats unavailable ({}); exits not cross-checked",
-            t.unavailable_reason.as_deref().unwrap_or("unknown reason")
+            t.unavailable_reason
+                .as_ref()
+                .map_or_else(|| "unknown reason".to_string(), |u| u.to_string())
         );
     }
     let c = &t.coverage;

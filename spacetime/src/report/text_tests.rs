@@ -3,6 +3,7 @@
 use spacetime_common::{kind, EventHeader, ExitEvent, ForkEvent};
 
 use super::*;
+use crate::kernel::taskstats::Unavailable;
 use crate::{
     kernel::{
         counters::KernelCounters,
@@ -16,6 +17,7 @@ use crate::{
     report::{selfstats::OwnCost, MemoryMeta, Meta, TaskstatsMeta},
     util::term::tests::{assert_terminal_safe, nasty_bytes},
 };
+use rustc_hash::FxHashSet;
 
 fn hdr(kind: u16, tgid: u32, ts: u64) -> EventHeader {
     EventHeader {
@@ -75,7 +77,7 @@ fn hostile_names_render_safely_at_every_width() {
     let mut seed = 0x9E37_79B9_7F4A_7C15;
     let timeline = Timeline::new(RssSource::Kernel);
     let sums = PerProcess::default();
-    let gone = crate::util::idhash::IdSet::default();
+    let gone = FxHashSet::default();
     for round in 0..40u32 {
         let tree = hostile_tree(&mut seed, 1 + round % 13);
         let command = crate::report::lossless::Args(vec![nasty_bytes(&mut seed, 40)]);
@@ -93,7 +95,7 @@ fn hostile_names_render_safely_at_every_width() {
                 ring_buffer_bytes: 4096,
                 mechanisms: Vec::new(),
                 attach_memory_followed: None,
-                taskstats: TaskstatsMeta::Unavailable("test".into()),
+                taskstats: TaskstatsMeta::Unavailable(Unavailable::Open("test".into())),
                 memory: MemoryMeta::of(&timeline),
                 own_cost: OwnCost::default(),
                 gone: &gone,
@@ -158,7 +160,7 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
         .as_bytes();
     let timeline = Timeline::new(RssSource::Kernel);
     let sums = PerProcess::default();
-    let gone = crate::util::idhash::IdSet::default();
+    let gone = FxHashSet::default();
     for n in [1, 12, 60] {
         let tree = long_path_tree(n, exe);
         let report = Report::build(
@@ -175,7 +177,9 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
                 ring_buffer_bytes: 4096,
                 mechanisms: Vec::new(),
                 attach_memory_followed: None,
-                taskstats: TaskstatsMeta::Unavailable("a reason long enough to need a wrap".into()),
+                taskstats: TaskstatsMeta::Unavailable(Unavailable::Open(
+                    "a reason long enough to need a wrap".into(),
+                )),
                 memory: MemoryMeta::of(&timeline),
                 own_cost: OwnCost::default(),
                 gone: &gone,

@@ -8,13 +8,11 @@ use super::{
     lossless::{argv_b64, exe_b64, Argv, ArgvB64, Lossy, B64},
     Exit,
 };
-use crate::{
-    model::{
-        crosscheck::{PerProcess, ProcessTaskstats},
-        tree::{Image, Key, Process},
-    },
-    util::idhash::IdSet,
+use crate::model::{
+    crosscheck::{PerProcess, ProcessTaskstats},
+    tree::{Image, Key, Process},
 };
+use rustc_hash::FxHashSet;
 
 /// What turns the tree's figures into the report's: times since `t0`, pages into bytes.
 #[derive(Clone, Copy, Debug)]
@@ -38,7 +36,7 @@ pub struct ProcessReport<'a> {
     pub(super) index: usize,
     pub(super) scale: Scale,
     /// Processes whose exit was never seen and that were gone when the trace ended.
-    pub(super) gone: &'a IdSet<Key>,
+    pub(super) gone: &'a FxHashSet<Key>,
 }
 
 /// Where a process stands at the end of the trace.

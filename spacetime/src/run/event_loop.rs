@@ -14,6 +14,7 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 use tokio::io::{unix::AsyncFd, Interest};
 
+use crate::kernel::counters::CounterSource;
 use crate::{
     kernel::{
         events::{decode, Event},
@@ -52,7 +53,7 @@ pub trait Consumer {
     /// The listener failed: no more records come.
     fn taskstats_failed(&mut self, e: &TaskstatsError);
     /// The end of each tick.
-    fn tick(&mut self, taskstats: Option<&TaskstatsListener>);
+    fn tick(&mut self, taskstats: Option<&TaskstatsListener>, counters: &dyn CounterSource);
     /// When [`Consumer::due`] is next to be called (CLOCK_MONOTONIC ns), if ever.
     fn next_due(&self) -> Option<u64> {
         None
@@ -140,6 +141,8 @@ pub struct Io<'a> {
     pub logger: Option<&'a mut KernelLogger>,
     /// None once it failed.
     pub taskstats: Option<&'a mut TaskstatsListener>,
+    /// The kernel side's counters, read while the loop runs.
+    pub counters: &'a dyn CounterSource,
 }
 
 impl Io<'_> {
@@ -253,7 +256,7 @@ pub async fn run<C: Consumer>(io: &mut Io<'_>, c: &mut C, extra: &mut C::Extra) 
                 batch.clear();
                 batch.shrink_to(1024);
                 io.flush_log();
-                c.tick(io.taskstats.as_deref());
+                c.tick(io.taskstats.as_deref(), io.counters);
             }
         }
     }

@@ -9,11 +9,11 @@ pub(crate) mod attach;
 pub(crate) mod cgroup_peak;
 pub(crate) mod delayacct;
 pub(crate) mod event_loop;
-mod kernel;
 pub mod launch;
 pub(crate) mod outputs;
 pub(crate) mod pidfd;
 pub(crate) mod run_loop;
 pub mod session;
+pub(crate) mod source;
 
 pub use session::{Run, RunError, RunOptions, Session, SessionOptions, Spawn, Start};

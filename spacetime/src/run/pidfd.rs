@@ -13,6 +13,7 @@
 //! holder's life, and hands it out again only after a full cycle of pid_max, or when root
 //! steers it).
 
+use rustc_hash::FxHashSet;
 use std::{
     io,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
@@ -201,9 +202,7 @@ pub fn signal_if_same(pid: u32, start_mono_ns: u64, signo: libc::c_int) -> bool 
 
 /// The processes of `tree` whose exit was never seen and that are gone (not proven alive):
 /// their exit records were lost, so how they ended is unknown.
-pub fn gone_unseen(
-    tree: &crate::model::tree::Tree,
-) -> crate::util::idhash::IdSet<crate::model::tree::Key> {
+pub fn gone_unseen(tree: &crate::model::tree::Tree) -> FxHashSet<crate::model::tree::Key> {
     tree.processes()
         .iter()
         .filter(|p| p.end_ns.is_none())

@@ -6,6 +6,7 @@
 use std::{io, time::Duration};
 
 use super::event_loop::{self, Consumer, Io, NoSource, Records};
+use crate::kernel::counters::CounterSource;
 use crate::{
     kernel::{
         events::Event,
@@ -125,7 +126,7 @@ impl Consumer for TracedRun<'_, '_> {
         log::warn!("taskstats: {e}; the cross-check stops here");
     }
 
-    fn tick(&mut self, _: Option<&TaskstatsListener>) {
+    fn tick(&mut self, _: Option<&TaskstatsListener>, _: &dyn CounterSource) {
         // Also picks up new processes for sampling (only due ones are read).
         self.sink.memory.sample(monotonic_ns(), self.sink.tree);
         let s = &mut *self.sink;

@@ -15,13 +15,15 @@ use std::{
 use super::{
     delayacct::{delayacct_on, DelayAcct},
     event_loop,
-    kernel::Kernel,
     run_loop::{self, LoopOptions, Sink},
+    source::{agent::AgentSource, own::OwnSource, KernelSource, TaskstatsFeed},
 };
 use crate::{
     kernel::{
         loader::{KernelCounters, LearnedPid, LoadOptions, Probes},
+        provenance::Provenance,
         taskstats::ListenerStats,
+        taskstats::Unavailable,
     },
     model::{
         crosscheck::{cross_check, Clock, Collector, PerProcess},
@@ -32,8 +34,9 @@ use crate::{
     report::status::StatusLine,
     report::{self, selfstats::OwnCost, MemoryMeta, Meta, Report, TaskstatsMeta},
     run::launch::{self, Credentials, LaunchError},
-    util::{clock::monotonic_ns, idhash::IdSet},
+    util::clock::monotonic_ns,
 };
+use rustc_hash::FxHashSet;
 
 /// Signals passed on to the traced command.
 const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
@@ -105,7 +108,7 @@ impl From<std::io::Error> for RunError {
 /// The programs loaded once (here or by an agent), and everything a run needs that
 /// outlives it.
 pub struct Session {
-    kernel: Kernel,
+    kernel: Box<dyn KernelSource>,
     sigfd: OwnedFd,
     rt: tokio::runtime::Runtime,
     page_size: u64,
@@ -141,8 +144,8 @@ impl Session {
     /// SIGCHLD, SIGINT, SIGTERM and SIGHUP for the calling thread: call before other threads
     /// exist so that they inherit the mask.
     pub fn open(opts: &SessionOptions) -> anyhow::Result<Session> {
-        let kernel = Kernel::open_own(&opts.load, opts.taskstats_buffer)?;
-        Session::with(kernel, opts)
+        let kernel = OwnSource::open(&opts.load, Some(opts.taskstats_buffer as usize))?;
+        Session::with(Box::new(kernel), opts)
     }
 
     /// A session whose programs are a `spacetime agent`'s, reached through `conn`: for any
@@ -151,7 +154,7 @@ impl Session {
         conn: crate::kernel::remote::client::AgentConn,
         opts: &SessionOptions,
     ) -> anyhow::Result<Session> {
-        Session::with(Kernel::Agent(Box::new(conn)), opts)
+        Session::with(Box::new(AgentSource::new(conn)), opts)
     }
 
     /// Through the agent when its socket answers (unless `no_agent`), otherwise with
@@ -183,9 +186,9 @@ impl Session {
         Session::open(opts).map_err(|e| crate::kernel::remote::client::instead(e, why, &path))
     }
 
-    fn with(kernel: Kernel, opts: &SessionOptions) -> anyhow::Result<Session> {
+    fn with(kernel: Box<dyn KernelSource>, opts: &SessionOptions) -> anyhow::Result<Session> {
         // Through the agent, the agent switches it (a root-only sysctl) for the session.
-        let here = opts.delayacct && matches!(kernel, Kernel::Own(_));
+        let here = opts.delayacct && kernel.provenance() == Provenance::Own;
         let delayacct = DelayAcct::configure(here, opts.delayacct_notice && !opts.delayacct);
         let mut handled = vec![libc::SIGCHLD];
         handled.extend(FORWARDED);
@@ -214,32 +217,15 @@ impl Session {
         self.stdio = stdio;
     }
 
-    /// Whose kernel programs: `"own"` (loaded here) or `"agent"`.
-    pub fn programs(&self) -> &'static str {
-        self.kernel.whose()
-    }
-
-    /// The programs loaded here (None: an agent's).
-    pub fn probes(&self) -> Option<&Probes> {
-        self.kernel.probes()
+    /// Whose kernel programs.
+    pub fn programs(&self) -> Provenance {
+        self.kernel.provenance()
     }
 
     /// Says on stderr whose programs, how long loading took and which kernel mechanisms are
     /// in use (`-v`).
     pub fn tell_loaded(&self) {
-        let how = match self.kernel.whose() {
-            "agent" => "ready in",
-            _ => "loaded in",
-        };
-        crate::errln!(
-            "spacetime: programs: {}, {how} {:.1} ms; ring buffer {} KiB",
-            self.kernel.whose(),
-            self.kernel.load_ms(),
-            self.kernel.ring_buffer_bytes() >> 10
-        );
-        for m in self.kernel.mechanisms() {
-            crate::errln!("spacetime:   {m}");
-        }
+        self.kernel.tell();
     }
 
     /// Runs one command to its end (every process it started gone, or its root, with
@@ -247,7 +233,7 @@ impl Session {
     pub fn run(&mut self, start: Start<'_>, opts: &RunOptions) -> Result<Run, RunError> {
         self.begin()?;
         let baseline = Baseline {
-            counters: self.kernel.counters()?,
+            counters: self.kernel.counters().unwrap_or_default(),
             taskstats: self.kernel.taskstats_stats(),
             own_cost: self.kernel.own_cost(),
         };
@@ -422,7 +408,7 @@ impl Session {
         let end = self
             .kernel
             .end_run(&baseline.counters, rss_tracking && tree.live() > 0);
-        let agent_gone = self.kernel.agent_gone();
+        let agent_gone = self.kernel.gone();
         if let Some(why) = &agent_gone {
             mechanisms.push(format!(
                 "the agent went away during the run ({why}): records after that are missing, kernel counters and the tree-wide peak unknown"
@@ -469,7 +455,7 @@ impl Session {
         Ok(Run {
             command: report::lossless::Args::default(),
             cgroup_peak: None,
-            programs: self.kernel.whose(),
+            programs: self.kernel.provenance(),
             tree,
             memory,
             per_process,
@@ -503,15 +489,14 @@ impl Session {
             .iter()
             .filter(|p| p.end_ns.is_some())
             .count();
-        if let Some(e) = self.kernel.taskstats_unavailable() {
-            return (TaskstatsMeta::Unavailable(e), PerProcess::default());
+        if let TaskstatsFeed::Unavailable(why) = self.kernel.taskstats() {
+            return (TaskstatsMeta::Unavailable(why), PerProcess::default());
         }
         let st = self.kernel.taskstats_stats();
         // Registered, yet not one record for any exit on the system: they go elsewhere.
         if exited > 0 && st.records == at_start.records {
-            let why = "no taskstats record arrived: the kernel sends them only to the host's network namespace";
             return (
-                TaskstatsMeta::Unavailable(why.into()),
+                TaskstatsMeta::Unavailable(Unavailable::NoRecords),
                 PerProcess::default(),
             );
         }
@@ -584,11 +569,11 @@ pub struct Run {
     pub own_cost_at_start: OwnCost,
     pub own_cost: OwnCost,
     /// Processes whose exit was never seen and that were gone at the end.
-    pub gone: IdSet<Key>,
+    pub gone: FxHashSet<Key>,
     /// The run's memory cgroup peak ([`RunOptions::cgroup_peak`]), or why there is none.
     pub cgroup_peak: Option<report::CgroupPeakReport>,
-    /// Whose kernel programs traced the run: `"own"` (loaded here) or `"agent"`.
-    pub programs: &'static str,
+    /// Whose kernel programs traced the run.
+    pub programs: Provenance,
     /// Why the agent the run went through went away before its end, when it did.
     pub agent_gone: Option<String>,
 }
@@ -667,19 +652,6 @@ pub(super) fn root_kernel_pid(probes: &Probes, held: &launch::Held) -> anyhow::R
         None => anyhow::bail!(
             "spacetime runs inside a PID namespace and this kernel did not tell the traced command's kernel pid (BPF_PROG_TEST_RUN of a raw tracepoint program, Linux 5.10+): it cannot be traced"
         ),
-    }
-}
-
-/// Says on stderr how long loading took and which kernel mechanisms are in use (`-v`), for
-/// programs loaded here.
-pub fn tell_loaded(probes: &Probes) {
-    crate::errln!(
-        "spacetime: programs loaded in {:.1} ms; ring buffer {} KiB",
-        probes.load_ms,
-        probes.ring_buffer_bytes >> 10
-    );
-    for m in &probes.mechanisms {
-        crate::errln!("spacetime:   {m}");
     }
 }
 

@@ -1,4 +1,4 @@
-//! Signals delivered as readable events rather than handlers.
+//! Signals: their names, and delivery as readable events rather than handlers.
 
 use std::{
     io,
@@ -23,5 +23,60 @@ pub fn signal_fd(signals: &[libc::c_int]) -> io::Result<OwnedFd> {
             return Err(io::Error::last_os_error());
         }
         Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// A signal's name as `kill -l` spells it with its prefix (`SIGKILL`); `SIG64` for one
+/// without a name of its own (the real-time range).
+pub fn name(sig: i32) -> String {
+    const NAMES: [&str; 32] = [
+        "0",
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    match NAMES.get(sig as usize) {
+        Some(n) if sig > 0 => n.to_string(),
+        _ => format!("SIG{sig}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names() {
+        assert_eq!(super::name(9), "SIGKILL");
+        assert_eq!(super::name(5), "SIGTRAP");
+        assert_eq!(super::name(31), "SIGSYS");
+        assert_eq!(super::name(64), "SIG64");
+        assert_eq!(super::name(0), "SIG0");
     }
 }

@@ -151,7 +151,7 @@ fn main() {
                 println!("tracked {kernel_pid}");
                 break;
             }
-            Some(Msg::Refused { reason }) => {
+            Some(Msg::Refused { reason, .. }) => {
                 println!("refused {}", String::from_utf8_lossy(&reason));
                 break;
             }
@@ -200,7 +200,7 @@ fn sessions(socket: &Path, n: usize) {
             .and_then(|r| Msg::parse(&buf[..r.len]).ok())
         {
             Some(Msg::Welcome(_)) => "welcome".into(),
-            Some(Msg::Refused { reason }) => {
+            Some(Msg::Refused { reason, .. }) => {
                 format!("refused {}", String::from_utf8_lossy(&reason))
             }
             other => format!("error {other:?}"),

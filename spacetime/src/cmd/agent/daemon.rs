@@ -22,10 +22,10 @@ use super::{
 use crate::kernel::{
     loader::{KernelLogger, LoadOptions, Probes},
     remote::{
-        proto::{self, Msg, Welcome},
+        proto::{self, Msg, Refusal, TaskstatsState, Welcome},
         sock,
     },
-    taskstats::{ListenerStats, TaskstatsListener},
+    taskstats::{ListenerStats, TaskstatsListener, Unavailable},
 };
 
 /// How often the ring is drained when nothing wakes the agent.
@@ -110,7 +110,7 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
         ..LoadOptions::default()
     })?;
     probes.set_rss_following(false)?;
-    let taskstats = crate::model::matcher::open_listener(16 << 20);
+    let taskstats = crate::kernel::taskstats::open_listener(16 << 20);
     // An agent killed before may have left delay accounting on for its clients.
     crate::run::delayacct::repair_left();
     let listener =
@@ -122,10 +122,15 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
         ring_buffer_bytes: probes.ring_buffer_bytes,
         load_us: (probes.load_ms * 1e3) as u64,
         taskstats_rcvbuf_bytes: taskstats.as_ref().map_or(0, |t| t.stats().rcvbuf_bytes) as u32,
+        taskstats: match taskstats.as_ref().err() {
+            None => TaskstatsState::Available,
+            Some(Unavailable::OtherNetNamespace) => TaskstatsState::OtherNetNamespace,
+            Some(_) => TaskstatsState::Failed,
+        },
         taskstats_error: taskstats
             .as_ref()
             .err()
-            .map_or(Vec::new(), |e| e.clone().into_bytes()),
+            .map_or(Vec::new(), |e| e.to_string().into_bytes()),
         mechanisms: probes
             .mechanisms
             .iter()
@@ -302,13 +307,14 @@ impl Agent {
             if self.clients.len() >= MAX_CLIENTS {
                 refuse(
                     &mut c,
+                    Refusal::Busy,
                     "the agent serves as many connections as it can; try again later",
                 );
             } else if principal != 0 && of_user >= CONNECTIONS_PER_USER {
                 let why = format!(
                     "user {principal} already has {CONNECTIONS_PER_USER} connections to the agent, the most one user may have"
                 );
-                refuse(&mut c, &why);
+                refuse(&mut c, Refusal::UserLimit, &why);
             }
             log::debug!(
                 "client pid {} uid {} (user {principal}) connected",
@@ -345,7 +351,8 @@ impl Agent {
                     let why = parsed
                         .err()
                         .map_or("too large".to_string(), |e| e.to_string());
-                    refuse(&mut self.clients[i], &format!("a malformed message: {why}"));
+                    let why = format!("a malformed message: {why}");
+                    refuse(&mut self.clients[i], Refusal::Protocol, &why);
                     return;
                 }
             };
@@ -439,8 +446,9 @@ impl Agent {
 }
 
 /// Tells the client why not, and closes the connection once that is sent.
-pub(super) fn refuse(c: &mut Client, why: &str) {
+pub(super) fn refuse(c: &mut Client, code: Refusal, why: &str) {
     c.control(&Msg::Refused {
+        code,
         reason: why.as_bytes().to_vec(),
     });
     c.write();

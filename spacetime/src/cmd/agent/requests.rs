@@ -12,13 +12,13 @@ use super::{
     clients::RunState,
     daemon::{refuse, Agent},
     verify,
-    watchers::Seat,
+    watchers::{NoWatch, Seat},
 };
 use crate::{
     kernel::{
         creds::Caller,
         loader::SessionId,
-        remote::proto::{self, Msg, Welcome},
+        remote::proto::{self, Msg, Refusal, Welcome},
     },
     run::attach::AttachError,
 };
@@ -48,6 +48,7 @@ impl Agent {
                 Some(fd) => self.track(i, s, fd),
                 None => refuse(
                     &mut self.clients[i],
+                    Refusal::Protocol,
                     "no process descriptor came with the request",
                 ),
             },
@@ -61,13 +62,17 @@ impl Agent {
             (Msg::Finish, Some(s)) => self.finish(i, s),
             (other, _) => {
                 log::debug!("client {}: unexpected {other:?}", self.clients[i].peer.pid);
-                refuse(&mut self.clients[i], "a message out of order");
+                refuse(
+                    &mut self.clients[i],
+                    Refusal::Protocol,
+                    "a message out of order",
+                );
             }
         }
     }
 
     /// A free session for client `i`, within its user's share; Err: why not.
-    fn session_for(&self, i: usize) -> Result<SessionId, String> {
+    fn session_for(&self, i: usize) -> Result<SessionId, (Refusal, String)> {
         let principal = self.clients[i].principal;
         let held = self
             .clients
@@ -77,14 +82,19 @@ impl Agent {
         let taken: Vec<u16> = self.clients.iter().filter_map(|c| c.session).collect();
         let free = (MAX_SESSIONS as usize - 1).saturating_sub(taken.len());
         if principal != 0 && held >= SESSIONS_PER_USER {
-            return Err(format!("user {principal} already has {SESSIONS_PER_USER} sessions with the agent, the most one user may have"));
+            let why = format!("user {principal} already has {SESSIONS_PER_USER} sessions with the agent, the most one user may have");
+            return Err((Refusal::UserLimit, why));
         }
         if principal != 0 && held >= FEW_SESSIONS && free < RESERVED_SESSIONS {
-            return Err(format!("the agent keeps its last {RESERVED_SESSIONS} sessions for users with fewer than {FEW_SESSIONS}; user {principal} has {held}: try again later"));
+            let why = format!("the agent keeps its last {RESERVED_SESSIONS} sessions for users with fewer than {FEW_SESSIONS}; user {principal} has {held}: try again later");
+            return Err((Refusal::UserLimit, why));
         }
         (1..MAX_SESSIONS as u16)
             .find(|s| !taken.contains(s))
-            .ok_or_else(|| "the agent serves as many sessions as it can; try again later".into())
+            .ok_or_else(|| {
+                let why = "the agent serves as many sessions as it can; try again later";
+                (Refusal::Busy, why.into())
+            })
     }
 
     fn hello(&mut self, i: usize, version: u32, asked: u8) {
@@ -95,21 +105,23 @@ impl Agent {
                 "this agent speaks protocol version {}, the client {version}: use the same spacetime for both",
                 proto::VERSION
             );
-            return refuse(&mut self.clients[i], &why);
+            return refuse(&mut self.clients[i], Refusal::Version, &why);
         }
         if want != proto::want::TRACE && want != proto::want::WATCH {
-            return refuse(&mut self.clients[i], "the agent does not serve that");
+            let why = "the agent does not serve that";
+            return refuse(&mut self.clients[i], Refusal::NotServed, why);
         }
         // The kernel programs number processes as the agent's namespace does.
         if !verify::same_pid_namespace(self.clients[i].peer.pid) {
             return refuse(
                 &mut self.clients[i],
+                Refusal::Namespace,
                 "the client runs in another PID namespace than the agent's",
             );
         }
         let s = match self.session_for(i) {
             Ok(s) => s,
-            Err(why) => return refuse(&mut self.clients[i], &why),
+            Err((code, why)) => return refuse(&mut self.clients[i], code, &why),
         };
         if want == proto::want::WATCH {
             match self.watchers.join(uid, principal) {
@@ -124,7 +136,13 @@ impl Agent {
                         self.welcome_watch(i);
                     }
                 }
-                Err(e) => refuse(&mut self.clients[i], &e.to_string()),
+                Err(e) => {
+                    let code = match e {
+                        NoWatch::OtherUid { .. } => Refusal::UserLimit,
+                        NoWatch::Full(_) => Refusal::Busy,
+                    };
+                    refuse(&mut self.clients[i], code, &e.to_string())
+                }
             }
             return;
         }
@@ -188,7 +206,7 @@ impl Agent {
                     Err(e) => {
                         self.clients[i].seat = None;
                         let why = format!("the agent could not load programs for the watch: {e}");
-                        refuse(&mut self.clients[i], &why);
+                        refuse(&mut self.clients[i], Refusal::Failed, &why);
                     }
                 }
             }
@@ -231,24 +249,26 @@ impl Agent {
         if self.clients[i].run.is_some() {
             return refuse(
                 &mut self.clients[i],
+                Refusal::Protocol,
                 "a run is already being traced in this session",
             );
         }
-        let refused = |c: &mut super::clients::Client, why: String| {
+        let refused = |c: &mut super::clients::Client, code: Refusal, why: String| {
             log::info!("client pid {} uid {}: refused: {why}", peer.pid, peer.uid);
             c.control(&Msg::Refused {
+                code,
                 reason: why.into_bytes(),
             });
         };
         let (proven, pinned) = match verify::prove(peer, pidfd) {
             Ok(p) => p,
-            Err(why) => return refused(&mut self.clients[i], why.to_string()),
+            Err(why) => return refused(&mut self.clients[i], Refusal::NotProven, why.to_string()),
         };
         let baseline = match self.prepare_run(i, s) {
             Ok(b) => b,
             Err(e) => {
                 let why = format!("the agent could not track the process: {e}");
-                return refused(&mut self.clients[i], why);
+                return refused(&mut self.clients[i], Refusal::Failed, why);
             }
         };
         // The insert is proven after it took effect: a process that ended in between
@@ -257,11 +277,14 @@ impl Agent {
             crate::run::attach::track_pinned(&mut self.probes, &pinned, proven.start_ns, s)
         {
             self.share_tracking_map();
-            let why = match e {
-                AttachError::Gone(_) => verify::Refusal::Exited.to_string(),
-                other => format!("the agent could not track the process: {other}"),
+            let (code, why) = match e {
+                AttachError::Gone(_) => (Refusal::NotProven, verify::Unproven::Exited.to_string()),
+                other => (
+                    Refusal::Failed,
+                    format!("the agent could not track the process: {other}"),
+                ),
             };
-            return refused(&mut self.clients[i], why);
+            return refused(&mut self.clients[i], code, why);
         }
         self.owners.learn(proven.pid, proven.start_ns, s);
         self.clients[i].run = Some(RunState {
@@ -283,6 +306,7 @@ impl Agent {
         if self.clients[i].run.is_some() {
             return refuse(
                 &mut self.clients[i],
+                Refusal::Protocol,
                 "a run is already being traced in this session",
             );
         }
@@ -290,14 +314,16 @@ impl Agent {
             let reason =
                 b"attaching through the agent needs the client in the agent's PID namespace"
                     .to_vec();
-            return self.clients[i].control(&Msg::Refused { reason });
+            let code = Refusal::Namespace;
+            return self.clients[i].control(&Msg::Refused { code, reason });
         }
         let caller = (peer.uid != 0).then(|| Caller::of(peer.pid, peer.uid, peer.gid));
         let baseline = match self.prepare_run(i, s) {
             Ok(b) => b,
             Err(e) => {
                 let reason = format!("the agent could not attach: {e}").into_bytes();
-                return self.clients[i].control(&Msg::Refused { reason });
+                let code = Refusal::Failed;
+                return self.clients[i].control(&Msg::Refused { code, reason });
             }
         };
         // Adopting the running processes' mms needs rss_stat following.
@@ -316,8 +342,12 @@ impl Agent {
                 // Whatever was tracked before the refusal is forgotten.
                 self.end_session_run(s);
                 self.follow_rss();
+                let code = match e {
+                    AttachError::Track { .. } => Refusal::Failed,
+                    _ => Refusal::NotProven,
+                };
                 let reason = e.to_string().into_bytes();
-                return self.clients[i].control(&Msg::Refused { reason });
+                return self.clients[i].control(&Msg::Refused { code, reason });
             }
         };
         for t in &attached.targets {

@@ -38,7 +38,7 @@ pub struct Proven {
 
 /// Why a process is refused: one sentence for the client.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum Refusal {
+pub enum Unproven {
     #[error("what was passed is not a process descriptor (pidfd)")]
     NotPidfd,
     #[error("the descriptor passed is a thread's (PIDFD_THREAD): pass the process's")]
@@ -92,37 +92,37 @@ fn stat_of(pid: u32) -> io::Result<StatFields> {
 
 /// Checks that `pidfd` pins a live process (not a thread) that is `peer`'s own child, that
 /// the client could ptrace, not yet exec'd; returns it with the pidfd as its pin.
-pub fn prove(peer: Peer, pidfd: OwnedFd) -> Result<(Proven, Pinned), Refusal> {
+pub fn prove(peer: Peer, pidfd: OwnedFd) -> Result<(Proven, Pinned), Unproven> {
     let fdinfo = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd()))
-        .map_err(|_| Refusal::NotPidfd)?;
-    let (pid, level, flags) = parse_fdinfo(&fdinfo).ok_or(Refusal::NotPidfd)?;
+        .map_err(|_| Unproven::NotPidfd)?;
+    let (pid, level, flags) = parse_fdinfo(&fdinfo).ok_or(Unproven::NotPidfd)?;
     if flags & PIDFD_THREAD != 0 {
-        return Err(Refusal::ThreadPidfd);
+        return Err(Unproven::ThreadPidfd);
     }
     if pid <= 0 {
-        return Err(Refusal::Exited);
+        return Err(Unproven::Exited);
     }
     let pid = pid as u32;
     let pinned = Pinned::from_fd(pidfd, pid);
-    let unreadable = |e: io::Error| Refusal::Unreadable {
+    let unreadable = |e: io::Error| Unproven::Unreadable {
         pid,
         why: e.to_string(),
     };
     let status = creds::status(pid).map_err(unreadable)?;
     if status.tgid != pid {
-        return Err(Refusal::NotLeader(pid, status.tgid));
+        return Err(Unproven::NotLeader(pid, status.tgid));
     }
     if status.ppid != peer.pid {
-        return Err(Refusal::NotChild(pid));
+        return Err(Unproven::NotChild(pid));
     }
     let caller = Caller::of(peer.pid, peer.uid, peer.gid);
     let owner = creds::dumpable_owner(pid).map_err(unreadable)?;
     caller
         .may_read(&status, owner)
-        .map_err(|why| Refusal::Denied { pid, why })?;
+        .map_err(|why| Unproven::Denied { pid, why })?;
     let own = stat_of(pid).map_err(unreadable)?;
     if own.ending() {
-        return Err(Refusal::Exited);
+        return Err(Unproven::Exited);
     }
     // Not exec'd: the same file as the client, in the address space the fork copied (an
     // exec, even of the same file, builds a new stack and argument area: with address
@@ -131,11 +131,11 @@ pub fn prove(peer: Peer, pidfd: OwnedFd) -> Result<(Proven, Pinned), Refusal> {
     if exe_id(pid).map_err(unreadable)? != exe_id(peer.pid).map_err(unreadable)?
         || own.layout != parent.layout
     {
-        return Err(Refusal::Execd(pid));
+        return Err(Unproven::Execd(pid));
     }
     // Last: running now means every read above was about this very process.
     if !pinned.running() {
-        return Err(Refusal::Exited);
+        return Err(Unproven::Exited);
     }
     let proven = Proven {
         pid,
@@ -199,7 +199,7 @@ mod tests {
         assert!(
             matches!(
                 after,
-                Err(Refusal::Execd(_)) | Err(Refusal::Exited) | Err(Refusal::Unreadable { .. })
+                Err(Unproven::Execd(_)) | Err(Unproven::Exited) | Err(Unproven::Unreadable { .. })
             ),
             "an exec'd child was accepted: {after:?}"
         );
@@ -207,13 +207,13 @@ mod tests {
         unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
         assert_eq!(
             prove(peer, pidfd(std::process::id())).err(),
-            Some(Refusal::NotChild(std::process::id())),
+            Some(Unproven::NotChild(std::process::id())),
             "this process is not its own child"
         );
         let file = std::fs::File::open("/proc/self/status").expect("open a file");
         assert_eq!(
             prove(peer, OwnedFd::from(file)).err(),
-            Some(Refusal::NotPidfd)
+            Some(Unproven::NotPidfd)
         );
     }
 

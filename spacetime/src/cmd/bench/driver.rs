@@ -2,6 +2,7 @@
 //! warm-up runs, its measured runs (each a full trace) and its summary; the comparison and
 //! the exports at the end, also after Ctrl-C or a failed command.
 
+use crate::kernel::provenance::Provenance;
 use std::{
     ffi::OsString,
     io::Write,
@@ -24,10 +25,8 @@ pub trait Tracer {
     fn interrupted(&self) -> bool;
     /// Traces `argv` (`path`: its first word resolved) to its end; its figures.
     fn run(&mut self, path: &Path, argv: &[OsString]) -> anyhow::Result<RunFigures>;
-    /// Whose kernel programs trace the runs: `"own"` or `"agent"`.
-    fn programs(&self) -> &'static str {
-        "own"
-    }
+    /// Whose kernel programs trace the runs.
+    fn programs(&self) -> Provenance;
 }
 
 /// Exit status when a command failed and `--ignore-failure` was not given, as hyperfine.

@@ -1,6 +1,7 @@
 //! The bench's exports: JSON (every statistic and per-run value), Markdown (a table to paste)
 //! and CSV (one row per command). Files are opened before any run ([`Files::open`]).
 
+use crate::kernel::provenance::Provenance;
 use std::{
     fs::File,
     io::{self, BufWriter, Write},
@@ -19,8 +20,8 @@ use super::{
 #[derive(Debug, Serialize)]
 pub struct BenchReport<'a> {
     pub spacetime_version: &'static str,
-    /// Whose kernel programs traced the runs: `"own"` (loaded here) or `"agent"`.
-    pub programs: &'static str,
+    /// Whose kernel programs traced the runs: `"own"` or `"agent"`.
+    pub programs: Provenance,
     /// Ctrl-C stopped the bench: the results hold the runs that completed.
     pub interrupted: bool,
     pub results: &'a [CommandResult],

@@ -1,5 +1,6 @@
 use super::*;
 use crate::cmd::bench::{compare::compare, model::testing::result};
+use crate::kernel::provenance::Provenance;
 
 fn sample() -> Vec<CommandResult> {
     let mib = 1u64 << 20;
@@ -23,7 +24,7 @@ fn json_round_trips_with_the_issue_shape() {
     let cmp = compare(&results);
     let report = BenchReport {
         spacetime_version: "0",
-        programs: "own",
+        programs: Provenance::Own,
         interrupted: false,
         results: &results,
         comparison: cmp.as_ref(),

@@ -2,6 +2,7 @@
 //! once for the whole bench, its figures taken from the run's report (the same figures
 //! `spacetime trace` reports).
 
+use crate::kernel::provenance::Provenance;
 use std::{ffi::OsString, path::Path};
 
 use super::{driver::Tracer, model::RunFigures};
@@ -62,7 +63,7 @@ impl SessionTracer {
 }
 
 impl Tracer for SessionTracer {
-    fn programs(&self) -> &'static str {
+    fn programs(&self) -> Provenance {
         self.session.programs()
     }
 

@@ -12,7 +12,7 @@ use std::{
 };
 
 use super::identity::Identity;
-use crate::util::idhash::IdMap;
+use rustc_hash::FxHashMap;
 
 /// `FILEID_KERNFS` (include/linux/exportfs.h).
 const FILEID_KERNFS: i32 = 0xfe;
@@ -36,7 +36,7 @@ pub struct Cgroup {
 pub struct Cgroups {
     /// The cgroup2 mount: its directory and its path.
     mount: Option<(OwnedFd, String)>,
-    cache: IdMap<u64, Arc<Cgroup>>,
+    cache: FxHashMap<u64, Arc<Cgroup>>,
     /// Lookups that failed (cgroup gone, no cgroup2 mount).
     pub unresolved: u64,
 }
@@ -86,7 +86,7 @@ impl Cgroups {
         });
         Cgroups {
             mount,
-            cache: IdMap::default(),
+            cache: FxHashMap::default(),
             unresolved: 0,
         }
     }

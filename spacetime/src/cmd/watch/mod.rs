@@ -34,15 +34,20 @@ use spacetime_common::mode;
 
 pub use args::WatchArgs;
 
-use crate::model::table::{Table, TableOptions};
 use crate::{
-    kernel::loader::{LoadOptions, Probes},
-    model::matcher::Coverage,
+    kernel::{
+        loader::{LoadOptions, Probes},
+        taskstats::Unavailable,
+    },
+    model::{
+        matcher::Coverage,
+        table::{Table, TableOptions},
+    },
+    run::source::{KernelSource, TaskstatsFeed},
     util::exit_code::EXIT_OWN_FAILURE,
 };
 use cgroup::Cgroups;
 use filter::Filter;
-use kernel::Kernel;
 use metrics::Metrics;
 use output::Output;
 use watcher::{Io, Watch};
@@ -138,25 +143,27 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     let (mut out, metrics_listener, summary_file) = open_ends(&args)?;
     let sigfd = crate::util::signals::signal_fd(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
         .context("setting up signal handling")?;
-    let (mut kernel, ring, mut logger) = kernel::open(&args, &filter)?;
+    let mut kernel = kernel::open(&args, &filter)?;
+    // Every program is attached from here on (each was attached in turn while loading).
+    let attached_ns = crate::util::clock::monotonic_ns();
+    // Through the agent, its listener's records come with the rest.
+    let taskstats_unavailable = match kernel.taskstats() {
+        TaskstatsFeed::Agent if args.no_taskstats => Some(Unavailable::Disabled),
+        TaskstatsFeed::Listener | TaskstatsFeed::Agent => None,
+        TaskstatsFeed::Unavailable(why) => {
+            if matches!(why, Unavailable::Open(_) | Unavailable::OtherNetNamespace) {
+                crate::errln!("spacetime: no taskstats cross-check: {why}");
+            }
+            Some(why)
+        }
+    };
+    let taskstats_on = taskstats_unavailable.is_none();
+    // Exits before the listener was registered have no taskstats record to match.
+    let taskstats_since_ns = crate::util::clock::monotonic_ns();
     if verbose > 0 {
         kernel.tell();
     }
-    // Every program is attached from here on (each was attached in turn while loading).
-    let attached_ns = crate::util::clock::monotonic_ns();
-    // Opened after the programs are attached: every taskstats record has its BPF exit.
-    // Through the agent, its listener's records come with the rest.
-    let (taskstats, taskstats_unavailable) = match &kernel {
-        Kernel::Own(_) => open_taskstats(args.no_taskstats),
-        Kernel::Agent { .. } if args.no_taskstats => (None, Some("--no-taskstats".to_string())),
-        Kernel::Agent {
-            taskstats_error, ..
-        } => (None, taskstats_error.clone()),
-    };
-    let taskstats_on = taskstats.is_some() || taskstats_unavailable.is_none();
-    // Exits before the listener was registered have no taskstats record to match.
-    let taskstats_since_ns = crate::util::clock::monotonic_ns();
-    let (table, seeded) = seeded_table(&args, &filter, kernel.probes_mut(), attached_ns)?;
+    let (table, seeded) = seeded_table(&args, &filter, &mut *kernel, attached_ns)?;
     out.ancestry = args.ancestry;
     let cgroups = Cgroups::open();
     if verbose > 0 && !cgroups.available() {
@@ -170,7 +177,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     // What is watched goes before the table, so the header is the last line before the rows.
     crate::errln!(
         "spacetime: watching {}; {seeded} processes running; Ctrl-C to stop",
-        watched(&filter, &kernel, args.threads)
+        watched(&filter, &*kernel, args.threads)
     );
     // An output already closed stops the watch at its first exit, cleanly, with the summary
     // saying so: not an error before it starts.
@@ -192,19 +199,17 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     );
     let started = Instant::now();
     let io = Io {
-        ring,
         sigfd,
-        taskstats,
         metrics: metrics_listener,
         duration: args.duration,
     };
-    let stop = rt.block_on(w.consume(io, &kernel, logger.as_mut()))?;
+    let stop = rt.block_on(w.consume(io, &mut *kernel))?;
     let elapsed = started.elapsed();
     finish(
         &mut w,
         stop,
         elapsed,
-        &kernel,
+        &*kernel,
         taskstats_unavailable,
         summary_file,
         &args,
@@ -215,9 +220,9 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
 
 /// What is watched, in words: the filter's, narrowed to the user's own uid when the agent
 /// shows this user nothing else.
-fn watched(filter: &Filter, kernel: &Kernel, threads: bool) -> String {
+fn watched(filter: &Filter, kernel: &dyn KernelSource, threads: bool) -> String {
     const WHY: &str = "through the agent, a user who is not root sees only their own processes";
-    match kernel.only_uid() {
+    match kernel.sees_only_uid() {
         None => filter.describe(threads),
         Some(u) if filter.is_empty() => {
             let threads = if threads { ", threads included" } else { "" };
@@ -227,30 +232,11 @@ fn watched(filter: &Filter, kernel: &Kernel, threads: bool) -> String {
     }
 }
 
-/// The listener, or None and why.
-fn open_taskstats(
-    disabled: bool,
-) -> (
-    Option<crate::kernel::taskstats::TaskstatsListener>,
-    Option<String>,
-) {
-    if disabled {
-        return (None, Some("--no-taskstats".to_string()));
-    }
-    match crate::model::matcher::open_listener(TASKSTATS_RCVBUF) {
-        Ok(l) => (Some(l), None),
-        Err(e) => {
-            crate::errln!("spacetime: no taskstats cross-check: {e}");
-            (None, Some(e))
-        }
-    }
-}
-
 /// The live process table, seeded from /proc; and how many processes it found running.
 fn seeded_table(
     args: &WatchArgs,
     filter: &Filter,
-    mut probes: Option<&mut Probes>,
+    kernel: &mut dyn KernelSource,
     attached_ns: u64,
 ) -> anyhow::Result<(Table, usize)> {
     let mut table = Table::new(TableOptions {
@@ -264,10 +250,7 @@ fn seeded_table(
     // Inside a PID namespace with its own /proc, its pids are not the kernel's: seeding from
     // it would name strangers.
     // Through the agent, the client shares its PID namespace (the agent refuses others).
-    let kernel_pids = match probes.as_deref() {
-        Some(p) => crate::kernel::pidns::proc_has_kernel_pids(p),
-        None => crate::kernel::pidns::in_initial_namespace(),
-    };
+    let kernel_pids = kernel.proc_has_kernel_pids();
     let seeded = if kernel_pids {
         // Another user's argv is not read here either when the kernel filters by uid.
         let want_argv = |pid| {
@@ -291,9 +274,7 @@ fn seeded_table(
         // The kernel will send nothing about the others (--pid-tree loads its own programs).
         for pid in table.keep_tree_only() {
             // A process already gone is not an error: its exit was before the watch.
-            if let Some(p) = probes.as_deref_mut() {
-                let _ = p.track(pid);
-            }
+            let _ = kernel.track(pid);
         }
     }
     // The argv /proc gave was charged while seeding; what remains over is cut now.
@@ -316,17 +297,16 @@ fn serve_metrics(
 }
 
 /// What the summary says of the taskstats cross-check, when not just its figures.
-fn coverage_note(w: &Watch, unavailable: Option<&str>) -> Option<String> {
+fn coverage_note(w: &Watch, unavailable: Option<&Unavailable>) -> Option<String> {
     match &w.coverage {
         None => Some(match unavailable {
             Some(why) => format!("not checked ({why})"),
             None => "not checked".to_string(),
         }),
         // Registered, yet not one record while processes exited: they go elsewhere.
-        Some(c) if c.version == 0 && w.metrics.seen_processes > 0 => Some(format!(
-            "not checked ({})",
-            crate::model::matcher::NO_RECORDS
-        )),
+        Some(c) if c.version == 0 && w.metrics.seen_processes > 0 => {
+            Some(format!("not checked ({})", Unavailable::NoRecords))
+        }
         Some(c) if c.version > 0 && c.version < 12 => Some(format!(
             "{} matched (taskstats version {} cannot mark process ends: unmatched records \
              not counted)",
@@ -342,8 +322,8 @@ fn finish(
     w: &mut Watch,
     stop: Stop,
     elapsed: std::time::Duration,
-    kernel: &Kernel,
-    taskstats_unavailable: Option<String>,
+    kernel: &dyn KernelSource,
+    taskstats_unavailable: Option<Unavailable>,
     summary_file: Option<std::fs::File>,
     args: &WatchArgs,
     verbose: u8,
@@ -356,13 +336,13 @@ fn finish(
     {
         crate::errln!("spacetime: writing the output: {e}");
     }
-    let coverage_note = coverage_note(w, taskstats_unavailable.as_deref());
+    let coverage_note = coverage_note(w, taskstats_unavailable.as_ref());
     if stop == Stop::OutputClosed {
         crate::errln!("spacetime: stopped: the output was closed");
     } else if stop == Stop::AgentGone {
         crate::errln!(
             "spacetime: stopped: the agent went away ({}); exits after that were not seen (exit status {})",
-            kernel.agent_gone().unwrap_or_default(),
+            kernel.gone().unwrap_or_default(),
             crate::util::exit_code::EXIT_AGENT_GONE
         );
     } else if stop == Stop::OutputFailed {
@@ -380,9 +360,9 @@ fn finish(
         peaks: &w.peaks,
         table: w.table.stats,
         filtered: !w.filter.is_empty(),
-        taskstats_unavailable,
+        taskstats_unavailable: taskstats_unavailable.map(|u| u.to_string()),
         coverage_note,
-        agent_gone: kernel.agent_gone(),
+        agent_gone: kernel.gone(),
     };
     crate::util::term::err_raw(&summary::render(&fin));
     if verbose > 0 {

@@ -21,8 +21,8 @@ use super::{
 };
 use crate::{
     kernel::{
+        counters::CounterSource,
         events::Event,
-        loader::KernelLogger,
         taskstats::{TaskstatsError, TaskstatsListener, TaskstatsRecord},
     },
     model::{
@@ -31,7 +31,10 @@ use crate::{
         table::{Ancestor, Table},
         tree::ExitStatus,
     },
-    run::event_loop::{self, Consumer, Source},
+    run::{
+        event_loop::{self, Consumer, Source},
+        source::KernelSource,
+    },
 };
 
 /// How often loss counters are read and stale taskstats records expired.
@@ -40,9 +43,7 @@ const HOUSEKEEPING: Duration = Duration::from_secs(1);
 const TASKSTATS_GRACE: Duration = Duration::from_millis(300);
 
 pub(super) struct Io {
-    pub(super) ring: Box<dyn crate::run::event_loop::Records>,
     pub(super) sigfd: OwnedFd,
-    pub(super) taskstats: Option<TaskstatsListener>,
     pub(super) metrics: Option<MetricsListener>,
     pub(super) duration: Option<Duration>,
 }
@@ -132,16 +133,15 @@ impl Source for Option<MetricsListener> {
 }
 
 /// The watch as the event loop drives it.
-struct Looping<'w, 'p> {
+struct Looping<'w> {
     w: &'w mut Watch,
-    probes: &'p super::Kernel,
     last_housekeeping: Instant,
     enobufs_seen: u64,
     /// `--duration`'s end, CLOCK_MONOTONIC ns.
     deadline_ns: Option<u64>,
 }
 
-impl Consumer for Looping<'_, '_> {
+impl Consumer for Looping<'_> {
     type Extra = Option<MetricsListener>;
 
     fn event(&mut self, ev: Event) {
@@ -206,16 +206,16 @@ impl Consumer for Looping<'_, '_> {
         crate::errln!("spacetime: taskstats stopped: {e}");
     }
 
-    fn tick(&mut self, taskstats: Option<&TaskstatsListener>) {
+    fn tick(&mut self, taskstats: Option<&TaskstatsListener>, counters: &dyn CounterSource) {
         // Through an agent that went away nothing more comes: the watch ends, and says so.
-        if self.probes.agent_gone().is_some() {
+        if counters.gone().is_some() {
             self.w.stop.get_or_insert(Stop::AgentGone);
         }
         if self.last_housekeeping.elapsed() >= HOUSEKEEPING {
             self.last_housekeeping = Instant::now();
             self.w.table.verify_early(super::procfs::start_of);
             self.w
-                .housekeeping(self.probes, taskstats, &mut self.enobufs_seen);
+                .housekeeping(counters, taskstats, &mut self.enobufs_seen);
         }
     }
 
@@ -240,46 +240,38 @@ impl Watch {
     pub(super) async fn consume(
         &mut self,
         mut io: Io,
-        probes: &super::Kernel,
-        logger: Option<&mut KernelLogger>,
+        kernel: &mut dyn KernelSource,
     ) -> anyhow::Result<Stop> {
         let deadline_ns = io
             .duration
             .map(|d| crate::util::clock::monotonic_ns().saturating_add(d.as_nanos() as u64));
         let mut looping = Looping {
             w: self,
-            probes,
             last_housekeeping: Instant::now(),
             enobufs_seen: 0,
             deadline_ns,
         };
-        looping
-            .w
-            .housekeeping(probes, io.taskstats.as_ref(), &mut looping.enobufs_seen);
-        let mut lio = event_loop::Io {
-            ring: &mut *io.ring,
-            sigfd: io.sigfd.as_raw_fd(),
-            logger,
-            taskstats: io.taskstats.as_mut(),
-        };
+        let mut lio = kernel.io(io.sigfd.as_raw_fd());
+        looping.w.housekeeping(
+            lio.counters,
+            lio.taskstats.as_deref(),
+            &mut looping.enobufs_seen,
+        );
         event_loop::run(&mut lio, &mut looping, &mut io.metrics).await?;
-        if lio.taskstats.is_none() {
-            io.taskstats = None;
-        }
         let stop = looping.w.stop.unwrap_or(Stop::Duration);
         // What the kernel already wrote is reported, unless the count was reached or the
         // reader is gone.
         if matches!(stop, Stop::Signal(_) | Stop::Duration) {
             looping.w.stop = None;
             // Through an agent, what its programs wrote is fetched first.
-            io.ring.sync();
-            event_loop::drain(&mut *io.ring, &mut looping);
+            lio.ring.sync();
+            event_loop::drain(&mut *lio.ring, &mut looping);
             // Exec lines still waiting for argv go out with what arrived, rows still waiting
             // for a release with their exit figures.
             looping.w.write_execs(true, None);
             looping.w.write_ready(Instant::now(), true);
         }
-        if let Some(l) = io.taskstats.as_mut() {
+        if let Some(l) = lio.taskstats.as_deref_mut() {
             // Taskstats records of the exits reported may still be on their way. Exits after
             // the stop only cancel out their taskstats records: they were not reported.
             tokio::time::sleep(TASKSTATS_GRACE).await;
@@ -289,14 +281,14 @@ impl Watch {
             }
             looping.w.stop = None;
             looping.w.late = true;
-            event_loop::drain(&mut *io.ring, &mut looping);
+            event_loop::drain(&mut *lio.ring, &mut looping);
         }
         let Looping {
             w,
             mut enobufs_seen,
             ..
         } = looping;
-        w.housekeeping(probes, io.taskstats.as_ref(), &mut enobufs_seen);
+        w.housekeeping(lio.counters, lio.taskstats.as_deref(), &mut enobufs_seen);
         if let Some(c) = w.coverage.as_mut() {
             let _ = c.expire(Instant::now(), true);
         }
@@ -307,13 +299,13 @@ impl Watch {
     /// Loss counters, stale taskstats records, clock and terminal width.
     fn housekeeping(
         &mut self,
-        probes: &super::Kernel,
+        counters: &dyn CounterSource,
         taskstats: Option<&TaskstatsListener>,
         enobufs_seen: &mut u64,
     ) {
-        if let Some(c) = probes.counters() {
+        if let Some(c) = counters.current() {
             if c.ringbuf_lost > self.metrics.ringbuf_lost {
-                let whose = match probes.through_agent() {
+                let whose = match counters.through_agent() {
                     true => "the agent's ring buffer was full",
                     false => "the ring buffer was full (raise --ring-buffer)",
                 };

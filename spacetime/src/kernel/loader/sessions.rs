@@ -416,3 +416,11 @@ pub(super) fn remove_where<K: Pod, V: Pod>(
     }
     Ok(keys.len())
 }
+
+impl crate::kernel::counters::CounterSource for Probes {
+    fn current(&self) -> Option<KernelCounters> {
+        self.counters()
+            .map_err(|e| log::warn!("cannot read the kernel counters: {e}"))
+            .ok()
+    }
+}

@@ -47,8 +47,11 @@ pub enum ConnectError {
     #[error("no spacetime agent at {0}")]
     Absent(String),
     /// The agent answered no.
-    #[error("the spacetime agent refused: {0}")]
-    Refused(String),
+    #[error("the spacetime agent refused: {reason}")]
+    Refused {
+        code: proto::Refusal,
+        reason: String,
+    },
     #[error("talking to the spacetime agent at {path}: {source}")]
     Io {
         path: String,
@@ -83,8 +86,11 @@ pub fn instead(own: anyhow::Error, agent: ConnectError, path: &Path) -> anyhow::
 /// A refusal or failure while tracking, as one sentence.
 #[derive(Debug, thiserror::Error)]
 pub enum TrackError {
-    #[error("the spacetime agent refused: {0}")]
-    Refused(String),
+    #[error("the spacetime agent refused: {reason}")]
+    Refused {
+        code: proto::Refusal,
+        reason: String,
+    },
     #[error("the spacetime agent went away: {0}")]
     Gone(String),
 }
@@ -196,9 +202,15 @@ impl AgentConn {
                 conn.ready_ms = started.elapsed().as_secs_f64() * 1e3;
                 Ok(conn)
             }
-            Some(Msg::Refused { reason }) => Err(ConnectError::Refused(shown(&reason))),
+            Some(Msg::Refused { code, reason }) => Err(ConnectError::Refused {
+                code,
+                reason: shown(&reason),
+            }),
             _ => match conn.gone.take() {
-                Some(Gone::Refused(why)) => Err(ConnectError::Refused(why)),
+                Some(Gone::Refused(reason)) => Err(ConnectError::Refused {
+                    code: proto::Refusal::Other,
+                    reason,
+                }),
                 Some(why) => Err(ConnectError::NoAnswer { path: where_, why }),
                 None => Err(ConnectError::Protocol(where_)),
             },
@@ -216,7 +228,10 @@ impl AgentConn {
         loop {
             match self.recv_blocking(deadline) {
                 Some(Msg::Tracked { kernel_pid, level }) => return Ok((kernel_pid, level)),
-                Some(Msg::Refused { reason }) => return Err(TrackError::Refused(shown(&reason))),
+                Some(Msg::Refused { code, reason }) => {
+                    let reason = shown(&reason);
+                    return Err(TrackError::Refused { code, reason });
+                }
                 Some(m) => self.keep(m),
                 None => {
                     let why = self.gone.clone().unwrap_or(Gone::Silent);
@@ -245,7 +260,10 @@ impl AgentConn {
                     attach_ns,
                     memory_followed,
                 }) => return Ok((pids, attach_ns, memory_followed)),
-                Some(Msg::Refused { reason }) => return Err(TrackError::Refused(shown(&reason))),
+                Some(Msg::Refused { code, reason }) => {
+                    let reason = shown(&reason);
+                    return Err(TrackError::Refused { code, reason });
+                }
                 Some(m) => self.keep(m),
                 None => {
                     self.told = true;
@@ -373,7 +391,7 @@ impl AgentConn {
             Msg::End(e) => self.ended = Some(e),
             Msg::Counters(c) => self.counters.set(c),
             Msg::Shutdown { reason } => self.lost(Gone::Stopping(shown(&reason))),
-            Msg::Refused { reason } => self.lost(Gone::Refused(shown(&reason))),
+            Msg::Refused { reason, .. } => self.lost(Gone::Refused(shown(&reason))),
             other => log::debug!("agent: unexpected message {other:?}"),
         }
     }

@@ -36,6 +36,69 @@ pub mod want {
     pub const DELAYACCT: u8 = 0x80;
 }
 
+/// Why the agent refused: what a client may decide on (the text beside it is for people).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Refusal {
+    /// Anything not below.
+    Other = 0,
+    /// The client speaks another protocol version.
+    Version = 1,
+    /// The agent does not serve what was asked.
+    NotServed = 2,
+    /// The client is in another PID namespace than the agent.
+    Namespace = 3,
+    /// The agent serves as many connections, sessions or watches as it can.
+    Busy = 4,
+    /// The user holds as many as one user may.
+    UserLimit = 5,
+    /// A malformed message, or one out of order: the connection ends.
+    Protocol = 6,
+    /// The process was not proven the client's to trace (not its child, another user's,
+    /// exec'd, gone, a thread…).
+    NotProven = 7,
+    /// The agent could not do it (loading, tracking).
+    Failed = 8,
+}
+
+impl Refusal {
+    fn from_u8(v: u8) -> Refusal {
+        match v {
+            1 => Refusal::Version,
+            2 => Refusal::NotServed,
+            3 => Refusal::Namespace,
+            4 => Refusal::Busy,
+            5 => Refusal::UserLimit,
+            6 => Refusal::Protocol,
+            7 => Refusal::NotProven,
+            8 => Refusal::Failed,
+            _ => Refusal::Other,
+        }
+    }
+}
+
+/// Whether the agent's taskstats records come, and if not, why (its listener's state).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u8)]
+pub enum TaskstatsState {
+    #[default]
+    Available = 0,
+    /// The agent runs outside the host's network namespace.
+    OtherNetNamespace = 1,
+    /// Opening or registering its listener failed ([`Welcome::taskstats_error`] says how).
+    Failed = 2,
+}
+
+impl TaskstatsState {
+    fn from_u8(v: u8) -> TaskstatsState {
+        match v {
+            0 => TaskstatsState::Available,
+            1 => TaskstatsState::OtherNetNamespace,
+            _ => TaskstatsState::Failed,
+        }
+    }
+}
+
 /// What the agent tells a client once it has a session.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Welcome {
@@ -49,7 +112,9 @@ pub struct Welcome {
     pub load_us: u64,
     /// The agent's taskstats receive buffer; 0 when it has no listener.
     pub taskstats_rcvbuf_bytes: u32,
-    /// Why the agent has no taskstats listener (empty: it has one).
+    /// Whether its taskstats records come.
+    pub taskstats: TaskstatsState,
+    /// How its listener failed, for people ([`TaskstatsState::Failed`]).
     pub taskstats_error: Vec<u8>,
     /// The kernel mechanisms in use, as `-v` lists them.
     pub mechanisms: Vec<Vec<u8>>,
@@ -98,8 +163,8 @@ pub enum Msg {
     Finish,
     /// Agent: the session is open.
     Welcome(Welcome),
-    /// Agent: one sentence saying why not; the connection ends.
-    Refused { reason: Vec<u8> },
+    /// Agent: why not, as a code and one sentence; a refused hello ends the connection.
+    Refused { code: Refusal, reason: Vec<u8> },
     /// Agent: the child is tracked; its pid as the agent's PID namespace numbers it (the
     /// kernel's, when the agent runs in the initial one), and how many namespaces below the
     /// agent's the client's is.
@@ -347,7 +412,11 @@ impl Msg {
                 encode_pids(w, pids).0
             }
             Msg::Welcome(w) => encode_welcome(w),
-            Msg::Refused { reason } => Writer::new(ty::REFUSED).bytes(reason, MAX_TEXT).0.clone(),
+            Msg::Refused { code, reason } => Writer::new(ty::REFUSED)
+                .u8(*code as u8)
+                .bytes(reason, MAX_TEXT)
+                .0
+                .clone(),
             Msg::Tracked { kernel_pid, level } => Writer::new(ty::TRACKED)
                 .u32(*kernel_pid)
                 .u32(*level)
@@ -423,6 +492,7 @@ impl Msg {
             }
             ty::WELCOME => Msg::Welcome(parse_welcome(&mut r)?),
             ty::REFUSED => Msg::Refused {
+                code: Refusal::from_u8(r.u8("code")?),
                 reason: r.bytes(MAX_TEXT, "reason")?.to_vec(),
             },
             ty::TRACKED => Msg::Tracked {
@@ -487,6 +557,7 @@ fn encode_welcome(w: &Welcome) -> Vec<u8> {
         .u64(w.load_us)
         .u32(w.taskstats_rcvbuf_bytes)
         .u32(w.sees_uid)
+        .u8(w.taskstats as u8)
         .bytes(&w.taskstats_error, MAX_TEXT);
     let n = w.mechanisms.len().min(MAX_MECHANISMS);
     out.u32(n as u32);
@@ -505,6 +576,7 @@ fn parse_welcome(r: &mut Reader<'_>) -> Result<Welcome, ProtoError> {
         load_us: r.u64("load time")?,
         taskstats_rcvbuf_bytes: r.u32("taskstats buffer")?,
         sees_uid: r.u32("whose processes")?,
+        taskstats: TaskstatsState::from_u8(r.u8("taskstats state")?),
         taskstats_error: r.bytes(MAX_TEXT, "taskstats error")?.to_vec(),
         mechanisms: Vec::new(),
     };

@@ -45,11 +45,13 @@ fn samples() -> Vec<Msg> {
             ring_buffer_bytes: 1 << 22,
             load_us: 81_000,
             taskstats_rcvbuf_bytes: 1 << 24,
-            taskstats_error: Vec::new(),
+            taskstats: super::TaskstatsState::Failed,
+            taskstats_error: b"no netlink".to_vec(),
             mechanisms: vec![b"raw tracepoints".to_vec(), b"\x1b[31mx\xff".to_vec()],
             sees_uid: 1000,
         }),
         Msg::Refused {
+            code: super::Refusal::NotProven,
             reason: b"the process is not your child".to_vec(),
         },
         Msg::Tracked {

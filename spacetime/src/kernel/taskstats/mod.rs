@@ -111,6 +111,50 @@ pub struct ListenerStats {
     pub forced: bool,
 }
 
+/// Why no taskstats records come. Rendered as a sentence at the edge (the report's
+/// `unavailable_reason`, the summary, `watch`'s coverage line); decided on as this type.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unavailable {
+    /// `--no-taskstats`.
+    #[error("--no-taskstats")]
+    Disabled,
+    /// The kernel sends exit records to listeners in the initial network namespace only.
+    #[error("spacetime runs outside the host's network namespace, and the kernel sends taskstats records only there")]
+    OtherNetNamespace,
+    /// Opening or registering the listener failed.
+    #[error("{0}")]
+    Open(String),
+    /// The agent has no listener, for the reason it gives.
+    #[error("{0}")]
+    Agent(String),
+    /// A listener that registered fine heard nothing while processes exited.
+    #[error(
+        "no taskstats record arrived: the kernel sends them only to the host's network namespace"
+    )]
+    NoRecords,
+}
+
+/// The taskstats listener of `trace`, `watch` and the agent (`rcvbuf_bytes` of receive
+/// buffer), or why there is none.
+pub fn open_listener(rcvbuf_bytes: usize) -> Result<TaskstatsListener, Unavailable> {
+    // A listener elsewhere than the initial network namespace (a container) registers fine
+    // and then hears nothing.
+    let netns = |pid: &str| {
+        std::fs::metadata(format!("/proc/{pid}/ns/net"))
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+    };
+    if let (Ok(own), Ok(init)) = (netns("self"), netns("1")) {
+        if own != init {
+            return Err(Unavailable::OtherNetNamespace);
+        }
+    }
+    let opts = ListenerOptions {
+        rcvbuf_bytes,
+        ..ListenerOptions::default()
+    };
+    TaskstatsListener::open(opts).map_err(|e| Unavailable::Open(e.to_string()))
+}
+
 /// A registered taskstats exit listener. Deregisters (best effort) when dropped.
 #[derive(Debug)]
 pub struct TaskstatsListener {

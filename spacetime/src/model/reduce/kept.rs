@@ -3,24 +3,22 @@
 //! namespace's, from the fork records (the keys stay the kernel's).
 
 use super::{adopt::Adopted, Process, Store};
-use crate::{
-    model::process::Key,
-    util::idhash::{IdMap, IdSet},
-};
+use crate::model::process::Key;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 #[derive(Debug, Default)]
 pub(super) struct Kept {
     pub(super) procs: Vec<Process>,
-    pub(super) index: IdMap<Key, usize>,
+    pub(super) index: FxHashMap<Key, usize>,
     /// Every tgid seen, for filtering other sources (taskstats) by process.
-    pub(super) tgids: IdSet<u32>,
+    pub(super) tgids: FxHashSet<u32>,
     root_pid: u32,
     root_ppid: u32,
     /// spacetime runs inside a PID namespace: the root's pid there.
     pub(super) root_ns_pid: Option<u32>,
     root: Option<usize>,
     /// Processes that predate an attach, by tgid, until a record names them.
-    pub(super) adopted: IdMap<u32, Adopted>,
+    pub(super) adopted: FxHashMap<u32, Adopted>,
 }
 
 impl Kept {

@@ -18,13 +18,11 @@ use super::{
     budget::Budget,
     Image, Process, Stats, Store,
 };
-use crate::{
-    model::{
-        cputime,
-        process::{proc_start_slack_ns, same_start, Key, Names},
-    },
-    util::idhash::IdMap,
+use crate::model::{
+    cputime,
+    process::{proc_start_slack_ns, same_start, Key, Names},
 };
+use rustc_hash::FxHashMap;
 
 /// Images left by exec kept per process with `images` (the last ones; older are counted).
 pub const MAX_IMAGES: usize = 32;
@@ -160,12 +158,12 @@ impl Tracked {
 
 #[derive(Debug)]
 pub(super) struct LiveSet {
-    pub(super) map: IdMap<u32, Tracked>,
+    pub(super) map: FxHashMap<u32, Tracked>,
     pub(super) opts: LiveOptions,
-    pub(super) ghosts: IdMap<u32, Ghost>,
+    pub(super) ghosts: FxHashMap<u32, Ghost>,
     pub(super) ghost_order: VecDeque<(u32, u64)>,
     /// (tgid → start) of the last processes that ended, oldest first in `ended_order`.
-    ended: IdMap<u32, u64>,
+    ended: FxHashMap<u32, u64>,
     ended_order: VecDeque<u32>,
     /// Processes made by a record but started before every program was attached, to be
     /// checked against /proc once (`verify_early`).
@@ -182,11 +180,11 @@ pub(super) struct LiveSet {
 impl LiveSet {
     pub(super) fn new(opts: LiveOptions) -> LiveSet {
         LiveSet {
-            map: IdMap::default(),
+            map: FxHashMap::default(),
             opts,
-            ghosts: IdMap::default(),
+            ghosts: FxHashMap::default(),
             ghost_order: VecDeque::new(),
-            ended: IdMap::default(),
+            ended: FxHashMap::default(),
             ended_order: VecDeque::new(),
             early: Vec::new(),
             attached_ns: 0,

@@ -1,0 +1,245 @@
+//! A `spacetime agent`'s programs, reached over its socket: the records, taskstats
+//! datagrams and counters of this client's session come on the connection.
+
+use std::{
+    cell::Cell,
+    os::fd::{AsFd, OwnedFd},
+    rc::Rc,
+};
+
+use super::{EndFigures, KernelSource, Provenance, TaskstatsFeed};
+use crate::{
+    kernel::{
+        counters::{CounterSource, KernelCounters},
+        loader::{LearnedPid, LoadError},
+        pidns,
+        remote::{
+            client::{AgentConn, Gone},
+            proto,
+        },
+        taskstats::{ListenerStats, Unavailable},
+    },
+    report::selfstats::OwnCost,
+    run::{
+        attach::{self, Attached},
+        event_loop::Io,
+        launch::Held,
+        RunError,
+    },
+};
+
+pub struct AgentSource {
+    conn: AgentConn,
+    /// What the connection learns while the loop runs, shared with it.
+    news: AgentNews,
+}
+
+/// The counters the agent last sent, and why it went away once it did (shared with the
+/// connection, which updates them).
+struct AgentNews {
+    counters: Rc<Cell<KernelCounters>>,
+    gone: Rc<std::cell::RefCell<Option<Gone>>>,
+}
+
+impl CounterSource for AgentNews {
+    fn current(&self) -> Option<KernelCounters> {
+        Some(self.counters.get())
+    }
+    fn through_agent(&self) -> bool {
+        true
+    }
+    fn gone(&self) -> Option<String> {
+        self.gone.borrow().as_ref().map(ToString::to_string)
+    }
+}
+
+impl AgentSource {
+    pub fn new(conn: AgentConn) -> Self {
+        AgentSource {
+            news: AgentNews {
+                counters: conn.counters.clone(),
+                gone: conn.gone_news.clone(),
+            },
+            conn,
+        }
+    }
+}
+
+impl KernelSource for AgentSource {
+    fn provenance(&self) -> Provenance {
+        Provenance::Agent
+    }
+
+    fn rss_tracking(&self) -> bool {
+        self.conn.welcome.rss_tracking
+    }
+
+    fn cpu_at_release(&self) -> bool {
+        self.conn.welcome.cpu_at_release
+    }
+
+    fn ring_buffer_bytes(&self) -> u32 {
+        self.conn.welcome.ring_buffer_bytes
+    }
+
+    fn load_ms(&self) -> f64 {
+        self.conn.ready_ms
+    }
+
+    fn mechanisms(&self) -> Vec<String> {
+        let w = &self.conn.welcome;
+        let mut m = vec![format!(
+            "programs of spacetime agent (session {}), loaded once by it",
+            w.session
+        )];
+        m.extend(
+            w.mechanisms
+                .iter()
+                .map(|l| String::from_utf8_lossy(l).into_owned()),
+        );
+        m
+    }
+
+    fn taskstats(&self) -> TaskstatsFeed {
+        let w = &self.conn.welcome;
+        match w.taskstats {
+            proto::TaskstatsState::Available => TaskstatsFeed::Agent,
+            proto::TaskstatsState::OtherNetNamespace => {
+                TaskstatsFeed::Unavailable(Unavailable::OtherNetNamespace)
+            }
+            proto::TaskstatsState::Failed => TaskstatsFeed::Unavailable(Unavailable::Agent(
+                String::from_utf8_lossy(&w.taskstats_error).into_owned(),
+            )),
+        }
+    }
+
+    fn taskstats_stats(&self) -> ListenerStats {
+        self.conn.taskstats_stats()
+    }
+
+    fn counters(&self) -> Option<KernelCounters> {
+        Some(self.news.counters.get())
+    }
+
+    fn sees_only_uid(&self) -> Option<u32> {
+        match self.conn.welcome.sees_uid {
+            proto::SEES_ALL => None,
+            uid => Some(uid),
+        }
+    }
+
+    fn own_cost(&self) -> OwnCost {
+        OwnCost {
+            load_us: (self.conn.ready_ms * 1e3) as u64,
+            ..OwnCost::measure_process()
+        }
+    }
+
+    fn own_pid_program(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+
+    fn proc_has_kernel_pids(&self) -> bool {
+        // The client shares its PID namespace with the agent (the agent refuses others).
+        pidns::in_initial_namespace()
+    }
+
+    fn begin(&mut self) -> Result<(), RunError> {
+        // The agent cleared the session's kernel state when the last run finished.
+        let stale = self.conn.discard();
+        if stale > 0 {
+            log::debug!("{stale} records of earlier runs discarded");
+        }
+        Ok(())
+    }
+
+    fn track_root(&mut self, held: &Held) -> anyhow::Result<LearnedPid> {
+        let pidfd = pidfd_open(held.pid)?;
+        let (kernel_pid, level) = self.conn.track(pidfd.as_fd())?;
+        Ok(LearnedPid { kernel_pid, level })
+    }
+
+    fn track(&mut self, pid: u32) -> anyhow::Result<()> {
+        // The agent tracks only what a client proves is its own (a pidfd, or `attach`).
+        anyhow::bail!("tracking process {pid} by pid is not offered through the agent")
+    }
+
+    fn attach(&mut self, pids: &[u32]) -> Result<Attached, RunError> {
+        let other = |e: anyhow::Error| RunError::Other(e);
+        let (tracked, attach_ns, memory_followed) =
+            self.conn.attach(pids).map_err(|e| other(e.into()))?;
+        // What the report shows of each process is read here, as the client sees it (its
+        // own processes); the agent only made the kernel follow them.
+        let caller = attach::caller();
+        let mut targets = Vec::new();
+        let mut skipped = Vec::new();
+        for pid in tracked {
+            match attach::Target::hold(pid, caller) {
+                Ok(t) => targets.push(t),
+                Err(e) => skipped.push((pid, e)),
+            }
+        }
+        if targets.first().map(|t| t.pid) != pids.first().copied() {
+            return Err(other(anyhow::anyhow!(
+                "process {} ended while it was being attached to",
+                pids.first().copied().unwrap_or(0)
+            )));
+        }
+        Ok(Attached {
+            targets,
+            skipped,
+            attach_ns,
+            memory_followed,
+        })
+    }
+
+    fn io(&mut self, sigfd: std::os::fd::RawFd) -> Io<'_> {
+        Io {
+            ring: &mut self.conn,
+            sigfd,
+            logger: None,
+            taskstats: None,
+            counters: &self.news,
+        }
+    }
+
+    fn end_run(&mut self, _baseline: &KernelCounters, _live: bool) -> EndFigures {
+        let a = &mut self.conn;
+        let end = a.finish();
+        a.tell_if_gone();
+        let mms = match (&end.end, a.gone()) {
+            (None, Some(why)) => Err(format!("the agent went away: {why}")),
+            _ => Ok(end.mms),
+        };
+        let e = end.end.unwrap_or_default();
+        let mut counters = e.counters;
+        // Dropped for a slow reader: lost, in the agent's queue, not in a ring.
+        counters.agent_queue_full += e.dropped_records;
+        EndFigures {
+            counters,
+            tree_rss: end.end.map(|e| e.tree_rss),
+            mms,
+        }
+    }
+
+    fn untrack_all(&mut self) -> Result<usize, LoadError> {
+        // Done by the agent when the run finished.
+        Ok(0)
+    }
+
+    fn gone(&self) -> Option<String> {
+        self.conn.gone().map(ToString::to_string)
+    }
+}
+
+/// A pidfd for our child `pid` (ours and unreaped: the pid cannot have been reused).
+fn pidfd_open(pid: libc::pid_t) -> std::io::Result<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain syscall; the result is a new descriptor we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}

@@ -1,0 +1,173 @@
+//! Programs loaded by this process: its ring buffer, its taskstats listener, its counters.
+
+use std::os::fd::RawFd;
+
+use aya::maps::{MapData, RingBuf};
+
+use super::{EndFigures, KernelSource, Provenance, TaskstatsFeed};
+use crate::{
+    kernel::{
+        counters::{CounterSource, KernelCounters},
+        loader::{KernelLogger, LearnedPid, LoadError, LoadOptions, Probes},
+        pidns,
+        taskstats::{self, ListenerStats, TaskstatsListener, Unavailable},
+    },
+    report::selfstats::OwnCost,
+    run::{
+        attach::{self, Attached},
+        event_loop::{self, Io},
+        launch::Held,
+        RunError,
+    },
+};
+
+pub struct OwnSource {
+    probes: Probes,
+    ring: RingBuf<MapData>,
+    logger: Option<KernelLogger>,
+    /// The listener, or why there is none.
+    taskstats: Result<TaskstatsListener, Unavailable>,
+}
+
+impl OwnSource {
+    /// Loads and attaches the programs, then opens the taskstats listener (after the
+    /// programs: every record it receives has its exit record), with a receive buffer of
+    /// `taskstats_buffer` bytes (None: no listener, as `--no-taskstats` asks).
+    pub fn open(load: &LoadOptions, taskstats_buffer: Option<usize>) -> anyhow::Result<Self> {
+        Self::with(Probes::load(load)?, taskstats_buffer)
+    }
+
+    /// Programs already loaded (a watch loads its own with the filter's options).
+    pub fn with(mut probes: Probes, taskstats_buffer: Option<usize>) -> anyhow::Result<Self> {
+        Ok(OwnSource {
+            ring: probes.take_events()?,
+            logger: probes.take_logger(),
+            probes,
+            taskstats: match taskstats_buffer {
+                Some(bytes) => taskstats::open_listener(bytes),
+                None => Err(Unavailable::Disabled),
+            },
+        })
+    }
+}
+
+impl KernelSource for OwnSource {
+    fn provenance(&self) -> Provenance {
+        Provenance::Own
+    }
+
+    fn rss_tracking(&self) -> bool {
+        self.probes.rss_tracking
+    }
+
+    fn cpu_at_release(&self) -> bool {
+        self.probes.cpu_at_release
+    }
+
+    fn ring_buffer_bytes(&self) -> u32 {
+        self.probes.ring_buffer_bytes
+    }
+
+    fn load_ms(&self) -> f64 {
+        self.probes.load_ms
+    }
+
+    fn mechanisms(&self) -> Vec<String> {
+        self.probes.mechanisms.clone()
+    }
+
+    fn taskstats(&self) -> TaskstatsFeed {
+        match &self.taskstats {
+            Ok(_) => TaskstatsFeed::Listener,
+            Err(why) => TaskstatsFeed::Unavailable(why.clone()),
+        }
+    }
+
+    fn taskstats_stats(&self) -> ListenerStats {
+        self.taskstats
+            .as_ref()
+            .map(|l| l.stats())
+            .unwrap_or_default()
+    }
+
+    fn counters(&self) -> Option<KernelCounters> {
+        self.probes.current()
+    }
+
+    fn own_cost(&self) -> OwnCost {
+        OwnCost::measure(&self.probes)
+    }
+
+    fn own_pid_program(&self) -> Option<RawFd> {
+        self.probes.own_pid_program()
+    }
+
+    fn proc_has_kernel_pids(&self) -> bool {
+        pidns::proc_has_kernel_pids(&self.probes)
+    }
+
+    fn begin(&mut self) -> Result<(), RunError> {
+        self.probes.untrack_all()?;
+        self.probes.reset_run_state()?;
+        let stale = event_loop::discard(&mut self.ring);
+        let mut batch = Vec::new();
+        if let Ok(t) = self.taskstats.as_mut() {
+            if let Err(e) = t.drain(&mut batch) {
+                log::debug!("taskstats: {e}");
+            }
+        }
+        if stale + batch.len() > 0 {
+            log::debug!(
+                "{stale} records and {} taskstats records of earlier runs discarded",
+                batch.len()
+            );
+        }
+        Ok(())
+    }
+
+    fn track_root(&mut self, held: &Held) -> anyhow::Result<LearnedPid> {
+        let r = crate::run::session::root_kernel_pid(&self.probes, held)?;
+        self.probes.track(r.kernel_pid)?;
+        Ok(r)
+    }
+
+    fn track(&mut self, pid: u32) -> anyhow::Result<()> {
+        Ok(self.probes.track(pid)?)
+    }
+
+    fn attach(&mut self, pids: &[u32]) -> Result<Attached, RunError> {
+        attach::attach(&mut self.probes, pids, 0).map_err(|e| RunError::Other(e.into()))
+    }
+
+    fn io(&mut self, sigfd: RawFd) -> Io<'_> {
+        Io {
+            ring: &mut self.ring,
+            sigfd,
+            logger: self.logger.as_mut(),
+            taskstats: self.taskstats.as_mut().ok(),
+            counters: &self.probes,
+        }
+    }
+
+    fn end_run(&mut self, baseline: &KernelCounters, live: bool) -> EndFigures {
+        EndFigures {
+            counters: self
+                .counters()
+                .map(|c| c.since(baseline))
+                .unwrap_or_default(),
+            tree_rss: self.probes.tree_rss().ok(),
+            mms: match live {
+                true => self.probes.followed_mms().map_err(|e| e.to_string()),
+                false => Ok(Vec::new()),
+            },
+        }
+    }
+
+    fn untrack_all(&mut self) -> Result<usize, LoadError> {
+        self.probes.untrack_all()
+    }
+
+    fn gone(&self) -> Option<String> {
+        None
+    }
+}
