@@ -20,10 +20,12 @@ use serde::Deserialize;
 use serde_json::Value;
 
 pub mod agent;
+pub mod attack;
 pub mod chart;
 pub mod openmetrics;
 pub mod prometheus;
 pub mod python;
+pub mod raw;
 mod report;
 mod truth;
 pub mod watch;

@@ -6,7 +6,7 @@
 //! The caller may read a process when the process's real, effective and saved uids are all
 //! the caller's, and so are its real, effective and saved gids; when the process is dumpable
 //! (a setuid, setgid or file-capability exec, or an exec of a file the user cannot read,
-//! clears that; /proc shows it as the owner of /proc/PID: root when not dumpable); and when
+//! clears that; /proc shows it as the owner of /proc/PID/status: root when not dumpable); and
 //! the process holds no permitted capability the caller lacks. What ptrace adds beyond (LSMs,
 //! Yama's scope, CAP_SYS_PTRACE in the target's user namespace) is not applied: each can only
 //! refuse more.
@@ -116,10 +116,11 @@ pub fn status(pid: u32) -> std::io::Result<Status> {
     })
 }
 
-/// Whether process `pid` is dumpable: the kernel makes /proc/PID owned by root when it is
-/// not (`task_dump_owner`), by its effective uid when it is.
+/// Whether process `pid` is dumpable: the kernel makes the files of /proc/PID owned by root
+/// when it is not (`task_dump_owner`; /proc/PID itself keeps the effective ids), by its
+/// effective uid and gid when it is.
 pub fn dumpable_owner(pid: u32) -> std::io::Result<(u32, u32)> {
-    let m = std::fs::metadata(format!("/proc/{pid}"))?;
+    let m = std::fs::metadata(format!("/proc/{pid}/status"))?;
     Ok((m.uid(), m.gid()))
 }
 

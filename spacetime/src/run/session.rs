@@ -414,9 +414,10 @@ impl Session {
                 "the agent went away during the run ({why}): records after that are missing, kernel counters and the tree-wide peak unknown"
             ));
         }
-        // Processes whose end the agent never sent: each lost at least its exit.
+        // Processes whose end the agent never sent: each lost at least its exit (the root's
+        // too when not even its first record came).
         let unseen_ends = match agent_gone {
-            Some(_) => tree.live() as u64,
+            Some(_) => tree.live() as u64 + u64::from(tree.root().is_none()),
             None => 0,
         };
         if rss_tracking && tree.live() > 0 {

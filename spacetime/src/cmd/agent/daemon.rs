@@ -42,8 +42,8 @@ const READS_PER_ROUND: usize = 64;
 /// A connection that has not said hello by then is closed.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// A session with nothing traced, or a client that reads nothing of what waits for it, is
-/// closed after this long without a sign of life.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// closed after this long without a sign of life (`--idle-timeout`).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `spacetime agent [--socket PATH]`.
 #[derive(Debug, clap::Args)]
@@ -58,6 +58,11 @@ pub struct AgentArgs {
     #[arg(long, value_name = "N", default_value_t = PROCESSES_PER_SESSION,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub session_limit: u32,
+    /// Seconds a connection may hold a session with nothing traced, or leave what waits for
+    /// it unread, before the agent closes it
+    #[arg(long, value_name = "SECS", default_value_t = IDLE_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout: u64,
 }
 
 /// Entry point of the subcommand: 0 after a SIGTERM, SIGINT or SIGHUP, 125 when it cannot
@@ -80,6 +85,7 @@ pub(super) struct Agent {
     pub welcome: Welcome,
     /// Processes per non-root session, and per non-root user.
     pub session_limit: u32,
+    idle_timeout: Duration,
     pub clients: Vec<Client>,
     /// Which session each traced process belongs to, for taskstats datagrams.
     pub owners: Owners,
@@ -104,6 +110,10 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
         .unwrap_or_else(crate::kernel::remote::socket_path);
     // Before any thread: every thread inherits the blocked signals.
     let sigfd = crate::util::signals::signal_fd(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
+    // First: a socket path that cannot be used safely stops the agent before it loads
+    // anything (a client connecting meanwhile waits in the backlog).
+    let listener =
+        Listener::open(&path).with_context(|| format!("listening on {}", path.display()))?;
     let mut probes = Probes::load(&LoadOptions {
         ring_buffer_bytes: 16 << 20,
         track_rss: true,
@@ -113,8 +123,6 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
     let taskstats = crate::kernel::taskstats::open_listener(16 << 20);
     // An agent killed before may have left delay accounting on for its clients.
     crate::run::delayacct::repair_left();
-    let listener =
-        Listener::open(&path).with_context(|| format!("listening on {}", path.display()))?;
     let welcome = Welcome {
         session: 0,
         rss_tracking: probes.rss_tracking,
@@ -150,6 +158,7 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
         taskstats: taskstats.ok(),
         welcome,
         session_limit: args.session_limit,
+        idle_timeout: Duration::from_secs(args.idle_timeout),
         clients: Vec::new(),
         owners: Owners::default(),
         rss_following: false,
@@ -223,6 +232,7 @@ fn pollfd(fd: BorrowedFd<'_>, events: libc::c_short) -> libc::pollfd {
 impl Agent {
     fn run(&mut self, listener: BorrowedFd<'_>, sigfd: BorrowedFd<'_>) -> anyhow::Result<()> {
         let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
+        let mut shared = Instant::now();
         loop {
             let listen = if self.accept.listening() {
                 libc::POLLIN
@@ -271,6 +281,11 @@ impl Agent {
             }
             self.close_idle();
             self.remove_closed();
+            // Runs that shrank give their room back to the others of their user.
+            if shared.elapsed() >= Duration::from_secs(1) {
+                shared = Instant::now();
+                self.share_tracking_map();
+            }
             if let Some(l) = self.logger.as_mut() {
                 l.flush();
             }
@@ -361,21 +376,18 @@ impl Agent {
     }
 
     /// Closes the connections that hold a slot without using it: no hello in time, a
-    /// session with nothing traced and no message for [`IDLE_TIMEOUT`], or records waiting
+    /// session with nothing traced and no message for `--idle-timeout`, or records waiting
     /// that the client has not read for as long.
     fn close_idle(&mut self) {
         let now = Instant::now();
+        let idle = self.idle_timeout;
         for c in self.clients.iter_mut().filter(|c| !c.closed) {
             let quiet = now.duration_since(c.active);
             let why = if c.session.is_none() && quiet >= HELLO_TIMEOUT {
                 "it said no hello in time"
-            } else if c.session.is_some()
-                && c.run.is_none()
-                && c.seat.is_none()
-                && quiet >= IDLE_TIMEOUT
-            {
+            } else if c.session.is_some() && c.run.is_none() && c.seat.is_none() && quiet >= idle {
                 "its session was idle"
-            } else if c.wants_to_write() && quiet >= IDLE_TIMEOUT {
+            } else if c.wants_to_write() && quiet >= idle {
                 "it read nothing of what waits for it"
             } else {
                 continue;

@@ -426,11 +426,11 @@ impl Agent {
         }
     }
 
-    /// Each non-root user's share of the tracking map: the session limit, split evenly
-    /// between the user's runs (those with a run, and `starting`, about to have one). A run
-    /// that has more processes than its share when another starts keeps them, but the kernel
-    /// tracks none of its forks until it is back under: the user's total never grows past
-    /// the limit (or past what it was). The kernel checks each session's limit at each fork.
+    /// Each non-root user's share of the tracking map: the session limit for all the user's
+    /// runs together (those with a run, and `starting`, about to have one). What the runs
+    /// have not taken yet is split evenly between them: each may grow to what it has now
+    /// plus its part, so together they never pass the limit. Recomputed as runs start and
+    /// end; the kernel checks each session's limit at each fork.
     pub(super) fn share_tracking_map(&mut self) {
         self.share_tracking_map_with(None);
     }
@@ -439,9 +439,17 @@ impl Agent {
         let running = |c: &super::clients::Client| {
             c.session.is_some() && (c.run.is_some() || c.session == starting)
         };
-        let mut runs: std::collections::HashMap<u32, u32> = Default::default();
+        // Per principal: its runs, and the processes they have tracked now.
+        let mut runs: std::collections::HashMap<u32, (u32, i64)> = Default::default();
+        let live = |s: Option<SessionId>| {
+            s.and_then(|s| self.probes.live_processes_of(s).ok())
+                .unwrap_or(0)
+                .max(0)
+        };
         for c in self.clients.iter().filter(|c| running(c)) {
-            *runs.entry(c.principal).or_default() += 1;
+            let e = runs.entry(c.principal).or_default();
+            e.0 += 1;
+            e.1 += live(c.session);
         }
         let shares: Vec<(SessionId, u32)> = (0..self.clients.len())
             .filter(|&i| running(&self.clients[i]))
@@ -449,7 +457,11 @@ impl Agent {
                 let c = &self.clients[i];
                 let share = match c.principal {
                     0 => 0,
-                    p => (self.session_limit / runs[&p]).max(1),
+                    p => {
+                        let (n, taken) = runs[&p];
+                        let left = (i64::from(self.session_limit) - taken).max(0);
+                        (live(c.session) + left / i64::from(n)).max(1) as u32
+                    }
                 };
                 let limit = match (self.limit_for(i), share) {
                     (0, s) | (s, 0) => s,

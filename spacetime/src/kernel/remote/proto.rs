@@ -629,6 +629,18 @@ fn parse_records(r: &mut Reader<'_>) -> Result<Vec<Vec<u8>>, ProtoError> {
     Ok(out)
 }
 
+/// The (pid, real uid) of each record in a taskstats datagram as [`Msg::Taskstats`] carries
+/// it (a thread group's record names no one: pid 0). What a client can learn from one.
+pub fn datagram_identities(datagram: &[u8]) -> Vec<(u32, u32)> {
+    let mut records = Vec::new();
+    crate::kernel::taskstats::parse_messages(
+        datagram,
+        &mut records,
+        &mut crate::kernel::taskstats::ListenerStats::default(),
+    );
+    records.iter().map(|r| (r.ac_pid, r.ac_uid)).collect()
+}
+
 /// Bytes a [`Msg::Records`] takes for records of these sizes so far, to know when to start
 /// another message: `header` for the type and count, 4 per record for its length.
 pub fn records_fit(used: usize, next_len: usize) -> bool {
