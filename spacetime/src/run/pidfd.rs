@@ -16,7 +16,7 @@
 use rustc_hash::FxHashSet;
 use std::{
     io,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::fd::{AsRawFd, OwnedFd},
 };
 
 /// What `/proc/PID/stat` says about a pinned process.
@@ -106,18 +106,11 @@ pub struct Pinned {
 impl Pinned {
     /// Pins whichever process holds `pid` now (None if none does).
     pub fn open(pid: u32) -> io::Result<Option<Pinned>> {
-        // SAFETY: plain syscall; the result is a new descriptor we own.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::ESRCH) => Ok(None),
-                _ => Err(e),
-            };
+        match open_pidfd(pid) {
+            Ok(fd) => Ok(Some(Pinned { fd, pid })),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(None),
+            Err(e) => Err(e),
         }
-        // SAFETY: a fresh descriptor.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        Ok(Some(Pinned { fd, pid }))
     }
 
     /// A pidfd received from elsewhere (a client of the agent passed it), for `pid`, the pid
@@ -135,14 +128,13 @@ impl Pinned {
     /// its process has exited (zombie or reaped), never before. A /proc reading made by pid
     /// before this says true was of the pinned process: its pid is freed only after it exits.
     pub fn running(&self) -> bool {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let mut pfd = [PollFd::new(&self.fd, PollFlags::IN)];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
         };
-        // SAFETY: one valid pollfd, no wait.
-        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-        n == 0
+        matches!(poll(&mut pfd, Some(&now)), Ok(0))
     }
 
     /// Whether the pinned process is the one started at `start_mono_ns` (CLOCK_MONOTONIC ns,
@@ -168,6 +160,7 @@ impl Pinned {
 
     /// Sends `signo` to the pinned process (never to a pid).
     pub fn signal(&self, signo: libc::c_int) -> io::Result<()> {
+        // Raw: rustix's Signal cannot say 0, the existence check cgroup_peak relies on.
         // SAFETY: plain syscall on a descriptor we own; no siginfo.
         let r = unsafe {
             libc::syscall(
@@ -183,6 +176,18 @@ impl Pinned {
         }
         Ok(())
     }
+}
+
+/// A pidfd for whichever process holds `pid` now (ESRCH: none does).
+pub fn open_pidfd(pid: u32) -> io::Result<OwnedFd> {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
+    Ok(rustix::process::pidfd_open(
+        pid,
+        rustix::process::PidfdFlags::empty(),
+    )?)
 }
 
 /// Whether the process (`pid`, started at `start_mono_ns`) is still alive: opened, proven,

@@ -10,6 +10,7 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
+use rustix::event::{PollFd, PollFlags, Timespec};
 
 use super::{
     clients::{Budget, Client},
@@ -29,7 +30,7 @@ use crate::kernel::{
 };
 
 /// How often the ring is drained when nothing wakes the agent.
-const TICK_MS: i32 = 50;
+const TICK_MS: i64 = 50;
 /// Processes one non-root session may have tracked at once.
 pub const PROCESSES_PER_SESSION: u32 = 16384;
 /// Connections at once (each holds a session or is about to).
@@ -192,14 +193,8 @@ impl AcceptBackoff {
     const MAX: Duration = Duration::from_secs(1);
     const SAY_EVERY: Duration = Duration::from_secs(10);
 
-    fn listening(&mut self) -> bool {
-        match self.until {
-            Some(t) if Instant::now() < t => false,
-            _ => {
-                self.until = None;
-                true
-            }
-        }
+    fn listening(&self) -> bool {
+        self.until.is_none_or(|t| Instant::now() >= t)
     }
 
     fn failed(&mut self, e: &std::io::Error) {
@@ -221,57 +216,65 @@ impl AcceptBackoff {
     }
 }
 
-fn pollfd(fd: BorrowedFd<'_>, events: libc::c_short) -> libc::pollfd {
-    libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events,
-        revents: 0,
-    }
-}
-
 impl Agent {
+    /// Waits up to [`TICK_MS`] for any descriptor the loop serves; what each has to say, in
+    /// the order: listener, signals, ring, watch loader, then every client.
+    fn wait(
+        &self,
+        listener: BorrowedFd<'_>,
+        sigfd: BorrowedFd<'_>,
+    ) -> std::io::Result<Vec<PollFlags>> {
+        let listen = match self.accept.listening() {
+            true => PollFlags::IN,
+            false => PollFlags::empty(),
+        };
+        let mut pfds = vec![
+            PollFd::new(&listener, listen),
+            PollFd::new(&sigfd, PollFlags::IN),
+            PollFd::new(&self.ring, PollFlags::IN),
+            PollFd::from_borrowed_fd(self.watchers.wake_fd(), PollFlags::IN),
+        ];
+        for c in &self.clients {
+            let out = match c.wants_to_write() {
+                true => PollFlags::OUT,
+                false => PollFlags::empty(),
+            };
+            pfds.push(PollFd::new(&c.fd, PollFlags::IN | out));
+        }
+        let tick = Timespec {
+            tv_sec: 0,
+            tv_nsec: TICK_MS * 1_000_000,
+        };
+        match rustix::event::poll(&mut pfds, Some(&tick)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(pfds.iter().map(PollFd::revents).collect())
+    }
+
     fn run(&mut self, listener: BorrowedFd<'_>, sigfd: BorrowedFd<'_>) -> anyhow::Result<()> {
         let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
         let mut shared = Instant::now();
         loop {
-            let listen = if self.accept.listening() {
-                libc::POLLIN
-            } else {
-                0
-            };
-            let mut pfds = vec![
-                pollfd(listener, listen),
-                pollfd(sigfd, libc::POLLIN),
-                pollfd(self.ring.as_fd(), libc::POLLIN),
-                pollfd(self.watchers.wake_fd(), libc::POLLIN),
-            ];
+            let ready = self.wait(listener, sigfd)?;
             const FIRST_CLIENT: usize = 4;
-            for c in &self.clients {
-                let out = if c.wants_to_write() { libc::POLLOUT } else { 0 };
-                pfds.push(pollfd(c.fd.as_fd(), libc::POLLIN | out));
-            }
-            // SAFETY: a valid array of pollfds that outlives the call.
-            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, TICK_MS) };
-            if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                return Err(std::io::Error::last_os_error().into());
-            }
-            if pfds[1].revents != 0 {
+            if !ready[1].is_empty() {
                 let signals = crate::run::event_loop::read_signals(sigfd.as_raw_fd());
                 if let Some((signo, _)) = signals.first() {
                     log::info!("spacetime agent: signal {signo}: stopping");
                     return Ok(());
                 }
             }
-            if pfds[0].revents & libc::POLLIN != 0 {
+            if ready[0].contains(PollFlags::IN) {
                 self.accept(listener);
             }
-            if pfds[3].revents != 0 {
+            if !ready[3].is_empty() {
                 self.watch_loaded();
             }
             self.watchers.tick();
             self.route();
-            for (i, p) in pfds[FIRST_CLIENT..].iter().enumerate() {
-                if p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+            for (i, r) in ready[FIRST_CLIENT..].iter().enumerate() {
+                if r.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
                     self.read_client(i, &mut buf);
                 }
             }
