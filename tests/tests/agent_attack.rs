@@ -319,3 +319,99 @@ fn the_socket_is_never_made_through_a_link() {
     );
     assert_eq!(std::fs::read(&secret).expect("kept"), b"root's");
 }
+
+/// The kernel's own defence, with no agent check in front: an entry left for a pid no live
+/// process holds is cleared by the fork that gives the pid to a new process, before it
+/// runs: nothing of the newcomer reaches the session, and the clearing is counted.
+#[test]
+fn the_kernel_clears_a_stale_entry_at_the_next_fork_on_its_pid() {
+    use spacetime::kernel::loader::{LoadOptions, Probes, SessionId};
+    const S: SessionId = 5;
+    let mut probes = Probes::load(&LoadOptions::default()).expect("the programs load");
+    let mut ring = probes.take_events().expect("the ring");
+    probes.reset_session(S).expect("reset");
+    for _ in 0..50 {
+        // A pid just freed: a child's, reaped.
+        let mut c = std::process::Command::new("/bin/true")
+            .spawn()
+            .expect("spawn");
+        let pid = c.id();
+        c.wait().expect("reap");
+        probes.track_in(pid, S).expect("a stale entry");
+        if !root_process_on(pid) {
+            probes.untrack(pid).expect("untrack");
+            continue;
+        }
+        assert_eq!(
+            probes.tracked_in(pid).expect("read"),
+            None,
+            "pid {pid} still tracked"
+        );
+        let counted = probes.counters_of(S).expect("counters").stale_cleared;
+        assert_eq!(
+            counted, 1,
+            "the clearing is counted in the session's counters"
+        );
+        while let Some(r) = ring.next() {
+            let ev = spacetime::kernel::events::decode(&r).expect("a record");
+            assert_ne!(
+                ev.session(),
+                S,
+                "a record of the newcomer on pid {pid}: {ev:?}"
+            );
+        }
+        return;
+    }
+    panic!("no process landed on a stale pid in 50 attempts");
+}
+
+/// The proof after the insert (shared by the agent and `trace -p`): a process that exited
+/// before its entry went in (a zombie: its pidfd is readable) has the entry taken back.
+#[test]
+fn an_insert_for_a_process_that_exited_is_taken_back() {
+    use spacetime::kernel::loader::{LoadOptions, Probes};
+    use spacetime::run::{attach, pidfd};
+    let mut probes = Probes::load(&LoadOptions::default()).expect("the programs load");
+    let mut child = std::process::Command::new("/bin/true")
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let pinned = pidfd::Pinned::open(pid)
+        .expect("pidfd")
+        .expect("alive or a zombie");
+    let stat = || std::fs::read(format!("/proc/{pid}/stat")).expect("stat");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while pidfd::stat_fields(&stat()).expect("parsed").state != b'Z' {
+        assert!(std::time::Instant::now() < deadline, "never a zombie");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let start = pidfd::start_mono_ns(pidfd::stat_fields(&stat()).expect("parsed").start_ticks);
+    let r = attach::track_pinned(&mut probes, &pinned, start, 6);
+    assert!(matches!(r, Err(attach::AttachError::Gone(_))), "{r:?}");
+    assert_eq!(
+        probes.tracked_in(pid).expect("read"),
+        None,
+        "the entry was left"
+    );
+    child.wait().expect("reap");
+}
+
+/// A client in another PID namespace is refused at its hello: the kernel programs number
+/// processes as the agent's namespace does, so the client's pids would name others.
+#[test]
+fn a_client_in_another_pid_namespace_is_refused() {
+    let agent = Agent::start("attack-pidns");
+    let out = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", CLIENT])
+        .arg(agent.socket())
+        .args(["sessions", "1"])
+        .output()
+        .expect("unshare runs st-agent-client");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("refused the client runs in another PID namespace"),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    agent.stop();
+}
