@@ -156,18 +156,49 @@ fn processes(v: &Value) -> Vec<Value> {
     v["processes"].as_array().cloned().unwrap_or_default()
 }
 
-/// A traced process that execs a setuid program leaves the trace there: the report says so
-/// (state "left"), with no argv of the new program and nothing after (no exit, no
-/// taskstats record); what the command ran before and after is traced as ever.
+/// A directory where a setuid program works: the build's own temporary directory, else the
+/// system's, whichever is not mounted nosuid.
+fn suid_dir() -> std::path::PathBuf {
+    let nosuid = |p: &std::path::Path| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("a path");
+        // SAFETY: statvfs is plain data, filled by the call.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid path and buffer.
+        let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+        r != 0 || st.f_flag & libc::ST_NOSUID != 0
+    };
+    [
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
+        std::env::temp_dir(),
+    ]
+    .into_iter()
+    .find(|d| d.is_dir() && !nosuid(d))
+    .expect("a directory not mounted nosuid")
+}
+
+/// A traced process that execs a setuid program (a root-owned setuid copy of the workload)
+/// leaves the trace there: the report says so (state "left"), with no argv of the new
+/// program and nothing after (no exit, no taskstats record); what the command ran before and
+/// after is traced as ever.
 #[test]
 fn a_setuid_exec_leaves_the_trace() {
     let agent = Agent::start("attack-setuid");
-    let script = format!("{WL} touch 1; /usr/bin/mount --version >/dev/null; {WL} touch 1");
+    let dir = suid_dir().join(format!("spacetime-suid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let suid = dir.join("suid-workload");
+    std::fs::copy(WL, &suid).expect("copy the workload");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod the directory");
+    std::fs::set_permissions(&suid, std::os::unix::fs::PermissionsExt::from_mode(0o4755))
+        .expect("make it setuid root");
+    let suid = suid.to_str().expect("utf-8").to_string();
+    let script = format!("{WL} touch 1; {suid} exit 0; {WL} touch 1");
     let out = Trace::new(["sh", "-c", &script])
         .through(&agent)
         .as_nobody()
         .tag("attack-setuid")
         .run();
+    let _ = std::fs::remove_dir_all(&dir);
     out.assert_code(0);
     let v = out.json_value();
     let procs = processes(&v);
@@ -182,11 +213,14 @@ fn a_setuid_exec_leaves_the_trace() {
     assert!(p["exit"].is_null(), "no exit of a process that left: {p}");
     let last = p["images"].as_array().and_then(|i| i.last()).cloned();
     let exe = last.as_ref().and_then(|i| i["exe"].as_str()).unwrap_or("");
-    assert!(exe.ends_with("/mount"), "its last image is mount's: {p}");
+    assert!(
+        exe.ends_with("/suid-workload"),
+        "its last image is the setuid one: {p}"
+    );
     let argv = last.as_ref().map(|i| i["argv"].clone()).unwrap_or_default();
     assert!(
         argv.as_array().is_none_or(|a| a.is_empty()),
-        "mount's argv withheld: {argv}"
+        "its argv withheld: {argv}"
     );
     let touched = procs
         .iter()
