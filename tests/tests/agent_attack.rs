@@ -65,11 +65,12 @@ fn stale_tracking_entries_never_capture_another_users_process() {
         .filter(|&&p| (0..3).any(|_| root_process_on(p)))
         .count();
     c.say("go");
+    let closed = c.number("closed-by-agent", Duration::from_secs(60));
     let tracked = c.number("tracked", Duration::from_secs(60));
     let foreign = c.number("foreign", Duration::from_secs(10));
     let said = c.end();
     eprintln!(
-        "reuse attack: {threads} thread pidfds, {races} exit races ({tracked} tracked), {forks} forks, {ran} root processes meanwhile, root on {landed} of {} pids tried",
+        "reuse attack: {threads} thread pidfds, {races} exit races ({tracked} tracked), {forks} forks, {ran} root processes meanwhile, root on {landed} of {} pids tried; {closed} sessions closed idle by the agent",
         candidates.len()
     );
     assert_eq!(

@@ -59,8 +59,8 @@ pub struct AgentArgs {
     #[arg(long, value_name = "N", default_value_t = PROCESSES_PER_SESSION,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub session_limit: u32,
-    /// Seconds a connection may hold a session with nothing traced, or leave what waits for
-    /// it unread, before the agent closes it
+    /// Seconds a connection may hold a session with nothing traced, or a watch leave what
+    /// waits for it unread, before the agent closes it
     #[arg(long, value_name = "SECS", default_value_t = IDLE_TIMEOUT.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout: u64,
@@ -379,8 +379,8 @@ impl Agent {
     }
 
     /// Closes the connections that hold a slot without using it: no hello in time, a
-    /// session with nothing traced and no message for `--idle-timeout`, or records waiting
-    /// that the client has not read for as long.
+    /// session with nothing traced and no message for `--idle-timeout`, or a watch whose
+    /// records wait unread for as long.
     fn close_idle(&mut self) {
         let now = Instant::now();
         let idle = self.idle_timeout;
@@ -390,8 +390,11 @@ impl Agent {
                 "it said no hello in time"
             } else if c.session.is_some() && c.run.is_none() && c.seat.is_none() && quiet >= idle {
                 "its session was idle"
-            } else if c.wants_to_write() && quiet >= idle {
-                "it read nothing of what waits for it"
+            } else if c.seat.is_some() && c.wants_to_write() && quiet >= idle {
+                // A watch holds one of few program sets: it must use it. A trace that is
+                // not read (its client stopped, Ctrl-Z) keeps its session: its queue is
+                // bounded, what does not fit is counted as its loss.
+                "the watch read nothing of what waits for it"
             } else {
                 continue;
             };
