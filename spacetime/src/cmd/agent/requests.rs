@@ -112,12 +112,19 @@ impl Agent {
             return refuse(&mut self.clients[i], Refusal::NotServed, why);
         }
         // The kernel programs number processes as the agent's namespace does.
-        if !verify::same_pid_namespace(self.clients[i].peer.pid) {
-            return refuse(
-                &mut self.clients[i],
-                Refusal::Namespace,
-                "the client runs in another PID namespace than the agent's",
-            );
+        match verify::same_pid_namespace(self.clients[i].peer.pid) {
+            Ok(true) => {}
+            Ok(false) => {
+                return refuse(
+                    &mut self.clients[i],
+                    Refusal::Namespace,
+                    "the client runs in another PID namespace than the agent's",
+                )
+            }
+            Err(e) => {
+                let why = format!("the agent could not read the client's PID namespace: {e}");
+                return refuse(&mut self.clients[i], Refusal::Failed, &why);
+            }
         }
         let s = match self.session_for(i) {
             Ok(s) => s,
@@ -310,7 +317,8 @@ impl Agent {
                 "a run is already being traced in this session",
             );
         }
-        if !verify::same_pid_namespace(peer.pid) {
+        if !verify::same_pid_namespace(peer.pid).unwrap_or(false) {
+            // Checked at the hello already: only a client gone since gets here.
             let reason =
                 b"attaching through the agent needs the client in the agent's PID namespace"
                     .to_vec();

@@ -145,10 +145,12 @@ pub fn prove(peer: Peer, pidfd: OwnedFd) -> Result<(Proven, Pinned), Unproven> {
     Ok((proven, pinned))
 }
 
-/// Whether process `pid` lives in this process's PID namespace.
-pub fn same_pid_namespace(pid: u32) -> bool {
+/// Whether process `pid` lives in this process's PID namespace; an error when that cannot
+/// be read (without CAP_SYS_PTRACE, another process's namespace links are closed to root
+/// too): not the same thing as another namespace.
+pub fn same_pid_namespace(pid: u32) -> io::Result<bool> {
     let ns = |p: &str| std::fs::metadata(format!("/proc/{p}/ns/pid")).map(|m| (m.dev(), m.ino()));
-    matches!((ns(&pid.to_string()), ns("self")), (Ok(a), Ok(b)) if a == b)
+    Ok(ns(&pid.to_string())? == ns("self")?)
 }
 
 #[cfg(test)]
