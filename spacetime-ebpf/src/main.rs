@@ -13,6 +13,7 @@
 #![allow(internal_features)]
 
 mod adopt;
+mod cgroup;
 mod creds;
 mod exec;
 mod exec_mm;
@@ -168,6 +169,15 @@ pub fn sched_prepare_exec(ctx: RawTracePointContext) -> i32 {
             debug!(&ctx, "sched_prepare_exec: error {}", e);
             e
         }
+    }
+}
+
+/// `watch`: a cgroup's path, the first time a reported process of it execs (see `cgroup`).
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn cgroup_exec(ctx: RawTracePointContext) -> i32 {
+    match cgroup::try_name(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
     }
 }
 

@@ -10,6 +10,7 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { EXIT_OWN_FAILURE } else { 0 };
+            let e = spacetime::cmd::cli::explain(e, std::env::args_os().skip(1));
             let _ = e.print();
             return ExitCode::from(code as u8);
         }
@@ -27,6 +28,7 @@ fn main() -> ExitCode {
         Command::Watch(args) => spacetime::cmd::watch::main(args, cli.verbose),
         Command::Bench(args) => spacetime::cmd::bench::main(args, cli.verbose),
         Command::Agent(args) => spacetime::cmd::agent::main(args),
+        Command::Doctor(args) => spacetime::cmd::doctor::main(args),
         Command::Completions { shell } => written(spacetime::cmd::cli::write_completions(
             shell,
             &mut std::io::stdout().lock(),

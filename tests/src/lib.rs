@@ -21,6 +21,7 @@ use serde_json::Value;
 
 pub mod agent;
 pub mod attack;
+pub mod bench;
 pub mod chart;
 pub mod openmetrics;
 pub mod prometheus;

@@ -117,14 +117,33 @@ fn ensure_bpf_linker() -> Result<()> {
 
 /// What the integration tests run besides spacetime: a real Prometheus server and promtool
 /// for the metrics tests, tmux for the terminal tests (an 80-column pane), make and a C
-/// compiler for the timeline's make test.
+/// compiler for the timeline's make test, GNU time and hyperfine for the drop-in tests.
 pub fn ensure_test_tools() -> Result<()> {
     apt_install(
-        &["prometheus", "tmux", "make", "gcc", "libc6-dev"],
+        &[
+            "prometheus",
+            "tmux",
+            "make",
+            "gcc",
+            "libc6-dev",
+            "time",
+            "hyperfine",
+        ],
         "the metrics tests scrape `watch --metrics` with a real Prometheus and lint it with \
          promtool; the terminal tests run spacetime in an 80-column tmux pane; a timeline \
-         test traces a small make",
+         test traces a small make; `trace -f` is compared with GNU time's /usr/bin/time and \
+         `bench --export-json` with hyperfine's",
     )
+}
+
+/// Adds rustup's standard library for `target` (the static build's musl) when missing.
+pub fn ensure_rust_target(target: &str) -> Result<()> {
+    let installed = output(Command::new("rustup").args(["target", "list", "--installed"]));
+    if installed.lines().any(|l| l.trim() == target) {
+        return Ok(());
+    }
+    eprintln!("xtask: adding the {target} target to the stable toolchain (rustup)");
+    run(Command::new("rustup").args(["target", "add", target]))
 }
 
 /// Installs whatever is missing; a no-op on a machine that has it all.

@@ -54,6 +54,9 @@ pub struct Options {
     pub cpus: u32,
     /// Run only these integration test binaries (by file name: `memory`); all when empty.
     pub only: Vec<String>,
+    /// The spacetime binary the guest runs (the static one of `cargo xtask dist`); the
+    /// release build when None.
+    pub spacetime: Option<PathBuf>,
 }
 
 /// Tests skipped by default (`--all` runs them): sized for a real CPU, they cannot finish in
@@ -65,25 +68,30 @@ const SLOW_UNDER_TCG: [(&str, &str); 1] = [(
 
 /// Test binaries left out of the guest: they check the CLI, the file formats, the metrics and
 /// what a terminal shows with host tools the busybox guest lacks (bash, groff, man, python3
-/// with pip, cargo, setpriv, systemd-analyze, a Prometheus server, tmux, script), and nothing in
-/// them depends on the kernel version.
-const HOST_ONLY: [&str; 7] = [
+/// with pip, cargo, setpriv, systemd-analyze, a Prometheus server, tmux, script, GNU time,
+/// hyperfine), and nothing in them depends on the kernel version (the units' test also applies
+/// PR_SET_MDWE, Linux 6.3+).
+const HOST_ONLY: [&str; 11] = [
+    "bench_hyperfine",
     "cli",
+    "gnu_time",
     "install",
     "perfetto",
     "prometheus",
     "schema",
     "status",
     "terminal",
+    "units",
+    "watch_json",
 ];
 
-/// Single tests skipped in the guest, and why: one needs make and a C compiler; one a
+/// Single tests skipped in the guest, and why: two need make (one a C compiler too); one a
 /// disk-backed file system; one systemd's socket activation; one Python's jsonschema; three run a copy of
 /// /bin/true under another name, and the guest's /bin/true is busybox, which picks its
 /// applet by that name. What those check (non-UTF-8 names in the report, escaping) is done
 /// in userspace; the kernel's reading of argv bytes is tested in the guest by the processes
 /// tests.
-const HOST_TOOLS_TESTS: [(&str, &str); 7] = [
+const HOST_TOOLS_TESTS: [(&str, &str); 8] = [
     (
         "an_attach_report_matches_the_schema",
         "no python3 with jsonschema in the guest",
@@ -99,6 +107,10 @@ const HOST_TOOLS_TESTS: [(&str, &str); 7] = [
     (
         "a_small_make_reaches_every_peak",
         "no make or cc in the guest",
+    ),
+    (
+        "parameter_scan_of_make_j_reports_time_and_memory_per_value",
+        "no make in the guest",
     ),
     (
         "long_non_ascii_path_with_more_processes_than_top",
@@ -126,8 +138,14 @@ pub fn vm_test(opts: Options) -> Result<()> {
     if !kernel.is_file() {
         bail!("kernel image {} does not exist", kernel.display());
     }
-    crate::build()?;
-    let mut built = build_tests()?;
+    let spacetime = match &opts.spacetime {
+        Some(bin) => bin.clone(),
+        None => {
+            crate::build()?;
+            crate::spacetime_bin()
+        }
+    };
+    let mut built = build_tests(spacetime)?;
     built
         .tests
         .retain(|(name, _)| !HOST_ONLY.contains(&name.as_str()));
@@ -276,6 +294,8 @@ fn debian_kernel(dir: &Path) -> Result<PathBuf> {
 
 /// What the guest runs.
 struct Built {
+    /// The spacetime binary under test.
+    spacetime: PathBuf,
     /// (name, path) of every integration test binary.
     tests: Vec<(String, PathBuf)>,
     /// `st-workload`: the tests have its absolute path compiled in, so the guest keeps it.
@@ -288,7 +308,7 @@ struct Built {
 const SETPRIV: &str = "/usr/bin/setpriv";
 
 /// Builds the integration tests (release) and finds their binaries in cargo's JSON messages.
-fn build_tests() -> Result<Built> {
+fn build_tests(spacetime: PathBuf) -> Result<Built> {
     eprintln!("xtask: building the integration tests (release)");
     let out = crate::cargo()
         .args([
@@ -342,6 +362,7 @@ fn build_tests() -> Result<Built> {
     }
     tests.sort();
     Ok(Built {
+        spacetime,
         tests,
         workload: workload.context("cargo did not report the st-workload binary")?,
         agent_client: agent_client.context("cargo did not report the st-agent-client binary")?,
@@ -433,6 +454,8 @@ echo "spacetime-vm: kernel $(uname -r), $(grep -c ^processor /proc/cpuinfo) CPUs
     s += &format!("export SPACETIME_BIN={GUEST_SPACETIME}\n");
     s += "echo 'spacetime-vm: spacetime trace -v -- true'\n";
     s += "$SPACETIME_BIN trace -v -- true 2>&1\n";
+    s += "echo 'spacetime-vm: spacetime doctor'\n";
+    s += "$SPACETIME_BIN doctor 2>&1\n";
     s += "failed=''\n";
     for (name, _) in &built.tests {
         let path = format!("{GUEST_TESTS}/{name}");
@@ -469,7 +492,7 @@ fn make_initramfs(root: &Path, out: &Path, built: &Built, test_args: &[OsString]
         symlink("busybox", root.join("bin").join(applet))?;
     }
 
-    let mut binaries = vec![(crate::spacetime_bin(), PathBuf::from(GUEST_SPACETIME))];
+    let mut binaries = vec![(built.spacetime.clone(), PathBuf::from(GUEST_SPACETIME))];
     binaries.push((built.workload.clone(), built.workload.clone()));
     binaries.push((built.agent_client.clone(), built.agent_client.clone()));
     // In /bin, ahead of busybox's applet of that name (`--install` keeps existing files).

@@ -119,6 +119,34 @@ fn fentry_hook(btf: &Btf, function: &'static str, notes: &mut Vec<String>) -> Me
     }
 }
 
+/// Optional: the fields of a cgroup's path (`watch`'s identity). kernfs_node's parent is
+/// `__parent` since 6.15 (read under RCU there).
+fn cgroup_path(
+    btf: &Btf,
+    off: &mut KernelOffsets,
+    notes: &mut Vec<String>,
+) -> Result<(), OffsetsError> {
+    let parent = ["__parent", "parent"]
+        .into_iter()
+        .find(|p| btf.has_member("kernfs_node", p));
+    let have = btf.has_member("task_struct", "cgroups")
+        && btf.has_member("css_set", "dfl_cgrp")
+        && btf.has_member("cgroup", "kn")
+        && btf.has_member("kernfs_node", "name");
+    match parent {
+        Some(p) if have => {
+            off.task_cgroups = field(btf, "task_struct", "cgroups")?;
+            off.css_set_dfl_cgrp = field(btf, "css_set", "dfl_cgrp")?;
+            off.cgroup_kn = field(btf, "cgroup", "kn")?;
+            off.kernfs_name = field(btf, "kernfs_node", "name")?;
+            off.kernfs_parent = field(btf, "kernfs_node", p)?;
+            notes.push(format!("cgroup paths from kernfs_node.name and .{p}"));
+        }
+        _ => notes.push("no cgroup path fields: cgroups are named from /sys/fs/cgroup".into()),
+    }
+    Ok(())
+}
+
 /// The credentials an exec of a traced process is checked against its session's owner with
 /// (see `SessionLimit::owner_uid`), when the kernel describes them all.
 fn creds(btf: &Btf, off: &mut KernelOffsets, notes: &mut Vec<String>) -> Result<(), OffsetsError> {
@@ -184,6 +212,7 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
         ..KernelOffsets::default()
     };
 
+    cgroup_path(btf, &mut off, &mut notes)?;
     // Optional: the exit record's comm, PID-namespace pid and group CPU times (`watch`).
     if btf.has_member("task_struct", "comm") {
         off.task_comm = task("comm")?;
@@ -634,6 +663,12 @@ mod tests {
         assert!(o.binprm_filename < size("linux_binprm"));
         assert!(o.bpf_array_pptrs <= size("bpf_array")); // a flexible array: may sit at the very end
         assert_eq!(o.signal_group_exit_flag, 4);
+        // Every kernel the programs load on has the cgroup path fields (one name or the other).
+        assert!(o.task_cgroups > 0 && o.task_cgroups < task);
+        assert!(o.css_set_dfl_cgrp < size("css_set"));
+        assert!(o.cgroup_kn > 0 && o.cgroup_kn < size("cgroup"));
+        let kn = size("kernfs_node");
+        assert!(o.kernfs_parent < kn && o.kernfs_name < kn && o.kernfs_parent != o.kernfs_name);
         match r.rss_layout {
             rss_layout::PERCPU_COUNTER => {
                 assert_eq!(o.rss_stride, size("percpu_counter"));

@@ -103,8 +103,9 @@ pub(super) struct Agent {
 fn serve(args: &AgentArgs) -> anyhow::Result<()> {
     use anyhow::Context;
     if !rustix::process::geteuid().is_root() {
-        anyhow::bail!("the agent loads the kernel programs for every user: run it as root");
+        anyhow::bail!("the agent loads the kernel programs for every user: run it as root (with CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN and CAP_SYS_PTRACE)");
     }
+    super::ready::check_capabilities()?;
     let path = args
         .socket
         .clone()
@@ -147,11 +148,18 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
             .collect(),
         sees_uid: proto::SEES_ALL,
     };
-    log::info!(
-        "spacetime agent: programs loaded in {:.1} ms; listening on {}",
+    let limits = super::ready::Limits {
+        sessions_per_user: super::requests::SESSIONS_PER_USER,
+        connections_per_user: CONNECTIONS_PER_USER,
+        connections: MAX_CLIENTS,
+        processes_per_session: args.session_limit,
+    };
+    super::ready::announce(&super::ready::start_line(
+        &super::ready::listening_path(&listener.fd, &path),
+        listener.by_systemd(),
+        &limits,
         probes.load_ms,
-        path.display()
-    );
+    ));
     let mut agent = Agent {
         ring: probes.take_events()?,
         logger: probes.take_logger(),

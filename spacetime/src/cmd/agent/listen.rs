@@ -66,6 +66,11 @@ impl Listener {
         })
     }
 
+    /// Whether systemd made the socket.
+    pub fn by_systemd(&self) -> bool {
+        self.file.is_none()
+    }
+
     /// Removes the socket file if it is still the one bound (a socket systemd made is left
     /// to it).
     pub fn remove(self) {

@@ -5,6 +5,7 @@
 mod clients;
 mod daemon;
 mod listen;
+mod ready;
 mod requests;
 mod route;
 mod users;
@@ -12,5 +13,6 @@ pub(crate) mod verify;
 mod watchers;
 
 pub use daemon::{main, AgentArgs};
+pub(crate) use ready::who_may_connect;
 
 pub use crate::kernel::remote::{socket_path, DEFAULT_SOCKET, SOCKET_ENV};
