@@ -4,6 +4,9 @@
 use crate::kernel::btf::{Btf, BtfError, Kind};
 use spacetime_common::{rss_layout, KernelOffsets};
 
+#[path = "offsets_creds.rs"]
+mod creds;
+
 /// `SIGNAL_GROUP_EXIT` is a `#define` (not in BTF); it has been 0x4 since Linux 3.x.
 const SIGNAL_GROUP_EXIT: u32 = 0x4;
 
@@ -147,38 +150,6 @@ fn cgroup_path(
     Ok(())
 }
 
-/// The credentials an exec of a traced process is checked against its session's owner with
-/// (see `SessionLimit::owner_uid`), when the kernel describes them all.
-fn creds(btf: &Btf, off: &mut KernelOffsets, notes: &mut Vec<String>) -> Result<(), OffsetsError> {
-    const CRED: [&str; 7] = [
-        "uid",
-        "euid",
-        "suid",
-        "gid",
-        "egid",
-        "sgid",
-        "cap_permitted",
-    ];
-    let all = btf.has_member("task_struct", "real_cred")
-        && btf.has_member("mm_struct", "flags")
-        && CRED.iter().all(|m| btf.has_member("cred", m));
-    if !all {
-        notes.push("struct cred or mm_struct.flags not described: execs are not checked against a session's owner".into());
-        return Ok(());
-    }
-    let cred = |p| field(btf, "cred", p);
-    off.task_real_cred = field(btf, "task_struct", "real_cred")?;
-    off.cred_uid = cred("uid")?;
-    off.cred_euid = cred("euid")?;
-    off.cred_suid = cred("suid")?;
-    off.cred_gid = cred("gid")?;
-    off.cred_egid = cred("egid")?;
-    off.cred_sgid = cred("sgid")?;
-    off.cred_cap_permitted = cred("cap_permitted")?;
-    off.mm_flags = field(btf, "mm_struct", "flags")?;
-    Ok(())
-}
-
 /// Resolves every offset the kernel programs need from `btf`.
 pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
     let mut notes = Vec::new();
@@ -266,7 +237,7 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
         notes.push("tracepoint sched_process_exit passes group_dead".into());
     }
 
-    creds(btf, &mut off, &mut notes)?;
+    creds::resolve(btf, &mut off, &mut notes)?;
 
     let has_task_rss_stat = btf.has_member("task_struct", "rss_stat.count");
     if has_task_rss_stat {
