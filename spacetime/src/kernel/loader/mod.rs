@@ -326,7 +326,7 @@ fn attach_fentry(
         .ok_or(LoadError::MissingProgram(function))?
         .try_into()
         .map_err(err)?;
-    prog.load(function, btf).map_err(err)?;
+    startup::retry_interrupted(function, || prog.load(function, btf)).map_err(err)?;
     prog.attach().map_err(err)?;
     Ok(())
 }
