@@ -116,6 +116,20 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
     // anything (a client connecting meanwhile waits in the backlog).
     let listener =
         Listener::open(&path).with_context(|| format!("listening on {}", path.display()))?;
+    // Whatever ends the agent, its socket file goes with it.
+    let result = serve_on(args, &path, &listener, sigfd.as_fd());
+    listener.remove();
+    result
+}
+
+/// Loads the programs and serves on `listener` until a signal says stop.
+fn serve_on(
+    args: &AgentArgs,
+    path: &std::path::Path,
+    listener: &Listener,
+    sigfd: BorrowedFd<'_>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
     let mut probes = Probes::load(&LoadOptions {
         ring_buffer_bytes: 16 << 20,
         track_rss: true,
@@ -154,8 +168,13 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
         connections: MAX_CLIENTS,
         processes_per_session: args.session_limit,
     };
+    // Ours was bound through /proc/self/fd (see listen.rs): the kernel names it so.
+    let shown = match listener.by_systemd() {
+        true => super::ready::listening_path(&listener.fd, path),
+        false => path.to_path_buf(),
+    };
     super::ready::announce(&super::ready::start_line(
-        &super::ready::listening_path(&listener.fd, &path),
+        &shown,
         listener.by_systemd(),
         &limits,
         probes.load_ms,
@@ -177,9 +196,8 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
         watchers: Watchers::new().context("the watch loader's wake-up")?,
         accept: AcceptBackoff::default(),
     };
-    let result = agent.run(listener.fd.as_fd(), sigfd.as_fd());
+    let result = agent.run(listener.fd.as_fd(), sigfd);
     agent.shutdown();
-    listener.remove();
     result
 }
 
