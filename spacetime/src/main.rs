@@ -26,8 +26,10 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Command::Trace(args) => spacetime::cmd::trace::main(args, cli.verbose),
         Command::Watch(args) => spacetime::cmd::watch::main(args, cli.verbose),
-        Command::Bench(args) => spacetime::cmd::bench::main(args, cli.verbose),
+        Command::Bench(args) => spacetime::cmd::bench::main(*args, cli.verbose),
         Command::Agent(args) => spacetime::cmd::agent::main(args),
+        Command::Report(args) => spacetime::cmd::report::main(args, cli.verbose),
+        Command::Diff(args) => spacetime::cmd::diff::main(args),
         Command::Doctor(args) => spacetime::cmd::doctor::main(args),
         Command::Completions { shell } => written(spacetime::cmd::cli::write_completions(
             shell,

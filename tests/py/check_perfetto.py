@@ -27,7 +27,10 @@ out = {
     "track_events": 0,
     "sequences": sorted({p.trusted_packet_sequence_id for p in trace.packet}),
     "unknown_fields": 0,
+    # Double-valued counter tracks: name -> [[ts, value], ...] (the CPU counter).
+    "double_counters": {},
 }
+names = {}
 for p in trace.packet:
     # Fields the protos do not know would mean a wrong field number.
     out["unknown_fields"] += unknown(p)
@@ -38,6 +41,7 @@ for p in trace.packet:
     if p.HasField("track_descriptor"):
         d = p.track_descriptor
         out["unknown_fields"] += unknown(d)
+        names[d.uuid] = (d.name, d.counter.unit_name if d.HasField("counter") else None)
         if d.HasField("process"):
             out["processes"].append(
                 {"uuid": d.uuid, "pid": d.process.pid, "name": d.process.process_name,
@@ -51,4 +55,9 @@ for p in trace.packet:
                         for q in p.process_tree.processes]
     if p.HasField("track_event"):
         out["track_events"] += 1
+        e = p.track_event
+        if e.HasField("double_counter_value"):
+            name, unit = names.get(e.track_uuid, ("?", None))
+            c = out["double_counters"].setdefault(name, {"unit": unit, "points": []})
+            c["points"].append([p.timestamp, e.double_counter_value])
 print(json.dumps(out))

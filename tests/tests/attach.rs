@@ -166,8 +166,35 @@ fn attach_tree(n: u64, m: u64, k: usize) -> Value {
     let root = wl.pid();
     let run = Attach::start(&root.to_string(), &dir, &[]);
     wl.release();
-    let (code, v) = run.finish();
+    let (code, v, summary) = run.finish_with_stderr();
     let truth = read_truth(&truth_path);
+    // Every process that failed is in the summary's failed section, before the tables.
+    let failed: Vec<&str> = summary
+        .lines()
+        .skip_while(|l| !l.starts_with("FAILED:"))
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    for t in &truth {
+        let code = match t.str("role") {
+            "parent" => 7,
+            "pre" => 5,
+            _ => t.int("code"),
+        };
+        if code != 0 {
+            assert!(
+                failed.iter().any(|l| {
+                    let mut w = l.split_whitespace();
+                    w.next() == Some(&t.pid().to_string()) && w.next() == Some(&code.to_string())
+                }),
+                "pid {} (exit {code}) not in the failed section:\n{summary}",
+                t.pid()
+            );
+        }
+    }
+    assert!(
+        summary.find("FAILED:") < summary.find("PEAK RSS"),
+        "the failures come before the tables:\n{summary}"
+    );
     assert_eq!(
         code, 7,
         "spacetime's status is the attached root's exit code"

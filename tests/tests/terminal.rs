@@ -78,6 +78,16 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The pane with its colours as escape sequences (`capture-pane -e`).
+    fn capture_escapes(&self) -> String {
+        let out = self
+            .cmd()
+            .args(["capture-pane", "-p", "-e", "-J", "-S", "-", "-t", "st"])
+            .output()
+            .expect("tmux capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Waits until the pane shows `needle`; panics with the pane after `timeout`.
     fn wait_for(&self, needle: &str, timeout: Duration) -> String {
         let until = Instant::now() + timeout;
@@ -135,6 +145,49 @@ fn trace_summary_fits_an_80_column_pane_and_keeps_the_program_name() {
         );
     }
     assert!(pane.contains("4 processes, 4 threads, 4 execs"), "{pane}");
+}
+
+/// A build of 31 files, one broken, with `make -k -j2` on an 80-column terminal: every line
+/// fits, the failures are red (and plain with NO_COLOR), the recap is what the screen ends
+/// with.
+#[test]
+fn a_failed_build_in_an_80_column_pane_ends_with_its_recap_and_shows_failures_in_red() {
+    let dir = TempDir::new("tmux-build");
+    for (tag, env) in [("colour", ""), ("plain", "NO_COLOR=1 ")] {
+        let project = spacetime_tests::build::c_project(dir.path(), tag, 31, Some("f7.c"));
+        // make's own error messages go elsewhere: the pane holds the summary.
+        let script = format!(
+            "{env}{} trace -- sh -c 'make -s -k -j2 -C {} 2>/dev/null'",
+            sh_quote(&spacetime_bin()),
+            sh_quote(&project),
+        );
+        let tmux = Tmux::start(dir.path(), &script);
+        let pane = tmux.wait_for("TMUX-SCRIPT-DONE", Duration::from_secs(300));
+        assert_fits_80(&pane);
+        let lines: Vec<&str> = pane.lines().filter(|l| !l.trim().is_empty()).collect();
+        let done = lines
+            .iter()
+            .position(|l| l.contains("TMUX-SCRIPT-DONE"))
+            .expect("done");
+        let recap = lines[done - 1];
+        assert!(
+            recap.starts_with("exit 2 · wall ") && recap.ends_with(" failed"),
+            "the last line is the recap: {recap:?}\n{pane}"
+        );
+        assert!(pane.contains("FAILED: "), "{pane}");
+        assert!(pane.contains("cc1 ×31"), "{pane}");
+        let coloured = tmux.capture_escapes();
+        let red = coloured
+            .lines()
+            .any(|l| l.contains("\x1b[31m") && l.contains("FAILED"));
+        match tag {
+            "colour" => assert!(red, "FAILED in red on a colour terminal:\n{coloured}"),
+            _ => assert!(
+                !coloured.contains("\x1b[31m"),
+                "no red with NO_COLOR:\n{coloured}"
+            ),
+        }
+    }
 }
 
 #[test]

@@ -117,7 +117,8 @@ fn ensure_bpf_linker() -> Result<()> {
 
 /// What the integration tests run besides spacetime: a real Prometheus server and promtool
 /// for the metrics tests, tmux for the terminal tests (an 80-column pane), make and a C
-/// compiler for the timeline's make test, GNU time and hyperfine for the drop-in tests.
+/// compiler for the make builds, GNU time and hyperfine for the drop-in tests, Chromium (and a
+/// font) for the HTML reports.
 pub fn ensure_test_tools() -> Result<()> {
     apt_install(
         &[
@@ -128,11 +129,14 @@ pub fn ensure_test_tools() -> Result<()> {
             "libc6-dev",
             "time",
             "hyperfine",
+            "chromium",
+            "fonts-dejavu-core",
         ],
         "the metrics tests scrape `watch --metrics` with a real Prometheus and lint it with \
-         promtool; the terminal tests run spacetime in an 80-column tmux pane; a timeline \
-         test traces a small make; `trace -f` is compared with GNU time's /usr/bin/time and \
-         `bench --export-json` with hyperfine's",
+         promtool; the terminal tests run spacetime in an 80-column tmux pane; the timeline \
+         and build tests trace make builds; `trace -f` is compared with GNU time's \
+         /usr/bin/time and `bench --export-json` with hyperfine's; the HTML tests load the \
+         reports in headless Chromium",
     )
 }
 

@@ -72,7 +72,7 @@ pub enum Command {
     /// Run each command many times, every run fully traced (programs loaded once): time and
     /// exact peak memory with their spread, and the commands compared
     #[command(after_help = BENCH_EXAMPLES)]
-    Bench(crate::cmd::bench::BenchArgs),
+    Bench(Box<crate::cmd::bench::BenchArgs>),
     /// Report every process exit on the system: runtime, CPU, peak memory, exit status, argv,
     /// ancestry; as a table, JSON lines or OpenMetrics
     #[command(after_help = WATCH_EXAMPLES)]
@@ -86,6 +86,29 @@ Examples:
   sudo spacetime agent --socket /tmp/st.sock
       Another socket; clients find it through SPACETIME_SOCKET=/tmp/st.sock")]
     Agent(crate::cmd::agent::AgentArgs),
+    /// Draw a saved report again: a `trace --json` or `bench --json` file as its terminal
+    /// summary, or with --html as a self-contained page
+    #[command(after_help = "\
+Examples:
+  spacetime report build.json
+      The summary the trace printed, at this terminal's width
+  spacetime report build.json --html build.html
+      The process tree on a timeline, memory and CPU over time, the critical path
+  spacetime report bench.json --html bench.html
+      Each command's runs as distributions; a parameter scan as curves")]
+    Report(crate::cmd::report::ReportArgs),
+    /// Compare two saved reports for CI: wall, CPU, peak RSS, tree peak, processes and
+    /// failures, in total and per program (bench reports: each command's distributions, with
+    /// their significance); exit 1 when B crossed a --fail-on threshold
+    #[command(after_help = "\
+Examples:
+  spacetime diff main.json pr.json
+      The two builds side by side, with each change
+  spacetime diff --fail-on 'peak:+5%,cpu:+10%' main.json pr.json
+      Exit 1 when the largest process's peak grew by more than 5 % or CPU by 10 %
+  spacetime diff --format markdown main.json pr.json >> $GITHUB_STEP_SUMMARY
+      A CI job summary")]
+    Diff(crate::cmd::diff::DiffArgs),
     /// Say what works on this machine and why not: kernel and BTF, capabilities, the kernel
     /// hooks, taskstats, delay accounting, cgroups, the agent, the PID namespace; exit
     /// status 0 when `trace` can work here, 1 when it cannot
@@ -286,6 +309,11 @@ pub struct TraceArgs {
     /// tree, a slice per image, RSS and PSS counters (`-`: standard output)
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
+    /// Write the report as a self-contained HTML page to FILE (opens offline in any browser):
+    /// the process tree on a timeline, memory and CPU over time, the critical path, the
+    /// programs (`-`: standard output)
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Quiet: no live status line and no notices (errors are still shown); with --format,
     /// no line about how CMD ended (as `time -q`)
     #[arg(short, long)]

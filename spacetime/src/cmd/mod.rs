@@ -6,6 +6,8 @@
 pub mod agent;
 pub mod bench;
 pub mod cli;
+pub mod diff;
 pub mod doctor;
+pub mod report;
 pub mod trace;
 pub mod watch;

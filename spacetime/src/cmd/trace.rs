@@ -6,12 +6,11 @@ use std::io::{self, IsTerminal};
 use crate::{
     cmd::cli::TraceArgs,
     kernel::loader::LoadOptions,
-    model::timeline::{RssSource, Timeline},
     report::{self, chart, export::perfetto},
     run::{
         launch,
         outputs::{Outputs, Requested},
-        Run, RunError, RunOptions, Session, SessionOptions, Spawn, Start,
+        RunError, RunOptions, Session, SessionOptions, Spawn, Start,
     },
     util::exit_code::EXIT_OWN_FAILURE,
 };
@@ -60,6 +59,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
     let mut outputs = Outputs::open(&Requested {
         json: args.json.as_deref(),
         perfetto: args.perfetto.as_deref(),
+        html: args.html.as_deref(),
         summary: args.output.as_deref(),
         append: args.append,
     })
@@ -86,13 +86,14 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
         },
     )?;
     let report = run.report();
-    let summary = render(&report, &run, &args, outputs.summary.as_ref(), verbose);
+    let summary = render(&report, &args, outputs.summary.as_ref(), verbose);
     let title = report.command.lossy_line();
     let perfetto_opts = perfetto::Options {
         title: &title,
         t0_ns: run.t0_ns,
         end_ns: run.end_ns,
         page_size: run.page_size,
+        cpu: Some(&report.analysis.cpu),
     };
     outputs.write(&report, &summary, |w| {
         perfetto::write_to(
@@ -120,10 +121,9 @@ fn session_options(args: &TraceArgs, verbose: u8) -> SessionOptions {
     }
 }
 
-/// The summary: `--format`'s, or the text report with its memory chart.
+/// The summary: `--format`'s, or the text report with its charts.
 fn render(
     report: &report::Report,
-    run: &Run,
     args: &TraceArgs,
     summary_dest: Option<&crate::run::outputs::Dest>,
     verbose: u8,
@@ -138,17 +138,18 @@ fn render(
     // Colours only on a terminal: not in a file of `-o`.
     let terminal = summary_dest.is_none() && io::stderr().is_terminal();
     let cols = summary_width(summary_dest, args.wide);
-    let chart_w = cols.unwrap_or_else(|| terminal_width(&io::stderr()));
-    let chart = (!args.no_chart).then(|| {
-        memory_chart(
-            &run.memory.timeline,
-            run.t0_ns,
-            run.end_ns,
-            chart_w,
-            terminal,
-        )
-    });
-    report::text::render(report, cols, args.top, verbose > 0, chart.as_deref())
+    let width = cols.or_else(|| Some(terminal_width(&io::stderr())));
+    report::text::render(
+        report,
+        &report::text::Options {
+            width: cols,
+            top: args.top,
+            verbose: verbose > 0,
+            charts: !args.no_chart,
+            style: chart::Style::detect(terminal),
+            chart_width: width,
+        },
+    )
 }
 
 /// stderr's width when it is a terminal, else `COLUMNS`, else 120.
@@ -168,38 +169,4 @@ fn summary_width(summary: Option<&crate::run::outputs::Dest>, wide: bool) -> Opt
         Some(_) => None,
     };
     crate::util::term::columns(fd, wide)
-}
-
-/// The tree-wide RSS over time, as a chart for the summary.
-fn memory_chart(
-    timeline: &Timeline,
-    t0_ns: u64,
-    end_ns: u64,
-    width: usize,
-    terminal: bool,
-) -> String {
-    let peak = timeline.tree_peak();
-    let title = match (timeline.rss_source, peak) {
-        (_, None) => "memory (tree RSS)".to_string(),
-        (RssSource::Kernel, Some(p)) => format!(
-            "memory (tree RSS) · peak {} at {}",
-            crate::util::units::bytes(p.bytes),
-            crate::util::units::duration_ns(p.ts_ns.saturating_sub(t0_ns))
-        ),
-        (RssSource::Statm, Some(p)) => format!(
-            "memory (tree RSS, sampled from statm) · peak {} at {}",
-            crate::util::units::bytes(p.bytes),
-            crate::util::units::duration_ns(p.ts_ns.saturating_sub(t0_ns))
-        ),
-    };
-    let spec = chart::Spec {
-        title: &title,
-        t0_ns,
-        end_ns,
-        width,
-        height: 10,
-        style: chart::Style::detect(terminal),
-        peak_bytes: peak.map_or(0, |p| p.bytes),
-    };
-    chart::render(timeline.tree_rss().points(), &spec)
 }

@@ -2,7 +2,8 @@
 //! knowing the loader that reads them.
 
 /// Loss and failure counters from the kernel side.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct KernelCounters {
     /// Records dropped because the ring buffer was full.
     pub ringbuf_lost: u64,

@@ -1,9 +1,9 @@
 //! Whose kernel programs traced a run.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Whose programs traced: loaded here, or an agent's. Serialized as `"own"` / `"agent"`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Provenance {
     Own,

@@ -26,7 +26,8 @@ use crate::{
 use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Summed taskstats figures of one process (all its threads).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct ProcessTaskstats {
     pub utime_us: u64,
     pub stime_us: u64,
@@ -52,7 +53,8 @@ pub struct ProcessTaskstats {
 }
 
 /// Delay-accounting totals in nanoseconds (zero when `kernel.task_delayacct` is off).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Delays {
     pub cpu_ns: u64,
     pub blkio_ns: u64,
@@ -132,7 +134,8 @@ impl ProcessTaskstats {
 }
 
 /// How the traced exits and the taskstats records compare.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Coverage {
     /// Exits seen by both.
     pub matched: u64,

@@ -5,8 +5,11 @@
 //! ([`matcher`], [`crosscheck`]).
 
 pub(crate) mod argv;
+pub(crate) mod cores;
 pub(crate) mod cputime;
+pub(crate) mod critical_path;
 pub(crate) mod crosscheck;
+pub(crate) mod labels;
 pub(crate) mod matcher;
 pub(crate) mod memory;
 pub(crate) mod process;

@@ -508,6 +508,7 @@ impl Timeline {
             t0_ns,
             order,
             pids: Vec::new(),
+            cpu: None,
         }
     }
 }
@@ -526,12 +527,20 @@ pub struct TimelineReport<'a> {
     /// The pid shown for each of `order` (inside a PID namespace, not the kernel's); the
     /// kernel's when empty.
     pids: Vec<u32>,
+    /// CPU over time, written beside memory (`"cpu"`).
+    cpu: Option<crate::model::cores::CpuSeries>,
 }
 
 impl TimelineReport<'_> {
     /// The pids to show for the processes of `order`, in the same order.
     pub fn with_pids(mut self, pids: Vec<u32>) -> Self {
         self.pids = pids;
+        self
+    }
+
+    /// CPU over time, to write beside memory.
+    pub fn with_cpu(mut self, cpu: crate::model::cores::CpuSeries) -> Self {
+        self.cpu = Some(cpu);
         self
     }
 }
@@ -611,6 +620,9 @@ impl Serialize for TimelineReport<'_> {
         m.serialize_entry("max_pss_estimated", &estimated)?;
         m.serialize_entry("pss_sampling", &t.pss_sampling)?;
         m.serialize_entry("processes", &ProcessEntries(self))?;
+        if let Some(cpu) = &self.cpu {
+            m.serialize_entry("cpu", cpu)?;
+        }
         m.end()
     }
 }

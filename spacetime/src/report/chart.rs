@@ -59,6 +59,18 @@ pub struct Spec<'a> {
     /// The peak the report states: the y axis reaches at least this high, so the chart never
     /// contradicts the headline (0: the series' own maximum).
     pub peak_bytes: u64,
+    /// What the values are, for the y axis's labels.
+    pub unit: Unit,
+    /// Width of the y labels at least (charts stacked with the same value share their x axis).
+    pub min_label_w: usize,
+}
+
+/// What a chart's values are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    Bytes,
+    /// Thousandths of a core (CPU time per unit of time).
+    Millicores,
 }
 
 const BLOCKS: [char; 9] = [' ', '▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
@@ -155,46 +167,77 @@ fn y_label(v: u64, top: u64) -> String {
     format!("{s} {name}")
 }
 
-/// Renders the chart: a title line, `height` rows, the time axis and its labels.
+/// Renders the chart of a step series: a title line, `height` rows, the time axis and its
+/// labels. Each column shows the largest value of its slice of time.
 pub fn render(series: &[Point], spec: &Spec) -> String {
+    if series.is_empty() {
+        return format!("{}\n  (no memory samples)\n", title(spec));
+    }
+    let max = series.iter().map(|p| p.bytes).max().unwrap_or(0);
+    let cols = move |plot_w: usize| column_max(series, spec.t0_ns, spec.end_ns, plot_w);
+    draw(max, &cols, spec)
+}
+
+/// Renders a chart whose column values are given (`values(plot_width)`), such as cores in
+/// use averaged over each column.
+pub fn render_columns(max: u64, values: &dyn Fn(usize) -> Vec<u64>, spec: &Spec) -> String {
+    draw(max, values, spec)
+}
+
+fn title(spec: &Spec) -> String {
+    let t = crate::util::term::fit(spec.title, spec.width);
+    if spec.style.color {
+        format!("{BOLD}{t}{RESET}")
+    } else {
+        t
+    }
+}
+
+/// The top of the y axis and the label of a value, for the chart's unit.
+fn scale(max: u64, unit: Unit) -> u64 {
+    match unit {
+        Unit::Bytes => nice_ceiling(max).max(1),
+        // Whole cores.
+        Unit::Millicores => max.div_ceil(1000).max(1) * 1000,
+    }
+}
+
+fn label(v: u64, top: u64, unit: Unit) -> String {
+    match unit {
+        Unit::Bytes => y_label(v, top),
+        Unit::Millicores if v == 0 => "0".into(),
+        Unit::Millicores => {
+            let cores = v as f64 / 1000.0;
+            let s = format!("{cores:.1}");
+            let s = s.trim_end_matches('0').trim_end_matches('.');
+            format!("{s} {}", if s == "1" { "core" } else { "cores" })
+        }
+    }
+}
+
+fn draw(max: u64, values: &dyn Fn(usize) -> Vec<u64>, spec: &Spec) -> String {
     let mut out = String::new();
     let style = spec.style;
     let g = if style.unicode { &UNICODE } else { &ASCII };
-    if style.color {
-        let _ = writeln!(
-            out,
-            "{BOLD}{}{RESET}",
-            crate::util::term::fit(spec.title, spec.width)
-        );
-    } else {
-        let _ = writeln!(out, "{}", crate::util::term::fit(spec.title, spec.width));
-    }
-    if series.is_empty() {
-        let _ = writeln!(out, "  (no memory samples)");
-        return out;
-    }
+    let _ = writeln!(out, "{}", title(spec));
     let height = spec.height.max(2);
-    let max = series
-        .iter()
-        .map(|p| p.bytes)
-        .max()
-        .unwrap_or(0)
-        .max(spec.peak_bytes);
-    let top = nice_ceiling(max).max(1);
+    let max = max.max(spec.peak_bytes);
+    let top = scale(max, spec.unit);
     // Labels on the top row, the middle one, and the axis line.
     let mid_row = height / 2;
     let row_top = |r: usize| (top as u128 * (height - r) as u128 / height as u128) as u64;
     let labels: Vec<Option<String>> = (0..height)
-        .map(|r| (r == 0 || r == mid_row).then(|| y_label(row_top(r), top)))
+        .map(|r| (r == 0 || r == mid_row).then(|| label(row_top(r), top, spec.unit)))
         .collect();
     let label_w = labels
         .iter()
         .flatten()
         .map(|l| l.chars().count())
         .max()
-        .unwrap_or(1);
+        .unwrap_or(1)
+        .max(spec.min_label_w);
     let plot_w = spec.width.saturating_sub(label_w + 2).max(10);
-    let cols = column_max(series, spec.t0_ns, spec.end_ns, plot_w);
+    let cols = values(plot_w);
     // Heights in eighths of a row, rounded up so that any memory at all shows.
     let eighths: Vec<u64> = cols
         .iter()
@@ -312,6 +355,8 @@ mod tests {
             height,
             style,
             peak_bytes: 0,
+            unit: Unit::Bytes,
+            min_label_w: 0,
         }
     }
 
@@ -454,6 +499,29 @@ tree RSS
         let off = render(&staircase(), &spec(40, 4, 1_200 * MS, plain(true)));
         assert!(!off.contains('\x1b'));
         let empty = render(&[], &spec(40, 4, 1, plain(true)));
+        // Cores: whole cores at the top.
+        let cores = render_columns(
+            1500,
+            &|w| vec![1500; w],
+            &Spec {
+                unit: Unit::Millicores,
+                ..spec(40, 4, 1_000 * MS, plain(true))
+            },
+        );
+        assert!(
+            cores
+                .lines()
+                .nth(1)
+                .is_some_and(|l| l.starts_with("2 cores ┤")),
+            "{cores}"
+        );
+        assert!(
+            cores
+                .lines()
+                .nth(3)
+                .is_some_and(|l| l.starts_with(" 1 core ┤")),
+            "{cores}"
+        );
         assert_eq!(empty, "tree RSS\n  (no memory samples)\n");
     }
 

@@ -3,28 +3,33 @@
 //! (`start_unix_ns` says when that was); all sizes are bytes. docs/trace-report.schema.json
 //! describes the JSON.
 
+pub(crate) mod analysis;
+pub(crate) mod bench_text;
 pub(crate) mod chart;
 pub(crate) mod export;
 pub(crate) mod format;
+pub(crate) mod html;
 pub(crate) mod lossless;
 pub(crate) mod origin;
+pub(crate) mod saved;
 pub(crate) mod selfstats;
 pub(crate) mod status;
 pub(crate) mod text;
 mod view;
 
+pub use analysis::Analysis;
 pub use origin::{Origin, SCHEMA_VERSION};
-use view::Scale;
 pub use view::{ImageReport, ProcessReport, State};
+use view::{Scale, Src};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::kernel::taskstats::Unavailable;
 use crate::{
     kernel::counters::KernelCounters,
     model::{
         crosscheck::{Coverage, PerProcess},
-        timeline::TimelineReport,
+        timeline::{Point, RssSource, TimelineReport},
         tree::{ExitStatus, Key, Tree},
     },
     report::selfstats::OwnCost,
@@ -33,6 +38,29 @@ use rustc_hash::FxHashSet;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Exit(pub ExitStatus);
+
+impl<'de> Deserialize<'de> for Exit {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Exit, D::Error> {
+        #[derive(Deserialize)]
+        struct In {
+            code: Option<i32>,
+            signal: Option<i32>,
+            #[serde(default)]
+            core_dumped: bool,
+        }
+        let i = In::deserialize(d)?;
+        match (i.code, i.signal) {
+            (Some(c), None) => Ok(Exit(ExitStatus::Code(c))),
+            (None, Some(signal)) => Ok(Exit(ExitStatus::Signal {
+                signal,
+                core_dumped: i.core_dumped,
+            })),
+            _ => Err(serde::de::Error::custom(
+                "an exit has either a code or a signal",
+            )),
+        }
+    }
+}
 
 impl Serialize for Exit {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -54,19 +82,13 @@ impl Serialize for Exit {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct Report<'a> {
     /// Schema version, spacetime's version, host, kernel, absolute start time.
-    #[serde(flatten)]
     pub origin: Origin,
-    /// The command as given, exact bytes (strings in JSON, exact when UTF-8).
+    /// The command as given, exact bytes (strings in JSON, exact when UTF-8; `command_b64`
+    /// holds each argument's bytes in base64 when one is not UTF-8).
     pub command: lossless::Args,
-    /// Each argument's exact bytes in base64, when one is not UTF-8.
-    #[serde(
-        skip_serializing_if = "Option::is_none",
-        serialize_with = "lossless::serialize_b64"
-    )]
-    pub command_b64: Option<lossless::Args>,
     pub exit: Option<Exit>,
     pub wall_ns: u64,
     pub user_ns: u64,
@@ -82,19 +104,150 @@ pub struct Report<'a> {
     /// What spacetime itself cost: its own CPU and peak RSS, its kernel programs' run time.
     pub spacetime: OwnCost,
     /// Memory over time: tree-wide and per-process RSS and PSS series, serialized straight
-    /// from the timeline when the report is written.
-    pub timeline: TimelineReport<'a>,
+    /// from the timeline when the report is written (with CPU over time beside them).
+    pub timeline: TimelineJson<'a>,
+    /// The tree-wide RSS series the summary charts.
+    pub memory: MemoryView<'a>,
     /// `--cgroup-peak`: the tree's distinct-page peak from its own memory cgroup (absent when
     /// not asked for). Set by the caller after [`Report::build`].
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup_peak: Option<CgroupPeakReport>,
     /// Whose kernel programs traced the run. Set by the caller.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub programs: Option<crate::kernel::provenance::Provenance>,
+    /// Failures, labels, CPU over time, the critical path, the programs.
+    pub analysis: Analysis,
+}
+
+/// The timeline's JSON: the live series, or a saved report's as it was written.
+#[derive(Debug)]
+pub enum TimelineJson<'a> {
+    Live(TimelineReport<'a>),
+    Saved(&'a serde_json::value::RawValue),
+}
+
+impl Serialize for TimelineJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            TimelineJson::Live(t) => t.serialize(s),
+            TimelineJson::Saved(raw) => raw.serialize(s),
+        }
+    }
+}
+
+/// The tree-wide RSS over time, for the summary's chart.
+#[derive(Debug)]
+pub enum MemoryView<'a> {
+    Live {
+        timeline: &'a crate::model::timeline::Timeline,
+        t0_ns: u64,
+    },
+    Saved(saved::SavedTimeline),
+}
+
+impl MemoryView<'_> {
+    /// The tree-wide RSS series, times since the start.
+    pub fn tree_rss(&self) -> Vec<Point> {
+        match self {
+            MemoryView::Live { timeline, t0_ns } => timeline
+                .tree_rss()
+                .points()
+                .iter()
+                .map(|p| Point::new(p.ts_ns.saturating_sub(*t0_ns), p.bytes))
+                .collect(),
+            MemoryView::Saved(t) => t.tree_rss.iter().map(|&(t, b)| Point::new(t, b)).collect(),
+        }
+    }
+
+    pub fn rss_source(&self) -> RssSource {
+        match self {
+            MemoryView::Live { timeline, .. } => timeline.rss_source,
+            MemoryView::Saved(t) => match t.rss_source.as_deref() {
+                Some("statm") => RssSource::Statm,
+                _ => RssSource::Kernel,
+            },
+        }
+    }
+}
+
+/// The report as the JSON contract spells it, built on the stack while it is written.
+#[derive(Serialize)]
+struct ReportJson<'r, 'a> {
+    #[serde(flatten)]
+    origin: &'r Origin,
+    command: &'r lossless::Args,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "lossless::serialize_b64"
+    )]
+    command_b64: Option<lossless::Args>,
+    exit: Option<Exit>,
+    wall_ns: u64,
+    user_ns: u64,
+    sys_ns: u64,
+    lost_events: u64,
+    /// CPU over wall: the cores used on average.
+    parallelism: Option<f64>,
+    totals: &'r Totals,
+    processes: analysis::ProcessesJson<'r, 'a>,
+    failures: analysis::FailuresJson<'r, 'a>,
+    critical_path: analysis::PathJson<'r, 'a>,
+    critical_path_by_program: analysis::PathProgramsJson<'r>,
+    by_program: analysis::ProgramsJson<'r, 'a>,
+    kernel: &'r KernelReport,
+    taskstats: &'r TaskstatsReport,
+    spacetime: &'r OwnCost,
+    timeline: &'r TimelineJson<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cgroup_peak: &'r Option<CgroupPeakReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    programs: Option<crate::kernel::provenance::Provenance>,
+}
+
+impl Serialize for Report<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let procs = &self.processes[..];
+        let a = &self.analysis;
+        ReportJson {
+            origin: &self.origin,
+            command: &self.command,
+            command_b64: self.command.b64(),
+            exit: self.exit,
+            wall_ns: self.wall_ns,
+            user_ns: self.user_ns,
+            sys_ns: self.sys_ns,
+            lost_events: self.lost_events,
+            parallelism: a.parallelism(self.wall_ns),
+            totals: &self.totals,
+            processes: analysis::ProcessesJson {
+                procs,
+                labels: &a.labels,
+            },
+            failures: analysis::FailuresJson { procs, a },
+            critical_path: analysis::PathJson {
+                procs,
+                path: &a.critical_path,
+                wall_ns: self.wall_ns,
+            },
+            critical_path_by_program: analysis::PathProgramsJson {
+                list: &a.path_programs,
+                wall_ns: self.wall_ns,
+            },
+            by_program: analysis::ProgramsJson {
+                procs,
+                list: &a.programs,
+            },
+            kernel: &self.kernel,
+            taskstats: &self.taskstats,
+            spacetime: &self.spacetime,
+            timeline: &self.timeline,
+            cgroup_peak: &self.cgroup_peak,
+            programs: self.programs,
+        }
+        .serialize(s)
+    }
 }
 
 /// The memory cgroup's peak beside the summed-RSS tree peak.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CgroupPeakReport {
     pub available: bool,
     /// Every page charged to the run's cgroup counted once: anonymous memory (shared after
@@ -103,12 +256,13 @@ pub struct CgroupPeakReport {
     /// 1 or 2 (null when unavailable).
     pub cgroup_version: Option<u8>,
     /// The kernel file read: `memory.peak` (v2) or `memory.max_usage_in_bytes` (v1).
-    pub source: Option<&'static str>,
+    pub source: Option<String>,
     /// Processes still running at the end, moved back to spacetime's own cgroup so the run's
     /// cgroup could be removed.
+    #[serde(default)]
     pub moved_out: u64,
     /// The sentence saying why there is no figure.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unavailable_reason: Option<String>,
 }
 
@@ -136,7 +290,7 @@ pub struct TaskstatsReport {
     pub available: bool,
     /// Why there is no cross-check, when there is none (its sentence in JSON).
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "sentence")]
-    pub unavailable_reason: Option<Unavailable>,
+    pub unavailable_reason: Option<Reason>,
     #[serde(flatten)]
     pub coverage: Coverage,
     /// Delay accounting was on: the per-process delays are meaningful.
@@ -155,15 +309,32 @@ pub enum TaskstatsMeta {
     Unavailable(Unavailable),
 }
 
+/// Why taskstats were unavailable: the kernel side's reason, or a saved report's sentence.
+#[derive(Clone, Debug)]
+pub enum Reason {
+    Now(Unavailable),
+    Saved(String),
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reason::Now(u) => u.fmt(f),
+            Reason::Saved(s) => f.write_str(s),
+        }
+    }
+}
+
 /// A reason, serialized as the sentence it renders to.
-fn sentence<S: serde::Serializer>(r: &Option<Unavailable>, s: S) -> Result<S::Ok, S::Error> {
+fn sentence<S: serde::Serializer>(r: &Option<Reason>, s: S) -> Result<S::Ok, S::Error> {
     match r {
         Some(r) => s.collect_str(r),
         None => s.serialize_none(),
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Totals {
     pub processes: u64,
     pub threads: u64,
@@ -188,7 +359,8 @@ pub struct Totals {
     pub max_pss_estimated_bytes: Option<u64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct KernelReport {
     pub counters: KernelCounters,
     /// Records that could not be decoded.
@@ -200,7 +372,7 @@ pub struct KernelReport {
     pub mechanisms: Vec<String>,
     /// For an attach (`trace -p`): whether the kernel followed the RSS of the processes
     /// attached to from the attach on. Said in `mechanisms` in words; this is the fact.
-    #[serde(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub attach_memory_followed: Option<bool>,
     /// Why the `spacetime agent` the trace went through went away before the trace ended
     /// (null: it did not, or no agent): what it had not sent then is missing.
@@ -241,58 +413,40 @@ impl<'a> Report<'a> {
         order.sort_by_key(|&i| (procs[i].start_ns, procs[i].pid));
         let processes: Vec<ProcessReport> = order
             .into_iter()
-            .map(|i| ProcessReport {
-                p: &procs[i],
-                sums: per_process,
-                index: i,
-                scale,
-                gone: meta.gone,
+            .enumerate()
+            .map(|(pos, i)| ProcessReport {
+                src: Src::Live {
+                    p: &procs[i],
+                    sums: per_process,
+                    index: i,
+                    scale,
+                    gone: meta.gone,
+                },
+                pos,
             })
             .collect();
-        let heaviest = processes.iter().max_by_key(|p| p.peak_rss_bytes());
-        let totals = Totals {
-            processes: processes.len() as u64,
-            threads: processes.iter().map(|p| p.threads() as u64).sum(),
-            peak_rss_bytes: heaviest.map_or(0, |p| p.peak_rss_bytes()),
-            peak_rss_pid: heaviest.map(|p| p.pid()),
-            execs: processes
-                .iter()
-                .flat_map(|p| p.images())
-                .filter(|i| !i.inherited() && !i.read_at_attach())
-                .count() as u64,
-            still_running: processes
-                .iter()
-                .filter(|p| p.state() == State::Running)
-                .count() as u64,
-            unknown: processes
-                .iter()
-                .filter(|p| p.state() == State::Unknown)
-                .count() as u64,
-            tree_peak_rss_bytes: meta.memory.tree_peak.map(|p| p.bytes),
-            tree_peak_at_ns: meta.memory.tree_peak.map(|p| p.ts_ns.saturating_sub(t0)),
-            max_pss_bytes: meta.memory.max_pss.map(|p| p.bytes),
-            cpu_not_final: processes.iter().filter(|p| !p.cpu_final()).count() as u64,
-            max_pss_estimated_bytes: meta.memory.max_pss_estimated.map(|p| p.bytes),
-        };
+        let totals = totals(&processes, &meta.memory, t0);
+        let wall_ns = meta.end_ns.saturating_sub(t0);
+        let analysis = Analysis::of(&processes, wall_ns);
         // The timeline lists the processes in the report's order.
         let timeline = meta
             .memory
             .timeline
-            .report(t0, processes.iter().filter_map(|p| p.p.key).collect())
+            .report(t0, processes.iter().filter_map(|p| p.key()).collect())
             // Numbered as the report numbers them (spacetime's PID namespace).
             .with_pids(
                 processes
                     .iter()
-                    .filter(|p| p.p.key.is_some())
-                    .map(|p| p.p.pid)
+                    .filter(|p| p.key().is_some())
+                    .map(|p| p.pid())
                     .collect(),
-            );
+            )
+            .with_cpu(analysis.cpu.clone());
         Report {
-            command_b64: meta.command.b64(),
             origin: Origin::now(t0),
             command: meta.command,
             exit: meta.root_exit.map(Exit),
-            wall_ns: meta.end_ns.saturating_sub(t0),
+            wall_ns,
             user_ns: processes.iter().map(|p| p.user_ns()).sum(),
             sys_ns: processes.iter().map(|p| p.sys_ns()).sum(),
             lost_events: meta.counters.lost(),
@@ -308,37 +462,133 @@ impl<'a> Report<'a> {
                 attach_memory_followed: meta.attach_memory_followed,
                 agent_gone: meta.agent_gone,
             },
-            taskstats: match meta.taskstats {
-                TaskstatsMeta::Available {
-                    coverage,
-                    delayacct,
-                    rcvbuf_bytes,
-                    ..
-                } => TaskstatsReport {
-                    available: true,
-                    unavailable_reason: None,
-                    coverage,
-                    delayacct,
-                    rcvbuf_bytes,
-                },
-                TaskstatsMeta::Unavailable(reason) => TaskstatsReport {
-                    available: false,
-                    unavailable_reason: Some(reason),
-                    coverage: Coverage::default(),
-                    delayacct: false,
-                    rcvbuf_bytes: 0,
-                },
-            },
+            taskstats: taskstats_report(meta.taskstats),
             spacetime: meta.own_cost,
-            // The timeline lists the processes in the report's order.
-            timeline,
+            timeline: TimelineJson::Live(timeline),
+            memory: MemoryView::Live {
+                timeline: meta.memory.timeline,
+                t0_ns: t0,
+            },
             cgroup_peak: None,
             programs: None,
+            analysis,
         }
+    }
+
+    /// The report a saved one was: its figures as written, what it derives derived again.
+    pub fn from_saved(doc: &'a saved::SavedReport) -> Report<'a> {
+        let processes: Vec<ProcessReport> = doc
+            .processes
+            .iter()
+            .enumerate()
+            .map(|(pos, p)| ProcessReport {
+                src: Src::Saved(p),
+                pos,
+            })
+            .collect();
+        let analysis = Analysis::of(&processes, doc.wall_ns);
+        let t = &doc.taskstats;
+        let memory = serde_json::from_str(doc.timeline.get()).unwrap_or_default();
+        Report {
+            origin: Origin {
+                schema_version: doc.schema_version,
+                spacetime_version: doc.spacetime_version.clone(),
+                host: doc.host.clone(),
+                kernel_release: doc.kernel_release.clone(),
+                start_unix_ns: doc.start_unix_ns,
+                start_rfc3339: doc.start_rfc3339.clone(),
+            },
+            command: lossless::Args(saved::exact_args(&doc.command, doc.command_b64.as_deref())),
+            exit: doc.exit,
+            wall_ns: doc.wall_ns,
+            user_ns: doc.user_ns,
+            sys_ns: doc.sys_ns,
+            lost_events: doc.lost_events,
+            totals: Totals { ..doc.totals },
+            processes,
+            kernel: KernelReport {
+                mechanisms: doc.kernel.mechanisms.clone(),
+                agent_gone: doc.kernel.agent_gone.clone(),
+                ..doc.kernel
+            },
+            taskstats: TaskstatsReport {
+                available: t.available,
+                unavailable_reason: t.unavailable_reason.clone().map(Reason::Saved),
+                coverage: t.coverage.clone(),
+                delayacct: t.delayacct,
+                rcvbuf_bytes: t.rcvbuf_bytes,
+            },
+            spacetime: doc.spacetime.clone(),
+            timeline: TimelineJson::Saved(&doc.timeline),
+            memory: MemoryView::Saved(memory),
+            cgroup_peak: doc.cgroup_peak.clone(),
+            programs: doc.programs,
+            analysis,
+        }
+    }
+
+    /// Up to `n` processes with the largest `key`, the earliest first among equals.
+    pub fn top_by(&self, n: usize, key: impl Fn(&ProcessReport) -> u64) -> Vec<&ProcessReport<'a>> {
+        let mut order: Vec<&ProcessReport> = self.processes.iter().collect();
+        order.sort_by(|a, b| key(b).cmp(&key(a)).then(a.start_ns().cmp(&b.start_ns())));
+        order.truncate(n);
+        order
     }
 
     /// Whether every figure is complete: nothing lost, nothing undecodable.
     pub fn complete(&self) -> bool {
         self.lost_events == 0 && self.kernel.decode_errors == 0 && self.kernel.args_gaps == 0
+    }
+}
+
+/// The totals over the report's processes.
+fn totals(processes: &[ProcessReport], memory: &MemoryMeta, t0: u64) -> Totals {
+    let heaviest = processes.iter().max_by_key(|p| p.peak_rss_bytes());
+    Totals {
+        processes: processes.len() as u64,
+        threads: processes.iter().map(|p| p.threads() as u64).sum(),
+        peak_rss_bytes: heaviest.map_or(0, |p| p.peak_rss_bytes()),
+        peak_rss_pid: heaviest.map(|p| p.pid()),
+        execs: processes
+            .iter()
+            .flat_map(|p| p.images())
+            .filter(|i| !i.inherited() && !i.read_at_attach())
+            .count() as u64,
+        still_running: processes
+            .iter()
+            .filter(|p| p.state() == State::Running)
+            .count() as u64,
+        unknown: processes
+            .iter()
+            .filter(|p| p.state() == State::Unknown)
+            .count() as u64,
+        tree_peak_rss_bytes: memory.tree_peak.map(|p| p.bytes),
+        tree_peak_at_ns: memory.tree_peak.map(|p| p.ts_ns.saturating_sub(t0)),
+        max_pss_bytes: memory.max_pss.map(|p| p.bytes),
+        cpu_not_final: processes.iter().filter(|p| !p.cpu_final()).count() as u64,
+        max_pss_estimated_bytes: memory.max_pss_estimated.map(|p| p.bytes),
+    }
+}
+
+fn taskstats_report(meta: TaskstatsMeta) -> TaskstatsReport {
+    match meta {
+        TaskstatsMeta::Available {
+            coverage,
+            delayacct,
+            rcvbuf_bytes,
+        } => TaskstatsReport {
+            available: true,
+            unavailable_reason: None,
+            coverage,
+            delayacct,
+            rcvbuf_bytes,
+        },
+        TaskstatsMeta::Unavailable(reason) => TaskstatsReport {
+            available: false,
+            unavailable_reason: Some(Reason::Now(reason)),
+            coverage: Coverage::default(),
+            delayacct: false,
+            rcvbuf_bytes: 0,
+        },
     }
 }

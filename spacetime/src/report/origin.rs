@@ -10,7 +10,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 #[derive(Debug, Serialize)]
 pub struct Origin {
     pub schema_version: u32,
-    pub spacetime_version: &'static str,
+    pub spacetime_version: String,
     /// The host's name (uname's nodename, as seen in spacetime's UTS namespace).
     pub host: String,
     /// The running kernel's release (uname -r).
@@ -29,7 +29,7 @@ impl Origin {
         let start_unix_ns = (t0_mono_ns as i128 + offset).max(0) as u64;
         Origin {
             schema_version: SCHEMA_VERSION,
-            spacetime_version: env!("CARGO_PKG_VERSION"),
+            spacetime_version: env!("CARGO_PKG_VERSION").into(),
             host,
             kernel_release,
             start_unix_ns,

@@ -15,7 +15,8 @@ use crate::{
 };
 
 /// spacetime's own cost, measured when the report is made.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct OwnCost {
     /// CPU time of spacetime's own process (all its threads), in user and kernel mode.
     pub user_ns: u64,

@@ -2,45 +2,59 @@
 //! when asked, so the report of a 100k-process trace copies nothing of the tree. Serialized
 //! with the same fields, in the same order, as the JSON contract in the README.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{
     lossless::{argv_b64, exe_b64, Argv, ArgvB64, Lossy, B64},
+    saved::{SavedImage, SavedProcess},
     Exit,
 };
 use crate::model::{
     crosscheck::{PerProcess, ProcessTaskstats},
+    process::Names,
     tree::{Image, Key, Process},
 };
 use rustc_hash::FxHashSet;
 
 /// What turns the tree's figures into the report's: times since `t0`, pages into bytes.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Scale {
+pub struct Scale {
     pub t0: u64,
     pub page: u64,
 }
 
 impl Scale {
-    fn since(&self, ns: u64) -> u64 {
+    pub(super) fn since(&self, ns: u64) -> u64 {
         ns.saturating_sub(self.t0)
     }
 }
 
-/// One process of the report.
+/// One process of the report: a view over the tree's process, or over one read back from a
+/// saved report ([`super::saved`]).
 #[derive(Clone, Copy, Debug)]
 pub struct ProcessReport<'a> {
-    pub(super) p: &'a Process,
-    /// The taskstats sums, and where this process is in the tree.
-    pub(super) sums: &'a PerProcess,
-    pub(super) index: usize,
-    pub(super) scale: Scale,
-    /// Processes whose exit was never seen and that were gone when the trace ended.
-    pub(super) gone: &'a FxHashSet<Key>,
+    pub(super) src: Src<'a>,
+    /// Where it is in the report's list.
+    pub(super) pos: usize,
+}
+
+/// What a [`ProcessReport`] shows.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Src<'a> {
+    Live {
+        p: &'a Process,
+        /// The taskstats sums, and where this process is in the tree.
+        sums: &'a PerProcess,
+        index: usize,
+        scale: Scale,
+        /// Processes whose exit was never seen and that were gone when the trace ended.
+        gone: &'a FxHashSet<Key>,
+    },
+    Saved(&'a SavedProcess),
 }
 
 /// Where a process stands at the end of the trace.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
     Exited,
@@ -54,151 +68,316 @@ pub enum State {
     Left,
 }
 
+/// Why a process has no peak: one still running whose memory the kernel did not follow.
+pub const PEAK_UNKNOWN: &str = "still running, and its memory was not followed by the kernel";
+
 impl<'a> ProcessReport<'a> {
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
     pub fn pid(&self) -> u32 {
-        self.p.pid
+        match self.src {
+            Src::Live { p, .. } => p.pid,
+            Src::Saved(s) => s.pid,
+        }
     }
 
     pub fn ppid(&self) -> u32 {
-        self.p.ppid
+        match self.src {
+            Src::Live { p, .. } => p.ppid,
+            Src::Saved(s) => s.ppid,
+        }
     }
 
     pub fn start_ns(&self) -> u64 {
-        self.scale.since(self.p.start_ns)
+        match self.src {
+            Src::Live { p, scale, .. } => scale.since(p.start_ns),
+            Src::Saved(s) => s.start_ns,
+        }
     }
 
     pub fn end_ns(&self) -> Option<u64> {
-        self.p.end_ns.map(|e| self.scale.since(e))
+        match self.src {
+            Src::Live { p, scale, .. } => p.end_ns.map(|e| scale.since(e)),
+            Src::Saved(s) => s.end_ns,
+        }
     }
 
     pub fn threads(&self) -> u32 {
-        self.p.threads
+        match self.src {
+            Src::Live { p, .. } => p.threads,
+            Src::Saved(s) => s.threads,
+        }
     }
 
     pub fn exit(&self) -> Option<Exit> {
-        self.p.exit.map(Exit)
+        match self.src {
+            Src::Live { p, .. } => p.exit.map(Exit),
+            Src::Saved(s) => s.exit,
+        }
+    }
+
+    /// Ended with a non-zero status or a signal.
+    pub fn failed(&self) -> bool {
+        self.exit().is_some_and(|e| e.0.shell_code() != 0)
     }
 
     pub fn state(&self) -> State {
-        match (self.p.end_ns, self.p.key) {
-            (Some(_), _) => State::Exited,
-            (None, _) if self.p.left => State::Left,
-            (None, Some(k)) if self.gone.contains(&k) => State::Unknown,
-            (None, _) => State::Running,
+        match self.src {
+            Src::Live { p, gone, .. } => match (p.end_ns, p.key) {
+                (Some(_), _) => State::Exited,
+                (None, _) if p.left => State::Left,
+                (None, Some(k)) if gone.contains(&k) => State::Unknown,
+                (None, _) => State::Running,
+            },
+            Src::Saved(s) => s.state,
         }
     }
 
     pub fn peak_rss_bytes(&self) -> u64 {
-        self.p.peak_rss_pages() * self.scale.page
+        match self.src {
+            Src::Live { p, scale, .. } => p.peak_rss_pages() * scale.page,
+            Src::Saved(s) => s.peak_rss_bytes.unwrap_or(0),
+        }
     }
 
     /// Why a process has no peak at all, when it has none: one still running whose memory
     /// the kernel did not follow (its peak would read 0 for memory it may hold). A process
     /// that ended always has its images' figures.
     pub fn peak_rss_unknown(&self) -> Option<&'static str> {
-        let known = self.p.images.iter().any(|i| i.peak_rss_pages().is_some());
-        (self.p.end_ns.is_none() && !known)
-            .then_some("still running, and its memory was not followed by the kernel")
+        match self.src {
+            Src::Live { p, .. } => {
+                let known = p.images.iter().any(|i| i.peak_rss_pages().is_some());
+                (p.end_ns.is_none() && !known).then_some(PEAK_UNKNOWN)
+            }
+            Src::Saved(s) => s.peak_rss_bytes.is_none().then_some(PEAK_UNKNOWN),
+        }
     }
 
     pub fn user_ns(&self) -> u64 {
-        self.p.user_ns
+        match self.src {
+            Src::Live { p, .. } => p.user_ns,
+            Src::Saved(s) => s.user_ns,
+        }
     }
 
     pub fn sys_ns(&self) -> u64 {
-        self.p.sys_ns
+        match self.src {
+            Src::Live { p, .. } => p.sys_ns,
+            Src::Saved(s) => s.sys_ns,
+        }
+    }
+
+    /// User and system CPU.
+    pub fn cpu_ns(&self) -> u64 {
+        self.user_ns() + self.sys_ns()
     }
 
     /// The CPU figures are wait4's, read at the process's release; false: summed at its
     /// threads' exits (not reaped when the trace ended), which misses each thread's last slice.
     pub fn cpu_final(&self) -> bool {
-        self.p.cpu_final
+        match self.src {
+            Src::Live { p, .. } => p.cpu_final,
+            Src::Saved(s) => s.cpu_final,
+        }
     }
 
     /// What getrusage's ru_maxrss says for this process: the maximum over all its images (and
     /// what it inherited), which is why it misleads after exec.
     pub fn ru_maxrss_bytes(&self) -> Option<u64> {
-        self.p
-            .end_ns
-            .map(|_| self.p.signal_maxrss_pages * self.scale.page)
+        match self.src {
+            Src::Live { p, scale, .. } => p.end_ns.map(|_| p.signal_maxrss_pages * scale.page),
+            Src::Saved(s) => s.ru_maxrss_bytes,
+        }
     }
 
-    pub fn images(&self) -> impl DoubleEndedIterator<Item = ImageReport<'a>> + ExactSizeIterator {
-        let scale = self.scale;
-        self.p
-            .images
-            .iter()
-            .map(move |img| ImageReport { img, scale })
+    pub fn images(&self) -> Images<'a> {
+        Images {
+            src: self.src,
+            next: 0,
+            back: match self.src {
+                Src::Live { p, .. } => p.images.len(),
+                Src::Saved(s) => s.images.len(),
+            },
+        }
+    }
+
+    /// The images it ran itself (not the one inherited at fork).
+    pub fn own_images(&self) -> impl DoubleEndedIterator<Item = ImageReport<'a>> {
+        self.images().filter(|i| !i.inherited())
+    }
+
+    /// The image that names the process: the last it ran itself, else what it inherited.
+    pub fn naming_image(&self) -> Option<ImageReport<'a>> {
+        self.own_images()
+            .next_back()
+            .or_else(|| self.images().next())
     }
 
     /// The process's taskstats figures (all threads summed), when its exit was confirmed.
     pub fn taskstats(&self) -> Option<ProcessTaskstats> {
-        self.sums.get(self.index)
+        match self.src {
+            Src::Live { sums, index, .. } => sums.get(index),
+            Src::Saved(s) => s.taskstats.clone(),
+        }
+    }
+
+    /// The process's key in the tree (a live report only).
+    pub(super) fn key(&self) -> Option<Key> {
+        match self.src {
+            Src::Live { p, .. } => p.key,
+            Src::Saved(_) => None,
+        }
     }
 }
 
+/// A process's images, in order.
+#[derive(Clone, Debug)]
+pub struct Images<'a> {
+    src: Src<'a>,
+    next: usize,
+    back: usize,
+}
+
+impl<'a> Images<'a> {
+    fn at(&self, i: usize) -> ImageReport<'a> {
+        match self.src {
+            Src::Live { p, scale, .. } => ImageReport::Live {
+                img: &p.images[i],
+                scale,
+            },
+            Src::Saved(s) => ImageReport::Saved(&s.images[i]),
+        }
+    }
+}
+
+impl<'a> Iterator for Images<'a> {
+    type Item = ImageReport<'a>;
+
+    fn next(&mut self) -> Option<ImageReport<'a>> {
+        (self.next < self.back).then(|| {
+            self.next += 1;
+            self.at(self.next - 1)
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.back - self.next;
+        (n, Some(n))
+    }
+}
+
+impl DoubleEndedIterator for Images<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        (self.next < self.back).then(|| {
+            self.back -= 1;
+            self.at(self.back)
+        })
+    }
+}
+
+impl ExactSizeIterator for Images<'_> {}
+
 /// One image of a process.
 #[derive(Clone, Copy, Debug)]
-pub struct ImageReport<'a> {
-    img: &'a Image,
-    scale: Scale,
+pub enum ImageReport<'a> {
+    Live { img: &'a Image, scale: Scale },
+    Saved(&'a SavedImage),
 }
 
 impl<'a> ImageReport<'a> {
+    fn names(&self) -> &'a Names {
+        match *self {
+            ImageReport::Live { img, .. } => &img.names,
+            ImageReport::Saved(s) => &s.names,
+        }
+    }
+
     /// The path passed to execve, exact bytes.
     pub fn exe(&self) -> &'a [u8] {
-        self.img.exe()
+        &self.names().exe
     }
 
     /// The arguments, exact bytes.
     pub fn argv(&self) -> impl Iterator<Item = &'a [u8]> + Clone {
-        self.img.argv()
+        self.names().argv()
     }
 
     pub fn comm(&self) -> &'a [u8] {
-        self.img.comm()
+        self.names().comm.as_bytes()
+    }
+
+    /// The path that names the program ([`crate::model::labels::program_path`]): the exe, or
+    /// argv[0] where the kernel may have cut the exe.
+    pub fn program(&self) -> &'a [u8] {
+        crate::model::labels::program_path(self.exe(), self.argv().next())
     }
 
     pub fn start_ns(&self) -> u64 {
-        self.scale.since(self.img.start_ns)
+        match *self {
+            ImageReport::Live { img, scale } => scale.since(img.start_ns),
+            ImageReport::Saved(s) => s.start_ns,
+        }
     }
 
     pub fn end_ns(&self) -> Option<u64> {
-        self.img.end_ns.map(|e| self.scale.since(e))
+        match *self {
+            ImageReport::Live { img, scale } => img.end_ns.map(|e| scale.since(e)),
+            ImageReport::Saved(s) => s.end_ns,
+        }
     }
 
     /// Null while the image is still running or when the kernel gave no figure for it.
     pub fn peak_rss_bytes(&self) -> Option<u64> {
-        self.img.peak_rss_pages().map(|p| p * self.scale.page)
+        match *self {
+            ImageReport::Live { img, scale } => img.peak_rss_pages().map(|p| p * scale.page),
+            ImageReport::Saved(s) => s.peak_rss_bytes,
+        }
     }
 
     pub fn peak_vm_bytes(&self) -> Option<u64> {
-        self.img.peak_vm_pages().map(|p| p * self.scale.page)
+        match *self {
+            ImageReport::Live { img, scale } => img.peak_vm_pages().map(|p| p * scale.page),
+            ImageReport::Saved(s) => s.peak_vm_bytes,
+        }
     }
 
     /// Inherited from the parent at fork, rather than started by an exec.
     pub fn inherited(&self) -> bool {
-        self.img.inherited
+        match *self {
+            ImageReport::Live { img, .. } => img.inherited,
+            ImageReport::Saved(s) => s.inherited,
+        }
     }
 
     /// Ran on the parent's address space (vfork/posix_spawn): its memory is the parent's.
     pub fn shared_mm(&self) -> bool {
-        self.img.shared_mm
+        match *self {
+            ImageReport::Live { img, .. } => img.shared_mm,
+            ImageReport::Saved(s) => s.shared_mm,
+        }
     }
 
     /// The RSS counters were summed exactly (per-CPU deltas included).
     pub fn exact(&self) -> bool {
-        self.img.exact()
+        match *self {
+            ImageReport::Live { img, .. } => img.exact(),
+            ImageReport::Saved(s) => s.exact,
+        }
     }
 
     /// Every byte of argv arrived.
     pub fn argv_complete(&self) -> bool {
-        self.img.argv_complete()
+        self.names().argv_complete
     }
 
     /// Started before `trace -p` attached: names read from /proc then.
     pub fn read_at_attach(&self) -> bool {
-        self.img.read_at_attach
+        match *self {
+            ImageReport::Live { img, .. } => img.read_at_attach,
+            ImageReport::Saved(s) => s.read_at_attach,
+        }
     }
 }
 
@@ -220,13 +399,13 @@ struct ProcessJson<'a> {
     sys_ns: u64,
     cpu_final: bool,
     ru_maxrss_bytes: Option<u64>,
-    images: Images<'a>,
+    images: ImagesJson<'a>,
     taskstats: Option<ProcessTaskstats>,
 }
 
-struct Images<'a>(ProcessReport<'a>);
+struct ImagesJson<'a>(ProcessReport<'a>);
 
-impl Serialize for Images<'_> {
+impl Serialize for ImagesJson<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(self.0.images())
     }
@@ -251,7 +430,7 @@ impl Serialize for ProcessReport<'_> {
             sys_ns: self.sys_ns(),
             cpu_final: self.cpu_final(),
             ru_maxrss_bytes: self.ru_maxrss_bytes(),
-            images: Images(*self),
+            images: ImagesJson(*self),
             taskstats: self.taskstats(),
         }
         .serialize(s)

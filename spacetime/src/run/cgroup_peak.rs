@@ -409,7 +409,7 @@ pub fn finish(run: Run) -> crate::report::CgroupPeakReport {
             available: true,
             peak_bytes: Some(b),
             cgroup_version: Some(version.number()),
-            source: Some(version.peak_file()),
+            source: Some(version.peak_file().into()),
             moved_out: removal.moved,
             unavailable_reason: None,
         },

@@ -98,6 +98,8 @@ pub struct OpenError {
 pub struct Outputs {
     pub json: Option<Dest>,
     pub perfetto: Option<Dest>,
+    /// `--html FILE`: the report as a self-contained page.
+    pub html: Option<Dest>,
     /// `-o FILE`: the human summary (or `--format`'s line) goes there instead of stderr.
     pub summary: Option<Dest>,
 }
@@ -106,6 +108,7 @@ pub struct Outputs {
 pub struct Requested<'a> {
     pub json: Option<&'a Path>,
     pub perfetto: Option<&'a Path>,
+    pub html: Option<&'a Path>,
     pub summary: Option<&'a Path>,
     pub append: bool,
 }
@@ -126,6 +129,12 @@ impl Outputs {
             });
             if let Err(e) = written {
                 crate::errln!("spacetime: writing the JSON report to {}: {e}", d.name());
+            }
+        }
+        if let Some(d) = self.html.as_mut() {
+            let page = crate::report::html::trace(report);
+            if let Err(e) = d.write_with(|w| w.write_all(page.as_bytes())) {
+                crate::errln!("spacetime: writing the HTML report to {}: {e}", d.name());
             }
         }
         if let Some(d) = self.perfetto.as_mut() {
@@ -154,6 +163,7 @@ impl Outputs {
         let o = Outputs {
             json: r.json.map(|p| Dest::open(p, false, true)).transpose()?,
             perfetto: r.perfetto.map(|p| Dest::open(p, false, true)).transpose()?,
+            html: r.html.map(|p| Dest::open(p, false, true)).transpose()?,
             summary: r
                 .summary
                 .map(|p| Dest::open(p, r.append, true))
@@ -162,6 +172,7 @@ impl Outputs {
         let named = [
             ("--json", &o.json),
             ("--perfetto", &o.perfetto),
+            ("--html", &o.html),
             ("-o", &o.summary),
         ];
         let ids: Vec<(&str, &Dest, (u64, u64))> = named
@@ -193,6 +204,7 @@ mod tests {
         let e = Outputs::open(&Requested {
             json: Some(Path::new("/nonexistent-dir/x.json")),
             perfetto: None,
+            html: None,
             summary: None,
             append: false,
         })
@@ -213,6 +225,7 @@ mod tests {
         let e = Outputs::open(&Requested {
             json: Some(&f),
             perfetto: None,
+            html: None,
             summary: Some(&alias),
             append: false,
         })
@@ -225,6 +238,7 @@ mod tests {
         Outputs::open(&Requested {
             json: Some(&f),
             perfetto: None,
+            html: None,
             summary: Some(&other),
             append: false,
         })
@@ -241,6 +255,7 @@ mod tests {
         let mut o = Outputs::open(&Requested {
             json: Some(Path::new("-")),
             perfetto: None,
+            html: None,
             summary: Some(&f),
             append: true,
         })

@@ -108,6 +108,10 @@ pub struct BenchArgs {
     /// output)
     #[arg(long, value_name = "FILE")]
     pub export_csv: Option<PathBuf>,
+    /// Write a self-contained HTML page to FILE: each command's runs as distributions of time
+    /// and memory, a parameter scan's commands as curves
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// No progress bar and no notices (the summary and errors are still shown)
     #[arg(short, long)]
     pub quiet: bool,

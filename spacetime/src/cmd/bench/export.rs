@@ -144,6 +144,8 @@ pub struct Files {
     pub csv: Option<Dest>,
     /// Markdown, AsciiDoc, org-mode.
     pub tables: Vec<(markup::Dialect, Dest)>,
+    /// `--html FILE`: the runs as a self-contained page.
+    pub html: Option<Dest>,
 }
 
 /// The paths asked for.
@@ -153,6 +155,7 @@ pub struct Paths<'a> {
     pub markdown: Option<&'a Path>,
     pub asciidoc: Option<&'a Path>,
     pub orgmode: Option<&'a Path>,
+    pub html: Option<&'a Path>,
 }
 
 impl Files {
@@ -172,6 +175,7 @@ impl Files {
             json: open(p.json)?,
             csv: open(p.csv)?,
             tables,
+            html: open(p.html)?,
         })
     }
 
@@ -181,6 +185,7 @@ impl Files {
         self.json.as_ref().is_some_and(std)
             || self.csv.as_ref().is_some_and(std)
             || self.tables.iter().any(|(_, d)| std(d))
+            || self.html.as_ref().is_some_and(std)
     }
 
     /// Writes every requested export; a failed one costs that file only, and says so.
@@ -203,6 +208,12 @@ impl Files {
                 w.write_all(t.as_bytes())
             });
         }
+        // The page reads the bench's JSON as text, as `spacetime report` reads a saved one
+        // (floats parsed from text, the same page from both).
+        put(self.html, &|w| {
+            let v: serde_json::Value = serde_json::from_str(&serde_json::to_string(report)?)?;
+            w.write_all(crate::report::html::bench(&v).as_bytes())
+        });
         ok
     }
 }

@@ -73,6 +73,7 @@ fn plan(args: &BenchArgs) -> anyhow::Result<driver::Plan<'_>> {
         markdown: args.export_markdown.as_deref(),
         asciidoc: args.export_asciidoc.as_deref(),
         orgmode: args.export_orgmode.as_deref(),
+        html: args.html.as_deref(),
     })?;
     let creds = match args.keep_root {
         true => None,

@@ -8,7 +8,7 @@ const BPF_STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
 /// One loaded program's run count and run time, as the kernel keeps them (only while
 /// `kernel.bpf_stats_enabled` is 1: both stay 0 otherwise).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProgramStats {
     /// The program's name in the object (the kernel keeps 15 characters of it).
     pub name: String,

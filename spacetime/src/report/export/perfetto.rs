@@ -23,6 +23,7 @@ use std::{
 use super::protobuf::Msg;
 use crate::{
     model::{
+        cores::CpuSeries,
         timeline::{Point, RssSource, Timeline},
         tree::{Image, Key, Process, Tree},
     },
@@ -70,12 +71,14 @@ pub mod field {
     pub const TRACK_SIBLING_ORDER_RANK: u32 = 12;
 
     pub const COUNTER_UNIT: u32 = 3;
+    pub const COUNTER_UNIT_NAME: u32 = 6;
 
     pub const EVENT_DEBUG_ANNOTATIONS: u32 = 4;
     pub const EVENT_TYPE: u32 = 9;
     pub const EVENT_TRACK_UUID: u32 = 11;
     pub const EVENT_NAME: u32 = 23;
     pub const EVENT_COUNTER_VALUE: u32 = 30;
+    pub const EVENT_DOUBLE_COUNTER_VALUE: u32 = 44;
 
     pub const ANNOTATION_BOOL: u32 = 2;
     pub const ANNOTATION_UINT: u32 = 3;
@@ -108,6 +111,7 @@ pub const CLOCK_BOOTTIME: u64 = 6;
 pub const TRACE_TRACK: u64 = 1;
 pub const TREE_RSS_TRACK: u64 = 2;
 pub const TREE_PSS_TRACK: u64 = 3;
+pub const TREE_CPU_TRACK: u64 = 4;
 const FIRST_PROCESS_TRACK: u64 = 16;
 pub const PROCESS_DESCRIPTOR_OFFSET: u64 = 3;
 pub const THREAD_DESCRIPTOR_OFFSET: u64 = 4;
@@ -126,6 +130,8 @@ pub struct Options<'a> {
     pub t0_ns: u64,
     pub end_ns: u64,
     pub page_size: u64,
+    /// CPU over time (the report's), drawn as a counter of cores in use.
+    pub cpu: Option<&'a CpuSeries>,
 }
 
 /// Longest slice or track name; the full argv is in the slice's arguments.
@@ -309,6 +315,37 @@ impl Builder<'_> {
         }
     }
 
+    /// The tree's cores in use: each bucket's CPU over its width, a step at each bucket
+    /// whose value changes, back to 0 at the end.
+    fn cpu_counter(&mut self, cpu: &CpuSeries) {
+        let unit = Msg::new().string(field::COUNTER_UNIT_NAME, "cores");
+        self.descriptors.push(
+            descriptor(
+                TREE_CPU_TRACK,
+                None,
+                "CPU (cores in use, approximate: each process's CPU spread over its life)",
+                Some(3),
+            )
+            .msg(field::TRACK_COUNTER, unit),
+        );
+        let width = cpu.bucket_ns.max(1);
+        let mut last = None;
+        let at = |k: usize| self.opts.t0_ns + k as u64 * width;
+        let mut points: Vec<(u64, f64)> = Vec::new();
+        for (k, &ns) in cpu.cpu_ns.iter().enumerate() {
+            let cores = ns as f64 / width as f64;
+            if last != Some(cores) {
+                points.push((at(k), cores));
+                last = Some(cores);
+            }
+        }
+        points.push((at(cpu.cpu_ns.len()), 0.0));
+        for (ts, v) in points {
+            let body = Msg::new().double(field::EVENT_DOUBLE_COUNTER_VALUE, v);
+            self.event(ts, COUNTER, TREE_CPU_TRACK, body);
+        }
+    }
+
     fn process(&mut self, p: &Process, i: usize, parent: Option<u64>, rank: i64, tl: &Timeline) {
         let uuid = process_track(i);
         let name = format!("{} {}", p.pid, cut(&process_command(p), NAME_CHARS));
@@ -440,6 +477,9 @@ pub fn encode(tree: &Tree, timeline: &Timeline, opts: &Options) -> Vec<Vec<u8>> 
         Some(2),
     ));
     b.counter(TREE_PSS_TRACK, timeline.tree_pss().points());
+    if let Some(cpu) = opts.cpu {
+        b.cpu_counter(cpu);
+    }
 
     // Processes, nested by the tree; siblings (and the top ones) in order of start.
     let procs = tree.processes();
@@ -457,8 +497,9 @@ pub fn encode(tree: &Tree, timeline: &Timeline, opts: &Options) -> Vec<Vec<u8>> 
             .and_then(|k| index.get(&k))
             .filter(|&&pi| pi != i)
             .map(|&pi| process_track(pi));
-        // Under a process, its counters come first (ranks 0 and 1).
-        b.process(p, i, parent, 3 + rank as i64, timeline);
+        // Under a process, its counters come first (ranks 0 and 1); at the top, after the
+        // trace and the tree-wide counters (0 to 3).
+        b.process(p, i, parent, 4 + rank as i64, timeline);
     }
 
     let mut events = std::mem::take(&mut b.events);

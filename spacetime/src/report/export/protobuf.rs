@@ -36,6 +36,13 @@ impl Msg {
         self.uint(field, v as u64)
     }
 
+    /// A double field (wire type 1: eight bytes, little-endian).
+    pub fn double(mut self, field: u32, v: f64) -> Msg {
+        self.key(field, 1);
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
     pub fn boolean(self, field: u32, v: bool) -> Msg {
         self.uint(field, v as u64)
     }

@@ -19,6 +19,20 @@ use crate::{
 };
 use rustc_hash::FxHashSet;
 
+fn opts(width: Option<usize>, top: usize, verbose: bool) -> Options {
+    Options {
+        width,
+        top,
+        verbose,
+        charts: true,
+        chart_width: None,
+        style: crate::report::chart::Style {
+            color: false,
+            unicode: true,
+        },
+    }
+}
+
 fn hdr(kind: u16, tgid: u32, ts: u64) -> EventHeader {
     EventHeader {
         kind,
@@ -104,7 +118,7 @@ fn hostile_names_render_safely_at_every_width() {
         );
         let width = 20 + (round as usize * 7) % 120;
         for top in [0, 3] {
-            let text = render(&report, Some(width), top, round % 2 == 0, None);
+            let text = render(&report, &opts(Some(width), top, round % 2 == 0));
             assert_terminal_safe(&text, true);
             for line in text.lines() {
                 assert!(term::width(line) <= width, "{line:?} over {width}\n{text}");
@@ -188,7 +202,7 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
         );
         for width in [80, 60, 40] {
             for (top, verbose) in [(0, false), (0, true), (5, false)] {
-                let text = render(&report, Some(width), top, verbose, None);
+                let text = render(&report, &opts(Some(width), top, verbose));
                 for line in text.lines() {
                     assert!(term::width(line) <= width, "{line:?} over {width}\n{text}");
                 }
@@ -203,7 +217,7 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
                 }
             }
         }
-        let one = render(&report, Some(80), 0, false, None);
+        let one = render(&report, &opts(Some(80), 0, false));
         if n == 1 {
             assert!(one.contains("1 process, 1 thread, 1 exec"), "{one}");
         } else {
@@ -217,7 +231,156 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
             );
         }
         // The wide form cuts nothing.
-        let wide = render(&report, None, 0, false, None);
+        let wide = render(&report, &opts(None, 0, false));
         assert!(wide.contains(&"x".repeat(200)), "{wide}");
     }
+}
+
+/// A root running `n` compilers of one program, each on its own file; the one of `f{bad}.c`
+/// exits 1, so does the root.
+#[allow(clippy::needless_update)]
+fn build_tree(n: u32, bad: u32) -> Tree {
+    let mut tree = Tree::new(100, 1);
+    let exec = |tree: &mut Tree, pid: u32, argv: &str| {
+        let mut args: Vec<u8> = argv.replace(' ', "\0").into_bytes();
+        args.push(0);
+        let exe = argv
+            .split(' ')
+            .next()
+            .unwrap_or_default()
+            .as_bytes()
+            .to_vec();
+        tree.apply(Event::Exec(Exec {
+            hdr: hdr(kind::EXEC, pid, pid as u64 * 10 + 1),
+            old_pid: pid,
+            uid: 0,
+            cgroup_id: 0,
+            comm: Comm::new(b"x"),
+            filename: exe,
+            args_len: args.len() as u32,
+            args,
+        }));
+    };
+    let exit = |tree: &mut Tree, pid: u32, code: u32, at: u64| {
+        tree.apply(Event::Exit(ExitEvent {
+            hdr: EventHeader {
+                flags: spacetime_common::flags::EXIT_GROUP_DEAD,
+                ..hdr(kind::EXIT, pid, at)
+            },
+            exit_code: code << 8,
+            ..ExitEvent::default()
+        }));
+    };
+    exec(&mut tree, 100, "/usr/bin/make -j2");
+    for i in 1..=n {
+        let pid = 100 + i;
+        tree.apply(Event::Fork(ForkEvent {
+            hdr: hdr(kind::FORK, 100, pid as u64 * 10),
+            child_pid: pid,
+            child_tgid: pid,
+            // Records name a process by its leader's start: hdr() uses the pid.
+            child_start_ns: pid as u64,
+            ..ForkEvent::default()
+        }));
+        exec(
+            &mut tree,
+            pid,
+            &format!("/usr/lib/gcc/cc1 -quiet -O2 f{i}.c -o /tmp/cc{i}.s"),
+        );
+        exit(&mut tree, pid, u32::from(i == bad), pid as u64 * 10 + 8);
+    }
+    exit(&mut tree, 100, 2, 100_000);
+    tree
+}
+
+#[test]
+fn a_large_build_is_grouped_with_its_failure_first_and_its_recap_last() {
+    let timeline = Timeline::new(RssSource::Kernel);
+    let sums = PerProcess::default();
+    let gone = FxHashSet::default();
+    let tree = build_tree(60, 17);
+    let report = Report::build(
+        &tree,
+        &sums,
+        Meta {
+            command: crate::report::lossless::Args(vec![b"make".to_vec(), b"-j2".to_vec()]),
+            root_exit: Some(crate::model::tree::ExitStatus::Code(2)),
+            t0_ns: 0,
+            end_ns: 100_000,
+            page_size: 4096,
+            counters: KernelCounters::default(),
+            decode_errors: 0,
+            ring_buffer_bytes: 4096,
+            mechanisms: Vec::new(),
+            attach_memory_followed: None,
+            taskstats: TaskstatsMeta::Unavailable(Unavailable::Open("test".into())),
+            memory: MemoryMeta::of(&timeline),
+            own_cost: OwnCost::default(),
+            gone: &gone,
+            agent_gone: None,
+        },
+    );
+    let text = render(&report, &opts(Some(80), 40, false));
+    let failed = text
+        .find("FAILED: 2 processes of 61")
+        .unwrap_or_else(|| panic!("no failed section\n{text}"));
+    assert!(failed < text.find("PEAK RSS").expect("table"), "{text}");
+    assert!(
+        text.contains("cc1 … f17.c -o"),
+        "the failed compiler by its file\n{text}"
+    );
+    assert!(text.contains("cc1 ×60"), "{text}");
+    let last = text.lines().last().expect("lines");
+    assert!(
+        last.starts_with("exit 2 · wall ") && last.ends_with("2 failed"),
+        "{last}"
+    );
+    for l in text.lines() {
+        assert!(term::width(l) <= 80, "{l:?}\n{text}");
+    }
+    // Every process listed with --top 0, each compiler by its file.
+    let all = render(&report, &opts(Some(80), 0, false));
+    for i in 1..=60 {
+        assert!(all.contains(&format!("cc1 … f{i}.c -o")), "f{i}.c\n{all}");
+    }
+}
+
+#[test]
+fn a_single_short_process_gets_no_chart_and_a_longer_one_does() {
+    let mut timeline = Timeline::new(RssSource::Kernel);
+    for (t, b) in [(10, 1 << 20), (500, 3 << 20), (900, 0)] {
+        timeline.record_tree_rss(crate::model::timeline::Point::new(t, b));
+    }
+    let sums = PerProcess::default();
+    let gone = FxHashSet::default();
+    let tree = build_tree(0, 0);
+    let meta = |end_ns: u64| Meta {
+        command: crate::report::lossless::Args(vec![b"make".to_vec()]),
+        root_exit: Some(crate::model::tree::ExitStatus::Code(2)),
+        t0_ns: 0,
+        end_ns,
+        page_size: 4096,
+        counters: KernelCounters::default(),
+        decode_errors: 0,
+        ring_buffer_bytes: 4096,
+        mechanisms: Vec::new(),
+        attach_memory_followed: None,
+        taskstats: TaskstatsMeta::Unavailable(Unavailable::Open("test".into())),
+        memory: MemoryMeta::of(&timeline),
+        own_cost: OwnCost::default(),
+        gone: &gone,
+        agent_gone: None,
+    };
+    let short = Report::build(&tree, &sums, meta(100_000));
+    let text = render(&short, &opts(Some(80), 40, false));
+    assert!(!text.contains("memory (tree RSS)"), "{text}");
+    assert!(
+        text.lines().last().is_some_and(|l| l.starts_with("exit 2")),
+        "{text}"
+    );
+    let long = Report::build(&tree, &sums, meta(2_000_000_000));
+    let text = render(&long, &opts(Some(80), 40, false));
+    assert!(text.contains("memory (tree RSS)"), "{text}");
+    // One process: its CPU over time would be a flat line.
+    assert!(!text.contains("CPU in cores"), "{text}");
 }

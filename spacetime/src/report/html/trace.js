@@ -1,0 +1,280 @@
+// The trace page: headline, failures, the process tree on a timeline, memory and CPU over
+// time, the critical path, the programs and the top processes. Everything comes from DATA;
+// nothing here computes a figure the report does not have.
+(function () {
+  const D = DATA, P = D.p, S = D.strings, N = P.pid.length;
+  const app = document.getElementById("app");
+  const wall = Math.max(1, D.wall_ns);
+  const endOf = (i) => (P.end[i] === null ? wall : P.end[i]);
+  const label = (i) => S[P.label[i]];
+  const argv = (i) => P.argv[i].map((k) => S[k]).join(" ");
+  const failed = new Set(D.failures);
+  const onPath = new Set(D.path.filter((s) => s[0] >= 0).map((s) => s[0]));
+  const color = (i) => hue(P.program[i]);
+
+  // Headline.
+  const bad = D.exit_code !== null && D.exit_code !== 0;
+  app.append(el("h1", {}, "spacetime"), el("div", { class: "cmd" }, D.command));
+  const peakIdx = D.peak_index;
+  const chips = el("div", { class: "chips" },
+    chip("status", D.status, bad ? { class: "chip bad", id: "status" } : { id: "status" }),
+    chip("wall", fmtNs(D.wall_ns)),
+    chip("CPU", fmtNs(D.cpu_ns)),
+    chip("parallelism", D.parallelism === null ? "?" : D.parallelism.toFixed(2) + " cores"),
+    chip("tree-wide peak RSS", el("span", { id: "tree-peak", "data-bytes": D.tree_peak_rss_bytes === null ? "" : D.tree_peak_rss_bytes },
+      D.tree_peak_rss_bytes === null ? "?" : fmtBytes(D.tree_peak_rss_bytes))),
+    chip("largest process", (peakIdx === null ? "" : label(peakIdx) + " · ") + fmtBytes(D.peak_rss_bytes)),
+    chip("processes", el("span", { id: "processes", "data-count": D.processes }, String(D.processes))),
+    chip("failed", el("span", { id: "failed", "data-count": D.failures.length }, String(D.failures.length)),
+      D.failures.length ? { class: "chip bad" } : {}));
+  app.append(chips);
+  if (!D.complete) app.append(el("p", { class: "note" }, "INCOMPLETE: " + D.lost_events + " events lost; the figures cover what arrived."));
+
+  // Failures, before anything else.
+  if (D.failures.length) {
+    app.append(el("h2", {}, "Failed: " + D.failures.length + " of " + N + " processes"));
+    const rows = D.failures.slice(0, 500).map((i) => ({
+      bad: true, mono: [false, false, false, true, true],
+      cells: [String(P.pid[i]), P.exit[i] === null ? "?" : String(P.exit[i]), fmtNs(endOf(i)), argv(i) || label(i),
+        P.parent[i] >= 0 ? P.pid[P.parent[i]] + " " + label(P.parent[i]) : ""],
+    }));
+    app.append(el("div", { id: "failures", class: "scroll" }, table(["pid", "exit", "at", "command", "parent"], rows, [true, true, true, false, false])));
+    if (D.failures.length > 500) app.append(el("p", { class: "note" }, (D.failures.length - 500) + " more in the JSON report."));
+  }
+
+  // The timeline: each depth of the tree a band, each band as many lanes as processes ran
+  // at once in it (at most LANES; more share the last lane and are drawn merged).
+  const LANES = 48, LANE_H = 14, PATH_H = 18;
+  // Deeper than MAX_DEPTH shares the last band.
+  const MAX_DEPTH = 64;
+  const depth = new Int32Array(N);
+  let maxDepth = 0;
+  for (let i = 0; i < N; i++) {
+    const p = P.parent[i];
+    depth[i] = p >= 0 && p < i ? Math.min(MAX_DEPTH, depth[p] + 1) : 0;
+    if (depth[i] > maxDepth) maxDepth = depth[i];
+  }
+  const laneEnds = [], laneOf = new Int32Array(N), lanesAt = [];
+  for (let d = 0; d <= maxDepth; d++) { laneEnds.push([]); lanesAt.push(0); }
+  for (let i = 0; i < N; i++) {
+    const ends = laneEnds[depth[i]];
+    let k = 0;
+    while (k < ends.length && ends[k] > P.start[i]) k++;
+    if (k === ends.length) { if (ends.length < LANES) ends.push(0); else k = ends.length - 1; }
+    ends[k] = Math.max(ends[k], endOf(i));
+    laneOf[i] = k;
+  }
+  const bandTop = [];
+  let y = PATH_H + 6;
+  for (let d = 0; d <= maxDepth; d++) { bandTop.push(y); y += Math.max(1, laneEnds[d].length) * LANE_H + 4; }
+  const tlHeight = Math.min(y + 24, 4000);
+  const rowY = (i) => bandTop[depth[i]] + laneOf[i] * LANE_H;
+  const byLane = new Map();
+  for (let i = 0; i < N; i++) {
+    const key = depth[i] * LANES + laneOf[i];
+    if (!byLane.has(key)) byLane.set(key, []);
+    byLane.get(key).push(i);
+  }
+
+  app.append(el("h2", {}, "Processes over time"),
+    el("p", { class: "note" }, "Each band is a depth of the process tree (children under their parents), coloured by program; red outline: failed; black outline and the top lane: the critical path. Wheel: zoom, drag: pan, double-click: reset."));
+  const legend = el("div", { class: "legend" });
+  D.programs.slice(0, 16).forEach((g, k) => legend.append(el("span", { style: "--c:" + hue(k) }, g.name + " ×" + g.runs)));
+  app.append(legend);
+  const tlCanvas = el("canvas", { id: "timeline" });
+  const tip = el("div", { class: "tip" });
+  app.append(el("div", { class: "panel" }, tlCanvas), tip);
+  let v0 = 0, v1 = wall;
+
+  function drawTimeline() {
+    const { ctx, w } = sizedCanvas(tlCanvas, tlHeight);
+    ctx.clearRect(0, 0, w, tlHeight);
+    const x0 = 4, pw = w - 8, span = Math.max(1, v1 - v0);
+    const X = (t) => x0 + (t - v0) / span * pw;
+    let rects = 0, placed = 0;
+    // The critical path lane.
+    for (const [i, s, e] of D.path) {
+      if (e < v0 || s > v1) continue;
+      const a = X(s), b = X(e);
+      ctx.fillStyle = i >= 0 ? color(i) : "#ddd";
+      ctx.fillRect(a, 2, Math.max(0.5, b - a), PATH_H);
+      rects++;
+      if (b - a > 50 && i >= 0) {
+        ctx.fillStyle = "#111"; ctx.font = "11px system-ui, sans-serif"; ctx.textBaseline = "middle"; ctx.textAlign = "left";
+        ctx.save(); ctx.beginPath(); ctx.rect(a, 2, b - a, PATH_H); ctx.clip();
+        ctx.fillText(label(i), a + 3, 2 + PATH_H / 2); ctx.restore();
+      }
+    }
+    ctx.font = "10px system-ui, sans-serif"; ctx.textBaseline = "middle"; ctx.textAlign = "left";
+    for (const list of byLane.values()) {
+      let lastPx = -1;
+      for (const i of list) {
+        placed++;
+        const s = P.start[i], e = endOf(i);
+        if (e < v0 || s > v1) continue;
+        const a = X(s), b = Math.max(X(e), a + 0.5), yy = rowY(i);
+        const special = failed.has(i) || onPath.has(i);
+        // Bars inside a pixel already drawn in this lane are merged into it.
+        if (b <= lastPx && !special) continue;
+        ctx.fillStyle = color(i);
+        ctx.fillRect(a, yy, b - a, LANE_H - 2);
+        rects++;
+        lastPx = Math.max(lastPx, Math.ceil(b));
+        if (onPath.has(i)) { ctx.strokeStyle = "#111"; ctx.lineWidth = 1.5; ctx.strokeRect(a, yy + 0.75, b - a, LANE_H - 3.5); }
+        if (failed.has(i)) {
+          ctx.strokeStyle = "#c62828"; ctx.lineWidth = 2; ctx.strokeRect(a, yy + 1, b - a, LANE_H - 4);
+          ctx.fillStyle = "#c62828"; ctx.beginPath(); ctx.moveTo(b, yy); ctx.lineTo(b + 6, yy); ctx.lineTo(b, yy + 6); ctx.fill();
+        }
+        if (b - a > 60) {
+          ctx.save(); ctx.beginPath(); ctx.rect(a, yy, b - a, LANE_H); ctx.clip();
+          ctx.fillStyle = "#111"; ctx.fillText(label(i), a + 3, yy + LANE_H / 2 - 1); ctx.restore();
+        }
+      }
+    }
+    ctx.fillStyle = "#5d6975"; ctx.textBaseline = "top"; ctx.font = "11px system-ui, sans-serif";
+    for (const t of ticks(span, Math.max(2, Math.floor(pw / 120)))) {
+      ctx.textAlign = t === 0 ? "left" : "center";
+      ctx.fillText(fmtNs(v0 + t), X(v0 + t), tlHeight - 18);
+    }
+    tlCanvas.dataset.bars = String(placed);
+    tlCanvas.dataset.rects = String(rects);
+  }
+
+  function hit(ev) {
+    const r = tlCanvas.getBoundingClientRect();
+    const px = ev.clientX - r.left, py = ev.clientY - r.top;
+    const t = v0 + (px - 4) / Math.max(1, r.width - 8) * (v1 - v0);
+    const slack = (v1 - v0) / Math.max(1, r.width) * 2;
+    if (py < PATH_H + 2) {
+      for (const [i, s, e] of D.path) if (i >= 0 && s <= t && t <= e) return i;
+      return -1;
+    }
+    for (let d = 0; d <= maxDepth; d++) {
+      const k = Math.floor((py - bandTop[d]) / LANE_H);
+      if (k < 0 || k >= laneEnds[d].length) continue;
+      const list = byLane.get(d * LANES + k) || [];
+      let lo = 0, hi = list.length;
+      while (lo < hi) { const m = (lo + hi) >> 1; if (P.start[list[m]] <= t + slack) lo = m + 1; else hi = m; }
+      for (let j = lo - 1; j >= 0 && j >= lo - 64; j--) {
+        const i = list[j];
+        if (endOf(i) + slack >= t) return i;
+      }
+    }
+    return -1;
+  }
+
+  tlCanvas.addEventListener("mousemove", (ev) => {
+    if (drag) { const r = tlCanvas.getBoundingClientRect(); const dt = (ev.clientX - drag.x) / r.width * (drag.v1 - drag.v0);
+      v0 = Math.max(0, drag.v0 - dt); v1 = v0 + (drag.v1 - drag.v0); drawTimeline(); return; }
+    const i = hit(ev);
+    if (i < 0) { tip.style.display = "none"; return; }
+    const lines = [label(i), argv(i), "pid " + P.pid[i] + (P.parent[i] >= 0 ? " · parent " + P.pid[P.parent[i]] : ""),
+      "from " + fmtNs(P.start[i]) + " to " + (P.end[i] === null ? "the end (still running)" : fmtNs(P.end[i])) + " · " + fmtNs(endOf(i) - P.start[i]),
+      "peak RSS " + fmtBytes(P.peak[i]) + " · CPU " + fmtNs(P.cpu[i]) + " · exit " + (P.exit[i] === null ? "?" : P.exit[i]),
+      S[P.exe[i]]];
+    if (onPath.has(i)) lines.push("on the critical path");
+    tip.textContent = lines.join("\n");
+    tip.style.display = "block";
+    tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - 420) + "px";
+    tip.style.top = (ev.clientY + 14) + "px";
+  });
+  let drag = null;
+  tlCanvas.addEventListener("mouseleave", () => { tip.style.display = "none"; drag = null; });
+  tlCanvas.addEventListener("mousedown", (ev) => { drag = { x: ev.clientX, v0: v0, v1: v1 }; });
+  window.addEventListener("mouseup", () => { drag = null; });
+  tlCanvas.addEventListener("dblclick", () => { v0 = 0; v1 = wall; drawTimeline(); });
+  tlCanvas.addEventListener("wheel", (ev) => {
+    ev.preventDefault();
+    const r = tlCanvas.getBoundingClientRect();
+    const f = Math.min(1, Math.max(0, (ev.clientX - r.left) / r.width));
+    const t = v0 + f * (v1 - v0), k = ev.deltaY > 0 ? 1.25 : 0.8;
+    const span = Math.min(wall, Math.max(1000, (v1 - v0) * k));
+    v0 = Math.max(0, t - f * span); v1 = Math.min(wall, v0 + span); v0 = Math.max(0, v1 - span);
+    drawTimeline();
+  }, { passive: false });
+
+  // Memory and CPU over time.
+  app.append(el("h2", {}, "Memory and CPU over time"));
+  const memCanvas = el("canvas", { id: "memory" }), cpuCanvas = el("canvas", { id: "cpu" });
+  const peakText = D.tree_peak_rss_bytes === null ? "no kernel RSS figures"
+    : "tree-wide peak " + fmtBytes(D.tree_peak_rss_bytes) + " at " + fmtNs(D.tree_peak_at_ns);
+  app.append(el("div", { class: "panel" },
+    el("div", { class: "note" }, "memory: the tree's RSS (" + (D.rss_source === "kernel" ? "every change, from the kernel" : "sampled from statm") + ") · ",
+      el("span", { id: "mem-peak", "data-bytes": D.tree_peak_rss_bytes === null ? "" : D.tree_peak_rss_bytes }, peakText)),
+    memCanvas,
+    el("div", { class: "note" }, "CPU: cores in use (approximate: each process's CPU spread over its life; the buckets add up to the total CPU, ",
+      el("span", { id: "cpu-total", "data-ns": D.cpu.total_ns }, fmtNs(D.cpu.total_ns)), ")"),
+    cpuCanvas));
+
+  function drawMemory() {
+    const { ctx, w, h } = sizedCanvas(memCanvas, 220);
+    const pts = D.memory;
+    const top = pts.reduce((m, p) => Math.max(m, p[1]), Math.max(1, D.tree_peak_rss_bytes || 0));
+    const box = frame(ctx, w, h, 0, wall, [[0, "0"], [0.5, fmtBytes(top / 2)], [1, fmtBytes(top)]]);
+    const X = (t) => box.x + box.w * t / wall, Y = (v) => box.y + box.h * (1 - v / top);
+    ctx.beginPath(); ctx.moveTo(X(0), Y(0));
+    let last = 0;
+    for (const [t, v] of pts) { ctx.lineTo(X(t), Y(last)); ctx.lineTo(X(t), Y(v)); last = v; }
+    ctx.lineTo(X(wall), Y(last)); ctx.lineTo(X(wall), Y(0)); ctx.closePath();
+    ctx.fillStyle = "rgba(38, 132, 160, 0.35)"; ctx.fill();
+    ctx.strokeStyle = "rgb(38, 132, 160)"; ctx.lineWidth = 1; ctx.stroke();
+    if (D.tree_peak_rss_bytes !== null && D.tree_peak_at_ns !== null) {
+      const px = X(D.tree_peak_at_ns), py = Y(D.tree_peak_rss_bytes);
+      ctx.fillStyle = "#c62828"; ctx.beginPath(); ctx.arc(px, py, 4, 0, 2 * Math.PI); ctx.fill();
+      ctx.font = "12px system-ui, sans-serif"; ctx.textBaseline = "bottom";
+      ctx.textAlign = px > box.x + box.w * 0.7 ? "right" : "left";
+      ctx.fillText("peak " + fmtBytes(D.tree_peak_rss_bytes), px + (ctx.textAlign === "left" ? 6 : -6), Math.max(py - 2, 14));
+    }
+  }
+
+  function drawCpu() {
+    const { ctx, w, h } = sizedCanvas(cpuCanvas, 140);
+    const b = D.cpu.bucket_ns, v = D.cpu.cpu_ns;
+    const peak = v.reduce((m, x) => Math.max(m, x), 0) / Math.max(1, b);
+    const top = Math.max(1, Math.ceil(peak));
+    const box = frame(ctx, w, h, 0, wall, [[0, "0"], [0.5, (top / 2) + " cores"], [1, top + (top === 1 ? " core" : " cores")]]);
+    ctx.fillStyle = "rgba(205, 120, 40, 0.75)";
+    v.forEach((x, k) => {
+      if (!x) return;
+      const a = box.x + box.w * (k * b) / wall, z = box.x + box.w * Math.min(wall, (k + 1) * b) / wall;
+      const hh = box.h * (x / b) / top;
+      ctx.fillRect(a, box.y + box.h - hh, Math.max(0.5, z - a), hh);
+    });
+  }
+
+  // The critical path.
+  if (N > 1 && D.path.length) {
+    app.append(el("h2", {}, "Critical path: " + D.path.length + " steps"),
+      el("p", { class: "note" }, "The chain of processes that set the wall time, read backwards from the end: at each process, the child that ended last before the time reached; the rest is the process's own time."));
+    const bar = el("div", { class: "bar", id: "path-bar" });
+    D.path_programs.forEach((g) => {
+      const k = D.programs.findIndex((x) => x.name === g.name);
+      bar.append(el("div", { title: g.name + " " + (100 * g.ns / wall).toFixed(1) + "%", style: "width:" + (100 * g.ns / wall) + "%;background:" + hue(k) }));
+    });
+    app.append(bar, el("p", { class: "note" }, D.path_programs.map((g) => (g.name || "(no traced process)") + " " + (100 * g.ns / wall).toFixed(1) + "% (" + g.steps + ")").join(" · ")));
+    const longest = D.path.map((s, k) => k).sort((a, b) => (D.path[b][2] - D.path[b][1]) - (D.path[a][2] - D.path[a][1])).slice(0, 25).sort((a, b) => a - b);
+    app.append(el("div", { id: "path", class: "scroll" }, table(["share", "time", "from", "process"], longest.map((k) => {
+      const [i, s, e] = D.path[k];
+      return { mono: [false, false, false, true], cells: [(100 * (e - s) / wall).toFixed(1) + "%", fmtNs(e - s), fmtNs(s), i >= 0 ? label(i) : "(no traced process)"] };
+    }), [true, true, true, false])));
+  }
+
+  // Programs, and the top processes.
+  app.append(el("h2", {}, "Programs (" + D.programs.length + "), by peak RSS"));
+  app.append(el("div", { id: "programs" }, table(["program", "runs", "failed", "peak RSS", "CPU"], D.programs.slice(0, 200).map((g) => ({
+    bad: g.failed > 0, mono: [true], cells: [g.exe, String(g.runs), String(g.failed), fmtBytes(g.peak_rss_bytes), fmtNs(g.cpu_ns)],
+  })), [false, true, true, true, true])));
+  const idx = Array.from({ length: N }, (_, i) => i);
+  const topBy = (f) => idx.slice().sort((a, b) => f(b) - f(a) || P.start[a] - P.start[b]).slice(0, 10);
+  app.append(el("div", { class: "two" },
+    el("div", {}, el("h2", {}, "Top by CPU"), table(["CPU", "process"], topBy((i) => P.cpu[i]).map((i) => ({ mono: [false, true], cells: [fmtNs(P.cpu[i]), label(i)] })), [true, false])),
+    el("div", {}, el("h2", {}, "Top by peak RSS"), table(["peak RSS", "process"], topBy((i) => P.peak[i] || 0).map((i) => ({ mono: [false, true], cells: [fmtBytes(P.peak[i]), label(i)] })), [true, false]))));
+  app.append(el("p", { class: "note" }, "spacetime " + D.version + " · " + D.host + " · started " + D.start));
+
+  function drawAll() { drawTimeline(); drawMemory(); drawCpu(); }
+  drawAll();
+  window.addEventListener("resize", drawAll);
+  // Time from navigation to the page drawn: what opening the report costs.
+  document.body.dataset.renderMs = String(Math.round(performance.now()));
+  document.body.dataset.rendered = "1";
+})();

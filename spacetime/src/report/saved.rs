@@ -1,0 +1,236 @@
+//! A report read back from its JSON (`spacetime report FILE.json`, `spacetime diff`): the
+//! figures as they were written, shaped so that [`super::Report::from_saved`] gives the same
+//! model a trace builds, and the same renderers draw it. Reports by older versions lack the
+//! keys added since; what the report derives ([`super::analysis`]) is derived again from the
+//! processes, by the same code.
+
+use base64::{engine::general_purpose::STANDARD, Engine};
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+use super::{CgroupPeakReport, Exit, KernelReport, State, Totals};
+use crate::{
+    kernel::{events::Comm, provenance::Provenance},
+    model::{
+        crosscheck::{Coverage, ProcessTaskstats},
+        process::Names,
+    },
+    report::selfstats::OwnCost,
+};
+
+/// A whole trace report, as saved.
+#[derive(Debug, Deserialize)]
+pub struct SavedReport {
+    #[serde(default)]
+    pub schema_version: u32,
+    #[serde(default)]
+    pub spacetime_version: String,
+    #[serde(default)]
+    pub host: String,
+    #[serde(default)]
+    pub kernel_release: String,
+    #[serde(default)]
+    pub start_unix_ns: u64,
+    #[serde(default)]
+    pub start_rfc3339: String,
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub command_b64: Option<Vec<String>>,
+    pub exit: Option<Exit>,
+    pub wall_ns: u64,
+    pub user_ns: u64,
+    pub sys_ns: u64,
+    #[serde(default)]
+    pub lost_events: u64,
+    pub totals: Totals,
+    pub processes: Vec<SavedProcess>,
+    pub kernel: KernelReport,
+    pub taskstats: SavedTaskstats,
+    #[serde(default)]
+    pub spacetime: OwnCost,
+    pub timeline: Box<RawValue>,
+    #[serde(default)]
+    pub cgroup_peak: Option<CgroupPeakReport>,
+    #[serde(default)]
+    pub programs: Option<Provenance>,
+}
+
+/// The taskstats cross-check, its reason as the sentence it was.
+#[derive(Debug, Deserialize)]
+pub struct SavedTaskstats {
+    pub available: bool,
+    #[serde(default)]
+    pub unavailable_reason: Option<String>,
+    #[serde(flatten)]
+    pub coverage: Coverage,
+    #[serde(default)]
+    pub delayacct: bool,
+    #[serde(default)]
+    pub rcvbuf_bytes: u64,
+}
+
+/// What the summary's memory chart needs of the saved timeline.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SavedTimeline {
+    /// `"kernel"` or `"statm"`.
+    pub rss_source: Option<String>,
+    pub tree_rss: Vec<(u64, u64)>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SavedProcess {
+    pub pid: u32,
+    pub ppid: u32,
+    pub start_ns: u64,
+    pub end_ns: Option<u64>,
+    #[serde(default)]
+    pub threads: u32,
+    pub exit: Option<Exit>,
+    pub state: State,
+    pub peak_rss_bytes: Option<u64>,
+    #[serde(default)]
+    pub user_ns: u64,
+    #[serde(default)]
+    pub sys_ns: u64,
+    #[serde(default)]
+    pub cpu_final: bool,
+    #[serde(default)]
+    pub ru_maxrss_bytes: Option<u64>,
+    pub images: Vec<SavedImage>,
+    #[serde(default)]
+    pub taskstats: Option<ProcessTaskstats>,
+}
+
+/// An image, its names as exact bytes again (from `exe_b64`/`argv_b64` where present).
+#[derive(Debug)]
+pub struct SavedImage {
+    pub names: Names,
+    pub start_ns: u64,
+    pub end_ns: Option<u64>,
+    pub peak_rss_bytes: Option<u64>,
+    pub peak_vm_bytes: Option<u64>,
+    pub inherited: bool,
+    pub shared_mm: bool,
+    pub exact: bool,
+    pub read_at_attach: bool,
+}
+
+#[derive(Deserialize)]
+struct ImageIn {
+    exe: String,
+    #[serde(default)]
+    exe_b64: Option<String>,
+    argv: Vec<String>,
+    #[serde(default)]
+    argv_b64: Option<Vec<String>>,
+    #[serde(default)]
+    comm: String,
+    start_ns: u64,
+    end_ns: Option<u64>,
+    peak_rss_bytes: Option<u64>,
+    #[serde(default)]
+    peak_vm_bytes: Option<u64>,
+    #[serde(default)]
+    inherited: bool,
+    #[serde(default)]
+    shared_mm: bool,
+    #[serde(default)]
+    exact: bool,
+    #[serde(default = "yes")]
+    argv_complete: bool,
+    #[serde(default)]
+    read_at_attach: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The exact bytes: the base64 form when there is one (and it decodes), else the string's.
+pub fn exact(text: &str, b64: Option<&str>) -> Vec<u8> {
+    b64.and_then(|b| STANDARD.decode(b).ok())
+        .unwrap_or_else(|| text.as_bytes().to_vec())
+}
+
+/// Each argument's exact bytes ([`exact`]).
+pub fn exact_args(args: &[String], b64: Option<&[String]>) -> Vec<Vec<u8>> {
+    match b64.filter(|b| b.len() == args.len()) {
+        Some(b) => args.iter().zip(b).map(|(a, b)| exact(a, Some(b))).collect(),
+        None => args.iter().map(|a| a.as_bytes().to_vec()).collect(),
+    }
+}
+
+impl<'de> Deserialize<'de> for SavedImage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<SavedImage, D::Error> {
+        let i = ImageIn::deserialize(d)?;
+        // The argument area as the kernel has it: each argument NUL-terminated.
+        let mut area = Vec::new();
+        for a in exact_args(&i.argv, i.argv_b64.as_deref()) {
+            area.extend_from_slice(&a);
+            area.push(0);
+        }
+        let exe = exact(&i.exe, i.exe_b64.as_deref());
+        Ok(SavedImage {
+            names: Names::from_area(
+                exe.into(),
+                Comm::new(i.comm.as_bytes()),
+                &area,
+                i.argv_complete,
+            ),
+            start_ns: i.start_ns,
+            end_ns: i.end_ns,
+            peak_rss_bytes: i.peak_rss_bytes,
+            peak_vm_bytes: i.peak_vm_bytes,
+            inherited: i.inherited,
+            shared_mm: i.shared_mm,
+            exact: i.exact,
+            read_at_attach: i.read_at_attach,
+        })
+    }
+}
+
+/// What a saved JSON file holds.
+pub enum Saved {
+    Trace(Box<SavedReport>),
+    /// A `bench --json` report: kept as parsed, for its renderers.
+    Bench(serde_json::Value),
+}
+
+/// Why a saved report cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("not JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("neither a trace report (`processes`) nor a bench report (`results`)")]
+    Unknown,
+    #[error("not a trace report spacetime can read: {0}")]
+    Shape(serde_json::Error),
+}
+
+/// Reads a trace or bench report from its JSON text.
+pub fn parse(text: &str) -> Result<Saved, ReadError> {
+    use serde::de::IgnoredAny;
+    // Which kind, without building the document: a trace's 100 000 processes are read once.
+    #[derive(Deserialize)]
+    struct Kind {
+        processes: Option<IgnoredAny>,
+        results: Option<IgnoredAny>,
+    }
+    let kind: Kind = serde_json::from_str(text)?;
+    if kind.processes.is_some() {
+        let r: SavedReport = serde_json::from_str(text).map_err(ReadError::Shape)?;
+        Ok(Saved::Trace(Box::new(r)))
+    } else if kind.results.is_some() {
+        Ok(Saved::Bench(serde_json::from_str(text)?))
+    } else {
+        Err(ReadError::Unknown)
+    }
+}
+
+/// Reads the report in `path`.
+pub fn read(path: &std::path::Path) -> Result<Saved, ReadError> {
+    parse(&std::fs::read_to_string(path)?)
+}

@@ -1,0 +1,83 @@
+//! Memory and CPU over time, one chart above the other on the same time axis. Left out when
+//! they would carry nothing: memory for a single process that ran under 100 ms (or a series
+//! of fewer than two points), CPU for a single process (its CPU is spread evenly over its
+//! life: a flat line).
+
+use super::Report;
+use crate::{
+    model::timeline::RssSource,
+    report::chart::{self, Spec, Style, Unit},
+    util::units::{bytes, duration_ns},
+};
+
+/// A single process that ran less than this gets no memory chart.
+const SHORT_NS: u64 = 100_000_000;
+
+/// Both charts share the width of their y labels, so their time axes line up.
+const LABEL_W: usize = 9;
+
+/// The charts that carry something, each after a blank line.
+pub(super) fn both(out: &mut String, r: &Report, width: usize, style: Style) {
+    let series = r.memory.tree_rss();
+    let single = r.processes.len() <= 1;
+    if series.len() >= 2 && !(single && r.wall_ns < SHORT_NS) {
+        let t = &r.totals;
+        let title = match (
+            r.memory.rss_source(),
+            t.tree_peak_rss_bytes,
+            t.tree_peak_at_ns,
+        ) {
+            (RssSource::Kernel, Some(b), Some(at)) => format!(
+                "memory (tree RSS) · peak {} at {}",
+                bytes(b),
+                duration_ns(at)
+            ),
+            (RssSource::Statm, Some(b), Some(at)) => format!(
+                "memory (tree RSS, sampled from statm) · peak {} at {}",
+                bytes(b),
+                duration_ns(at)
+            ),
+            _ => "memory (tree RSS)".to_string(),
+        };
+        let spec = Spec {
+            title: &title,
+            t0_ns: 0,
+            end_ns: r.wall_ns,
+            width,
+            height: 10,
+            style,
+            peak_bytes: t.tree_peak_rss_bytes.unwrap_or(0),
+            unit: Unit::Bytes,
+            min_label_w: LABEL_W,
+        };
+        out.push('\n');
+        out.push_str(&chart::render(&series, &spec));
+    }
+    let cpu = &r.analysis.cpu;
+    if !single && cpu.total_ns() > 0 && r.wall_ns > 0 {
+        let mean = r.analysis.parallelism(r.wall_ns).unwrap_or(0.0);
+        let title = format!(
+            "CPU in cores, approximate: each process's CPU spread over its life · mean {mean:.2}"
+        );
+        let values = |w: usize| -> Vec<u64> {
+            cpu.columns(r.wall_ns, w)
+                .into_iter()
+                .map(|c| (c * 1000.0).round() as u64)
+                .collect()
+        };
+        let max = values(width).into_iter().max().unwrap_or(0);
+        let spec = Spec {
+            title: &title,
+            t0_ns: 0,
+            end_ns: r.wall_ns,
+            width,
+            height: 4,
+            style,
+            peak_bytes: 0,
+            unit: Unit::Millicores,
+            min_label_w: LABEL_W,
+        };
+        out.push('\n');
+        out.push_str(&chart::render_columns(max, &values, &spec));
+    }
+}

@@ -1,0 +1,229 @@
+//! The summary's sections beside the tree: the failed processes (first, always), the top
+//! processes by CPU and by memory, the programs, and the critical path.
+
+use std::fmt::Write;
+
+use super::{exit_text, name, prose, red, Options, Report};
+use crate::util::{
+    term,
+    units::{bytes, duration_ns},
+};
+
+/// A section's title, wrapped.
+pub(super) fn heading(out: &mut String, text: &str, width: usize) {
+    prose(out, text, width);
+}
+
+/// Every process that ended with a non-zero status or a signal: its pid, status, when it
+/// ended, its name and its parent's. Before the tables, however large the tree; at most
+/// `--top` rows (0: all), the count always.
+pub(super) fn failed(out: &mut String, r: &Report, width: usize, o: &Options) {
+    let failures = &r.analysis.failures;
+    if failures.is_empty() {
+        return;
+    }
+    let wide = o.width.is_none();
+    let n = failures.len();
+    let title = format!(
+        "FAILED: {} of {} (non-zero exit or signal):",
+        super::count(n as u64, "process", "processes"),
+        r.processes.len()
+    );
+    for l in term::wrap(&title, width, 2) {
+        let _ = writeln!(out, "{}", red(&l, o.style));
+    }
+    let _ = writeln!(out, "    PID  EXIT           AT  COMMAND  ← PARENT");
+    let limit = if o.top == 0 { n } else { o.top.max(10) };
+    for &i in failures.iter().take(limit) {
+        let p = &r.processes[i];
+        let head = format!(
+            "{:>7}  {:<8} {:>8}  ",
+            p.pid(),
+            exit_text(p.exit().as_ref(), p.state()),
+            duration_ns(p.end_ns().unwrap_or(r.wall_ns))
+        );
+        let room = width.saturating_sub(term::width(&head));
+        let parent = r.analysis.parents[i].map(|pp| &r.processes[pp]);
+        // The failed process first; its parent gets what is left, at most two fifths.
+        let parent_room = parent.map_or(0, |_| (room * 2 / 5).min(room.saturating_sub(12)));
+        let own = name(r, p, room.saturating_sub(parent_room).max(8), wide);
+        let mut line = head + &own;
+        if let Some(pp) = parent {
+            let left = width.saturating_sub(term::width(&line) + 4);
+            if left >= 6 {
+                let _ = write!(
+                    line,
+                    "  ← {} {}",
+                    pp.pid(),
+                    name(
+                        r,
+                        pp,
+                        left.saturating_sub(pp.pid().to_string().len() + 1).max(3),
+                        wide
+                    )
+                );
+            }
+        }
+        let _ = writeln!(out, "{}", red(&term::fit(&line, width), o.style));
+    }
+    if n > limit {
+        let _ = writeln!(
+            out,
+            "{}",
+            red(
+                &format!(
+                    "  … {} more failed (all are in the JSON report's `failures`)",
+                    n - limit
+                ),
+                o.style
+            )
+        );
+    }
+    out.push('\n');
+}
+
+/// The top processes by CPU beside the top by peak RSS (one above the other when narrow).
+pub(super) fn tops(out: &mut String, r: &Report, width: usize, wide: bool) {
+    const N: usize = 5;
+    let by_cpu = r.top_by(N, |p| p.cpu_ns());
+    let by_mem = r.top_by(N, |p| p.peak_rss_bytes());
+    let side = width >= 72;
+    let col = if side { (width - 2) / 2 } else { width };
+    let cell = |fig: String, p: &super::ProcessReport| {
+        let head = format!("  {fig:>8}  ");
+        let room = col.saturating_sub(term::width(&head)).max(4);
+        let s = head + &name(r, p, room, wide);
+        let pad = col.saturating_sub(term::width(&s));
+        (s, pad)
+    };
+    let cpu: Vec<(String, usize)> = by_cpu
+        .iter()
+        .map(|p| cell(duration_ns(p.cpu_ns()), p))
+        .collect();
+    let mem: Vec<(String, usize)> = by_mem
+        .iter()
+        .map(|p| cell(bytes(p.peak_rss_bytes()), p))
+        .collect();
+    out.push('\n');
+    if side {
+        let title = "top by CPU";
+        let _ = writeln!(
+            out,
+            "{title}{}  top by peak RSS",
+            " ".repeat(col - title.len())
+        );
+        for k in 0..cpu.len().max(mem.len()) {
+            let (left, pad) = cpu.get(k).cloned().unwrap_or((String::new(), col));
+            let right = mem.get(k).map_or("", |m| m.0.as_str());
+            let _ = writeln!(out, "{left}{}  {right}", " ".repeat(pad));
+        }
+    } else {
+        for (title, list) in [("top by CPU", &cpu), ("top by peak RSS", &mem)] {
+            let _ = writeln!(out, "{title}");
+            for (s, _) in list {
+                let _ = writeln!(out, "{s}");
+            }
+        }
+    }
+}
+
+/// The programs that ran, by peak RSS: runs, peak, CPU (and failures, when any).
+pub(super) fn programs(out: &mut String, r: &Report, width: usize, top: usize) {
+    let list = &r.analysis.programs;
+    let any_failed = list.iter().any(|p| p.failed > 0);
+    let _ = writeln!(out, "\nprograms run ({}), by peak RSS:", list.len());
+    let mut head = String::from("   RUNS  PEAK RSS       CPU  ");
+    if any_failed {
+        head.push_str("FAILED  ");
+    }
+    let _ = writeln!(out, "{head}PROGRAM");
+    for p in list.iter().take(top) {
+        let mut s = format!(
+            "{:>7}  {:>8}  {:>8}  ",
+            p.runs,
+            bytes(p.peak_rss_bytes),
+            duration_ns(p.cpu_ns)
+        );
+        if any_failed {
+            let _ = write!(s, "{:>6}  ", p.failed);
+        }
+        let room = width.saturating_sub(term::width(&s)).max(8);
+        let _ = writeln!(out, "{s}{}", term::fit_path(&term::escape(&p.path), room));
+    }
+}
+
+/// Most steps of the critical path listed; the others are counted.
+const PATH_STEPS: usize = 6;
+
+/// The critical path: its time by program, then its longest steps in time order, each with
+/// its share of the wall.
+pub(super) fn critical_path(out: &mut String, r: &Report, width: usize, wide: bool) {
+    let path = &r.analysis.critical_path;
+    if r.processes.len() < 2 || path.is_empty() || r.wall_ns == 0 {
+        return;
+    }
+    let share = |ns: u64| ns as f64 * 100.0 / r.wall_ns as f64;
+    out.push('\n');
+    heading(
+        out,
+        &format!(
+            "critical path: the chain of processes that set the wall time, {}",
+            super::count(path.len() as u64, "step", "steps")
+        ),
+        width,
+    );
+    let parts: Vec<String> = r
+        .analysis
+        .path_programs
+        .iter()
+        .map(|g| {
+            let name = match g.name.as_slice() {
+                b"" => "(no traced process)".to_string(),
+                n => term::escape(n),
+            };
+            format!("{name} {:.1}% ({})", share(g.ns), g.steps)
+        })
+        .collect();
+    let mut line = String::from("  by program: ");
+    line.push_str(&parts.join(" · "));
+    for l in term::wrap(&line, width, 4) {
+        let _ = writeln!(out, "{l}");
+    }
+    let mut longest: Vec<usize> = (0..path.len()).collect();
+    longest.sort_by_key(|&i| std::cmp::Reverse(path[i].len_ns()));
+    longest.truncate(PATH_STEPS);
+    longest.sort_unstable();
+    if path.len() > PATH_STEPS {
+        let _ = writeln!(out, "  the longest steps, in order:");
+    }
+    for &i in &longest {
+        let s = &path[i];
+        let head = format!(
+            "  {:>5.1}%  {:>8}  ",
+            share(s.len_ns()),
+            duration_ns(s.len_ns())
+        );
+        let room = width.saturating_sub(term::width(&head)).max(8);
+        let who = match s.node {
+            Some(p) => name(r, &r.processes[p], room, wide),
+            None => "(no traced process)".into(),
+        };
+        let _ = writeln!(out, "{head}{who}");
+    }
+    if path.len() > longest.len() {
+        let rest: u64 = path.iter().map(|s| s.len_ns()).sum::<u64>()
+            - longest.iter().map(|&i| path[i].len_ns()).sum::<u64>();
+        let _ = writeln!(
+            out,
+            "  {:>5.1}%  {:>8}  … {} more {}",
+            share(rest),
+            duration_ns(rest),
+            path.len() - longest.len(),
+            if path.len() - longest.len() == 1 {
+                "step"
+            } else {
+                "steps"
+            }
+        );
+    }
+}
