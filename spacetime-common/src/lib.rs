@@ -61,6 +61,11 @@ pub mod flags {
     pub const EXEC_ARGS_TRUNCATED: u32 = 1 << 1;
     /// EXEC: reading argv from the new image failed.
     pub const EXEC_ARGS_FAULT: u32 = 1 << 2;
+    /// EXEC: the process took credentials its session's owner does not have (a setuid,
+    /// setgid or file-capability program, or one its owner cannot read): it left the session
+    /// here. The record carries no argv; nothing more of the process or its descendants
+    /// follows (its exit neither).
+    pub const EXEC_LEFT: u32 = 1 << 3;
     /// EXIT: the last thread of the process exited; the process is gone.
     pub const EXIT_GROUP_DEAD: u32 = 1 << 0;
     /// EXIT: `exit_code` is the thread group's exit code (exit_group or a fatal signal).
@@ -110,8 +115,12 @@ pub mod stat {
     /// Processes not traced because their session had as many live processes as its limit
     /// ([`super::SessionLimit`]); their fork records carry [`super::flags::FORK_UNTRACKED`].
     pub const SESSION_LIMIT: u32 = 5;
+    /// Entries of `TRACKED` for a pid that a process with an untraced parent was given: left
+    /// by a process whose exit was not seen, or put there for a pid that was no live process.
+    /// The fork removed them before the newcomer could run (fork.rs): counted, not lost.
+    pub const STALE_CLEARED: u32 = 6;
     /// Number of counters per session.
-    pub const COUNT: u32 = 6;
+    pub const COUNT: u32 = 7;
 }
 
 /// Slots of the kernel's `PIDNS` array (see `spacetime-ebpf/src/pidns.rs`).
@@ -213,6 +222,20 @@ pub struct KernelOffsets {
     pub cgroup_kn: u32,
     pub kernfs_name: u32,
     pub kernfs_parent: u32,
+    /// `task_struct.real_cred` (the objective credentials ptrace compares) and in `struct
+    /// cred` the real, effective and saved uids and gids (`kuid_t`/`kgid_t`: a u32 first) and
+    /// `cap_permitted` (64 bits either way it was laid out); `mm_struct.flags` (its low two
+    /// bits: dumpable). `task_real_cred` is 0 when absent: no exec credential check.
+    pub task_real_cred: u32,
+    pub cred_uid: u32,
+    pub cred_euid: u32,
+    pub cred_suid: u32,
+    pub cred_gid: u32,
+    pub cred_egid: u32,
+    pub cred_sgid: u32,
+    pub cred_cap_permitted: u32,
+    pub mm_flags: u32,
+    pub _pad_creds: u32,
 }
 
 /// Configuration of the kernel programs, written into their read-only data before load.
@@ -522,6 +545,15 @@ pub struct SessionLimit {
     pub max_processes: u32,
     /// Processes userspace tracked into the session (roots, processes attached to).
     pub roots: u32,
+    /// The uid of the user the session traces for (an agent's client that is not root): a
+    /// traced process whose exec leaves that user's credentials (setuid, setgid, file
+    /// capabilities, not dumpable) leaves the session ([`flags::EXEC_LEFT`]). 0: no check
+    /// (root may trace anything; a trace's own programs are root's).
+    pub owner_uid: u32,
+    /// Its gid, checked likewise.
+    pub owner_gid: u32,
+    /// The owner's permitted capabilities: a process may hold these and stay.
+    pub owner_caps: u64,
 }
 
 /// Slots of the kernel's `SWITCHES` array: settings userspace changes while loaded.
@@ -622,8 +654,9 @@ const _: () = {
     assert!(EXEC_EVENT_FIXED == 32 + 24 + TASK_COMM_LEN + FILENAME_LEN);
     assert!(size_of::<KernelFilter>() == 8 + 4 * FILTER_MAX_UIDS + 8 + 16 * FILTER_MAX_CGROUPS);
     assert!(ARGS_EVENT_FIXED == 40);
-    assert!(size_of::<KernelOffsets>() == 46 * 4);
-    assert!(size_of::<Config>() == 24 + 46 * 4 + 8);
+    assert!(size_of::<KernelOffsets>() == 56 * 4);
+    assert!(size_of::<Config>() == 24 + 56 * 4 + 8);
+    assert!(size_of::<SessionLimit>() == 24);
     assert!(size_of::<CgroupNameEvent>() == 32 + 16 + CGROUP_NAME_LEN * CGROUP_NAME_DEPTH);
     assert!(size_of::<MmState>() == 128);
     assert!(size_of::<TreeRss>() == 32);

@@ -15,14 +15,14 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use spacetime_common::{
-    flags, kind, stat, ArgsEvent, ImageEndEvent, ARGS_CHUNK, ARGS_EVENT_FIXED, EXEC_EVENT_FIXED,
-    FILENAME_LEN,
+    flags, kind, mode, stat, ArgsEvent, ExecEvent, ImageEndEvent, ARGS_CHUNK, ARGS_EVENT_FIXED,
+    EXEC_EVENT_FIXED, FILENAME_LEN,
 };
 
 use crate::{
-    conf, count, filter, mem, output, rss,
+    conf, count, creds, filter, mem, output, rss,
     task::{header, read, Task},
-    wakeup_flags, ARGS_SCRATCH, EVENTS, EXEC_SCRATCH,
+    wakeup_flags, ARGS_SCRATCH, EVENTS, EXEC_SCRATCH, TRACKED,
 };
 
 /// Upper bound of argv records per exec, whatever the configuration says (256 KiB).
@@ -102,6 +102,9 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     }
 
     let mm = task.mm()?;
+    if conf!(mode) == mode::TREE && creds::left(session, &task, mm) {
+        return leave(ev, tgid, session);
+    }
     let arg_start = read::<u64>(mm, conf!(off.mm_arg_start))?;
     let arg_end = read::<u64>(mm, conf!(off.mm_arg_end))?;
     let total = arg_end.saturating_sub(arg_start);
@@ -163,6 +166,21 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     chunks!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
             32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59
             60 61 62 63);
+    Ok(())
+}
+
+/// The process took credentials its session's owner lacks (creds.rs): it stops being traced
+/// here, before its new image runs; the record says so, without the new image's argv.
+#[inline(always)]
+fn leave(ev: &mut ExecEvent, tgid: u32, session: u16) -> Result<(), i32> {
+    rss::forget(tgid);
+    if TRACKED.remove(tgid).is_ok() {
+        crate::session::release(session);
+    }
+    ev.hdr.flags |= flags::EXEC_LEFT;
+    ev.args_len = 0;
+    ev.args_here = 0;
+    output_bytes(ev as *mut _ as *mut c_void, EXEC_EVENT_FIXED, session);
     Ok(())
 }
 

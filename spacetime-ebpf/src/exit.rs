@@ -183,8 +183,14 @@ fn claim_group_exit(tgid: u32, leader_start: u64, sess: u16) -> bool {
                 }
             }
         }
-        // Map full: no duplicate detection for this one.
-        Err(_) => true,
+        // Map full: no duplicate detection for this one; with a filter, no free record
+        // either (reap.rs sends one only for a claimed process): counted.
+        Err(_) => {
+            if filter::active() != 0 {
+                count(sess, stat::REAP_FULL);
+            }
+            true
+        }
     }
 }
 

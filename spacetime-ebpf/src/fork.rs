@@ -16,7 +16,7 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
     let ptgid = parent.tgid()?;
     // The parent's session, from the lookup that tells whether it is traced: the child's.
     let Some(sess) = filter::wanted(ptgid) else {
-        return Ok(());
+        return clear_stale(&child, ptgid);
     };
     // Every read that can fail comes before the child joins TRACKED: a child tracked without
     // its fork record would be a process nobody knows about.
@@ -39,6 +39,8 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
         }
         if conf!(mode) == mode::TREE && !track_child(child_tgid, sess) {
             hdr.flags |= flags::FORK_UNTRACKED;
+            // An entry left for this pid (a stale one) must not trace the child either.
+            forget_stale(child_tgid);
         }
         if hdr.flags & (flags::FORK_SHARED_MM | flags::FORK_UNTRACKED) == 0 {
             // A failure (counted) leaves the child's RSS unfollowed, not the child untraced.
@@ -55,6 +57,36 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
     };
     output(&ev, sess);
     Ok(())
+}
+
+/// A new process whose parent is not traced: an entry for its pid can only be stale (its
+/// process gone without its exit seen, or a pid tracked by userspace that was no live
+/// process), and would make the newcomer traced in a session that is not its own. One lookup
+/// per fork of an untraced process (a thread makes no new process: nothing to do).
+#[inline(always)]
+fn clear_stale(child: &Task, ptgid: u32) -> Result<(), i32> {
+    if conf!(mode) != mode::TREE {
+        return Ok(());
+    }
+    let child_tgid = child.tgid()?;
+    if child_tgid != ptgid {
+        forget_stale(child_tgid);
+    }
+    Ok(())
+}
+
+/// Removes `tgid`'s entry from `TRACKED` if there is one, counted as its session's
+/// `STALE_CLEARED`. The lookup comes first: a removal takes the bucket's lock, a miss does
+/// not.
+#[inline(always)]
+fn forget_stale(tgid: u32) {
+    // SAFETY: the session is copied out.
+    let Some(sess) = (unsafe { TRACKED.get(tgid) }).map(|t| t.session as u16) else {
+        return;
+    };
+    if TRACKED.remove(tgid).is_ok() {
+        count(sess, stat::STALE_CLEARED);
+    }
 }
 
 /// Tracks a new process in its parent's session, if the session's limit and the map allow:

@@ -14,6 +14,7 @@
 
 mod adopt;
 mod cgroup;
+mod creds;
 mod exec;
 mod exec_mm;
 mod exit;

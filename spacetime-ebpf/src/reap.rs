@@ -16,7 +16,7 @@ use aya_ebpf::programs::RawTracePointContext;
 use spacetime_common::{flags, kind, mode, stat, ReapEvent};
 
 use crate::{
-    conf, count, output,
+    conf, count, filter, output,
     task::{header, read, read_or_zero, Task},
     EXITED, REAPING,
 };
@@ -44,8 +44,11 @@ pub fn try_process_free(ctx: &RawTracePointContext) -> Result<(), i32> {
     };
     if session.is_some() {
         let _ = map.remove(tgid);
-    } else if conf!(mode) == mode::TREE {
-        // Traced processes only, and only the one whose group exit was seen.
+    } else if conf!(mode) == mode::TREE || filter::active() != 0 {
+        // Traced processes only, and only the one whose group exit was seen. With a uid or
+        // cgroup filter, likewise only a process whose group exit passed it (exit.rs claims
+        // only those): the task freed here is not the current one, so the filter cannot be
+        // asked again, and another user's process must not be told of.
         return Ok(());
     }
     let session = session.unwrap_or(0);

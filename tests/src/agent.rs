@@ -31,6 +31,13 @@ impl Agent {
     /// [`Agent::start`] with more `spacetime agent` options.
     pub fn start_with(tag: &str, extra: &[&str]) -> Agent {
         let dir = TempDir::new(&format!("agent-{tag}"));
+        // The agent refuses a socket directory others can write (they could swap the
+        // socket for a link): root's, 0755, reachable by every user.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap_or_else(|e| panic!("chmod 0755 {}: {e}", dir.path().display()));
         let socket = dir.path().join("agent.sock");
         let mut child = Command::new(spacetime_bin())
             .args(["-v", "agent", "--socket"])

@@ -20,6 +20,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 pub mod agent;
+pub mod attack;
 pub mod bench;
 pub mod build;
 pub mod chart;
@@ -27,6 +28,7 @@ pub mod chromium;
 pub mod openmetrics;
 pub mod prometheus;
 pub mod python;
+pub mod raw;
 mod report;
 mod truth;
 pub mod watch;

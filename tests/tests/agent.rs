@@ -230,7 +230,10 @@ fn refuses_what_is_not_the_clients_own_held_child() {
     assert!(own.starts_with("tracked "), "own held child: {own}");
     for (case, want) in [
         ("not-child", "is not a child of the client"),
-        ("other-uid", "does not run as the client's user"),
+        (
+            "other-uid",
+            "may not be traced by the client: it runs as uid 0",
+        ),
         ("execd", "has already exec'd"),
         ("not-pidfd", "not a process descriptor"),
     ] {
@@ -343,7 +346,7 @@ fn non_root_attach_to_another_users_process_is_refused() {
         .expect("setpriv runs spacetime");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "stderr: {err}");
-    assert!(err.contains("not as uid 65534"), "stderr: {err}");
+    assert!(err.contains("is not uid 65534's to trace"), "stderr: {err}");
 }
 
 /// A non-root `trace -p` of its own process goes through the agent: the process is followed

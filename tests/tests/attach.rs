@@ -311,7 +311,9 @@ fn a_non_root_caller_cannot_attach_to_a_root_process() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "status; stderr: {err}");
     assert!(
-        err.contains(&format!("pid {pid} runs as uid 0, not as uid 65534")),
+        err.contains(&format!(
+            "pid {pid} is not uid 65534's to trace: it runs as uid 0"
+        )),
         "stderr: {err}"
     );
     // Root through sudo acts for the invoking user: the same refusal.
@@ -326,7 +328,7 @@ fn a_non_root_caller_cannot_attach_to_a_root_process() {
         Some(125),
         "status under sudo; stderr: {err}"
     );
-    assert!(err.contains("not as uid 65534"), "stderr: {err}");
+    assert!(err.contains("is not uid 65534's to trace"), "stderr: {err}");
     wl.release();
     let st = wl.child.wait().expect("reap the workload");
     assert_eq!(st.code(), Some(7), "the workload went on to its own end");

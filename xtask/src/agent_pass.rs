@@ -30,6 +30,9 @@ const FILES: [&str; 10] = [
 pub fn run(cargo: Command, bin: &std::path::Path, args: &[OsString]) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("spacetime-xtask-agent-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // The agent refuses a socket directory others could write: root's, 0755 whatever the umask.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .with_context(|| format!("chmod 0755 {}", dir.display()))?;
     let socket = dir.join("agent.sock");
     let mut agent = Command::new(bin)
         .args(["-v", "agent", "--socket"])

@@ -287,7 +287,7 @@ pub struct TraceArgs {
     #[arg(long)]
     pub keep_root: bool,
     /// Size of the kernel's ring buffer (bytes; K, M, G suffixes; rounded up to a power of two)
-    #[arg(long, value_name = "SIZE", default_value = "4M", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
     pub ring_buffer: u32,
     /// Most processes tracked at once
     #[arg(long, value_name = "N", default_value_t = 65536)]

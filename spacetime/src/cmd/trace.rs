@@ -39,7 +39,7 @@ enum What {
 fn what(args: &TraceArgs) -> Result<What, RunError> {
     if let Some(pids) = &args.pid {
         // Refused before anything loads: a pid that is gone, or another user's.
-        let caller = crate::run::attach::caller_uid();
+        let caller = crate::run::attach::caller();
         for &pid in &pids.0 {
             crate::run::attach::Target::hold(pid, caller).map_err(anyhow::Error::from)?;
         }

@@ -24,12 +24,26 @@ pub struct KernelCounters {
     /// Runs of spacetime's programs the kernel skipped because the same program was already
     /// running on that CPU (its `recursion_misses`): events lost without a trace otherwise.
     pub recursion_misses: u64,
+    /// Records of the run a `spacetime agent` dropped because this client did not read them
+    /// in time (its queue for the client was full): lost, but not in the kernel's ring.
+    pub agent_queue_full: u64,
+    /// Processes whose end never came because the agent the run went through went away
+    /// mid-run (their exit records, and everything after, are lost).
+    pub agent_gone: u64,
+    /// Stale entries of the tracking map a fork cleared (see `stat::STALE_CLEARED`): not a
+    /// loss; the agent logs them.
+    #[serde(skip)]
+    pub stale_cleared: u64,
 }
 
 impl KernelCounters {
     /// Events that never reached userspace.
     pub fn lost(&self) -> u64 {
-        self.ringbuf_lost + self.track_full + self.session_limit
+        self.ringbuf_lost
+            + self.track_full
+            + self.session_limit
+            + self.agent_queue_full
+            + self.agent_gone
     }
 
     /// What was added since `start` (a run's own counts, from cumulative ones).
@@ -42,6 +56,9 @@ impl KernelCounters {
             filtered: self.filtered.saturating_sub(start.filtered),
             reap_full: self.reap_full.saturating_sub(start.reap_full),
             recursion_misses: self.recursion_misses.saturating_sub(start.recursion_misses),
+            agent_queue_full: self.agent_queue_full.saturating_sub(start.agent_queue_full),
+            agent_gone: self.agent_gone.saturating_sub(start.agent_gone),
+            stale_cleared: self.stale_cleared.saturating_sub(start.stale_cleared),
         }
     }
 }
@@ -50,6 +67,14 @@ impl KernelCounters {
 pub trait CounterSource {
     /// None when they cannot be read now.
     fn current(&self) -> Option<KernelCounters>;
+    /// The counters are an agent's (its ring, its queue): loss is not cured by our options.
+    fn through_agent(&self) -> bool {
+        false
+    }
+    /// Why the agent went away, once it did: no more counters, nor records, will come.
+    fn gone(&self) -> Option<String> {
+        None
+    }
 }
 
 impl CounterSource for std::cell::Cell<KernelCounters> {

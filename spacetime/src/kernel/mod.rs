@@ -6,6 +6,7 @@
 
 pub(crate) mod btf;
 pub(crate) mod counters;
+pub(crate) mod creds;
 pub mod events;
 pub mod loader;
 pub(crate) mod offsets;

@@ -4,6 +4,9 @@
 use crate::kernel::btf::{Btf, BtfError, Kind};
 use spacetime_common::{rss_layout, KernelOffsets};
 
+#[path = "offsets_creds.rs"]
+mod creds;
+
 /// `SIGNAL_GROUP_EXIT` is a `#define` (not in BTF); it has been 0x4 since Linux 3.x.
 const SIGNAL_GROUP_EXIT: u32 = 0x4;
 
@@ -233,6 +236,8 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
         off.exit_tp_group_dead = 1;
         notes.push("tracepoint sched_process_exit passes group_dead".into());
     }
+
+    creds::resolve(btf, &mut off, &mut notes)?;
 
     let has_task_rss_stat = btf.has_member("task_struct", "rss_stat.count");
     if has_task_rss_stat {

@@ -408,6 +408,9 @@ pub struct KernelReport {
     /// attached to from the attach on. Said in `mechanisms` in words; this is the fact.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attach_memory_followed: Option<bool>,
+    /// Why the `spacetime agent` the trace went through went away before the trace ended
+    /// (null: it did not, or no agent): what it had not sent then is missing.
+    pub agent_gone: Option<String>,
 }
 
 /// What the trace knows beyond the tree.
@@ -429,6 +432,8 @@ pub struct Meta<'a> {
     pub own_cost: OwnCost,
     /// Processes whose exit was never seen and that were gone when the trace ended.
     pub gone: &'a FxHashSet<Key>,
+    /// See [`KernelReport::agent_gone`].
+    pub agent_gone: Option<String>,
 }
 
 impl<'a> Report<'a> {
@@ -489,6 +494,7 @@ impl<'a> Report<'a> {
                 ring_buffer_bytes: meta.ring_buffer_bytes,
                 mechanisms: meta.mechanisms,
                 attach_memory_followed: meta.attach_memory_followed,
+                agent_gone: meta.agent_gone,
             },
             taskstats: taskstats_report(meta.taskstats),
             spacetime: meta.own_cost,
@@ -541,6 +547,7 @@ impl<'a> Report<'a> {
             processes,
             kernel: KernelReport {
                 mechanisms: doc.kernel.mechanisms.clone(),
+                agent_gone: doc.kernel.agent_gone.clone(),
                 ..doc.kernel
             },
             taskstats: TaskstatsReport {

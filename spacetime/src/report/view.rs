@@ -62,6 +62,10 @@ pub enum State {
     Running,
     /// Its exit was never seen (record lost) and it is gone: how it ended is unknown.
     Unknown,
+    /// It left the trace at an exec that gave it credentials its user does not have (a
+    /// setuid, setgid or file-capability program, or one its user cannot read): traced
+    /// through an agent, nothing of it after that is shown.
+    Left,
 }
 
 /// Why a process has no peak: one still running whose memory the kernel did not follow.
@@ -123,6 +127,7 @@ impl<'a> ProcessReport<'a> {
         match self.src {
             Src::Live { p, gone, .. } => match (p.end_ns, p.key) {
                 (Some(_), _) => State::Exited,
+                (None, _) if p.left => State::Left,
                 (None, Some(k)) if gone.contains(&k) => State::Unknown,
                 (None, _) => State::Running,
             },

@@ -3,9 +3,9 @@
 //!
 //! Each pid is pinned by a pidfd first, and every /proc reading about it is trusted only once
 //! the pinned process is proven to be the one read (its start time, still alive). A caller
-//! that is not root (or root through sudo, for the invoking user) may attach only to its own
-//! processes: ptrace's credential rule, the target's real, effective and saved uids all equal
-//! to the caller's (the dumpable and capability parts of ptrace's check are not applied).
+//! that is not root (or root through sudo, for the invoking user) may attach only to a
+//! process it could ptrace: [`crate::kernel::creds`] applies `PTRACE_MODE_READ`'s credential rule
+//! (uids, gids, dumpable, capabilities).
 //!
 //! A process is tracked (TRACKED in the kernel) before its children are looked for in /proc,
 //! so a child forked after that is caught by the kernel's fork record; the /proc walk repeats
@@ -15,9 +15,10 @@
 use std::io;
 
 use crate::{
+    kernel::creds::{Caller, Denied},
     kernel::loader::{Probes, SessionId},
     model::tree::{Adopted, Names},
-    run::pidfd::{parse_stat, Identity, Pinned},
+    run::pidfd::{start_mono_ns, stat_fields, Identity, Pinned},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -26,8 +27,10 @@ pub enum AttachError {
     Gone(u32),
     #[error("pid {0} is a kernel thread: it has no memory or program to trace")]
     KernelThread(u32),
-    #[error("pid {pid} runs as uid {owner}, not as uid {caller}: only root can attach to another user's process")]
-    NotYours { pid: u32, owner: u32, caller: u32 },
+    #[error("pid {pid} is not uid {caller}'s to trace: {why} (only root traces what its user could not ptrace)")]
+    NotYours { pid: u32, why: Denied, caller: u32 },
+    #[error("pid {pid} is a thread of process {tgid}: attach to the process")]
+    Thread { pid: u32, tgid: u32 },
     #[error("pid {0} is spacetime itself")]
     Own(u32),
     #[error("trace -p inside a PID namespace is not supported: /proc there does not give the kernel's pids")]
@@ -52,18 +55,21 @@ pub fn parse_pids(s: &str) -> Result<Vec<u32>, String> {
         .collect()
 }
 
-/// Whose processes the caller may attach to: None for root acting as itself, else the uid
-/// (the invoking user's under sudo).
-pub fn caller_uid() -> Option<u32> {
+/// Whose processes the caller may attach to: None for root acting as itself, else the
+/// user's credentials (the invoking user's under sudo, without capabilities).
+pub fn caller() -> Option<Caller> {
     // SAFETY: plain syscalls.
-    let (euid, uid) = unsafe { (libc::geteuid(), libc::getuid()) };
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
     if euid != 0 {
-        return Some(uid);
+        return Some(Caller::of(std::process::id(), euid, egid));
     }
-    std::env::var("SUDO_UID")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .filter(|&u| u != 0)
+    let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
+    let uid = num("SUDO_UID").filter(|&u| u != 0)?;
+    Some(Caller {
+        uid,
+        gid: num("SUDO_GID").unwrap_or(uid),
+        cap_permitted: 0,
+    })
 }
 
 /// A running process, pinned, with what /proc said of it.
@@ -74,12 +80,6 @@ pub struct Target {
     pub threads: u32,
     pub names: Names,
     pub pinned: Pinned,
-}
-
-/// CLOCK_MONOTONIC ns of a /proc start time in clock ticks since boot.
-fn start_mono_ns(ticks: u64) -> u64 {
-    let tick = 1_000_000_000 / crate::util::clock::ticks_per_s().max(1);
-    (ticks * tick).saturating_sub(crate::util::clock::boottime_offset_ns())
 }
 
 /// A `Name:\tvalue…` line of /proc/PID/status, as numbers.
@@ -105,7 +105,7 @@ fn stat_ppid(stat: &[u8]) -> Option<u32> {
 impl Target {
     /// Pins `pid`, reads it from /proc, checks the caller may attach, and proves the reading
     /// was of the pinned process.
-    pub fn hold(pid: u32, caller: Option<u32>) -> Result<Target, AttachError> {
+    pub fn hold(pid: u32, caller: Option<Caller>) -> Result<Target, AttachError> {
         let io = |err| AttachError::Io { pid, err };
         if pid == std::process::id() {
             return Err(AttachError::Own(pid));
@@ -118,22 +118,26 @@ impl Target {
             _ => io(e),
         };
         let stat = std::fs::read(format!("/proc/{pid}/stat")).map_err(gone)?;
-        let (state, ticks) = parse_stat(&stat).ok_or(AttachError::Gone(pid))?;
-        if matches!(state, b'Z' | b'X') {
+        let fields = stat_fields(&stat).ok_or(AttachError::Gone(pid))?;
+        if fields.ending() {
             return Err(AttachError::Gone(pid));
         }
+        let ticks = fields.start_ticks;
         let ppid = stat_ppid(&stat).unwrap_or(0);
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(gone)?;
-        let uids = status_numbers(&status, "Uid:");
+        let st = crate::kernel::creds::parse_status(&status).ok_or(AttachError::Gone(pid))?;
+        if st.tgid != pid {
+            return Err(AttachError::Thread { pid, tgid: st.tgid });
+        }
         if let Some(caller) = caller {
-            // Real, effective, saved (the fs uid follows the effective one).
-            if let Some(&owner) = uids.iter().take(3).find(|&&u| u != u64::from(caller)) {
-                return Err(AttachError::NotYours {
+            let owner = crate::kernel::creds::dumpable_owner(pid).map_err(gone)?;
+            caller
+                .may_read(&st, owner)
+                .map_err(|why| AttachError::NotYours {
                     pid,
-                    owner: owner as u32,
-                    caller,
-                });
-            }
+                    why,
+                    caller: caller.uid,
+                })?;
         }
         let threads = status_numbers(&status, "Threads:")
             .first()
@@ -208,15 +212,29 @@ pub struct Attached {
     pub memory_followed: bool,
 }
 
-/// Tracks `target` in the kernel and proves it was still the pinned process afterwards (one
-/// that had ended would leave its pid tracked for a later holder: it is untracked).
+/// Tracks `target` in the kernel and proves it was still the pinned process afterwards.
 fn track(probes: &mut Probes, t: &Target, session: SessionId) -> Result<(), AttachError> {
+    track_pinned(probes, &t.pinned, t.start_ns, session)
+}
+
+/// Has the kernel track the pinned process (started at `start_ns`, CLOCK_MONOTONIC) in
+/// `session`, then proves that after the entry went in it was still that process, alive and
+/// not exiting: its exit then comes later and removes the entry. Otherwise the entry is
+/// removed here (an entry for a process already past its exit would make the next holder of
+/// its pid traced) and the process is refused as gone. Shared by `trace -p` and the agent.
+pub fn track_pinned(
+    probes: &mut Probes,
+    pinned: &Pinned,
+    start_ns: u64,
+    session: SessionId,
+) -> Result<(), AttachError> {
+    let pid = pinned.pid();
     probes
-        .track_in(t.pid, session)
-        .map_err(|err| AttachError::Track { pid: t.pid, err })?;
-    if t.pinned.identity(t.start_ns) != Identity::Same {
-        let _ = probes.untrack(t.pid);
-        return Err(AttachError::Gone(t.pid));
+        .track_in(pid, session)
+        .map_err(|err| AttachError::Track { pid, err })?;
+    if pinned.identity(start_ns) != Identity::Same {
+        let _ = probes.untrack(pid);
+        return Err(AttachError::Gone(pid));
     }
     Ok(())
 }
@@ -229,17 +247,17 @@ pub fn attach(
     pids: &[u32],
     session: SessionId,
 ) -> Result<Attached, AttachError> {
-    attach_as(probes, pids, session, caller_uid())
+    attach_as(probes, pids, session, caller())
 }
 
-/// [`attach`] for `caller` (None: root, any process; Some(uid): only processes whose real,
-/// effective and saved uids are `uid`), which need not be this process (the agent attaches
-/// for its clients).
+/// [`attach`] for `caller` (None: root, any process; Some: only processes it could ptrace,
+/// see [`crate::kernel::creds`]), which need not be this process (the agent attaches for its
+/// clients).
 pub fn attach_as(
     probes: &mut Probes,
     pids: &[u32],
     session: SessionId,
-    caller: Option<u32>,
+    caller: Option<Caller>,
 ) -> Result<Attached, AttachError> {
     if !crate::kernel::pidns::in_initial_namespace() {
         return Err(AttachError::Namespace);
@@ -416,7 +434,11 @@ mod tests {
         )
         .expect("sh's first line");
         let pid = child.id();
-        let me = unsafe { libc::getuid() };
+        let me = caller().unwrap_or(Caller {
+            uid: 0,
+            gid: 0,
+            cap_permitted: 0,
+        });
         let t = Target::hold(pid, Some(me)).expect("hold own child");
         assert_eq!(t.ppid, std::process::id());
         assert_eq!(
@@ -424,7 +446,10 @@ mod tests {
             [&b"sh"[..], b"-c", b"echo; read x"]
         );
         assert_eq!(t.names.comm.as_bytes(), b"sh");
-        let other = me.wrapping_add(1);
+        let other = Caller {
+            uid: me.uid.wrapping_add(1),
+            ..me
+        };
         assert!(matches!(
             Target::hold(pid, Some(other)),
             Err(AttachError::NotYours { .. })

@@ -5,13 +5,13 @@
 //! before it is signalled, [`outputs`] opens the files a trace writes before CMD starts,
 //! [`cgroup_peak`] and [`delayacct`] are the optional kernel accounting a run switches on.
 
-pub(crate) mod attach;
+pub mod attach;
 pub(crate) mod cgroup_peak;
 pub(crate) mod delayacct;
 pub(crate) mod event_loop;
 pub mod launch;
 pub(crate) mod outputs;
-pub(crate) mod pidfd;
+pub mod pidfd;
 pub(crate) mod run_loop;
 pub mod session;
 pub(crate) mod source;

@@ -45,6 +45,19 @@ impl Dest {
         })
     }
 
+    /// (device, inode) when it is a regular file (a terminal or a pipe takes both outputs
+    /// one after the other without harm).
+    fn regular_file_id(&self) -> Option<(u64, u64)> {
+        use std::os::fd::AsFd;
+        let st = match self {
+            Dest::Stdout => rustix::fs::fstat(io::stdout().as_fd()).ok()?,
+            Dest::File { file, .. } => rustix::fs::fstat(file.as_fd()).ok()?,
+        };
+        let regular =
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
+        regular.then_some((st.st_dev, st.st_ino))
+    }
+
     /// How an error message names it (escaped when the line is written).
     pub fn name(&self) -> String {
         match self {
@@ -143,9 +156,11 @@ impl Outputs {
         }
     }
 
-    /// Opens (creates) every requested output now, before CMD runs.
+    /// Opens (creates) every requested output now, before CMD runs. Two outputs that are one
+    /// regular file (the same path, two names of it, or `-` with stdout sent there) are
+    /// refused: each would overwrite the other.
     pub fn open(r: &Requested) -> Result<Outputs, OpenError> {
-        Ok(Outputs {
+        let o = Outputs {
             json: r.json.map(|p| Dest::open(p, false, true)).transpose()?,
             perfetto: r.perfetto.map(|p| Dest::open(p, false, true)).transpose()?,
             html: r.html.map(|p| Dest::open(p, false, true)).transpose()?,
@@ -153,7 +168,30 @@ impl Outputs {
                 .summary
                 .map(|p| Dest::open(p, r.append, true))
                 .transpose()?,
-        })
+        };
+        let named = [
+            ("--json", &o.json),
+            ("--perfetto", &o.perfetto),
+            ("--html", &o.html),
+            ("-o", &o.summary),
+        ];
+        let ids: Vec<(&str, &Dest, (u64, u64))> = named
+            .iter()
+            .filter_map(|(flag, d)| d.as_ref().map(|d| (*flag, d)))
+            .filter_map(|(flag, d)| d.regular_file_id().map(|id| (flag, d, id)))
+            .collect();
+        for (i, (a, d, id)) in ids.iter().enumerate() {
+            if let Some((b, _, _)) = ids[i + 1..].iter().find(|(_, _, other)| other == id) {
+                return Err(OpenError {
+                    path: PathBuf::from(d.name()),
+                    source: io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("{a} and {b} name the same file: each would overwrite the other"),
+                    ),
+                });
+            }
+        }
+        Ok(o)
     }
 }
 
@@ -174,6 +212,38 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("/nonexistent-dir/x.json"), "{msg}");
         assert!(msg.contains("nothing was run"), "{msg}");
+    }
+
+    #[test]
+    fn one_file_for_two_outputs_is_refused() {
+        let dir = std::env::temp_dir().join(format!("spacetime-same-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let f = dir.join("r.json");
+        let alias = dir.join("alias.json");
+        std::fs::write(&f, "").expect("create");
+        std::fs::hard_link(&f, &alias).expect("a second name");
+        let e = Outputs::open(&Requested {
+            json: Some(&f),
+            perfetto: None,
+            html: None,
+            summary: Some(&alias),
+            append: false,
+        })
+        .expect_err("one file twice");
+        assert!(
+            e.to_string().contains("--json and -o name the same file"),
+            "{e}"
+        );
+        let other = dir.join("other.txt");
+        Outputs::open(&Requested {
+            json: Some(&f),
+            perfetto: None,
+            html: None,
+            summary: Some(&other),
+            append: false,
+        })
+        .expect("two files");
+        std::fs::remove_dir_all(&dir).expect("rm");
     }
 
     #[test]

@@ -28,16 +28,59 @@ pub enum Identity {
     Other,
 }
 
-/// Field 3 (state) and field 22 (start time, clock ticks) of a stat line; the name (field 2)
-/// may hold spaces and parentheses, so fields count from its last `)`.
-pub fn parse_stat(stat: &[u8]) -> Option<(u8, u64)> {
+/// `task->flags` bit of a task that has begun to exit (include/linux/sched.h).
+const PF_EXITING: u64 = 0x4;
+
+/// What a stat line says of a process's life and of its address space's layout.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatFields {
+    /// Field 3.
+    pub state: u8,
+    /// Field 9: `task->flags`.
+    pub flags: u64,
+    /// Field 22: start time, clock ticks since boot.
+    pub start_ticks: u64,
+    /// Fields 26-28 and 45-51 (start and end of code, stack, data and brk start, argument
+    /// and environment areas): a fork copies them, an exec builds new ones (shown to a reader
+    /// allowed to ptrace the process, root here; 0 otherwise).
+    pub layout: [u64; 10],
+}
+
+impl StatFields {
+    /// Gone, a zombie, or on its way out.
+    pub fn ending(&self) -> bool {
+        matches!(self.state, b'Z' | b'X') || self.flags & PF_EXITING != 0
+    }
+}
+
+/// Parses a stat line (the name may hold spaces and parentheses: fields count from its
+/// last `)`).
+pub fn stat_fields(stat: &[u8]) -> Option<StatFields> {
     let close = stat.iter().rposition(|&b| b == b')')?;
     let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
-    let mut f = rest.split_ascii_whitespace();
-    let state = f.next()?.bytes().next()?;
-    // Fields 4..=21 lie between the state and the start time.
-    let start = f.nth(18)?.parse().ok()?;
-    Some((state, start))
+    // rest's field i is the line's field i + 3.
+    let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+    let num = |field: usize| f.get(field - 3)?.parse::<u64>().ok();
+    let mut layout = [0u64; 10];
+    for (slot, field) in layout
+        .iter_mut()
+        .zip([26, 27, 28, 45, 46, 47, 48, 49, 50, 51])
+    {
+        // Kernels before 3.5 end the line before field 45: those read 0.
+        *slot = num(field).unwrap_or(0);
+    }
+    Some(StatFields {
+        state: *f.first()?.as_bytes().first()?,
+        flags: num(9)?,
+        start_ticks: num(22)?,
+        layout,
+    })
+}
+
+/// CLOCK_MONOTONIC ns of a /proc start time in clock ticks since boot.
+pub fn start_mono_ns(ticks: u64) -> u64 {
+    let tick = 1_000_000_000 / crate::util::clock::ticks_per_s().max(1);
+    (ticks * tick).saturating_sub(crate::util::clock::boottime_offset_ns())
 }
 
 /// The start times in clock ticks since boot that stat may show for a process started at
@@ -54,6 +97,7 @@ fn expected_ticks(start_mono_ns: u64) -> (u64, u64) {
 }
 
 /// A process pinned by a pidfd.
+#[derive(Debug)]
 pub struct Pinned {
     fd: OwnedFd,
     pid: u32,
@@ -69,18 +113,44 @@ impl Pinned {
         }
     }
 
+    /// A pidfd received from elsewhere (a client of the agent passed it), for `pid`, the pid
+    /// its fdinfo names.
+    pub fn from_fd(fd: OwnedFd, pid: u32) -> Pinned {
+        Pinned { fd, pid }
+    }
+
+    /// The pinned pid.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Whether the pinned process has not exited: the kernel makes a pidfd readable once
+    /// its process has exited (zombie or reaped), never before. A /proc reading made by pid
+    /// before this says true was of the pinned process: its pid is freed only after it exits.
+    pub fn running(&self) -> bool {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let mut pfd = [PollFd::new(&self.fd, PollFlags::IN)];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        matches!(poll(&mut pfd, Some(&now)), Ok(0))
+    }
+
     /// Whether the pinned process is the one started at `start_mono_ns` (CLOCK_MONOTONIC ns,
-    /// the tree's key), alive.
+    /// the tree's key), alive and not exiting.
     pub fn identity(&self, start_mono_ns: u64) -> Identity {
         let Ok(stat) = std::fs::read(format!("/proc/{}/stat", self.pid)) else {
             return Identity::Other;
         };
-        match parse_stat(&stat) {
-            Some((state, ticks))
-                if !matches!(state, b'Z' | b'X') && {
-                    let (lo, hi) = expected_ticks(start_mono_ns);
-                    (lo..=hi).contains(&ticks)
-                } =>
+        match stat_fields(&stat) {
+            Some(f)
+                if !f.ending()
+                    && {
+                        let (lo, hi) = expected_ticks(start_mono_ns);
+                        (lo..=hi).contains(&f.start_ticks)
+                    }
+                    && self.running() =>
             {
                 Identity::Same
             }
@@ -136,7 +206,7 @@ pub fn reaped(pid: u32, start_mono_ns: u64) -> bool {
         return true;
     };
     let (lo, hi) = expected_ticks(start_mono_ns);
-    !parse_stat(&stat).is_some_and(|(_, ticks)| (lo..=hi).contains(&ticks))
+    !stat_fields(&stat).is_some_and(|f| (lo..=hi).contains(&f.start_ticks))
 }
 
 /// Sends `signo` to the process (`pid`, started at `start_mono_ns`) if it is proven to be
@@ -166,15 +236,16 @@ mod tests {
     #[test]
     fn stat_fields_after_a_hostile_name() {
         let line = b"42 (a) b (c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 12345 1000 200";
-        assert_eq!(parse_stat(line), Some((b'S', 12345)));
-        assert_eq!(parse_stat(b"42 (x"), None);
+        let f = stat_fields(line).expect("parsed");
+        assert_eq!((f.state, f.flags, f.start_ticks), (b'S', 4194560, 12345));
+        assert_eq!(stat_fields(b"42 (x"), None);
     }
 
     #[test]
     fn own_process_is_proven_and_a_wrong_start_is_not() {
         // Our own start time, from the kernel's view of it.
         let stat = std::fs::read("/proc/self/stat").expect("stat");
-        let (_, ticks) = parse_stat(&stat).expect("parse");
+        let ticks = stat_fields(&stat).expect("parse").start_ticks;
         let hz = crate::util::clock::ticks_per_s() as i128;
         let suspended = crate::util::clock::boottime_offset_ns() as i128;
         let start_mono = (ticks as i128 * (1_000_000_000 / hz) - suspended).max(0) as u64;

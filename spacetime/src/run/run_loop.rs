@@ -227,6 +227,9 @@ pub(super) async fn consume(
     };
     run.no_children = reap(run.opts.root_pid, &mut run.root_status);
     event_loop::run(&mut io, &mut run, &mut NoSource).await?;
+    // The command's own end: what follows (free records, the last fetch) is spacetime's, and
+    // through an agent that went silent it can take seconds.
+    let loop_end_ns = monotonic_ns();
     // Processes reaped in the last moments get their final CPU time one grace period later.
     // Those never reaped (--stop-on-root-exit) keep their exit figures: the wait is bounded.
     if await_release {
@@ -254,7 +257,7 @@ pub(super) async fn consume(
             .root()
             .and_then(|r| r.end_ns)
             .unwrap_or_else(monotonic_ns),
-        (None, false) => monotonic_ns(),
+        (None, false) => loop_end_ns,
     };
     Ok(Outcome {
         root_status: run.root_status,

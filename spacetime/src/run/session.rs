@@ -456,6 +456,8 @@ pub struct Run {
     pub cgroup_peak: Option<report::CgroupPeakReport>,
     /// Whose kernel programs traced the run.
     pub programs: Provenance,
+    /// Why the agent the run went through went away before its end, when it did.
+    pub agent_gone: Option<String>,
 }
 
 impl Run {
@@ -479,6 +481,7 @@ impl Run {
                 memory: MemoryMeta::of(&self.memory.timeline),
                 own_cost: self.own_cost.clone(),
                 gone: &self.gone,
+                agent_gone: self.agent_gone.clone(),
             },
         );
         report.cgroup_peak = self.cgroup_peak.clone();
@@ -492,8 +495,13 @@ impl Run {
     }
 
     /// The status spacetime exits with: the root's, as a shell reports it.
+    /// Through an agent that went away mid-run, a command that exited 0 is no proof of a
+    /// whole report: [`EXIT_AGENT_GONE`](crate::util::exit_code::EXIT_AGENT_GONE) then.
     pub fn exit_code(&self) -> i32 {
-        self.root_status.map_or(0, |s| s.shell_code())
+        match self.root_status.map_or(0, |s| s.shell_code()) {
+            0 if self.agent_gone.is_some() => crate::util::exit_code::EXIT_AGENT_GONE,
+            code => code,
+        }
     }
 }
 

@@ -67,7 +67,7 @@ impl Cap {
             Cap::NetAdmin => "taskstats exit records (the cross-check)",
             Cap::SysAdmin => "--delayacct (kernel.task_delayacct)",
             Cap::SysPtrace => "trace -p of other users' processes; the agent's checks",
-            Cap::Kill => "the agent's liveness check of a client's process",
+            Cap::Kill => "signals forwarded to traced processes of another user",
             Cap::DacReadSearch => "watch: cgroup paths",
         }
     }

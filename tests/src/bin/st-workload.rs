@@ -37,6 +37,8 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
   exit CODE                    record {code}, _exit(CODE)
   kill SIG                     record {sig}, raise SIG with default disposition
   sleep MS                     sleep MS ms, record {ms}, exit 0
+  undumpable MS                make itself not dumpable (prctl PR_SET_DUMPABLE 0), sleep MS
+                               ms, record {ms}, exit 0
   whoami                       record {uid, euid, gid, egid, groups}
   quiet-exit CODE [ANY...]     exit CODE at once, record nothing
   burst N TAG                  N sequential children, child i execs
@@ -914,6 +916,14 @@ fn main() {
             }
             eprintln!("st-workload: still alive after raise({sig})");
             exit(100)
+        }
+        "undumpable" => {
+            let ms: u64 = parse(&args, 2, "MS");
+            // SAFETY: plain syscall on this process.
+            unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+            std::thread::sleep(Duration::from_millis(ms));
+            rec.begin("undumpable").int("ms", ms as i64).finish();
+            exit(0)
         }
         "sleep" => {
             let ms: u64 = parse(&args, 2, "MS");

@@ -1,11 +1,21 @@
 //! One connected client as the agent keeps it: who it is, its session, and what waits to be
-//! sent to it. The queue is bounded: a client that does not read cannot make the agent
-//! grow, nor stall the others; what does not fit is dropped and counted as its loss.
+//! sent to it.
+//!
+//! The queue is bounded in what it costs the agent, not in payload: each message counts its
+//! allocation (capacity) and the bookkeeping around it, and the number of messages is
+//! bounded too. A client's queue also draws on its user's share and on the agent's whole,
+//! so that no user, with all the connections allowed, can make the agent grow past a known
+//! size. Records and taskstats datagrams that do not fit are dropped and counted as the
+//! client's loss; answers to its own requests always go in, but a client that leaves more
+//! than [`MAX_UNREAD_ANSWERS`] of them unread is not reading at all, and is closed.
 
 use std::{
+    cell::Cell,
     collections::VecDeque,
     io,
-    os::fd::{AsRawFd, OwnedFd},
+    os::fd::{AsFd, OwnedFd},
+    rc::Rc,
+    time::Instant,
 };
 
 use super::verify::Peer;
@@ -17,11 +27,40 @@ use crate::kernel::{
     },
 };
 
-/// Most bytes queued for one client; beyond, records and taskstats datagrams are dropped.
-const MAX_QUEUED_BYTES: usize = 32 << 20;
-/// Control messages go in beyond [`MAX_QUEUED_BYTES`] up to this much more; a client that
-/// asks for answers it never reads past it is closed.
-const CONTROL_SLACK_BYTES: usize = 1 << 20;
+/// Most bytes (allocations) queued for one client.
+pub const MAX_QUEUED_BYTES: usize = 32 << 20;
+/// Most bytes queued for all the connections of one user (not root).
+pub const USER_QUEUED_BYTES: usize = 64 << 20;
+/// Most bytes queued for every client together.
+pub const AGENT_QUEUED_BYTES: usize = 256 << 20;
+/// Most messages queued for one client.
+const MAX_QUEUED_MESSAGES: usize = 16384;
+/// Answers a client may leave unread: one that waits for each answer before asking again (as
+/// spacetime does) never has more than a few.
+pub const MAX_UNREAD_ANSWERS: usize = 64;
+/// What one queued message costs besides its buffer: its slot in the queue and the
+/// allocator's header, rounded up.
+const MESSAGE_OVERHEAD: usize = 64;
+
+/// Bytes queued, shared by the clients that draw on the same budget.
+#[derive(Clone, Default)]
+pub struct Budget(Rc<Cell<usize>>);
+
+impl Budget {
+    pub fn used(&self) -> usize {
+        self.0.get()
+    }
+    fn add(&self, n: usize) {
+        self.0.set(self.0.get() + n);
+    }
+    fn sub(&self, n: usize) {
+        self.0.set(self.0.get().saturating_sub(n));
+    }
+    /// Other clients hold it too.
+    pub fn shared(&self) -> bool {
+        Rc::strong_count(&self.0) > 1
+    }
+}
 
 /// A run being traced for a client.
 pub(super) struct RunState {
@@ -34,17 +73,24 @@ pub(super) struct RunState {
 pub(super) struct Client {
     pub fd: OwnedFd,
     pub peer: Peer,
+    /// The user its limits count against (see `users`).
+    pub principal: u32,
     /// Given at the hello.
     pub session: Option<u16>,
     pub run: Option<RunState>,
-    /// A watch client's programs.
-    pub watch: Option<Box<super::watchers::Watching>>,
+    /// A watch client's seat at its uid's programs.
+    pub seat: Option<super::watchers::Seat>,
     /// It asked for delay accounting.
     pub delayacct: bool,
     /// Its runs' own limit on processes tracked at once (0: none), from its hello.
     pub max_processes: u32,
+    /// When it last sent a message or read one of ours.
+    pub active: Instant,
     outbox: VecDeque<Vec<u8>>,
     queued_bytes: usize,
+    unread_answers: usize,
+    user: Budget,
+    agent: Budget,
     /// Records gathered for the next [`Msg::Records`].
     batch: Vec<Vec<u8>>,
     batch_bytes: usize,
@@ -54,19 +100,29 @@ pub(super) struct Client {
     pub closed: bool,
 }
 
+/// What a message costs the agent while queued.
+fn cost(msg: &[u8], capacity: usize) -> usize {
+    capacity.max(msg.len()) + MESSAGE_OVERHEAD
+}
+
 impl Client {
-    pub fn new(fd: OwnedFd, peer: Peer) -> Client {
-        sock::set_sndbuf(fd.as_raw_fd(), 4 << 20);
+    pub fn new(fd: OwnedFd, peer: Peer, principal: u32, user: Budget, agent: Budget) -> Client {
+        sock::set_sndbuf(fd.as_fd(), 4 << 20);
         Client {
             fd,
             peer,
+            principal,
             session: None,
             run: None,
-            watch: None,
+            seat: None,
             delayacct: false,
             max_processes: 0,
+            active: Instant::now(),
             outbox: VecDeque::new(),
             queued_bytes: 0,
+            unread_answers: 0,
+            user,
+            agent,
             batch: Vec::new(),
             batch_bytes: proto::RECORDS_HEADER,
             dropped_records: 0,
@@ -79,11 +135,17 @@ impl Client {
         !self.outbox.is_empty()
     }
 
+    /// Bytes its queue costs now.
+    pub fn queued_bytes(&self) -> usize {
+        self.queued_bytes
+    }
+
     /// Queues a record of the client's session.
     pub fn record(&mut self, bytes: &[u8]) {
         if !proto::records_fit(self.batch_bytes, bytes.len()) {
             self.seal();
         }
+        // Gathered records count against the bound too: a batch is at most one message.
         self.batch_bytes += 4 + bytes.len();
         self.batch.push(bytes.to_vec());
     }
@@ -97,10 +159,40 @@ impl Client {
         }
     }
 
-    /// Queues a control message (never dropped: they are few and small).
+    /// Queues a control message: an answer, never dropped; past [`MAX_UNREAD_ANSWERS`]
+    /// unread, the client is closed instead.
     pub fn control(&mut self, msg: &Msg) {
         self.seal();
-        self.queue(msg.encode(), true);
+        if self.unread_answers >= MAX_UNREAD_ANSWERS {
+            if !self.closed {
+                log::info!(
+                    "client pid {} uid {}: {} answers unread: closed",
+                    self.peer.pid,
+                    self.peer.uid,
+                    self.unread_answers
+                );
+            }
+            self.closed = true;
+            return;
+        }
+        if self.queue(msg.encode(), true) {
+            self.unread_answers += 1;
+        }
+    }
+
+    /// Queues a watch's counters; an unsent earlier one is replaced, not added to.
+    pub fn counters(&mut self, counters: KernelCounters) {
+        let msg = Msg::Counters(counters).encode();
+        if let Some(m) = self
+            .outbox
+            .iter_mut()
+            .find(|m| m.first().is_some_and(|&t| proto::is_counters(t)))
+        {
+            // Same type, same length: the cost is unchanged.
+            m.copy_from_slice(&msg);
+            return;
+        }
+        self.control(&Msg::Counters(counters));
     }
 
     /// Turns the records gathered into one message.
@@ -116,19 +208,21 @@ impl Client {
         }
     }
 
-    fn queue(&mut self, msg: Vec<u8>, always: bool) -> bool {
-        let limit = match always {
-            true => MAX_QUEUED_BYTES + CONTROL_SLACK_BYTES,
-            false => MAX_QUEUED_BYTES,
-        };
-        if self.queued_bytes + msg.len() > limit {
-            if always {
-                log::debug!("client {}: answers it never reads: closed", self.peer.pid);
-                self.closed = true;
-            }
+    /// Queues `msg` if the client's, its user's and the agent's bounds allow (an answer
+    /// always fits: they are few, see [`Client::control`]).
+    fn queue(&mut self, mut msg: Vec<u8>, answer: bool) -> bool {
+        msg.shrink_to_fit();
+        let c = cost(&msg, msg.capacity());
+        let over = self.queued_bytes + c > MAX_QUEUED_BYTES
+            || self.outbox.len() >= MAX_QUEUED_MESSAGES
+            || (self.peer.uid != 0 && self.user.used() + c > USER_QUEUED_BYTES)
+            || self.agent.used() + c > AGENT_QUEUED_BYTES;
+        if over && !answer {
             return false;
         }
-        self.queued_bytes += msg.len();
+        self.queued_bytes += c;
+        self.user.add(c);
+        self.agent.add(c);
         self.outbox.push_back(msg);
         true
     }
@@ -137,10 +231,16 @@ impl Client {
     /// the client.
     pub fn write(&mut self) {
         while let Some(m) = self.outbox.front() {
-            match sock::send(self.fd.as_raw_fd(), m, None) {
+            match sock::send(self.fd.as_fd(), m, None) {
                 Ok(()) => {
-                    self.queued_bytes -= m.len();
+                    let c = cost(m, m.capacity());
+                    // Answers go first in their turn: the oldest unread one was this.
+                    if m.first().is_some_and(|&t| proto::is_answer(t)) {
+                        self.unread_answers = self.unread_answers.saturating_sub(1);
+                    }
+                    self.release(c);
                     self.outbox.pop_front();
+                    self.active = Instant::now();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => {
@@ -151,31 +251,47 @@ impl Client {
             }
         }
     }
+
+    fn release(&mut self, c: usize) {
+        self.queued_bytes = self.queued_bytes.saturating_sub(c);
+        self.user.sub(c);
+        self.agent.sub(c);
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        // The budgets outlive it: what it held goes back.
+        let held = self.queued_bytes;
+        self.release(held);
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::os::fd::FromRawFd;
-
     use super::*;
 
-    fn pair() -> (OwnedFd, OwnedFd) {
-        let mut fds = [0; 2];
-        let flags = libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
-        // SAFETY: a valid array of two fds.
-        let r = unsafe { libc::socketpair(libc::AF_UNIX, flags, 0, fds.as_mut_ptr()) };
-        assert_eq!(r, 0, "socketpair: {}", io::Error::last_os_error());
-        // SAFETY: fresh descriptors we own.
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    fn client(fd: OwnedFd, user: Budget, agent: Budget) -> Client {
+        Client::new(
+            fd,
+            Peer {
+                pid: 1,
+                uid: 1,
+                gid: 1,
+            },
+            1,
+            user,
+            agent,
+        )
     }
 
     /// A client that never reads: the queue stops at its bound, the records beyond are
-    /// counted as dropped, control messages still go in, and what was queued arrives whole
-    /// and in order once the client reads.
+    /// counted as dropped, answers still go in, and what was queued arrives whole and in
+    /// order once the client reads.
     #[test]
     fn a_client_that_does_not_read_costs_a_bounded_queue() {
-        let (agent_end, client_end) = pair();
-        let mut c = Client::new(agent_end, Peer { pid: 1, uid: 1 });
+        let (agent_end, client_end) = sock::pair().expect("socketpair");
+        let mut c = client(agent_end, Budget::default(), Budget::default());
         let record = vec![7u8; 4000];
         let total = 3 * MAX_QUEUED_BYTES / record.len();
         for _ in 0..total {
@@ -196,7 +312,7 @@ mod tests {
         let mut flushed = false;
         while !flushed {
             c.write();
-            match sock::recv(client_end.as_raw_fd(), &mut buf, libc::MSG_DONTWAIT) {
+            match sock::recv(client_end.as_fd(), &mut buf, false) {
                 Ok(r) => match Msg::parse(&buf[..r.len]).expect("a whole message") {
                     Msg::Records(rs) => {
                         assert!(rs.iter().all(|r| *r == record), "records intact");
@@ -214,5 +330,48 @@ mod tests {
             total as u64,
             "every record either arrived or was counted as dropped"
         );
+    }
+
+    /// Tiny answers a client never reads: it is closed after [`MAX_UNREAD_ANSWERS`] (plus
+    /// what its socket buffer took), and what it held goes back to the budgets.
+    #[test]
+    fn unread_answers_close_the_client_and_free_its_queue() {
+        let (agent_end, _client_end) = sock::pair().expect("socketpair");
+        let (user, agent) = (Budget::default(), Budget::default());
+        let mut c = client(agent_end, user.clone(), agent.clone());
+        let mut sent = 0;
+        while !c.closed {
+            c.control(&Msg::Flushed { seq: sent });
+            c.write();
+            sent += 1;
+            assert!(sent < 1_000_000, "never closed");
+        }
+        assert!(c.outbox.len() <= MAX_UNREAD_ANSWERS, "{}", c.outbox.len());
+        assert!(user.used() > 0 && user.used() == agent.used());
+        drop(c);
+        assert_eq!((user.used(), agent.used()), (0, 0), "given back");
+    }
+
+    /// Two clients of one user share its bound: the second gets only what the first left.
+    #[test]
+    fn a_users_clients_share_its_bound() {
+        let (a_end, _a) = sock::pair().expect("socketpair");
+        let (b_end, _b) = sock::pair().expect("socketpair");
+        let (user, agent) = (Budget::default(), Budget::default());
+        let mut a = client(a_end, user.clone(), agent.clone());
+        let mut b = client(b_end, user.clone(), agent.clone());
+        let record = vec![1u8; 60_000];
+        for _ in 0..4 * USER_QUEUED_BYTES / record.len() {
+            a.record(&record);
+            b.record(&record);
+        }
+        a.seal();
+        b.seal();
+        assert!(
+            user.used() <= USER_QUEUED_BYTES,
+            "user's share {}",
+            user.used()
+        );
+        assert!(a.dropped_records > 0 && b.dropped_records > 0);
     }
 }

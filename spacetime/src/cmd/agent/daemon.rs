@@ -1,33 +1,36 @@
-//! The agent's one loop: `poll` over its listening socket, its signalfd, the ring buffer and
-//! every client; the ring drained on each wake-up (and every 50 ms) and routed ([`super::route`]);
-//! each client's requests (hello, track, attach, flush, finish) answered here.
+//! The agent's one loop: `poll` over its listening socket, its signalfd, the ring buffer, the
+//! watch loader's wake-up and every client; the ring drained on each wake-up (and every
+//! 50 ms) and routed ([`super::route`]); each client's requests answered by
+//! [`super::requests`]; connections accepted within their limits, idle ones closed.
 
 use std::{
-    collections::HashMap,
-    os::fd::{AsRawFd, OwnedFd},
-    path::{Path, PathBuf},
+    os::fd::{AsFd, AsRawFd, BorrowedFd},
+    path::PathBuf,
+    time::{Duration, Instant},
 };
 
 use aya::maps::{MapData, RingBuf};
-use spacetime_common::MAX_SESSIONS;
+use rustix::event::{PollFd, PollFlags, Timespec};
 
 use super::{
-    clients::{Client, RunState},
-    verify::{self, Peer},
+    clients::{Budget, Client},
+    listen::Listener,
+    route::Owners,
+    users::Users,
+    verify::Peer,
+    watchers::Watchers,
 };
 use crate::kernel::{
-    loader::{KernelLogger, LoadOptions, Probes, SessionId},
+    loader::{KernelLogger, LoadOptions, Probes},
     remote::{
-        proto::{self, Msg, Welcome},
+        proto::{self, Msg, Refusal, TaskstatsState, Welcome},
         sock,
     },
-    taskstats::{ListenerStats, TaskstatsListener},
+    taskstats::{ListenerStats, TaskstatsListener, Unavailable},
 };
 
 /// How often the ring is drained when nothing wakes the agent.
-const TICK_MS: i32 = 50;
-/// Sessions one non-root user may hold at once.
-pub const SESSIONS_PER_USER: usize = 8;
+const TICK_MS: i64 = 50;
 /// Processes one non-root session may have tracked at once.
 pub const PROCESSES_PER_SESSION: u32 = 16384;
 /// Connections at once (each holds a session or is about to).
@@ -37,18 +40,30 @@ const MAX_CLIENTS: usize = 256;
 const CONNECTIONS_PER_USER: usize = 16;
 /// Messages read from one client per round of the loop: one client cannot starve the others.
 const READS_PER_ROUND: usize = 64;
+/// A connection that has not said hello by then is closed.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// A session with nothing traced, or a client that reads nothing of what waits for it, is
+/// closed after this long without a sign of life (`--idle-timeout`).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `spacetime agent [--socket PATH]`.
 #[derive(Debug, clap::Args)]
 pub struct AgentArgs {
-    /// Where to listen (default: $SPACETIME_SOCKET, else /run/spacetime/agent.sock)
+    /// Where to listen (default: $SPACETIME_SOCKET, else /run/spacetime/agent.sock); its
+    /// directory must be root's and writable by no one else
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// Most processes one non-root session may have traced at once (the kernel refuses to
-    /// trace forks beyond it, and the client's report counts them)
+    /// trace forks beyond it, and the client's report counts them); one user's sessions
+    /// together may have this many too
     #[arg(long, value_name = "N", default_value_t = PROCESSES_PER_SESSION,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub session_limit: u32,
+    /// Seconds a connection may hold a session with nothing traced, or a watch leave what
+    /// waits for it unread, before the agent closes it
+    #[arg(long, value_name = "SECS", default_value_t = IDLE_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout: u64,
 }
 
 /// Entry point of the subcommand: 0 after a SIGTERM, SIGINT or SIGHUP, 125 when it cannot
@@ -68,27 +83,53 @@ pub(super) struct Agent {
     pub ring: RingBuf<MapData>,
     logger: Option<KernelLogger>,
     pub taskstats: Option<TaskstatsListener>,
-    welcome: Welcome,
-    /// Processes per non-root session.
-    session_limit: u32,
+    pub welcome: Welcome,
+    /// Processes per non-root session, and per non-root user.
+    pub session_limit: u32,
+    idle_timeout: Duration,
     pub clients: Vec<Client>,
-    /// The tgid of each traced process, to its session.
-    pub tgids: HashMap<u32, SessionId>,
-    rss_following: bool,
+    /// Which session each traced process belongs to, for taskstats datagrams.
+    pub owners: Owners,
+    pub rss_following: bool,
     /// Delay accounting switched on for clients (restored when dropped).
-    delayacct: Option<crate::run::delayacct::DelayAcct>,
+    pub delayacct: Option<crate::run::delayacct::DelayAcct>,
+    pub users: Users,
+    /// Bytes queued for every client together.
+    pub queued: Budget,
+    pub watchers: Watchers,
+    accept: AcceptBackoff,
 }
 
 fn serve(args: &AgentArgs) -> anyhow::Result<()> {
     use anyhow::Context;
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        anyhow::bail!("the agent loads the kernel programs for every user: run it as root (with CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN, CAP_SYS_PTRACE and CAP_KILL)");
+    if !rustix::process::geteuid().is_root() {
+        anyhow::bail!("the agent loads the kernel programs for every user: run it as root (with CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN and CAP_SYS_PTRACE)");
     }
     super::ready::check_capabilities()?;
-    let path = args.socket.clone().unwrap_or_else(super::socket_path);
+    let path = args
+        .socket
+        .clone()
+        .unwrap_or_else(crate::kernel::remote::socket_path);
     // Before any thread: every thread inherits the blocked signals.
     let sigfd = crate::util::signals::signal_fd(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
+    // First: a socket path that cannot be used safely stops the agent before it loads
+    // anything (a client connecting meanwhile waits in the backlog).
+    let listener =
+        Listener::open(&path).with_context(|| format!("listening on {}", path.display()))?;
+    // Whatever ends the agent, its socket file goes with it.
+    let result = serve_on(args, &path, &listener, sigfd.as_fd());
+    listener.remove();
+    result
+}
+
+/// Loads the programs and serves on `listener` until a signal says stop.
+fn serve_on(
+    args: &AgentArgs,
+    path: &std::path::Path,
+    listener: &Listener,
+    sigfd: BorrowedFd<'_>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
     let mut probes = Probes::load(&LoadOptions {
         ring_buffer_bytes: 16 << 20,
         track_rss: true,
@@ -96,12 +137,8 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
     })?;
     probes.set_rss_following(false)?;
     let taskstats = crate::kernel::taskstats::open_listener(16 << 20);
-    let activated = activated_socket();
-    let by_systemd = activated.is_some();
-    let listener = match activated {
-        Some(fd) => fd,
-        None => listen(&path).with_context(|| format!("listening on {}", path.display()))?,
-    };
+    // An agent killed before may have left delay accounting on for its clients.
+    crate::run::delayacct::repair_left();
     let welcome = Welcome {
         session: 0,
         rss_tracking: probes.rss_tracking,
@@ -109,6 +146,11 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
         ring_buffer_bytes: probes.ring_buffer_bytes,
         load_us: (probes.load_ms * 1e3) as u64,
         taskstats_rcvbuf_bytes: taskstats.as_ref().map_or(0, |t| t.stats().rcvbuf_bytes) as u32,
+        taskstats: match taskstats.as_ref().err() {
+            None => TaskstatsState::Available,
+            Some(Unavailable::OtherNetNamespace) => TaskstatsState::OtherNetNamespace,
+            Some(_) => TaskstatsState::Failed,
+        },
         taskstats_error: taskstats
             .as_ref()
             .err()
@@ -118,16 +160,22 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
             .iter()
             .map(|m| m.clone().into_bytes())
             .collect(),
+        sees_uid: proto::SEES_ALL,
     };
     let limits = super::ready::Limits {
-        sessions_per_user: SESSIONS_PER_USER,
+        sessions_per_user: super::requests::SESSIONS_PER_USER,
         connections_per_user: CONNECTIONS_PER_USER,
         connections: MAX_CLIENTS,
         processes_per_session: args.session_limit,
     };
+    // Ours was bound through /proc/self/fd (see listen.rs): the kernel names it so.
+    let shown = match listener.by_systemd() {
+        true => super::ready::listening_path(&listener.fd, path),
+        false => path.to_path_buf(),
+    };
     super::ready::announce(&super::ready::start_line(
-        &super::ready::listening_path(&listener, &path),
-        by_systemd,
+        &shown,
+        listener.by_systemd(),
         &limits,
         probes.load_ms,
     ));
@@ -138,88 +186,121 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
         taskstats: taskstats.ok(),
         welcome,
         session_limit: args.session_limit,
+        idle_timeout: Duration::from_secs(args.idle_timeout),
         clients: Vec::new(),
-        tgids: HashMap::new(),
+        owners: Owners::default(),
         rss_following: false,
         delayacct: None,
+        users: Users::new(),
+        queued: Budget::default(),
+        watchers: Watchers::new().context("the watch loader's wake-up")?,
+        accept: AcceptBackoff::default(),
     };
-    let result = agent.run(&listener, &sigfd);
+    let result = agent.run(listener.fd.as_fd(), sigfd);
     agent.shutdown();
-    drop(listener);
-    // A socket systemd made is systemd's to remove.
-    if !by_systemd {
-        if let Err(e) = std::fs::remove_file(&path) {
-            log::debug!("removing {}: {e}", path.display());
-        }
-    }
     result
 }
 
-/// The listening socket systemd passed (socket activation: `LISTEN_PID` is us and
-/// `LISTEN_FDS` is 1, the socket is descriptor 3), made non-blocking.
-fn activated_socket() -> Option<OwnedFd> {
-    use std::os::fd::FromRawFd;
-    let ours = std::env::var("LISTEN_PID").ok()?.parse::<u32>().ok()? == std::process::id();
-    if !ours || std::env::var("LISTEN_FDS").ok()?.trim() != "1" {
-        return None;
-    }
-    // SAFETY: systemd hands descriptor 3 over to us; nothing else in this process owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(3) };
-    // SAFETY: fcntl on a descriptor we own.
-    unsafe {
-        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
-        libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC);
-    }
-    Some(fd)
+/// `accept()` failing for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM)
+/// leaves the connection waiting, so the listener stays readable: polled at once again, it
+/// would spin. The listener is left out of the poll for a while instead (doubling up to a
+/// second), and the failure is said at most once per [`AcceptBackoff::SAY_EVERY`], with the
+/// count since.
+#[derive(Default)]
+struct AcceptBackoff {
+    until: Option<Instant>,
+    delay: Duration,
+    failures: u64,
+    said: Option<Instant>,
 }
 
-/// The socket file (its directory made 0755 when missing), open to every user (0666): the
-/// checks on each request decide, not the file's mode.
-fn listen(path: &Path) -> std::io::Result<OwnedFd> {
-    use std::os::unix::fs::PermissionsExt;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if !dir.exists() {
-            std::fs::create_dir_all(dir)?;
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+impl AcceptBackoff {
+    const FIRST: Duration = Duration::from_millis(10);
+    const MAX: Duration = Duration::from_secs(1);
+    const SAY_EVERY: Duration = Duration::from_secs(10);
+
+    fn listening(&self) -> bool {
+        self.until.is_none_or(|t| Instant::now() >= t)
+    }
+
+    fn failed(&mut self, e: &std::io::Error) {
+        self.failures += 1;
+        self.delay = (self.delay * 2).clamp(Self::FIRST, Self::MAX);
+        self.until = Some(Instant::now() + self.delay);
+        if self.said.is_none_or(|t| t.elapsed() >= Self::SAY_EVERY) {
+            log::warn!(
+                "spacetime agent: accepting a connection: {e} ({} failures so far); waiting {:?} before the next",
+                self.failures,
+                self.delay
+            );
+            self.said = Some(Instant::now());
         }
     }
-    let fd = sock::listen(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
-    Ok(fd)
+
+    fn accepted(&mut self) {
+        self.delay = Duration::ZERO;
+    }
 }
 
 impl Agent {
-    fn run(&mut self, listener: &OwnedFd, sigfd: &OwnedFd) -> anyhow::Result<()> {
+    /// Waits up to [`TICK_MS`] for any descriptor the loop serves; what each has to say, in
+    /// the order: listener, signals, ring, watch loader, then every client.
+    fn wait(
+        &self,
+        listener: BorrowedFd<'_>,
+        sigfd: BorrowedFd<'_>,
+    ) -> std::io::Result<Vec<PollFlags>> {
+        let listen = match self.accept.listening() {
+            true => PollFlags::IN,
+            false => PollFlags::empty(),
+        };
+        let mut pfds = vec![
+            PollFd::new(&listener, listen),
+            PollFd::new(&sigfd, PollFlags::IN),
+            PollFd::new(&self.ring, PollFlags::IN),
+            PollFd::from_borrowed_fd(self.watchers.wake_fd(), PollFlags::IN),
+        ];
+        for c in &self.clients {
+            let out = match c.wants_to_write() {
+                true => PollFlags::OUT,
+                false => PollFlags::empty(),
+            };
+            pfds.push(PollFd::new(&c.fd, PollFlags::IN | out));
+        }
+        let tick = Timespec {
+            tv_sec: 0,
+            tv_nsec: TICK_MS * 1_000_000,
+        };
+        match rustix::event::poll(&mut pfds, Some(&tick)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(pfds.iter().map(PollFd::revents).collect())
+    }
+
+    fn run(&mut self, listener: BorrowedFd<'_>, sigfd: BorrowedFd<'_>) -> anyhow::Result<()> {
         let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
+        let mut shared = Instant::now();
         loop {
-            let mut pfds = vec![
-                pollfd(listener.as_raw_fd(), libc::POLLIN),
-                pollfd(sigfd.as_raw_fd(), libc::POLLIN),
-                pollfd(self.ring.as_raw_fd(), libc::POLLIN),
-            ];
-            for c in &self.clients {
-                let out = if c.wants_to_write() { libc::POLLOUT } else { 0 };
-                pfds.push(pollfd(c.fd.as_raw_fd(), libc::POLLIN | out));
-            }
-            // SAFETY: a valid array of pollfds.
-            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, TICK_MS) };
-            if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                return Err(std::io::Error::last_os_error().into());
-            }
-            if pfds[1].revents != 0 {
+            let ready = self.wait(listener, sigfd)?;
+            const FIRST_CLIENT: usize = 4;
+            if !ready[1].is_empty() {
                 let signals = crate::run::event_loop::read_signals(sigfd.as_raw_fd());
                 if let Some((signo, _)) = signals.first() {
                     log::info!("spacetime agent: signal {signo}: stopping");
                     return Ok(());
                 }
             }
-            if pfds[0].revents & libc::POLLIN != 0 {
+            if ready[0].contains(PollFlags::IN) {
                 self.accept(listener);
             }
+            if !ready[3].is_empty() {
+                self.watch_loaded();
+            }
+            self.watchers.tick();
             self.route();
-            for (i, p) in pfds[3..].iter().enumerate() {
-                if p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+            for (i, r) in ready[FIRST_CLIENT..].iter().enumerate() {
+                if r.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
                     self.read_client(i, &mut buf);
                 }
             }
@@ -227,24 +308,27 @@ impl Agent {
                 c.seal();
                 c.write();
             }
+            self.close_idle();
             self.remove_closed();
+            // Runs that shrank give their room back to the others of their user.
+            if shared.elapsed() >= Duration::from_secs(1) {
+                shared = Instant::now();
+                self.share_tracking_map();
+            }
             if let Some(l) = self.logger.as_mut() {
                 l.flush();
             }
         }
     }
 
-    fn accept(&mut self, listener: &OwnedFd) {
+    fn accept(&mut self, listener: BorrowedFd<'_>) {
         loop {
-            let fd = match sock::accept(listener.as_raw_fd()) {
+            let fd = match sock::accept(listener) {
                 Ok(Some(fd)) => fd,
-                Ok(None) => return,
-                Err(e) => {
-                    log::warn!("spacetime agent: accepting a connection: {e}");
-                    return;
-                }
+                Ok(None) => return self.accept.accepted(),
+                Err(e) => return self.accept.failed(&e),
             };
-            let cred = match sock::peer_cred(fd.as_raw_fd()) {
+            let cred = match sock::peer_cred(fd.as_fd()) {
                 Ok(c) => c,
                 Err(e) => {
                     log::debug!("no peer credentials: {e}");
@@ -252,28 +336,35 @@ impl Agent {
                 }
             };
             let peer = Peer {
-                pid: cred.pid as u32,
+                pid: cred.pid,
                 uid: cred.uid,
+                gid: cred.gid,
             };
-            let mut c = Client::new(fd, peer);
+            let principal = self.users.principal(peer.uid);
+            let budget = self.users.budget(principal);
+            let mut c = Client::new(fd, peer, principal, budget, self.queued.clone());
             let of_user = self
                 .clients
                 .iter()
-                .filter(|c| c.peer.uid == peer.uid)
+                .filter(|c| c.principal == principal)
                 .count();
             if self.clients.len() >= MAX_CLIENTS {
                 refuse(
                     &mut c,
+                    Refusal::Busy,
                     "the agent serves as many connections as it can; try again later",
                 );
-            } else if peer.uid != 0 && of_user >= CONNECTIONS_PER_USER {
+            } else if principal != 0 && of_user >= CONNECTIONS_PER_USER {
                 let why = format!(
-                    "user {} already has {CONNECTIONS_PER_USER} connections to the agent, the most one user may have",
-                    peer.uid
+                    "user {principal} already has {CONNECTIONS_PER_USER} connections to the agent, the most one user may have"
                 );
-                refuse(&mut c, &why);
+                refuse(&mut c, Refusal::UserLimit, &why);
             }
-            log::debug!("client pid {} uid {} connected", peer.pid, peer.uid);
+            log::debug!(
+                "client pid {} uid {} (user {principal}) connected",
+                peer.pid,
+                peer.uid
+            );
             self.clients.push(c);
         }
     }
@@ -284,8 +375,7 @@ impl Agent {
             if self.clients[i].closed {
                 return;
             }
-            let fd = self.clients[i].fd.as_raw_fd();
-            let r = match sock::recv(fd, buf, libc::MSG_DONTWAIT) {
+            let r = match sock::recv(self.clients[i].fd.as_fd(), buf, false) {
                 Ok(r) => r,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) => {
@@ -298,13 +388,15 @@ impl Agent {
                 self.clients[i].closed = true;
                 return;
             }
+            self.clients[i].active = Instant::now();
             let msg = match (r.truncated, Msg::parse(&buf[..r.len])) {
                 (false, Ok(m)) => m,
                 (_, parsed) => {
                     let why = parsed
                         .err()
                         .map_or("too large".to_string(), |e| e.to_string());
-                    refuse(&mut self.clients[i], &format!("a malformed message: {why}"));
+                    let why = format!("a malformed message: {why}");
+                    refuse(&mut self.clients[i], Refusal::Protocol, &why);
                     return;
                 }
             };
@@ -312,303 +404,36 @@ impl Agent {
         }
     }
 
-    fn handle(&mut self, i: usize, msg: Msg, fd: Option<OwnedFd>) {
-        match (msg, self.clients[i].session) {
-            (
-                Msg::Hello {
-                    version,
-                    want,
-                    max_processes,
-                },
-                None,
-            ) => {
-                self.clients[i].max_processes = max_processes;
-                self.hello(i, version, want)
-            }
-            (Msg::Track, Some(s)) => match fd {
-                Some(fd) => self.track(i, s, &fd),
-                None => refuse(
-                    &mut self.clients[i],
-                    "no process descriptor came with the request",
-                ),
-            },
-            (Msg::Attach { pids }, Some(s)) => self.attach(i, s, &pids),
-            (Msg::Flush { seq }, Some(_)) => {
-                self.route();
-                self.clients[i].control(&Msg::Flushed { seq });
-            }
-            (Msg::Finish, Some(s)) => self.finish(i, s),
-            (other, _) => {
-                log::debug!("client {}: unexpected {other:?}", self.clients[i].peer.pid);
-                refuse(&mut self.clients[i], "a message out of order");
-            }
-        }
-    }
-
-    fn hello(&mut self, i: usize, version: u32, asked: u8) {
-        let want = asked & proto::want::KIND;
-        let uid = self.clients[i].peer.uid;
-        if version != proto::VERSION {
-            let why = format!(
-                "this agent speaks protocol version {}, the client {version}: use the same spacetime for both",
-                proto::VERSION
+    /// Closes the connections that hold a slot without using it: no hello in time, a
+    /// session with nothing traced and no message for `--idle-timeout`, or a watch whose
+    /// records wait unread for as long.
+    fn close_idle(&mut self) {
+        let now = Instant::now();
+        let idle = self.idle_timeout;
+        for c in self.clients.iter_mut().filter(|c| !c.closed) {
+            let quiet = now.duration_since(c.active);
+            let why = if c.session.is_none() && quiet >= HELLO_TIMEOUT {
+                "it said no hello in time"
+            } else if c.session.is_some() && c.run.is_none() && c.seat.is_none() && quiet >= idle {
+                "its session was idle"
+            } else if c.seat.is_some() && c.wants_to_write() && quiet >= idle {
+                // A watch holds one of few program sets: it must use it. A trace that is
+                // not read (its client stopped, Ctrl-Z) keeps its session: its queue is
+                // bounded, what does not fit is counted as its loss.
+                "the watch read nothing of what waits for it"
+            } else {
+                continue;
+            };
+            log::info!(
+                "client pid {} uid {}: closed: {why} for {} s",
+                c.peer.pid,
+                c.peer.uid,
+                quiet.as_secs()
             );
-            return refuse(&mut self.clients[i], &why);
-        }
-        if want != proto::want::TRACE && want != proto::want::WATCH {
-            return refuse(&mut self.clients[i], "the agent does not serve that");
-        }
-        // The kernel programs number processes as the agent's namespace does.
-        if !verify::same_pid_namespace(self.clients[i].peer.pid) {
-            return refuse(
-                &mut self.clients[i],
-                "the client runs in another PID namespace than the agent's",
-            );
-        }
-        let held = self
-            .clients
-            .iter()
-            .filter(|c| c.peer.uid == uid && c.session.is_some())
-            .count();
-        if uid != 0 && held >= SESSIONS_PER_USER {
-            let why = format!("user {uid} already has {SESSIONS_PER_USER} sessions with the agent, the most one user may have");
-            return refuse(&mut self.clients[i], &why);
-        }
-        let taken: Vec<u16> = self.clients.iter().filter_map(|c| c.session).collect();
-        let Some(s) = (1..MAX_SESSIONS as u16).find(|s| !taken.contains(s)) else {
-            return refuse(
-                &mut self.clients[i],
-                "the agent serves as many sessions as it can; try again later",
-            );
-        };
-        let mut welcome = Welcome {
-            session: s,
-            ..self.welcome.clone()
-        };
-        if want == proto::want::WATCH {
-            let watching = self.clients.iter().filter(|c| c.watch.is_some()).count();
-            if watching >= super::watchers::MAX_WATCHES {
-                let why = format!(
-                    "the agent serves {watching} watches already, the most it serves at once"
-                );
-                return refuse(&mut self.clients[i], &why);
-            }
-            match super::watchers::Watching::load(uid) {
-                Ok(w) => {
-                    welcome.cpu_at_release = w.probes.cpu_at_release;
-                    welcome.mechanisms = w
-                        .probes
-                        .mechanisms
-                        .iter()
-                        .map(|m| m.clone().into_bytes())
-                        .collect();
-                    welcome.load_us = (w.probes.load_ms * 1e3) as u64;
-                    self.clients[i].watch = Some(Box::new(w));
-                }
-                Err(e) => {
-                    let why = format!("the agent could not load programs for the watch: {e}");
-                    return refuse(&mut self.clients[i], &why);
-                }
-            }
-        }
-        self.clients[i].session = Some(s);
-        self.clients[i].delayacct = asked & proto::want::DELAYACCT != 0;
-        self.update_delayacct();
-        self.clients[i].control(&Msg::Welcome(welcome));
-    }
-
-    /// The most processes client `i`'s run may have tracked at once (0: no limit): the
-    /// agent's for a non-root client, the client's own `--max-processes`, whichever is lower.
-    fn limit_for(&self, i: usize) -> u32 {
-        let c = &self.clients[i];
-        let agents = if c.peer.uid == 0 {
-            0
-        } else {
-            self.session_limit
-        };
-        match (agents, c.max_processes) {
-            (0, own) | (own, 0) => own,
-            (a, b) => a.min(b),
-        }
-    }
-
-    fn track(&mut self, i: usize, s: SessionId, pidfd: &OwnedFd) {
-        let peer = self.clients[i].peer;
-        if self.clients[i].run.is_some() {
-            return refuse(
-                &mut self.clients[i],
-                "a run is already being traced in this session",
-            );
-        }
-        let proven = match verify::prove(peer, pidfd) {
-            Ok(p) => p,
-            Err(why) => {
-                log::info!("client pid {} uid {}: refused: {why}", peer.pid, peer.uid);
-                let reason = why.to_string().into_bytes();
-                return self.clients[i].control(&Msg::Refused { reason });
-            }
-        };
-        let limit = self.limit_for(i);
-        let started = self
-            .probes
-            .reset_session(s)
-            .and_then(|()| self.probes.set_session_limit(s, limit))
-            .and_then(|()| self.probes.counters_of(s))
-            .and_then(|baseline| {
-                self.probes.track_in(proven.pid, s)?;
-                Ok(baseline)
-            });
-        let baseline = match started {
-            Ok(b) => b,
-            Err(e) => {
-                log::warn!("spacetime agent: tracking pid {}: {e}", proven.pid);
-                let reason = format!("the agent could not track the process: {e}").into_bytes();
-                return self.clients[i].control(&Msg::Refused { reason });
-            }
-        };
-        self.tgids.insert(proven.pid, s);
-        self.clients[i].run = Some(RunState {
-            baseline,
-            enobufs_at_start: self.taskstats_stats().enobufs,
-        });
-        self.follow_rss();
-        self.clients[i].control(&Msg::Tracked {
-            kernel_pid: proven.pid,
-            level: proven.level,
-        });
-    }
-
-    /// Attaches to running processes for client `i`: a non-root client only to processes
-    /// whose real, effective and saved uids are its own (ptrace's credential rule), and only
-    /// from the agent's PID namespace (its pids must mean the agent's).
-    fn attach(&mut self, i: usize, s: SessionId, pids: &[u32]) {
-        let peer = self.clients[i].peer;
-        if self.clients[i].run.is_some() {
-            return refuse(
-                &mut self.clients[i],
-                "a run is already being traced in this session",
-            );
-        }
-        if !verify::same_pid_namespace(peer.pid) {
-            let reason =
-                b"attaching through the agent needs the client in the agent's PID namespace"
-                    .to_vec();
-            return self.clients[i].control(&Msg::Refused { reason });
-        }
-        let caller = (peer.uid != 0).then_some(peer.uid);
-        let limit = self.limit_for(i);
-        let started = self.probes.reset_session(s).and_then(|()| {
-            self.probes.set_session_limit(s, limit)?;
-            self.probes.counters_of(s)
-        });
-        let baseline = match started {
-            Ok(b) => b,
-            Err(e) => {
-                let reason = format!("the agent could not attach: {e}").into_bytes();
-                return self.clients[i].control(&Msg::Refused { reason });
-            }
-        };
-        // Adopting the running processes' mms needs rss_stat following.
-        if let Err(e) = self.probes.set_rss_following(true) {
-            log::warn!("spacetime agent: switching rss_stat on: {e}");
-        }
-        self.rss_following = self.probes.rss_following();
-        let attached = match crate::run::attach::attach_as(&mut self.probes, pids, s, caller) {
-            Ok(a) => a,
-            Err(e) => {
-                log::info!(
-                    "client pid {} uid {}: attach refused: {e}",
-                    peer.pid,
-                    peer.uid
-                );
-                // Whatever was tracked before the refusal is forgotten.
-                self.end_session_run(s);
-                self.follow_rss();
-                let reason = e.to_string().into_bytes();
-                return self.clients[i].control(&Msg::Refused { reason });
-            }
-        };
-        let pids: Vec<u32> = attached.targets.iter().map(|t| t.pid).collect();
-        for &p in &pids {
-            self.tgids.insert(p, s);
-        }
-        self.clients[i].run = Some(RunState {
-            baseline,
-            enobufs_at_start: self.taskstats_stats().enobufs,
-        });
-        self.follow_rss();
-        self.clients[i].control(&Msg::Attached {
-            pids,
-            attach_ns: attached.attach_ns,
-            memory_followed: attached.memory_followed,
-        });
-    }
-
-    /// Ends client `i`'s run: every record sent, then the figures only the agent reads.
-    fn finish(&mut self, i: usize, s: SessionId) {
-        self.route();
-        let Some(run) = self.clients[i].run.take() else {
-            // Nothing tracked (the track was refused): an empty end.
-            return self.clients[i].control(&Msg::End(proto::End::default()));
-        };
-        // The mms before the tree's sum: a process growing between the two reads raises the
-        // tree's peak past its own, never its own past the tree's.
-        let mms = self.probes.followed_mms_of(s).unwrap_or_default();
-        let tree_rss = self.probes.tree_rss_of(s).unwrap_or_default();
-        let counters = self
-            .probes
-            .counters_of(s)
-            .map(|c| c.since(&run.baseline))
-            .unwrap_or_default();
-        self.end_session_run(s);
-        // What the kernel wrote between the last drain and the untracking.
-        self.route();
-        let enobufs = self.taskstats_stats().enobufs - run.enobufs_at_start;
-        let c = &mut self.clients[i];
-        for chunk in mms.chunks(proto::MMS_PER_MESSAGE) {
-            c.control(&Msg::Mms(chunk.to_vec()));
-        }
-        let end = proto::End {
-            counters,
-            dropped_records: std::mem::take(&mut c.dropped_records),
-            dropped_taskstats: std::mem::take(&mut c.dropped_taskstats),
-            taskstats_enobufs: enobufs,
-            tree_rss,
-        };
-        c.control(&Msg::End(end));
-        self.follow_rss();
-    }
-
-    /// Forgets every process of session `s` in the kernel and here.
-    fn end_session_run(&mut self, s: SessionId) {
-        match self.probes.untrack_session(s) {
-            Ok(n) => log::debug!("session {s}: {n} processes untracked"),
-            Err(e) => log::warn!("spacetime agent: untracking session {s}: {e}"),
-        }
-        self.tgids.retain(|_, v| *v != s);
-    }
-
-    /// rss_stat runs only while some session traces.
-    fn follow_rss(&mut self) {
-        let want = self.clients.iter().any(|c| c.run.is_some());
-        if want != self.rss_following {
-            match self.probes.set_rss_following(want) {
-                Ok(()) => self.rss_following = want,
-                Err(e) => log::warn!("spacetime agent: switching rss_stat: {e}"),
-            }
-        }
-    }
-
-    /// Delay accounting (a root-only sysctl) on while some client asked for it, and put back
-    /// as it was after the last.
-    fn update_delayacct(&mut self) {
-        let want = self.clients.iter().any(|c| c.delayacct && !c.closed);
-        match (want, self.delayacct.is_some()) {
-            (true, false) => {
-                self.delayacct = Some(crate::run::delayacct::DelayAcct::configure(true, false))
-            }
-            (false, true) => self.delayacct = None,
-            _ => {}
+            let reason = format!("the agent closed the session: {why}").into_bytes();
+            c.control(&Msg::Shutdown { reason });
+            c.write();
+            c.closed = true;
         }
     }
 
@@ -616,21 +441,35 @@ impl Agent {
         let closed: Vec<usize> = (0..self.clients.len())
             .filter(|&i| self.clients[i].closed)
             .collect();
+        let mut freed = 0;
         for &i in closed.iter().rev() {
             let c = self.clients.swap_remove(i);
-            if let (Some(s), Some(_)) = (c.session, c.run) {
+            if let (Some(s), Some(_)) = (c.session, &c.run) {
                 // A client gone (or dead) mid-run: its session ends at once.
                 self.end_session_run(s);
             }
-            log::debug!("client pid {} gone", c.peer.pid);
+            if let Some(seat) = c.seat.filter(|s| s.baseline.is_some()) {
+                self.watchers.leave(seat.uid);
+            }
+            let held = c.queued_bytes();
+            freed += held;
+            log::debug!("client pid {} gone ({held} bytes queued)", c.peer.pid);
         }
         if !closed.is_empty() {
+            self.users.prune();
             self.follow_rss();
             self.update_delayacct();
+            self.share_tracking_map();
+        }
+        if freed >= 1 << 20 {
+            // Freed queues go back to the system, not only to the allocator: a client
+            // that never read may have held tens of MiB in small pieces.
+            // SAFETY: plain call; returns whether memory was released.
+            unsafe { libc::malloc_trim(0) };
         }
     }
 
-    fn taskstats_stats(&self) -> ListenerStats {
+    pub(super) fn taskstats_stats(&self) -> ListenerStats {
         self.taskstats
             .as_ref()
             .map(|t| t.stats())
@@ -650,17 +489,10 @@ impl Agent {
     }
 }
 
-fn pollfd(fd: std::os::fd::RawFd, events: libc::c_short) -> libc::pollfd {
-    libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    }
-}
-
 /// Tells the client why not, and closes the connection once that is sent.
-fn refuse(c: &mut Client, why: &str) {
+pub(super) fn refuse(c: &mut Client, code: Refusal, why: &str) {
     c.control(&Msg::Refused {
+        code,
         reason: why.as_bytes().to_vec(),
     });
     c.write();

@@ -4,8 +4,11 @@
 
 mod clients;
 mod daemon;
+mod listen;
 mod ready;
+mod requests;
 mod route;
+mod users;
 pub(crate) mod verify;
 mod watchers;
 

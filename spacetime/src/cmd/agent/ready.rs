@@ -11,18 +11,13 @@ pub fn check_capabilities() -> anyhow::Result<()> {
     let Some(eff) = CapSet::effective() else {
         return Ok(());
     };
-    // Without these, every client but root is refused (its namespace unreadable, its
-    // process's liveness unknown): better not to start than to refuse everyone.
-    for (cap, why) in [
-        (
-            Cap::SysPtrace,
-            "to read a client's PID namespace and its process's /proc entries",
-        ),
-        (
-            Cap::Kill,
-            "to ask a client's process descriptor whether the process lives",
-        ),
-    ] {
+    // Without it, every client but root is refused (its namespace and its process's /proc
+    // entries unreadable): better not to start than to refuse everyone. Whether a client's
+    // process lives is asked of its pidfd by poll, which needs no capability.
+    for (cap, why) in [(
+        Cap::SysPtrace,
+        "to read a client's PID namespace and its process's /proc entries",
+    )] {
         if !eff.has(cap) {
             anyhow::bail!(
                 "{} is needed {why}: without it the agent could serve root alone",

@@ -1,15 +1,110 @@
-//! The agent's routing: each ring record to the client of the session its header names (a
-//! fork record teaches the child's tgid), each watch client's own records to it, and each
-//! taskstats datagram to the client whose process it is about.
+//! The agent's routing: each ring record to the client of the session its header names (the
+//! kernel wrote the session), each watch client's own records to it, and each taskstats
+//! datagram to the client whose live process it is about.
+//!
+//! taskstats datagrams name a pid only, so the agent keeps which session each traced
+//! process belongs to ([`Owners`]): learnt from the fork records of tracked children and
+//! from the processes it tracked itself, with their start times, and forgotten once the
+//! process is reaped (its free record), when its session's run ends, or when it left the
+//! trace. A datagram goes to a session only about a process it owns now, whose pid record
+//! says the start the agent knows, and, for a client that is not root, whose uid is the
+//! client's: nothing about a pid the session no longer owns reaches it.
 
 use std::collections::HashMap;
 
+use spacetime_common::{flags, kind};
+
 use super::{clients::Client, daemon::Agent};
-use crate::kernel::remote::proto::Msg;
 use crate::kernel::{
+    events::Event,
     loader::SessionId,
-    taskstats::{ListenerStats, RecordKind},
+    taskstats::{ListenerStats, RecordKind, TaskstatsRecord},
 };
+
+/// A traced process, as the agent routes its taskstats records.
+#[derive(Clone, Copy, Debug)]
+struct Owner {
+    session: SessionId,
+    /// CLOCK_MONOTONIC ns.
+    start_ns: u64,
+    /// The routing pass during which its free record came: forgotten once that pass and
+    /// the next are over (its last datagram was sent before its exit, so it is read by
+    /// then).
+    reaped_in: Option<u64>,
+}
+
+/// Which session owns each traced process (by tgid).
+#[derive(Default)]
+pub(super) struct Owners {
+    map: HashMap<u32, Owner>,
+    pass: u64,
+}
+
+impl Owners {
+    /// `tgid`, started at `start_ns`, is traced in `session` from now on.
+    pub fn learn(&mut self, tgid: u32, start_ns: u64, session: SessionId) {
+        self.map.insert(
+            tgid,
+            Owner {
+                session,
+                start_ns,
+                reaped_in: None,
+            },
+        );
+    }
+
+    /// Forgets every process of `session` (its run ended).
+    pub fn forget_session(&mut self, session: SessionId) {
+        self.map.retain(|_, o| o.session != session);
+    }
+
+    /// Forgets `tgid` at once if it is the process started at `start_ns`.
+    fn forget(&mut self, tgid: u32, start_ns: u64) {
+        if self.map.get(&tgid).is_some_and(|o| o.start_ns == start_ns) {
+            self.map.remove(&tgid);
+        }
+    }
+
+    /// The process (`tgid`, `start_ns`) was reaped: forgotten after the next pass.
+    fn reaped(&mut self, tgid: u32, start_ns: u64) {
+        let pass = self.pass;
+        if let Some(o) = self.map.get_mut(&tgid).filter(|o| o.start_ns == start_ns) {
+            o.reaped_in.get_or_insert(pass);
+        }
+    }
+
+    /// Ends a routing pass: processes reaped before it are forgotten.
+    fn end_pass(&mut self) {
+        let pass = self.pass;
+        self.map
+            .retain(|_, o| o.reaped_in.is_none_or(|at| at + 1 > pass));
+        self.pass += 1;
+    }
+
+    /// The session of the process a datagram's records are about, if the agent traces it
+    /// and the records fit what it knows of it (its leader's start, to the second).
+    fn session_of(&self, records: &[TaskstatsRecord]) -> Option<SessionId> {
+        let tgid = records.iter().map(record_tgid).next()?;
+        let o = self.map.get(&tgid)?;
+        let start_s =
+            (o.start_ns as i64 + crate::util::clock::realtime_offset_ns()) / 1_000_000_000;
+        let fits = records
+            .iter()
+            .filter(|r| r.kind == RecordKind::Pid && r.ac_pid == tgid)
+            .all(|r| {
+                let btime = r.ac_btime64.unwrap_or(u64::from(r.ac_btime)) as i64;
+                // btime is the fill time less the elapsed seconds, each cut to the second.
+                (btime - start_s).abs() <= 2
+            });
+        (fits && records.iter().all(|r| record_tgid(r) == tgid)).then_some(o.session)
+    }
+
+    /// Processes known: bounded by the tracking map (each is tracked or was, one pass ago).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
 
 impl Agent {
     /// Sends every waiting record and taskstats datagram to its session's client.
@@ -23,24 +118,18 @@ impl Agent {
                 self.taskstats = None;
             }
         }
+        let cpu_at_release = self.probes.cpu_at_release;
         let Agent {
             ring,
             clients,
-            tgids,
+            owners,
+            watchers,
             ..
         } = self;
         while let Some(item) = ring.next() {
-            route_record(&item, clients, tgids);
+            route_record(&item, clients, owners, cpu_at_release);
         }
-        for c in clients.iter_mut() {
-            if let Some(mut w) = c.watch.take() {
-                w.drain(c);
-                if let Some(counters) = w.counters_changed() {
-                    c.control(&Msg::Counters(counters));
-                }
-                c.watch = Some(w);
-            }
-        }
+        watchers.drain(clients);
         let mut records = Vec::new();
         for d in &datagrams {
             records.clear();
@@ -49,21 +138,34 @@ impl Agent {
                 &mut records,
                 &mut ListenerStats::default(),
             );
-            let session = records.iter().find_map(|r| tgids.get(&record_tgid(r)));
-            if let Some(c) = session.and_then(|&s| client_of(clients, s)) {
-                c.taskstats(d);
+            let session = owners.session_of(&records);
+            if let Some(c) = session.and_then(|s| client_of(clients, s)) {
+                if c.peer.uid == 0 || of_uid(&records, c.peer.uid) {
+                    c.taskstats(d);
+                } else {
+                    log::debug!("a datagram of another uid for session {:?}", c.session);
+                }
             }
             for c in clients.iter_mut() {
-                if c.watch.as_ref().is_some_and(|w| w.may_see(&records)) {
+                let seat = c.seat.filter(|s| s.baseline.is_some());
+                if seat.is_some_and(|s| watchers.may_see(s.uid, &records)) {
                     c.taskstats(d);
                 }
             }
         }
+        owners.end_pass();
     }
 }
 
+/// Whether every record that carries an identity is of `uid` (a thread group's record
+/// carries none: it goes with its pid record).
+pub(super) fn of_uid(records: &[TaskstatsRecord], uid: u32) -> bool {
+    records.iter().any(|r| r.ac_pid != 0)
+        && records.iter().all(|r| r.ac_pid == 0 || r.ac_uid == uid)
+}
+
 /// The process a taskstats record is about.
-fn record_tgid(r: &crate::kernel::taskstats::TaskstatsRecord) -> u32 {
+fn record_tgid(r: &TaskstatsRecord) -> u32 {
     match (r.kind, r.ac_tgid) {
         (RecordKind::Tgid, _) => r.id,
         (_, Some(t)) if t != 0 => t,
@@ -77,20 +179,59 @@ fn client_of(clients: &mut [Client], s: SessionId) -> Option<&mut Client> {
         .find(|c| c.session == Some(s) && c.run.is_some())
 }
 
-/// One ring record to its session's client; a fork teaches the child's tgid.
-fn route_record(bytes: &[u8], clients: &mut [Client], tgids: &mut HashMap<u32, SessionId>) {
+/// One ring record to its session's client; what it says of processes' lives updates the
+/// owners: a tracked child joins, a reaped process goes (or, without free records, one whose
+/// group exited), one that left the trace goes at once.
+fn route_record(bytes: &[u8], clients: &mut [Client], owners: &mut Owners, cpu_at_release: bool) {
     let Some(head) = bytes.get(..4) else { return };
-    let kind = u16::from_le_bytes([head[0], head[1]]);
+    let ty = u16::from_le_bytes([head[0], head[1]]);
     let session = u16::from_le_bytes([head[2], head[3]]);
     if session == 0 {
         return;
     }
-    if kind == spacetime_common::kind::FORK {
-        if let Ok(crate::kernel::events::Event::Fork(f)) = crate::kernel::events::decode(bytes) {
-            tgids.insert(f.child_tgid, session);
+    if matches!(ty, kind::FORK | kind::REAP | kind::EXIT | kind::EXEC) {
+        match crate::kernel::events::decode(bytes) {
+            Ok(Event::Fork(f))
+                if f.hdr.flags & (flags::FORK_THREAD | flags::FORK_UNTRACKED) == 0 =>
+            {
+                owners.learn(f.child_tgid, f.child_start_ns, session)
+            }
+            Ok(Event::Reap(r)) => owners.reaped(r.hdr.tgid, r.hdr.leader_start_ns),
+            Ok(Event::Exit(x)) if !cpu_at_release && x.hdr.flags & flags::EXIT_GROUP_DEAD != 0 => {
+                owners.reaped(x.hdr.tgid, x.hdr.leader_start_ns)
+            }
+            Ok(Event::Exec(e)) if e.hdr.flags & flags::EXEC_LEFT != 0 => {
+                owners.forget(e.hdr.tgid, e.hdr.leader_start_ns)
+            }
+            _ => {}
         }
     }
     if let Some(c) = client_of(clients, session) {
         c.record(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process reaped in one pass is still routed in the next (its last datagram may be
+    /// read then), and forgotten after it; another process on its pid is not its.
+    #[test]
+    fn a_reaped_process_is_forgotten_after_the_next_pass() {
+        let mut o = Owners::default();
+        o.learn(42, 1_000, 3);
+        o.reaped(42, 999);
+        o.end_pass();
+        assert_eq!(o.len(), 1, "a reap of another start changes nothing");
+        o.reaped(42, 1_000);
+        o.end_pass();
+        assert_eq!(o.len(), 1, "kept through the pass of its reap");
+        o.end_pass();
+        assert_eq!(o.len(), 0, "forgotten after the next");
+        o.learn(43, 5, 4);
+        o.learn(44, 5, 5);
+        o.forget_session(4);
+        assert_eq!(o.len(), 1);
     }
 }

@@ -1,8 +1,11 @@
 //! The proof the agent asks before it traces a process for a client: the process a pidfd
-//! pins is the client's own child, runs as the client's user, and has not exec'd yet (it
-//! still runs the client's program). Everything is read while the pidfd pins the process,
-//! and the pidfd is asked last whether the process still lives: a pid read from /proc
-//! cannot have passed to another process in between.
+//! pins is a process (a thread-group leader, not a thread), alive and not exiting, the
+//! client's own child, one the client could ptrace ([`crate::kernel::creds`]), and it has not exec'd
+//! yet (it still runs the client's program, in the address space the fork copied).
+//! Everything is read while the pidfd pins the process, and the pidfd is asked last whether
+//! the process still runs: a pid read from /proc cannot have passed to another process in
+//! between. The insert into the kernel's map is then proven again
+//! ([`crate::run::attach::track_pinned`]).
 
 use std::{
     io,
@@ -10,69 +13,70 @@ use std::{
     os::unix::fs::MetadataExt,
 };
 
-/// What the client is, as the kernel told at connect (SO_PEERCRED).
+use crate::{
+    kernel::creds::{self, Caller, Denied},
+    run::pidfd::{stat_fields, Pinned, StatFields},
+};
+
+/// What the client is, as the kernel told at connect (SO_PEERCRED: pid in the agent's
+/// namespace, effective uid and gid).
 #[derive(Clone, Copy, Debug)]
 pub struct Peer {
     pub pid: u32,
     pub uid: u32,
+    pub gid: u32,
 }
 
-/// The proven process: its pid as the agent's namespace numbers it, and how many PID
-/// namespaces below the agent's it lives in.
+/// The proven process: its pid as the agent's namespace numbers it, how many PID
+/// namespaces below the agent's it lives in, and its start (CLOCK_MONOTONIC ns, from /proc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Proven {
     pub pid: u32,
     pub level: u32,
+    pub start_ns: u64,
 }
 
 /// Why a process is refused: one sentence for the client.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum Refusal {
+pub enum Unproven {
     #[error("what was passed is not a process descriptor (pidfd)")]
     NotPidfd,
+    #[error("the descriptor passed is a thread's (PIDFD_THREAD): pass the process's")]
+    ThreadPidfd,
     #[error("the process has already exited")]
     Exited,
+    #[error("{0} is a thread of process {1}, not a process")]
+    NotLeader(u32, u32),
     #[error("process {0} is not a child of the client")]
     NotChild(u32),
-    #[error("process {0} does not run as the client's user")]
-    OtherUser(u32),
+    #[error("process {pid} may not be traced by the client: {why}")]
+    Denied { pid: u32, why: Denied },
     #[error("process {0} has already exec'd (it no longer runs the client's program)")]
     Execd(u32),
     #[error("process {pid} could not be checked: {why}")]
     Unreadable { pid: u32, why: String },
 }
 
-/// The `Pid:` and `NSpid:` lines of a pidfd's fdinfo: the pid in our namespace (-1 once
-/// the process is gone, 0 outside our namespace) and its depth below ours.
-pub fn parse_fdinfo(text: &str) -> Option<(i64, u32)> {
+/// `pidfd_open`'s flag for a thread's descriptor (Linux 6.9): the file's flags carry it.
+const PIDFD_THREAD: u32 = libc::O_EXCL as u32;
+
+/// The `Pid:`, `NSpid:` and `flags:` lines of a pidfd's fdinfo: the pid in our namespace
+/// (-1 once the process is gone, 0 outside our namespace), its depth below ours, and the
+/// file's flags (octal there).
+pub fn parse_fdinfo(text: &str) -> Option<(i64, u32, u32)> {
     let mut pid = None;
     let mut level = 0;
+    let mut flags = 0;
     for line in text.lines() {
         if let Some(v) = line.strip_prefix("Pid:") {
             pid = v.trim().parse::<i64>().ok();
         } else if let Some(v) = line.strip_prefix("NSpid:") {
             level = v.split_whitespace().count().saturating_sub(1) as u32;
+        } else if let Some(v) = line.strip_prefix("flags:") {
+            flags = u32::from_str_radix(v.trim(), 8).ok()?;
         }
     }
-    pid.map(|p| (p, level))
-}
-
-/// From /proc/PID/status: the parent's pid and the real, effective, saved and fs uids.
-pub fn parse_status(text: &str) -> Option<(u32, [u32; 4])> {
-    let mut ppid = None;
-    let mut uids = None;
-    for line in text.lines() {
-        if let Some(v) = line.strip_prefix("PPid:") {
-            ppid = v.trim().parse().ok();
-        } else if let Some(v) = line.strip_prefix("Uid:") {
-            let v: Vec<u32> = v
-                .split_whitespace()
-                .filter_map(|x| x.parse().ok())
-                .collect();
-            uids = <[u32; 4]>::try_from(v).ok();
-        }
-    }
-    Some((ppid?, uids?))
+    pid.map(|p| (p, level, flags))
 }
 
 /// The file a process runs, as (device, inode).
@@ -81,62 +85,72 @@ fn exe_id(pid: u32) -> io::Result<(u64, u64)> {
     Ok((m.dev(), m.ino()))
 }
 
-/// Checks that `pidfd` pins `peer`'s own child, of `peer`'s uid (any, for root), not yet
-/// exec'd.
-pub fn prove(peer: Peer, pidfd: &OwnedFd) -> Result<Proven, Refusal> {
+fn stat_of(pid: u32) -> io::Result<StatFields> {
+    let line = std::fs::read(format!("/proc/{pid}/stat"))?;
+    stat_fields(&line).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a short stat"))
+}
+
+/// Checks that `pidfd` pins a live process (not a thread) that is `peer`'s own child, that
+/// the client could ptrace, not yet exec'd; returns it with the pidfd as its pin.
+pub fn prove(peer: Peer, pidfd: OwnedFd) -> Result<(Proven, Pinned), Unproven> {
     let fdinfo = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd()))
-        .map_err(|_| Refusal::NotPidfd)?;
-    let (pid, level) = parse_fdinfo(&fdinfo).ok_or(Refusal::NotPidfd)?;
+        .map_err(|_| Unproven::NotPidfd)?;
+    let (pid, level, flags) = parse_fdinfo(&fdinfo).ok_or(Unproven::NotPidfd)?;
+    if flags & PIDFD_THREAD != 0 {
+        return Err(Unproven::ThreadPidfd);
+    }
     if pid <= 0 {
-        return Err(Refusal::Exited);
+        return Err(Unproven::Exited);
     }
     let pid = pid as u32;
-    let unreadable = |e: io::Error| Refusal::Unreadable {
+    let pinned = Pinned::from_fd(pidfd, pid);
+    let unreadable = |e: io::Error| Unproven::Unreadable {
         pid,
         why: e.to_string(),
     };
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(unreadable)?;
-    let (ppid, uids) = parse_status(&status).ok_or(Refusal::Unreadable {
+    let status = creds::status(pid).map_err(unreadable)?;
+    if status.tgid != pid {
+        return Err(Unproven::NotLeader(pid, status.tgid));
+    }
+    if status.ppid != peer.pid {
+        return Err(Unproven::NotChild(pid));
+    }
+    let caller = Caller::of(peer.pid, peer.uid, peer.gid);
+    let owner = creds::dumpable_owner(pid).map_err(unreadable)?;
+    caller
+        .may_read(&status, owner)
+        .map_err(|why| Unproven::Denied { pid, why })?;
+    let own = stat_of(pid).map_err(unreadable)?;
+    if own.ending() {
+        return Err(Unproven::Exited);
+    }
+    // Not exec'd: the same file as the client, in the address space the fork copied (an
+    // exec, even of the same file, builds a new stack and argument area: with address
+    // randomization, elsewhere).
+    let parent = stat_of(peer.pid).map_err(unreadable)?;
+    if exe_id(pid).map_err(unreadable)? != exe_id(peer.pid).map_err(unreadable)?
+        || own.layout != parent.layout
+    {
+        return Err(Unproven::Execd(pid));
+    }
+    // Last: running now means every read above was about this very process.
+    if !pinned.running() {
+        return Err(Unproven::Exited);
+    }
+    let proven = Proven {
         pid,
-        why: "no PPid or Uid line".into(),
-    })?;
-    if ppid != peer.pid {
-        return Err(Refusal::NotChild(pid));
-    }
-    if peer.uid != 0 && uids.iter().any(|&u| u != peer.uid) {
-        return Err(Refusal::OtherUser(pid));
-    }
-    let own = exe_id(pid).map_err(unreadable)?;
-    let parent = exe_id(peer.pid).map_err(unreadable)?;
-    if own != parent {
-        return Err(Refusal::Execd(pid));
-    }
-    // Last: alive now means every read above was about this very process.
-    if !alive(pidfd) {
-        return Err(Refusal::Exited);
-    }
-    Ok(Proven { pid, level })
-}
-
-/// Whether process `pid` lives in this process's PID namespace.
-pub fn same_pid_namespace(pid: u32) -> bool {
-    let ns = |p: &str| std::fs::metadata(format!("/proc/{p}/ns/pid")).map(|m| (m.dev(), m.ino()));
-    matches!((ns(&pid.to_string()), ns("self")), (Ok(a), Ok(b)) if a == b)
-}
-
-/// Whether the process a pidfd pins still runs (signal 0 sends nothing).
-fn alive(pidfd: &OwnedFd) -> bool {
-    // SAFETY: plain syscall on a descriptor we own; no siginfo.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            0,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
+        level,
+        start_ns: crate::run::pidfd::start_mono_ns(own.start_ticks),
     };
-    r == 0
+    Ok((proven, pinned))
+}
+
+/// Whether process `pid` lives in this process's PID namespace; an error when that cannot
+/// be read (without CAP_SYS_PTRACE, another process's namespace links are closed to root
+/// too): not the same thing as another namespace.
+pub fn same_pid_namespace(pid: u32) -> io::Result<bool> {
+    let ns = |p: &str| std::fs::metadata(format!("/proc/{p}/ns/pid")).map(|m| (m.dev(), m.ino()));
+    Ok(ns(&pid.to_string())? == ns("self")?)
 }
 
 #[cfg(test)]
@@ -144,26 +158,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fdinfo_and_status_lines() {
+    fn fdinfo_lines() {
         let fdinfo =
             "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\nPid:\t4242\nNSpid:\t4242\t7\n";
-        assert_eq!(parse_fdinfo(fdinfo), Some((4242, 1)));
-        assert_eq!(parse_fdinfo("Pid:\t-1\nNSpid:\t-1\n"), Some((-1, 0)));
+        assert_eq!(parse_fdinfo(fdinfo), Some((4242, 1, 0o2000002)));
+        assert_eq!(parse_fdinfo("Pid:\t-1\nNSpid:\t-1\n"), Some((-1, 0, 0)));
         assert_eq!(parse_fdinfo("pos:\t0\nflags:\t0100002\n"), None);
-        let status = "Name:\tx\nPPid:\t17\nTracerPid:\t0\nUid:\t1000\t1000\t1000\t1000\n";
-        assert_eq!(parse_status(status), Some((17, [1000; 4])));
-        assert_eq!(parse_status("PPid:\t17\nUid:\t1 2\n"), None);
+        let thread = "flags:\t02000202\nPid:\t77\n";
+        let (_, _, flags) = parse_fdinfo(thread).expect("parsed");
+        assert_ne!(flags & PIDFD_THREAD, 0, "O_EXCL is the thread flag");
     }
 
-    /// A held child of this test passes; a pidfd of this very process (not its own child)
-    /// and a plain file are refused.
+    fn me() -> Peer {
+        // SAFETY: getters that cannot fail.
+        unsafe {
+            Peer {
+                pid: std::process::id(),
+                uid: libc::geteuid(),
+                gid: libc::getegid(),
+            }
+        }
+    }
+
+    /// A held child of this test passes; the same child once exec'd, a pidfd of this very
+    /// process (not its own child) and a plain file are refused.
     #[test]
     fn own_child_passes_and_others_are_refused() {
-        // SAFETY: getuid/getpid cannot fail.
-        let peer = Peer {
-            pid: std::process::id(),
-            uid: unsafe { libc::getuid() },
-        };
+        let peer = me();
         let held = crate::run::launch::spawn_held(
             std::path::Path::new("/bin/true"),
             &["/bin/true".into()],
@@ -171,28 +192,31 @@ mod tests {
             None,
         )
         .expect("fork a held child");
-        let fd = pidfd(held.pid as u32);
-        let proven = prove(peer, &fd).expect("our held child is proven");
+        let (proven, _pin) = prove(peer, pidfd(held.pid as u32)).expect("our held child");
         assert_eq!(proven.pid, held.pid as u32, "the child's pid");
+        let fd = pidfd(held.pid as u32);
         let child = held.release().expect("exec /bin/true");
         // Exec'd now (or exited): refused either way.
-        let after = prove(peer, &fd);
+        let after = prove(peer, fd);
         assert!(
             matches!(
                 after,
-                Err(Refusal::Execd(_)) | Err(Refusal::Exited) | Err(Refusal::Unreadable { .. })
+                Err(Unproven::Execd(_)) | Err(Unproven::Exited) | Err(Unproven::Unreadable { .. })
             ),
             "an exec'd child was accepted: {after:?}"
         );
         // SAFETY: reaping our own child.
         unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
         assert_eq!(
-            prove(peer, &pidfd(std::process::id())),
-            Err(Refusal::NotChild(std::process::id())),
+            prove(peer, pidfd(std::process::id())).err(),
+            Some(Unproven::NotChild(std::process::id())),
             "this process is not its own child"
         );
         let file = std::fs::File::open("/proc/self/status").expect("open a file");
-        assert_eq!(prove(peer, &OwnedFd::from(file)), Err(Refusal::NotPidfd));
+        assert_eq!(
+            prove(peer, OwnedFd::from(file)).err(),
+            Some(Unproven::NotPidfd)
+        );
     }
 
     fn pidfd(pid: u32) -> OwnedFd {

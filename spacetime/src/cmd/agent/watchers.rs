@@ -1,7 +1,23 @@
-//! Watch clients: each gets a system-mode set of programs of its own, loaded when it says
-//! hello and unloaded when it goes (a kernel-side uid filter is per set). A non-root client's
-//! set filters in the kernel by its uid, and it receives only the taskstats records of its
-//! uid's processes: it sees its own exits and nobody else's. Root's sees every exit.
+//! Watch clients. Each uid that watches gets a system-mode set of programs of its own (a
+//! kernel-side uid filter is per set; root's has none): a non-root client sees its own
+//! uid's exits and nobody else's, in the kernel already. Every watch of one uid shares its
+//! set, and a set outlives its last watch by [`KEEP_IDLE`], so watches that come and go
+//! cost no reload.
+//!
+//! Loading a set takes ~140 ms of CPU: it is done by a thread of its own, at a low priority,
+//! one set at a time, while the agent's loop serves everyone else; the client that asked is
+//! answered once its set is ready. Watches are shared fairly: a person (a principal, see
+//! `users`) watches as one uid at a time, starts at most one load per [`LOAD_INTERVAL`], and
+//! the agent holds at most [`MAX_SETS`] sets.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    io::{Read, Write},
+    os::fd::{AsFd, BorrowedFd},
+    os::unix::net::UnixStream,
+    sync::mpsc,
+    time::{Duration, Instant},
+};
 
 use aya::maps::{MapData, RingBuf};
 use spacetime_common::{filter_flags, mode, KernelFilter};
@@ -12,25 +28,62 @@ use crate::kernel::{
     taskstats::TaskstatsRecord,
 };
 
-/// An exit record the kernel-side filter reduced to a marker (see `flags::EXIT_FILTERED`).
-fn is_filtered_exit(record: &[u8]) -> bool {
-    let (Some(kind), Some(flags)) = (record.get(0..2), record.get(4..8)) else {
-        return false;
-    };
-    let kind = u16::from_le_bytes([kind[0], kind[1]]);
-    let flags = u32::from_le_bytes([flags[0], flags[1], flags[2], flags[3]]);
-    kind == spacetime_common::kind::EXIT && flags & spacetime_common::flags::EXIT_FILTERED != 0
+/// Sets of programs loaded at once (each one uid's).
+pub const MAX_SETS: usize = 8;
+/// How long a set no watch uses is kept for the next.
+const KEEP_IDLE: Duration = Duration::from_secs(30);
+/// Least time between two loads for one principal.
+const LOAD_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Processes whose free record a non-root watch may still get (see [`Exited`]).
+const EXITED_KEPT: usize = 16384;
+
+/// A record's kind, flags and process (tgid, leader's start), from its header.
+fn head(record: &[u8]) -> Option<(u16, u32, (u32, u64))> {
+    let h = record.get(..32)?;
+    let u32_at = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    let start = u64::from_le_bytes(h[24..32].try_into().ok()?);
+    Some((
+        u16::from_le_bytes([h[0], h[1]]),
+        u32_at(4),
+        (u32_at(16), start),
+    ))
 }
 
-/// Watch clients at once (each costs a loaded set of programs).
-pub const MAX_WATCHES: usize = 4;
+/// What of a non-root set's records may go to its watches: not the bare exit markers of
+/// other users' processes (the kernel's filter kept them out), and a free record only for a
+/// process whose own group exit came through the filter (the kernel sends only those; this
+/// holds even if it did not).
+#[derive(Default)]
+struct Exited(std::collections::HashSet<(u32, u64)>);
 
+impl Exited {
+    fn passes(&mut self, record: &[u8]) -> bool {
+        use spacetime_common::{flags, kind};
+        let Some((k, f, process)) = head(record) else {
+            return false;
+        };
+        match k {
+            kind::EXIT if f & flags::EXIT_FILTERED != 0 => false,
+            kind::EXIT if f & flags::EXIT_GROUP_DEAD != 0 => {
+                if self.0.len() < EXITED_KEPT {
+                    self.0.insert(process);
+                }
+                true
+            }
+            kind::REAP => self.0.remove(&process),
+            _ => true,
+        }
+    }
+}
+
+/// One uid's loaded programs.
 pub(super) struct Watching {
     pub probes: Probes,
     ring: RingBuf<MapData>,
-    last: KernelCounters,
     /// None: root, every exit.
     uid: Option<u32>,
+    exited: Exited,
 }
 
 impl Watching {
@@ -52,40 +105,275 @@ impl Watching {
         Ok(Watching {
             ring: probes.take_events()?,
             probes,
-            last: KernelCounters::default(),
             uid: only,
+            exited: Exited::default(),
         })
     }
 
-    /// Sends the client every record its programs wrote, but, to a non-root client, the
-    /// bare exit markers of processes its filter kept out (another user's exits).
-    pub fn drain(&mut self, c: &mut Client) {
-        while let Some(item) = self.ring.next() {
-            if self.uid.is_some() && is_filtered_exit(&item) {
-                continue;
-            }
-            c.record(&item);
-        }
-    }
-
-    /// Whether a taskstats datagram (its records) may go to this client.
+    /// Whether a taskstats datagram (its records) may go to this uid's watches.
     pub fn may_see(&self, records: &[TaskstatsRecord]) -> bool {
         match self.uid {
             None => true,
-            // A thread group's record carries no identity: it goes with its pid record.
-            Some(u) => {
-                records.iter().any(|r| r.ac_pid != 0 && r.ac_uid == u)
-                    && records.iter().all(|r| r.ac_uid == u || r.ac_pid == 0)
+            Some(u) => super::route::of_uid(records, u),
+        }
+    }
+}
+
+/// A watch client's seat: the uid whose set it reads, and the set's counters when it
+/// joined (it is told of the loss since).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Seat {
+    pub uid: u32,
+    pub baseline: Option<KernelCounters>,
+    pub last: KernelCounters,
+}
+
+struct Set {
+    w: Watching,
+    principal: u32,
+    watches: usize,
+    idle_since: Option<Instant>,
+}
+
+/// What a load thread hands back.
+type Loaded = (u32, Result<Watching, String>);
+
+/// Why a watch cannot be served now.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum NoWatch {
+    #[error("user {principal} already watches as uid {uid}: one uid's watch at a time per user")]
+    OtherUid { principal: u32, uid: u32 },
+    #[error("the agent serves watches for {0} users already, the most it serves at once")]
+    Full(usize),
+}
+
+/// Every uid's set, and the one load under way.
+pub(super) struct Watchers {
+    sets: HashMap<u32, Set>,
+    /// uids waiting for their set, with their principal, in order.
+    queue: VecDeque<(u32, u32)>,
+    loading: Option<(u32, u32, mpsc::Receiver<Loaded>)>,
+    last_load: HashMap<u32, Instant>,
+    wake_rx: UnixStream,
+    wake_tx: UnixStream,
+}
+
+impl Watchers {
+    pub fn new() -> std::io::Result<Watchers> {
+        let (wake_rx, wake_tx) = UnixStream::pair()?;
+        wake_rx.set_nonblocking(true)?;
+        Ok(Watchers {
+            sets: HashMap::new(),
+            queue: VecDeque::new(),
+            loading: None,
+            last_load: HashMap::new(),
+            wake_rx,
+            wake_tx,
+        })
+    }
+
+    /// Readable when a load finished.
+    pub fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.wake_rx.as_fd()
+    }
+
+    /// Takes a seat for a watch of `uid` (`principal`'s): Ok(true) when its set is there,
+    /// Ok(false) when it is being loaded (the client is answered by [`Watchers::finished`]).
+    pub fn join(&mut self, uid: u32, principal: u32) -> Result<bool, NoWatch> {
+        if principal != 0 {
+            let other = self
+                .sets
+                .iter()
+                .map(|(&u, s)| (u, s.principal, s.watches))
+                .chain(self.pending().map(|(u, p)| (u, p, 1)))
+                .find(|&(u, p, n)| p == principal && u != uid && n > 0);
+            if let Some((u, _, _)) = other {
+                return Err(NoWatch::OtherUid { principal, uid: u });
+            }
+            // The person's idle set of another uid makes room.
+            self.sets
+                .retain(|&u, s| u == uid || s.principal != principal);
+        }
+        if let Some(s) = self.sets.get_mut(&uid) {
+            s.watches += 1;
+            s.idle_since = None;
+            return Ok(true);
+        }
+        if self.pending().any(|(u, _)| u == uid) {
+            return Ok(false);
+        }
+        let busy = self.sets.values().filter(|s| s.watches > 0).count() + self.pending().count();
+        if busy >= MAX_SETS {
+            return Err(NoWatch::Full(busy));
+        }
+        if self.sets.len() + self.pending().count() >= MAX_SETS {
+            self.evict_oldest_idle();
+        }
+        self.queue.push_back((uid, principal));
+        self.start_due();
+        Ok(false)
+    }
+
+    /// A watch waiting for `uid`'s set takes its seat now that it is loaded.
+    pub fn join_loaded(&mut self, uid: u32) {
+        if let Some(s) = self.sets.get_mut(&uid) {
+            s.watches += 1;
+            s.idle_since = None;
+        }
+    }
+
+    /// A watch of `uid` ended.
+    pub fn leave(&mut self, uid: u32) {
+        if let Some(s) = self.sets.get_mut(&uid) {
+            s.watches = s.watches.saturating_sub(1);
+            if s.watches == 0 {
+                s.idle_since = Some(Instant::now());
             }
         }
     }
 
-    /// The counters, when they changed since last asked.
-    pub fn counters_changed(&mut self) -> Option<KernelCounters> {
-        let now = self.probes.counters().ok()?;
-        (now != self.last).then(|| {
-            self.last = now;
-            now
-        })
+    /// uids loading or waiting to, with their principals.
+    fn pending(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.loading
+            .iter()
+            .map(|(u, p, _)| (*u, *p))
+            .chain(self.queue.iter().copied())
+    }
+
+    fn evict_oldest_idle(&mut self) {
+        let oldest = self
+            .sets
+            .iter()
+            .filter_map(|(&u, s)| s.idle_since.map(|t| (t, u)))
+            .min();
+        if let Some((_, u)) = oldest {
+            self.sets.remove(&u);
+        }
+    }
+
+    /// Starts the next load whose principal may load now (one at a time).
+    fn start_due(&mut self) {
+        if self.loading.is_some() {
+            return;
+        }
+        let due = |p: &u32| {
+            self.last_load
+                .get(p)
+                .is_none_or(|t| t.elapsed() >= LOAD_INTERVAL)
+        };
+        let Some(i) = self.queue.iter().position(|(_, p)| due(p)) else {
+            return;
+        };
+        let Some((uid, principal)) = self.queue.remove(i) else {
+            return;
+        };
+        self.last_load.insert(principal, Instant::now());
+        let (tx, rx) = mpsc::channel();
+        let mut wake = match self.wake_tx.try_clone() {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = tx.send((uid, Err(format!("a socket pair: {e}"))));
+                self.loading = Some((uid, principal, rx));
+                return;
+            }
+        };
+        std::thread::spawn(move || {
+            // Below the agent's loop: the load may take a CPU, the loop must not wait.
+            let _ = rustix::process::setpriority_process(None, 10);
+            let _ = tx.send((uid, Watching::load(uid).map_err(|e| e.to_string())));
+            let _ = wake.write_all(&[1]);
+        });
+        self.loading = Some((uid, principal, rx));
+    }
+
+    /// A load that finished: its uid, and its set or why it failed. Starts the next load.
+    pub fn finished(&mut self) -> Option<(u32, Result<(), String>)> {
+        let mut byte = [0u8; 16];
+        let _ = self.wake_rx.read(&mut byte);
+        let (uid, principal, rx) = self.loading.take()?;
+        let done = match rx.try_recv() {
+            Ok((_, r)) => r,
+            Err(mpsc::TryRecvError::Empty) => {
+                self.loading = Some((uid, principal, rx));
+                return None;
+            }
+            Err(mpsc::TryRecvError::Disconnected) => Err("the loading thread ended".into()),
+        };
+        self.start_due();
+        Some((
+            uid,
+            done.map(|w| {
+                self.sets.insert(
+                    uid,
+                    Set {
+                        w,
+                        principal,
+                        watches: 0,
+                        idle_since: Some(Instant::now()),
+                    },
+                );
+            }),
+        ))
+    }
+
+    /// Housekeeping on every round: loads that became due start, sets idle too long go.
+    pub fn tick(&mut self) {
+        self.start_due();
+        self.sets
+            .retain(|_, s| s.idle_since.is_none_or(|t| t.elapsed() < KEEP_IDLE));
+    }
+
+    /// What the welcome of a watch of `uid` tells: the set's figures.
+    pub fn probes_of(&self, uid: u32) -> Option<&Probes> {
+        self.sets.get(&uid).map(|s| &s.w.probes)
+    }
+
+    /// Sends each set's records to its watches (a non-root set's filtered exits, bare
+    /// markers of other users' processes, to none), and each watch its counters when they
+    /// changed. A set no watch uses is drained all the same.
+    pub fn drain(&mut self, clients: &mut [Client]) {
+        for (&uid, s) in self.sets.iter_mut() {
+            let filtered = s.w.uid.is_some();
+            while let Some(item) = s.w.ring.next() {
+                if (filtered && !s.w.exited.passes(&item)) || s.watches == 0 {
+                    continue;
+                }
+                for c in clients.iter_mut().filter(|c| seated(c, uid)) {
+                    c.record(&item);
+                }
+            }
+            let Ok(now) = s.w.probes.counters() else {
+                continue;
+            };
+            for c in clients.iter_mut().filter(|c| seated(c, uid)) {
+                c.tell_counters(now);
+            }
+        }
+    }
+
+    /// Whether a taskstats datagram may go to the watches of `uid`.
+    pub fn may_see(&self, uid: u32, records: &[TaskstatsRecord]) -> bool {
+        self.sets.get(&uid).is_some_and(|s| s.w.may_see(records))
+    }
+}
+
+/// Whether `c` is a watch of `uid` whose set is ready.
+fn seated(c: &Client, uid: u32) -> bool {
+    c.seat.is_some_and(|s| s.uid == uid && s.baseline.is_some())
+}
+
+impl Client {
+    /// The set's counters since this watch joined, and the records the agent dropped for
+    /// it, when they changed since last told.
+    fn tell_counters(&mut self, now: KernelCounters) {
+        let Some(mut seat) = self.seat else { return };
+        let Some(base) = seat.baseline else { return };
+        let mut c = now.since(&base);
+        c.agent_queue_full = self.dropped_records;
+        if c != seat.last {
+            seat.last = c;
+            self.seat = Some(seat);
+            self.counters(c);
+        }
     }
 }

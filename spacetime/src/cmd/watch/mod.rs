@@ -64,6 +64,7 @@ pub const EXIT_OUTPUT_FAILED: i32 = 74;
 pub fn main(args: WatchArgs, verbose: u8) -> i32 {
     match run(args, verbose) {
         Ok(Stop::OutputFailed) => EXIT_OUTPUT_FAILED,
+        Ok(Stop::AgentGone) => crate::util::exit_code::EXIT_AGENT_GONE,
         Ok(_) => 0,
         Err(e) => {
             crate::errln!("spacetime: {e:#}");
@@ -82,6 +83,8 @@ enum Stop {
     OutputClosed,
     /// Writing the output failed otherwise (ENOSPC, EIO…).
     OutputFailed,
+    /// The agent whose programs the watch read went away: nothing more can come.
+    AgentGone,
 }
 
 impl Stop {
@@ -96,6 +99,7 @@ impl Stop {
             Stop::Count => "count".into(),
             Stop::OutputClosed => "output_closed".into(),
             Stop::OutputFailed => "output_failed".into(),
+            Stop::AgentGone => "agent_gone".into(),
         }
     }
 }
@@ -173,7 +177,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     // What is watched goes before the table, so the header is the last line before the rows.
     crate::errln!(
         "spacetime: watching {}; {seeded} processes running; Ctrl-C to stop",
-        filter.describe(args.threads)
+        watched(&filter, &*kernel, args.threads)
     );
     // An output already closed stops the watch at its first exit, cleanly, with the summary
     // saying so: not an error before it starts.
@@ -212,6 +216,20 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         verbose,
     )?;
     Ok(stop)
+}
+
+/// What is watched, in words: the filter's, narrowed to the user's own uid when the agent
+/// shows this user nothing else.
+fn watched(filter: &Filter, kernel: &dyn KernelSource, threads: bool) -> String {
+    const WHY: &str = "through the agent, a user who is not root sees only their own processes";
+    match kernel.sees_only_uid() {
+        None => filter.describe(threads),
+        Some(u) if filter.is_empty() => {
+            let threads = if threads { ", threads included" } else { "" };
+            format!("every exit of uid {u}{threads} ({WHY})")
+        }
+        Some(u) => format!("{}, of uid {u} only ({WHY})", filter.describe(threads)),
+    }
 }
 
 /// The live process table, seeded from /proc; and how many processes it found running.
@@ -321,6 +339,12 @@ fn finish(
     let coverage_note = coverage_note(w, taskstats_unavailable.as_ref());
     if stop == Stop::OutputClosed {
         crate::errln!("spacetime: stopped: the output was closed");
+    } else if stop == Stop::AgentGone {
+        crate::errln!(
+            "spacetime: stopped: the agent went away ({}); exits after that were not seen (exit status {})",
+            kernel.gone().unwrap_or_default(),
+            crate::util::exit_code::EXIT_AGENT_GONE
+        );
     } else if stop == Stop::OutputFailed {
         crate::errln!(
             "spacetime: stopped: writing the output failed (exit status {EXIT_OUTPUT_FAILED})"
@@ -338,6 +362,7 @@ fn finish(
         filtered: !w.filter.is_empty(),
         taskstats_unavailable: taskstats_unavailable.map(|u| u.to_string()),
         coverage_note,
+        agent_gone: kernel.gone(),
     };
     crate::util::term::err_raw(&summary::render(&fin));
     if verbose > 0 {

@@ -129,6 +129,7 @@ fn hostile_names_render_safely() {
         filtered: false,
         taskstats_unavailable: None,
         coverage_note: None,
+        agent_gone: None,
     };
     let text = super::super::summary::render(&fin);
     assert!(text.contains("biggest peaks:"), "{text}");

@@ -50,6 +50,8 @@ pub struct Final<'a> {
     pub taskstats_unavailable: Option<String>,
     /// What the taskstats line says instead of the three counts, when it cannot give them.
     pub coverage_note: Option<String>,
+    /// Why the agent went away, when it did.
+    pub agent_gone: Option<String>,
 }
 
 /// The summary as `--summary-json` writes it: one object.
@@ -80,6 +82,10 @@ pub struct Json<'a> {
 #[derive(Debug, Serialize)]
 pub struct Loss {
     pub ringbuf_lost: u64,
+    /// Records the agent dropped because the watch read too slowly.
+    pub agent_queue_full: u64,
+    /// Why the agent went away, when it did: what came after is missing, uncounted.
+    pub agent_gone: Option<String>,
     pub decode_errors: u64,
     pub read_failures: u64,
     /// Taskstats receive overruns (records the kernel dropped).
@@ -99,9 +105,10 @@ pub struct TaskstatsJson<'a> {
     pub note: Option<&'a str>,
 }
 
-/// Loss as the summary counts it: records lost in the ring buffer or undecodable.
+/// Loss as the summary counts it: records lost in the ring buffer or the agent's queue, or
+/// undecodable.
 fn lost_events(m: &Metrics) -> u64 {
-    m.ringbuf_lost + m.decode_errors
+    m.ringbuf_lost + m.agent_queue_full + m.decode_errors
 }
 
 pub fn json<'a>(f: &'a Final, stopped_by: &'a str, own: &'a OwnCost) -> Json<'a> {
@@ -118,6 +125,8 @@ pub fn json<'a>(f: &'a Final, stopped_by: &'a str, own: &'a OwnCost) -> Json<'a>
         execs_reported: m.execs_reported,
         loss: Loss {
             ringbuf_lost: m.ringbuf_lost,
+            agent_queue_full: m.agent_queue_full,
+            agent_gone: f.agent_gone.clone(),
             decode_errors: m.decode_errors,
             read_failures: m.read_failures,
             enobufs: m.enobufs,
@@ -196,10 +205,21 @@ fn render_lines(f: &Final, width: usize) -> String {
         let _ = writeln!(o, "{head}{cmd}");
     }
     let lost = lost_events(m);
+    if let Some(why) = &f.agent_gone {
+        let _ = writeln!(
+            o,
+            "  loss:          unknown: the agent went away ({}); exits after that were not seen",
+            term::escape(why.as_bytes())
+        );
+    }
+    let agent_queue = match m.agent_queue_full {
+        0 => String::new(),
+        n => format!("agent queue full: {n}, "),
+    };
     let _ = writeln!(
         o,
-        "  loss:          {} (ring buffer full: {}, undecodable: {}, kernel read failures: {}, \
-         taskstats ENOBUFS: {})",
+        "  loss:          {} (ring buffer full: {}, {agent_queue}undecodable: {}, kernel read \
+         failures: {}, taskstats ENOBUFS: {})",
         if lost + m.read_failures + m.enobufs == 0 {
             "none".to_string()
         } else {
@@ -279,6 +299,7 @@ mod tests {
             filtered: true,
             taskstats_unavailable: unavailable.map(str::to_string),
             coverage_note: unavailable.map(|_| "not checked".to_string()),
+            agent_gone: None,
         }
     }
 
@@ -306,7 +327,8 @@ mod tests {
             serde_json::json!({
                 "elapsed_ns": 1_500_000_000u64, "stopped_by": "count",
                 "process_exits": 12, "thread_exits": 3, "reported": 5, "lost_events": 3,
-                "loss": {"ringbuf_lost": 2, "decode_errors": 1, "read_failures": 4, "enobufs": 7},
+                "loss": {"ringbuf_lost": 2, "agent_queue_full": 0, "agent_gone": null,
+                         "decode_errors": 1, "read_failures": 4, "enobufs": 7},
                 "kernel_filtered": 9, "argv_evicted": 8, "execs_reported": 6,
                 "taskstats": {"available": true, "matched": 11, "bpf_only": 1, "taskstats_only": 0},
                 "spacetime": {"user_ns": 0, "sys_ns": 0, "peak_rss_bytes": 0,

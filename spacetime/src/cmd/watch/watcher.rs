@@ -217,6 +217,10 @@ impl Consumer for Looping<'_> {
     }
 
     fn tick(&mut self, taskstats: Option<&TaskstatsListener>, counters: &dyn CounterSource) {
+        // Through an agent that went away nothing more comes: the watch ends, and says so.
+        if counters.gone().is_some() {
+            self.w.stop.get_or_insert(Stop::AgentGone);
+        }
         if self.last_housekeeping.elapsed() >= HOUSEKEEPING {
             self.last_housekeeping = Instant::now();
             self.w.table.verify_early(super::procfs::start_of);
@@ -311,12 +315,23 @@ impl Watch {
     ) {
         if let Some(c) = counters.current() {
             if c.ringbuf_lost > self.metrics.ringbuf_lost {
+                let whose = match counters.through_agent() {
+                    true => "the agent's ring buffer was full",
+                    false => "the ring buffer was full (raise --ring-buffer)",
+                };
                 crate::errln!(
-                    "spacetime: {} records lost: the ring buffer was full (raise --ring-buffer)",
+                    "spacetime: {} records lost: {whose}",
                     c.ringbuf_lost - self.metrics.ringbuf_lost
                 );
             }
+            if c.agent_queue_full > self.metrics.agent_queue_full {
+                crate::errln!(
+                    "spacetime: {} records lost: the agent's queue for this watch was full (the watch read too slowly)",
+                    c.agent_queue_full - self.metrics.agent_queue_full
+                );
+            }
             self.metrics.ringbuf_lost = c.ringbuf_lost;
+            self.metrics.agent_queue_full = c.agent_queue_full;
             self.metrics.read_failures = c.read_failures;
             self.metrics.kernel_filtered = c.filtered;
         }

@@ -132,7 +132,9 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             mode: mode::TREE,
-            ring_buffer_bytes: 4 << 20,
+            // A consumer stalled 5 s in an 8 000-exec storm lost 3 634 records with 4 MiB,
+            // none with 16 MiB (as watch and the agent use).
+            ring_buffer_bytes: 16 << 20,
             max_tracked: 65536,
             max_arg_chunks: 64,
             track_rss: false,
@@ -324,7 +326,7 @@ fn attach_fentry(
         .ok_or(LoadError::MissingProgram(function))?
         .try_into()
         .map_err(err)?;
-    prog.load(function, btf).map_err(err)?;
+    startup::retry_interrupted(function, || prog.load(function, btf)).map_err(err)?;
     prog.attach().map_err(err)?;
     Ok(())
 }

@@ -196,6 +196,38 @@ impl Probes {
         self.update_limit(session, |l| l.max_processes = max_processes)
     }
 
+    /// Whose session `session` is: a user who is not root (`Some`) has every exec of its
+    /// processes checked against these credentials in the kernel, and a process that takes
+    /// others leaves the session (`EXEC_LEFT`); `None`: no check.
+    pub fn set_session_owner(
+        &mut self,
+        session: SessionId,
+        owner: Option<crate::kernel::creds::Caller>,
+    ) -> Result<(), LoadError> {
+        self.update_limit(session, |l| match owner {
+            Some(c) if c.uid != 0 => {
+                l.owner_uid = c.uid;
+                l.owner_gid = c.gid;
+                l.owner_caps = c.cap_permitted;
+            }
+            _ => {
+                l.owner_uid = 0;
+                l.owner_gid = 0;
+                l.owner_caps = 0;
+            }
+        })
+    }
+
+    /// Whether `tgid` is tracked now, and in which session.
+    pub fn tracked_in(&self, tgid: u32) -> Result<Option<SessionId>, LoadError> {
+        const NAME: &str = "TRACKED";
+        match hash::<u32, Tracked>(&self.ebpf, NAME)?.get(&tgid, 0) {
+            Ok(t) => Ok(Some(t.session as SessionId)),
+            Err(e) if is_enoent(&e) => Ok(None),
+            Err(source) => Err(LoadError::Map { name: NAME, source }),
+        }
+    }
+
     /// Changes `session`'s entry of `SESSION_LIMITS`, which only userspace writes (so the
     /// whole-value write loses no kernel change).
     fn update_limit(
@@ -269,6 +301,7 @@ impl Probes {
             sum.read_failures += c.read_failures;
             sum.filtered += c.filtered;
             sum.reap_full += c.reap_full;
+            sum.stale_cleared += c.stale_cleared;
         }
         Ok(sum)
     }
@@ -357,7 +390,10 @@ fn read_counters(
         read_failures: sum(stat::READ_FAIL)?,
         filtered: sum(stat::FILTERED)?,
         reap_full: sum(stat::REAP_FULL)?,
+        stale_cleared: sum(stat::STALE_CLEARED)?,
         recursion_misses: 0,
+        agent_queue_full: 0,
+        agent_gone: 0,
     })
 }
 

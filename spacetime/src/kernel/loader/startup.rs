@@ -144,6 +144,27 @@ pub fn verify_all(
     Ok(load_us)
 }
 
+/// Runs a program's `load` again while the kernel says the verifier was interrupted (EAGAIN:
+/// a signal reached the loading thread), 5 times at most as libbpf does (seen once, beside
+/// a test's 32 000 forks).
+pub(super) fn retry_interrupted(
+    name: &str,
+    mut load: impl FnMut() -> Result<(), aya::programs::ProgramError>,
+) -> Result<(), aya::programs::ProgramError> {
+    let mut attempts = 1;
+    loop {
+        match load() {
+            Err(aya::programs::ProgramError::LoadError { io_error, .. })
+                if io_error.raw_os_error() == Some(libc::EAGAIN) && attempts < 5 =>
+            {
+                attempts += 1;
+                log::debug!("loading {name}: the verifier was interrupted; again ({attempts})");
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Loads one program, timing it (wall, and the CPU its thread spent: the verifier's own).
 fn load_one(
     name: &'static str,
@@ -151,7 +172,7 @@ fn load_one(
 ) -> Result<(String, u64), aya::programs::ProgramError> {
     let t = Instant::now();
     let cpu = thread_cpu_us();
-    prog.load()?;
+    retry_interrupted(name, || prog.load())?;
     let us = t.elapsed().as_micros() as u64;
     log::debug!(
         "start-up: {name} loaded in {:.1} ms ({:.1} ms of CPU)",

@@ -8,7 +8,7 @@
 use std::{
     collections::VecDeque,
     io,
-    os::fd::{AsRawFd, OwnedFd, RawFd},
+    os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd},
     path::Path,
     time::{Duration, Instant},
 };
@@ -21,6 +21,25 @@ use crate::kernel::taskstats::{ListenerStats, TaskstatsRecord};
 
 /// How long a client waits for an answer the agent owes it (tracking, a flush, the end).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often, while waiting, the client looks whether the agent is stopped.
+const STOPPED_CHECK: Duration = Duration::from_millis(100);
+
+/// Why the agent is no longer there for this client.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Gone {
+    #[error("the connection was closed")]
+    Closed,
+    #[error("it is stopped (SIGSTOP, or held by a debugger): nothing it owes comes while it is")]
+    Stopped,
+    #[error("it did not answer within {} s", ANSWER_TIMEOUT.as_secs())]
+    Silent,
+    #[error("it is stopping: {0}")]
+    Stopping(String),
+    #[error("it refused: {0}")]
+    Refused(String),
+    #[error("{0}")]
+    Broken(String),
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
@@ -28,8 +47,11 @@ pub enum ConnectError {
     #[error("no spacetime agent at {0}")]
     Absent(String),
     /// The agent answered no.
-    #[error("the spacetime agent refused: {0}")]
-    Refused(String),
+    #[error("the spacetime agent refused: {reason}")]
+    Refused {
+        code: proto::Refusal,
+        reason: String,
+    },
     #[error("talking to the spacetime agent at {path}: {source}")]
     Io {
         path: String,
@@ -38,6 +60,9 @@ pub enum ConnectError {
     },
     #[error("the spacetime agent at {0} answered something unexpected")]
     Protocol(String),
+    /// It was there but did not answer: stopped, silent, or gone meanwhile.
+    #[error("the spacetime agent at {path} did not answer: {why}")]
+    NoAnswer { path: String, why: Gone },
 }
 
 /// The error to show when the agent could not be used (`agent`) and loading the programs
@@ -61,8 +86,11 @@ pub fn instead(own: anyhow::Error, agent: ConnectError, path: &Path) -> anyhow::
 /// A refusal or failure while tracking, as one sentence.
 #[derive(Debug, thiserror::Error)]
 pub enum TrackError {
-    #[error("the spacetime agent refused: {0}")]
-    Refused(String),
+    #[error("the spacetime agent refused: {reason}")]
+    Refused {
+        code: proto::Refusal,
+        reason: String,
+    },
     #[error("the spacetime agent went away: {0}")]
     Gone(String),
 }
@@ -81,6 +109,8 @@ pub struct AgentConn {
     pub ready_ms: f64,
     /// A watch's kernel counters, as the agent last sent them.
     pub counters: std::rc::Rc<std::cell::Cell<crate::kernel::loader::KernelCounters>>,
+    /// Why the agent went away, once it did, for whoever holds a clone (a watch's summary).
+    pub gone_news: std::rc::Rc<std::cell::RefCell<Option<Gone>>>,
     /// Records received and not yet handed out, in ring order.
     inbox: VecDeque<Vec<u8>>,
     /// taskstats datagrams received and not yet parsed.
@@ -90,7 +120,10 @@ pub struct AgentConn {
     seq: u32,
     ended: Option<End>,
     mms: Vec<spacetime_common::MmState>,
-    gone: Option<String>,
+    gone: Option<Gone>,
+    /// The agent's pid (SO_PEERCRED; 0 when it is not in our PID namespace), to tell a
+    /// stopped agent from a slow one.
+    agent_pid: u32,
     /// The user was told that the agent went away.
     told: bool,
     buf: Vec<u8>,
@@ -141,12 +174,15 @@ impl AgentConn {
             want,
             max_processes,
         };
-        sock::send(fd.as_raw_fd(), &hello.encode(), None).map_err(io_err)?;
+        sock::send(fd.as_fd(), &hello.encode(), None).map_err(io_err)?;
+        let agent_pid = sock::peer_cred(fd.as_fd()).map_or(0, |c| c.pid);
         let mut conn = AgentConn {
             fd,
+            agent_pid,
             welcome: Welcome::default(),
             ready_ms: 0.0,
             counters: Default::default(),
+            gone_news: Default::default(),
             inbox: VecDeque::new(),
             taskstats: Vec::new(),
             taskstats_stats: ListenerStats::default(),
@@ -166,31 +202,41 @@ impl AgentConn {
                 conn.ready_ms = started.elapsed().as_secs_f64() * 1e3;
                 Ok(conn)
             }
-            Some(Msg::Refused { reason }) => Err(ConnectError::Refused(shown(&reason))),
+            Some(Msg::Refused { code, reason }) => Err(ConnectError::Refused {
+                code,
+                reason: shown(&reason),
+            }),
             _ => match conn.gone.take() {
-                Some(why) if why.contains("refused") => Err(ConnectError::Refused(why)),
-                _ => Err(ConnectError::Protocol(where_)),
+                Some(Gone::Refused(reason)) => Err(ConnectError::Refused {
+                    code: proto::Refusal::Other,
+                    reason,
+                }),
+                Some(why) => Err(ConnectError::NoAnswer { path: where_, why }),
+                None => Err(ConnectError::Protocol(where_)),
             },
         }
     }
 
     /// Has the agent track the held child `pidfd` pins (our own, not yet exec'd); returns
     /// its pid as the agent numbers it and the namespace depth between us.
-    pub fn track(&mut self, pidfd: RawFd) -> Result<(u32, u32), TrackError> {
+    pub fn track(&mut self, pidfd: BorrowedFd<'_>) -> Result<(u32, u32), TrackError> {
         self.begin_run();
-        if let Err(e) = sock::send(self.fd.as_raw_fd(), &Msg::Track.encode(), Some(pidfd)) {
+        if let Err(e) = sock::send(self.fd.as_fd(), &Msg::Track.encode(), Some(pidfd)) {
             return Err(TrackError::Gone(e.to_string()));
         }
         let deadline = Instant::now() + ANSWER_TIMEOUT;
         loop {
             match self.recv_blocking(deadline) {
                 Some(Msg::Tracked { kernel_pid, level }) => return Ok((kernel_pid, level)),
-                Some(Msg::Refused { reason }) => return Err(TrackError::Refused(shown(&reason))),
+                Some(Msg::Refused { code, reason }) => {
+                    let reason = shown(&reason);
+                    return Err(TrackError::Refused { code, reason });
+                }
                 Some(m) => self.keep(m),
                 None => {
-                    let why = self.gone.clone().unwrap_or_else(|| "no answer".into());
+                    let why = self.gone.clone().unwrap_or(Gone::Silent);
                     self.told = true;
-                    return Err(TrackError::Gone(why));
+                    return Err(TrackError::Gone(why.to_string()));
                 }
             }
         }
@@ -203,7 +249,7 @@ impl AgentConn {
         let msg = Msg::Attach {
             pids: pids.to_vec(),
         };
-        if let Err(e) = sock::send(self.fd.as_raw_fd(), &msg.encode(), None) {
+        if let Err(e) = sock::send(self.fd.as_fd(), &msg.encode(), None) {
             return Err(TrackError::Gone(e.to_string()));
         }
         let deadline = Instant::now() + ANSWER_TIMEOUT;
@@ -214,12 +260,15 @@ impl AgentConn {
                     attach_ns,
                     memory_followed,
                 }) => return Ok((pids, attach_ns, memory_followed)),
-                Some(Msg::Refused { reason }) => return Err(TrackError::Refused(shown(&reason))),
+                Some(Msg::Refused { code, reason }) => {
+                    let reason = shown(&reason);
+                    return Err(TrackError::Refused { code, reason });
+                }
                 Some(m) => self.keep(m),
                 None => {
                     self.told = true;
-                    let why = self.gone.clone().unwrap_or_else(|| "no answer".into());
-                    return Err(TrackError::Gone(why));
+                    let why = self.gone.clone().unwrap_or(Gone::Silent);
+                    return Err(TrackError::Gone(why.to_string()));
                 }
             }
         }
@@ -233,8 +282,8 @@ impl AgentConn {
     }
 
     /// Why the agent is no longer there (None while it is).
-    pub fn gone(&self) -> Option<&str> {
-        self.gone.as_deref()
+    pub fn gone(&self) -> Option<&Gone> {
+        self.gone.as_ref()
     }
 
     /// The socket, to wait on; None once the agent went away (nothing more will come).
@@ -245,7 +294,7 @@ impl AgentConn {
     /// Receives whatever waits, without blocking.
     pub fn pump(&mut self) {
         while self.gone.is_none() {
-            match self.recv(libc::MSG_DONTWAIT) {
+            match self.recv() {
                 Ok(Some(m)) => self.keep(m),
                 Ok(None) => return,
                 Err(why) => self.lost(why),
@@ -288,8 +337,8 @@ impl AgentConn {
         }
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
-        if let Err(e) = sock::send(self.fd.as_raw_fd(), &Msg::Flush { seq }.encode(), None) {
-            return self.lost(e.to_string());
+        if let Err(e) = sock::send(self.fd.as_fd(), &Msg::Flush { seq }.encode(), None) {
+            return self.lost(Gone::Broken(e.to_string()));
         }
         let deadline = Instant::now() + ANSWER_TIMEOUT;
         while self.flushed != Some(seq) {
@@ -304,8 +353,8 @@ impl AgentConn {
     /// Every record of the run is received before this returns.
     pub fn finish(&mut self) -> RunEnd {
         if self.gone.is_none() {
-            if let Err(e) = sock::send(self.fd.as_raw_fd(), &Msg::Finish.encode(), None) {
-                self.lost(e.to_string());
+            if let Err(e) = sock::send(self.fd.as_fd(), &Msg::Finish.encode(), None) {
+                self.lost(Gone::Broken(e.to_string()));
             }
         }
         let deadline = Instant::now() + ANSWER_TIMEOUT;
@@ -341,53 +390,73 @@ impl AgentConn {
             Msg::Mms(m) => self.mms.extend(m),
             Msg::End(e) => self.ended = Some(e),
             Msg::Counters(c) => self.counters.set(c),
-            Msg::Shutdown { reason } => self.lost(format!("it is stopping: {}", shown(&reason))),
-            Msg::Refused { reason } => self.lost(format!("it refused: {}", shown(&reason))),
+            Msg::Shutdown { reason } => self.lost(Gone::Stopping(shown(&reason))),
+            Msg::Refused { reason, .. } => self.lost(Gone::Refused(shown(&reason))),
             other => log::debug!("agent: unexpected message {other:?}"),
         }
     }
 
-    fn lost(&mut self, why: String) {
+    fn lost(&mut self, why: Gone) {
         if self.gone.is_none() {
             log::debug!("agent connection lost: {why}");
+            *self.gone_news.borrow_mut() = Some(why.clone());
             self.gone = Some(why);
         }
     }
 
-    /// One message; Ok(None) when none waits (with MSG_DONTWAIT).
-    fn recv(&mut self, flags: libc::c_int) -> Result<Option<Msg>, String> {
-        match sock::recv(self.fd.as_raw_fd(), &mut self.buf, flags) {
-            Ok(r) if r.len == 0 => Err("the connection was closed".into()),
-            Ok(r) if r.truncated => Err("a message larger than the protocol allows".into()),
+    /// One message without waiting; Ok(None) when none waits.
+    fn recv(&mut self) -> Result<Option<Msg>, Gone> {
+        match sock::recv(self.fd.as_fd(), &mut self.buf, false) {
+            Ok(r) if r.len == 0 => Err(Gone::Closed),
+            Ok(r) if r.truncated => Err(Gone::Broken(
+                "a message larger than the protocol allows".into(),
+            )),
             Ok(r) => match Msg::parse(&self.buf[..r.len]) {
                 Ok(m) => Ok(Some(m)),
-                Err(e) => Err(format!("a malformed message: {e}")),
+                Err(e) => Err(Gone::Broken(format!("a malformed message: {e}"))),
             },
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(Gone::Broken(e.to_string())),
         }
     }
 
-    /// One message, waiting until `deadline`; None when the agent is gone or silent.
+    /// Whether the agent process is stopped (its state in /proc: `T` or `t`).
+    fn agent_stopped(&self) -> bool {
+        if self.agent_pid == 0 {
+            return false;
+        }
+        std::fs::read(format!("/proc/{}/stat", self.agent_pid))
+            .ok()
+            .and_then(|stat| {
+                let close = stat.iter().rposition(|&b| b == b')')?;
+                stat.get(close + 2).copied()
+            })
+            .is_some_and(|state| matches!(state, b'T' | b't'))
+    }
+
+    /// One message, waiting until `deadline`; None when the agent is gone, stopped (told at
+    /// once, not after the deadline) or silent.
     fn recv_blocking(&mut self, deadline: Instant) -> Option<Msg> {
         while self.gone.is_none() {
+            match self.recv() {
+                Ok(Some(m)) => return Some(m),
+                Ok(None) => {}
+                Err(why) => {
+                    self.lost(why);
+                    break;
+                }
+            }
+            if self.agent_stopped() {
+                self.lost(Gone::Stopped);
+                break;
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                self.lost("it did not answer within 5 s".into());
-                return None;
+                self.lost(Gone::Silent);
+                break;
             }
-            let mut pfd = libc::pollfd {
-                fd: self.fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(1000) as libc::c_int + 1) };
-            match self.recv(libc::MSG_DONTWAIT) {
-                Ok(Some(m)) => return Some(m),
-                Ok(None) => continue,
-                Err(why) => self.lost(why),
-            }
+            let wait = left.min(STOPPED_CHECK).as_millis() as i32 + 1;
+            sock::wait_readable(self.fd.as_fd(), wait);
         }
         None
     }

@@ -4,6 +4,7 @@
 //! loaded here.
 
 pub(crate) mod client;
+mod codes;
 pub mod proto;
 pub mod sock;
 

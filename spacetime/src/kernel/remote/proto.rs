@@ -12,8 +12,10 @@
 
 use crate::kernel::counters::KernelCounters;
 
+pub use super::codes::{datagram_identities, Refusal, TaskstatsState};
+
 /// The protocol's version: a change to any message's layout changes it.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 128 << 10;
@@ -49,11 +51,19 @@ pub struct Welcome {
     pub load_us: u64,
     /// The agent's taskstats receive buffer; 0 when it has no listener.
     pub taskstats_rcvbuf_bytes: u32,
-    /// Why the agent has no taskstats listener (empty: it has one).
+    /// Whether its taskstats records come.
+    pub taskstats: TaskstatsState,
+    /// How its listener failed, for people ([`TaskstatsState::Failed`]).
     pub taskstats_error: Vec<u8>,
     /// The kernel mechanisms in use, as `-v` lists them.
     pub mechanisms: Vec<Vec<u8>>,
+    /// Whose processes the session sees: a watch of a user who is not root sees that uid's
+    /// only; [`SEES_ALL`] otherwise.
+    pub sees_uid: u32,
 }
+
+/// [`Welcome::sees_uid`] of a session that sees every process it asks for.
+pub const SEES_ALL: u32 = u32::MAX;
 
 /// The figures of a run that only the agent can read, sent when the run ends.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -92,8 +102,8 @@ pub enum Msg {
     Finish,
     /// Agent: the session is open.
     Welcome(Welcome),
-    /// Agent: one sentence saying why not; the connection ends.
-    Refused { reason: Vec<u8> },
+    /// Agent: why not, as a code and one sentence; a refused hello ends the connection.
+    Refused { code: Refusal, reason: Vec<u8> },
     /// Agent: the child is tracked; its pid as the agent's PID namespace numbers it (the
     /// kernel's, when the agent runs in the initial one), and how many namespaces below the
     /// agent's the client's is.
@@ -139,6 +149,17 @@ mod ty {
     pub const END: u8 = 108;
     pub const SHUTDOWN: u8 = 109;
     pub const COUNTERS: u8 = 111;
+}
+
+/// Whether a message of type `t` is one the agent sends as a control message (an answer,
+/// or news of the session), not a record or a taskstats datagram.
+pub fn is_answer(t: u8) -> bool {
+    !matches!(t, ty::RECORDS | ty::TASKSTATS)
+}
+
+/// Whether a message of type `t` is a watch's counters (the newest replaces an unsent one).
+pub fn is_counters(t: u8) -> bool {
+    t == ty::COUNTERS
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -237,7 +258,7 @@ fn pod_bytes<T: PodRecord>(v: &T) -> &[u8] {
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
 }
 
-const COUNTERS: usize = 7;
+const COUNTERS: usize = 9;
 
 fn counters_to(c: &KernelCounters) -> [u64; COUNTERS] {
     [
@@ -248,6 +269,8 @@ fn counters_to(c: &KernelCounters) -> [u64; COUNTERS] {
         c.reap_full,
         c.recursion_misses,
         c.session_limit,
+        c.agent_queue_full,
+        c.stale_cleared,
     ]
 }
 
@@ -260,6 +283,9 @@ fn counters_from(v: [u64; COUNTERS]) -> KernelCounters {
         reap_full: v[4],
         recursion_misses: v[5],
         session_limit: v[6],
+        agent_queue_full: v[7],
+        agent_gone: 0,
+        stale_cleared: v[8],
     }
 }
 
@@ -325,7 +351,11 @@ impl Msg {
                 encode_pids(w, pids).0
             }
             Msg::Welcome(w) => encode_welcome(w),
-            Msg::Refused { reason } => Writer::new(ty::REFUSED).bytes(reason, MAX_TEXT).0.clone(),
+            Msg::Refused { code, reason } => Writer::new(ty::REFUSED)
+                .u8(*code as u8)
+                .bytes(reason, MAX_TEXT)
+                .0
+                .clone(),
             Msg::Tracked { kernel_pid, level } => Writer::new(ty::TRACKED)
                 .u32(*kernel_pid)
                 .u32(*level)
@@ -401,6 +431,7 @@ impl Msg {
             }
             ty::WELCOME => Msg::Welcome(parse_welcome(&mut r)?),
             ty::REFUSED => Msg::Refused {
+                code: Refusal::from_u8(r.u8("code")?),
                 reason: r.bytes(MAX_TEXT, "reason")?.to_vec(),
             },
             ty::TRACKED => Msg::Tracked {
@@ -464,6 +495,8 @@ fn encode_welcome(w: &Welcome) -> Vec<u8> {
         .u32(w.ring_buffer_bytes)
         .u64(w.load_us)
         .u32(w.taskstats_rcvbuf_bytes)
+        .u32(w.sees_uid)
+        .u8(w.taskstats as u8)
         .bytes(&w.taskstats_error, MAX_TEXT);
     let n = w.mechanisms.len().min(MAX_MECHANISMS);
     out.u32(n as u32);
@@ -481,6 +514,8 @@ fn parse_welcome(r: &mut Reader<'_>) -> Result<Welcome, ProtoError> {
         ring_buffer_bytes: r.u32("ring buffer")?,
         load_us: r.u64("load time")?,
         taskstats_rcvbuf_bytes: r.u32("taskstats buffer")?,
+        sees_uid: r.u32("whose processes")?,
+        taskstats: TaskstatsState::from_u8(r.u8("taskstats state")?),
         taskstats_error: r.bytes(MAX_TEXT, "taskstats error")?.to_vec(),
         mechanisms: Vec::new(),
     };

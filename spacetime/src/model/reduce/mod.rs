@@ -256,6 +256,11 @@ impl Store {
             publish_partial(&mut last.pending_args, &mut last.names, true);
         }
         let (start_ns, exec_flags) = (e.hdr.ts_ns, e.hdr.flags);
+        if exec_flags & flags::EXEC_LEFT != 0 {
+            // Nothing of it comes any more, its exit neither: it is not waited for.
+            p.left = true;
+            p.untracked = true;
+        }
         let (names, pending_args) = exec_names(e);
         let img = Image {
             names: Arc::new(names),

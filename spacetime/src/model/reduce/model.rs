@@ -151,6 +151,8 @@ pub struct Process {
     /// The kernel did not track it (its session's process limit, or a full tracking map: the
     /// fork record says so): none of its records come, so nothing waits for its exit.
     pub untracked: bool,
+    /// It left the trace at an exec (`EXEC_LEFT`): credentials its session's owner lacks.
+    pub left: bool,
     pub is_root: bool,
 }
 

@@ -57,6 +57,7 @@ fn red(line: &str, style: Style) -> String {
 fn exit_text(e: Option<&super::Exit>, state: super::State) -> String {
     match e.map(|e| e.0) {
         None if state == super::State::Unknown => "unknown".into(),
+        None if state == super::State::Left => "left (other credentials)".into(),
         None => "running".into(),
         Some(ExitStatus::Code(c)) => c.to_string(),
         Some(ExitStatus::Signal {
@@ -373,13 +374,32 @@ fn completeness(r: &Report) -> String {
         .flat_map(|p| p.images())
         .filter(|i| i.peak_rss_bytes().is_some() && !i.exact())
         .count();
-    let mut s = if r.lost_events == 0 {
+    let mut s = if let Some(why) = &r.kernel.agent_gone {
+        format!(
+            "INCOMPLETE: the agent went away ({}): {} lost with it; figures below cover what arrived",
+            crate::util::term::escape(why.as_bytes()),
+            match c.agent_gone {
+                0 => "its end figures".to_string(),
+                n => format!(
+                    "{} (the ends of {n} processes and all after)",
+                    count(r.lost_events, "event", "events")
+                ),
+            }
+        )
+    } else if r.lost_events == 0 {
         "complete: 0 events lost".to_string()
     } else {
-        let limit = match c.session_limit {
+        let mut limit = match c.session_limit {
             0 => String::new(),
             n => format!(", {n} over the session's process limit"),
         };
+        if c.agent_queue_full > 0 {
+            let _ = write!(
+                limit,
+                ", {} dropped by the agent's queue for this client (it read too slowly)",
+                c.agent_queue_full
+            );
+        }
         format!(
             "INCOMPLETE: {} lost ({} ring buffer full, {} tracking map full{limit}); figures below cover what arrived",
             count(r.lost_events, "event", "events"),

@@ -113,6 +113,7 @@ fn hostile_names_render_safely_at_every_width() {
                 memory: MemoryMeta::of(&timeline),
                 own_cost: OwnCost::default(),
                 gone: &gone,
+                agent_gone: None,
             },
         );
         let width = 20 + (round as usize * 7) % 120;
@@ -196,6 +197,7 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
                 memory: MemoryMeta::of(&timeline),
                 own_cost: OwnCost::default(),
                 gone: &gone,
+                agent_gone: None,
             },
         );
         for width in [80, 60, 40] {
@@ -315,6 +317,7 @@ fn a_large_build_is_grouped_with_its_failure_first_and_its_recap_last() {
             memory: MemoryMeta::of(&timeline),
             own_cost: OwnCost::default(),
             gone: &gone,
+            agent_gone: None,
         },
     );
     let text = render(&report, &opts(Some(80), 40, false));
@@ -366,6 +369,7 @@ fn a_single_short_process_gets_no_chart_and_a_longer_one_does() {
         memory: MemoryMeta::of(&timeline),
         own_cost: OwnCost::default(),
         gone: &gone,
+        agent_gone: None,
     };
     let short = Report::build(&tree, &sums, meta(100_000));
     let text = render(&short, &opts(Some(80), 40, false));

@@ -46,11 +46,18 @@ impl Session {
         let end = self
             .kernel
             .end_run(&baseline.counters, rss_tracking && tree.live() > 0);
-        if let Some(why) = self.kernel.gone() {
+        let agent_gone = self.kernel.gone();
+        if let Some(why) = &agent_gone {
             mechanisms.push(format!(
                 "the agent went away during the run ({why}): records after that are missing, kernel counters and the tree-wide peak unknown"
             ));
         }
+        // Processes whose end the agent never sent: each lost at least its exit (the root's
+        // too when not even its first record came).
+        let unseen_ends = match agent_gone {
+            Some(_) => tree.live() as u64 + u64::from(tree.root().is_none()),
+            None => 0,
+        };
         if rss_tracking && tree.live() > 0 {
             run_loop::live_memory(end.mms, &mut tree, &mut memory);
         }
@@ -63,7 +70,8 @@ impl Session {
             kernel_peak.map(|t| Point::new(t.peak_ts_ns, t.peak_pages.max(0) as u64 * page_size)),
         );
         let cgroup_peak = cgroup.map(crate::run::cgroup_peak::finish);
-        let counters = end.counters;
+        let mut counters = end.counters;
+        counters.agent_gone = unseen_ends;
         let end_ns = end_of(&tree, &memory.timeline, outcome.end_ns);
         let (taskstats, per_process) = self.cross_check(&tree, collector, &baseline.taskstats);
         // Processes whose exit never arrived: still running (--stop-on-root-exit), or gone with
@@ -98,6 +106,7 @@ impl Session {
             own_cost_at_start: baseline.own_cost,
             own_cost,
             gone,
+            agent_gone,
         })
     }
 

@@ -1,15 +1,18 @@
 //! A `spacetime agent`'s programs, reached over its socket: the records, taskstats
 //! datagrams and counters of this client's session come on the connection.
 
-use std::{cell::Cell, os::fd::AsRawFd, rc::Rc};
+use std::{cell::Cell, os::fd::AsFd, rc::Rc};
 
 use super::{EndFigures, KernelSource, Provenance, TaskstatsFeed};
 use crate::{
     kernel::{
-        counters::KernelCounters,
+        counters::{CounterSource, KernelCounters},
         loader::{LearnedPid, LoadError},
         pidns,
-        remote::client::AgentConn,
+        remote::{
+            client::{AgentConn, Gone},
+            proto,
+        },
         taskstats::{ListenerStats, Unavailable},
     },
     report::selfstats::OwnCost,
@@ -23,14 +26,36 @@ use crate::{
 
 pub struct AgentSource {
     conn: AgentConn,
-    /// The counters the agent last sent (shared with the connection, which updates them).
+    /// What the connection learns while the loop runs, shared with it.
+    news: AgentNews,
+}
+
+/// The counters the agent last sent, and why it went away once it did (shared with the
+/// connection, which updates them).
+struct AgentNews {
     counters: Rc<Cell<KernelCounters>>,
+    gone: Rc<std::cell::RefCell<Option<Gone>>>,
+}
+
+impl CounterSource for AgentNews {
+    fn current(&self) -> Option<KernelCounters> {
+        Some(self.counters.get())
+    }
+    fn through_agent(&self) -> bool {
+        true
+    }
+    fn gone(&self) -> Option<String> {
+        self.gone.borrow().as_ref().map(ToString::to_string)
+    }
 }
 
 impl AgentSource {
     pub fn new(conn: AgentConn) -> Self {
         AgentSource {
-            counters: conn.counters.clone(),
+            news: AgentNews {
+                counters: conn.counters.clone(),
+                gone: conn.gone_news.clone(),
+            },
             conn,
         }
     }
@@ -72,10 +97,14 @@ impl KernelSource for AgentSource {
     }
 
     fn taskstats(&self) -> TaskstatsFeed {
-        match self.conn.welcome.taskstats_error.as_slice() {
-            [] => TaskstatsFeed::Agent,
-            why => TaskstatsFeed::Unavailable(Unavailable::Agent(
-                String::from_utf8_lossy(why).into_owned(),
+        let w = &self.conn.welcome;
+        match w.taskstats {
+            proto::TaskstatsState::Available => TaskstatsFeed::Agent,
+            proto::TaskstatsState::OtherNetNamespace => {
+                TaskstatsFeed::Unavailable(Unavailable::OtherNetNamespace)
+            }
+            proto::TaskstatsState::Failed => TaskstatsFeed::Unavailable(Unavailable::Agent(
+                String::from_utf8_lossy(&w.taskstats_error).into_owned(),
             )),
         }
     }
@@ -85,7 +114,14 @@ impl KernelSource for AgentSource {
     }
 
     fn counters(&self) -> Option<KernelCounters> {
-        Some(self.counters.get())
+        Some(self.news.counters.get())
+    }
+
+    fn sees_only_uid(&self) -> Option<u32> {
+        match self.conn.welcome.sees_uid {
+            proto::SEES_ALL => None,
+            uid => Some(uid),
+        }
     }
 
     fn own_cost(&self) -> OwnCost {
@@ -116,7 +152,7 @@ impl KernelSource for AgentSource {
     fn track_root(&mut self, held: &Held) -> anyhow::Result<LearnedPid> {
         // Our child, unreaped: the pid cannot have been reused.
         let pidfd = crate::run::pidfd::open_pidfd(held.pid as u32)?;
-        let (kernel_pid, level) = self.conn.track(pidfd.as_raw_fd())?;
+        let (kernel_pid, level) = self.conn.track(pidfd.as_fd())?;
         Ok(LearnedPid { kernel_pid, level })
     }
 
@@ -131,7 +167,7 @@ impl KernelSource for AgentSource {
             self.conn.attach(pids).map_err(|e| other(e.into()))?;
         // What the report shows of each process is read here, as the client sees it (its
         // own processes); the agent only made the kernel follow them.
-        let caller = attach::caller_uid();
+        let caller = attach::caller();
         let mut targets = Vec::new();
         let mut skipped = Vec::new();
         for pid in tracked {
@@ -160,7 +196,7 @@ impl KernelSource for AgentSource {
             sigfd,
             logger: None,
             taskstats: None,
-            counters: &*self.counters,
+            counters: &self.news,
         }
     }
 
@@ -174,8 +210,8 @@ impl KernelSource for AgentSource {
         };
         let e = end.end.unwrap_or_default();
         let mut counters = e.counters;
-        // Dropped for a slow reader: lost like a full ring's.
-        counters.ringbuf_lost += e.dropped_records;
+        // Dropped for a slow reader: lost, in the agent's queue, not in a ring.
+        counters.agent_queue_full += e.dropped_records;
         EndFigures {
             counters,
             tree_rss: end.end.map(|e| e.tree_rss),
@@ -189,6 +225,6 @@ impl KernelSource for AgentSource {
     }
 
     fn gone(&self) -> Option<String> {
-        self.conn.gone().map(str::to_string)
+        self.conn.gone().map(ToString::to_string)
     }
 }

@@ -82,6 +82,11 @@ pub trait KernelSource {
     fn untrack_all(&mut self) -> Result<usize, LoadError>;
     /// Why the kernel side went away during the run, if it did (an agent that stopped).
     fn gone(&self) -> Option<String>;
+    /// The uid whose processes alone this source shows (an agent's watch for a user who is
+    /// not root); None: every process asked for.
+    fn sees_only_uid(&self) -> Option<u32> {
+        None
+    }
 
     /// `-v`: whose programs, how long they took, the ring, the mechanisms.
     fn tell(&self) {

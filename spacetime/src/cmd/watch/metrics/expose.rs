@@ -292,11 +292,13 @@ fn health(w: &mut Writer, m: &Metrics) {
         "spacetime_watch_lost_events",
         Kind::Counter,
         None,
-        "Events lost: kernel ring buffer full, failed kernel reads, undecodable records, \
-         taskstats receive overruns (ENOBUFS: one or more records each).",
+        "Events lost: kernel ring buffer full, the agent's queue for this watch full, failed \
+         kernel reads, undecodable records, taskstats receive overruns (ENOBUFS: one or more \
+         records each).",
     );
     for (source, v) in [
         ("ring_buffer", m.ringbuf_lost),
+        ("agent_queue", m.agent_queue_full),
         ("kernel_read_failures", m.read_failures),
         ("undecodable", m.decode_errors),
         ("taskstats_enobufs", m.enobufs),

@@ -143,6 +143,8 @@ pub struct Metrics {
     pub rss: Histogram,
     /// Loss: ring-buffer reserve failures (kernel), undecodable records, taskstats ENOBUFS.
     pub ringbuf_lost: u64,
+    /// Records a `spacetime agent` dropped because this watch did not read them in time.
+    pub agent_queue_full: u64,
     /// Kernel reads that failed: a record may have been dropped or left incomplete.
     pub read_failures: u64,
     pub decode_errors: u64,
@@ -200,6 +202,7 @@ impl Metrics {
             runtime: Histogram::default(),
             rss: Histogram::default(),
             ringbuf_lost: 0,
+            agent_queue_full: 0,
             read_failures: 0,
             decode_errors: 0,
             enobufs: 0,

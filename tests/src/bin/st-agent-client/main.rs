@@ -1,16 +1,26 @@
-//! `st-agent-client SOCKET CASE`: a raw client of `spacetime agent`, speaking its protocol
-//! (spacetime::kernel::remote::proto) to ask it to trace a process it must refuse, or one it must
-//! accept. Prints one line: `tracked PID` or `refused REASON` (or `error …`), exits 0.
+//! `st-agent-client SOCKET CASE…`: a raw client of `spacetime agent`, speaking its protocol
+//! (spacetime::kernel::remote::proto) as an attacker would: to ask it to trace a process it
+//! must refuse, or one it must accept, and to try every route of the attack suite
+//! (tests/tests/agent_attack.rs). Prints what it got, one fact per line (`error …` when the
+//! attempt itself failed), and exits 0.
 //!
 //! Cases:
 //!   own-child    a held child of this process, same uid, not exec'd: must be tracked
 //!   not-child    pid 1 (not this process's child)
 //!   other-uid    run as root: fork a held child (uid 0), then become uid 65534 and connect
 //!   execd        a child that has already exec'd `sleep`
+//!   reexec       a child that has exec'd this very program again (same file)
 //!   not-pidfd    an ordinary file instead of a pidfd
 //!   sessions N   open N sessions at once (hello on N connections); print the last answer
+//!
+//! The attack routes: `reuse` (reuse.rs), `flush-flood`, `records-flood`, `hold`, `idle`,
+//! `share` (floods.rs), `watch-leak`, `watch-flood`, `watch-hoard` (watches.rs).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+mod floods;
+mod reuse;
+mod watches;
+
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
 use spacetime::kernel::remote::{
@@ -32,9 +42,14 @@ fn pidfd(pid: i32) -> OwnedFd {
     unsafe { OwnedFd::from_raw_fd(fd as i32) }
 }
 
-/// Forks a child that waits for a byte on a pipe (or, with `exec`, execs `sleep 30` at once);
-/// returns its pid and the pipe's write end (dropping it ends the child).
+/// Forks a child that waits for a byte on a pipe (or, with `exec`, execs `sleep 30` at once,
+/// or with `reexec` this program again, which waits); returns its pid and the pipe's write
+/// end (dropping it ends the waiting child).
 fn child(exec: bool) -> (i32, OwnedFd) {
+    child_running(exec.then_some((c"/bin/sleep", c"30")))
+}
+
+fn child_running(exec: Option<(&std::ffi::CStr, &std::ffi::CStr)>) -> (i32, OwnedFd) {
     let mut fds = [0; 2];
     // SAFETY: a valid array of two fds.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
@@ -45,16 +60,14 @@ fn child(exec: bool) -> (i32, OwnedFd) {
         0,
         "pipe2"
     );
-    let sleep = c"/bin/sleep";
-    let thirty = c"30";
     // SAFETY: single-threaded program; the child makes only async-signal-safe calls.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         // SAFETY: as above; never returns.
         unsafe {
-            if exec {
-                let argv = [sleep.as_ptr(), thirty.as_ptr(), std::ptr::null()];
-                libc::execv(sleep.as_ptr(), argv.as_ptr());
+            if let Some((path, arg)) = exec {
+                let argv = [path.as_ptr(), arg.as_ptr(), std::ptr::null()];
+                libc::execv(path.as_ptr(), argv.as_ptr());
                 libc::_exit(127);
             }
             // Only the parent's write end may keep the pipe open.
@@ -70,7 +83,7 @@ fn child(exec: bool) -> (i32, OwnedFd) {
         libc::close(ready[1]);
         // EOF once the child exec'd (or exited), right away for a held child (no exec, the
         // read end is still open in it: wait only when it execs).
-        if exec {
+        if exec.is_some() {
             let mut b = 0u8;
             libc::read(ready[0], (&mut b as *mut u8).cast(), 1);
         }
@@ -81,13 +94,35 @@ fn child(exec: bool) -> (i32, OwnedFd) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--hold") {
+        // Re-exec'd by `reexec`: wait to be killed.
+        loop {
+            // SAFETY: plain syscall.
+            unsafe { libc::pause() };
+        }
+    }
     let (Some(socket), Some(case)) = (args.get(1), args.get(2)) else {
         eprintln!("usage: st-agent-client SOCKET CASE");
         std::process::exit(2);
     };
-    if case == "sessions" {
-        let n: usize = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(1);
-        return sessions(Path::new(socket), n);
+    let num = |i: usize| -> usize {
+        args.get(i)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{case}: argument {i} must be a number"))
+    };
+    let socket_path = Path::new(socket);
+    match case.as_str() {
+        "sessions" => return sessions(socket_path, num(3)),
+        "reuse" => return reuse::run(socket_path, num(3), num(4), num(5)),
+        "flush-flood" => return floods::flush_flood(socket_path, num(3), num(4) as u64),
+        "records-flood" => return floods::records_flood(socket_path, num(3), num(4) as u64),
+        "hold" => return floods::hold(socket_path, num(3)),
+        "idle" => return floods::idle(socket_path, num(3), num(4) as u64),
+        "share" => return floods::share(socket_path, num(3), num(4)),
+        "watch-leak" => return watches::leak(socket_path, num(3) as u64),
+        "watch-flood" => return watches::flood(socket_path, num(3) as u64),
+        "watch-hoard" => return watches::hoard(socket_path, num(3)),
+        _ => {}
     }
     let mut keep = Vec::new();
     let passed: OwnedFd = match case.as_str() {
@@ -97,6 +132,16 @@ fn main() {
             pidfd(pid)
         }
         "not-child" => pidfd(1),
+        "reexec" => {
+            let me = std::fs::read_link("/proc/self/exe").expect("own path");
+            let me = std::ffi::CString::new(me.into_os_string().into_encoded_bytes())
+                .expect("a path without NUL");
+            let (pid, hold) = child_running(Some((&me, c"--hold")));
+            keep.push(hold);
+            let fd = pidfd(pid);
+            keep.push(pidfd(pid));
+            fd
+        }
         "execd" => {
             let (pid, hold) = child(true);
             keep.push(hold);
@@ -131,7 +176,7 @@ fn main() {
     };
     let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
     let recv = |buf: &mut Vec<u8>| -> Option<Msg> {
-        let r = sock::recv(fd.as_raw_fd(), buf, 0).ok()?;
+        let r = sock::recv(fd.as_fd(), buf, true).ok()?;
         Msg::parse(&buf[..r.len]).ok()
     };
     match recv(&mut buf) {
@@ -141,11 +186,7 @@ fn main() {
             return;
         }
     }
-    if let Err(e) = sock::send(
-        fd.as_raw_fd(),
-        &Msg::Track.encode(),
-        Some(passed.as_raw_fd()),
-    ) {
+    if let Err(e) = sock::send(fd.as_fd(), &Msg::Track.encode(), Some(passed.as_fd())) {
         println!("error track: {e}");
         return;
     }
@@ -155,7 +196,7 @@ fn main() {
                 println!("tracked {kernel_pid}");
                 break;
             }
-            Some(Msg::Refused { reason }) => {
+            Some(Msg::Refused { reason, .. }) => {
                 println!("refused {}", String::from_utf8_lossy(&reason));
                 break;
             }
@@ -167,13 +208,13 @@ fn main() {
         }
     }
     // End the session cleanly; the held child ends when its pipe closes.
-    let _ = sock::send(fd.as_raw_fd(), &Msg::Finish.encode(), None);
+    let _ = sock::send(fd.as_fd(), &Msg::Finish.encode(), None);
     while let Some(m) = recv(&mut buf) {
         if matches!(m, Msg::End(_)) {
             break;
         }
     }
-    if case == "execd" {
+    if case == "execd" || case == "reexec" {
         // SAFETY: our own child: the sleep we started.
         unsafe {
             libc::syscall(
@@ -199,12 +240,12 @@ fn sessions(socket: &Path, n: usize) {
         let Some(fd) = connect_with_hello(socket) else {
             return;
         };
-        last = match sock::recv(fd.as_raw_fd(), &mut buf, 0)
+        last = match sock::recv(fd.as_fd(), &mut buf, true)
             .ok()
             .and_then(|r| Msg::parse(&buf[..r.len]).ok())
         {
             Some(Msg::Welcome(_)) => "welcome".into(),
-            Some(Msg::Refused { reason }) => {
+            Some(Msg::Refused { reason, .. }) => {
                 format!("refused {}", String::from_utf8_lossy(&reason))
             }
             other => format!("error {other:?}"),
@@ -229,7 +270,7 @@ fn connect_with_hello(socket: &Path) -> Option<OwnedFd> {
         want: proto::want::TRACE,
         max_processes: 0,
     };
-    if sock::send(fd.as_raw_fd(), &hello.encode(), None).is_err() {
+    if sock::send(fd.as_fd(), &hello.encode(), None).is_err() {
         println!("error hello");
         return None;
     }

@@ -1,0 +1,203 @@
+//! Watches through the agent, as a user who is not root.
+//!
+//!   watch-leak SECS      one watch read for SECS s while others run processes; prints
+//!                        `records N`, `reaps R`, `own-exits E`, `reaps-unseen S` (free
+//!                        records of processes whose exit the watch was not shown: another
+//!                        user's, or ours that exited just before) and `foreign F` (records
+//!                        about a process not of our uid: another uid's exec or exit, a fork, argv or
+//!                        image record of a process of another uid; a taskstats record of
+//!                        another uid), each on a `foreign-item` line; `unverified U`: records
+//!                        of processes gone before /proc could say whose they were
+//!   watch-flood SECS     hello and close, as fast as the agent answers, for SECS s; prints
+//!                        `hellos N welcomed W`
+//!   watch-hoard N        N watch sessions held until stdin closes; prints `welcomed W
+//!                        refused R` and the first refusal
+
+use std::collections::HashSet;
+use std::io::Read;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use spacetime::kernel::{
+    events::{decode, Event},
+    remote::proto::{self, want, Msg},
+};
+use spacetime_common::flags;
+use spacetime_tests::raw::{Got, Raw};
+
+fn fail(why: &str) -> ! {
+    println!("error {why}");
+    std::process::exit(0);
+}
+
+/// What the watch learnt of whose processes are ours, and what was not.
+struct Leak {
+    uid: u32,
+    mine: HashSet<u32>,
+    exited: HashSet<(u32, u64)>,
+    records: u64,
+    reaps: u64,
+    own_exits: u64,
+    /// Records of a process gone before /proc could say whose it was.
+    unverified: u64,
+    /// Free records of processes whose exit the watch was not shown.
+    reaps_unseen: u64,
+    foreign: Vec<String>,
+}
+
+/// The real uid of a running process.
+fn real_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+impl Leak {
+    fn record(&mut self, ev: Event) {
+        self.records += 1;
+        let h = *ev.header();
+        let key = (h.tgid, h.leader_start_ns);
+        match ev {
+            Event::Exec(e) if e.uid != self.uid => self
+                .foreign
+                .push(format!("exec of tgid {} uid {}", h.tgid, e.uid)),
+            Event::Exec(_) => {
+                self.mine.insert(h.tgid);
+            }
+            Event::Exit(x) if x.uid != self.uid => self
+                .foreign
+                .push(format!("exit of tgid {} uid {}", h.tgid, x.uid)),
+            Event::Exit(x) => {
+                self.mine.insert(h.tgid);
+                if x.hdr.flags & flags::EXIT_GROUP_DEAD != 0 {
+                    self.own_exits += 1;
+                    self.exited.insert(key);
+                }
+            }
+            Event::Reap(_) => {
+                self.reaps += 1;
+                // One of ours that exited just before the watch began is the only other
+                // kind the watch may get: a few at most.
+                if !self.exited.remove(&key) {
+                    self.reaps_unseen += 1;
+                }
+            }
+            Event::Fork(f) if self.mine.contains(&h.tgid) => {
+                self.mine.insert(f.child_tgid);
+            }
+            other if !self.mine.contains(&h.tgid) => {
+                // A process of ours started before the watch (its exec unseen): /proc says
+                // whose it is while it runs.
+                match real_uid(h.tgid) {
+                    Some(u) if u == self.uid => {
+                        self.mine.insert(h.tgid);
+                        if let Event::Fork(f) = other {
+                            self.mine.insert(f.child_tgid);
+                        }
+                    }
+                    Some(u) => self.foreign.push(format!(
+                        "record kind {} of tgid {} of uid {u}",
+                        other.header().kind,
+                        h.tgid
+                    )),
+                    None => self.unverified += 1,
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn taskstats(&mut self, d: &[u8]) {
+        for (pid, uid) in proto::datagram_identities(d) {
+            if pid != 0 && uid != self.uid {
+                self.foreign
+                    .push(format!("taskstats of pid {pid} uid {uid}"));
+            }
+        }
+    }
+}
+
+pub fn leak(socket: &Path, secs: u64) {
+    let (mut r, w) = Raw::session(socket, want::WATCH).unwrap_or_else(|e| fail(&e));
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    println!("sees-uid {}", w.sees_uid);
+    let mut l = Leak {
+        uid,
+        mine: HashSet::from([std::process::id()]),
+        exited: HashSet::new(),
+        records: 0,
+        reaps: 0,
+        own_exits: 0,
+        unverified: 0,
+        reaps_unseen: 0,
+        foreign: Vec::new(),
+    };
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut next_own = Instant::now();
+    while Instant::now() < end {
+        // Our own processes now and then: they must be seen.
+        if Instant::now() >= next_own {
+            next_own += Duration::from_millis(200);
+            let _ = std::process::Command::new("/bin/true").status();
+        }
+        match r.recv(Duration::from_millis(50)) {
+            Got::Msg(Msg::Records(rs)) => {
+                for rec in rs {
+                    match decode(&rec) {
+                        Ok(ev) => l.record(ev),
+                        Err(e) => l.foreign.push(format!("undecodable: {e}")),
+                    }
+                }
+            }
+            Got::Msg(Msg::Taskstats(d)) => l.taskstats(&d),
+            Got::Msg(_) | Got::Timeout => {}
+            other => fail(&format!("the watch ended: {other:?}")),
+        }
+    }
+    for f in &l.foreign {
+        println!("foreign-item {f}");
+    }
+    println!("records {}", l.records);
+    println!("reaps {}", l.reaps);
+    println!("own-exits {}", l.own_exits);
+    println!("unverified {}", l.unverified);
+    println!("reaps-unseen {}", l.reaps_unseen);
+    println!("foreign {}", l.foreign.len());
+}
+
+pub fn flood(socket: &Path, secs: u64) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    let (mut hellos, mut welcomed) = (0u64, 0u64);
+    while Instant::now() < end {
+        hellos += 1;
+        if Raw::session(socket, want::WATCH).is_ok() {
+            welcomed += 1;
+        }
+    }
+    println!("hellos {hellos} welcomed {welcomed}");
+}
+
+pub fn hoard(socket: &Path, n: usize) {
+    let mut held = Vec::new();
+    let mut first = None;
+    for _ in 0..n {
+        match Raw::session(socket, want::WATCH) {
+            Ok((r, _)) => held.push(r),
+            Err(e) => {
+                first.get_or_insert(e);
+            }
+        }
+    }
+    println!("welcomed {} refused {}", held.len(), n - held.len());
+    if let Some(e) = first {
+        println!("first-refusal {e}");
+    }
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+}

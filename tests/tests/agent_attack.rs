@@ -1,0 +1,450 @@
+//! The attack suite, part one: what a user who is not root can learn about other users'
+//! processes through `spacetime agent`. Each route of issue 19's audit is tried at least as
+//! often as the audit did, as uid 65534 against a private agent, with root's processes
+//! running meanwhile; nothing about another uid's process may reach the attacker.
+//!
+//! Part two (agent_abuse.rs) is what the attacker can make the agent hold or do; part three
+//! (agent_failure.rs) what a client is told when the agent fails.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::Value;
+use spacetime_tests::agent::Agent;
+use spacetime_tests::attack::{root_process_on, Client, Victims, ATTACKER};
+use spacetime_tests::{spacetime_bin, TempDir, Trace};
+
+const CLIENT: &str = env!("CARGO_BIN_EXE_st-agent-client");
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+
+/// Tries of each route, at least the audit's: it got a thread's pidfd tracked (one try
+/// suffices when it works), 3 stale entries in 89 exit races, and root's process onto a
+/// stale pid after 31 878 forks.
+const THREAD_TRIES: &str = "100";
+const RACE_TRIES: &str = "400";
+const FORKS: &str = "32000";
+
+/// Stale tracking entries, both ways in: thread pidfds (kernel 6.9+) and the exit race;
+/// then the pid counter cycled by 32 000 forks while root runs processes, and root's
+/// processes started on every pid tried (ns_last_pid). Nothing of theirs reaches the
+/// attacker's sessions; a thread's pidfd is never tracked.
+#[test]
+fn stale_tracking_entries_never_capture_another_users_process() {
+    let agent = Agent::start("attack-reuse");
+    let victims = Victims::start();
+    let mut c = Client::start(
+        CLIENT,
+        agent.socket(),
+        ATTACKER,
+        &["reuse", THREAD_TRIES, RACE_TRIES, FORKS],
+    );
+    let threads = c.until("thread-tries", Duration::from_secs(120));
+    let thread_tracked = c.number("thread-tracked", Duration::from_secs(5));
+    if threads == "0" {
+        let why = c
+            .seen
+            .iter()
+            .find(|l| l.starts_with("thread-pidfd unsupported"))
+            .cloned()
+            .unwrap_or_default();
+        eprintln!("thread pidfd route not tried: {why} (PIDFD_THREAD came in Linux 6.9)");
+    }
+    assert_eq!(thread_tracked, 0, "a thread's pidfd was tracked");
+    let races = c.number("race-tries", Duration::from_secs(120));
+    let forks = c.number("forks", Duration::from_secs(300));
+    let candidates: BTreeSet<u32> = c
+        .until("candidates", Duration::from_secs(10))
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    c.until("ready", Duration::from_secs(10));
+    let ran = victims.stop();
+    // Root's processes on the very pids the attacker tried.
+    let landed = candidates
+        .iter()
+        .filter(|&&p| (0..3).any(|_| root_process_on(p)))
+        .count();
+    c.say("go");
+    let closed = c.number("closed-by-agent", Duration::from_secs(60));
+    let tracked = c.number("tracked", Duration::from_secs(60));
+    let foreign = c.number("foreign", Duration::from_secs(10));
+    let said = c.end();
+    eprintln!(
+        "reuse attack: {threads} thread pidfds, {races} exit races ({tracked} tracked), {forks} forks, {ran} root processes meanwhile, root on {landed} of {} pids tried; {closed} sessions closed idle by the agent",
+        candidates.len()
+    );
+    assert_eq!(
+        foreign,
+        0,
+        "records about processes the attacker did not start:\n{}",
+        said.join("\n")
+    );
+    assert!(
+        landed > 0,
+        "no root process landed on a pid tried: the attack proved nothing"
+    );
+    agent.stop();
+}
+
+/// A non-root watch: root's processes and the attacker's own run meanwhile; every record
+/// the watch gets is about the attacker's own uid, free records included (the audit saw
+/// 1 039 of 1 045 free records in 12 s be other users').
+#[test]
+fn a_non_root_watch_learns_nothing_of_other_users() {
+    let agent = Agent::start("attack-watch");
+    let victims = Victims::start();
+    let mut c = Client::start(CLIENT, agent.socket(), ATTACKER, &["watch-leak", "6"]);
+    let sees = c.number("sees-uid", Duration::from_secs(30));
+    let records = c.number("records", Duration::from_secs(60));
+    let reaps = c.number("reaps", Duration::from_secs(5));
+    let own = c.number("own-exits", Duration::from_secs(5));
+    let unverified = c.number("unverified", Duration::from_secs(5));
+    let unseen = c.number("reaps-unseen", Duration::from_secs(5));
+    let foreign = c.number("foreign", Duration::from_secs(5));
+    let said = c.end();
+    let ran = victims.stop();
+    eprintln!(
+        "watch attack: {records} records ({reaps} free records, {unseen} of exits not shown, {own} own exits, {unverified} of processes gone unchecked) while root ran {ran} processes"
+    );
+    // Free records of exits the watch was not shown can only be of its own processes that
+    // exited just before it began: a handful, where other users' would be thousands.
+    assert!(
+        unseen <= 3,
+        "{unseen} free records of exits not shown:\n{}",
+        said.join("\n")
+    );
+    assert_eq!(
+        sees,
+        u64::from(ATTACKER),
+        "the welcome says whose exits it sees"
+    );
+    assert!(ran > 100, "root ran only {ran} processes meanwhile");
+    assert!(own > 0, "the watch saw none of its own exits");
+    assert_eq!(foreign, 0, "other users' records:\n{}", said.join("\n"));
+}
+
+/// The proof a track request must pass: a re-exec of the client's own program, a child
+/// that exec'd, another user's child, not a child, a file: each refused (the own held child
+/// still passes).
+#[test]
+fn a_track_request_needs_the_clients_own_unexeced_child() {
+    let agent = Agent::start("attack-proof");
+    for (case, want) in [
+        ("own-child", "tracked "),
+        ("reexec", "refused process"),
+        ("execd", "refused process"),
+        ("not-child", "refused process 1 is not a child"),
+        (
+            "not-pidfd",
+            "refused what was passed is not a process descriptor",
+        ),
+    ] {
+        let mut c = Client::start(CLIENT, agent.socket(), ATTACKER, &[case]);
+        let line = c.until("", Duration::from_secs(30));
+        assert!(
+            line.starts_with(want),
+            "{case}: want {want:?}, got {line:?}"
+        );
+        if case == "reexec" {
+            assert!(line.contains("already exec'd"), "{case}: {line}");
+        }
+        c.end();
+    }
+    agent.stop();
+}
+
+fn processes(v: &Value) -> Vec<Value> {
+    v["processes"].as_array().cloned().unwrap_or_default()
+}
+
+/// A directory where a setuid program works: the build's own temporary directory, else the
+/// system's, whichever is not mounted nosuid.
+fn suid_dir() -> std::path::PathBuf {
+    let nosuid = |p: &std::path::Path| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("a path");
+        // SAFETY: statvfs is plain data, filled by the call.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid path and buffer.
+        let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+        r != 0 || st.f_flag & libc::ST_NOSUID != 0
+    };
+    [
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
+        std::env::temp_dir(),
+    ]
+    .into_iter()
+    .find(|d| d.is_dir() && !nosuid(d))
+    .expect("a directory not mounted nosuid")
+}
+
+/// A traced process that execs a setuid program (a root-owned setuid copy of the workload)
+/// leaves the trace there: the report says so (state "left"), with no argv of the new
+/// program and nothing after (no exit, no taskstats record); what the command ran before and
+/// after is traced as ever.
+#[test]
+fn a_setuid_exec_leaves_the_trace() {
+    let agent = Agent::start("attack-setuid");
+    let dir = suid_dir().join(format!("spacetime-suid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let suid = dir.join("suid-workload");
+    std::fs::copy(WL, &suid).expect("copy the workload");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod the directory");
+    std::fs::set_permissions(&suid, std::os::unix::fs::PermissionsExt::from_mode(0o4755))
+        .expect("make it setuid root");
+    let suid = suid.to_str().expect("utf-8").to_string();
+    let script = format!("{WL} touch 1; {suid} exit 0; {WL} touch 1");
+    let out = Trace::new(["sh", "-c", &script])
+        .through(&agent)
+        .as_nobody()
+        .tag("attack-setuid")
+        .run();
+    let _ = std::fs::remove_dir_all(&dir);
+    out.assert_code(0);
+    let v = out.json_value();
+    let procs = processes(&v);
+    let left: Vec<&Value> = procs.iter().filter(|p| p["state"] == "left").collect();
+    assert_eq!(
+        left.len(),
+        1,
+        "one process left the trace\n{}",
+        out.context()
+    );
+    let p = left[0];
+    assert!(p["exit"].is_null(), "no exit of a process that left: {p}");
+    let last = p["images"].as_array().and_then(|i| i.last()).cloned();
+    let exe = last.as_ref().and_then(|i| i["exe"].as_str()).unwrap_or("");
+    assert!(
+        exe.ends_with("/suid-workload"),
+        "its last image is the setuid one: {p}"
+    );
+    let argv = last.as_ref().map(|i| i["argv"].clone()).unwrap_or_default();
+    assert!(
+        argv.as_array().is_none_or(|a| a.is_empty()),
+        "its argv withheld: {argv}"
+    );
+    // Both workloads traced, before and after (a shell may exec the last one itself).
+    let touched = procs
+        .iter()
+        .flat_map(|p| p["images"].as_array().cloned().unwrap_or_default())
+        .filter(|i| i["exe"] == WL && i["argv"][1] == "touch")
+        .count();
+    assert_eq!(touched, 2, "both workloads traced\n{}", out.context());
+    agent.stop();
+}
+
+/// `trace -p` through the agent applies ptrace's rule beyond the uids: a process of the
+/// attacker's uid in another group, or one that made itself not dumpable, is refused.
+#[test]
+fn attach_applies_ptraces_rule() {
+    let agent = Agent::start("attack-attach");
+    for (regid, mode, want) in [
+        ("--regid=65533", "sleep", "it runs as gid 65533"),
+        ("--regid=65534", "undumpable", "it is not dumpable"),
+    ] {
+        let mut target = std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                regid,
+                "--clear-groups",
+                "--",
+                WL,
+                mode,
+                "3000",
+            ])
+            .spawn()
+            .expect("start the target");
+        let pid = target.id();
+        spacetime_tests::attack::wait_exec(pid, WL);
+        // Dumpable is given up after the exec: wait until /proc says so.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while mode == "undumpable"
+            && std::os::unix::fs::MetadataExt::uid(
+                &std::fs::metadata(format!("/proc/{pid}/status")).expect("the target"),
+            ) != 0
+        {
+            assert!(std::time::Instant::now() < deadline, "never undumpable");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(spacetime_bin())
+            .args(["trace", "-p", &pid.to_string()])
+            .env("SPACETIME_SOCKET", agent.socket())
+            .output()
+            .expect("setpriv runs spacetime");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let _ = target.kill();
+        let _ = target.wait();
+        assert_eq!(out.status.code(), Some(125), "{mode}: {err}");
+        assert!(err.contains(want), "{mode}: want {want:?}: {err}");
+    }
+    agent.stop();
+}
+
+/// `--socket` in a directory another user can write: refused before anything loads, 150
+/// times while that user races a link to a root-only file onto the socket's path; the file
+/// keeps its mode. A file in the way that is not a socket is never removed.
+#[test]
+fn the_socket_is_never_made_through_a_link() {
+    let secret_dir = TempDir::new("attack-secret");
+    std::fs::set_permissions(
+        secret_dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .expect("chmod");
+    let secret = secret_dir.path().join("secret");
+    std::fs::write(&secret, b"root's").expect("write");
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    let open = TempDir::new("attack-socketdir"); // 0777: anyone may plant a link there
+    let socket = open.path().join("agent.sock");
+    let racer = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(["sh", "-c"])
+        .arg(format!(
+            "while :; do ln -sf {} {} 2>/dev/null; rm -f {}; done",
+            secret.display(),
+            socket.display(),
+            socket.display()
+        ))
+        .spawn();
+    let mut racer = racer.expect("start the racer");
+    let mut refused = 0;
+    for _ in 0..150 {
+        let out = std::process::Command::new(spacetime_bin())
+            .args(["agent", "--socket"])
+            .arg(&socket)
+            .output()
+            .expect("run spacetime agent");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{err}");
+        assert!(err.contains("must be owned by root"), "{err}");
+        refused += 1;
+    }
+    let _ = racer.kill();
+    let _ = racer.wait();
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&secret)
+            .expect("the secret")
+            .permissions(),
+    );
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "the secret's mode after {refused} starts"
+    );
+    // A safe directory with a regular file where the socket goes: refused, file kept.
+    std::fs::set_permissions(
+        secret_dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let out = std::process::Command::new(spacetime_bin())
+        .args(["agent", "--socket"])
+        .arg(&secret)
+        .output()
+        .expect("run spacetime agent");
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not a socket"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read(&secret).expect("kept"), b"root's");
+}
+
+/// The kernel's own defence, with no agent check in front: an entry left for a pid no live
+/// process holds is cleared by the fork that gives the pid to a new process, before it
+/// runs: nothing of the newcomer reaches the session, and the clearing is counted.
+#[test]
+fn the_kernel_clears_a_stale_entry_at_the_next_fork_on_its_pid() {
+    use spacetime::kernel::loader::{LoadOptions, Probes, SessionId};
+    const S: SessionId = 5;
+    let mut probes = Probes::load(&LoadOptions::default()).expect("the programs load");
+    let mut ring = probes.take_events().expect("the ring");
+    probes.reset_session(S).expect("reset");
+    for _ in 0..50 {
+        // A pid just freed: a child's, reaped.
+        let mut c = std::process::Command::new("/bin/true")
+            .spawn()
+            .expect("spawn");
+        let pid = c.id();
+        c.wait().expect("reap");
+        probes.track_in(pid, S).expect("a stale entry");
+        if !root_process_on(pid) {
+            probes.untrack(pid).expect("untrack");
+            continue;
+        }
+        assert_eq!(
+            probes.tracked_in(pid).expect("read"),
+            None,
+            "pid {pid} still tracked"
+        );
+        let counted = probes.counters_of(S).expect("counters").stale_cleared;
+        assert_eq!(
+            counted, 1,
+            "the clearing is counted in the session's counters"
+        );
+        while let Some(r) = ring.next() {
+            let ev = spacetime::kernel::events::decode(&r).expect("a record");
+            assert_ne!(
+                ev.session(),
+                S,
+                "a record of the newcomer on pid {pid}: {ev:?}"
+            );
+        }
+        return;
+    }
+    panic!("no process landed on a stale pid in 50 attempts");
+}
+
+/// The proof after the insert (shared by the agent and `trace -p`): a process that exited
+/// before its entry went in (a zombie: its pidfd is readable) has the entry taken back.
+#[test]
+fn an_insert_for_a_process_that_exited_is_taken_back() {
+    use spacetime::kernel::loader::{LoadOptions, Probes};
+    use spacetime::run::{attach, pidfd};
+    let mut probes = Probes::load(&LoadOptions::default()).expect("the programs load");
+    let mut child = std::process::Command::new("/bin/true")
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let pinned = pidfd::Pinned::open(pid)
+        .expect("pidfd")
+        .expect("alive or a zombie");
+    let stat = || std::fs::read(format!("/proc/{pid}/stat")).expect("stat");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while pidfd::stat_fields(&stat()).expect("parsed").state != b'Z' {
+        assert!(std::time::Instant::now() < deadline, "never a zombie");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let start = pidfd::start_mono_ns(pidfd::stat_fields(&stat()).expect("parsed").start_ticks);
+    let r = attach::track_pinned(&mut probes, &pinned, start, 6);
+    assert!(matches!(r, Err(attach::AttachError::Gone(_))), "{r:?}");
+    assert_eq!(
+        probes.tracked_in(pid).expect("read"),
+        None,
+        "the entry was left"
+    );
+    child.wait().expect("reap");
+}
+
+/// A client in another PID namespace is refused at its hello: the kernel programs number
+/// processes as the agent's namespace does, so the client's pids would name others.
+#[test]
+fn a_client_in_another_pid_namespace_is_refused() {
+    let agent = Agent::start("attack-pidns");
+    let out = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", CLIENT])
+        .arg(agent.socket())
+        .args(["sessions", "1"])
+        .output()
+        .expect("unshare runs st-agent-client");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("refused the client runs in another PID namespace"),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    agent.stop();
+}
