@@ -145,11 +145,11 @@ fn exit(
 /// Whether this exit is the process's one group exit. Before 6.16 two threads exiting at once
 /// can both pass the last-thread test; the first to claim the process wins. Tree mode: the
 /// removal from `TRACKED` (atomic in the kernel) is the claim, and the process waits in
-/// `REAPING` for its free record (reap.rs), and its session's slot is given back. System mode: inserting into `EXITED` is the claim;
+/// `REAPING` for its final CPU figures (reap.rs), and its session's slot is given back. System mode: inserting into `EXITED` is the claim;
 /// an entry of an earlier process with the same pid (whose free was not seen) is replaced.
 #[inline(always)]
 fn claim_group_exit(tgid: u32, leader_start: u64, sess: u16) -> bool {
-    // Kernels where reap.rs does not run (no sched_process_free) never empty the maps.
+    // Kernels where reap.rs does not run (no sched_process_free) would never empty the maps.
     let reaps = conf!(off.signal_prev_utime) != 0;
     let waiting = Reaping {
         leader_start_ns: leader_start,
@@ -183,8 +183,11 @@ fn claim_group_exit(tgid: u32, leader_start: u64, sess: u16) -> bool {
                 }
             }
         }
-        // Map full: no duplicate detection for this one.
-        Err(_) => true,
+        // Map full: no duplicate detection for this one, and no final figures.
+        Err(_) => {
+            count(sess, stat::REAP_FULL);
+            true
+        }
     }
 }
 

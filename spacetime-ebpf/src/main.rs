@@ -42,7 +42,7 @@ use spacetime_common::{
 #[no_mangle]
 static CONFIG: Config = unsafe { core::mem::zeroed() };
 
-/// Tree mode: traced processes whose group exit was seen, waiting for their free record
+/// Tree mode: traced processes whose group exit was seen, waiting for their final CPU figures
 /// (reap.rs): tgid → start time of the group leader and session. Preallocated: an insert into a map
 /// allocated on use can fail in a burst of exits (its per-CPU caches refill asynchronously),
 /// and a process missing here loses its final CPU figures. Userspace sizes it (1 in system
@@ -50,8 +50,9 @@ static CONFIG: Config = unsafe { core::mem::zeroed() };
 #[map]
 static REAPING: HashMap<u32, Reaping> = HashMap::with_max_entries(16384, 0);
 
-/// System mode: the one-shot of each process's group exit (exit.rs), until it is freed; same
-/// layout as REAPING. Allocated on use: a failed insert only skips the duplicate check.
+/// System mode: the one-shot of each process's group exit (exit.rs), until its final CPU
+/// figures go (reap.rs); same layout as REAPING. Allocated on use: a failed insert skips the
+/// duplicate check and costs the process its final figures (counted).
 #[map]
 static EXITED: HashMap<u32, Reaping> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
 
@@ -225,7 +226,22 @@ pub fn exit_mm_release(ctx: FEntryContext) -> i32 {
     }
 }
 
-/// A task is freed: for a group leader, the process's final CPU figures (see `reap`).
+/// Every context switch of the machine: a dead task's last one may leave its process's CPU
+/// figures final (see `reap`). Any other switch returns at the first compare.
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn dead_switch(ctx: RawTracePointContext) -> i32 {
+    // sched_switch(preempt, prev, next, prev_state): prev_state since 5.18.
+    if ctx.arg::<u64>(3) as u32 != reap::TASK_DEAD {
+        return 0;
+    }
+    match reap::try_dead_switch(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+/// A task is freed: for a group leader whose final figures did not go at a switch, they go
+/// now (see `reap`).
 #[raw_tracepoint(tracepoint = "sched_process_free")]
 pub fn sched_process_free(ctx: RawTracePointContext) -> i32 {
     match reap::try_process_free(&ctx) {

@@ -119,6 +119,43 @@ fn fentry_hook(btf: &Btf, function: &'static str, notes: &mut Vec<String>) -> Me
     }
 }
 
+/// `sched_switch(preempt, prev, next, prev_state)` (5.18+; the typedef adds the `void *`
+/// context first): a dead task's last switch is seen by its `prev_state`.
+const SWITCH_PARAMS_WITH_STATE: u32 = 5;
+
+/// The fields that tell, at a dead task's last switch, whether its process's CPU figures are
+/// final (see the kernel side's reap.rs); left 0 (the switch is not used, the free record
+/// alone carries them) where a field or the tracepoint's `prev_state` is missing.
+fn dead_switch(
+    btf: &Btf,
+    off: &mut KernelOffsets,
+    notes: &mut Vec<String>,
+) -> Result<(), OffsetsError> {
+    const TASK: [&str; 2] = ["__state", "on_cpu"];
+    const SIGNAL: [&str; 2] = ["nr_threads", "stats_lock.seqcount.seqcount.sequence"];
+    let params = btf.typedef_fn_params("btf_trace_sched_switch").ok();
+    if params != Some(SWITCH_PARAMS_WITH_STATE)
+        || !TASK.iter().all(|m| btf.has_member("task_struct", m))
+        || !SIGNAL.iter().all(|m| btf.has_member("signal_struct", m))
+    {
+        notes.push(
+            "no sched_switch with prev_state (or a field it needs): final CPU figures wait for \
+             sched_process_free"
+                .into(),
+        );
+        return Ok(());
+    }
+    off.task_state = field(btf, "task_struct", TASK[0])?;
+    off.task_on_cpu = field(btf, "task_struct", TASK[1])?;
+    off.signal_nr_threads = field(btf, "signal_struct", SIGNAL[0])?;
+    off.signal_stats_seq = field(btf, "signal_struct", SIGNAL[1])?;
+    notes.push(
+        "tracepoint sched_switch(prev_state): final CPU figures at a dead task's last switch"
+            .into(),
+    );
+    Ok(())
+}
+
 /// Resolves every offset the kernel programs need from `btf`.
 pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
     let mut notes = Vec::new();
@@ -189,6 +226,7 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
             off.signal_prev_utime = signal("prev_cputime.utime")?;
             off.signal_prev_stime = signal("prev_cputime.stime")?;
             notes.push("tracepoint sched_process_free: present".into());
+            dead_switch(btf, &mut off, &mut notes)?;
         } else {
             notes.push(
                 "no sched_process_free or signal_struct.prev_cputime: CPU figures read at exit"
@@ -514,6 +552,8 @@ mod tests {
 
         let r = resolve(&old_kernel("task_struct.rss_stat")).unwrap();
         assert_eq!((r.has_task_rss_stat, r.off.task_rss_stat_count), (false, 0));
+        // No sched_switch prototype (nor prev_cputime): the release record waits for the free.
+        assert_eq!((o.task_state, o.signal_nr_threads), (0, 0));
     }
 
     #[test]
@@ -600,6 +640,17 @@ mod tests {
         assert!(o.binprm_filename < size("linux_binprm"));
         assert!(o.bpf_array_pptrs <= size("bpf_array")); // a flexible array: may sit at the very end
         assert_eq!(o.signal_group_exit_flag, 4);
+        // 5.18+ (every kernel spacetime tests on): the dead task's last switch is used.
+        assert_eq!(
+            btf.typedef_fn_params("btf_trace_sched_switch").ok(),
+            Some(5)
+        );
+        for f in [o.task_state, o.task_on_cpu] {
+            assert!(f != 0 && f < task, "{f} not inside task_struct ({task})");
+        }
+        for f in [o.signal_nr_threads, o.signal_stats_seq] {
+            assert!(f != 0 && f < sig, "{f} not inside signal_struct ({sig})");
+        }
         match r.rss_layout {
             rss_layout::PERCPU_COUNTER => {
                 assert_eq!(o.rss_stride, size("percpu_counter"));

@@ -153,7 +153,8 @@ pub struct Probes {
     pub rss_tracking: bool,
     /// The kmem:rss_stat program's link while it is attached.
     rss_link: Option<RawTracePointLinkId>,
-    /// Release records come (sched_process_free attached): CPU figures as wait4's.
+    /// Release records come (sched_process_free attached, and sched_switch where the
+    /// kernel allows): CPU figures as wait4's.
     pub cpu_at_release: bool,
     /// Each raw-tracepoint program's load time (µs), verification included.
     load_us: Vec<(String, u64)>,
@@ -435,6 +436,10 @@ impl Probes {
         if cpu_at_release {
             hooks.push(("sched_process_free", "sched_process_free"));
         }
+        let dead_switch = cpu_at_release && resolved.off.task_state != 0;
+        if dead_switch {
+            hooks.push(("dead_switch", "sched_switch"));
+        }
         let verify_started = Instant::now();
         let load_us = startup::verify_all(&mut ebpf, &hooks)?;
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
@@ -459,6 +464,9 @@ impl Probes {
         // other order leaves a window where one starts and ends between the two attaches).
         if cpu_at_release {
             attach_to("sched_process_free", "sched_process_free")?;
+        }
+        if dead_switch {
+            attach_to("dead_switch", "sched_switch")?;
         }
         // Before the exit record's program: a tracepoint runs its programs in attach order,
         // and the RSS records of a process's end come before its exit record.
@@ -517,7 +525,11 @@ impl Probes {
             };
             mechanisms.push(line);
         }
-        mechanisms.push(if cpu_at_release {
+        mechanisms.push(if dead_switch {
+            "raw tracepoints sched_switch (dead tasks) and sched_process_free: each process's \
+             CPU as wait4 reports it, at its last switch"
+                .into()
+        } else if cpu_at_release {
             "raw tracepoint sched_process_free: each process's CPU as wait4 reports it".into()
         } else {
             "CPU read at exit (no sched_process_free): short processes read low".into()

@@ -19,7 +19,7 @@ use super::{LoadError, BTF_PATH};
 /// Raw-tracepoint programs by the CPU the verifier spends on them, costliest first (6.18,
 /// idle: exit 16–17 ms, exec 12.5–13.5 ms, fork 3 ms, each of the others under 2 ms; `-vv`
 /// logs them). Names not listed come last.
-const VERIFY_ORDER: [&str; 8] = [
+const VERIFY_ORDER: [&str; 9] = [
     "sched_process_exit",
     "sched_process_exec",
     "sched_process_fork",
@@ -28,6 +28,7 @@ const VERIFY_ORDER: [&str; 8] = [
     "rss_stat",
     "rss_exit",
     "sched_process_free",
+    "dead_switch",
 ];
 
 /// A directory that exists whenever the kernel has BTF (checked before loading) and holds

@@ -91,7 +91,7 @@ impl Store {
         self.kept.index.get(key).map(|&i| &self.kept.procs[i])
     }
 
-    /// Processes that exited but whose final CPU time (their free record) has not come.
+    /// Processes that exited but whose final CPU time (their release record) has not come.
     pub fn awaiting_release(&self) -> usize {
         self.kept
             .procs
