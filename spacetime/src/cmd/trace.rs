@@ -2,7 +2,6 @@
 //! traced process has exited (or the root, on request), then render and write the report.
 
 use std::io::{self, IsTerminal};
-use std::os::fd::AsRawFd;
 
 use crate::{
     cmd::cli::TraceArgs,
@@ -150,18 +149,18 @@ fn render(
 
 /// stderr's width when it is a terminal, else `COLUMNS`, else 120.
 fn terminal_width(stderr: &io::Stderr) -> usize {
-    let fd = stderr.is_terminal().then(|| stderr.as_raw_fd());
+    let fd = stderr.is_terminal().then_some(stderr);
     crate::util::term::columns(fd, false).unwrap_or(120)
 }
 
 /// The summary's width: its terminal's (stderr, or stdout for `-o -`), else `COLUMNS`, else
 /// 120; a file is not cut to a terminal it is not on. None (no cut) with `--wide`.
 fn summary_width(summary: Option<&crate::run::outputs::Dest>, wide: bool) -> Option<usize> {
+    use std::os::fd::AsFd;
+    let (stderr, stdout) = (io::stderr(), io::stdout());
     let fd = match summary {
-        None => io::stderr().is_terminal().then_some(libc::STDERR_FILENO),
-        Some(crate::run::outputs::Dest::Stdout) => {
-            io::stdout().is_terminal().then_some(libc::STDOUT_FILENO)
-        }
+        None => stderr.is_terminal().then(|| stderr.as_fd()),
+        Some(crate::run::outputs::Dest::Stdout) => stdout.is_terminal().then(|| stdout.as_fd()),
         Some(_) => None,
     };
     crate::util::term::columns(fd, wide)

@@ -40,20 +40,9 @@ impl Origin {
 
 /// (nodename, release) from uname(2).
 fn uname() -> (String, String) {
-    // SAFETY: utsname is plain bytes; uname fills it or fails.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    if unsafe { libc::uname(&mut u) } != 0 {
-        return (String::new(), String::new());
-    }
-    let field = |f: &[libc::c_char]| {
-        let bytes: Vec<u8> = f
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c as u8)
-            .collect();
-        String::from_utf8_lossy(&bytes).into_owned()
-    };
-    (field(&u.nodename), field(&u.release))
+    let u = rustix::system::uname();
+    let field = |f: &std::ffi::CStr| String::from_utf8_lossy(f.to_bytes()).into_owned();
+    (field(u.nodename()), field(u.release()))
 }
 
 /// `2026-11-23T10:30:00.123456789Z` for nanoseconds since the epoch.

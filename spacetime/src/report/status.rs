@@ -45,26 +45,19 @@ pub struct Screen {
 /// 100 ms): a resize moves the line to the new last row without a SIGWINCH handler, which
 /// would have to reach CMD's signal mask.
 pub fn stderr_screen() -> Option<Screen> {
-    let fd = libc::STDERR_FILENO;
-    // SAFETY: TIOCGWINSZ fills a winsize; tcgetattr fills a termios; both are plain data.
-    unsafe {
-        let mut ws: libc::winsize = std::mem::zeroed();
-        if libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) != 0 {
-            return None;
-        }
-        let mut t: libc::termios = std::mem::zeroed();
-        if libc::tcgetattr(fd, &mut t) != 0 {
-            return None;
-        }
-        // Not the controlling terminal (an error): nothing says another job owns it.
-        let pgrp = libc::tcgetpgrp(fd);
-        Some(Screen {
-            rows: ws.ws_row,
-            cols: ws.ws_col,
-            taken: t.c_lflag & libc::ICANON == 0,
-            foreground: pgrp < 0 || pgrp == libc::getpgrp(),
-        })
-    }
+    use rustix::termios::{tcgetattr, tcgetpgrp, tcgetwinsize, LocalModes};
+    let fd = std::io::stderr();
+    let ws = tcgetwinsize(&fd).ok()?;
+    let t = tcgetattr(&fd).ok()?;
+    // Not the controlling terminal (an error): nothing says another job owns it.
+    let foreground =
+        tcgetpgrp(&fd).is_ok_and(|p| p == rustix::process::getpgrp()) || tcgetpgrp(&fd).is_err();
+    Some(Screen {
+        rows: ws.ws_row,
+        cols: ws.ws_col,
+        taken: !t.local_modes.contains(LocalModes::ICANON),
+        foreground,
+    })
 }
 
 /// Whether a status line belongs on stderr: a terminal of a known type, and no `--quiet`.

@@ -16,7 +16,7 @@
 use rustc_hash::FxHashSet;
 use std::{
     io,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::fd::{AsRawFd, OwnedFd},
 };
 
 /// What `/proc/PID/stat` says about a pinned process.
@@ -62,18 +62,11 @@ pub struct Pinned {
 impl Pinned {
     /// Pins whichever process holds `pid` now (None if none does).
     pub fn open(pid: u32) -> io::Result<Option<Pinned>> {
-        // SAFETY: plain syscall; the result is a new descriptor we own.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::ESRCH) => Ok(None),
-                _ => Err(e),
-            };
+        match open_pidfd(pid) {
+            Ok(fd) => Ok(Some(Pinned { fd, pid })),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(None),
+            Err(e) => Err(e),
         }
-        // SAFETY: a fresh descriptor.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        Ok(Some(Pinned { fd, pid }))
     }
 
     /// Whether the pinned process is the one started at `start_mono_ns` (CLOCK_MONOTONIC ns,
@@ -97,6 +90,7 @@ impl Pinned {
 
     /// Sends `signo` to the pinned process (never to a pid).
     pub fn signal(&self, signo: libc::c_int) -> io::Result<()> {
+        // Raw: rustix's Signal cannot say 0, the existence check cgroup_peak relies on.
         // SAFETY: plain syscall on a descriptor we own; no siginfo.
         let r = unsafe {
             libc::syscall(
@@ -112,6 +106,18 @@ impl Pinned {
         }
         Ok(())
     }
+}
+
+/// A pidfd for whichever process holds `pid` now (ESRCH: none does).
+pub fn open_pidfd(pid: u32) -> io::Result<OwnedFd> {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
+    Ok(rustix::process::pidfd_open(
+        pid,
+        rustix::process::PidfdFlags::empty(),
+    )?)
 }
 
 /// Whether the process (`pid`, started at `start_mono_ns`) is still alive: opened, proven,

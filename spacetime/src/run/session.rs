@@ -193,8 +193,7 @@ impl Session {
         let mut handled = vec![libc::SIGCHLD];
         handled.extend(FORWARDED);
         let sigfd = crate::util::signals::signal_fd(&handled)?;
-        // SAFETY: prctl with an integer argument.
-        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        if rustix::process::set_child_subreaper(Some(rustix::process::getpid())).is_err() {
             log::warn!("cannot become a child subreaper: orphans will not be waited for");
         }
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -366,11 +365,7 @@ impl Session {
         let learned = match self.kernel.track_root(&held) {
             Ok(r) => r,
             Err(e) => {
-                // SAFETY: killing and reaping our own child.
-                unsafe {
-                    libc::kill(held.pid, libc::SIGKILL);
-                    libc::waitpid(held.pid, std::ptr::null_mut(), 0);
-                }
+                kill_and_reap(held.pid);
                 return Err(e.into());
             }
         };
@@ -379,9 +374,10 @@ impl Session {
             *cgroup = Some(crate::run::cgroup_peak::place(c, held.pid, quiet));
         }
         let release_ns = monotonic_ns();
+        let held_pid = held.pid;
         if let Err(e) = held.release() {
-            // SAFETY: reaping our own child, which exits right after a failed exec.
-            unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), 0) };
+            // Our own child, which exits right after a failed exec.
+            reap(held_pid);
             return Err(RunError::Launch(e));
         }
         Ok(Root {
@@ -636,6 +632,21 @@ pub(super) fn root_kernel_pid(probes: &Probes, held: &launch::Held) -> anyhow::R
         None => anyhow::bail!(
             "spacetime runs inside a PID namespace and this kernel did not tell the traced command's kernel pid (BPF_PROG_TEST_RUN of a raw tracepoint program, Linux 5.10+): it cannot be traced"
         ),
+    }
+}
+
+/// Kills and reaps our own child (unreaped: its pid is still its own).
+fn kill_and_reap(pid: libc::pid_t) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+    }
+    reap(pid);
+}
+
+/// Waits for our own child to end and reaps it.
+fn reap(pid: libc::pid_t) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::empty());
     }
 }
 

@@ -2,49 +2,42 @@
 //! by CLOCK_MONOTONIC (`bpf_ktime_get_ns`); /proc dates processes by CLOCK_BOOTTIME (clock
 //! ticks); reports and taskstats use CLOCK_REALTIME.
 
-/// `clock`'s time now, in nanoseconds (the clocks used always exist on Linux).
-pub fn now_ns(clock: libc::clockid_t) -> i128 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid pointer; CLOCK_MONOTONIC, CLOCK_REALTIME and CLOCK_BOOTTIME exist.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
+pub use rustix::time::ClockId;
+
+/// `clock`'s time now, in nanoseconds.
+pub fn now_ns(clock: ClockId) -> i128 {
+    let ts = rustix::time::clock_gettime(clock);
     ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
 }
 
 /// CLOCK_MONOTONIC now: the kernel records' clock.
 pub fn monotonic_ns() -> u64 {
-    now_ns(libc::CLOCK_MONOTONIC) as u64
+    now_ns(ClockId::Monotonic) as u64
 }
 
 /// CLOCK_REALTIME − CLOCK_MONOTONIC now: turns a record's time into wall-clock time.
 pub fn realtime_offset_ns() -> i64 {
-    let mono = now_ns(libc::CLOCK_MONOTONIC);
-    (now_ns(libc::CLOCK_REALTIME) - mono) as i64
+    let mono = now_ns(ClockId::Monotonic);
+    (now_ns(ClockId::Realtime) - mono) as i64
 }
 
 /// CLOCK_BOOTTIME − CLOCK_MONOTONIC now: the time the machine spent suspended, which /proc's
 /// start times (boot clock) include and the records' (monotonic) do not.
 pub fn boottime_offset_ns() -> u64 {
-    let mono = now_ns(libc::CLOCK_MONOTONIC);
-    (now_ns(libc::CLOCK_BOOTTIME) - mono).max(0) as u64
+    let mono = now_ns(ClockId::Monotonic);
+    (now_ns(ClockId::Boottime) - mono).max(0) as u64
 }
 
 /// The page size, in bytes.
 pub fn page_size() -> u64 {
-    // SAFETY: sysconf has no memory effects and cannot fail for _SC_PAGESIZE.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as u64 }
+    rustix::param::page_size() as u64
 }
 
 /// Clock ticks per second (USER_HZ), as /proc counts times.
 pub fn ticks_per_s() -> u64 {
-    // SAFETY: sysconf has no memory effects.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if hz > 0 {
-        hz as u64
-    } else {
-        100
+    match rustix::param::clock_ticks_per_second() {
+        0 => 100,
+        hz => hz,
     }
 }
 
@@ -59,9 +52,7 @@ mod tests {
         assert!(b >= a);
         // Realtime is after 2020 and boottime is not behind monotonic.
         assert!(a as i64 + realtime_offset_ns() > 1_577_836_800_000_000_000);
-        assert!(
-            now_ns(libc::CLOCK_BOOTTIME) >= a as i128 + boottime_offset_ns() as i128 - 1_000_000
-        );
+        assert!(now_ns(ClockId::Boottime) >= a as i128 + boottime_offset_ns() as i128 - 1_000_000);
         assert!(page_size().is_power_of_two() && page_size() >= 4096);
         assert!(ticks_per_s() >= 100);
     }

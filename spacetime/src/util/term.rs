@@ -107,15 +107,15 @@ fn ellipsis() -> &'static str {
 
 /// Columns to render human text for: the terminal's when `fd` is one (TIOCGWINSZ), else
 /// `COLUMNS`, else 120. None when the wide form is asked for.
-pub fn columns(fd: Option<std::os::fd::RawFd>, wide: bool) -> Option<usize> {
+pub fn columns(fd: Option<impl std::os::fd::AsFd>, wide: bool) -> Option<usize> {
     if wide {
         return None;
     }
     if let Some(fd) = fd {
-        // SAFETY: TIOCGWINSZ fills a winsize; a descriptor that is no terminal fails it.
-        let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-        if unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_col > 0 {
-            return Some(ws.ws_col as usize);
+        if let Ok(ws) = rustix::termios::tcgetwinsize(fd) {
+            if ws.ws_col > 0 {
+                return Some(ws.ws_col as usize);
+            }
         }
     }
     Some(
@@ -388,7 +388,7 @@ fn wrap_for_stderr(text: &str) -> Cow<'_, str> {
     if !err.is_terminal() {
         return Cow::Borrowed(text);
     }
-    let cols = columns(Some(libc::STDERR_FILENO), false).unwrap_or(80);
+    let cols = columns(Some(std::io::stderr()), false).unwrap_or(80);
     if text.lines().all(|l| width(l) <= cols) {
         return Cow::Borrowed(text);
     }

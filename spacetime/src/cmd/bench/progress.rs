@@ -11,7 +11,7 @@ impl Progress {
     /// Shown when stderr is a terminal and not `--quiet`.
     pub fn new(quiet: bool) -> Progress {
         let on = !quiet && std::io::stderr().is_terminal();
-        let cols = crate::util::term::columns(Some(libc::STDERR_FILENO), false).unwrap_or(80);
+        let cols = crate::util::term::columns(Some(std::io::stderr()), false).unwrap_or(80);
         Progress {
             on,
             width: cols.saturating_sub(50).clamp(10, 40),

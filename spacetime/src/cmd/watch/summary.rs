@@ -140,9 +140,7 @@ pub fn json<'a>(f: &'a Final, stopped_by: &'a str, own: &'a OwnCost) -> Json<'a>
 /// The summary for stderr, fitted to its terminal (else `COLUMNS`, else 120 columns).
 pub fn render(f: &Final) -> String {
     use std::io::IsTerminal;
-    let fd = std::io::stderr()
-        .is_terminal()
-        .then_some(libc::STDERR_FILENO);
+    let fd = std::io::stderr().is_terminal().then(std::io::stderr);
     render_at(f, term::columns(fd, false).unwrap_or(120))
 }
 

@@ -249,14 +249,15 @@ fn process_tree(tree: &Tree) -> Msg {
 /// The trace clock's 0 (t0, a CLOCK_MONOTONIC time) on BOOTTIME, MONOTONIC and REALTIME:
 /// the other clocks' offsets from MONOTONIC are read now.
 fn clock_snapshot(t0_ns: u64) -> Msg {
-    let mono = crate::util::clock::now_ns(libc::CLOCK_MONOTONIC);
-    let at_t0 = |clock| (t0_ns as i128 + crate::util::clock::now_ns(clock) - mono).max(0) as u64;
+    use crate::util::clock::{now_ns, ClockId};
+    let mono = now_ns(ClockId::Monotonic);
+    let at_t0 = |clock| (t0_ns as i128 + now_ns(clock) - mono).max(0) as u64;
     let mut m = Msg::new();
     for (id, ts) in [
         (TRACE_CLOCK, 0),
-        (CLOCK_BOOTTIME, at_t0(libc::CLOCK_BOOTTIME)),
+        (CLOCK_BOOTTIME, at_t0(ClockId::Boottime)),
         (CLOCK_MONOTONIC, t0_ns),
-        (CLOCK_REALTIME, at_t0(libc::CLOCK_REALTIME)),
+        (CLOCK_REALTIME, at_t0(ClockId::Realtime)),
     ] {
         let clock = Msg::new()
             .uint(field::CLOCK_ID, id)

@@ -1,11 +1,7 @@
 //! A `spacetime agent`'s programs, reached over its socket: the records, taskstats
 //! datagrams and counters of this client's session come on the connection.
 
-use std::{
-    cell::Cell,
-    os::fd::{AsRawFd, OwnedFd},
-    rc::Rc,
-};
+use std::{cell::Cell, os::fd::AsRawFd, rc::Rc};
 
 use super::{EndFigures, KernelSource, Provenance, TaskstatsFeed};
 use crate::{
@@ -118,7 +114,8 @@ impl KernelSource for AgentSource {
     }
 
     fn track_root(&mut self, held: &Held) -> anyhow::Result<LearnedPid> {
-        let pidfd = pidfd_open(held.pid)?;
+        // Our child, unreaped: the pid cannot have been reused.
+        let pidfd = crate::run::pidfd::open_pidfd(held.pid as u32)?;
         let (kernel_pid, level) = self.conn.track(pidfd.as_raw_fd())?;
         Ok(LearnedPid { kernel_pid, level })
     }
@@ -194,16 +191,4 @@ impl KernelSource for AgentSource {
     fn gone(&self) -> Option<String> {
         self.conn.gone().map(str::to_string)
     }
-}
-
-/// A pidfd for our child `pid` (ours and unreaped: the pid cannot have been reused).
-fn pidfd_open(pid: libc::pid_t) -> std::io::Result<OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: plain syscall; the result is a new descriptor we own.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }

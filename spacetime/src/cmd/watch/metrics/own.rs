@@ -20,15 +20,9 @@ impl OwnProcess {
         );
         let f = StatFields::parse(&stat)?;
         let open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit fills the struct.
-        let max_fds = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } {
-            0 => lim.rlim_cur,
-            _ => 0,
-        };
+        let max_fds = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(u64::MAX);
         let tck = tck.max(1) as f64;
         Some(OwnProcess {
             cpu_seconds: (f.utime + f.stime) as f64 / tck,
