@@ -499,6 +499,14 @@ pub struct SessionLimit {
     pub roots: u32,
 }
 
+/// Slots of the kernel's `TAILS` program array: programs reached by tail calls only, which
+/// userspace loads and puts there before attaching anything.
+pub mod tail {
+    /// `exec_args`: the argv records after an exec record's first.
+    pub const EXEC_ARGS: u32 = 0;
+    pub const COUNT: u32 = 1;
+}
+
 /// Slots of the kernel's `SWITCHES` array: settings userspace changes while loaded.
 pub mod switch {
     /// Non-zero: forks and execs start following no new mm (`rss_stat` is detached, so a

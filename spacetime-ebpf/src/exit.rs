@@ -6,7 +6,7 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_uid_gid, bpf_ktime_get_ns,
+        bpf_get_current_cgroup_id, bpf_get_current_uid_gid, bpf_ktime_get_ns,
         bpf_probe_read_kernel,
     },
     programs::RawTracePointContext,
@@ -15,6 +15,7 @@ use spacetime_common::{flags, kind, mode, stat, ExitEvent, Reaping, TASK_COMM_LE
 
 use crate::{
     conf, count, exit_mm, filter, mem, output, session,
+    zero,
     task::{read, read_or_zero, traced, Task},
     EXITED, EXIT_SCRATCH, REAPING, TRACKED,
 };
@@ -31,13 +32,17 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
     let bad = read_or_zero(&mut mm, task.0, conf!(off.task_mm)) != 0;
     // Before 6.16 the tracepoint fires after exit_mm(): exit_mm_release (exit_mm.rs) decided
     // whether this is the last thread, and read the final figures, while the mm was attached.
+    // From 6.16 nothing stashes anything, and the verifier drops this path (the condition is
+    // read-only configuration): it would otherwise walk the rest of the program once more for
+    // each of its outcomes.
+    let tp_has_group_dead = conf!(off.exit_tp_group_dead) != 0;
     let pid = task.pid();
     let stash = match pid {
-        Ok(pid) if mm == 0 => exit_mm::get(pid),
+        Ok(pid) if mm == 0 && !tp_has_group_dead => exit_mm::get(pid),
         _ => None,
     };
     // The kernel's own "last thread" flag, where the tracepoint passes it (6.16+).
-    let tp_group_dead = (conf!(off.exit_tp_group_dead) != 0).then(|| ctx.arg::<u64>(1) & 0xff != 0);
+    let tp_group_dead = tp_has_group_dead.then(|| ctx.arg::<u64>(1) & 0xff != 0);
     // SAFETY: per-CPU scratch value, exclusively ours while this program runs on this CPU.
     let r = exit(unsafe { &mut *ev }, &task, mm, stash, tp_group_dead, bad);
     if let (Some(_), Ok(pid)) = (stash, pid) {
@@ -89,7 +94,7 @@ fn exit(
         err |= r;
         r == 0 && live == 0
     };
-    *ev = ExitEvent::default();
+    zero::zero(ev);
     ev.hdr.kind = kind::EXIT;
     ev.hdr.session = sess;
     // SAFETY: plain helper calls.
@@ -98,7 +103,7 @@ fn exit(
     ev.hdr.leader_start_ns = leader_start;
     // SAFETY: plain helper call.
     ev.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-    ev.comm = bpf_get_current_comm().unwrap_or_default();
+    zero::current_comm(&mut ev.comm);
     err |= read_or_zero(&mut ev.hdr.pid, task.0, conf!(off.task_pid));
     if filtered {
         // A marker: userspace reads its header only. The same record as below, not a second
@@ -125,12 +130,11 @@ fn exit(
         ev.hdr.flags |= flags::EXIT_GROUP_DEAD;
         err |= group_fields(signal, task, leader, ev);
         if mm != 0 {
-            match mem::read_mm(task.0, mm) {
-                Ok(m) => ev.mem = m,
-                Err(_) => err = -1,
+            if mem::read_mm(task.0, mm, &mut ev.mem).is_err() {
+                err = -1;
             }
         } else if let Some(s) = stash {
-            ev.mem = s.mem;
+            zero::copy(&mut ev.mem, &s.mem);
         }
         // The process's RSS stopped being followed just before, in rss_exit (rss.rs).
     }

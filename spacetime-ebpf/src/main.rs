@@ -25,16 +25,17 @@ mod reap;
 mod rss;
 mod session;
 mod task;
+mod zero;
 
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     macros::{fentry, map, raw_tracepoint},
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
     programs::{FEntryContext, RawTracePointContext},
 };
 use aya_log_ebpf::debug;
 use spacetime_common::{
-    stat, switch, ArgsEvent, Config, ExecEvent, ExitEvent, MmState, Reaping, SessionCount,
+    stat, switch, tail, ArgsEvent, Config, ExecEvent, ExitEvent, MmState, Reaping, SessionCount,
     SessionLimit, Tracked, TreeRss, MAX_EXACT_CPUS, MAX_SESSIONS,
 };
 
@@ -96,6 +97,14 @@ static EXEC_SCRATCH: PerCpuArray<ExecEvent> = PerCpuArray::with_max_entries(1, 0
 static EXIT_SCRATCH: PerCpuArray<ExitEvent> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static ARGS_SCRATCH: PerCpuArray<ArgsEvent> = PerCpuArray::with_max_entries(1, 0);
+/// Where an exec's argv chunks stand between the tail calls that send them (exec.rs).
+#[map]
+static ARGS_CARRY: PerCpuArray<exec::ArgsCarry> = PerCpuArray::with_max_entries(1, 0);
+
+/// Programs reached by tail calls, never attached ([`tail`]); userspace fills the slots
+/// before it attaches anything.
+#[map]
+static TAILS: ProgramArray = ProgramArray::with_max_entries(tail::COUNT, 0);
 
 /// A per-CPU map used to learn each CPU's per-CPU area offset: the address of a CPU's element
 /// minus the map's per-CPU base pointer. Slot 0 is the anchor, slot 1 launders pointers into
@@ -168,6 +177,16 @@ pub fn sched_prepare_exec(ctx: RawTracePointContext) -> i32 {
             debug!(&ctx, "sched_prepare_exec: error {}", e);
             e
         }
+    }
+}
+
+/// Never attached: the argv chunks after an exec record's first, reached by tail calls from
+/// sched_process_exec and from itself (see `exec`).
+#[raw_tracepoint]
+pub fn exec_args(ctx: RawTracePointContext) -> i32 {
+    match exec::try_exec_args(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
     }
 }
 

@@ -11,7 +11,7 @@ use core::ffi::c_void;
 use aya_ebpf::helpers::generated::bpf_map_lookup_percpu_elem;
 use spacetime_common::{flags, rss_layout, MemStats, MAX_EXACT_CPUS};
 
-use crate::{conf, task::read, ANCHOR, CPU_OFFSETS};
+use crate::{conf, task::read, zero::zero, ANCHOR, CPU_OFFSETS};
 
 /// Turns a value the verifier tracks as a pointer into a plain number by passing it through
 /// memory. Allowed for privileged programs only, which spacetime's are.
@@ -136,9 +136,11 @@ fn atomic_rss(task: u64, mm: u64, out: &mut MemStats) -> Result<(), i32> {
     Ok(())
 }
 
-/// Reads the figures of `mm` (owned by `task`).
+/// Reads the figures of `mm` (owned by `task`) into `m`, in place (see zero.rs); on failure
+/// `m` is left without `MEM_VALID`.
 #[inline(always)]
-pub fn read_mm(task: u64, mm: u64) -> Result<MemStats, i32> {
+pub fn read_mm(task: u64, mm: u64, m: &mut MemStats) -> Result<(), i32> {
+    zero(m);
     let hiwater_rss = conf!(off.mm_hiwater_rss);
     // Adjacent in every mm_struct so far: then one read instead of three.
     let adjacent =
@@ -153,17 +155,14 @@ pub fn read_mm(task: u64, mm: u64) -> Result<MemStats, i32> {
             read::<u64>(mm, conf!(off.mm_total_vm))?,
         )
     };
-    let mut m = MemStats {
-        hiwater_rss_pages,
-        hiwater_vm_pages,
-        total_vm_pages,
-        ..MemStats::default()
-    };
+    m.hiwater_rss_pages = hiwater_rss_pages;
+    m.hiwater_vm_pages = hiwater_vm_pages;
+    m.total_vm_pages = total_vm_pages;
     if conf!(rss_layout) == rss_layout::ATOMIC_ARRAY {
-        atomic_rss(task, mm, &mut m)?;
+        atomic_rss(task, mm, m)?;
     } else {
-        percpu_rss(mm, &mut m)?;
+        percpu_rss(mm, m)?;
     }
     m.flags |= flags::MEM_VALID;
-    Ok(m)
+    Ok(())
 }

@@ -24,12 +24,15 @@
 //! `wait_task_zombie()` (after `getrusage()` ran `cputime_adjust()`) or by autoreap; one RCU
 //! grace period after both its release and its final switch, `sched_process_free` fires.
 
+use core::mem::MaybeUninit;
+
 use aya_ebpf::{helpers::bpf_ktime_get_ns, maps::HashMap, programs::RawTracePointContext};
-use spacetime_common::{flags, kind, mode, stat, EventHeader, ReapEvent, Reaping};
+use spacetime_common::{flags, kind, mode, stat, ReapEvent, Reaping};
 
 use crate::{
     conf, count, output,
     task::{header, read, read_or_zero, Task},
+    zero::zeroed,
     EXITED, REAPING,
 };
 
@@ -74,20 +77,16 @@ pub fn try_dead_switch(ctx: &RawTracePointContext) -> Result<(), i32> {
         _ => return Ok(()),
     };
     let session = w.session as u16;
-    let mut ev = ReapEvent {
-        hdr: EventHeader {
-            kind: kind::REAP,
-            session,
-            // SAFETY: plain helper call.
-            ts_ns: unsafe { bpf_ktime_get_ns() },
-            tgid,
-            pid: tgid,
-            leader_start_ns: w.leader_start_ns,
-            ..EventHeader::default()
-        },
-        ..ReapEvent::default()
-    };
-    let mut err = signal_figures(signal, &mut ev);
+    let mut slot = MaybeUninit::uninit();
+    let ev: &mut ReapEvent = zeroed(&mut slot);
+    ev.hdr.kind = kind::REAP;
+    ev.hdr.session = session;
+    // SAFETY: plain helper call.
+    ev.hdr.ts_ns = unsafe { bpf_ktime_get_ns() };
+    ev.hdr.tgid = tgid;
+    ev.hdr.pid = tgid;
+    ev.hdr.leader_start_ns = w.leader_start_ns;
+    let mut err = signal_figures(signal, ev);
     if unreleased != 0 {
         let (mut u, mut s, mut r) = (0u64, 0u64, 0u64);
         err |= read_or_zero(&mut u, unreleased, conf!(off.task_utime));
@@ -103,7 +102,7 @@ pub fn try_dead_switch(ctx: &RawTracePointContext) -> Result<(), i32> {
     }
     // One record per process: the removal that succeeds sends it.
     if waiting().remove(tgid).is_ok() {
-        output(&ev, session);
+        output(ev, session);
     }
     Ok(())
 }
@@ -158,17 +157,16 @@ pub fn try_process_free(ctx: &RawTracePointContext) -> Result<(), i32> {
     if waiting().remove(tgid).is_err() {
         return Ok(());
     }
-    let mut ev = ReapEvent {
-        hdr: header(kind::REAP, session, &task, tgid, tgid)?,
-        ..ReapEvent::default()
-    };
+    let mut slot = MaybeUninit::uninit();
+    let ev: &mut ReapEvent = zeroed(&mut slot);
+    ev.hdr = header(kind::REAP, session, &task, tgid, tgid)?;
     let mut signal = 0u64;
     let mut err = read_or_zero(&mut signal, task.0, conf!(off.task_signal));
-    err |= signal_figures(signal, &mut ev);
+    err |= signal_figures(signal, ev);
     if err != 0 {
         ev.hdr.flags |= flags::REAP_READ_FAILED;
         count(session, stat::READ_FAIL);
     }
-    output(&ev, session);
+    output(ev, session);
     Ok(())
 }

@@ -18,6 +18,7 @@ use spacetime_common::{
 use crate::{
     conf, count, exit_mm, mem, output,
     task::{read, traced, Task},
+    zero::zeroed,
     MM_STATE, SWITCHES, TRACKED, TREE_RSS,
 };
 
@@ -269,7 +270,9 @@ fn start_following(
     if !only_unfollowed {
         forget(tgid);
     }
-    let m = mem::read_mm(task, mm)?;
+    let mut mslot = core::mem::MaybeUninit::uninit();
+    let m: &mut spacetime_common::MemStats = zeroed(&mut mslot);
+    mem::read_mm(task, mm, m)?;
     let rss_pages = [
         m.rss_file_pages as i64,
         m.rss_anon_pages as i64,
@@ -278,22 +281,21 @@ fn start_following(
     let total_pages = rss_pages[0] + rss_pages[1] + rss_pages[2];
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_ns() };
-    let st = MmState {
-        tgid,
-        session: session as u32,
-        leader_start_ns,
-        rss_pages,
-        total_pages,
-        last_sent_ns: now,
-        peak_pages: total_pages,
-        since_ns: now,
-        sent_pages: total_pages,
-        last_ns: now,
-        ..MmState::default()
-    };
+    let mut slot = core::mem::MaybeUninit::uninit();
+    let st: &mut MmState = zeroed(&mut slot);
+    st.tgid = tgid;
+    st.session = session as u32;
+    st.leader_start_ns = leader_start_ns;
+    st.rss_pages = rss_pages;
+    st.total_pages = total_pages;
+    st.last_sent_ns = now;
+    st.peak_pages = total_pages;
+    st.since_ns = now;
+    st.sent_pages = total_pages;
+    st.last_ns = now;
     // BPF_NOEXIST when adopting: an mm already there is followed for someone (a racing exec).
     let insert_flags = if only_unfollowed { 1 } else { 0 };
-    if MM_STATE.insert(mm, st, insert_flags).is_err() {
+    if MM_STATE.insert(mm, &*st, insert_flags).is_err() {
         if !only_unfollowed {
             count(session, stat::TRACK_FULL);
         }
