@@ -1,39 +1,12 @@
-//! Medians, spreads and ratios over a runner's samples.
+//! Medians, spreads and ratios over a runner's samples (the statistics themselves are
+//! `spacetime-stats`, shared with `spacetime bench`).
 
 use std::collections::BTreeMap;
 
 #[cfg(test)]
 use super::runners::ProgramRun;
 use super::runners::{Runner, Sample};
-
-/// Median, minimum and maximum.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Spread {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-}
-
-impl Spread {
-    pub fn of(values: &[u64]) -> Option<Spread> {
-        if values.is_empty() {
-            return None;
-        }
-        let mut v = values.to_vec();
-        v.sort_unstable();
-        let n = v.len();
-        let median = if n % 2 == 1 {
-            v[n / 2] as f64
-        } else {
-            (v[n / 2 - 1] as f64 + v[n / 2] as f64) / 2.0
-        };
-        Some(Spread {
-            median,
-            min: v[0] as f64,
-            max: v[n - 1] as f64,
-        })
-    }
-}
+pub use spacetime_stats::Spread;
 
 /// One kernel program's cost over all runs of a runner: runs and ns per run.
 #[derive(Clone, Debug, PartialEq)]
@@ -119,14 +92,6 @@ pub fn ratio(x: f64, bare: f64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn medians_and_spread() {
-        assert_eq!(Spread::of(&[]), None);
-        let s = Spread::of(&[5, 1, 3]).unwrap();
-        assert_eq!((s.median, s.min, s.max), (3.0, 1.0, 5.0));
-        assert_eq!(Spread::of(&[4, 1, 3, 2]).unwrap().median, 2.5);
-    }
 
     #[test]
     fn programs_are_summed_over_runs() {
