@@ -39,7 +39,7 @@ impl OwnSource {
 
     /// Programs already loaded (a watch loads its own with the filter's options).
     pub fn with(mut probes: Probes, taskstats_buffer: Option<usize>) -> anyhow::Result<Self> {
-        Ok(OwnSource {
+        let source = OwnSource {
             ring: probes.take_events()?,
             logger: probes.take_logger(),
             probes,
@@ -47,7 +47,10 @@ impl OwnSource {
                 Some(bytes) => taskstats::open_listener(bytes),
                 None => Err(Unavailable::Disabled),
             },
-        })
+        };
+        // Every ring is mapped now.
+        crate::run::launch::bpf_maps_not_inherited();
+        Ok(source)
     }
 }
 
