@@ -27,6 +27,7 @@ fn main() -> ExitCode {
         Command::Watch(args) => spacetime::cmd::watch::main(args, cli.verbose),
         Command::Bench(args) => spacetime::cmd::bench::main(args, cli.verbose),
         Command::Agent(args) => spacetime::cmd::agent::main(args),
+        Command::Doctor(args) => spacetime::cmd::doctor::main(args),
         Command::Completions { shell } => written(spacetime::cmd::cli::write_completions(
             shell,
             &mut std::io::stdout().lock(),

@@ -480,8 +480,9 @@ fn without_an_agent_root_loads_its_own_and_others_are_told() {
     assert!(
         err.contains("no spacetime agent answers")
             && err.contains("sudo")
+            && err.contains("CAP_BPF and CAP_PERFMON")
             && err.lines().count() == 1,
-        "one sentence: start an agent or use sudo; got:\n{err}"
+        "one sentence naming the capabilities: start an agent or use sudo; got:\n{err}"
     );
     assert!(out.truth.is_empty(), "nothing ran");
 }

@@ -53,10 +53,13 @@ fn check_tree(root: &Path, prefix: &str) {
         "source {} && complete -p spacetime",
         bash.display()
     )));
-    for f in [
-        "share/zsh/site-functions/_spacetime",
-        "share/fish/vendor_completions.d/spacetime.fish",
-    ] {
+    // Debian's zsh reads packages' completions from vendor-completions, not site-functions.
+    let zsh = if prefix == "/usr" {
+        "share/zsh/vendor-completions/_spacetime"
+    } else {
+        "share/zsh/site-functions/_spacetime"
+    };
+    for f in [zsh, "share/fish/vendor_completions.d/spacetime.fish"] {
         let text = std::fs::read_to_string(root.join(f)).expect(f);
         assert!(text.contains("watch") && text.contains("trace"), "{f}");
     }
@@ -269,4 +272,48 @@ fn build_script_without_the_ebpf_toolchain_says_what_to_run() {
         lines[0].starts_with("error: ") && lines[0].contains("run `cargo xtask setup`"),
         "{stderr}"
     );
+}
+
+/// Run by a user who may not write the prefix, without a terminal for sudo's password,
+/// install builds nothing as root and prints the one command that copies as root: the same
+/// xtask binary under sudo, given the binary already built.
+#[test]
+fn install_as_a_user_prints_the_sudo_line() {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let built = Command::new(&cargo)
+        .current_dir(workspace_root())
+        .args(["build", "-q", "-p", "xtask", "--message-format=json"])
+        .output()
+        .expect("cargo build -p xtask");
+    assert!(built.status.success(), "building xtask failed");
+    let xtask = String::from_utf8_lossy(&built.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|m| {
+            (m["target"]["name"] == "xtask")
+                .then(|| m["executable"].as_str().map(String::from))
+                .flatten()
+        })
+        .expect("the xtask binary");
+    spacetime_tests::assert_world_executable(Path::new(&xtask));
+    let prefix = "/usr/local/spacetime-install-test";
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&xtask)
+        .args(["install", "--prefix", prefix, "--bin"])
+        .arg(spacetime_bin())
+        .stdin(Stdio::null())
+        .output()
+        .expect("setpriv runs xtask");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "nobody installed into {prefix}: {err}"
+    );
+    let want = format!(
+        "sudo {xtask} install --prefix {prefix} --bin {}",
+        spacetime_bin().display()
+    );
+    assert!(err.contains(&want), "no `{want}` in: {err}");
+    assert!(!Path::new(prefix).exists(), "{prefix} was created");
 }

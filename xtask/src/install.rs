@@ -1,6 +1,8 @@
 //! `cargo xtask install`: the release binary, its shell completions, its manual page, the
-//! licences and a hardened systemd unit for `spacetime watch --metrics`, under a prefix
-//! (and a staging DESTDIR for packagers), each path printed as it is written.
+//! licences and the systemd units (the agent and its socket, `spacetime watch --metrics`),
+//! under a prefix (and a staging DESTDIR for packagers), each path printed as it is written.
+//! Run as a user, it builds as that user and asks for root (sudo) only to copy: the copy is
+//! this same program run again as root with `--bin`, so root needs no Rust toolchain.
 
 use std::{
     fs,
@@ -11,7 +13,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct Options {
     /// Installation prefix: the binary goes to PREFIX/bin, the rest under PREFIX/share and
     /// PREFIX/lib/systemd/system
@@ -25,12 +27,30 @@ pub struct Options {
     bin: Option<PathBuf>,
 }
 
-/// Where each file goes, relative to the prefix, and its mode.
-fn layout() -> [(&'static str, &'static str, u32); 10] {
+impl Options {
+    /// `--prefix PREFIX --destdir DESTDIR --bin BIN`: what the package and the tarball stage.
+    pub fn staged(prefix: &str, destdir: &Path, bin: &Path) -> Options {
+        Options {
+            prefix: prefix.into(),
+            destdir: Some(destdir.to_path_buf()),
+            bin: Some(bin.to_path_buf()),
+        }
+    }
+}
+
+/// Where each file goes, relative to the prefix, and its mode. zsh reads distribution
+/// packages' completions from vendor-completions under /usr (Debian's zsh has no
+/// /usr/share/zsh/site-functions in its fpath), site-functions elsewhere.
+fn layout(prefix: &Path) -> [(&'static str, &'static str, u32); 10] {
+    let zsh = if prefix == Path::new("/usr") {
+        "share/zsh/vendor-completions/_spacetime"
+    } else {
+        "share/zsh/site-functions/_spacetime"
+    };
     [
         ("bin", "bin/spacetime", 0o755),
         ("bash", "share/bash-completion/completions/spacetime", 0o644),
-        ("zsh", "share/zsh/site-functions/_spacetime", 0o644),
+        ("zsh", zsh, 0o644),
         (
             "fish",
             "share/fish/vendor_completions.d/spacetime.fish",
@@ -100,13 +120,20 @@ pub fn install(opts: Options) -> Result<()> {
     if !opts.prefix.is_absolute() {
         bail!("--prefix must be an absolute path");
     }
-    let bin = match opts.bin {
+    let bin = match opts.bin.clone() {
         Some(b) => b,
         None => {
             crate::build()?;
             crate::spacetime_bin()
         }
     };
+    let target = match &opts.destdir {
+        Some(d) => d.clone(),
+        None => opts.prefix.clone(),
+    };
+    if !crate::is_root() && !writable(&target) {
+        return as_root(&opts, &bin);
+    }
     let stage = |rel: &str| -> PathBuf {
         let full = opts.prefix.join(rel);
         match &opts.destdir {
@@ -114,7 +141,7 @@ pub fn install(opts: Options) -> Result<()> {
             None => full,
         }
     };
-    for (what, rel, mode) in layout() {
+    for (what, rel, mode) in layout(&opts.prefix) {
         let bytes = content(what, &bin, &opts.prefix)?;
         let dst = stage(rel);
         let dir = dst.parent().expect("every path has a directory");
@@ -133,4 +160,54 @@ pub fn install(opts: Options) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Whether this user can write under `dir` (its nearest existing ancestor).
+fn writable(dir: &Path) -> bool {
+    let Some(existing) = dir.ancestors().find(|d| d.exists()) else {
+        return false;
+    };
+    let Ok(c) = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: a valid NUL-terminated path.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+}
+
+/// The copy, as root: this program again under sudo with the binary just built, when a
+/// terminal can take sudo's password; otherwise the exact command to run.
+fn as_root(opts: &Options, bin: &Path) -> Result<()> {
+    let me = std::env::current_exe().context("finding the xtask binary")?;
+    let mut argv: Vec<std::ffi::OsString> = vec![me.into(), "install".into()];
+    argv.extend(["--prefix".into(), opts.prefix.clone().into()]);
+    if let Some(d) = &opts.destdir {
+        argv.extend(["--destdir".into(), d.clone().into()]);
+    }
+    argv.extend(["--bin".into(), bin.into()]);
+    let shown: Vec<String> = argv
+        .iter()
+        .map(|a| {
+            let a = a.to_string_lossy();
+            if a.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/._-+=:".contains(c))
+            {
+                a.into_owned()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect();
+    let line = format!("sudo {}", shown.join(" "));
+    // SAFETY: isatty on a descriptor number.
+    let tty = unsafe { libc::isatty(0) } == 1;
+    let sudo = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("sudo").is_file()));
+    if !(tty && sudo) {
+        bail!(
+            "installing under {} needs root; built as you, now run:\n  {line}",
+            opts.prefix.display()
+        );
+    }
+    eprintln!("xtask: built as you; copying as root: {line}");
+    crate::run(Command::new("sudo").args(&argv))
 }

@@ -5,6 +5,8 @@ mod agent_pass;
 mod bench;
 mod install;
 mod layers;
+mod package;
+mod package_check;
 mod toolchain;
 mod vm;
 
@@ -33,6 +35,12 @@ enum Cmd {
     /// Build, then install the binary, its shell completions and manual page, the licences
     /// and a hardened systemd unit for `spacetime watch --metrics` (PREFIX/lib/systemd/system)
     Install(install::Options),
+    /// Build the Debian package (target/debian/spacetime_*.deb) with cargo-deb, installed once
+    /// if missing, and check it with lintian
+    Deb(package::DebOptions),
+    /// Build the static (musl) binary and a tarball with it, its completions, manual page,
+    /// units and licences (target/dist/)
+    Dist,
     /// Build, then run the release binary with ARGS (as root)
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -71,6 +79,10 @@ enum Cmd {
         /// Run only this integration test binary (tests/tests/NAME.rs); repeatable
         #[arg(long = "test", value_name = "NAME")]
         only: Vec<String>,
+        /// The guest runs this spacetime binary (e.g. the static one of `cargo xtask dist`)
+        /// instead of the release build
+        #[arg(long, value_name = "PATH")]
+        spacetime: Option<PathBuf>,
         /// Extra arguments for every test binary (after --), e.g. a test name filter
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
@@ -186,6 +198,8 @@ fn main() -> Result<()> {
         Cmd::Setup => toolchain::ensure(),
         Cmd::Build => build(),
         Cmd::Install(opts) => install::install(opts),
+        Cmd::Deb(opts) => package::deb(opts),
+        Cmd::Dist => package::dist().map(|_| ()),
         Cmd::Run { args } => {
             build()?;
             let bin = spacetime_bin();
@@ -227,6 +241,7 @@ fn main() -> Result<()> {
             all,
             cpus,
             only,
+            spacetime,
             args,
         } => vm::vm_test(vm::Options {
             kernel,
@@ -235,6 +250,7 @@ fn main() -> Result<()> {
             test_args: args,
             cpus,
             only,
+            spacetime,
         }),
         Cmd::Bench(opts) => bench::bench(opts),
         Cmd::Lint => {

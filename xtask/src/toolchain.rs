@@ -127,6 +127,16 @@ pub fn ensure_test_tools() -> Result<()> {
     )
 }
 
+/// Adds rustup's standard library for `target` (the static build's musl) when missing.
+pub fn ensure_rust_target(target: &str) -> Result<()> {
+    let installed = output(Command::new("rustup").args(["target", "list", "--installed"]));
+    if installed.lines().any(|l| l.trim() == target) {
+        return Ok(());
+    }
+    eprintln!("xtask: adding the {target} target to the stable toolchain (rustup)");
+    run(Command::new("rustup").args(["target", "add", target]))
+}
+
 /// Installs whatever is missing; a no-op on a machine that has it all.
 pub fn ensure() -> Result<()> {
     ensure_nightly()?;

@@ -54,6 +54,9 @@ pub struct Options {
     pub cpus: u32,
     /// Run only these integration test binaries (by file name: `memory`); all when empty.
     pub only: Vec<String>,
+    /// The spacetime binary the guest runs (the static one of `cargo xtask dist`); the
+    /// release build when None.
+    pub spacetime: Option<PathBuf>,
 }
 
 /// Tests skipped by default (`--all` runs them): sized for a real CPU, they cannot finish in
@@ -66,8 +69,8 @@ const SLOW_UNDER_TCG: [(&str, &str); 1] = [(
 /// Test binaries left out of the guest: they check the CLI, the file formats, the metrics and
 /// what a terminal shows with host tools the busybox guest lacks (bash, groff, man, python3
 /// with pip, cargo, setpriv, systemd-analyze, a Prometheus server, tmux, script), and nothing in
-/// them depends on the kernel version.
-const HOST_ONLY: [&str; 7] = [
+/// them depends on the kernel version (the units' test also applies PR_SET_MDWE, Linux 6.3+).
+const HOST_ONLY: [&str; 8] = [
     "cli",
     "install",
     "perfetto",
@@ -75,6 +78,7 @@ const HOST_ONLY: [&str; 7] = [
     "schema",
     "status",
     "terminal",
+    "units",
 ];
 
 /// Single tests skipped in the guest, and why: one needs make and a C compiler; one a
@@ -126,8 +130,14 @@ pub fn vm_test(opts: Options) -> Result<()> {
     if !kernel.is_file() {
         bail!("kernel image {} does not exist", kernel.display());
     }
-    crate::build()?;
-    let mut built = build_tests()?;
+    let spacetime = match &opts.spacetime {
+        Some(bin) => bin.clone(),
+        None => {
+            crate::build()?;
+            crate::spacetime_bin()
+        }
+    };
+    let mut built = build_tests(spacetime)?;
     built
         .tests
         .retain(|(name, _)| !HOST_ONLY.contains(&name.as_str()));
@@ -276,6 +286,8 @@ fn debian_kernel(dir: &Path) -> Result<PathBuf> {
 
 /// What the guest runs.
 struct Built {
+    /// The spacetime binary under test.
+    spacetime: PathBuf,
     /// (name, path) of every integration test binary.
     tests: Vec<(String, PathBuf)>,
     /// `st-workload`: the tests have its absolute path compiled in, so the guest keeps it.
@@ -288,7 +300,7 @@ struct Built {
 const SETPRIV: &str = "/usr/bin/setpriv";
 
 /// Builds the integration tests (release) and finds their binaries in cargo's JSON messages.
-fn build_tests() -> Result<Built> {
+fn build_tests(spacetime: PathBuf) -> Result<Built> {
     eprintln!("xtask: building the integration tests (release)");
     let out = crate::cargo()
         .args([
@@ -342,6 +354,7 @@ fn build_tests() -> Result<Built> {
     }
     tests.sort();
     Ok(Built {
+        spacetime,
         tests,
         workload: workload.context("cargo did not report the st-workload binary")?,
         agent_client: agent_client.context("cargo did not report the st-agent-client binary")?,
@@ -433,6 +446,8 @@ echo "spacetime-vm: kernel $(uname -r), $(grep -c ^processor /proc/cpuinfo) CPUs
     s += &format!("export SPACETIME_BIN={GUEST_SPACETIME}\n");
     s += "echo 'spacetime-vm: spacetime trace -v -- true'\n";
     s += "$SPACETIME_BIN trace -v -- true 2>&1\n";
+    s += "echo 'spacetime-vm: spacetime doctor'\n";
+    s += "$SPACETIME_BIN doctor 2>&1\n";
     s += "failed=''\n";
     for (name, _) in &built.tests {
         let path = format!("{GUEST_TESTS}/{name}");
@@ -469,7 +484,7 @@ fn make_initramfs(root: &Path, out: &Path, built: &Built, test_args: &[OsString]
         symlink("busybox", root.join("bin").join(applet))?;
     }
 
-    let mut binaries = vec![(crate::spacetime_bin(), PathBuf::from(GUEST_SPACETIME))];
+    let mut binaries = vec![(built.spacetime.clone(), PathBuf::from(GUEST_SPACETIME))];
     binaries.push((built.workload.clone(), built.workload.clone()));
     binaries.push((built.agent_client.clone(), built.agent_client.clone()));
     // In /bin, ahead of busybox's applet of that name (`--install` keeps existing files).

@@ -87,6 +87,18 @@ Examples:
   sudo spacetime agent --socket /tmp/st.sock
       Another socket; clients find it through SPACETIME_SOCKET=/tmp/st.sock")]
     Agent(crate::cmd::agent::AgentArgs),
+    /// Say what works on this machine and why not: kernel and BTF, capabilities, the kernel
+    /// hooks, taskstats, delay accounting, cgroups, the agent, the PID namespace; exit
+    /// status 0 when `trace` can work here, 1 when it cannot
+    #[command(after_help = "\
+Examples:
+  spacetime doctor
+      As yourself: through the agent, or why not
+  sudo spacetime doctor
+      As root: the programs loaded and the kernel's hooks tried
+  spacetime doctor --json | jq .trace
+      For scripts: {\"works\": true, \"via\": \"agent\", ...}")]
+    Doctor(crate::cmd::doctor::DoctorArgs),
     /// Print a shell completion script on stdout
     #[command(after_help = "\
 Examples:

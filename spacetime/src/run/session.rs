@@ -176,6 +176,10 @@ impl Session {
         let why = match crate::kernel::remote::client::AgentConn::connect_for(&path, want, max) {
             Ok(conn) => {
                 agents_own_settings(&opts.load);
+                // The agent switched it at the hello, before its welcome, if it could.
+                if opts.delayacct && !crate::run::delayacct::delayacct_on() {
+                    crate::errln!("spacetime: the agent could not switch delay accounting on (that needs CAP_SYS_ADMIN, which its unit leaves out; `sysctl kernel.task_delayacct=1` turns it on for everyone): delays read 0");
+                }
                 return Session::through_agent(conn, opts);
             }
             Err(e) => e,

@@ -83,8 +83,9 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
     use anyhow::Context;
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        anyhow::bail!("the agent loads the kernel programs for every user: run it as root");
+        anyhow::bail!("the agent loads the kernel programs for every user: run it as root (with CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN, CAP_SYS_PTRACE and CAP_KILL)");
     }
+    super::ready::check_capabilities()?;
     let path = args.socket.clone().unwrap_or_else(super::socket_path);
     // Before any thread: every thread inherits the blocked signals.
     let sigfd = crate::util::signals::signal_fd(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
@@ -118,11 +119,18 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
             .map(|m| m.clone().into_bytes())
             .collect(),
     };
-    log::info!(
-        "spacetime agent: programs loaded in {:.1} ms; listening on {}",
+    let limits = super::ready::Limits {
+        sessions_per_user: SESSIONS_PER_USER,
+        connections_per_user: CONNECTIONS_PER_USER,
+        connections: MAX_CLIENTS,
+        processes_per_session: args.session_limit,
+    };
+    super::ready::announce(&super::ready::start_line(
+        &super::ready::listening_path(&listener, &path),
+        by_systemd,
+        &limits,
         probes.load_ms,
-        path.display()
-    );
+    ));
     let mut agent = Agent {
         ring: probes.take_events()?,
         logger: probes.take_logger(),

@@ -4,10 +4,12 @@
 
 mod clients;
 mod daemon;
+mod ready;
 mod route;
 pub(crate) mod verify;
 mod watchers;
 
 pub use daemon::{main, AgentArgs};
+pub(crate) use ready::who_may_connect;
 
 pub use crate::kernel::remote::{socket_path, DEFAULT_SOCKET, SOCKET_ENV};

@@ -150,7 +150,8 @@ impl Output {
         let secs = wall_ns.div_euclid(1_000_000_000);
         let ms = wall_ns.rem_euclid(1_000_000_000) / 1_000_000;
         if self.clock.0 != secs {
-            let t = secs as libc::time_t;
+            // time_t by inference: 64-bit on both glibc and musl.
+            let t = secs as _;
             // SAFETY: localtime_r fills tm from a valid time_t.
             let mut tm: libc::tm = unsafe { std::mem::zeroed() };
             unsafe { libc::localtime_r(&t, &mut tm) };

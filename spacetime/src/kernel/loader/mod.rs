@@ -56,10 +56,12 @@ use plan::{attach_raw, Plan};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("root is needed to load the eBPF programs; run it with sudo")]
+    #[error("loading the eBPF programs needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), which this user lacks: run it with sudo, or through a spacetime agent")]
     NotRoot,
-    #[error("running as root but without {0}: loading the eBPF programs needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)")]
-    MissingCapability(&'static str),
+    #[error(
+        "without {0}: loading the eBPF programs needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)"
+    )]
+    MissingCapability(String),
     #[error("this kernel has no BTF ({BTF_PATH} is missing); spacetime needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
     NoBtf,
     #[error("this spacetime binary was built without its eBPF programs; build it with `cargo xtask build`")]
@@ -68,7 +70,7 @@ pub enum LoadError {
     Btf(#[from] crate::kernel::btf::BtfError),
     #[error("this kernel lacks a field spacetime reads: {0}")]
     Offsets(#[from] offsets::OffsetsError),
-    #[error("the kernel refused spacetime's eBPF programs (permission denied): a capability is missing or a security policy (lockdown, SELinux) forbids BPF")]
+    #[error("the kernel refused spacetime's eBPF programs (permission denied) although this process holds CAP_BPF and CAP_PERFMON: a security policy (lockdown, SELinux, a seccomp filter) forbids BPF")]
     Denied,
     #[error("loading the eBPF programs failed: {0}")]
     Load(#[source] aya::EbpfError),
@@ -187,38 +189,24 @@ pub fn possible_cpus() -> Result<u32, LoadError> {
     Ok(max + 1)
 }
 
-/// The effective capability set, from /proc/self/status.
-fn effective_caps() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
-    u64::from_str_radix(hex.trim(), 16).ok()
-}
-
 fn check_capabilities() -> Result<(), LoadError> {
-    const CAP_SYS_ADMIN: u64 = 21;
-    const CAP_PERFMON: u64 = 38;
-    const CAP_BPF: u64 = 39;
-    let has = |caps: u64, c: u64| caps & (1 << c) != 0;
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    let Some(caps) = effective_caps() else {
+    let root = rustix::process::geteuid().is_root();
+    let Some(caps) = crate::util::caps::CapSet::effective() else {
         return if root {
             Ok(())
         } else {
             Err(LoadError::NotRoot)
         };
     };
-    if has(caps, CAP_SYS_ADMIN) || (has(caps, CAP_BPF) && has(caps, CAP_PERFMON)) {
-        return Ok(());
+    let missing = caps.missing_for_load();
+    match missing.len() {
+        0 => Ok(()),
+        // A plain user: neither capability.
+        2 if !root => Err(LoadError::NotRoot),
+        _ => Err(LoadError::MissingCapability(crate::util::caps::names(
+            &missing,
+        ))),
     }
-    if !root {
-        return Err(LoadError::NotRoot);
-    }
-    Err(LoadError::MissingCapability(if has(caps, CAP_BPF) {
-        "CAP_PERFMON"
-    } else {
-        "CAP_BPF"
-    }))
 }
 
 fn bump_memlock() {
@@ -237,11 +225,7 @@ fn bump_memlock() {
 }
 
 fn map_load_error(e: aya::EbpfError) -> LoadError {
-    let text = format!("{e:?}");
-    if text.contains("PermissionDenied")
-        || text.contains("EPERM")
-        || text.contains("Operation not permitted")
-    {
+    if denied(&e) {
         LoadError::Denied
     } else {
         LoadError::Load(e)
@@ -258,6 +242,23 @@ fn environment() -> Result<&'static [u8], LoadError> {
     let object = OBJECT.ok_or(LoadError::NotBuilt)?;
     bump_memlock();
     Ok(object)
+}
+
+/// Whether a syscall under `e` (its `source()` chain: aya keeps each syscall's io::Error
+/// there) was refused for want of permission.
+fn denied(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if matches!(io.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES))
+                || io.kind() == std::io::ErrorKind::PermissionDenied
+            {
+                return true;
+            }
+        }
+        next = err.source();
+    }
+    false
 }
 
 /// The programs' read-only configuration.
@@ -399,5 +400,22 @@ impl Probes {
             .take_map(NAME)
             .ok_or(LoadError::MissingMap(NAME))?;
         RingBuf::try_from(map).map_err(|source| LoadError::Map { name: NAME, source })
+    }
+}
+
+#[cfg(test)]
+mod denied_tests {
+    #[test]
+    fn a_refused_syscall_is_found_under_aya_errors() {
+        let refused = aya::maps::MapError::CreateError {
+            name: "EVENTS".into(),
+            io_error: std::io::Error::from_raw_os_error(libc::EPERM),
+        };
+        assert!(super::denied(&aya::EbpfError::MapError(refused)));
+        let other = aya::maps::MapError::CreateError {
+            name: "EVENTS".into(),
+            io_error: std::io::Error::from_raw_os_error(libc::EINVAL),
+        };
+        assert!(!super::denied(&aya::EbpfError::MapError(other)));
     }
 }

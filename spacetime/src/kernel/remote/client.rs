@@ -51,7 +51,7 @@ pub fn instead(own: anyhow::Error, agent: ConnectError, path: &Path) -> anyhow::
     match (unprivileged, agent) {
         (false, _) => own,
         (true, ConnectError::Absent(_)) => anyhow::anyhow!(
-            "no spacetime agent answers at {}: start one (`sudo spacetime agent`, or its systemd unit), or run this with sudo",
+            "no spacetime agent answers at {}, and loading the kernel programs here needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN): start an agent (`sudo systemctl start spacetime-agent.socket`, or `sudo spacetime agent`), or run this with sudo; `spacetime doctor` says what works here",
             path.display()
         ),
         (true, other) => other.into(),

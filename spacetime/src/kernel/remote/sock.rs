@@ -165,13 +165,13 @@ pub fn send(fd: RawFd, msg: &[u8], pass: Option<RawFd>) -> io::Result<()> {
         // SAFETY: CMSG_SPACE is a pure computation.
         let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
         hdr.msg_control = cbuf.as_mut_ptr().cast();
-        hdr.msg_controllen = space;
+        hdr.msg_controllen = space as _;
         // SAFETY: the control buffer holds one cmsghdr with one fd (space <= 32 bytes).
         unsafe {
             let c = libc::CMSG_FIRSTHDR(&hdr);
             (*c).cmsg_level = libc::SOL_SOCKET;
             (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
             std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), pass);
         }
     }
@@ -211,7 +211,7 @@ pub fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<Receive
     hdr.msg_iov = &mut iov;
     hdr.msg_iovlen = 1;
     hdr.msg_control = cbuf.as_mut_ptr().cast();
-    hdr.msg_controllen = std::mem::size_of_val(&cbuf);
+    hdr.msg_controllen = std::mem::size_of_val(&cbuf) as _;
     let n = loop {
         // SAFETY: hdr points at live buffers; descriptors received are closed on exec.
         let n = unsafe { libc::recvmsg(fd, &mut hdr, libc::MSG_CMSG_CLOEXEC | flags) };

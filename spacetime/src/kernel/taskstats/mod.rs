@@ -280,7 +280,6 @@ impl TaskstatsListener {
     }
 
     /// Waits up to `timeout` for a datagram to arrive (the socket becomes readable).
-    #[cfg(test)]
     pub fn wait_readable(&self, timeout: Duration) -> bool {
         use std::os::fd::AsRawFd as _;
         let mut fds = [libc::pollfd {

@@ -287,7 +287,7 @@ impl NetlinkSocket {
                     self.fd.as_raw_fd(),
                     hdrs.as_mut_ptr(),
                     n as libc::c_uint,
-                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                    (libc::MSG_DONTWAIT | libc::MSG_TRUNC) as _,
                     std::ptr::null_mut(),
                 )
             };

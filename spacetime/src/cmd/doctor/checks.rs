@@ -1,0 +1,240 @@
+//! What can be told without loading anything: the kernel and its BTF, this process's
+//! capabilities, kernel lockdown, the hooks the kernel's BTF says spacetime will use (the 6.1
+//! and the 6.2+/6.10+/6.16+ paths), delay accounting, the PID namespace.
+
+use spacetime_common::{rss_layout, MAX_EXACT_CPUS};
+
+use super::{Check, Status};
+use crate::kernel::{
+    btf::Btf,
+    loader::possible_cpus,
+    offsets::{self, MemHook, Resolved},
+};
+use crate::util::caps::{self, Cap, CapSet};
+
+const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+const LOCKDOWN: &str = "/sys/kernel/security/lockdown";
+const DELAYACCT: &str = "/proc/sys/kernel/task_delayacct";
+
+/// The kernel's release and whether it describes itself (BTF).
+pub fn kernel(release: &str) -> Check {
+    match std::fs::metadata(BTF_PATH) {
+        Ok(m) => Check::new(
+            "kernel",
+            Status::Ok,
+            format!(
+                "Linux {release} with BTF ({BTF_PATH}, {:.1} MiB)",
+                m.len() as f64 / (1 << 20) as f64
+            ),
+        ),
+        Err(e) => Check::new(
+            "kernel",
+            Status::No,
+            format!(
+                "Linux {release} without BTF ({BTF_PATH}: {e}): spacetime needs a kernel built \
+                 with CONFIG_DEBUG_INFO_BTF=y"
+            ),
+        ),
+    }
+}
+
+/// Each capability spacetime uses, held or not; the verdict is about loading the programs.
+pub fn capabilities(uid: u32, eff: CapSet) -> Check {
+    let held: Vec<Cap> = Cap::ALL.into_iter().filter(|&c| eff.has(c)).collect();
+    let lacking: Vec<Cap> = Cap::ALL.into_iter().filter(|&c| !eff.has(c)).collect();
+    let who = if uid == 0 {
+        "root".to_string()
+    } else {
+        format!("uid {uid}")
+    };
+    let missing = eff.missing_for_load();
+    if missing.is_empty() {
+        let mut s = format!("{who} with {}", caps::names(&held));
+        if !lacking.is_empty() {
+            s += &format!("; without {}", caps::names(&lacking));
+        }
+        return Check::new("capabilities", Status::Ok, s);
+    }
+    Check::new(
+        "capabilities",
+        Status::No,
+        format!(
+            "{who} without {} (or CAP_SYS_ADMIN): cannot load the kernel programs itself",
+            caps::names(&missing)
+        ),
+    )
+}
+
+/// Kernel lockdown: "confidentiality" forbids reading kernel memory from BPF programs.
+pub fn lockdown() -> Option<Check> {
+    let text = std::fs::read_to_string(LOCKDOWN).ok()?;
+    // "none integrity [confidentiality]": the bracketed word is in force.
+    let mode = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
+        .unwrap_or("none")
+        .to_string();
+    Some(if mode == "confidentiality" {
+        Check::new(
+            "lockdown",
+            Status::No,
+            "kernel lockdown is \"confidentiality\": BPF programs may not read kernel memory"
+                .into(),
+        )
+    } else {
+        Check::new("lockdown", Status::Ok, format!("kernel lockdown: {mode}"))
+    })
+}
+
+/// The hooks the BTF says spacetime uses, one check each; one failing check when the
+/// kernel lacks a field the programs read.
+pub fn hooks() -> Vec<Check> {
+    let resolved = Btf::from_sys_fs()
+        .map_err(|e| e.to_string())
+        .and_then(|btf| {
+            let r = offsets::resolve(&btf).map_err(|e| e.to_string())?;
+            Ok((r, btf.has_typedef("btf_trace_rss_stat")))
+        });
+    match resolved {
+        Ok((r, rss_stat)) => hook_checks(&r, rss_stat, possible_cpus().unwrap_or(0)),
+        Err(e) => vec![Check::new(
+            "hooks",
+            Status::No,
+            format!("the kernel's BTF does not give what the programs read: {e}"),
+        )],
+    }
+}
+
+fn mem_hook(id: &'static str, hook: MemHook, tracepoint: &str, what: &str) -> Check {
+    match hook {
+        MemHook::Tracepoint => Check::new(id, Status::Ok, tracepoint.into()),
+        MemHook::Fentry(f) => Check::new(
+            id,
+            Status::Ok,
+            format!("fentry on {f} (the 6.1 path; needs BPF trampolines)"),
+        ),
+        MemHook::Unavailable => Check::new(
+            id,
+            Status::Limited,
+            format!("no tracepoint and {what} is not traceable: those images report no peak"),
+        ),
+    }
+}
+
+fn hook_checks(r: &Resolved, rss_stat: bool, cpus: u32) -> Vec<Check> {
+    let mut out = vec![Check::new(
+        "hooks",
+        Status::Ok,
+        "raw tracepoints sched_process_fork, sched_process_exec, sched_process_exit".into(),
+    )];
+    out.push(mem_hook(
+        "exit_peaks",
+        r.exit_mem,
+        "sched_process_exit fires before exit_mm() (6.16+)",
+        offsets::EXIT_MM_RELEASE,
+    ));
+    out.push(mem_hook(
+        "exec_peaks",
+        r.exec_mem,
+        "sched_prepare_exec (6.10+)",
+        offsets::EXEC_MM_RELEASE,
+    ));
+    out.push(match (r.off.exit_tp_group_dead != 0, r.group_dead_hook) {
+        (true, _) => Check::new(
+            "last_thread",
+            Status::Ok,
+            "sched_process_exit passes group_dead (6.16+)".into(),
+        ),
+        (false, Some(f)) => Check::new(
+            "last_thread",
+            Status::Ok,
+            format!("fentry on {f}: the kernel's own group_dead"),
+        ),
+        (false, None) => Check::new(
+            "last_thread",
+            Status::Limited,
+            "signal->live: two threads ending at once may both look last".into(),
+        ),
+    });
+    let counters = match r.rss_layout {
+        rss_layout::ATOMIC_ARRAY => "atomic counters (before 6.2), exact".to_string(),
+        _ if cpus <= MAX_EXACT_CPUS => {
+            format!("per-CPU counters (6.2+), summed exactly over {cpus} CPUs")
+        }
+        _ => format!("per-CPU counters over {cpus} CPUs: shared count only (approximate)"),
+    };
+    let exact = r.rss_layout == rss_layout::ATOMIC_ARRAY || cpus <= MAX_EXACT_CPUS;
+    let over_time = if rss_stat {
+        "every change followed (kmem:rss_stat)"
+    } else {
+        "no kmem:rss_stat: RSS over time sampled from /proc"
+    };
+    out.push(Check::new(
+        "rss",
+        if exact && rss_stat {
+            Status::Ok
+        } else {
+            Status::Limited
+        },
+        format!("{counters}; {over_time}"),
+    ));
+    out.push(if r.off.signal_prev_utime != 0 {
+        Check::new(
+            "cpu",
+            Status::Ok,
+            "sched_process_free: CPU times as wait4 reports them".into(),
+        )
+    } else {
+        Check::new(
+            "cpu",
+            Status::Limited,
+            "no sched_process_free: CPU read at exit, short processes read low".into(),
+        )
+    });
+    out
+}
+
+/// Delay accounting: on or off, and whether `--delayacct` can switch it here.
+pub fn delayacct(eff: CapSet) -> Check {
+    let on = match std::fs::read_to_string(DELAYACCT) {
+        Ok(s) => s.trim() == "1",
+        Err(e) => {
+            return Check::new(
+                "delays",
+                Status::No,
+                format!("{DELAYACCT}: {e} (a kernel without CONFIG_TASK_DELAY_ACCT)"),
+            )
+        }
+    };
+    if on {
+        return Check::new(
+            "delays",
+            Status::Ok,
+            "delay accounting on (kernel.task_delayacct=1)".into(),
+        );
+    }
+    let how = if eff.has(Cap::SysAdmin) {
+        "--delayacct switches it on for a trace"
+    } else {
+        "switching it (--delayacct) needs CAP_SYS_ADMIN; an agent can if its unit allows"
+    };
+    Check::new(
+        "delays",
+        Status::Off,
+        format!("delay accounting off (kernel.task_delayacct=0): {how}"),
+    )
+}
+
+/// Which PID namespace spacetime runs in, and what follows.
+pub fn pid_namespace() -> Check {
+    if crate::kernel::pidns::in_initial_namespace() {
+        return Check::new("pid_namespace", Status::Ok, "the host's (initial)".into());
+    }
+    Check::new(
+        "pid_namespace",
+        Status::Limited,
+        "inside a PID namespace (not the host's): pids are translated; an agent serves only \
+         clients of its own namespace; the kernel takes no taskstats listener from here"
+            .into(),
+    )
+}

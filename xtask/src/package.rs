@@ -1,0 +1,222 @@
+//! `cargo xtask deb`: a Debian package with cargo-deb (installed once if missing), checked with
+//! lintian; `cargo xtask deb --check`: that package installed with apt-get on this machine, a
+//! command traced with it, the agent started through its socket unit (systemd) or as the unit
+//! would run it (no systemd), an unprivileged user tracing through it, then the package purged
+//! and nothing of it left. `cargo xtask dist`: a static (musl) binary in a tarball with the
+//! completions, manual page, units and licences.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+
+use crate::{root, run, target_dir, toolchain};
+
+/// The cargo-deb release `cargo xtask deb` installs when none is there (builds with Rust 1.95
+/// in about a minute on two cores).
+const CARGO_DEB_VERSION: &str = "3.8.0";
+/// The static build's target.
+pub const MUSL: &str = "x86_64-unknown-linux-musl";
+
+#[derive(Debug, clap::Args)]
+pub struct DebOptions {
+    /// Then install it with apt-get, trace with it (as root and as nobody through the
+    /// socket-activated agent), purge it and check nothing is left (root; what CI runs)
+    #[arg(long)]
+    check: bool,
+}
+
+fn ensure_cargo_deb() -> Result<()> {
+    let ok = Command::new("cargo")
+        .args(["deb", "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        return Ok(());
+    }
+    eprintln!("xtask: installing cargo-deb {CARGO_DEB_VERSION} (builds the Debian package; about a minute, once)");
+    run(Command::new("cargo").args([
+        "install",
+        "cargo-deb",
+        "--locked",
+        "--version",
+        CARGO_DEB_VERSION,
+    ]))
+}
+
+/// Stages the files with `install --prefix /usr --destdir DIR` from `bin`.
+fn stage(dir: &Path, bin: &Path) -> Result<()> {
+    if dir.exists() {
+        fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    crate::install::install(crate::install::Options::staged("/usr", dir, bin))
+}
+
+/// Builds the package; returns its path.
+pub fn deb(opts: DebOptions) -> Result<()> {
+    crate::build()?;
+    ensure_cargo_deb()?;
+    stage(&target_dir().join("deb-root"), &crate::spacetime_bin())?;
+    let out = Command::new("cargo")
+        .current_dir(root())
+        .args(["deb", "-p", "spacetime", "--no-build", "--no-strip"])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo deb")?;
+    if !out.status.success() {
+        bail!("cargo deb failed with {}", out.status);
+    }
+    let deb = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let size = fs::metadata(&deb)
+        .with_context(|| format!("cargo deb wrote no {}", deb.display()))?
+        .len();
+    eprintln!(
+        "xtask: {} ({:.1} MiB)",
+        deb.display(),
+        size as f64 / (1 << 20) as f64
+    );
+    lintian(&deb)?;
+    if opts.check {
+        crate::package_check::check(&deb)?;
+    }
+    Ok(())
+}
+
+/// Tags lintian reports, each with why it stays; any other tag fails the build.
+const LINTIAN_EXPLAINED: [(&str, &str); 7] = [
+    (
+        "bogus-mail-host",
+        "the project has no mail address: whoever distributes the package sets `maintainer` \
+         in spacetime/Cargo.toml and dist/debian/changelog to theirs",
+    ),
+    ("bogus-mail-host-in-debian-changelog", "the same address"),
+    (
+        "initial-upload-closes-no-bugs",
+        "installed directly, not uploaded to Debian: there is no ITP bug to close",
+    ),
+    (
+        "binary-has-unneeded-section",
+        ".comment names the compilers (a few hundred bytes); symbols and debug info are stripped",
+    ),
+    (
+        "hardening-no-fortify-functions",
+        "a Rust binary calls no glibc _chk functions: there is nothing to fortify",
+    ),
+    (
+        "no-md5sums-control-file",
+        "cargo-deb writes none (dpkg --verify cannot check the files; install and purge are unaffected)",
+    ),
+    (
+        "package-supports-alternative-init-but-no-init.d-script",
+        "the agent and the watch service rely on systemd (socket activation, capability \
+         bounding); under another init, `spacetime agent` is started by hand",
+    ),
+];
+
+fn lintian(deb: &Path) -> Result<()> {
+    toolchain::apt_install(
+        &["lintian"],
+        "`cargo xtask deb` checks the package with lintian",
+    )?;
+    let out = Command::new("lintian")
+        .args(["--no-tag-display-limit", "--display-info"])
+        .arg(deb)
+        .output()
+        .context("running lintian")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut unexplained = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let tag = line.splitn(3, ": ").nth(2).unwrap_or(line);
+        let tag = tag.split_whitespace().next().unwrap_or(tag);
+        match LINTIAN_EXPLAINED.iter().find(|(t, _)| *t == tag) {
+            Some((_, why)) => eprintln!("xtask: lintian: {line} (kept: {why})"),
+            None => unexplained.push(line.to_string()),
+        }
+    }
+    if !unexplained.is_empty() {
+        bail!("lintian:\n{}", unexplained.join("\n"));
+    }
+    eprintln!("xtask: lintian: every tag explained");
+    Ok(())
+}
+
+/// `cargo xtask dist`: the static binary and its files in target/dist/NAME.tar.gz.
+pub fn dist() -> Result<PathBuf> {
+    crate::toolchain::ensure()?;
+    toolchain::ensure_rust_target(MUSL)?;
+    eprintln!("xtask: building spacetime for {MUSL} (static)");
+    run(crate::cargo().args(["build", "--release", "-p", "spacetime", "--target", MUSL]))?;
+    let bin = target_dir().join(MUSL).join("release/spacetime");
+    let name = format!("spacetime-{}-x86_64-linux-musl", env!("CARGO_PKG_VERSION"));
+    let dist = target_dir().join("dist");
+    let tree = dist.join(&name);
+    stage(&tree, &bin)?;
+    // The tarball unpacks to NAME/{bin,share,lib}: the staged /usr.
+    let usr = tree.join("usr");
+    for entry in fs::read_dir(&usr).with_context(|| format!("reading {}", usr.display()))? {
+        let entry = entry?;
+        fs::rename(entry.path(), tree.join(entry.file_name()))?;
+    }
+    fs::remove_dir(&usr)?;
+    let tarball = dist.join(format!("{name}.tar.gz"));
+    run(Command::new("tar")
+        .current_dir(&dist)
+        .args(["--owner=0", "--group=0", "--numeric-owner", "-czf"])
+        .arg(&tarball)
+        .arg(&name))?;
+    let size = |p: &Path| fs::metadata(p).map(|m| m.len() as f64 / (1 << 20) as f64);
+    eprintln!(
+        "xtask: {} ({:.1} MiB; the static binary {:.1} MiB)",
+        tarball.display(),
+        size(&tarball)?,
+        size(&bin)?
+    );
+    // It runs here as built, without the glibc it was not linked against.
+    let started = Instant::now();
+    let out = Command::new(tree.join("bin/spacetime"))
+        .args(["trace", "-q", "--", "true"])
+        .env("SPACETIME_SOCKET", "/nonexistent/spacetime.sock")
+        .output()
+        .context("running the static binary")?;
+    if !out.status.success() {
+        bail!(
+            "the static binary failed to trace `true`: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    eprintln!(
+        "xtask: the static binary traced `true` here in {:.0} ms",
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(tree.join("bin/spacetime"))
+}
+
+/// Runs `cmd` with a time limit; its output, or why not.
+pub fn output_within(cmd: &mut Command, limit: Duration) -> Result<std::process::Output> {
+    let shown = format!("{cmd:?}");
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {shown}"))?;
+    let id = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => Ok(out?),
+        Err(_) => {
+            // SAFETY: our own child, not reaped (the waiting thread has not returned).
+            unsafe { libc::kill(id as i32, libc::SIGKILL) };
+            bail!("{shown} did not finish within {limit:?}")
+        }
+    }
+}
