@@ -309,17 +309,25 @@ pub fn cross_check(
     let clock = collector.clock;
     let unpaired = collector.matcher.expire(Instant::now(), true);
     let records = collector.records();
-    let mut by_tgid: HashMap<u32, Vec<usize>> = HashMap::new();
-    for (i, r) in records.iter().enumerate() {
-        by_tgid.entry(r.tgid).or_default().push(i);
-    }
+    // Record indexes sorted by tgid: a process's records are one range. (A map of one vector
+    // per tgid was 5 MB of small allocations at the end of a 100 000-process trace, on top of
+    // everything else at its peak.)
+    let mut by_tgid: Vec<(u32, u32)> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.tgid, i as u32))
+        .collect();
+    by_tgid.sort_unstable();
     let mut used = vec![false; records.len()];
     for &i in collector.matched.values() {
         used[i as usize] = true;
     }
     let mut cov = Coverage::default();
     let mut of_process = vec![PerProcess::NONE; tree.processes().len()];
-    let mut sums = Vec::new();
+    // A process with one record has that record's figures as its sums: they are not packed
+    // again (a second 4 MB copy at the peak of a 100 000-process trace); only merged sums
+    // are, after the collector's own, in its buffer.
+    let mut merged_sums = Vec::new();
     for (pi, p) in tree.processes().iter().enumerate() {
         let (Some(key), Some(_)) = (p.key, p.end_ns) else {
             continue;
@@ -331,13 +339,15 @@ pub fn cross_check(
         cov.matched += 1;
         let g = g as usize;
         let mut sum = collector.stats(&records[g]);
+        let mut merged = false;
         // The other threads' records: of this process's time, not paired with an end.
-        if let Some(v) = by_tgid.get(&key.tgid) {
-            for &i in v {
-                if !used[i] && !records[i].group && belongs(&records[i], p, clock) {
-                    used[i] = true;
-                    sum.merge(&collector.stats(&records[i]));
-                }
+        let from = by_tgid.partition_point(|&(t, _)| t < key.tgid);
+        for &(_, i) in by_tgid[from..].iter().take_while(|&&(t, _)| t == key.tgid) {
+            let i = i as usize;
+            if !used[i] && !records[i].group && belongs(&records[i], p, clock) {
+                used[i] = true;
+                merged = true;
+                sum.merge(&collector.stats(&records[i]));
             }
         }
         let group_stats = collector.stats(&records[g]);
@@ -353,14 +363,22 @@ pub fn cross_check(
                 .max_exact_diff_kib
                 .max(kib(mem.peak_rss_pages).abs_diff(ts_kib));
         }
-        of_process[pi] = packed::pack(&mut sums, &sum) as u32;
+        if merged {
+            merged_sums.push((pi, sum));
+        } else {
+            of_process[pi] = records[g].stats_at;
+        }
     }
     cov.taskstats_only = missed_exits(tree, records, &unpaired, clock);
-    sums.shrink_to_fit();
+    let mut packed = collector.packed;
+    for (pi, sum) in &merged_sums {
+        of_process[*pi] = packed::pack(&mut packed, sum) as u32;
+    }
+    packed.shrink_to_fit();
     (
         cov,
         PerProcess {
-            packed: sums,
+            packed,
             of_process,
         },
     )
