@@ -205,6 +205,10 @@ pub struct KernelOffsets {
     pub task_on_cpu: u32,
     pub signal_nr_threads: u32,
     pub signal_stats_seq: u32,
+    /// 1 when an mm's per-CPU RSS counters are one block (`__percpu_counter_init_many`,
+    /// 6.6+): one read per CPU fetches all of them.
+    pub rss_pcpu_block: u32,
+    pub _pad: u32,
 }
 
 /// Configuration of the kernel programs, written into their read-only data before load.
@@ -600,8 +604,8 @@ const _: () = {
     assert!(EXEC_EVENT_FIXED == 32 + 24 + TASK_COMM_LEN + FILENAME_LEN);
     assert!(size_of::<KernelFilter>() == 8 + 4 * FILTER_MAX_UIDS + 8 + 16 * FILTER_MAX_CGROUPS);
     assert!(ARGS_EVENT_FIXED == 40);
-    assert!(size_of::<KernelOffsets>() == 45 * 4);
-    assert!(size_of::<Config>() == 24 + 45 * 4 + 8);
+    assert!(size_of::<KernelOffsets>() == 47 * 4);
+    assert!(size_of::<Config>() == 24 + 47 * 4 + 8);
     assert!(size_of::<MmState>() == 120);
     assert!(size_of::<TreeRss>() == 32);
     assert!(size_of::<RssEvent>() == 56);

@@ -44,7 +44,7 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
     // The kernel's own "last thread" flag, where the tracepoint passes it (6.16+).
     let tp_group_dead = tp_has_group_dead.then(|| ctx.arg::<u64>(1) & 0xff != 0);
     // SAFETY: per-CPU scratch value, exclusively ours while this program runs on this CPU.
-    let r = exit(unsafe { &mut *ev }, &task, mm, stash, tp_group_dead, bad);
+    let r = exit(unsafe { &mut *ev }, &task, mm, stash, tp_group_dead, bad || pid.is_err());
     if let (Some(_), Ok(pid)) = (stash, pid) {
         // Whatever happened, no entry outlives its thread.
         exit_mm::forget(pid);
@@ -101,8 +101,13 @@ fn exit(
     ev.hdr.ts_ns = unsafe { bpf_ktime_get_ns() };
     ev.hdr.tgid = tgid;
     ev.hdr.leader_start_ns = leader_start;
-    // SAFETY: plain helper call.
-    ev.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    // What only `watch` reads (uid, cgroup, the namespace's pid, the group's CPU times): a
+    // trace's exits skip it (read-only configuration: the verifier drops the code).
+    let watch = conf!(mode) == mode::SYSTEM || filter::tree_filter();
+    if watch {
+        // SAFETY: plain helper call.
+        ev.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    }
     zero::current_comm(&mut ev.comm);
     err |= read_or_zero(&mut ev.hdr.pid, task.0, conf!(off.task_pid));
     if filtered {
@@ -116,19 +121,32 @@ fn exit(
         return Ok(());
     }
     let group_dead = last && claim_group_exit(tgid, leader_start, sess);
-    err |= read_or_zero(&mut ev.utime_ns, task.0, conf!(off.task_utime));
-    err |= read_or_zero(&mut ev.stime_ns, task.0, conf!(off.task_stime));
+    if conf!(off.task_stime) == conf!(off.task_utime) + 8 {
+        // Adjacent in every task_struct so far: one read (into no zeroed buffer, which
+        // the compiler would clear with a memset call, see zero.rs).
+        let at = (task.0 + conf!(off.task_utime) as u64) as *const [u64; 2];
+        // SAFETY: bpf_probe_read_kernel checks the address.
+        match unsafe { bpf_probe_read_kernel(at) } {
+            Ok([u, s]) => (ev.utime_ns, ev.stime_ns) = (u, s),
+            Err(_) => err = -1,
+        }
+    } else {
+        err |= read_or_zero(&mut ev.utime_ns, task.0, conf!(off.task_utime));
+        err |= read_or_zero(&mut ev.stime_ns, task.0, conf!(off.task_stime));
+    }
     err |= read_or_zero(&mut ev.runtime_ns, task.0, conf!(off.task_sum_exec_runtime));
     err |= read_or_zero(&mut ev.exit_code, task.0, conf!(off.task_exit_code));
-    let ids = bpf_get_current_uid_gid();
-    ev.uid = ids as u32;
-    ev.gid = (ids >> 32) as u32;
-    if leader != 0 {
-        ns_tgid(leader, ev);
+    if watch {
+        let ids = bpf_get_current_uid_gid();
+        ev.uid = ids as u32;
+        ev.gid = (ids >> 32) as u32;
+        if leader != 0 {
+            ns_tgid(leader, ev);
+        }
     }
     if group_dead {
         ev.hdr.flags |= flags::EXIT_GROUP_DEAD;
-        err |= group_fields(signal, task, leader, ev);
+        err |= group_fields(signal, task, leader, ev, watch);
         if mm != 0 {
             if mem::read_mm(task.0, mm, &mut ev.mem).is_err() {
                 err = -1;
@@ -221,10 +239,10 @@ fn ns_tgid(leader: u64, ev: &mut ExitEvent) {
     }
 }
 
-/// The process-wide fields of a group exit: exit code, maxrss, the leader's comm, CPU times.
-/// Returns the reads' results ORed (see `read_or_zero`).
+/// The process-wide fields of a group exit: exit code, maxrss, the leader's comm, and for
+/// `watch` the CPU times. Returns the reads' results ORed (see `read_or_zero`).
 #[inline(always)]
-fn group_fields(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent) -> i64 {
+fn group_fields(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent, watch: bool) -> i64 {
     let mut sflags = 0u32;
     let mut err = read_or_zero(&mut sflags, signal, conf!(off.signal_flags));
     if sflags & conf!(off.signal_group_exit_flag) != 0 {
@@ -244,7 +262,7 @@ fn group_fields(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent) -> i6
             ev.comm = c;
         }
     }
-    if signal != 0 {
+    if signal != 0 && watch {
         group_times(signal, task, leader, ev);
     }
     err

@@ -89,12 +89,47 @@ fn percpu_rss(mm: u64, out: &mut MemStats) -> Result<(), i32> {
     let nr_cpus = conf!(nr_cpus);
     if nr_cpus > 0 && nr_cpus <= MAX_EXACT_CPUS {
         let pcpu = [file_pcpu, anon_pcpu, shmem_pcpu];
+        // 6.2+ allocates an mm's per-CPU counters as one block (percpu_counter_init_many):
+        // then one read per CPU fetches every counter, instead of one read per counter.
+        let idx = [
+            conf!(off.rss_file_idx) as u64,
+            conf!(off.rss_anon_idx) as u64,
+            conf!(off.rss_shmem_idx) as u64,
+        ];
+        let first = file_pcpu.wrapping_sub(4 * idx[0]);
+        // Read-only configuration, so the verifier walks one of the two loops below; a block
+        // that is not one after all is a failed read (counted) rather than a wrong sum.
+        let block = conf!(off.rss_pcpu_block) != 0;
+        if block
+            && !(idx.iter().all(|&i| i < 4)
+                && pcpu
+                    .iter()
+                    .zip(idx)
+                    .all(|(&p, i)| p == first.wrapping_add(4 * i)))
+        {
+            return Err(-1);
+        }
         let mut delta: i64 = 0;
         for cpu in 0..MAX_EXACT_CPUS {
             if cpu >= nr_cpus {
                 break;
             }
             let off = cpu_offset(cpu).ok_or(-1)?;
+            if block {
+                let w = read::<[i32; 4]>(first.wrapping_add(off), 0)?;
+                for i in 0..3 {
+                    // Constant indexes (configuration): no variable stack access to verify.
+                    let d = match idx[i] {
+                        0 => w[0],
+                        1 => w[1],
+                        2 => w[2],
+                        _ => w[3],
+                    } as i64;
+                    sums[i] += d;
+                    delta += d;
+                }
+                continue;
+            }
             for i in 0..3 {
                 let d = read::<i32>(pcpu[i].wrapping_add(off), 0)? as i64;
                 sums[i] += d;

@@ -265,6 +265,12 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
                 "mm_struct.rss_stat: struct percpu_counter[{}], {} bytes each (Linux 6.2+)",
                 rss.array_len, rss.elem_size
             ));
+            // 6.6 allocates an mm's per-CPU counters in one go (kernel/fork.c, "group
+            // allocation/free of per-cpu counters for mm struct"), with this function.
+            if btf.has_func("__percpu_counter_init_many") {
+                off.rss_pcpu_block = 1;
+                notes.push("per-CPU RSS counters: one block per mm (6.6+)".into());
+            }
             (rss_layout::PERCPU_COUNTER, rss.array_len)
         }
         (Kind::Struct, _, "mm_rss_stat") => {
