@@ -21,7 +21,7 @@ use spacetime_common::{
 
 use crate::{
     conf, count, filter, mem, output, rss,
-    task::{header, read, Task},
+    task::{current_ids, header, read, Task},
     tail, wakeup_flags, ARGS_CARRY, ARGS_SCRATCH, EVENTS, EXEC_SCRATCH, TAILS,
 };
 
@@ -30,13 +30,14 @@ const MAX_CHUNKS: u32 = 64;
 
 pub fn try_prepare_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
-    let tgid = task.tgid()?;
+    // The task is the current one.
+    let (pid, tgid) = current_ids();
     let Some(session) = filter::wanted(tgid) else {
         return Ok(());
     };
     rss::forget(tgid);
     let mm = task.mm()?;
-    image_end(&task, tgid, mm, session)
+    image_end(&task, tgid, pid, mm, session)
 }
 
 /// Sends the memory figures of `mm`, the image `task` (of process `tgid` in `session`) is
@@ -45,13 +46,13 @@ pub fn try_prepare_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
 /// after, and a new mm may then get its address, so following ends while it is still ours.
 /// Kernel threads (no mm) send nothing.
 #[inline(always)]
-pub fn image_end(task: &Task, tgid: u32, mm: u64, session: u16) -> Result<(), i32> {
+pub fn image_end(task: &Task, tgid: u32, pid: u32, mm: u64, session: u16) -> Result<(), i32> {
     if mm == 0 {
         return Ok(());
     }
     let mut slot = core::mem::MaybeUninit::uninit();
     let ev: &mut ImageEndEvent = crate::zero::zeroed(&mut slot);
-    ev.hdr = header(kind::IMAGE_END, session, task, tgid, task.pid()?)?;
+    ev.hdr = header(kind::IMAGE_END, session, task, tgid, pid)?;
     mem::read_mm(task.0, mm, &mut ev.mem)?;
     output(ev, session);
     Ok(())
@@ -79,7 +80,8 @@ fn output_bytes(data: *mut c_void, len: usize, session: u16) {
 #[inline(always)]
 pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
-    let tgid = task.tgid()?;
+    // The task is the current one (after de_thread, with its new pid).
+    let (pid, tgid) = current_ids();
     let Some(session) = filter::wanted(tgid) else {
         return Ok(());
     };
@@ -88,7 +90,7 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     let ev = EXEC_SCRATCH.get_ptr_mut(0).ok_or(-1)?;
     // SAFETY: per-CPU scratch value, exclusively ours while this program runs on this CPU.
     let ev = unsafe { &mut *ev };
-    ev.hdr = header(kind::EXEC, session, &task, tgid, task.pid()?)?;
+    ev.hdr = header(kind::EXEC, session, &task, tgid, pid)?;
     ev.old_pid = old_pid;
     crate::zero::current_comm(&mut ev.comm);
     ev.uid = bpf_get_current_uid_gid() as u32;

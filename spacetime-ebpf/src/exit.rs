@@ -16,7 +16,7 @@ use spacetime_common::{flags, kind, mode, stat, ExitEvent, Reaping, TASK_COMM_LE
 use crate::{
     conf, count, exit_mm, filter, mem, output, session,
     zero,
-    task::{read, read_or_zero, traced, Task},
+    task::{current_ids, read, read_or_zero, traced, Task},
     EXITED, EXIT_SCRATCH, REAPING, TRACKED,
 };
 
@@ -36,16 +36,17 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
     // read-only configuration): it would otherwise walk the rest of the program once more for
     // each of its outcomes.
     let tp_has_group_dead = conf!(off.exit_tp_group_dead) != 0;
-    let pid = task.pid();
-    let stash = match pid {
-        Ok(pid) if mm == 0 && !tp_has_group_dead => exit_mm::get(pid),
-        _ => None,
+    // The task is the current one.
+    let (pid, tgid) = current_ids();
+    let stash = match mm == 0 && !tp_has_group_dead {
+        true => exit_mm::get(pid),
+        false => None,
     };
     // The kernel's own "last thread" flag, where the tracepoint passes it (6.16+).
     let tp_group_dead = tp_has_group_dead.then(|| ctx.arg::<u64>(1) & 0xff != 0);
     // SAFETY: per-CPU scratch value, exclusively ours while this program runs on this CPU.
-    let r = exit(unsafe { &mut *ev }, &task, mm, stash, tp_group_dead, bad || pid.is_err());
-    if let (Some(_), Ok(pid)) = (stash, pid) {
+    let r = exit(unsafe { &mut *ev }, &task, (pid, tgid), mm, stash, tp_group_dead, bad);
+    if stash.is_some() {
         // Whatever happened, no entry outlives its thread.
         exit_mm::forget(pid);
     }
@@ -56,13 +57,12 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
 fn exit(
     ev: &mut ExitEvent,
     task: &Task,
+    (pid, tgid): (u32, u32),
     mm: u64,
     stash: Option<&exit_mm::ExitMm>,
     tp_group_dead: Option<bool>,
     bad: bool,
 ) -> Result<(), i32> {
-    // Without its tgid the task cannot be matched to anything (the failure is counted).
-    let tgid = task.tgid()?;
     // Kernel-side filter (filter.rs): a filtered process's exits still go, as bare markers,
     // so userspace forgets it even if its uid or cgroup changed since it was let in.
     let sess = traced(tgid);
@@ -109,7 +109,7 @@ fn exit(
         ev.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     }
     zero::current_comm(&mut ev.comm);
-    err |= read_or_zero(&mut ev.hdr.pid, task.0, conf!(off.task_pid));
+    ev.hdr.pid = pid;
     if filtered {
         // A marker: userspace reads its header only. The same record as below, not a second
         // one (two would not fit 6.1's 512-byte stack).

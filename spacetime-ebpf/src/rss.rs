@@ -17,7 +17,7 @@ use spacetime_common::{
 
 use crate::{
     conf, count, exit_mm, mem, output,
-    task::{read, traced, Task},
+    task::{current_ids, read, traced, Task},
     zero::zeroed,
     MM_STATE, SWITCHES, TRACKED, TREE_RSS,
 };
@@ -193,7 +193,8 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
         return Ok(());
     }
     let task = Task(ctx.arg::<u64>(0));
-    let tgid = task.tgid()?;
+    // The task is the current one.
+    let (_, tgid) = current_ids();
     let Some(session) = traced(tgid) else {
         return Ok(());
     };
@@ -209,7 +210,8 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
         return Ok(());
     }
     let task = Task(ctx.arg::<u64>(0));
-    let tgid = task.tgid()?;
+    // The task is the current one.
+    let (pid, tgid) = current_ids();
     // SAFETY: the value is copied out. Untraced and unfollowed processes stop here.
     match unsafe { TRACKED.get(tgid) } {
         Some(t) if t.mm != 0 => {}
@@ -217,7 +219,7 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
     }
     let last = if conf!(off.exit_tp_group_dead) != 0 {
         ctx.arg::<u64>(1) & 0xff != 0
-    } else if let Some(s) = exit_mm::get(task.pid()?).filter(|_| task.mm() == Ok(0)) {
+    } else if let Some(s) = exit_mm::get(pid).filter(|_| task.mm() == Ok(0)) {
         s.last != 0
     } else {
         read::<i32>(task.signal()?, conf!(off.signal_live))? == 0
