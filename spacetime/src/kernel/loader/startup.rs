@@ -17,14 +17,14 @@ use aya::{programs::RawTracePoint, Ebpf, EbpfLoader};
 use super::{LoadError, BTF_PATH};
 
 /// Raw-tracepoint programs by the CPU the verifier spends on them, costliest first (6.18,
-/// the CPU `-vv` logs for each: exit 9 ms, fork 3.7, rss_exec 2.7, rss_stat 2, prepare_exec
-/// 2, exec 1.7, each of the others under 1 ms). Names not listed come last.
+/// the CPU `-vv` logs for each: fork 3.8 ms, rss_exec 2.9, exit 2.4, prepare_exec 2.1,
+/// rss_stat 2, exec 1.6, each of the others under 1 ms). Names not listed come last.
 const VERIFY_ORDER: [&str; 10] = [
-    "sched_process_exit",
     "sched_process_fork",
     "rss_exec",
-    "rss_stat",
+    "sched_process_exit",
     "sched_prepare_exec",
+    "rss_stat",
     "sched_process_exec",
     "rss_exit",
     "dead_switch",
@@ -92,9 +92,8 @@ fn confine_thread() -> io::Result<()> {
 
 /// Loads (the kernel verifies) the raw-tracepoint programs of `hooks` (program, tracepoint):
 /// one worker per CPU, at most one per program, each taking the costliest program left. The
-/// kernel verifies programs of different threads concurrently, so on two CPUs the ~23 ms of
-/// verification end with the exit program (~9 ms) and the rest (~12 ms) side by side instead
-/// of one after the other. Attaching
+/// kernel verifies programs of different threads concurrently, so on two CPUs the ~17 ms of
+/// verification take ~9 ms. Attaching
 /// stays with the caller, in its order. Returns each program's load time in µs.
 pub fn verify_all(
     ebpf: &mut Ebpf,
