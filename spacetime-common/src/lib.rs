@@ -38,6 +38,9 @@ pub mod kind {
     /// A process's CPU figures are final: as `wait4` computes them ([`super::ReapEvent`]),
     /// sent at the last context switch of its tasks, or when it is freed. Once per process.
     pub const REAP: u16 = 16;
+    /// The path of a cgroup, from the kernel's names, the first time a process execs in it
+    /// ([`super::CgroupNameEvent`]): identity that outlives the cgroup.
+    pub const CGROUP_NAME: u16 = 17;
 }
 
 /// Flag bits for the `flags` fields.
@@ -81,6 +84,10 @@ pub mod flags {
     pub const REAP_READ_FAILED: u32 = 1 << 0;
     /// RSS: a point the rate limit held back, sent late: `hdr.ts_ns` is still when it happened.
     pub const RSS_HELD: u32 = 1 << 2;
+    /// CGROUP_NAME: a name was longer than [`super::CGROUP_NAME_LEN`] and is cut.
+    pub const CGROUP_NAME_CUT: u32 = 1 << 0;
+    /// CGROUP_NAME: the path is deeper than [`super::CGROUP_NAME_DEPTH`]: its top is missing.
+    pub const CGROUP_NAME_DEEPER: u32 = 1 << 1;
 }
 
 /// Indexes of the per-CPU `STATS` counters: each session has [`stat::COUNT`] of them, at
@@ -208,7 +215,14 @@ pub struct KernelOffsets {
     /// 1 when an mm's per-CPU RSS counters are one block (`__percpu_counter_init_many`,
     /// 6.6+): one read per CPU fetches all of them.
     pub rss_pcpu_block: u32,
-    pub _pad: u32,
+    /// `task_struct.cgroups`, `css_set.dfl_cgrp`, `cgroup.kn`, `kernfs_node.name` and
+    /// `kernfs_node.parent` (`__parent` since 6.15): a cgroup's path from the kernel's own
+    /// names. `cgroup_kn` is 0 when one is absent (no [`kind::CGROUP_NAME`] records).
+    pub task_cgroups: u32,
+    pub css_set_dfl_cgrp: u32,
+    pub cgroup_kn: u32,
+    pub kernfs_name: u32,
+    pub kernfs_parent: u32,
 }
 
 /// Configuration of the kernel programs, written into their read-only data before load.
@@ -459,6 +473,25 @@ pub struct ReapEvent {
     pub prev_stime_ns: u64,
 }
 
+/// Bytes kept of each name of a cgroup path (a docker scope's is 77).
+pub const CGROUP_NAME_LEN: usize = 128;
+/// Levels of a cgroup path sent, from the leaf up.
+pub const CGROUP_NAME_DEPTH: usize = 8;
+
+/// A cgroup's path, leaf first: `names[0]` is the cgroup's own name, `names[depth - 1]` the
+/// one below the root. Sent once per cgroup (a kernel LRU remembers which were sent).
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct CgroupNameEvent {
+    pub hdr: EventHeader,
+    pub cgroup_id: u64,
+    /// Names filled, at most [`CGROUP_NAME_DEPTH`].
+    pub depth: u32,
+    /// [`flags::CGROUP_NAME_CUT`], [`flags::CGROUP_NAME_DEEPER`].
+    pub flags: u32,
+    pub names: [[u8; CGROUP_NAME_LEN]; CGROUP_NAME_DEPTH],
+}
+
 /// A traced process (`TRACKED` values, keyed by tgid).
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -591,6 +624,7 @@ mod pod {
     unsafe impl aya::Pod for TreeRss {}
     unsafe impl aya::Pod for RssEvent {}
     unsafe impl aya::Pod for ReapEvent {}
+    unsafe impl aya::Pod for CgroupNameEvent {}
 }
 
 // Layout checks: the kernel and userspace read these byte for byte.
@@ -604,8 +638,9 @@ const _: () = {
     assert!(EXEC_EVENT_FIXED == 32 + 24 + TASK_COMM_LEN + FILENAME_LEN);
     assert!(size_of::<KernelFilter>() == 8 + 4 * FILTER_MAX_UIDS + 8 + 16 * FILTER_MAX_CGROUPS);
     assert!(ARGS_EVENT_FIXED == 40);
-    assert!(size_of::<KernelOffsets>() == 47 * 4);
-    assert!(size_of::<Config>() == 24 + 47 * 4 + 8);
+    assert!(size_of::<KernelOffsets>() == 51 * 4);
+    assert!(size_of::<Config>() == 24 + 51 * 4 + 8);
+    assert!(size_of::<CgroupNameEvent>() == 32 + 16 + CGROUP_NAME_LEN * CGROUP_NAME_DEPTH);
     assert!(size_of::<MmState>() == 120);
     assert!(size_of::<TreeRss>() == 32);
     assert!(size_of::<RssEvent>() == 56);

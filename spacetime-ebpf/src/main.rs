@@ -13,6 +13,7 @@
 #![allow(internal_features)]
 
 mod adopt;
+mod cgroup;
 mod exec;
 mod exec_mm;
 mod exit;
@@ -185,6 +186,15 @@ pub fn sched_prepare_exec(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint]
 pub fn exec_args(ctx: RawTracePointContext) -> i32 {
     match exec::try_exec_args(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+/// `watch`: a cgroup's path, the first time a reported process of it execs (see `cgroup`).
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn cgroup_exec(ctx: RawTracePointContext) -> i32 {
+    match cgroup::try_name(&ctx) {
         Ok(()) => 0,
         Err(e) => e,
     }

@@ -122,9 +122,68 @@ impl Spread {
     }
 }
 
+/// The middle of `xs`; with an even count, the mean of the two middle values.
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Modified Z-scores (Iglewicz and Hoaglin): each value's distance to the median over the
+/// median absolute deviation, as hyperfine finds outliers. A MAD of 0 (a constant majority)
+/// is taken as the smallest positive step, so any value off it stands out.
+pub fn modified_zscores(xs: &[f64]) -> Vec<f64> {
+    let m = median(xs);
+    let dev: Vec<f64> = xs.iter().map(|x| (x - m).abs()).collect();
+    let mad = median(&dev);
+    let mad = if mad > 0.0 { mad } else { f64::EPSILON };
+    xs.iter().map(|x| (x - m) / mad).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn outliers_as_hyperfine_counts_them() {
+        // hyperfine's cases (its src/outlier_detection.rs): above 1.4826 · 10.
+        let outliers = |xs: &[f64]| {
+            modified_zscores(xs)
+                .iter()
+                .filter(|s| s.abs() > 1.4826 * 10.0)
+                .count()
+        };
+        assert_eq!(outliers(&[50.0]), 0);
+        assert_eq!(outliers(&[1000.0, 0.0]), 0);
+        assert_eq!(outliers(&[-0.2, 0.0, 0.2]), 0);
+        assert_eq!(outliers(&[-0.2, 0.0, 0.2, 4.0]), 1);
+        assert_eq!(outliers(&[0.5, 0.30, 0.29, 0.31, 0.30]), 1);
+        let normal = [
+            2.33269488,
+            1.42195907,
+            -0.57527698,
+            -0.31293437,
+            2.2948158,
+            0.75813273,
+            -1.0712388,
+            -0.96394741,
+            -1.15897446,
+            1.10976285,
+        ];
+        assert_eq!(outliers(&normal), 0);
+        let mut two = normal.to_vec();
+        two.extend([20.0, -500.0]);
+        assert_eq!(outliers(&two), 2);
+        assert_eq!(
+            outliers(&[10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 100.0]),
+            1
+        );
+    }
 
     fn close(a: f64, b: f64, tol: f64) -> bool {
         (a - b).abs() <= tol

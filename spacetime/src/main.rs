@@ -10,6 +10,7 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { EXIT_OWN_FAILURE } else { 0 };
+            let e = spacetime::cmd::cli::explain(e, std::env::args_os().skip(1));
             let _ = e.print();
             return ExitCode::from(code as u8);
         }

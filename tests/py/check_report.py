@@ -1,8 +1,9 @@
-"""Validates spacetime trace reports against docs/trace-report.schema.json, and checks that
-the schema describes every key the reports hold (the schema's objects are open for readers,
-so a key missing from it would otherwise pass unnoticed).
+"""Validates spacetime's JSON outputs against their published schemas (docs/*.schema.json),
+and checks that the schema describes every key they hold (the schema's objects are open for
+readers, so a key missing from it would otherwise pass unnoticed).
 
-Usage: check_report.py SCHEMA REPORT...  Prints nothing and exits 0 when all is well."""
+Usage: check_report.py SCHEMA [--lines] FILE...  With --lines each line of each FILE is one
+document (watch --json). Prints nothing and exits 0 when all is well."""
 import json
 import sys
 
@@ -43,17 +44,23 @@ def main():
     validator = jsonschema.Draft202012Validator(
         schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
     )
+    files = sys.argv[2:]
+    lines = files[:1] == ["--lines"]
     failed = False
-    for path in sys.argv[2:]:
-        report = json.load(open(path))
-        for e in validator.iter_errors(report):
-            print(f"{path}: {e.json_path}: {e.message[:300]}")
-            failed = True
-        missing = set()
-        undocumented(report, schema, schema, validator, "$", missing)
-        for k in sorted(missing):
-            print(f"{path}: {k} is not described by the schema")
-            failed = True
+    for path in files[1:] if lines else files:
+        if lines:
+            docs = [(f"{path}:{i + 1}", json.loads(l)) for i, l in enumerate(open(path)) if l.strip()]
+        else:
+            docs = [(path, json.load(open(path)))]
+        for where, doc in docs:
+            for e in validator.iter_errors(doc):
+                print(f"{where}: {e.json_path}: {e.message[:300]}")
+                failed = True
+            missing = set()
+            undocumented(doc, schema, schema, validator, "$", missing)
+            for k in sorted(missing):
+                print(f"{where}: {k} is not described by the schema")
+                failed = True
     sys.exit(1 if failed else 0)
 
 

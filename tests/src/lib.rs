@@ -20,6 +20,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 pub mod agent;
+pub mod bench;
 pub mod chart;
 pub mod openmetrics;
 pub mod prometheus;

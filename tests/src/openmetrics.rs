@@ -217,34 +217,45 @@ pub fn parse_openmetrics(text: &str) -> Result<Vec<Family>, String> {
     Ok(families)
 }
 
+/// Each series of a histogram (its labels but `le`) has sorted, cumulative buckets ending at
+/// +Inf, and a `_count` equal to its +Inf bucket.
 fn check_histogram(f: &Family) -> Result<(), String> {
-    let buckets: Vec<&Sample> = f
-        .samples
-        .iter()
-        .filter(|s| s.name.ends_with("_bucket"))
-        .collect();
-    let mut prev = 0.0;
-    let mut prev_le = f64::NEG_INFINITY;
-    for b in &buckets {
-        let le = b
-            .labels
-            .get("le")
-            .ok_or_else(|| format!("{}: bucket without le", f.name))?;
-        let le = parse_value(le)?;
-        if le <= prev_le || b.value < prev {
-            return Err(format!("{}: buckets not sorted and cumulative", f.name));
+    let mut series: BTreeMap<Vec<(&String, &String)>, Vec<&Sample>> = BTreeMap::new();
+    for s in f.samples.iter().filter(|s| s.name.ends_with("_bucket")) {
+        let key = s.labels.iter().filter(|(k, _)| *k != "le").collect();
+        series.entry(key).or_default().push(s);
+    }
+    for (labels, buckets) in &series {
+        let mut prev = 0.0;
+        let mut prev_le = f64::NEG_INFINITY;
+        for b in buckets {
+            let le = b
+                .labels
+                .get("le")
+                .ok_or_else(|| format!("{}: bucket without le", f.name))?;
+            let le = parse_value(le)?;
+            if le <= prev_le || b.value < prev {
+                return Err(format!(
+                    "{}{labels:?}: buckets not sorted and cumulative",
+                    f.name
+                ));
+            }
+            (prev, prev_le) = (b.value, le);
         }
-        (prev, prev_le) = (b.value, le);
-    }
-    if prev_le != f64::INFINITY {
-        return Err(format!("{}: no +Inf bucket", f.name));
-    }
-    let count = f.value(&format!("{}_count", f.name), &[]);
-    if count != Some(prev) {
-        return Err(format!(
-            "{}: _count {count:?} differs from the +Inf bucket {prev}",
-            f.name
-        ));
+        if prev_le != f64::INFINITY {
+            return Err(format!("{}{labels:?}: no +Inf bucket", f.name));
+        }
+        let want: Vec<(&str, &str)> = labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let count = f.value(&format!("{}_count", f.name), &want);
+        if count != Some(prev) {
+            return Err(format!(
+                "{}{labels:?}: _count {count:?} differs from the +Inf bucket {prev}",
+                f.name
+            ));
+        }
     }
     Ok(())
 }
@@ -262,6 +273,13 @@ mod tests {
         let f = parse_openmetrics(text).expect("valid");
         assert_eq!(f.len(), 2);
         assert_eq!(f[0].value("a_total", &[("x", "q\"\\")]), Some(3.0));
+        // Two series of one histogram: each is cumulative on its own.
+        let two = "# TYPE h histogram\n\
+                   h_bucket{c=\"a\",le=\"1\"} 1\nh_bucket{c=\"a\",le=\"+Inf\"} 3\n\
+                   h_count{c=\"a\"} 3\nh_sum{c=\"a\"} 2\n\
+                   h_bucket{c=\"b\",le=\"1\"} 0\nh_bucket{c=\"b\",le=\"+Inf\"} 1\n\
+                   h_count{c=\"b\"} 1\nh_sum{c=\"b\"} 4\n# EOF\n";
+        parse_openmetrics(two).expect("two series");
     }
 
     #[test]
@@ -272,6 +290,7 @@ mod tests {
             "# TYPE a gauge\na{x=y} 1\n# EOF\n",
             "# TYPE a gauge\na 1\n# TYPE b gauge\nb 1\n# TYPE a gauge\n# EOF\n",
             "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_count 1\n# EOF\n",
+            "# TYPE h histogram\nh_bucket{c=\"a\",le=\"+Inf\"} 1\nh_count{c=\"a\"} 2\n# EOF\n",
             "# TYPE a gauge\n\na 1\n# EOF\n",
         ] {
             assert!(parse_openmetrics(bad).is_err(), "accepted {bad:?}");

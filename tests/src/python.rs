@@ -57,3 +57,22 @@ pub fn check_reports<P: AsRef<std::path::Path>>(reports: &[P]) -> std::process::
         .output()
         .expect("running check_report.py")
 }
+
+/// Validates JSON outputs against one of docs/*.schema.json (`schema`: its file name);
+/// `lines`: each line of each file is a document (watch --json). Its output, successful when
+/// every document matches and the schema describes every key.
+pub fn check_json<P: AsRef<std::path::Path>>(
+    schema: &str,
+    lines: bool,
+    files: &[P],
+) -> std::process::Output {
+    let mut c = python_with("jsonschema", &["jsonschema"]);
+    c.arg(script("check_report.py"))
+        .arg(crate::workspace_root().join("docs").join(schema));
+    if lines {
+        c.arg("--lines");
+    }
+    c.args(files.iter().map(|p| p.as_ref()))
+        .output()
+        .expect("running check_report.py")
+}

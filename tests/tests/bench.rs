@@ -4,156 +4,20 @@
 use std::{
     ffi::OsString,
     os::unix::ffi::OsStringExt,
-    path::{Path, PathBuf},
-    process::{Child, Command},
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
-use spacetime_tests::{assert_rss, spacetime_bin, TempDir, Truth, MIB};
+use spacetime_tests::{
+    assert_rss,
+    bench::{check_stats, finish, read_lines, start, u64s, Out, LIMIT},
+    Truth, MIB,
+};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
-const LIMIT: Duration = Duration::from_secs(180);
-
-/// A finished `spacetime bench`.
-struct Out {
-    code: i32,
-    stdout: Vec<u8>,
-    stderr: String,
-    dir: TempDir,
-}
-
-impl Out {
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// The `--json` export (every bench here writes one to `bench.json`).
-    fn json(&self) -> Value {
-        let text = std::fs::read(self.path("bench.json"))
-            .unwrap_or_else(|e| panic!("bench.json: {e}; stderr: {}", self.stderr));
-        let v = serde_json::from_slice(&text)
-            .unwrap_or_else(|e| panic!("bench.json does not parse: {e}; stderr: {}", self.stderr));
-        // Through an agent when the suite runs through one.
-        spacetime_tests::agent::check_programs(&v);
-        v
-    }
-
-    /// The workload's truth lines, in the order the runs wrote them.
-    fn truth(&self) -> Vec<Truth> {
-        read_lines(&self.path("truth.jsonl"))
-            .iter()
-            .map(|l| Truth(serde_json::from_str(l).expect("truth line parses")))
-            .collect()
-    }
-
-    fn context(&self) -> String {
-        format!(
-            "status {}; stdout:\n{}\nstderr:\n{}",
-            self.code,
-            String::from_utf8_lossy(&self.stdout),
-            self.stderr
-        )
-    }
-}
-
-fn read_lines(p: &Path) -> Vec<String> {
-    match std::fs::read_to_string(p) {
-        Ok(t) => t.lines().map(String::from).collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => panic!("{}: {e}", p.display()),
-    }
-}
-
-/// Starts `spacetime bench --json DIR/bench.json FLAGS… COMMANDS…` with `ST_TRUTH` in DIR;
-/// `DIR` in a flag or command is replaced by the directory.
-fn start(tag: &str, flags: &[&str], commands: &[OsString], own_group: bool) -> (Child, TempDir) {
-    let dir = TempDir::new(tag);
-    let d = dir.path().to_str().expect("utf-8 temp dir").to_string();
-    let mut c = Command::new(spacetime_bin());
-    c.arg("bench")
-        .arg("--json")
-        .arg(dir.path().join("bench.json"));
-    c.args(flags.iter().map(|f| f.replace("DIR", &d)));
-    c.args(commands);
-    for k in ["SUDO_UID", "SUDO_GID", "SUDO_USER"] {
-        c.env_remove(k);
-    }
-    c.env("ST_TRUTH", dir.path().join("truth.jsonl"));
-    let file = |n: &str| std::fs::File::create(dir.path().join(n)).expect("output file");
-    // Not /dev/null: a command that reads /dev/null was given it by spacetime.
-    c.stdin(file("stdin"))
-        .stdout(file("stdout"))
-        .stderr(file("stderr"));
-    if own_group {
-        use std::os::unix::process::CommandExt;
-        c.process_group(0);
-    }
-    let child = c.spawn().expect("spawn spacetime bench");
-    (child, dir)
-}
-
-fn finish(mut child: Child, dir: TempDir) -> Out {
-    let until = Instant::now() + LIMIT;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("spacetime bench did not finish in {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stderr =
-        String::from_utf8_lossy(&std::fs::read(dir.path().join("stderr")).unwrap_or_default())
-            .into_owned();
-    Out {
-        code: status.code().unwrap_or(-1),
-        stdout: std::fs::read(dir.path().join("stdout")).unwrap_or_default(),
-        stderr,
-        dir,
-    }
-}
 
 fn bench(tag: &str, flags: &[&str], commands: &[&str]) -> Out {
-    let cmds: Vec<OsString> = commands
-        .iter()
-        .map(|c| c.replace("WL", WL).into())
-        .collect();
-    let (child, dir) = start(tag, flags, &cmds, false);
-    finish(child, dir)
-}
-
-fn u64s(v: &Value) -> Vec<u64> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("not an array: {v}"))
-        .iter()
-        .map(|x| x.as_u64().unwrap_or_else(|| panic!("not an integer: {x}")))
-        .collect()
-}
-
-/// The statistics of a figure agree with its own values.
-fn check_stats(what: &str, s: &Value) {
-    let values = u64s(&s["values"]);
-    let n = values.len() as f64;
-    let mean = values.iter().sum::<u64>() as f64 / n;
-    let got = s["mean"].as_f64().expect("mean");
-    assert!(
-        (got - mean).abs() <= mean * 1e-12,
-        "{what}: mean {got}, values {values:?}"
-    );
-    assert_eq!(
-        s["min"].as_u64(),
-        values.iter().min().copied(),
-        "{what}: min"
-    );
-    assert_eq!(
-        s["max"].as_u64(),
-        values.iter().max().copied(),
-        "{what}: max"
-    );
+    spacetime_tests::bench::bench(WL, tag, flags, commands)
 }
 
 /// The CSV and Markdown exports parse, and agree with the JSON's `results`.
@@ -507,9 +371,11 @@ fn commands_read_dev_null_and_write_there_unless_show_output() {
     assert_eq!(out.code, 0, "{}", out.context());
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
-    // Each run: stdin is /dev/null, stdout is spacetime's own (the test's file).
+    // The header as the runs start, then each run: stdin is /dev/null, stdout is spacetime's
+    // own (the test's file).
+    assert!(lines[0].starts_with("Benchmark 1: "), "{stdout}");
     let stdout_file = out.path("stdout");
     let want = ["/dev/null".to_string(), stdout_file.display().to_string()];
-    assert_eq!(lines[..2], want, "first run: {stdout}");
-    assert_eq!(lines[2..4], want, "second run: {stdout}");
+    assert_eq!(lines[1..3], want, "first run: {stdout}");
+    assert_eq!(lines[3..5], want, "second run: {stdout}");
 }

@@ -227,3 +227,81 @@ fn watch_never_prints_an_unknown_parent_as_pid_0() {
         }
     }
 }
+
+/// A usage error that names what was meant: a program where a subcommand goes gets the line
+/// that traces it; `trace` with nothing names both ways to use it. Both are usage errors (125).
+#[test]
+fn a_program_as_subcommand_suggests_trace_and_bare_trace_names_both_forms() {
+    let run = |args: &[&str]| {
+        let out = Command::new(spacetime_bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running spacetime");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["sh", "-c", "echo 'a b'"]);
+    assert_eq!(code, Some(125), "{err}");
+    assert!(
+        err.contains("spacetime trace -- sh -c 'echo '\"'\"'a b'\"'\"''")
+            || err.contains("spacetime trace -- sh -c \"echo 'a b'\""),
+        "no copyable trace line:\n{err}"
+    );
+    // Not a program: clap's own suggestion stays.
+    let (code, err) = run(&["mann"]);
+    assert_eq!(code, Some(125), "{err}");
+    assert!(err.contains("'man'") && !err.contains("trace --"), "{err}");
+    let (code, err) = run(&["trace"]);
+    assert_eq!(code, Some(125), "{err}");
+    assert!(
+        err.contains("spacetime trace [OPTIONS] -- CMD") && err.contains("-p PID"),
+        "{err}"
+    );
+}
+
+/// `-` is standard output for every file a command writes: here watch's rows and its summary
+/// object, one after the other on stdout, and no file named `-`.
+#[test]
+fn watch_dash_outputs_are_standard_output() {
+    let dir = spacetime_tests::TempDir::new("watch-dash");
+    let mut child = Command::new(spacetime_bin())
+        .current_dir(dir.path())
+        .args([
+            "watch",
+            "--json",
+            "-o",
+            "-",
+            "--summary-json",
+            "-",
+            "--count",
+            "1",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start watch");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().expect("try_wait").is_none() {
+        assert!(std::time::Instant::now() < until, "watch did not stop");
+        let _ = Command::new("true").status();
+    }
+    let out = child.wait_with_output().expect("wait");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines.len(), 2, "one exit, then the summary:\n{text}");
+    assert_eq!(lines[0]["event"], "exit", "{text}");
+    assert_eq!(lines[1]["stopped_by"], "count", "{text}");
+    assert!(!dir.path().join("-").exists(), "a file named -");
+}

@@ -187,15 +187,22 @@ fn format_and_output_file_match_the_json_report() {
     let v: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("r.json")).expect("r.json"))
             .expect("JSON");
-    let line = std::fs::read_to_string(dir.path().join("s.txt")).expect("s.txt");
-    assert!(line.ends_with('\n'), "{line:?}");
+    let text = std::fs::read_to_string(dir.path().join("s.txt")).expect("s.txt");
+    assert!(text.ends_with('\n'), "{text:?}");
+    // As GNU time: a line about the non-zero status, then the format's.
+    let (status, line) = text.split_once('\n').expect("two lines");
+    assert_eq!(status, "Command exited with non-zero status 6");
     let f: Vec<&str> = line.trim_end_matches('\n').split('|').collect();
     let n = |k: &str| {
         v["totals"][k]
             .as_u64()
             .unwrap_or_else(|| panic!("totals.{k}: {v}"))
     };
-    let secs = |ns: &Value| format!("{:.2}", ns.as_u64().expect("ns") as f64 / 1e9);
+    // Truncated to hundredths, as GNU time prints seconds.
+    let secs = |ns: &Value| {
+        let cs = ns.as_u64().expect("ns") / 10_000_000;
+        format!("{}.{:02}", cs / 100, cs % 100)
+    };
     assert_eq!(f[0], secs(&v["wall_ns"]), "%e");
     let wall_cs = v["wall_ns"].as_u64().expect("wall") / 10_000_000;
     assert_eq!(
@@ -245,7 +252,11 @@ fn output_file_appends_and_json_dash_is_stdout() {
         .expect("run");
     assert_eq!(again.code(), Some(2));
     let both = std::fs::read_to_string(dir.path().join("s.txt")).expect("s.txt");
-    assert_eq!(both, format!("{first}2\n"), "appended");
+    assert_eq!(
+        both,
+        format!("{first}Command exited with non-zero status 2\n2\n"),
+        "appended"
+    );
 }
 
 /// Runs `spacetime watch ARGS` with stderr captured, making exits until it stops by itself

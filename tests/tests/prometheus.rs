@@ -253,6 +253,7 @@ fn unit_and_container_families_pass_promtool() {
     let w = Watch::new()
         .flags(["--json", "--metrics", "127.0.0.1:0"])
         .flags(["--metrics-label", "unit", "--metrics-label", "container"])
+        .flag("--metrics-histograms")
         .start();
     let addr = w.metrics_addr();
     run(&mut Command::new("/bin/true"));
@@ -268,9 +269,108 @@ fn unit_and_container_families_pass_promtool() {
             "{family}:\n{text}"
         );
     }
+    for family in [
+        "spacetime_watch_comm_peak_rss_bytes",
+        "spacetime_watch_unit_runtime_seconds",
+        "spacetime_watch_container_peak_rss_bytes",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {family} histogram")),
+            "{family}:\n{text}"
+        );
+    }
     let (ok, out) = promtool_check(&text);
     assert!(ok, "promtool check metrics:\n{out}\n---\n{text}");
     let (_, _, om) = http_get(addr, "/metrics");
     parse_openmetrics(&om).unwrap_or_else(|e| panic!("strict OpenMetrics parse: {e}\n{om}"));
     w.interrupt().assert_clean();
+}
+
+/// The value at rank ceil(q·n) of `v`: what a quantile of these observations is.
+fn nearest_rank(v: &[f64], q: f64) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s[((q * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1]
+}
+
+/// `--metrics-histograms`: p50, p90 and p99 of one program's peak RSS and of another's run
+/// time, as a real Prometheus computes them from the buckets, against the truth: the
+/// processes' own VmHWM, and the run times the watch reported.
+#[test]
+fn quantiles_by_program_from_a_real_prometheus_are_within_ten_percent() {
+    const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+    let dir = TempDir::new("prom-q");
+    let (mem, slow) = (name("pqm"), name("pqs"));
+    let m = program(dir.path(), WL, &mem);
+    let s = program(dir.path(), WL, &slow);
+    let w = Watch::new()
+        .flags([
+            "--json",
+            "--metrics",
+            "127.0.0.1:0",
+            "--metrics-histograms",
+            "--exe",
+        ])
+        .flag(format!("{}/*", dir.path().display()))
+        .start();
+    let prom = Prometheus::scraping(w.metrics_addr());
+    let truth = dir.path().join("truth.jsonl");
+    // 40 peaks from 2 to 80 MiB, 20 run times from 10 to 200 ms.
+    for mib in (2..=80).step_by(2) {
+        run(Command::new(&m)
+            .args(["touch", &mib.to_string()])
+            .env("ST_TRUTH", &truth));
+    }
+    for ms in (10..=200).step_by(10) {
+        run(Command::new(&s)
+            .args(["sleep", &ms.to_string()])
+            .env("ST_TRUTH", "/dev/null"));
+    }
+    let count = |family: &str, comm: &str| {
+        prom.scalar(&format!(
+            "spacetime_watch_comm_{family}_count{{comm=\"{comm}\"}}"
+        ))
+    };
+    prom.wait_until("every exit scraped", Duration::from_secs(90), || {
+        count("peak_rss_bytes", &mem) == Some(40.0) && count("runtime_seconds", &slow) == Some(20.0)
+    });
+    let out = w.interrupt();
+    out.assert_clean();
+    let peaks: Vec<f64> = spacetime_tests::read_truth(&truth)
+        .iter()
+        .map(|t| t.vmhwm_bytes() as f64)
+        .collect();
+    assert_eq!(peaks.len(), 40);
+    let runtimes: Vec<f64> = out
+        .json_lines()
+        .iter()
+        .filter(|v| v["comm"] == slow.as_str())
+        .map(|v| v["runtime_ns"].as_f64().expect("runtime") / 1e9)
+        .collect();
+    assert_eq!(runtimes.len(), 20);
+    for (family, comm, truth) in [
+        ("peak_rss_bytes", &mem, &peaks),
+        ("runtime_seconds", &slow, &runtimes),
+    ] {
+        for q in [0.5, 0.9, 0.99] {
+            let est = prom
+                .scalar(&format!(
+                    "histogram_quantile({q}, sum by (comm, le) \
+                     (spacetime_watch_comm_{family}_bucket{{comm=\"{comm}\"}}))"
+                ))
+                .unwrap_or_else(|| panic!("no p{} of {family}", q * 100.0));
+            let want = nearest_rank(truth, q);
+            let err = (est - want).abs() / want;
+            eprintln!(
+                "quantile-error: {family} p{}: Prometheus {est:.4e}, truth {want:.4e}, {:.2} %",
+                q * 100.0,
+                err * 100.0
+            );
+            assert!(
+                err <= 0.10,
+                "{family} p{}: Prometheus {est}, truth {want}",
+                q * 100.0
+            );
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! What a user sees in a real terminal: an 80-column tmux pane where no line of `trace`'s
-//! summary or `watch`'s table and summary is longer than the pane (tmux would wrap it) and a
-//! long program path keeps its name; plain ASCII in a C locale; notices only when they help.
+//! summary, `watch`'s table and summary, `bench`'s blocks, comparison and parameter table or
+//! `--help` is longer than the pane (tmux would wrap it) and a long program path keeps its
+//! name; plain ASCII in a C locale; notices only when they help.
 
 use std::{
     path::{Path, PathBuf},
@@ -134,6 +135,48 @@ fn trace_summary_fits_an_80_column_pane_and_keeps_the_program_name() {
         );
     }
     assert!(pane.contains("4 processes, 4 threads, 4 execs"), "{pane}");
+}
+
+#[test]
+fn bench_and_help_fit_an_80_column_pane() {
+    let dir = TempDir::new("tmux-bench");
+    let prog = long_program(dir.path());
+    let st = sh_quote(&spacetime_bin());
+    // A parameter scan of a long-named program (one process: -N), a comparison of trees
+    // through a shell with a warning (under 5 ms), then each subcommand's help.
+    let script = format!(
+        "{st} bench -N -r 3 -P n 1 3 '{p} --with-a-long-argument-list {{n}} x86_64-linux-gnu'; \
+         {st} bench -r 3 'sh -c \"{p} 1; {p}\"' 'sh -c \"{p}; {p}; {p}\"'; \
+         for c in '' trace bench watch agent; do {st} $c --help; done",
+        p = prog.display()
+    );
+    let tmux = Tmux::start(dir.path(), &script);
+    let pane = tmux.wait_for("TMUX-SCRIPT-DONE", Duration::from_secs(180));
+    for want in [
+        "Benchmark 3:",
+        "Summary",
+        "Parameter scan",
+        "Warning:",
+        "Usage: spacetime bench",
+    ] {
+        assert!(
+            pane.contains(want),
+            "no {want:?} in the pane:
+{pane}"
+        );
+    }
+    assert!(
+        pane.contains("Peak RSS (mean ± σ):"),
+        "one process, one peak:
+{pane}"
+    );
+    assert!(
+        pane.contains("Peak RSS, tree:"),
+        "several processes, both peaks:
+{pane}"
+    );
+    assert!(!pane.contains("times less"), "{pane}");
+    assert_fits_80(&pane);
 }
 
 #[test]

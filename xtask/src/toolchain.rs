@@ -117,13 +117,22 @@ fn ensure_bpf_linker() -> Result<()> {
 
 /// What the integration tests run besides spacetime: a real Prometheus server and promtool
 /// for the metrics tests, tmux for the terminal tests (an 80-column pane), make and a C
-/// compiler for the timeline's make test.
+/// compiler for the timeline's make test, GNU time and hyperfine for the drop-in tests.
 pub fn ensure_test_tools() -> Result<()> {
     apt_install(
-        &["prometheus", "tmux", "make", "gcc", "libc6-dev"],
+        &[
+            "prometheus",
+            "tmux",
+            "make",
+            "gcc",
+            "libc6-dev",
+            "time",
+            "hyperfine",
+        ],
         "the metrics tests scrape `watch --metrics` with a real Prometheus and lint it with \
          promtool; the terminal tests run spacetime in an 80-column tmux pane; a timeline \
-         test traces a small make",
+         test traces a small make; `trace -f` is compared with GNU time's /usr/bin/time and \
+         `bench --export-json` with hyperfine's",
     )
 }
 

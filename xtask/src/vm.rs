@@ -68,10 +68,13 @@ const SLOW_UNDER_TCG: [(&str, &str); 1] = [(
 
 /// Test binaries left out of the guest: they check the CLI, the file formats, the metrics and
 /// what a terminal shows with host tools the busybox guest lacks (bash, groff, man, python3
-/// with pip, cargo, setpriv, systemd-analyze, a Prometheus server, tmux, script), and nothing in
-/// them depends on the kernel version (the units' test also applies PR_SET_MDWE, Linux 6.3+).
-const HOST_ONLY: [&str; 8] = [
+/// with pip, cargo, setpriv, systemd-analyze, a Prometheus server, tmux, script, GNU time,
+/// hyperfine), and nothing in them depends on the kernel version (the units' test also applies
+/// PR_SET_MDWE, Linux 6.3+).
+const HOST_ONLY: [&str; 11] = [
+    "bench_hyperfine",
     "cli",
+    "gnu_time",
     "install",
     "perfetto",
     "prometheus",
@@ -79,15 +82,16 @@ const HOST_ONLY: [&str; 8] = [
     "status",
     "terminal",
     "units",
+    "watch_json",
 ];
 
-/// Single tests skipped in the guest, and why: one needs make and a C compiler; one a
+/// Single tests skipped in the guest, and why: two need make (one a C compiler too); one a
 /// disk-backed file system; one systemd's socket activation; one Python's jsonschema; three run a copy of
 /// /bin/true under another name, and the guest's /bin/true is busybox, which picks its
 /// applet by that name. What those check (non-UTF-8 names in the report, escaping) is done
 /// in userspace; the kernel's reading of argv bytes is tested in the guest by the processes
 /// tests.
-const HOST_TOOLS_TESTS: [(&str, &str); 7] = [
+const HOST_TOOLS_TESTS: [(&str, &str); 8] = [
     (
         "an_attach_report_matches_the_schema",
         "no python3 with jsonschema in the guest",
@@ -103,6 +107,10 @@ const HOST_TOOLS_TESTS: [(&str, &str); 7] = [
     (
         "a_small_make_reaches_every_peak",
         "no make or cc in the guest",
+    ),
+    (
+        "parameter_scan_of_make_j_reports_time_and_memory_per_value",
+        "no make in the guest",
     ),
     (
         "long_non_ascii_path_with_more_processes_than_top",

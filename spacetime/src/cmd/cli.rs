@@ -55,15 +55,14 @@ Examples:
 const BENCH_EXAMPLES: &str = "\
 Examples:
   sudo spacetime bench 'gzip -k -f big.tar' 'zstd -k -f big.tar'
-      10 traced runs of each: time, peak memory of the largest process and of the whole
-      tree, and which differences are significant
+      At least 10 traced runs of each (and 3 s): time, peak memory of the largest process
+      and of the whole tree, and which differences are significant
   sudo spacetime bench -N -r 30 -w 3 './old --input x' './new --input x'
       No shell: each command split like a shell and exec'd; 3 warm-up runs first
-  sudo spacetime bench --prepare 'make clean' 'make -j2' 'make -j4'
-      A clean tree before every run: the build's time and the memory of its largest
-      compiler, and of all its processes at once
-  sudo spacetime bench --json bench.json --export-markdown bench.md 'sort big.txt' 'sort -S 1M big.txt'
-      Every run's figures as JSON; a Markdown table to paste";
+  sudo spacetime bench -P j 1 4 --prepare 'make clean' 'make -j{j}'
+      A clean tree before every run of make -j1 to -j4: time and memory per -j
+  sudo spacetime bench --export-json b.json 'sort big.txt' 'sort -S 1M big.txt'
+      hyperfine's JSON (its scripts read it), with every run's figures";
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -183,7 +182,59 @@ fn write_subcommand_man(sub: &clap::Command, out: &mut dyn std::io::Write) -> st
     out.write_all(page.as_bytes())
 }
 
+/// A usage error made clearer where spacetime knows what was meant: a program named where a
+/// subcommand goes (`spacetime make -j8`) gets the `spacetime trace -- make -j8` that traces
+/// it, and `trace` with neither CMD nor -p says both ways.
+pub fn explain(e: clap::Error, args: impl Iterator<Item = OsString>) -> clap::Error {
+    use clap::error::ErrorKind;
+    let args: Vec<OsString> = args.collect();
+    // The first word that is not an option: where the subcommand goes.
+    let at = args
+        .iter()
+        .position(|a| !a.as_encoded_bytes().starts_with(b"-"));
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    match (e.kind(), at) {
+        (ErrorKind::InvalidSubcommand, Some(i))
+            if crate::run::launch::resolve(&args[i]).is_ok() =>
+        {
+            let line = shell_line(&args[i..]);
+            cmd.error(
+                ErrorKind::InvalidSubcommand,
+                format!(
+                    "'{}' is not a spacetime command; to trace that program run:\n\n    \
+                     spacetime trace -- {line}",
+                    crate::util::term::escape(args[i].as_encoded_bytes())
+                ),
+            )
+        }
+        (ErrorKind::MissingRequiredArgument, Some(i)) if args[i] == "trace" => {
+            let mut trace = cmd.find_subcommand_mut("trace").cloned().unwrap_or(cmd);
+            trace.error(
+                ErrorKind::MissingRequiredArgument,
+                "give a command to run or processes to attach to:\n\n    \
+                 spacetime trace [OPTIONS] -- CMD [ARGS...]\n    \
+                 spacetime trace [OPTIONS] -p PID[,PID...]",
+            )
+        }
+        _ => e,
+    }
+}
+
+/// Arguments as a shell line to copy (quoted where a shell needs it), escaped for a terminal.
+fn shell_line(args: &[OsString]) -> String {
+    let words: Vec<String> = args
+        .iter()
+        .map(|a| {
+            let s = a.to_string_lossy();
+            shlex::try_quote(&s).map_or_else(|_| s.to_string(), |q| q.into_owned())
+        })
+        .collect();
+    crate::util::term::escape(words.join(" ").as_bytes())
+}
+
 #[derive(Debug, Args)]
+#[command(override_usage = "spacetime trace [OPTIONS] -- <CMD>...\n       \
+                            spacetime trace [OPTIONS] -p <PID[,PID...]>")]
 pub struct TraceArgs {
     /// Write the full report as JSON to FILE (`-`: standard output)
     #[arg(long, value_name = "FILE")]
@@ -194,9 +245,11 @@ pub struct TraceArgs {
     /// With -o, append to FILE instead of overwriting it
     #[arg(short = 'a', long, requires = "output")]
     pub append: bool,
-    /// Print this line instead of the summary, with GNU time's letters (%e %E %U %S %M %x %C
-    /// %c %w, %%, \n, \t) and spacetime's: %T tree-wide peak RSS KiB, %N processes, %Y max
-    /// PSS KiB, %L events lost
+    /// Print this instead of the summary, with every letter of GNU time's (`time -f`: %e %E
+    /// %U %S %P %M %t %K %D %p %X %Z %F %R %W %I %O %r %s %k %C %x %c %w, %%, \n, \t) and
+    /// spacetime's: %T tree-wide peak RSS KiB, %N processes, %Y max PSS KiB, %L events lost.
+    /// `verbose` prints `time -v`'s layout, `posix` `time -p`'s. As GNU time, a line says
+    /// first when CMD exited non-zero or was killed (not with -q)
     #[arg(short = 'f', long, value_name = "FMT", value_parser = crate::report::format::parse)]
     pub format: Option<crate::report::format::Format>,
     /// Stop when CMD exits; report descendants still running instead of waiting for them
@@ -233,7 +286,8 @@ pub struct TraceArgs {
     /// tree, a slice per image, RSS and PSS counters (`-`: standard output)
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
-    /// Quiet: no live status line and no notices (errors are still shown)
+    /// Quiet: no live status line and no notices (errors are still shown); with --format,
+    /// no line about how CMD ended (as `time -q`)
     #[arg(short, long)]
     pub quiet: bool,
     /// Least time between two RSS points of one process, in ms (new tree-wide peaks always

@@ -129,7 +129,11 @@ fn render(
     verbose: u8,
 ) -> String {
     if let Some(f) = &args.format {
-        return f.render(report);
+        // GNU time's line about an abnormal end comes first, unless -q (as `time -q`).
+        let status = (!args.quiet)
+            .then(|| crate::report::format::status_line(report))
+            .flatten();
+        return status.unwrap_or_default() + &f.render(report);
     }
     // Colours only on a terminal: not in a file of `-o`.
     let terminal = summary_dest.is_none() && io::stderr().is_terminal();

@@ -2,8 +2,9 @@
 //! is read: a short or unknown record is an error the caller counts, never a panic.
 
 use spacetime_common::{
-    kind, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, ReapEvent, RssEvent, ARGS_CHUNK,
-    ARGS_EVENT_FIXED, EXEC_EVENT_FIXED, FILENAME_LEN, TASK_COMM_LEN,
+    flags, kind, CgroupNameEvent, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, ReapEvent,
+    RssEvent, ARGS_CHUNK, ARGS_EVENT_FIXED, CGROUP_NAME_DEPTH, EXEC_EVENT_FIXED, FILENAME_LEN,
+    TASK_COMM_LEN,
 };
 
 /// A decoded record.
@@ -18,6 +19,17 @@ pub enum Event {
     Rss(RssEvent),
     /// A process was released: its final CPU figures, as wait4 computes them.
     Reap(ReapEvent),
+    /// A cgroup's path from the kernel's names, the first time a process exec'd in it (`watch`).
+    CgroupName(CgroupName),
+}
+
+/// A cgroup's path, read in the kernel while the cgroup existed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupName {
+    pub hdr: EventHeader,
+    pub cgroup_id: u64,
+    /// `/a/b/leaf`; `/…/b/leaf` when deeper than the kernel sends; `/` for the root.
+    pub path: String,
 }
 
 impl Event {
@@ -35,6 +47,7 @@ impl Event {
             Event::Exit(e) => &e.hdr,
             Event::Rss(e) => &e.hdr,
             Event::Reap(e) => &e.hdr,
+            Event::CgroupName(e) => &e.hdr,
         }
     }
 }
@@ -147,8 +160,37 @@ pub fn decode(buf: &[u8]) -> Result<Event, DecodeError> {
         kind::REAP => Ok(Event::Reap(read_prefix(buf, hdr.kind)?)),
         kind::EXEC => decode_exec(buf, hdr),
         kind::ARGS => decode_args(buf, hdr),
+        kind::CGROUP_NAME => decode_cgroup_name(buf),
         k => Err(DecodeError::UnknownKind(k)),
     }
+}
+
+fn decode_cgroup_name(buf: &[u8]) -> Result<Event, DecodeError> {
+    let e: CgroupNameEvent = read_prefix(buf, kind::CGROUP_NAME)?;
+    let depth = e.depth as usize;
+    if depth > CGROUP_NAME_DEPTH {
+        return Err(DecodeError::BadLength {
+            kind: kind::CGROUP_NAME,
+            claimed: depth,
+            got: CGROUP_NAME_DEPTH,
+        });
+    }
+    let mut path = String::new();
+    if e.flags & flags::CGROUP_NAME_DEEPER != 0 {
+        path.push_str("/…");
+    }
+    for name in e.names[..depth].iter().rev() {
+        path.push('/');
+        path.push_str(&String::from_utf8_lossy(c_bytes(name)));
+    }
+    if path.is_empty() {
+        path.push('/');
+    }
+    Ok(Event::CgroupName(CgroupName {
+        hdr: e.hdr,
+        cgroup_id: e.cgroup_id,
+        path,
+    }))
 }
 
 fn decode_exec(buf: &[u8], hdr: EventHeader) -> Result<Event, DecodeError> {
@@ -280,6 +322,32 @@ mod tests {
         let e = decode(&bytes).expect("fork decodes");
         assert_eq!(e.session(), 3);
         assert_eq!(e, Event::Fork(f));
+    }
+
+    #[test]
+    fn cgroup_names_come_leaf_first_and_make_a_path() {
+        let mut e = CgroupNameEvent {
+            hdr: hdr(kind::CGROUP_NAME),
+            cgroup_id: 42,
+            depth: 2,
+            flags: 0,
+            names: [[0; spacetime_common::CGROUP_NAME_LEN]; CGROUP_NAME_DEPTH],
+        };
+        e.names[0][..12].copy_from_slice(b"docker.scope");
+        e.names[1][..12].copy_from_slice(b"system.slice");
+        let path = |e: &CgroupNameEvent| match decode(&bytes_of(e)) {
+            Ok(Event::CgroupName(c)) => (c.cgroup_id, c.path),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(path(&e), (42, "/system.slice/docker.scope".into()));
+        e.flags = flags::CGROUP_NAME_DEEPER;
+        assert_eq!(path(&e).1, "/…/system.slice/docker.scope");
+        e.flags = 0;
+        e.depth = 0;
+        assert_eq!(path(&e).1, "/", "the root");
+        e.depth = CGROUP_NAME_DEPTH as u32 + 1;
+        assert!(decode(&bytes_of(&e)).is_err(), "a depth past the names");
+        assert!(decode(&bytes_of(&e)[..40]).is_err(), "short");
     }
 
     #[test]

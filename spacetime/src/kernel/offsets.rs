@@ -156,6 +156,34 @@ fn dead_switch(
     Ok(())
 }
 
+/// Optional: the fields of a cgroup's path (`watch`'s identity). kernfs_node's parent is
+/// `__parent` since 6.15 (read under RCU there).
+fn cgroup_path(
+    btf: &Btf,
+    off: &mut KernelOffsets,
+    notes: &mut Vec<String>,
+) -> Result<(), OffsetsError> {
+    let parent = ["__parent", "parent"]
+        .into_iter()
+        .find(|p| btf.has_member("kernfs_node", p));
+    let have = btf.has_member("task_struct", "cgroups")
+        && btf.has_member("css_set", "dfl_cgrp")
+        && btf.has_member("cgroup", "kn")
+        && btf.has_member("kernfs_node", "name");
+    match parent {
+        Some(p) if have => {
+            off.task_cgroups = field(btf, "task_struct", "cgroups")?;
+            off.css_set_dfl_cgrp = field(btf, "css_set", "dfl_cgrp")?;
+            off.cgroup_kn = field(btf, "cgroup", "kn")?;
+            off.kernfs_name = field(btf, "kernfs_node", "name")?;
+            off.kernfs_parent = field(btf, "kernfs_node", p)?;
+            notes.push(format!("cgroup paths from kernfs_node.name and .{p}"));
+        }
+        _ => notes.push("no cgroup path fields: cgroups are named from /sys/fs/cgroup".into()),
+    }
+    Ok(())
+}
+
 /// Resolves every offset the kernel programs need from `btf`.
 pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
     let mut notes = Vec::new();
@@ -189,6 +217,7 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
         ..KernelOffsets::default()
     };
 
+    cgroup_path(btf, &mut off, &mut notes)?;
     // Optional: the exit record's comm, PID-namespace pid and group CPU times (`watch`).
     if btf.has_member("task_struct", "comm") {
         off.task_comm = task("comm")?;
@@ -657,6 +686,12 @@ mod tests {
         for f in [o.signal_nr_threads, o.signal_stats_seq] {
             assert!(f != 0 && f < sig, "{f} not inside signal_struct ({sig})");
         }
+        // Every kernel the programs load on has the cgroup path fields (one name or the other).
+        assert!(o.task_cgroups > 0 && o.task_cgroups < task);
+        assert!(o.css_set_dfl_cgrp < size("css_set"));
+        assert!(o.cgroup_kn > 0 && o.cgroup_kn < size("cgroup"));
+        let kn = size("kernfs_node");
+        assert!(o.kernfs_parent < kn && o.kernfs_name < kn && o.kernfs_parent != o.kernfs_name);
         match r.rss_layout {
             rss_layout::PERCPU_COUNTER => {
                 assert_eq!(o.rss_stride, size("percpu_counter"));

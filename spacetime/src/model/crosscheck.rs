@@ -40,6 +40,9 @@ pub struct ProcessTaskstats {
     pub write_syscalls: u64,
     pub read_bytes: u64,
     pub write_bytes: u64,
+    /// Bytes written and then truncated away before reaching storage (what `getrusage`
+    /// subtracts from the blocks written).
+    pub cancelled_write_bytes: u64,
     /// `hiwater_rss` of the record of the group's last thread, KiB.
     pub hiwater_rss_kib: u64,
     pub hiwater_vm_kib: u64,
@@ -83,6 +86,7 @@ impl ProcessTaskstats {
         self.write_syscalls += o.write_syscalls;
         self.read_bytes += o.read_bytes;
         self.write_bytes += o.write_bytes;
+        self.cancelled_write_bytes += o.cancelled_write_bytes;
         self.hiwater_rss_kib = self.hiwater_rss_kib.max(o.hiwater_rss_kib);
         self.hiwater_vm_kib = self.hiwater_vm_kib.max(o.hiwater_vm_kib);
         let (d, e) = (&mut self.delays, &o.delays);
@@ -111,6 +115,7 @@ impl ProcessTaskstats {
         self.write_syscalls += r.write_syscalls;
         self.read_bytes += o(r.read_bytes);
         self.write_bytes += o(r.write_bytes);
+        self.cancelled_write_bytes += o(r.cancelled_write_bytes);
         self.hiwater_rss_kib = self.hiwater_rss_kib.max(r.hiwater_rss_kib);
         self.hiwater_vm_kib = self.hiwater_vm_kib.max(r.hiwater_vm_kib);
         let d = &mut self.delays;

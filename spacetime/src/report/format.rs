@@ -1,14 +1,25 @@
-//! `--format FMT`: the summary as one line a script reads, with GNU time's letters (`time -f`)
-//! and spacetime's own. Parsed when the arguments are, so a bad format stops spacetime before
-//! CMD runs.
+//! `--format FMT`: the summary as lines a script reads, with every letter of GNU time's
+//! (`time -f`, GNU time 1.9) and spacetime's own. Parsed when the arguments are, so a bad
+//! format stops spacetime before CMD runs. `verbose` is `time -v`'s layout (same labels, same
+//! order) and `posix` `time -p`'s, with spacetime's figures.
 //!
-//! GNU time's: `%e` wall seconds, `%E` wall as [h:]mm:ss.cc, `%U`/`%S` user/system seconds
-//! (the whole tree, as `wait4` counts descendants), `%M` the largest peak RSS of any one process
-//! in the tree in KiB (exact; GNU time reads `ru_maxrss`, which exec can inflate), `%x` CMD's
-//! exit status (128+N for signal N), `%C` the command line (escaped for a terminal), `%c`/`%w`
-//! involuntary/voluntary context switches summed over the processes taskstats confirmed (`?`
-//! without taskstats). spacetime's: `%T` tree-wide peak RSS in KiB, `%N` processes, `%Y` max
-//! PSS in KiB (sampled), `%L` events lost (`?` when unknown). `%%`, `\n`, `\t`, `\\`.
+//! Each letter means what it means in GNU time, printed as GNU time prints it (seconds
+//! truncated to hundredths, not rounded; `%P` an integer). The differences are in where the
+//! figures come from:
+//! - `%U`, `%S`, `%P`: the whole tree's CPU time, as `wait4` counts reaped descendants.
+//! - `%M`: the largest peak RSS of any one process of the tree, exact. GNU time prints
+//!   `ru_maxrss`, which carries the pre-exec image's peak into a small program.
+//! - `%F`, `%R` (major/minor faults), `%I`, `%O` (file system inputs/outputs, 512-byte blocks
+//!   of storage I/O, as `getrusage` counts them) and `%c`, `%w` (context switches): summed
+//!   over the processes whose taskstats record confirmed their exit (`?` without taskstats).
+//! - `%Z`: the page size. `%x`: the exit code, 0 when CMD was killed by a signal (GNU time's
+//!   WEXITSTATUS; the "Command terminated by signal N" line says which).
+//! - `%t %K %D %p %X` (average sizes), `%W` (swaps), `%r %s` (socket messages), `%k` (signals):
+//!   Linux's getrusage never fills them, and GNU time prints 0 for them there: so does this.
+//!
+//! spacetime's letters: `%T` tree-wide peak RSS in KiB, `%N` processes, `%Y` max PSS in KiB
+//! (sampled), `%L` events lost. `%%`, `\n`, `\t`, `\\`; another backslash is printed as GNU
+//! time prints it (`?\` and the character).
 
 use std::fmt::Write as _;
 
@@ -25,10 +36,48 @@ enum Piece {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Format(Vec<Piece>);
 
-const LETTERS: &str = "eEUSMxCcwTNYL";
+/// GNU time's letters, then spacetime's.
+const LETTERS: &str = "eEUSPMtKDpXZFRWIOrskCxcwTNYL";
 
-/// Parses FMT (for clap): unknown letters and a dangling `%` are errors.
+/// `time -v`'s layout (GNU time 1.9): a tab, the label, the figure.
+const VERBOSE: &str = "\tCommand being timed: \"%C\"\n\
+\tUser time (seconds): %U\n\
+\tSystem time (seconds): %S\n\
+\tPercent of CPU this job got: %P\n\
+\tElapsed (wall clock) time (h:mm:ss or m:ss): %E\n\
+\tAverage shared text size (kbytes): %X\n\
+\tAverage unshared data size (kbytes): %D\n\
+\tAverage stack size (kbytes): %p\n\
+\tAverage total size (kbytes): %K\n\
+\tMaximum resident set size (kbytes): %M\n\
+\tAverage resident set size (kbytes): %t\n\
+\tMajor (requiring I/O) page faults: %F\n\
+\tMinor (reclaiming a frame) page faults: %R\n\
+\tVoluntary context switches: %w\n\
+\tInvoluntary context switches: %c\n\
+\tSwaps: %W\n\
+\tFile system inputs: %I\n\
+\tFile system outputs: %O\n\
+\tSocket messages sent: %s\n\
+\tSocket messages received: %r\n\
+\tSignals delivered: %k\n\
+\tPage size (bytes): %Z\n\
+\tExit status: %x";
+
+/// `time -p`'s.
+const POSIX: &str = "real %e\nuser %U\nsys %S";
+
+/// Parses FMT (for clap): `verbose`, `posix`, or a format of letters. Unknown letters and a
+/// dangling `%` are errors.
 pub fn parse(s: &str) -> Result<Format, String> {
+    match s {
+        "verbose" => parse_letters(VERBOSE),
+        "posix" => parse_letters(POSIX),
+        _ => parse_letters(s),
+    }
+}
+
+fn parse_letters(s: &str) -> Result<Format, String> {
     let mut pieces = Vec::new();
     let mut text = String::new();
     let mut chars = s.chars();
@@ -44,7 +93,7 @@ pub fn parse(s: &str) -> Result<Format, String> {
                 }
                 Some(l) => {
                     return Err(format!(
-                        "unknown format letter %{l} (known: %{})",
+                        "unknown format letter %{l} (known: %{}; or `verbose`, `posix`)",
                         LETTERS
                             .chars()
                             .map(String::from)
@@ -58,11 +107,12 @@ pub fn parse(s: &str) -> Result<Format, String> {
                 Some('n') => text.push('\n'),
                 Some('t') => text.push('\t'),
                 Some('\\') => text.push('\\'),
+                // As GNU time prints an escape it does not know.
                 Some(o) => {
-                    text.push('\\');
+                    text.push_str("?\\");
                     text.push(o);
                 }
-                None => text.push('\\'),
+                None => text.push_str("?\\"),
             },
             c => text.push(c),
         }
@@ -73,11 +123,13 @@ pub fn parse(s: &str) -> Result<Format, String> {
     Ok(Format(pieces))
 }
 
+/// Seconds as GNU time prints them: whole hundredths, truncated.
 fn secs(ns: u64) -> String {
-    format!("{:.2}", ns as f64 / 1e9)
+    let cs = ns / 10_000_000;
+    format!("{}.{:02}", cs / 100, cs % 100)
 }
 
-/// GNU time's %E: `m:ss.cc`, or `h:mm:ss` from an hour on.
+/// GNU time's %E: `m:ss.cc`, or `h:mm:ss` from an hour on (truncated, as %e).
 fn elapsed(ns: u64) -> String {
     let cs = ns / 10_000_000;
     let (h, m, s, c) = (cs / 360_000, cs / 6000 % 60, cs / 100 % 60, cs % 100);
@@ -88,8 +140,18 @@ fn elapsed(ns: u64) -> String {
     }
 }
 
+/// GNU time's %P: CPU over wall, both in whole milliseconds, as an integer percentage.
+fn percent(r: &Report) -> String {
+    let ms = |ns: u64| ns / 1_000_000;
+    let wall = ms(r.wall_ns);
+    if wall == 0 {
+        return "?%".into();
+    }
+    format!("{}%", (ms(r.user_ns) + ms(r.sys_ns)) * 100 / wall)
+}
+
 /// Sum of a taskstats figure over the confirmed processes (None without taskstats).
-fn switches(
+fn summed(
     r: &Report,
     f: impl Fn(&crate::model::crosscheck::ProcessTaskstats) -> u64,
 ) -> Option<u64> {
@@ -105,16 +167,31 @@ fn switches(
 fn field(out: &mut String, l: char, r: &Report) {
     let kib = |b: Option<u64>| b.map_or("?".into(), |b| (b / 1024).to_string());
     let opt = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
+    // 512-byte blocks, as getrusage's ru_inblock and ru_oublock count storage I/O.
+    let blocks = |b: u64| b / 512;
     let s = match l {
         'e' => secs(r.wall_ns),
         'E' => elapsed(r.wall_ns),
         'U' => secs(r.user_ns),
         'S' => secs(r.sys_ns),
+        'P' => percent(r),
         'M' => kib(Some(r.totals.peak_rss_bytes)),
-        'x' => r.exit.map_or("?".into(), |e| e.0.shell_code().to_string()),
+        // Linux's getrusage never fills these; GNU time prints 0 for them there.
+        't' | 'K' | 'D' | 'p' | 'X' | 'W' | 'r' | 's' | 'k' => "0".into(),
+        'Z' => r.kernel.page_size.to_string(),
+        'F' => opt(summed(r, |t| t.majflt)),
+        'R' => opt(summed(r, |t| t.minflt)),
+        'I' => opt(summed(r, |t| blocks(t.read_bytes))),
+        'O' => opt(summed(r, |t| {
+            blocks(t.write_bytes.saturating_sub(t.cancelled_write_bytes))
+        })),
+        'x' => r.exit.map_or("?".into(), |e| match e.0 {
+            crate::model::tree::ExitStatus::Code(c) => c.to_string(),
+            crate::model::tree::ExitStatus::Signal { .. } => "0".into(),
+        }),
         'C' => crate::util::term::join(r.command.iter()),
-        'c' => opt(switches(r, |t| t.nivcsw)),
-        'w' => opt(switches(r, |t| t.nvcsw)),
+        'c' => opt(summed(r, |t| t.nivcsw)),
+        'w' => opt(summed(r, |t| t.nvcsw)),
         'T' => kib(r.totals.tree_peak_rss_bytes),
         'N' => r.totals.processes.to_string(),
         'Y' => kib(r.totals.max_pss_bytes),
@@ -124,8 +201,23 @@ fn field(out: &mut String, l: char, r: &Report) {
     out.push_str(&s);
 }
 
+/// GNU time's line before the format when CMD did not exit 0: `Command exited with non-zero
+/// status N` or `Command terminated by signal N` (None when it exited 0, or with no status:
+/// an attached trace).
+pub fn status_line(r: &Report) -> Option<String> {
+    match r.exit?.0 {
+        crate::model::tree::ExitStatus::Code(0) => None,
+        crate::model::tree::ExitStatus::Code(c) => {
+            Some(format!("Command exited with non-zero status {c}\n"))
+        }
+        crate::model::tree::ExitStatus::Signal { signal, .. } => {
+            Some(format!("Command terminated by signal {signal}\n"))
+        }
+    }
+}
+
 impl Format {
-    /// The line for this report, ending with a newline as `time -f` does.
+    /// The lines for this report, ending with a newline as `time -f` does.
     pub fn render(&self, r: &Report) -> String {
         let mut out = String::new();
         for p in &self.0 {
@@ -142,29 +234,5 @@ impl Format {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parsing() {
-        let f = parse("%e s\\t%M%%\\n").expect("valid");
-        assert_eq!(
-            f.0,
-            [
-                Piece::Field('e'),
-                Piece::Text(" s\t".into()),
-                Piece::Field('M'),
-                Piece::Text("%\n".into())
-            ]
-        );
-        assert!(parse("%q").is_err());
-        assert!(parse("50%").is_err());
-    }
-
-    #[test]
-    fn elapsed_like_gnu_time() {
-        assert_eq!(elapsed(1_234_000_000), "0:01.23");
-        assert_eq!(elapsed(61_500_000_000), "1:01.50");
-        assert_eq!(elapsed(3_723_000_000_000), "1:02:03");
-    }
-}
+#[path = "format_tests.rs"]
+mod tests;

@@ -193,17 +193,6 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// /dev/null, read-write, closed on exec (dup2 gives the standard streams their own copy).
-fn dev_null() -> io::Result<OwnedFd> {
-    // SAFETY: a constant NUL-terminated path.
-    let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
 fn cstring(s: &OsStr) -> Result<CString, LaunchError> {
     CString::new(s.as_bytes()).map_err(|_| LaunchError::Exec {
         cmd: shown(s),
@@ -211,13 +200,13 @@ fn cstring(s: &OsStr) -> Result<CString, LaunchError> {
     })
 }
 
-/// Where a started command's standard streams go: spacetime's own (the default), or
-/// /dev/null.
+/// Where a started command's standard streams go: a descriptor each (the caller keeps it
+/// open until the command has started), or spacetime's own (None, the default).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stdio {
-    pub null_stdin: bool,
-    /// stdout and stderr.
-    pub null_output: bool,
+    pub stdin: Option<RawFd>,
+    pub stdout: Option<RawFd>,
+    pub stderr: Option<RawFd>,
 }
 
 /// [`spawn_held_with`] the command sharing spacetime's standard streams.
@@ -233,7 +222,7 @@ pub fn spawn_held(
 /// Forks a child that waits on a pipe, then execs `path` with `argv` as `creds`. With
 /// `own_pid` (see [`crate::kernel::loader::run_own_pid`]) the child first runs that program, so the
 /// kernel records its kernel pid: inside a PID namespace `fork` only gives the namespace's.
-/// `stdio` says which of its standard streams go to /dev/null.
+/// `stdio` says where its standard streams go.
 /// Must be called while the process is single-threaded (before any runtime starts).
 pub fn spawn_held_with(
     path: &Path,
@@ -257,11 +246,6 @@ pub fn spawn_held_with(
     let (hold_r, hold_w) = pipe().map_err(spawn_err)?;
     let (err_r, err_w) = pipe().map_err(spawn_err)?;
     let (ran_r, ran_w) = pipe().map_err(spawn_err)?;
-    // Opened here: the child makes only async-signal-safe calls.
-    let null = match stdio.null_stdin || stdio.null_output {
-        true => Some(dev_null().map_err(spawn_err)?),
-        false => None,
-    };
 
     // SAFETY: the caller guarantees a single thread; the child only makes async-signal-safe
     // calls on memory prepared before the fork.
@@ -277,11 +261,9 @@ pub fn spawn_held_with(
                 let st = crate::kernel::loader::run_own_pid(prog).to_ne_bytes();
                 libc::write(ran_w.as_raw_fd(), st.as_ptr().cast(), st.len());
             }
-            if let Some(n) = &null {
-                let fd = n.as_raw_fd();
-                let ok = (!stdio.null_stdin || libc::dup2(fd, 0) == 0)
-                    && (!stdio.null_output || (libc::dup2(fd, 1) == 1 && libc::dup2(fd, 2) == 2));
-                if !ok {
+            // dup2 clears close-on-exec on the copy: the stream stays open in CMD.
+            for (fd, to) in [(stdio.stdin, 0), (stdio.stdout, 1), (stdio.stderr, 2)] {
+                if fd.is_some_and(|fd| libc::dup2(fd, to) != to) {
                     libc::_exit(125);
                 }
             }

@@ -25,7 +25,7 @@ pub enum Dest {
 impl Dest {
     /// Opens `path` for writing (created, truncated or appended to); `-` means stdout when
     /// `dash_is_stdout`.
-    fn open(path: &Path, append: bool, dash_is_stdout: bool) -> Result<Dest, OpenError> {
+    pub fn open(path: &Path, append: bool, dash_is_stdout: bool) -> Result<Dest, OpenError> {
         if dash_is_stdout && path.as_os_str() == "-" {
             return Ok(Dest::Stdout);
         }

@@ -46,6 +46,7 @@ impl Watching {
         let mut probes = Probes::load(&LoadOptions {
             mode: mode::SYSTEM,
             filter,
+            cgroup_names: true,
             ..LoadOptions::default()
         })?;
         Ok(Watching {

@@ -1,49 +1,111 @@
-//! `spacetime bench`'s options, and the commands they describe.
+//! `spacetime bench`'s options: hyperfine's, with its names and meanings, and spacetime's own.
 
-use std::{
-    ffi::OsString,
-    os::unix::ffi::{OsStrExt, OsStringExt},
-    path::PathBuf,
-};
+use std::{ffi::OsString, path::PathBuf};
 
-use clap::Args;
-
-use super::model::BenchCommand;
+use clap::{Args, ValueEnum};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Runs of each command
-    #[arg(short = 'r', long, value_name = "N", default_value_t = 10,
+    /// Runs of each command, exactly (by default at least 10, and as many more as fit in
+    /// 3 s, as hyperfine)
+    #[arg(short = 'r', long, value_name = "N", conflicts_with_all = ["min_runs", "max_runs"],
           value_parser = clap::value_parser!(u32).range(1..))]
-    pub runs: u32,
+    pub runs: Option<u32>,
+    /// At least N runs of each command (default 10)
+    #[arg(short = 'm', long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub min_runs: Option<u32>,
+    /// At most N runs of each command (default: no limit)
+    #[arg(short = 'M', long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_runs: Option<u32>,
     /// Untraced runs of each command before the measured ones (to warm caches)
     #[arg(short = 'w', long, value_name = "N", default_value_t = 0)]
     pub warmup: u32,
-    /// Run CMD before every run (warm-up and measured) of a command, untraced, through
-    /// `sh -c`; given once, for every command; given once per command, in order
+    /// Run CMD before every run (warm-up and measured) of a command, untraced; given once,
+    /// for every command; given once per command (the reference first), in order
     #[arg(short = 'p', long, value_name = "CMD")]
     pub prepare: Vec<OsString>,
-    /// Do not run the commands through `sh -c`: split each like a shell does (quotes,
-    /// backslashes) and exec it directly, so the shell's start-up is not measured
-    #[arg(short = 'N', long)]
+    /// Run CMD after every run of a command, untraced; once, or once per command
+    #[arg(short = 'C', long, value_name = "CMD")]
+    pub conclude: Vec<OsString>,
+    /// Run CMD once before each command's runs (its warm-up included), with its parameters
+    #[arg(short = 's', long, value_name = "CMD")]
+    pub setup: Option<OsString>,
+    /// Run CMD once after each command's runs, with its parameters
+    #[arg(short = 'c', long, value_name = "CMD")]
+    pub cleanup: Option<OsString>,
+    /// A benchmark for each value of VAR from MIN to MAX (step 1, or -D): `{VAR}` in the
+    /// commands (and their names, setup, prepare, conclude, cleanup) is replaced by it;
+    /// time and memory are reported per value
+    #[arg(short = 'P', long, num_args = 3, value_names = ["VAR", "MIN", "MAX"],
+          allow_hyphen_values = true, conflicts_with = "parameter_list")]
+    pub parameter_scan: Option<Vec<String>>,
+    /// The step of --parameter-scan (needed when MIN or MAX is not an integer)
+    #[arg(short = 'D', long, value_name = "DELTA", requires = "parameter_scan")]
+    pub parameter_step_size: Option<String>,
+    /// A benchmark for each of the comma-separated VALUES of VAR (`\,` is a comma); given
+    /// again, for every combination
+    #[arg(short = 'L', long, num_args = 2, value_names = ["VAR", "VALUES"],
+          action = clap::ArgAction::Append, allow_hyphen_values = true)]
+    pub parameter_list: Vec<String>,
+    /// The shell the commands (and setup, prepare, conclude, cleanup) run through: a name,
+    /// a path or a command line (`bash --norc`); `default` is sh, `none` is -N. Its start-up,
+    /// measured before the first command, is subtracted from every run's times
+    #[arg(short = 'S', long, value_name = "SHELL")]
+    pub shell: Option<String>,
+    /// No shell (`--shell none`): each command split like a shell does (quotes, backslashes)
+    /// and exec'd directly
+    #[arg(short = 'N', long, conflicts_with = "shell")]
     pub no_shell: bool,
+    /// A name for a command, shown and exported instead of its text; once per command, or
+    /// once for all benchmarks of a parameter scan (with `{VAR}`)
+    #[arg(short = 'n', long, value_name = "NAME")]
+    pub command_name: Vec<String>,
+    /// Benchmark CMD first and compare every command with it (instead of with the fastest)
+    #[arg(long, value_name = "CMD")]
+    pub reference: Option<OsString>,
+    /// The reference command's name
+    #[arg(long, value_name = "NAME", requires = "reference")]
+    pub reference_name: Option<String>,
+    /// The unit of times on the terminal and in the Markdown, AsciiDoc and org-mode tables
+    /// (JSON and CSV are in seconds): by default the mean's
+    #[arg(short = 'u', long, value_name = "UNIT", value_enum)]
+    pub time_unit: Option<TimeUnit>,
+    /// Order of the comparison and of the tables: auto (comparison by mean time, tables as
+    /// given), command (as given), mean-time (both by mean time)
+    #[arg(long, value_name = "METHOD", value_enum, default_value_t = Sort::Auto)]
+    pub sort: Sort,
+    /// Where the commands' standard output goes: null (/dev/null, the default), pipe (read
+    /// and dropped), inherit (spacetime's), or a FILE (with a `/`); once, or once per command
+    #[arg(long, value_name = "WHERE", conflicts_with = "show_output")]
+    pub output: Vec<String>,
+    /// Where the commands read standard input from: null (/dev/null, the default) or a FILE
+    /// (read from its start by every run)
+    #[arg(long, value_name = "WHERE")]
+    pub input: Option<String>,
+    /// Let the commands write to spacetime's stdout and stderr (`--output inherit`)
+    #[arg(long)]
+    pub show_output: bool,
     /// Load the kernel programs here (root) even when a `spacetime agent` answers
     #[arg(long)]
     pub no_agent: bool,
     /// Keep benchmarking when a command exits non-zero (its exit codes are still reported)
     #[arg(short = 'i', long)]
     pub ignore_failure: bool,
-    /// Let the commands write to spacetime's stdout and stderr (by default they go to
-    /// /dev/null)
-    #[arg(long)]
-    pub show_output: bool,
-    /// Write every command's statistics and per-run values as JSON to FILE
-    #[arg(long, value_name = "FILE")]
+    /// Every command's statistics and per-run values as JSON (hyperfine's keys in seconds,
+    /// and spacetime's) to FILE (`-`: standard output)
+    #[arg(long = "export-json", visible_alias = "json", value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Write the comparison as a Markdown table to FILE
+    /// The comparison as a Markdown table to FILE (`-`: standard output)
     #[arg(long, value_name = "FILE")]
     pub export_markdown: Option<PathBuf>,
-    /// Write one CSV row per command to FILE
+    /// The comparison as an AsciiDoc table to FILE (`-`: standard output)
+    #[arg(long, value_name = "FILE")]
+    pub export_asciidoc: Option<PathBuf>,
+    /// The comparison as an Emacs org-mode table to FILE (`-`: standard output)
+    #[arg(long, value_name = "FILE")]
+    pub export_orgmode: Option<PathBuf>,
+    /// One CSV row per command, hyperfine's columns first (seconds), to FILE (`-`: standard
+    /// output)
     #[arg(long, value_name = "FILE")]
     pub export_csv: Option<PathBuf>,
     /// No progress bar and no notices (the summary and errors are still shown)
@@ -62,141 +124,95 @@ pub struct BenchArgs {
     pub commands: Vec<OsString>,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ArgsError {
-    #[error("{0}: unterminated quote or trailing backslash (with --no-shell a command is split like a shell does)")]
-    Unsplittable(String),
-    #[error("{0}: empty command")]
-    Empty(String),
-    #[error("{prepare} --prepare commands for {commands} commands: give one for all, or one per command")]
-    PrepareCount { prepare: usize, commands: usize },
+/// `-u/--time-unit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TimeUnit {
+    Microsecond,
+    Millisecond,
+    Second,
+}
+
+impl TimeUnit {
+    /// hyperfine's choice for a mean of `secs`: µs under 1 ms, ms under 1 s, else s.
+    pub fn auto(secs: f64) -> TimeUnit {
+        if secs < 0.001 {
+            TimeUnit::Microsecond
+        } else if secs < 1.0 {
+            TimeUnit::Millisecond
+        } else {
+            TimeUnit::Second
+        }
+    }
+
+    pub fn short(self) -> &'static str {
+        match self {
+            TimeUnit::Microsecond => "µs",
+            TimeUnit::Millisecond => "ms",
+            TimeUnit::Second => "s",
+        }
+    }
+
+    /// `secs` in this unit, as hyperfine prints it (3 decimals in seconds, else 1).
+    pub fn value(self, secs: f64) -> String {
+        match self {
+            TimeUnit::Microsecond => format!("{:.1}", secs * 1e6),
+            TimeUnit::Millisecond => format!("{:.1}", secs * 1e3),
+            TimeUnit::Second => format!("{secs:.3}"),
+        }
+    }
+
+    pub fn show(self, secs: f64) -> String {
+        format!("{} {}", self.value(secs), self.short())
+    }
+}
+
+/// `--sort`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Sort {
+    Auto,
+    Command,
+    MeanTime,
+}
+
+impl Sort {
+    /// Whether the comparison is ordered by mean time.
+    pub fn comparison_by_time(self) -> bool {
+        self != Sort::Command
+    }
+
+    /// Whether the exported tables are.
+    pub fn tables_by_time(self) -> bool {
+        self == Sort::MeanTime
+    }
+}
+
+/// How many runs: at least `min`, at most `max`, and as many as fit in `min_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunBounds {
+    pub min: u32,
+    pub max: Option<u32>,
 }
 
 impl BenchArgs {
-    /// The commands to run, in order.
-    pub fn commands(&self) -> Result<Vec<BenchCommand>, ArgsError> {
-        self.commands
-            .iter()
-            .map(|c| command(c.as_bytes(), self.no_shell))
-            .collect()
-    }
-
-    /// The prepare command of each command (as `sh -c` argv), if any.
-    pub fn prepares(&self) -> Result<Vec<Option<Vec<OsString>>>, ArgsError> {
-        let n = self.commands.len();
-        let each = |p: &OsString| vec!["sh".into(), "-c".into(), p.clone()];
-        match self.prepare.len() {
-            0 => Ok(vec![None; n]),
-            1 => Ok(vec![Some(each(&self.prepare[0])); n]),
-            k if k == n => Ok(self.prepare.iter().map(|p| Some(each(p))).collect()),
-            k => Err(ArgsError::PrepareCount {
-                prepare: k,
-                commands: n,
+    /// hyperfine's rules: -r is both bounds; -M alone lowers the default minimum to it.
+    pub fn run_bounds(&self) -> Result<RunBounds, super::commands::PlanError> {
+        const DEFAULT_MIN: u32 = 10;
+        match (self.runs, self.min_runs, self.max_runs) {
+            (Some(r), _, _) => Ok(RunBounds {
+                min: r,
+                max: Some(r),
+            }),
+            (None, Some(min), Some(max)) if min > max => {
+                Err(super::commands::PlanError::EmptyRunsRange)
+            }
+            (None, min, max) => Ok(RunBounds {
+                min: min.unwrap_or(max.map_or(DEFAULT_MIN, |m| m.min(DEFAULT_MIN))),
+                max,
             }),
         }
     }
 }
 
-/// One command: `sh -c TEXT`, or TEXT split into words like a POSIX shell (shlex's rules:
-/// single and double quotes, backslash escapes; no expansion).
-pub fn command(text: &[u8], no_shell: bool) -> Result<BenchCommand, ArgsError> {
-    let shown = || crate::util::term::escape(text);
-    if text.iter().all(u8::is_ascii_whitespace) {
-        return Err(ArgsError::Empty(shown()));
-    }
-    let argv = if no_shell {
-        shlex::bytes::split(text)
-            .ok_or_else(|| ArgsError::Unsplittable(shown()))?
-            .into_iter()
-            .map(OsString::from_vec)
-            .collect()
-    } else {
-        vec!["sh".into(), "-c".into(), OsString::from_vec(text.to_vec())]
-    };
-    Ok(BenchCommand {
-        text: text.to_vec(),
-        argv,
-    })
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn os(v: &[&str]) -> Vec<OsString> {
-        v.iter().map(OsString::from).collect()
-    }
-
-    #[test]
-    fn shell_and_no_shell() {
-        let c = command(b"echo 'a b' | wc -c", false).expect("sh");
-        assert_eq!(c.argv, os(&["sh", "-c", "echo 'a b' | wc -c"]));
-        let c = command(br#"printf '%s\n' "a b" c\ d"#, true).expect("split");
-        assert_eq!(c.argv, os(&["printf", "%s\\n", "a b", "c d"]));
-        assert_eq!(c.text, br#"printf '%s\n' "a b" c\ d"#);
-        assert!(matches!(
-            command(b"echo 'open", true),
-            Err(ArgsError::Unsplittable(_))
-        ));
-        assert!(matches!(command(b"  ", false), Err(ArgsError::Empty(_))));
-        // Bytes that are not UTF-8 stay exact in the argv, and are escaped when shown.
-        let c = command(b"true \xff\x1b[2J", true).expect("bytes");
-        assert_eq!(c.argv[1].as_bytes(), b"\xff\x1b[2J");
-        assert!(!c.shown().contains('\x1b'), "{}", c.shown());
-    }
-
-    #[derive(clap::Parser)]
-    struct Cmd {
-        #[command(flatten)]
-        bench: BenchArgs,
-    }
-
-    fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
-        use clap::Parser;
-        Cmd::try_parse_from(args).map(|c| c.bench)
-    }
-
-    #[test]
-    fn options() {
-        let b = parse(&["bench", "sleep 0.1", "sleep 0.2"]).expect("parse");
-        assert_eq!((b.runs, b.warmup, b.no_shell), (10, 0, false));
-        assert_eq!(b.commands().expect("commands").len(), 2);
-        assert_eq!(b.prepares().expect("none"), vec![None, None]);
-        let b = parse(&[
-            "bench",
-            "-N",
-            "-r",
-            "3",
-            "-w",
-            "1",
-            "-p",
-            "sync",
-            "--json",
-            "r.json",
-            "--export-csv",
-            "r.csv",
-            "--export-markdown",
-            "r.md",
-            "-i",
-            "true",
-            "false",
-        ])
-        .expect("parse");
-        assert_eq!((b.runs, b.warmup), (3, 1));
-        assert!(b.no_shell && b.ignore_failure);
-        assert_eq!(
-            b.prepares().expect("one for all")[1],
-            Some(os(&["sh", "-c", "sync"]))
-        );
-        assert!(parse(&["bench", "-r", "0", "true"]).is_err());
-        assert!(parse(&["bench"]).is_err());
-        let b = parse(&["bench", "-p", "a", "-p", "b", "-p", "c", "x", "y"]).expect("parse");
-        assert_eq!(
-            b.prepares(),
-            Err(ArgsError::PrepareCount {
-                prepare: 3,
-                commands: 2
-            })
-        );
-    }
-}
+#[path = "args_tests.rs"]
+mod tests;

@@ -12,7 +12,8 @@ pub const ALPHA: f64 = 0.05;
 /// One figure compared across the commands.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Metric {
-    /// Index (in `results`) of the command with the least mean: the reference.
+    /// Index (in `results`) of the reference: `--reference`'s, else the command with the
+    /// least mean.
     pub reference: usize,
     /// One entry per command, in `results` order.
     pub relative: Vec<Relative>,
@@ -21,7 +22,8 @@ pub struct Metric {
 /// A command against the reference.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Relative {
-    /// This command's mean over the reference's (≥ 1); null when the reference's mean is 0.
+    /// This command's mean over the reference's (≥ 1 unless `--reference` names one that is
+    /// not the least); null when the reference's mean is 0.
     pub ratio: Option<f64>,
     /// The ratio's standard uncertainty, propagated from both commands' spread.
     pub uncertainty: Option<f64>,
@@ -40,31 +42,32 @@ pub struct Comparison {
     pub tree_peak_rss_bytes: Option<Metric>,
 }
 
-/// None with fewer than two commands.
-pub fn compare(results: &[CommandResult]) -> Option<Comparison> {
+/// None with fewer than two commands. `reference`: the index of `--reference`'s command.
+pub fn compare(results: &[CommandResult], reference: Option<usize>) -> Option<Comparison> {
     if results.len() < 2 {
         return None;
     }
+    let of = |all: &[&stats::Stats]| metric(all, reference);
     let trees: Option<Vec<&stats::Stats>> = results
         .iter()
         .map(|r| r.tree_peak_rss_bytes.as_ref())
         .collect();
     Some(Comparison {
-        wall_ns: metric(&results.iter().map(|r| &r.wall_ns).collect::<Vec<_>>()),
-        peak_rss_bytes: metric(
-            &results
-                .iter()
-                .map(|r| &r.peak_rss_bytes)
-                .collect::<Vec<_>>(),
-        ),
-        tree_peak_rss_bytes: trees.map(|t| metric(&t)),
+        wall_ns: of(&results.iter().map(|r| &r.wall_ns).collect::<Vec<_>>()),
+        peak_rss_bytes: of(&results
+            .iter()
+            .map(|r| &r.peak_rss_bytes)
+            .collect::<Vec<_>>()),
+        tree_peak_rss_bytes: trees.map(|t| of(&t)),
     })
 }
 
-fn metric(all: &[&stats::Stats]) -> Metric {
-    let reference = (0..all.len())
-        .min_by(|&a, &b| all[a].mean.total_cmp(&all[b].mean))
-        .unwrap_or(0);
+fn metric(all: &[&stats::Stats], reference: Option<usize>) -> Metric {
+    let reference = reference.filter(|&r| r < all.len()).unwrap_or_else(|| {
+        (0..all.len())
+            .min_by(|&a, &b| all[a].mean.total_cmp(&all[b].mean))
+            .unwrap_or(0)
+    });
     let base = all[reference];
     let relative = all
         .iter()
@@ -96,7 +99,7 @@ mod tests {
         let mib = 1 << 20;
         let small = result("small", &[300, 310, 290], &[100 * mib; 3]);
         let big = result("big", &[100, 110, 90], &[200 * mib; 3]);
-        let c = compare(&[small, big]).expect("two commands");
+        let c = compare(&[small.clone(), big.clone()], None).expect("two commands");
         // Time: "big" is the fastest, "small" 3x slower with a spread.
         assert_eq!(c.wall_ns.reference, 1);
         let slow = &c.wall_ns.relative[0];
@@ -115,15 +118,20 @@ mod tests {
         assert_eq!((more.ratio, more.uncertainty), (Some(2.0), Some(0.0)));
         assert!(more.significant);
         assert!(c.tree_peak_rss_bytes.is_some());
+        // --reference: the first command, slower and smaller, is the one compared against.
+        let c = compare(&[small, big], Some(0)).expect("two commands");
+        assert_eq!(c.wall_ns.reference, 0);
+        let r = c.wall_ns.relative[1].ratio.expect("ratio");
+        assert!((r - 1.0 / 3.0).abs() < 1e-12, "{r}");
     }
 
     #[test]
     fn equal_memory_is_not_significant() {
         let a = result("a", &[100, 120], &[5000, 5000]);
         let b = result("b", &[100, 120], &[5000, 5000]);
-        let c = compare(&[a, b]).expect("two");
+        let c = compare(&[a, b], None).expect("two");
         assert!(!c.peak_rss_bytes.relative[1].significant);
         assert!(!c.wall_ns.relative[1].significant);
-        assert!(compare(&[result("x", &[1], &[1])]).is_none());
+        assert!(compare(&[result("x", &[1], &[1])], None).is_none());
     }
 }

@@ -1,32 +1,47 @@
-//! The bench's exports: JSON (every statistic and per-run value), Markdown (a table to paste)
-//! and CSV (one row per command). Files are opened before any run ([`Files::open`]).
+//! The bench's exports: JSON (hyperfine's keys and spacetime's, every per-run value), CSV
+//! (hyperfine's columns first), and the tables of [`markup`](super::markup). Every file is
+//! opened before any run ([`Files::open`]); `-` is standard output.
 
-use crate::kernel::provenance::Provenance;
 use std::{
-    fs::File,
-    io::{self, BufWriter, Write},
-    path::{Path, PathBuf},
+    io::{self, Write},
+    path::Path,
 };
 
 use serde::Serialize;
 
-use super::{
-    compare::{Comparison, Metric},
-    model::CommandResult,
-    stats::Stats,
-};
+use super::{compare::Comparison, markup, model::CommandResult, summary::Layout};
+use crate::{kernel::provenance::Provenance, run::outputs::Dest};
+
+/// The layout's version: raised when a key is renamed or removed or changes meaning, not when
+/// one is added (docs/bench.schema.json).
+pub const SCHEMA_VERSION: u32 = 1;
 
 /// The JSON export.
 #[derive(Debug, Serialize)]
 pub struct BenchReport<'a> {
+    pub schema_version: u32,
     pub spacetime_version: &'static str,
     /// Whose kernel programs traced the runs: `"own"` or `"agent"`.
     pub programs: Provenance,
     /// Ctrl-C stopped the bench: the results hold the runs that completed.
     pub interrupted: bool,
+    /// The shell the commands ran through, and its start-up subtracted from every run's
+    /// times (null with `--shell none`).
+    pub shell: Option<ShellReport>,
     pub results: &'a [CommandResult],
     /// Null with a single command.
     pub comparison: Option<&'a Comparison>,
+}
+
+/// The shell and its measured start-up.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ShellReport {
+    pub command: Vec<String>,
+    /// Mean over the calibration runs of `SHELL -c ""`, traced as the commands are.
+    pub spawn_wall_ns: u64,
+    pub spawn_user_ns: u64,
+    pub spawn_sys_ns: u64,
+    pub calibration_runs: u32,
 }
 
 pub fn json(report: &BenchReport, out: &mut dyn Write) -> io::Result<()> {
@@ -34,75 +49,8 @@ pub fn json(report: &BenchReport, out: &mut dyn Write) -> io::Result<()> {
     out.write_all(b"\n")
 }
 
-/// Markdown: what hyperfine's table has, and memory beside time.
-pub fn markdown(
-    results: &[CommandResult],
-    cmp: Option<&Comparison>,
-    out: &mut dyn Write,
-) -> io::Result<()> {
-    writeln!(
-        out,
-        "| Command | Mean [ms] | Min [ms] | Max [ms] | Relative time | Peak RSS [MiB] | Tree peak [MiB] | Relative memory | Processes |"
-    )?;
-    writeln!(out, "|:---|---:|---:|---:|---:|---:|---:|---:|---:|")?;
-    for (i, r) in results.iter().enumerate() {
-        let ms = |v: f64| format!("{:.1}", v / 1e6);
-        let mib = |v: f64| format!("{:.2}", v / (1u64 << 20) as f64);
-        let tree = r.tree_peak_rss_bytes.as_ref().map_or("–".into(), |t| {
-            format!("{} ± {}", mib(t.mean), mib(t.sd()))
-        });
-        writeln!(
-            out,
-            "| {} | {} ± {} | {} | {} | {} | {} ± {} | {} | {} | {} |",
-            md_code(&r.shown),
-            ms(r.wall_ns.mean),
-            ms(r.wall_ns.sd()),
-            ms(r.wall_ns.min as f64),
-            ms(r.wall_ns.max as f64),
-            relative(cmp.map(|c| &c.wall_ns), i),
-            mib(r.peak_rss_bytes.mean),
-            mib(r.peak_rss_bytes.sd()),
-            tree,
-            relative(cmp.map(|c| &c.peak_rss_bytes), i),
-            fmt_mean(&r.processes),
-        )?;
-    }
-    Ok(())
-}
-
-/// `1.00` for the reference, `2.31 ± 0.05` otherwise; `1.00` without a comparison.
-fn relative(m: Option<&Metric>, i: usize) -> String {
-    let Some(rel) = m.and_then(|m| m.relative.get(i)) else {
-        return "1.00".into();
-    };
-    match (rel.ratio, rel.uncertainty) {
-        (Some(r), Some(u)) if m.is_some_and(|m| m.reference != i) => format!("{r:.2} ± {u:.2}"),
-        (Some(r), _) => format!("{r:.2}"),
-        _ => "–".into(),
-    }
-}
-
-fn fmt_mean(s: &Stats) -> String {
-    if s.min == s.max {
-        s.min.to_string()
-    } else {
-        format!("{:.1}", s.mean)
-    }
-}
-
-/// A command as inline code in a table cell: already escaped for a terminal; `|` would end
-/// the cell, and a backtick the code span.
-fn md_code(shown: &str) -> String {
-    let cell = shown.replace('|', "\\|");
-    if cell.contains('`') {
-        format!("`` {cell} ``")
-    } else {
-        format!("`{cell}`")
-    }
-}
-
-/// The figures of the CSV, in column order: each gives `_mean`, `_stddev`, `_median`,
-/// `_min`, `_max` columns.
+/// The figures of spacetime's CSV columns, after hyperfine's: each gives `_mean`,
+/// `_stddev`, `_median`, `_min`, `_max` columns.
 const CSV_FIGURES: [&str; 7] = [
     "wall_ns",
     "user_ns",
@@ -113,9 +61,21 @@ const CSV_FIGURES: [&str; 7] = [
     "cgroup_peak_bytes",
 ];
 
+/// hyperfine's columns (`command,mean,stddev,median,user,system,min,max` in seconds, then
+/// `parameter_NAME` for each parameter, sorted), then spacetime's.
 pub fn csv(results: &[CommandResult], out: &mut dyn Write) -> io::Result<()> {
     let mut w = csv::Writer::from_writer(out);
-    let mut header = vec!["command".to_string(), "runs".into()];
+    let params: Vec<&String> = results
+        .first()
+        .map(|r| r.hyperfine.parameters.keys().collect())
+        .unwrap_or_default();
+    let mut header: Vec<String> = [
+        "command", "mean", "stddev", "median", "user", "system", "min", "max",
+    ]
+    .map(String::from)
+    .into();
+    header.extend(params.iter().map(|p| format!("parameter_{p}")));
+    header.extend(["command_line".into(), "runs".into()]);
     for f in CSV_FIGURES {
         for s in ["mean", "stddev", "median", "min", "max"] {
             header.push(format!("{f}_{s}"));
@@ -124,8 +84,30 @@ pub fn csv(results: &[CommandResult], out: &mut dyn Write) -> io::Result<()> {
     header.extend(["failed_runs".into(), "incomplete_runs".into()]);
     w.write_record(&header)?;
     for r in results {
-        // Bytes: a command that is not UTF-8 stays exact.
-        let mut row: Vec<Vec<u8>> = vec![r.text.clone(), r.runs.to_string().into_bytes()];
+        let h = &r.hyperfine;
+        let mut row: Vec<Vec<u8>> = vec![r.command.clone().into_bytes()];
+        for v in [
+            h.mean,
+            h.stddev.unwrap_or(0.0),
+            h.median,
+            h.user,
+            h.system,
+            h.min,
+            h.max,
+        ] {
+            row.push(v.to_string().into_bytes());
+        }
+        for p in &params {
+            row.push(
+                h.parameters
+                    .get(*p)
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_bytes(),
+            );
+        }
+        // Bytes: a command line that is not UTF-8 stays exact.
+        row.extend([r.text.clone(), r.runs.to_string().into_bytes()]);
         for s in [
             Some(&r.wall_ns),
             Some(&r.user_ns),
@@ -158,60 +140,69 @@ pub fn csv(results: &[CommandResult], out: &mut dyn Write) -> io::Result<()> {
 /// run.
 #[derive(Default)]
 pub struct Files {
-    pub json: Option<(PathBuf, File)>,
-    pub markdown: Option<(PathBuf, File)>,
-    pub csv: Option<(PathBuf, File)>,
+    pub json: Option<Dest>,
+    pub csv: Option<Dest>,
+    /// Markdown, AsciiDoc, org-mode.
+    pub tables: Vec<(markup::Dialect, Dest)>,
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("cannot write {}: {source}", path.display())]
-pub struct OpenError {
-    pub path: PathBuf,
-    pub source: io::Error,
+/// The paths asked for.
+pub struct Paths<'a> {
+    pub json: Option<&'a Path>,
+    pub csv: Option<&'a Path>,
+    pub markdown: Option<&'a Path>,
+    pub asciidoc: Option<&'a Path>,
+    pub orgmode: Option<&'a Path>,
 }
 
 impl Files {
-    pub fn open(
-        json: Option<&Path>,
-        markdown: Option<&Path>,
-        csv: Option<&Path>,
-    ) -> Result<Files, OpenError> {
-        let open = |p: Option<&Path>| -> Result<Option<(PathBuf, File)>, OpenError> {
-            p.map(|p| {
-                File::create(p)
-                    .map(|f| (p.to_path_buf(), f))
-                    .map_err(|source| OpenError {
-                        path: p.to_path_buf(),
-                        source,
-                    })
-            })
-            .transpose()
-        };
+    pub fn open(p: &Paths) -> Result<Files, crate::run::outputs::OpenError> {
+        let open = |p: Option<&Path>| p.map(|p| Dest::open(p, false, true)).transpose();
+        let mut tables = Vec::new();
+        for (d, path) in [
+            (markup::Dialect::Markdown, p.markdown),
+            (markup::Dialect::AsciiDoc, p.asciidoc),
+            (markup::Dialect::OrgMode, p.orgmode),
+        ] {
+            if let Some(dest) = open(path)? {
+                tables.push((d, dest));
+            }
+        }
         Ok(Files {
-            json: open(json)?,
-            markdown: open(markdown)?,
-            csv: open(csv)?,
+            json: open(p.json)?,
+            csv: open(p.csv)?,
+            tables,
         })
+    }
+
+    /// Whether an export goes to standard output (the summary then goes to stderr).
+    pub fn uses_stdout(&self) -> bool {
+        let std = |d: &Dest| matches!(d, Dest::Stdout);
+        self.json.as_ref().is_some_and(std)
+            || self.csv.as_ref().is_some_and(std)
+            || self.tables.iter().any(|(_, d)| std(d))
     }
 
     /// Writes every requested export; a failed one costs that file only, and says so.
     /// Returns false when one failed.
-    pub fn write(self, report: &BenchReport) -> bool {
+    pub fn write(self, report: &BenchReport, tables: &markup::Options, layout: &Layout) -> bool {
         let mut ok = true;
-        let mut put = |f: Option<(PathBuf, File)>, w: &dyn Fn(&mut dyn Write) -> io::Result<()>| {
-            if let Some((path, file)) = f {
-                let mut b = BufWriter::new(file);
-                if let Err(e) = w(&mut b).and_then(|_| b.flush()) {
-                    crate::errln!("spacetime: writing {}: {e}", path.display());
+        let mut put = |d: Option<Dest>, w: &dyn Fn(&mut dyn Write) -> io::Result<()>| {
+            if let Some(mut d) = d {
+                if let Err(e) = d.write_with(w) {
+                    crate::errln!("spacetime: writing {}: {e}", d.name());
                     ok = false;
                 }
             }
         };
         put(self.json, &|w| json(report, w));
-        put(self.markdown, &|w| {
-            markdown(report.results, report.comparison, w)
-        });
         put(self.csv, &|w| csv(report.results, w));
+        for (dialect, dest) in self.tables {
+            put(Some(dest), &|w| {
+                let t = markup::table(dialect, report.results, report.comparison, tables, layout);
+                w.write_all(t.as_bytes())
+            });
+        }
         ok
     }
 }

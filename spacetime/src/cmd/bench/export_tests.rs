@@ -1,6 +1,13 @@
 use super::*;
-use crate::cmd::bench::{compare::compare, model::testing::result};
-use crate::kernel::provenance::Provenance;
+use crate::cmd::bench::{compare::compare, markup, model::testing::result};
+
+fn layout() -> Layout {
+    Layout {
+        width: 80,
+        cut: false,
+        unit: None,
+    }
+}
 
 fn sample() -> Vec<CommandResult> {
     let mib = 1u64 << 20;
@@ -21,11 +28,13 @@ fn sample() -> Vec<CommandResult> {
 #[test]
 fn json_round_trips_with_the_issue_shape() {
     let results = sample();
-    let cmp = compare(&results);
+    let cmp = compare(&results, None);
     let report = BenchReport {
+        schema_version: SCHEMA_VERSION,
         spacetime_version: "0",
-        programs: Provenance::Own,
+        programs: crate::kernel::provenance::Provenance::Own,
         interrupted: false,
+        shell: None,
         results: &results,
         comparison: cmp.as_ref(),
     };
@@ -49,6 +58,20 @@ fn json_round_trips_with_the_issue_shape() {
         }
     }
     assert_eq!(r0["wall_ns"]["mean"], 100_000_000.0);
+    // hyperfine's keys, in seconds.
+    assert_eq!(r0["mean"], 0.1);
+    assert_eq!(r0["stddev"], 0.002);
+    assert_eq!(r0["median"], 0.1);
+    assert_eq!(r0["min"], 0.098);
+    assert_eq!(r0["max"], 0.102);
+    assert_eq!(r0["user"], 0.05);
+    assert_eq!(r0["times"], serde_json::json!([0.1, 0.102, 0.098]));
+    assert_eq!(
+        r0["memory_usage_byte"],
+        serde_json::json!(vec![10u64 << 20; 3])
+    );
+    assert!(r0.get("parameters").is_none(), "no parameters: no key");
+    assert_eq!(v["schema_version"], SCHEMA_VERSION);
     assert_eq!(r0["wall_ns"]["stddev"], 2_000_000.0);
     assert_eq!(
         r0["wall_ns"]["values"],
@@ -80,12 +103,18 @@ fn csv_parses_back() {
         .iter()
         .map(String::from)
         .collect();
-    assert_eq!(header.len(), 2 + 7 * 5 + 2);
+    assert_eq!(header.len(), 8 + 2 + 7 * 5 + 2);
+    assert_eq!(
+        header[..8],
+        ["command", "mean", "stddev", "median", "user", "system", "min", "max"],
+        "hyperfine's columns first"
+    );
     let col = |name: &str| header.iter().position(|h| h == name).expect(name);
     let rows: Vec<::csv::StringRecord> = rd.records().map(|r| r.expect("row")).collect();
     assert_eq!(rows.len(), 2);
     assert_eq!(&rows[1][col("command")], "a,\"b\"\n`c`", "quoted and exact");
     assert_eq!(&rows[0][col("runs")], "3");
+    assert_eq!(&rows[0][col("mean")], "0.1");
     let mean: f64 = rows[0][col("wall_ns_mean")].parse().expect("number");
     assert_eq!(mean, 100_000_000.0);
     let peak: u64 = rows[1][col("peak_rss_bytes_max")].parse().expect("number");
@@ -96,10 +125,15 @@ fn csv_parses_back() {
 #[test]
 fn markdown_is_one_table_row_per_command() {
     let results = sample();
-    let cmp = compare(&results);
-    let mut buf = Vec::new();
-    markdown(&results, cmp.as_ref(), &mut buf).expect("markdown");
-    let text = String::from_utf8(buf).expect("utf8");
+    let cmp = compare(&results, None);
+    let opts = markup::Options { by_time: false };
+    let text = markup::table(
+        markup::Dialect::Markdown,
+        &results,
+        cmp.as_ref(),
+        &opts,
+        &layout(),
+    );
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 4, "{text}");
     // Every row has the header's cells: a `|` inside a command is escaped.
@@ -125,5 +159,66 @@ fn csv_keeps_bytes_that_are_not_utf8() {
     csv(&[r], &mut buf).expect("csv");
     let mut rd = ::csv::Reader::from_reader(buf.as_slice());
     let row = rd.byte_records().next().expect("a row").expect("parses");
-    assert_eq!(&row[0], b"printf \xff\n");
+    assert_eq!(&row[8], b"printf \xff\n", "command_line, exact");
+}
+
+#[test]
+fn asciidoc_and_orgmode_are_hyperfine_s_layouts() {
+    let results = sample();
+    let cmp = compare(&results, None);
+    let opts = markup::Options { by_time: true };
+    let a = markup::table(
+        markup::Dialect::AsciiDoc,
+        &results,
+        cmp.as_ref(),
+        &opts,
+        &layout(),
+    );
+    assert!(
+        a.starts_with("[cols=\"<,>,>,>,>,>,>,>,>\"]\n|===\n| Command \n| Mean [ms] "),
+        "{a}"
+    );
+    assert!(a.ends_with("|===\n"), "{a}");
+    // By mean time: the faster second command first.
+    assert!(
+        a.find("| `a,").expect("second") < a.find("| `sleep").expect("first"),
+        "{a}"
+    );
+    let o = markup::table(
+        markup::Dialect::OrgMode,
+        &results,
+        cmp.as_ref(),
+        &opts,
+        &layout(),
+    );
+    let lines: Vec<&str> = o.lines().collect();
+    assert!(
+        lines[0].starts_with("| Command  |  Mean [ms] |  Min [ms] |"),
+        "{o}"
+    );
+    assert_eq!(lines[1], "|--+--+--+--+--+--+--+--+--|");
+    assert!(
+        lines[3].starts_with("| =sleep 0.1 \\| cat=  |  100.0 ± 2.0 |"),
+        "{o}"
+    );
+}
+
+#[test]
+fn parameters_are_hyperfine_s_key_and_columns() {
+    let mut results = sample();
+    for (i, r) in results.iter_mut().enumerate() {
+        r.hyperfine.parameters = [("j".to_string(), (i + 1).to_string())].into();
+    }
+    let mut buf = Vec::new();
+    csv(&results, &mut buf).expect("csv");
+    let text = String::from_utf8(buf).expect("utf8");
+    let header = text.lines().next().expect("header");
+    assert!(
+        header.starts_with(
+            "command,mean,stddev,median,user,system,min,max,parameter_j,command_line,"
+        ),
+        "{header}"
+    );
+    let v = serde_json::to_value(&results[1]).expect("json");
+    assert_eq!(v["parameters"], serde_json::json!({"j": "2"}));
 }

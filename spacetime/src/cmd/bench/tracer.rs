@@ -26,12 +26,10 @@ pub struct SessionTracer {
 }
 
 impl SessionTracer {
-    /// Loads the programs. The commands read no input, and write to /dev/null unless
-    /// `show_output`.
+    /// Loads the programs; where each run's streams go is said before it ([`Tracer::streams`]).
     pub fn open(
         verbose: u8,
         creds: Option<Credentials>,
-        show_output: bool,
         cgroup_peak: bool,
         no_agent: bool,
     ) -> anyhow::Result<SessionTracer> {
@@ -44,11 +42,7 @@ impl SessionTracer {
             delayacct: false,
             delayacct_notice: false,
         };
-        let mut session = Session::open_any(&opts, no_agent)?;
-        session.detach_stdio(Stdio {
-            null_stdin: true,
-            null_output: !show_output,
-        });
+        let session = Session::open_any(&opts, no_agent)?;
         if verbose > 0 {
             session.tell_loaded();
         }
@@ -65,6 +59,10 @@ impl SessionTracer {
 impl Tracer for SessionTracer {
     fn programs(&self) -> Provenance {
         self.session.programs()
+    }
+
+    fn streams(&mut self, stdio: Stdio) {
+        self.session.detach_stdio(stdio);
     }
 
     fn interrupted(&self) -> bool {

@@ -1,22 +1,23 @@
-//! The runs that are not measured: `--prepare` commands and warm-up runs, started as a shell
-//! would start them, as the user the measured runs run as.
+//! The runs that are not measured: warm-up runs and the setup, prepare, conclude and cleanup
+//! commands, started as the measured runs are (the same shell, streams and user).
 
 use std::{
     ffi::OsString,
     io,
     os::unix::process::{CommandExt, ExitStatusExt},
-    process::{Command, Stdio},
+    process::Command,
 };
 
-use crate::run::launch::Credentials;
+use super::streams::std_stdio;
+use crate::run::launch::{Credentials, Stdio};
 
 /// Runs `argv` to its end; returns its status as a shell gives it (128+N for signal N).
-pub fn run(argv: &[OsString], creds: Option<&Credentials>, show_output: bool) -> io::Result<i32> {
+pub fn run(argv: &[OsString], creds: Option<&Credentials>, stdio: Stdio) -> io::Result<i32> {
     let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..]).stdin(Stdio::null());
-    if !show_output {
-        cmd.stdout(Stdio::null()).stderr(Stdio::null());
-    }
+    cmd.args(&argv[1..])
+        .stdin(std_stdio(stdio.stdin)?)
+        .stdout(std_stdio(stdio.stdout)?)
+        .stderr(std_stdio(stdio.stderr)?);
     if let Some(c) = creds.cloned() {
         // SAFETY: only async-signal-safe syscalls on memory prepared before the fork.
         unsafe {

@@ -48,14 +48,16 @@ pub struct WatchArgs {
     /// JSON lines on stdout (or FILE): one object per exit
     #[arg(long)]
     pub json: bool,
-    /// Append the output to FILE instead of writing it to stdout
+    /// Append the output to FILE instead of writing it to stdout (`-`: standard output);
+    /// SIGHUP reopens FILE (after a log rotation) instead of stopping the watch
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Table: do not cut lines to the terminal's width, and add a CGROUP column
     #[arg(short = 'w', long)]
     pub wide: bool,
     /// When the watch stops, write its summary to FILE as one JSON object (exits seen, loss,
-    /// taskstats coverage, spacetime's own CPU, memory and in-kernel time)
+    /// taskstats coverage, spacetime's own CPU, memory and in-kernel time; `-`: standard
+    /// output, after the last row)
     #[arg(long, value_name = "FILE")]
     pub summary_json: Option<PathBuf>,
     /// Stop after this long (e.g. 30s, 5m)
@@ -86,6 +88,11 @@ pub struct WatchArgs {
     /// Most processes kept in the live process table
     #[arg(long, value_name = "N", default_value_t = 131072)]
     pub max_processes: usize,
+    /// Also serve histograms of run time and peak RSS by comm (and by unit or container with
+    /// --metrics-label), buckets 2^(1/8) apart: a quantile from them is within 9.1 % of the
+    /// truth. About 320 series per comm
+    #[arg(long)]
+    pub metrics_histograms: bool,
     /// Also count exits and CPU time by systemd unit or container, in their own metric
     /// families, bounded like comm (repeatable)
     #[arg(long, value_name = "LABEL", value_enum)]

@@ -1,4 +1,5 @@
-//! cgroup v2 ids (from the exit records) to paths, resolved lazily and cached.
+//! cgroup v2 ids (from the exit records) to paths: the path the kernel sent the first time
+//! the cgroup was seen (a cgroup-name record), else resolved lazily, and cached.
 //!
 //! A cgroup v2 id is the kernfs node id of its directory; `open_by_handle_at` on the cgroup2
 //! mount with a `FILEID_KERNFS` handle opens that directory directly, and the descriptor's
@@ -115,6 +116,19 @@ impl Cgroups {
             self.cache.insert(id, cg);
         }
         &self.cache[&id]
+    }
+
+    /// The path the kernel read for cgroup `id` while it existed: taken over whatever was
+    /// resolved before (`#id` when it was already gone).
+    pub fn named(&mut self, id: u64, path: &str) {
+        if self.cache.len() >= MAX_CACHED {
+            self.cache.clear();
+        }
+        let cg = Arc::new(Cgroup {
+            path: path.into(),
+            identity: Identity::of(path),
+        });
+        self.cache.insert(id, cg);
     }
 
     fn resolve(&self, id: u64) -> Option<String> {

@@ -24,10 +24,7 @@ mod reap;
 mod summary;
 mod watcher;
 
-use std::{
-    io::{self, Write as _},
-    time::Instant,
-};
+use std::{io, time::Instant};
 
 use anyhow::Context;
 use spacetime_common::mode;
@@ -43,7 +40,10 @@ use crate::{
         matcher::Coverage,
         table::{Table, TableOptions},
     },
-    run::source::{KernelSource, TaskstatsFeed},
+    run::{
+        outputs::Dest,
+        source::{KernelSource, TaskstatsFeed},
+    },
     util::exit_code::EXIT_OWN_FAILURE,
 };
 use cgroup::Cgroups;
@@ -100,12 +100,11 @@ impl Stop {
     }
 }
 
-/// Writes the summary object and a newline to `file`.
-fn write_summary_json(mut file: std::fs::File, summary: &summary::Json) -> io::Result<()> {
+/// Writes the summary object and a newline to `dest`.
+fn write_summary_json(dest: &mut Dest, summary: &summary::Json) -> io::Result<()> {
     let mut text = serde_json::to_vec(summary)?;
     text.push(b'\n');
-    file.write_all(&text)?;
-    file.flush()
+    dest.write_with(|w| w.write_all(&text))
 }
 
 /// Loads the kernel programs with the kernel's part of the filter: `--uid` and `--cgroup` as
@@ -123,6 +122,7 @@ fn load_probes(args: &WatchArgs, filter: &Filter) -> anyhow::Result<Probes> {
         ring_buffer_bytes: args.ring_buffer,
         max_tracked: args.max_processes.clamp(1, 65536) as u32,
         filter: kernel_filter,
+        cgroup_names: true,
         ..LoadOptions::default()
     })?;
     if let Some(root) = filter.pid_tree() {
@@ -306,7 +306,7 @@ fn finish(
     elapsed: std::time::Duration,
     kernel: &dyn KernelSource,
     taskstats_unavailable: Option<Unavailable>,
-    summary_file: Option<std::fs::File>,
+    summary_file: Option<Dest>,
     args: &WatchArgs,
     verbose: u8,
 ) -> anyhow::Result<()> {
@@ -343,8 +343,8 @@ fn finish(
     if verbose > 0 {
         crate::errln!("  {}", own_cost.line());
     }
-    if let (Some(file), Some(path)) = (summary_file, &args.summary_json) {
-        write_summary_json(file, &summary::json(&fin, &stop.name(), &own_cost))
+    if let (Some(mut file), Some(path)) = (summary_file, &args.summary_json) {
+        write_summary_json(&mut file, &summary::json(&fin, &stop.name(), &own_cost))
             .with_context(|| format!("--summary-json: writing {}", path.display()))?;
     }
     Ok(())
@@ -354,8 +354,10 @@ fn finish(
 /// path or address that cannot be used fails the watch before it starts.
 fn open_ends(
     args: &WatchArgs,
-) -> anyhow::Result<(Output, Option<std::net::TcpListener>, Option<std::fs::File>)> {
-    let out = Output::open(args.output.as_deref(), args.json, args.wide).with_context(|| {
+) -> anyhow::Result<(Output, Option<std::net::TcpListener>, Option<Dest>)> {
+    // `-`: standard output, as without -o.
+    let path = args.output.as_deref().filter(|p| p.as_os_str() != "-");
+    let out = Output::open(path, args.json, args.wide).with_context(|| {
         format!(
             "opening {}",
             args.output
@@ -373,13 +375,12 @@ fn open_ends(
         None => None,
     };
     // Created now, so a path that cannot be written fails the watch before it starts.
-    let summary_file = match &args.summary_json {
-        Some(path) => Some(
-            std::fs::File::create(path)
-                .with_context(|| format!("--summary-json: creating {}", path.display()))?,
-        ),
-        None => None,
-    };
+    let summary_file = args
+        .summary_json
+        .as_deref()
+        .map(|p| Dest::open(p, false, true))
+        .transpose()
+        .context("--summary-json")?;
     Ok((out, metrics_listener, summary_file))
 }
 
@@ -398,6 +399,7 @@ impl Watch {
         reaps: bool,
     ) -> Watch {
         let mut metrics = Metrics::new(taskstats, args.metrics_comm_limit);
+        metrics.histograms = args.metrics_histograms;
         for label in &args.metrics_label {
             metrics.by_identity.push(metrics::identity::ByIdentity::new(
                 *label,

@@ -26,6 +26,8 @@ use crate::{
 /// Where and how exits are written.
 pub struct Output {
     w: BufWriter<Box<dyn Write>>,
+    /// `-o FILE`: reopened on SIGHUP.
+    path: Option<std::path::PathBuf>,
     /// The descriptor, to ask a terminal for its width.
     fd: Option<RawFd>,
     json: bool,
@@ -42,6 +44,11 @@ pub struct Output {
     /// `--ancestry`: exec rows show their parent chain too.
     pub ancestry: bool,
 }
+
+/// The layout of `--json` lines (docs/watch-line.schema.json): raised when a key is renamed or
+/// removed or changes meaning. Lines from before it carried none (layout 1: an exit line's
+/// instant only as `end_unix_ns`).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Characters of the CGROUP column (`--wide`); longer paths push the command right.
 const CGROUP_WIDTH: usize = 24;
@@ -69,6 +76,7 @@ impl Output {
         };
         let mut o = Output {
             w: BufWriter::with_capacity(64 << 10, w),
+            path: path.map(Path::to_path_buf),
             fd: fd.filter(|_| tty),
             json,
             wide,
@@ -81,6 +89,18 @@ impl Output {
         };
         o.refresh_width();
         Ok(o)
+    }
+
+    /// After a log rotation: what is buffered goes to the old file, the rest to FILE opened
+    /// anew. False when the output is stdout (nothing to reopen).
+    pub fn reopen(&mut self) -> io::Result<bool> {
+        let Some(p) = &self.path else {
+            return Ok(false);
+        };
+        self.w.flush()?;
+        let f = OpenOptions::new().create(true).append(true).open(p)?;
+        self.w = BufWriter::with_capacity(64 << 10, Box::new(f));
+        Ok(true)
     }
 
     pub fn set_wall_offset(&mut self, ns: i64) {
@@ -345,6 +365,7 @@ impl Serialize for Json<'_, '_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let x = self.x;
         let mut m = s.serialize_map(None)?;
+        m.serialize_entry("schema_version", &SCHEMA_VERSION)?;
         m.serialize_entry("event", "exit")?;
         m.serialize_entry("exec_id", &self.exec_id)?;
         m.serialize_entry("host", self.host)?;
@@ -362,6 +383,9 @@ impl Serialize for Json<'_, '_> {
         m.serialize_entry("argv_complete", &x.image.argv_complete)?;
         let start = x.start_ns.map(|s| s as i64 + self.wall);
         let end = x.end_ns as i64 + self.wall;
+        // Every line's instant under one name (an exit's is its end), for log pipelines.
+        m.serialize_entry("time_unix_ns", &end)?;
+        m.serialize_entry("time", &rfc3339(end.max(0) as u64))?;
         m.serialize_entry("start_unix_ns", &start)?;
         m.serialize_entry("start_time", &start.map(|s| rfc3339(s.max(0) as u64)))?;
         m.serialize_entry("end_unix_ns", &end)?;

@@ -100,6 +100,7 @@ impl Serialize for ExecJson<'_, '_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let x = self.x;
         let mut m = s.serialize_map(None)?;
+        m.serialize_entry("schema_version", &super::SCHEMA_VERSION)?;
         m.serialize_entry("event", "exec")?;
         m.serialize_entry("exec_id", self.exec_id)?;
         m.serialize_entry("host", self.host)?;

@@ -16,6 +16,7 @@ use crate::{
 fn output(width: Option<usize>, wide: bool) -> Output {
     Output {
         w: BufWriter::new(Box::new(io::sink())),
+        path: None,
         fd: None,
         json: false,
         wide,

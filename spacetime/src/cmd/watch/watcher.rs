@@ -171,6 +171,7 @@ impl Consumer for Looping<'_> {
             // RSS over time is trace's; watch does not turn it on.
             Event::Rss(_) => {}
             Event::Reap(r) => w.reap(&r),
+            Event::CgroupName(c) => w.cgroups.named(c.cgroup_id, &c.path),
         }
     }
 
@@ -195,6 +196,15 @@ impl Consumer for Looping<'_> {
     }
 
     fn signal(&mut self, signo: libc::c_int, _from_process: bool) {
+        // SIGHUP with -o FILE: the log was rotated (logrotate's postrotate, systemd's
+        // ExecReload); write on into FILE made anew. Without -o it stops, as a hangup does.
+        if signo == libc::SIGHUP {
+            match self.w.out.reopen() {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => return self.w.output_failed(e),
+            }
+        }
         self.w.stop.get_or_insert(Stop::Signal(signo));
     }
 

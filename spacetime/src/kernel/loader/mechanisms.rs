@@ -100,6 +100,9 @@ pub(super) fn attach_fentries_and_describe(
             ),
         },
     ];
+    if plan.cgroup_names {
+        lines.push("cgroup paths read from the kernel the first time each is seen".into());
+    }
     if plan.rss {
         lines.push(
             "kmem:rss_stat: every RSS change of traced processes; tree-wide sum and peak kept \

@@ -130,6 +130,9 @@ pub struct LoadOptions {
     pub rss_interval_ns: u32,
     /// The kernel-side filter (`watch --uid`, `--cgroup`, `--pid-tree`); all zero: none.
     pub filter: spacetime_common::KernelFilter,
+    /// Send each cgroup's path the first time a process execs in it (`watch`'s identity,
+    /// read while the cgroup exists).
+    pub cgroup_names: bool,
 }
 
 impl Default for LoadOptions {
@@ -142,6 +145,7 @@ impl Default for LoadOptions {
             track_rss: false,
             rss_interval_ns: 5_000_000,
             filter: spacetime_common::KernelFilter::default(),
+            cgroup_names: false,
         }
     }
 }
@@ -330,6 +334,7 @@ impl Probes {
         let plan = Plan::new(
             &resolved,
             opts.track_rss && btf.has_typedef("btf_trace_rss_stat"),
+            opts.cgroup_names && resolved.off.cgroup_kn != 0,
         );
         let config = config(opts, &resolved, nr_cpus, ring, plan.rss);
         let built = aya_loader

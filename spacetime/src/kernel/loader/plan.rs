@@ -39,6 +39,8 @@ pub(super) struct Plan {
     pub cpu_at_release: bool,
     /// ... and at a dead task's last switch (sched_switch).
     pub dead_switch: bool,
+    /// `watch`'s cgroup paths are read in the kernel (cgroup_exec).
+    pub cgroup_names: bool,
 }
 
 impl Plan {
@@ -46,8 +48,9 @@ impl Plan {
     /// forking is then always seen exiting (the other order leaves a window where one starts
     /// and ends between two attaches). rss_exit before the exit record's program: a
     /// tracepoint runs its programs in attach order, and the RSS records of a process's end
-    /// come before its exit record.
-    pub fn new(resolved: &Resolved, rss: bool) -> Plan {
+    /// come before its exit record; likewise cgroup_exec before the exec record (a cgroup's
+    /// path comes before the exec record that names it).
+    pub fn new(resolved: &Resolved, rss: bool, cgroup_names: bool) -> Plan {
         let cpu_at_release = resolved.off.signal_prev_utime != 0;
         let dead_switch = cpu_at_release && resolved.off.task_state != 0;
         let mut programs = Vec::with_capacity(12);
@@ -60,6 +63,9 @@ impl Plan {
         }
         if rss {
             attach("rss_exit", "sched_process_exit");
+        }
+        if cgroup_names {
+            attach("cgroup_exec", "sched_process_exec");
         }
         attach("sched_process_exit", "sched_process_exit");
         attach("sched_process_exec", "sched_process_exec");
@@ -83,6 +89,7 @@ impl Plan {
             rss,
             cpu_at_release,
             dead_switch,
+            cgroup_names,
         }
     }
 

@@ -1,10 +1,10 @@
-//! Taskstats figures packed as LEB128 varints in one byte buffer. Most of a record's 23
-//! figures are small or zero, so a record takes ~30 bytes instead of 184; a 100k-process
+//! Taskstats figures packed as LEB128 varints in one byte buffer. Most of a record's 24
+//! figures are small or zero, so a record takes ~30 bytes instead of 192; a 100k-process
 //! trace keeps one per exit until the cross-check, and one sum per process after it.
 
 use super::{Delays, ProcessTaskstats};
 
-const FIELDS: usize = 23;
+const FIELDS: usize = 24;
 
 fn fields(s: &ProcessTaskstats) -> [u64; FIELDS] {
     let d = &s.delays;
@@ -32,6 +32,7 @@ fn fields(s: &ProcessTaskstats) -> [u64; FIELDS] {
         d.wpcopy_ns,
         d.irq_ns,
         u64::from(s.records),
+        s.cancelled_write_bytes,
     ]
 }
 
@@ -62,6 +63,7 @@ fn from_fields(f: [u64; FIELDS]) -> ProcessTaskstats {
             irq_ns: f[21],
         },
         records: f[22] as u32,
+        cancelled_write_bytes: f[23],
     }
 }
 
@@ -107,6 +109,7 @@ mod tests {
             read_char: 3072,
             hiwater_rss_kib: 1 << 40,
             records: u32::MAX,
+            cancelled_write_bytes: 4096,
             ..ProcessTaskstats::default()
         };
         s.delays.irq_ns = 127;

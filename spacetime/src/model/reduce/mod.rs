@@ -129,6 +129,8 @@ impl Store {
             // Memory over time belongs to the timeline, not to the store.
             Event::Rss(_) => {}
             Event::Reap(r) => self.reap(&r),
+            // Identity is watch's, kept by its cgroup cache.
+            Event::CgroupName(_) => {}
         }
         None
     }

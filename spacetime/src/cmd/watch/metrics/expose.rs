@@ -7,8 +7,8 @@
 
 use std::fmt::Write as _;
 
-use super::{own::OwnProcess, CommStats, Histogram, Metrics, OVERFLOW_COMM, RSS_BUCKETS_BYTES};
-use super::{RUNTIME_BUCKETS_S, STATUSES};
+use super::{own::OwnProcess, Buckets, CommStats, Histogram, Metrics, OVERFLOW_COMM};
+use super::{RSS_BUCKETS, RUNTIME_BUCKETS, STATUSES};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -82,24 +82,19 @@ impl Writer {
         let _ = writeln!(self.out, " {value}");
     }
 
-    fn histogram<const N: usize>(
-        &mut self,
-        name: &str,
-        unit: &str,
-        help: &str,
-        bounds: &[f64; N],
-        h: &Histogram<N>,
-    ) {
-        self.family(name, Kind::Histogram, Some(unit), help);
+    /// One histogram's samples (its buckets, count and sum) with `labels` before `le`.
+    fn histogram(&mut self, name: &str, labels: &[(&str, &str)], b: &Buckets, h: &Histogram) {
         let bucket = format!("{name}_bucket");
-        let les = bounds.iter().map(|b| float(*b)).chain(["+Inf".to_string()]);
+        let mut with_le: Vec<(&str, &str)> = labels.to_vec();
+        with_le.push(("le", ""));
         let mut total = 0;
-        for (le, cum) in les.zip(h.cumulative()) {
-            self.sample(&bucket, &[("le", &le)], cum);
+        for (le, cum) in b.les.iter().zip(h.cumulative(b)) {
+            *with_le.last_mut().expect("le") = ("le", le);
+            self.sample(&bucket, &with_le, cum);
             total = cum;
         }
-        self.sample(&format!("{name}_count"), &[], total);
-        self.sample(&format!("{name}_sum"), &[], float(h.sum()));
+        self.sample(&format!("{name}_count"), labels, total);
+        self.sample(&format!("{name}_sum"), labels, float(h.sum()));
     }
 }
 
@@ -112,7 +107,7 @@ pub fn render(m: &Metrics, format: Format) -> String {
     build_info(&mut w);
     exits(&mut w, m);
     for b in &m.by_identity {
-        by_identity(&mut w, b);
+        by_identity(&mut w, b, m.histograms);
     }
     let seen = w.family(
         "spacetime_watch_seen_exits",
@@ -122,20 +117,25 @@ pub fn render(m: &Metrics, format: Format) -> String {
     );
     w.sample(&seen, &[("kind", "process")], m.seen_processes);
     w.sample(&seen, &[("kind", "thread")], m.seen_threads);
+    w.family(
+        "spacetime_watch_runtime_seconds",
+        Kind::Histogram,
+        Some("seconds"),
+        "Wall-clock run time of the processes reported.",
+    );
     w.histogram(
         "spacetime_watch_runtime_seconds",
-        "seconds",
-        "Wall-clock run time of the processes reported.",
-        &RUNTIME_BUCKETS_S,
+        &[],
+        &RUNTIME_BUCKETS,
         &m.runtime,
     );
-    w.histogram(
+    w.family(
         "spacetime_watch_peak_rss_bytes",
-        "bytes",
+        Kind::Histogram,
+        Some("bytes"),
         "Peak resident set size of the processes reported.",
-        &RSS_BUCKETS_BYTES,
-        &m.rss,
     );
+    w.histogram("spacetime_watch_peak_rss_bytes", &[], &RSS_BUCKETS, &m.rss);
     health(&mut w, m);
     if let Some(own) = OwnProcess::read() {
         own_process(&mut w, &own);
@@ -202,10 +202,49 @@ fn exits(w: &mut Writer, m: &Metrics) {
     );
     w.sample(&source, &[("source", "release")], m.cpu_released);
     w.sample(&source, &[("source", "exit")], m.cpu_at_exit);
+    if m.histograms {
+        histograms_of(w, "comm", "comm", &comms);
+    }
 }
 
-/// `--metrics-label`: exits and CPU time by unit or container, in their own families.
-fn by_identity(w: &mut Writer, b: &super::identity::ByIdentity) {
+/// Run time and peak RSS histograms by `label` (comm, unit or container): p99 of a program's
+/// peak is `histogram_quantile(0.99, sum by (comm, le) (rate(…_bucket[5m])))`.
+fn histograms_of(w: &mut Writer, word: &str, label: &str, rows: &[(&str, &CommStats)]) {
+    /// Which of a row's histograms.
+    type Pick = fn(&CommStats) -> &Histogram;
+    let families: [(&str, &str, &str, &Buckets, Pick); 2] = [
+        (
+            "runtime_seconds",
+            "seconds",
+            "Wall-clock run time",
+            &RUNTIME_BUCKETS,
+            |c| &c.runtime,
+        ),
+        (
+            "peak_rss_bytes",
+            "bytes",
+            "Peak resident set size",
+            &RSS_BUCKETS,
+            |c| &c.rss,
+        ),
+    ];
+    for (suffix, unit, what, b, pick) in families {
+        let name = format!("spacetime_watch_{word}_{suffix}");
+        w.family(
+            &name,
+            Kind::Histogram,
+            Some(unit),
+            &format!("{what} of the processes reported, by {label}."),
+        );
+        for (value, c) in rows {
+            w.histogram(&name, &[(label, value)], b, pick(c));
+        }
+    }
+}
+
+/// `--metrics-label`: exits and CPU time by unit or container, in their own families (and
+/// their histograms with `--metrics-histograms`).
+fn by_identity(w: &mut Writer, b: &super::identity::ByIdentity, histograms: bool) {
     let label = b.label.name();
     let rows = b.rows();
     let exits = w.family(
@@ -241,6 +280,9 @@ fn by_identity(w: &mut Writer, b: &super::identity::ByIdentity) {
                 float(ns as f64 / 1e9),
             );
         }
+    }
+    if histograms {
+        histograms_of(w, label, label, &rows);
     }
 }
 

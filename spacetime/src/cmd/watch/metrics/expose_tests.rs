@@ -1,5 +1,5 @@
 use super::*;
-use crate::cmd::watch::metrics::{CommStats, Metrics};
+use crate::cmd::watch::metrics::{CommStats, Metrics, RSS_BUCKETS, RUNTIME_BUCKETS};
 
 fn sample_metrics() -> Metrics {
     let mut m = Metrics::new(true, 2);
@@ -9,6 +9,7 @@ fn sample_metrics() -> Metrics {
             exits: [3, 1, 0],
             user_ns: 1_500_000_000,
             sys_ns: 250_000_000,
+            ..CommStats::default()
         },
     );
     m.by_comm.insert(
@@ -22,6 +23,7 @@ fn sample_metrics() -> Metrics {
         exits: [0, 0, 2],
         user_ns: 1,
         sys_ns: 2,
+        ..CommStats::default()
     };
     m.reported = 7;
     m
@@ -104,29 +106,63 @@ fn no_series_twice() {
 fn histograms_are_cumulative() {
     let mut m = Metrics::default();
     for v in [0.0004, 0.0007, 0.003, 7200.0] {
-        m.runtime.observe(&RUNTIME_BUCKETS_S, v);
+        m.runtime.observe(&RUNTIME_BUCKETS, v);
     }
     let text = render(&m, Format::Text);
-    assert!(
-        text.contains("spacetime_watch_runtime_seconds_bucket{le=\"0.0005\"} 1\n"),
-        "{text}"
+    for line in [
+        // The first bound is 1/1024 s, to 4 digits: both short runs are under it.
+        "spacetime_watch_runtime_seconds_bucket{le=\"0.0009766\"} 2\n",
+        "spacetime_watch_runtime_seconds_bucket{le=\"0.003012\"} 3\n",
+        "spacetime_watch_runtime_seconds_bucket{le=\"4096.0\"} 3\n",
+        "spacetime_watch_runtime_seconds_bucket{le=\"+Inf\"} 4\n",
+        "spacetime_watch_runtime_seconds_count 4\n",
+        "spacetime_watch_peak_rss_bytes_bucket{le=\"524288.0\"} 0\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+}
+
+#[test]
+fn buckets_are_fine_enough_for_a_quantile_within_ten_percent() {
+    for b in [&*RSS_BUCKETS, &*RUNTIME_BUCKETS] {
+        assert_eq!(b.les.len(), b.bounds.len() + 1);
+        for w in b.bounds.windows(2) {
+            let r = w[1] / w[0];
+            // Interpolated inside its bucket, a quantile is off by at most the bucket's ratio.
+            assert!(r > 1.085 && r < 1.096, "{} / {}: {r}", w[1], w[0]);
+        }
+    }
+    assert_eq!(RSS_BUCKETS.bounds.len(), 137);
+    assert_eq!(
+        *RSS_BUCKETS.bounds.last().expect("bounds"),
+        (64u64 << 30) as f64
     );
+    assert_eq!(RUNTIME_BUCKETS.bounds.len(), 177);
+    assert_eq!(*RUNTIME_BUCKETS.bounds.last().expect("bounds"), 4096.0);
+}
+
+#[test]
+fn histograms_by_comm_carry_the_overflow_value() {
+    let mut m = sample_metrics();
     assert!(
-        text.contains("spacetime_watch_runtime_seconds_bucket{le=\"0.001\"} 2\n"),
-        "{text}"
+        !render(&m, Format::Text).contains("comm_peak_rss"),
+        "only with --metrics-histograms"
     );
-    assert!(
-        text.contains("spacetime_watch_runtime_seconds_bucket{le=\"+Inf\"} 4\n"),
-        "{text}"
-    );
-    assert!(
-        text.contains("spacetime_watch_runtime_seconds_count 4\n"),
-        "{text}"
-    );
-    assert!(
-        text.contains("spacetime_watch_peak_rss_bytes_bucket{le=\"524288.0\"} 0\n"),
-        "{text}"
-    );
+    m.histograms = true;
+    let c = m.by_comm.get_mut("make").expect("make");
+    c.rss.observe(&RSS_BUCKETS, 70.0 * 1048576.0);
+    m.other.rss.observe(&RSS_BUCKETS, 1048576.0);
+    let text = render(&m, Format::Text);
+    for line in [
+        "# TYPE spacetime_watch_comm_peak_rss_bytes histogram\n",
+        "# TYPE spacetime_watch_comm_runtime_seconds histogram\n",
+        "spacetime_watch_comm_peak_rss_bytes_count{comm=\"make\"} 1\n",
+        "spacetime_watch_comm_peak_rss_bytes_bucket{comm=\"make\",le=\"+Inf\"} 1\n",
+        "spacetime_watch_comm_peak_rss_bytes_count{comm=\"[other programs]\"} 1\n",
+        "spacetime_watch_comm_runtime_seconds_count{comm=\"a\\\"b\\\\c\"} 0\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
 }
 
 #[test]
@@ -140,6 +176,7 @@ fn identity_families_are_bounded_and_declared() {
             exits: [2, 1, 0],
             user_ns: 500_000_000,
             sys_ns: 0,
+            ..CommStats::default()
         },
     );
     b.other = CommStats {

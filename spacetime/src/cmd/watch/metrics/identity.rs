@@ -59,7 +59,8 @@ impl ByIdentity {
         }
     }
 
-    pub fn observe(&mut self, x: &ExitView) {
+    /// Counts an exit; its run time and peak too with `histograms`.
+    pub fn observe(&mut self, x: &ExitView, histograms: bool) {
         let value = match self.label {
             IdLabel::Unit => x.identity.systemd_unit.as_deref(),
             IdLabel::Container => x.identity.container_id.as_deref(),
@@ -68,9 +69,13 @@ impl ByIdentity {
         let s = status_index(x.exit);
         let room = self.values.len() < self.limit;
         match self.values.get_mut(value) {
-            Some(c) => c.add(s, x),
-            None if room => self.values.entry(value.into()).or_default().add(s, x),
-            None => self.other.add(s, x),
+            Some(c) => c.add(s, x, histograms),
+            None if room => self
+                .values
+                .entry(value.into())
+                .or_default()
+                .add(s, x, histograms),
+            None => self.other.add(s, x, histograms),
         }
     }
 

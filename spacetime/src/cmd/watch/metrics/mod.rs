@@ -23,46 +23,70 @@ pub const DEFAULT_COMM_LIMIT: usize = 1000;
 /// 15 bytes (TASK_COMM_LEN - 1), so no real program can name itself this and collide with it.
 pub const OVERFLOW_COMM: &str = "[other programs]";
 
-/// Upper bounds of the run-time histogram (seconds): fine below 100 ms, where most short-lived
-/// processes fall, so p50/p90 interpolate within a factor of 2–2.5.
-pub const RUNTIME_BUCKETS_S: [f64; 19] = [
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-    60.0, 300.0, 900.0, 3600.0,
-];
-/// Upper bounds of the peak-RSS histogram (bytes): powers of two from 512 KiB to 64 GiB.
-pub const RSS_BUCKETS_BYTES: [f64; 18] = {
-    let mut b = [0.0; 18];
-    let mut i = 0;
-    while i < 18 {
-        b[i] = (512u64 << 10 << i) as f64;
-        i += 1;
+/// Buckets per doubling of the histograms: consecutive bounds differ by 2^(1/8) ≈ 1.0905, so a
+/// quantile Prometheus interpolates inside its bucket is within 9.1 % of the true one,
+/// whatever the distribution (between the first bound and the last).
+pub const BUCKETS_PER_OCTAVE: u32 = 8;
+
+/// A histogram's bucket layout: upper bounds `first · 2^(k/8)` for `octaves` doublings, and
+/// their `le` label values, formatted once.
+pub struct Buckets {
+    pub bounds: Vec<f64>,
+    pub les: Vec<String>,
+}
+
+impl Buckets {
+    /// `round` makes a bound a value people read (whole bytes, 4 significant digits of a
+    /// second): the ratio between bounds stays within 0.2 % of 2^(1/8).
+    fn geometric(first: f64, octaves: u32, round: fn(f64) -> f64) -> Buckets {
+        let n = octaves * BUCKETS_PER_OCTAVE;
+        let bounds: Vec<f64> = (0..=n)
+            .map(|k| round(first * 2f64.powf(f64::from(k) / f64::from(BUCKETS_PER_OCTAVE))))
+            .collect();
+        let les = bounds
+            .iter()
+            .map(|b| expose::float(*b))
+            .chain(["+Inf".to_string()])
+            .collect();
+        Buckets { bounds, les }
     }
-    b
-};
+}
+
+/// Peak RSS (bytes): 512 KiB to 64 GiB, 137 bounds.
+pub static RSS_BUCKETS: std::sync::LazyLock<Buckets> =
+    std::sync::LazyLock::new(|| Buckets::geometric(512.0 * 1024.0, 17, f64::round));
+
+/// Run time (seconds): 1 ms to 4096 s (68 min), 177 bounds.
+pub static RUNTIME_BUCKETS: std::sync::LazyLock<Buckets> = std::sync::LazyLock::new(|| {
+    Buckets::geometric(1.0 / 1024.0, 22, |v| {
+        let scale = 10f64.powi(3 - v.log10().floor() as i32);
+        (v * scale).round() / scale
+    })
+});
 
 /// Status label values, indexing [`CommStats::exits`].
 pub const STATUSES: [&str; 3] = ["ok", "failed", "signaled"];
 
-#[derive(Debug, Default, Clone)]
-pub struct Histogram<const N: usize> {
-    /// Non-cumulative counts per bucket; the last is +Inf.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Histogram {
+    /// Non-cumulative counts per bucket; the last is +Inf. Empty until the first value.
     counts: Vec<u64>,
     sum: f64,
 }
 
-impl<const N: usize> Histogram<N> {
-    fn observe(&mut self, bounds: &[f64; N], v: f64) {
+impl Histogram {
+    pub fn observe(&mut self, b: &Buckets, v: f64) {
         if self.counts.is_empty() {
-            self.counts = vec![0; N + 1];
+            self.counts = vec![0; b.bounds.len() + 1];
         }
-        let i = bounds.iter().position(|&b| v <= b).unwrap_or(N);
+        let i = b.bounds.partition_point(|&x| x < v);
         self.counts[i] += 1;
         self.sum += v;
     }
 
     /// Cumulative counts, one per bound and the last for +Inf.
-    pub fn cumulative(&self) -> impl Iterator<Item = u64> + '_ {
-        (0..=N).scan(0, |acc, i| {
+    pub fn cumulative<'a>(&'a self, b: &Buckets) -> impl Iterator<Item = u64> + 'a {
+        (0..=b.bounds.len()).scan(0, |acc, i| {
             *acc += self.counts.get(i).copied().unwrap_or(0);
             Some(*acc)
         })
@@ -73,20 +97,33 @@ impl<const N: usize> Histogram<N> {
     }
 }
 
-/// What the exits of one comm add up to.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// What the exits of one comm (or unit, or container) add up to.
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct CommStats {
     /// Exits by status: [ok, failed, signaled].
     pub exits: [u64; 3],
     pub user_ns: u64,
     pub sys_ns: u64,
+    /// Their run times and peaks.
+    pub runtime: Histogram,
+    pub rss: Histogram,
 }
 
 impl CommStats {
-    fn add(&mut self, status: usize, x: &ExitView) {
+    /// Counts an exit; its run time and peak too with `histograms`.
+    fn add(&mut self, status: usize, x: &ExitView, histograms: bool) {
         self.exits[status] += 1;
         self.user_ns += x.user_ns;
         self.sys_ns += x.sys_ns;
+        if !histograms {
+            return;
+        }
+        if let Some(rt) = x.runtime_ns() {
+            self.runtime.observe(&RUNTIME_BUCKETS, rt as f64 / 1e9);
+        }
+        if let Some(rss) = x.peak_rss_bytes {
+            self.rss.observe(&RSS_BUCKETS, rss as f64);
+        }
     }
 }
 
@@ -102,8 +139,8 @@ pub struct Metrics {
     /// Every exit seen, filters or not: processes and threads.
     pub seen_processes: u64,
     pub seen_threads: u64,
-    pub runtime: Histogram<19>,
-    pub rss: Histogram<18>,
+    pub runtime: Histogram,
+    pub rss: Histogram,
     /// Loss: ring-buffer reserve failures (kernel), undecodable records, taskstats ENOBUFS.
     pub ringbuf_lost: u64,
     /// Kernel reads that failed: a record may have been dropped or left incomplete.
@@ -133,6 +170,8 @@ pub struct Metrics {
     pub execs_reported: u64,
     /// `--metrics-label`: exits by unit or container.
     pub by_identity: Vec<identity::ByIdentity>,
+    /// `--metrics-histograms`: run time and peak histograms by comm (and unit, container).
+    pub histograms: bool,
 }
 
 impl Default for Metrics {
@@ -177,6 +216,7 @@ impl Metrics {
             argv_evicted: 0,
             execs_reported: 0,
             by_identity: Vec::new(),
+            histograms: false,
         }
     }
 
@@ -186,19 +226,20 @@ impl Metrics {
         let s = status_index(x.exit);
         let room = self.by_comm.len() < self.comm_limit;
         let comm = comm_label(x.comm);
+        let h = self.histograms;
         match self.by_comm.get_mut(&*comm) {
-            Some(c) => c.add(s, x),
-            None if room => self.by_comm.entry(comm.into()).or_default().add(s, x),
-            None => self.other.add(s, x),
+            Some(c) => c.add(s, x, h),
+            None if room => self.by_comm.entry(comm.into()).or_default().add(s, x, h),
+            None => self.other.add(s, x, h),
         }
         for b in &mut self.by_identity {
-            b.observe(x);
+            b.observe(x, h);
         }
         if let Some(rt) = x.runtime_ns() {
-            self.runtime.observe(&RUNTIME_BUCKETS_S, rt as f64 / 1e9);
+            self.runtime.observe(&RUNTIME_BUCKETS, rt as f64 / 1e9);
         }
         if let Some(rss) = x.peak_rss_bytes {
-            self.rss.observe(&RSS_BUCKETS_BYTES, rss as f64);
+            self.rss.observe(&RSS_BUCKETS, rss as f64);
         }
     }
 

@@ -1,0 +1,208 @@
+//! `trace -f` against GNU time itself (Debian's `time` package, /usr/bin/time): the same
+//! workload under `/usr/bin/time` as the traced root, GNU time's `-v` output beside
+//! spacetime's `-f verbose`, field by field. Exact where both read the same kernel figure
+//! (page size, exit status, the fields Linux leaves at 0, blocks written); within the
+//! root's own share where spacetime counts the whole tree, `/usr/bin/time` included, and GNU
+//! time its children (CPU, faults, context switches); and spacetime's peak is the workload's
+//! own VmHWM, where GNU time's `ru_maxrss` may be raised by the image before exec.
+
+use std::path::Path;
+
+use spacetime_tests::{assert_rss, TempDir, Trace};
+
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+const GNU_TIME: &str = "/usr/bin/time";
+
+/// `time -v`'s lines as (label, value).
+fn fields(path: &Path) -> Vec<(String, String)> {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    text.lines()
+        .filter(|l| l.starts_with('\t'))
+        .map(|l| {
+            let (k, v) = l[1..]
+                .split_once(": ")
+                .unwrap_or_else(|| panic!("not `label: value`: {l:?}\n{text}"));
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+fn value<'a>(f: &'a [(String, String)], label: &str) -> &'a str {
+    f.iter()
+        .find(|(k, _)| k == label)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("no {label:?} in {f:?}"))
+}
+
+fn num(f: &[(String, String)], label: &str) -> f64 {
+    let v = value(f, label);
+    v.trim_end_matches('%')
+        .parse()
+        .unwrap_or_else(|_| panic!("{label}: {v:?} is not a number"))
+}
+
+/// Seconds of `m:ss.cc` (what both print under an hour).
+fn clock(v: &str) -> f64 {
+    let (m, s) = v.split_once(':').unwrap_or_else(|| panic!("{v:?}"));
+    m.parse::<f64>().expect("minutes") * 60.0 + s.parse::<f64>().expect("seconds")
+}
+
+fn within(what: &str, got: f64, want: f64, below: f64, above: f64) {
+    assert!(
+        got >= want - below && got <= want + above,
+        "{what}: spacetime {got}, GNU time {want} (allowed -{below} +{above})"
+    );
+}
+
+#[test]
+fn verbose_is_gnu_time_v_field_by_field() {
+    let dir = TempDir::new("gnu-v");
+    let gnu = dir.path().join("gnu.txt");
+    let st = dir.path().join("st.txt");
+    let cmd = [
+        GNU_TIME.as_ref(),
+        "-v".as_ref(),
+        "-o".as_ref(),
+        gnu.as_os_str(),
+    ]
+    .into_iter()
+    .chain([WL, "touch", "256"].map(std::ffi::OsStr::new));
+    let out = Trace::new(cmd)
+        .flag("-f")
+        .flag("verbose")
+        .flag("-o")
+        .flag(&st)
+        .tag("gnu-v")
+        .run();
+    assert_eq!(out.code(), 0, "{}", out.context());
+    let (g, s) = (fields(&gnu), fields(&st));
+    let labels = |f: &[(String, String)]| f.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+    assert_eq!(labels(&s), labels(&g), "the same labels in the same order");
+    assert_eq!(s.len(), 23);
+    // The command: spacetime's root is /usr/bin/time, whose own command line is GNU's.
+    let gcmd = value(&g, "Command being timed");
+    let scmd = value(&s, "Command being timed");
+    assert!(
+        scmd.starts_with(&format!("\"{GNU_TIME} -v -o ")) && scmd.ends_with(&gcmd[1..]),
+        "{scmd} / {gcmd}"
+    );
+    // Exact: the same kernel figure, or what Linux never fills.
+    for l in [
+        "Page size (bytes)",
+        "Exit status",
+        "Average shared text size (kbytes)",
+        "Average unshared data size (kbytes)",
+        "Average stack size (kbytes)",
+        "Average total size (kbytes)",
+        "Average resident set size (kbytes)",
+        "Swaps",
+        "Socket messages sent",
+        "Socket messages received",
+        "Signals delivered",
+    ] {
+        assert_eq!(value(&s, l), value(&g, l), "{l}");
+    }
+    // CPU: the tree's (GNU time's own start included) against its children's, both truncated
+    // to hundredths.
+    let cpu =
+        |f: &[(String, String)]| num(f, "User time (seconds)") + num(f, "System time (seconds)");
+    within("user + system", cpu(&s), cpu(&g), 0.015, 0.035);
+    let wall =
+        |f: &[(String, String)]| clock(value(f, "Elapsed (wall clock) time (h:mm:ss or m:ss)"));
+    within("elapsed", wall(&s), wall(&g), 0.005, 0.06);
+    // %P is (U+S)/E in whole milliseconds: spacetime's from its own figures, as GNU computes it.
+    let pct = num(&s, "Percent of CPU this job got");
+    let own = (cpu(&s) * 100.0).round() * 10.0 * 100.0 / (wall(&s) * 1000.0).max(1.0);
+    within(
+        "percent from spacetime's own U, S, E",
+        pct,
+        own.floor(),
+        15.0,
+        15.0,
+    );
+    within(
+        "percent",
+        pct,
+        num(&g, "Percent of CPU this job got"),
+        30.0,
+        30.0,
+    );
+    // Faults and switches: the same counters, plus GNU time's own (its exec and its wait).
+    let minor = "Minor (reclaiming a frame) page faults";
+    within(minor, num(&s, minor), num(&g, minor), 0.0, 400.0);
+    assert!(
+        num(&g, minor) > 60_000.0,
+        "256 MiB touched: {}",
+        num(&g, minor)
+    );
+    let major = "Major (requiring I/O) page faults";
+    within(major, num(&s, major), num(&g, major), 0.0, 20.0);
+    // Taskstats records a process at its exit, before its last trips through the scheduler,
+    // which wait4's figures include: a few switches fewer.
+    for l in ["Voluntary context switches", "Involuntary context switches"] {
+        within(l, num(&s, l), num(&g, l), 10.0, 40.0);
+    }
+    // Peak: spacetime's is the workload's own VmHWM, exactly.
+    let truth = out.truth.first().expect("the workload's truth line");
+    let max = "Maximum resident set size (kbytes)";
+    assert_rss(max, num(&s, max) as u64 * 1024, truth.vmhwm_bytes());
+    within(max, num(&s, max), num(&g, max), 4096.0, 4096.0);
+}
+
+#[test]
+fn io_blocks_and_status_lines_match_gnu_time() {
+    // Direct I/O on the checkout's file system (not a tmpfs): storage reads and writes that
+    // getrusage counts in 512-byte blocks.
+    let dir = TempDir::new("gnu-io");
+    let data =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gnu-io-{}", std::process::id()));
+    let st = dir.path().join("st.txt");
+    let script = format!(
+        "dd if=/dev/zero of={d} bs=1M count=8 oflag=direct 2>/dev/null && \
+         dd if={d} of=/dev/null bs=1M iflag=direct 2>/dev/null; rm -f {d}; exit 3",
+        d = data.display()
+    );
+    // GNU time writes to its stderr (a pipe here): no file of its own whose pages it dirties,
+    // so its own share of the output blocks is nothing.
+    let cmd = [GNU_TIME, "-f", "%I %O %x", "sh", "-c", &script];
+    let out = Trace::new(cmd)
+        .flag("-f")
+        .flag("%I %O %x")
+        .flag("-o")
+        .flag(&st)
+        .tag("gnu-io")
+        .no_json()
+        .run();
+    assert_eq!(out.code(), 3, "{}", out.context());
+    let s = std::fs::read_to_string(&st).unwrap_or_else(|e| panic!("{}: {e}", st.display()));
+    // GNU time's line about the status first, then the figures, in both.
+    let status = "Command exited with non-zero status 3";
+    let g = out
+        .stderr
+        .lines()
+        .skip_while(|l| *l != status)
+        .take(2)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(g.starts_with(status), "GNU time's lines: {}", out.context());
+    assert_eq!(s.lines().next(), Some(status), "{s}");
+    let figures = |t: &str| -> Vec<u64> {
+        let l = t
+            .lines()
+            .nth(1)
+            .unwrap_or_else(|| panic!("no figures: {t:?}"));
+        l.split(' ')
+            .map(|v| v.parse().unwrap_or_else(|_| panic!("{l:?}")))
+            .collect()
+    };
+    let (gf, sf) = (figures(&g), figures(&s));
+    assert!(
+        gf[0] >= 16384 && gf[1] >= 16384,
+        "8 MiB read and written: {g}"
+    );
+    // The same counters, and GNU time's own: the pages of its binary if they were not cached.
+    within("%I", sf[0] as f64, gf[0] as f64, 0.0, 256.0);
+    assert_eq!(sf[1], gf[1], "%O: GNU time writes nothing of its own here");
+    assert_eq!((sf[2], gf[2]), (3, 3), "%x");
+}
