@@ -8,8 +8,7 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_uid_gid,
-        bpf_probe_read_kernel_str_bytes,
+        bpf_get_current_cgroup_id, bpf_get_current_uid_gid, bpf_probe_read_kernel_str_bytes,
         generated::{bpf_probe_read_user, bpf_ringbuf_output},
     },
     programs::RawTracePointContext,
@@ -20,9 +19,9 @@ use spacetime_common::{
 };
 
 use crate::{
-    conf, count, filter, mem, output, rss,
+    conf, count, filter, mem, output, rss, tail,
     task::{current_ids, header, read, Task},
-    tail, wakeup_flags, ARGS_CARRY, ARGS_SCRATCH, EVENTS, EXEC_SCRATCH, TAILS,
+    wakeup_flags, ARGS_CARRY, ARGS_SCRATCH, EVENTS, EXEC_SCRATCH, TAILS,
 };
 
 /// Upper bound of argv records per exec, whatever the configuration says (256 KiB).

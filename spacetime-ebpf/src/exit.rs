@@ -6,8 +6,7 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_uid_gid, bpf_ktime_get_ns,
-        bpf_probe_read_kernel,
+        bpf_get_current_cgroup_id, bpf_get_current_uid_gid, bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
     programs::RawTracePointContext,
 };
@@ -15,9 +14,8 @@ use spacetime_common::{flags, kind, mode, stat, ExitEvent, Reaping, TASK_COMM_LE
 
 use crate::{
     conf, count, exit_mm, filter, mem, output, session,
-    zero,
     task::{current_ids, read, read_or_zero, traced, Task},
-    EXITED, EXIT_SCRATCH, REAPING, TRACKED,
+    zero, EXITED, EXIT_SCRATCH, REAPING, TRACKED,
 };
 
 const EEXIST: i32 = 17;
@@ -45,7 +43,15 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
     // The kernel's own "last thread" flag, where the tracepoint passes it (6.16+).
     let tp_group_dead = tp_has_group_dead.then(|| ctx.arg::<u64>(1) & 0xff != 0);
     // SAFETY: per-CPU scratch value, exclusively ours while this program runs on this CPU.
-    let r = exit(unsafe { &mut *ev }, &task, (pid, tgid), mm, stash, tp_group_dead, bad);
+    let r = exit(
+        unsafe { &mut *ev },
+        &task,
+        (pid, tgid),
+        mm,
+        stash,
+        tp_group_dead,
+        bad,
+    );
     if stash.is_some() {
         // Whatever happened, no entry outlives its thread.
         exit_mm::forget(pid);

@@ -56,7 +56,7 @@ pub fn try_exit_mm_release(ctx: &FEntryContext) -> Result<(), i32> {
         // A failed read leaves the figures invalid; the decision still counts.
         let _ = mem::read_mm(task.0, mm, &mut stash.mem);
     }
-    if EXIT_MEM.insert(pid, &*stash, 0).is_err() {
+    if EXIT_MEM.insert(pid, *stash, 0).is_err() {
         count(session, stat::READ_FAIL);
     }
     // The mm is released right after: following its RSS ends while the address is still its
@@ -81,7 +81,7 @@ pub fn try_taskstats_exit(ctx: &FEntryContext) -> Result<(), i32> {
     let stash: &mut ExitMm = zeroed(&mut slot);
     stash.last = group_dead as u32;
     stash.known = 1;
-    if EXIT_MEM.insert(task.pid()?, &*stash, 0).is_err() {
+    if EXIT_MEM.insert(task.pid()?, *stash, 0).is_err() {
         count(session, stat::READ_FAIL);
     }
     Ok(())

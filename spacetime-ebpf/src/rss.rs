@@ -297,7 +297,11 @@ fn start_following(
     st.last_ns = now;
     // BPF_NOEXIST when adopting: an mm already there is followed for someone (a racing exec).
     let insert_flags = if only_unfollowed { 1 } else { 0 };
-    if MM_STATE.insert(mm, &*st, insert_flags).is_err() {
+    // By reference: a copy of the record built in place would be a `memset` call again (see
+    // zero.rs).
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let inserted = MM_STATE.insert(mm, &*st, insert_flags);
+    if inserted.is_err() {
         if !only_unfollowed {
             count(session, stat::TRACK_FULL);
         }
@@ -327,7 +331,7 @@ fn start_following(
         // SAFETY: our own map value.
         unsafe { (*st).last_tree_pages = tree_pages };
     }
-    send(&st, now, tree_pages, peak);
+    send(st, now, tree_pages, peak);
     Ok(())
 }
 

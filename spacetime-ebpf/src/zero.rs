@@ -15,7 +15,7 @@ use spacetime_common::TASK_COMM_LEN;
 /// `p` must be valid for writes of a `T` and 8-byte aligned.
 #[inline(always)]
 unsafe fn zero_raw<T: Copy>(p: *mut T) {
-    const { assert!(size_of::<T>() % 8 == 0) };
+    const { assert!(size_of::<T>().is_multiple_of(8)) };
     let words = p.cast::<u64>();
     let mut i = 0;
     while i < size_of::<T>() / 8 {
@@ -49,8 +49,11 @@ pub fn zeroed<T: Copy>(slot: &mut MaybeUninit<T>) -> &mut T {
 /// Copies a record with 8-byte loads and stores (`src` and `dst` never overlap here).
 #[inline(always)]
 pub fn copy<T: Copy>(dst: &mut T, src: &T) {
-    const { assert!(size_of::<T>() % 8 == 0 && core::mem::align_of::<T>() >= 8) };
-    let (d, s) = ((dst as *mut T).cast::<u64>(), (src as *const T).cast::<u64>());
+    const { assert!(size_of::<T>().is_multiple_of(8) && core::mem::align_of::<T>() >= 8) };
+    let (d, s) = (
+        (dst as *mut T).cast::<u64>(),
+        (src as *const T).cast::<u64>(),
+    );
     let mut i = 0;
     while i < size_of::<T>() / 8 {
         // SAFETY: within both records, aligned.
