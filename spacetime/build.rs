@@ -103,7 +103,30 @@ fn main() {
         )),
         Err(e) => fail(&format!("running cargo +nightly: {e}; {SETUP}")),
     }
-    embed(&bpf_target.join("bpfel-unknown-none/release/spacetime"));
+    let obj = bpf_target.join("bpfel-unknown-none/release/spacetime");
+    embed(&without_dwarf(&obj, &out_dir));
+}
+
+/// The object without its DWARF: bpf-linker derives the BTF (which the kernel reads) from
+/// the debug info and keeps the debug info too, 1.6 of the object's 1.9 MB. Nothing reads it
+/// at run time, yet aya walked its relocations at every start-up and the binary carried it.
+/// llvm-objcopy comes with LLVM 22, which bpf-linker needs; without it the object is embedded
+/// whole.
+fn without_dwarf(obj: &Path, out_dir: &Path) -> PathBuf {
+    let stripped = out_dir.join("spacetime-ebpf.o");
+    for tool in ["llvm-objcopy-22", "llvm-objcopy"] {
+        let done = Command::new(tool)
+            .arg("--strip-debug")
+            .arg(obj)
+            .arg(&stripped)
+            .stderr(Stdio::null())
+            .status();
+        if done.is_ok_and(|s| s.success()) {
+            return stripped;
+        }
+    }
+    println!("cargo:warning=llvm-objcopy not found: the eBPF object is embedded with its DWARF");
+    obj.to_path_buf()
 }
 
 fn embed(obj: &Path) {

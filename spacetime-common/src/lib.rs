@@ -35,9 +35,8 @@ pub mod kind {
     pub const EXIT: u16 = 5;
     /// An RSS point of a traced process and the tree-wide sum ([`super::RssEvent`]).
     pub const RSS: u16 = 10;
-    /// A process was released (reaped by its parent's wait, or autoreaped) and is being
-    /// freed: its final CPU figures as `wait4` computes them ([`super::ReapEvent`]). Once per
-    /// process.
+    /// A process's CPU figures are final: as `wait4` computes them ([`super::ReapEvent`]),
+    /// sent at the last context switch of its tasks, or when it is freed. Once per process.
     pub const REAP: u16 = 16;
     /// The path of a cgroup, from the kernel's names, the first time a process execs in it
     /// ([`super::CgroupNameEvent`]): identity that outlives the cgroup.
@@ -109,7 +108,7 @@ pub mod stat {
     /// ([`super::KernelFilter`]): fork, exec (with its argv) and image-end records. Its exits
     /// still go, as bare [`super::flags::EXIT_FILTERED`] headers.
     pub const FILTERED: u32 = 3;
-    /// Processes whose group exit could not wait for their free record (the map of exited
+    /// Processes whose group exit could not wait for their final CPU figures (the map of exited
     /// processes was full): they keep their exit-time CPU figures.
     pub const REAP_FULL: u32 = 4;
     /// Processes not traced because their session had as many live processes as its limit
@@ -214,6 +213,17 @@ pub struct KernelOffsets {
     /// process returned (wait4, getrusage, /proc/PID/stat); 0 when absent (no REAP records).
     pub signal_prev_utime: u32,
     pub signal_prev_stime: u32,
+    /// `task_struct.__state`, `.on_cpu`, `signal_struct.nr_threads` and the sequence of
+    /// `signal_struct.stats_lock`: whether a dead task's last switch leaves its process's CPU
+    /// figures final (reap.rs). `task_state` is 0 when the switch is not used (no
+    /// `prev_state` argument to `sched_switch`).
+    pub task_state: u32,
+    pub task_on_cpu: u32,
+    pub signal_nr_threads: u32,
+    pub signal_stats_seq: u32,
+    /// 1 when an mm's per-CPU RSS counters are one block (`__percpu_counter_init_many`,
+    /// 6.6+): one read per CPU fetches all of them.
+    pub rss_pcpu_block: u32,
     /// `task_struct.cgroups`, `css_set.dfl_cgrp`, `cgroup.kn`, `kernfs_node.name` and
     /// `kernfs_node.parent` (`__parent` since 6.15): a cgroup's path from the kernel's own
     /// names. `cgroup_kn` is 0 when one is absent (no [`kind::CGROUP_NAME`] records).
@@ -466,18 +476,19 @@ pub struct ExitEvent {
     pub comm: [u8; TASK_COMM_LEN],
 }
 
-/// A process is freed (`sched_process_free` of its group leader, after `release_task`): every
-/// thread has exited and done its final schedule, so the figures are final. `wait4` returns
+/// A process's CPU figures are final: every thread has exited and was released or did its
+/// final context switch, the group leader has done its final switch (`sched_switch` of a dead
+/// task, reap.rs), or failing that the process is freed (`sched_process_free`). `wait4` returns
 /// `cputime_adjust({utime, stime, rtime}, prev)` (kernel/sched/cputime.c); userspace runs the
 /// same computation on these inputs.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReapEvent {
     pub hdr: EventHeader,
-    /// `signal->sum_sched_runtime`: every thread's, the leader's included (release_task()
-    /// added them).
+    /// `signal->sum_sched_runtime` and the leader's `se.sum_exec_runtime` if it is not yet
+    /// released: every thread's runtime, as `thread_group_cputime()` sums it.
     pub rtime_ns: u64,
-    /// Tick samples: `signal->utime`, `signal->stime`.
+    /// Tick samples: `signal->utime`, `signal->stime` (plus the unreleased leader's).
     pub utime_ns: u64,
     pub stime_ns: u64,
     /// `signal->prev_cputime`: the last adjusted split (what the reaping wait4 returned).
@@ -515,8 +526,9 @@ pub struct Tracked {
     pub _pad: u32,
 }
 
-/// A traced process whose group exit was seen, waiting for its free record (`REAPING` values,
-/// keyed by tgid; `EXITED` in system mode, session 0).
+/// A traced process whose group exit was seen, waiting for its final CPU figures (`REAPING`
+/// values, keyed by tgid; `EXITED` in system mode, session 0). Whoever sends its release record
+/// removes it: the removal that succeeds is the one that sends.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Reaping {
@@ -554,6 +566,14 @@ pub struct SessionLimit {
     pub owner_gid: u32,
     /// The owner's permitted capabilities: a process may hold these and stay.
     pub owner_caps: u64,
+}
+
+/// Slots of the kernel's `TAILS` program array: programs reached by tail calls only, which
+/// userspace loads and puts there before attaching anything.
+pub mod tail {
+    /// `exec_args`: the argv records after an exec record's first.
+    pub const EXEC_ARGS: u32 = 0;
+    pub const COUNT: u32 = 1;
 }
 
 /// Slots of the kernel's `SWITCHES` array: settings userspace changes while loaded.
@@ -654,8 +674,8 @@ const _: () = {
     assert!(EXEC_EVENT_FIXED == 32 + 24 + TASK_COMM_LEN + FILENAME_LEN);
     assert!(size_of::<KernelFilter>() == 8 + 4 * FILTER_MAX_UIDS + 8 + 16 * FILTER_MAX_CGROUPS);
     assert!(ARGS_EVENT_FIXED == 40);
-    assert!(size_of::<KernelOffsets>() == 56 * 4);
-    assert!(size_of::<Config>() == 24 + 56 * 4 + 8);
+    assert!(size_of::<KernelOffsets>() == 61 * 4);
+    assert!(size_of::<Config>() == 24 + 61 * 4 + 8);
     assert!(size_of::<SessionLimit>() == 24);
     assert!(size_of::<CgroupNameEvent>() == 32 + 16 + CGROUP_NAME_LEN * CGROUP_NAME_DEPTH);
     assert!(size_of::<MmState>() == 128);

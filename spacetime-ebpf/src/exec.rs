@@ -8,8 +8,7 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_uid_gid,
-        bpf_probe_read_kernel_str_bytes,
+        bpf_get_current_cgroup_id, bpf_get_current_uid_gid, bpf_probe_read_kernel_str_bytes,
         generated::{bpf_probe_read_user, bpf_ringbuf_output},
     },
     programs::RawTracePointContext,
@@ -20,9 +19,9 @@ use spacetime_common::{
 };
 
 use crate::{
-    conf, count, creds, filter, mem, output, rss,
-    task::{header, read, Task},
-    wakeup_flags, ARGS_SCRATCH, EVENTS, EXEC_SCRATCH, TRACKED,
+    conf, count, creds, filter, mem, output, rss, tail,
+    task::{current_ids, header, read, Task},
+    wakeup_flags, ARGS_CARRY, ARGS_SCRATCH, EVENTS, EXEC_SCRATCH, TAILS, TRACKED,
 };
 
 /// Upper bound of argv records per exec, whatever the configuration says (256 KiB).
@@ -30,13 +29,14 @@ const MAX_CHUNKS: u32 = 64;
 
 pub fn try_prepare_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
-    let tgid = task.tgid()?;
+    // The task is the current one.
+    let (pid, tgid) = current_ids();
     let Some(session) = filter::wanted(tgid) else {
         return Ok(());
     };
     rss::forget(tgid);
     let mm = task.mm()?;
-    image_end(&task, tgid, mm, session)
+    image_end(&task, tgid, pid, mm, session)
 }
 
 /// Sends the memory figures of `mm`, the image `task` (of process `tgid` in `session`) is
@@ -45,15 +45,15 @@ pub fn try_prepare_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
 /// after, and a new mm may then get its address, so following ends while it is still ours.
 /// Kernel threads (no mm) send nothing.
 #[inline(always)]
-pub fn image_end(task: &Task, tgid: u32, mm: u64, session: u16) -> Result<(), i32> {
+pub fn image_end(task: &Task, tgid: u32, pid: u32, mm: u64, session: u16) -> Result<(), i32> {
     if mm == 0 {
         return Ok(());
     }
-    let ev = ImageEndEvent {
-        hdr: header(kind::IMAGE_END, session, task, tgid, task.pid()?)?,
-        mem: mem::read_mm(task.0, mm)?,
-    };
-    output(&ev, session);
+    let mut slot = core::mem::MaybeUninit::uninit();
+    let ev: &mut ImageEndEvent = crate::zero::zeroed(&mut slot);
+    ev.hdr = header(kind::IMAGE_END, session, task, tgid, pid)?;
+    mem::read_mm(task.0, mm, &mut ev.mem)?;
+    output(ev, session);
     Ok(())
 }
 
@@ -75,9 +75,12 @@ fn output_bytes(data: *mut c_void, len: usize, session: u16) {
     }
 }
 
+// Inlined into its program: a BPF-to-BPF call in a program that tail-calls needs Linux 5.10.
+#[inline(always)]
 pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
-    let tgid = task.tgid()?;
+    // The task is the current one (after de_thread, with its new pid).
+    let (pid, tgid) = current_ids();
     let Some(session) = filter::wanted(tgid) else {
         return Ok(());
     };
@@ -86,9 +89,9 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     let ev = EXEC_SCRATCH.get_ptr_mut(0).ok_or(-1)?;
     // SAFETY: per-CPU scratch value, exclusively ours while this program runs on this CPU.
     let ev = unsafe { &mut *ev };
-    ev.hdr = header(kind::EXEC, session, &task, tgid, task.pid()?)?;
+    ev.hdr = header(kind::EXEC, session, &task, tgid, pid)?;
     ev.old_pid = old_pid;
-    ev.comm = bpf_get_current_comm().unwrap_or_default();
+    crate::zero::current_comm(&mut ev.comm);
     ev.uid = bpf_get_current_uid_gid() as u32;
     // SAFETY: plain helper call.
     ev.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
@@ -154,18 +157,63 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     let chunk = unsafe { &mut *chunk };
     chunk.hdr = hdr;
     chunk.hdr.kind = kind::ARGS;
-    // Straight-line rather than a loop: the verifier then walks each chunk once instead of
-    // comparing loop states at every iteration (64 iterations took ~150 ms to verify).
-    macro_rules! chunks {
-        ($($i:literal)*) => {$(
-            if !send_chunk(chunk, $i, args_len, arg_start) {
-                return Ok(());
-            }
-        )*};
+    let carry = ARGS_CARRY.get_ptr_mut(0).ok_or(-1)?;
+    // SAFETY: per-CPU scratch value, as above.
+    unsafe {
+        *carry = ArgsCarry {
+            arg_start,
+            args_len,
+            next: 1,
+        }
+    };
+    more_args(ctx, session);
+    Ok(())
+}
+
+/// Where the argv chunks after the first stand, between tail calls of [`try_exec_args`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ArgsCarry {
+    pub arg_start: u64,
+    pub args_len: u32,
+    /// The next chunk to send.
+    pub next: u32,
+}
+
+/// Chunks each run of `exec_args` sends: 2 × 32 tail calls cover the 63 after the first
+/// (the kernel allows 33 tail calls per event).
+const CHUNKS_PER_CALL: u32 = 2;
+
+/// Hands the rest of argv to `exec_args` (a tail call: it replaces this program). Apart, the
+/// verifier walks a chunk's code once instead of once per chunk of an unrolled sequence
+/// (63 of them cost 13.6 ms of the exec program's 16 ms of verification). A tail call that
+/// does not happen (no slot, the limit reached) loses the rest, counted; the exec record's
+/// `args_len` tells userspace argv is incomplete.
+#[inline(always)]
+fn more_args(ctx: &RawTracePointContext, session: u16) {
+    // SAFETY: the slot holds exec_args, a raw tracepoint program of the same type.
+    unsafe { TAILS.tail_call(ctx, tail::EXEC_ARGS) };
+    count(session, stat::READ_FAIL);
+}
+
+/// `exec_args`: the next [`CHUNKS_PER_CALL`] chunks of argv, then itself again while some
+/// remain.
+pub fn try_exec_args(ctx: &RawTracePointContext) -> Result<(), i32> {
+    let carry = ARGS_CARRY.get_ptr_mut(0).ok_or(-1)?;
+    let chunk = ARGS_SCRATCH.get_ptr_mut(0).ok_or(-1)?;
+    // SAFETY: per-CPU scratch values, exclusively this event's while it runs on this CPU.
+    let (carry, chunk) = unsafe { (&mut *carry, &mut *chunk) };
+    let first = carry.next;
+    if first >= MAX_CHUNKS {
+        return Ok(());
     }
-    chunks!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
-            32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59
-            60 61 62 63);
+    for i in 0..CHUNKS_PER_CALL {
+        if !send_chunk(chunk, first + i, carry.args_len, carry.arg_start) {
+            return Ok(());
+        }
+    }
+    carry.next = first + CHUNKS_PER_CALL;
+    more_args(ctx, chunk.hdr.session);
     Ok(())
 }
 
@@ -198,7 +246,7 @@ fn chunk_len(n: u32) -> u32 {
 /// Sends chunk `i` of the argument area; false when there is nothing more to send.
 #[inline(always)]
 fn send_chunk(chunk: &mut ArgsEvent, i: u32, args_len: u32, arg_start: u64) -> bool {
-    let offset = i * ARGS_CHUNK as u32;
+    let offset = i.wrapping_mul(ARGS_CHUNK as u32);
     if offset >= args_len {
         return false;
     }

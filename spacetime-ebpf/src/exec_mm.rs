@@ -9,10 +9,10 @@ use crate::{exec::image_end, rss, task::Task};
 
 pub fn try_exec_mm_release(ctx: &FEntryContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
-    let tgid = task.tgid()?;
+    let (pid, tgid) = task.pid_tgid()?;
     let Some(session) = crate::filter::wanted(tgid) else {
         return Ok(());
     };
     rss::forget(tgid);
-    image_end(&task, tgid, ctx.arg::<u64>(1), session)
+    image_end(&task, tgid, pid, ctx.arg::<u64>(1), session)
 }

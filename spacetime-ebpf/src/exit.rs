@@ -6,8 +6,7 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_uid_gid, bpf_ktime_get_ns,
-        bpf_probe_read_kernel,
+        bpf_get_current_cgroup_id, bpf_get_current_uid_gid, bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
     programs::RawTracePointContext,
 };
@@ -15,8 +14,8 @@ use spacetime_common::{flags, kind, mode, stat, ExitEvent, Reaping, TASK_COMM_LE
 
 use crate::{
     conf, count, exit_mm, filter, mem, output, session,
-    task::{read, read_or_zero, traced, Task},
-    EXITED, EXIT_SCRATCH, REAPING, TRACKED,
+    task::{current_ids, read, read_or_zero, traced, Task},
+    zero, EXITED, EXIT_SCRATCH, REAPING, TRACKED,
 };
 
 const EEXIST: i32 = 17;
@@ -31,16 +30,29 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
     let bad = read_or_zero(&mut mm, task.0, conf!(off.task_mm)) != 0;
     // Before 6.16 the tracepoint fires after exit_mm(): exit_mm_release (exit_mm.rs) decided
     // whether this is the last thread, and read the final figures, while the mm was attached.
-    let pid = task.pid();
-    let stash = match pid {
-        Ok(pid) if mm == 0 => exit_mm::get(pid),
-        _ => None,
+    // From 6.16 nothing stashes anything, and the verifier drops this path (the condition is
+    // read-only configuration): it would otherwise walk the rest of the program once more for
+    // each of its outcomes.
+    let tp_has_group_dead = conf!(off.exit_tp_group_dead) != 0;
+    // The task is the current one.
+    let (pid, tgid) = current_ids();
+    let stash = match mm == 0 && !tp_has_group_dead {
+        true => exit_mm::get(pid),
+        false => None,
     };
     // The kernel's own "last thread" flag, where the tracepoint passes it (6.16+).
-    let tp_group_dead = (conf!(off.exit_tp_group_dead) != 0).then(|| ctx.arg::<u64>(1) & 0xff != 0);
+    let tp_group_dead = tp_has_group_dead.then(|| ctx.arg::<u64>(1) & 0xff != 0);
     // SAFETY: per-CPU scratch value, exclusively ours while this program runs on this CPU.
-    let r = exit(unsafe { &mut *ev }, &task, mm, stash, tp_group_dead, bad);
-    if let (Some(_), Ok(pid)) = (stash, pid) {
+    let r = exit(
+        unsafe { &mut *ev },
+        &task,
+        (pid, tgid),
+        mm,
+        stash,
+        tp_group_dead,
+        bad,
+    );
+    if stash.is_some() {
         // Whatever happened, no entry outlives its thread.
         exit_mm::forget(pid);
     }
@@ -51,13 +63,12 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
 fn exit(
     ev: &mut ExitEvent,
     task: &Task,
+    (pid, tgid): (u32, u32),
     mm: u64,
     stash: Option<&exit_mm::ExitMm>,
     tp_group_dead: Option<bool>,
     bad: bool,
 ) -> Result<(), i32> {
-    // Without its tgid the task cannot be matched to anything (the failure is counted).
-    let tgid = task.tgid()?;
     // Kernel-side filter (filter.rs): a filtered process's exits still go, as bare markers,
     // so userspace forgets it even if its uid or cgroup changed since it was let in.
     let sess = traced(tgid);
@@ -89,17 +100,22 @@ fn exit(
         err |= r;
         r == 0 && live == 0
     };
-    *ev = ExitEvent::default();
+    zero::zero(ev);
     ev.hdr.kind = kind::EXIT;
     ev.hdr.session = sess;
     // SAFETY: plain helper calls.
     ev.hdr.ts_ns = unsafe { bpf_ktime_get_ns() };
     ev.hdr.tgid = tgid;
     ev.hdr.leader_start_ns = leader_start;
-    // SAFETY: plain helper call.
-    ev.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-    ev.comm = bpf_get_current_comm().unwrap_or_default();
-    err |= read_or_zero(&mut ev.hdr.pid, task.0, conf!(off.task_pid));
+    // What only `watch` reads (uid, cgroup, the namespace's pid, the group's CPU times): a
+    // trace's exits skip it (read-only configuration: the verifier drops the code).
+    let watch = conf!(mode) == mode::SYSTEM || filter::tree_filter();
+    if watch {
+        // SAFETY: plain helper call.
+        ev.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    }
+    zero::current_comm(&mut ev.comm);
+    ev.hdr.pid = pid;
     if filtered {
         // A marker: userspace reads its header only. The same record as below, not a second
         // one (two would not fit 6.1's 512-byte stack).
@@ -111,26 +127,38 @@ fn exit(
         return Ok(());
     }
     let group_dead = last && claim_group_exit(tgid, leader_start, sess);
-    err |= read_or_zero(&mut ev.utime_ns, task.0, conf!(off.task_utime));
-    err |= read_or_zero(&mut ev.stime_ns, task.0, conf!(off.task_stime));
+    if conf!(off.task_stime) == conf!(off.task_utime) + 8 {
+        // Adjacent in every task_struct so far: one read (into no zeroed buffer, which
+        // the compiler would clear with a memset call, see zero.rs).
+        let at = (task.0 + conf!(off.task_utime) as u64) as *const [u64; 2];
+        // SAFETY: bpf_probe_read_kernel checks the address.
+        match unsafe { bpf_probe_read_kernel(at) } {
+            Ok([u, s]) => (ev.utime_ns, ev.stime_ns) = (u, s),
+            Err(_) => err = -1,
+        }
+    } else {
+        err |= read_or_zero(&mut ev.utime_ns, task.0, conf!(off.task_utime));
+        err |= read_or_zero(&mut ev.stime_ns, task.0, conf!(off.task_stime));
+    }
     err |= read_or_zero(&mut ev.runtime_ns, task.0, conf!(off.task_sum_exec_runtime));
     err |= read_or_zero(&mut ev.exit_code, task.0, conf!(off.task_exit_code));
-    let ids = bpf_get_current_uid_gid();
-    ev.uid = ids as u32;
-    ev.gid = (ids >> 32) as u32;
-    if leader != 0 {
-        ns_tgid(leader, ev);
+    if watch {
+        let ids = bpf_get_current_uid_gid();
+        ev.uid = ids as u32;
+        ev.gid = (ids >> 32) as u32;
+        if leader != 0 {
+            ns_tgid(leader, ev);
+        }
     }
     if group_dead {
         ev.hdr.flags |= flags::EXIT_GROUP_DEAD;
-        err |= group_fields(signal, task, leader, ev);
+        err |= group_fields(signal, task, leader, ev, watch);
         if mm != 0 {
-            match mem::read_mm(task.0, mm) {
-                Ok(m) => ev.mem = m,
-                Err(_) => err = -1,
+            if mem::read_mm(task.0, mm, &mut ev.mem).is_err() {
+                err = -1;
             }
         } else if let Some(s) = stash {
-            ev.mem = s.mem;
+            zero::copy(&mut ev.mem, &s.mem);
         }
         // The process's RSS stopped being followed just before, in rss_exit (rss.rs).
     }
@@ -145,11 +173,11 @@ fn exit(
 /// Whether this exit is the process's one group exit. Before 6.16 two threads exiting at once
 /// can both pass the last-thread test; the first to claim the process wins. Tree mode: the
 /// removal from `TRACKED` (atomic in the kernel) is the claim, and the process waits in
-/// `REAPING` for its free record (reap.rs), and its session's slot is given back. System mode: inserting into `EXITED` is the claim;
+/// `REAPING` for its final CPU figures (reap.rs), and its session's slot is given back. System mode: inserting into `EXITED` is the claim;
 /// an entry of an earlier process with the same pid (whose free was not seen) is replaced.
 #[inline(always)]
 fn claim_group_exit(tgid: u32, leader_start: u64, sess: u16) -> bool {
-    // Kernels where reap.rs does not run (no sched_process_free) never empty the maps.
+    // Kernels where reap.rs does not run (no sched_process_free) would never empty the maps.
     let reaps = conf!(off.signal_prev_utime) != 0;
     let waiting = Reaping {
         leader_start_ns: leader_start,
@@ -183,12 +211,9 @@ fn claim_group_exit(tgid: u32, leader_start: u64, sess: u16) -> bool {
                 }
             }
         }
-        // Map full: no duplicate detection for this one; with a filter, no free record
-        // either (reap.rs sends one only for a claimed process): counted.
+        // Map full: no duplicate detection for this one, and no final figures.
         Err(_) => {
-            if filter::active() != 0 {
-                count(sess, stat::REAP_FULL);
-            }
+            count(sess, stat::REAP_FULL);
             true
         }
     }
@@ -220,10 +245,10 @@ fn ns_tgid(leader: u64, ev: &mut ExitEvent) {
     }
 }
 
-/// The process-wide fields of a group exit: exit code, maxrss, the leader's comm, CPU times.
-/// Returns the reads' results ORed (see `read_or_zero`).
+/// The process-wide fields of a group exit: exit code, maxrss, the leader's comm, and for
+/// `watch` the CPU times. Returns the reads' results ORed (see `read_or_zero`).
 #[inline(always)]
-fn group_fields(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent) -> i64 {
+fn group_fields(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent, watch: bool) -> i64 {
     let mut sflags = 0u32;
     let mut err = read_or_zero(&mut sflags, signal, conf!(off.signal_flags));
     if sflags & conf!(off.signal_group_exit_flag) != 0 {
@@ -243,7 +268,7 @@ fn group_fields(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent) -> i6
             ev.comm = c;
         }
     }
-    if signal != 0 {
+    if signal != 0 && watch {
         group_times(signal, task, leader, ev);
     }
     err

@@ -4,12 +4,15 @@
 //! memory figures. Both wait in [`EXIT_MEM`] for the same thread's exit record (exit.rs), which
 //! then carries them as on newer kernels.
 
+use core::mem::MaybeUninit;
+
 use aya_ebpf::programs::FEntryContext;
 use spacetime_common::{stat, MemStats};
 
 use crate::{
     conf, count, mem, rss,
     task::{read, traced, Task},
+    zero::zeroed,
     EXIT_MEM,
 };
 
@@ -45,16 +48,15 @@ pub fn try_exit_mm_release(ctx: &FEntryContext) -> Result<(), i32> {
         Some(l) => l,
         None => read::<i32>(task.signal()?, conf!(off.signal_live))? == 0,
     };
-    let mut stash = ExitMm {
-        mem: MemStats::default(),
-        last: last as u32,
-        known: known.is_some() as u32,
-    };
+    let mut slot = MaybeUninit::uninit();
+    let stash: &mut ExitMm = zeroed(&mut slot);
+    stash.last = last as u32;
+    stash.known = known.is_some() as u32;
     if last {
         // A failed read leaves the figures invalid; the decision still counts.
-        stash.mem = mem::read_mm(task.0, mm).unwrap_or_default();
+        let _ = mem::read_mm(task.0, mm, &mut stash.mem);
     }
-    if EXIT_MEM.insert(pid, stash, 0).is_err() {
+    if EXIT_MEM.insert(pid, *stash, 0).is_err() {
         count(session, stat::READ_FAIL);
     }
     // The mm is released right after: following its RSS ends while the address is still its
@@ -75,12 +77,11 @@ pub fn try_taskstats_exit(ctx: &FEntryContext) -> Result<(), i32> {
         return Ok(());
     };
     let group_dead = ctx.arg::<u64>(1) as u32 != 0;
-    let stash = ExitMm {
-        mem: MemStats::default(),
-        last: group_dead as u32,
-        known: 1,
-    };
-    if EXIT_MEM.insert(task.pid()?, stash, 0).is_err() {
+    let mut slot = MaybeUninit::uninit();
+    let stash: &mut ExitMm = zeroed(&mut slot);
+    stash.last = group_dead as u32;
+    stash.known = 1;
+    if EXIT_MEM.insert(task.pid()?, *stash, 0).is_err() {
         count(session, stat::READ_FAIL);
     }
     Ok(())

@@ -6,24 +6,24 @@ use spacetime_common::{flags, kind, mode, stat, ForkEvent, Tracked};
 
 use crate::{
     conf, count, filter, output, pidns, rss, session,
-    task::{header, Task},
+    task::{current_ids, header, Task},
     TRACKED,
 };
 
 pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
     let parent = Task(ctx.arg::<u64>(0));
     let child = Task(ctx.arg::<u64>(1));
-    let ptgid = parent.tgid()?;
+    // The parent is the current task.
+    let (ppid, ptgid) = current_ids();
     // The parent's session, from the lookup that tells whether it is traced: the child's.
     let Some(sess) = filter::wanted(ptgid) else {
         return clear_stale(&child, ptgid);
     };
     // Every read that can fail comes before the child joins TRACKED: a child tracked without
     // its fork record would be a process nobody knows about.
-    let child_tgid = child.tgid()?;
+    let (child_pid, child_tgid) = child.pid_tgid()?;
     let child_start_ns = child.start_ns()?;
-    let child_pid = child.pid()?;
-    let mut hdr = header(kind::FORK, sess, &parent, ptgid, parent.pid()?)?;
+    let mut hdr = header(kind::FORK, sess, &parent, ptgid, ppid)?;
     // The new process's pid in spacetime's PID namespace (0 on the host, or for a thread).
     let child_ns_tgid = if child_tgid == ptgid {
         0

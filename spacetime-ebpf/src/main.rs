@@ -27,16 +27,17 @@ mod reap;
 mod rss;
 mod session;
 mod task;
+mod zero;
 
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     macros::{fentry, map, raw_tracepoint},
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
     programs::{FEntryContext, RawTracePointContext},
 };
 use aya_log_ebpf::debug;
 use spacetime_common::{
-    stat, switch, ArgsEvent, Config, ExecEvent, ExitEvent, MmState, Reaping, SessionCount,
+    stat, switch, tail, ArgsEvent, Config, ExecEvent, ExitEvent, MmState, Reaping, SessionCount,
     SessionLimit, Tracked, TreeRss, MAX_EXACT_CPUS, MAX_SESSIONS,
 };
 
@@ -44,7 +45,7 @@ use spacetime_common::{
 #[no_mangle]
 static CONFIG: Config = unsafe { core::mem::zeroed() };
 
-/// Tree mode: traced processes whose group exit was seen, waiting for their free record
+/// Tree mode: traced processes whose group exit was seen, waiting for their final CPU figures
 /// (reap.rs): tgid → start time of the group leader and session. Preallocated: an insert into a map
 /// allocated on use can fail in a burst of exits (its per-CPU caches refill asynchronously),
 /// and a process missing here loses its final CPU figures. Userspace sizes it (1 in system
@@ -52,8 +53,9 @@ static CONFIG: Config = unsafe { core::mem::zeroed() };
 #[map]
 static REAPING: HashMap<u32, Reaping> = HashMap::with_max_entries(16384, 0);
 
-/// System mode: the one-shot of each process's group exit (exit.rs), until it is freed; same
-/// layout as REAPING. Allocated on use: a failed insert only skips the duplicate check.
+/// System mode: the one-shot of each process's group exit (exit.rs), until its final CPU
+/// figures go (reap.rs); same layout as REAPING. Allocated on use: a failed insert skips the
+/// duplicate check and costs the process its final figures (counted).
 #[map]
 static EXITED: HashMap<u32, Reaping> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
 
@@ -97,6 +99,14 @@ static EXEC_SCRATCH: PerCpuArray<ExecEvent> = PerCpuArray::with_max_entries(1, 0
 static EXIT_SCRATCH: PerCpuArray<ExitEvent> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static ARGS_SCRATCH: PerCpuArray<ArgsEvent> = PerCpuArray::with_max_entries(1, 0);
+/// Where an exec's argv chunks stand between the tail calls that send them (exec.rs).
+#[map]
+static ARGS_CARRY: PerCpuArray<exec::ArgsCarry> = PerCpuArray::with_max_entries(1, 0);
+
+/// Programs reached by tail calls, never attached ([`tail`]); userspace fills the slots
+/// before it attaches anything.
+#[map]
+static TAILS: ProgramArray = ProgramArray::with_max_entries(tail::COUNT, 0);
 
 /// A per-CPU map used to learn each CPU's per-CPU area offset: the address of a CPU's element
 /// minus the map's per-CPU base pointer. Slot 0 is the anchor, slot 1 launders pointers into
@@ -172,6 +182,16 @@ pub fn sched_prepare_exec(ctx: RawTracePointContext) -> i32 {
     }
 }
 
+/// Never attached: the argv chunks after an exec record's first, reached by tail calls from
+/// sched_process_exec and from itself (see `exec`).
+#[raw_tracepoint]
+pub fn exec_args(ctx: RawTracePointContext) -> i32 {
+    match exec::try_exec_args(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
 /// `watch`: a cgroup's path, the first time a reported process of it execs (see `cgroup`).
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn cgroup_exec(ctx: RawTracePointContext) -> i32 {
@@ -236,7 +256,22 @@ pub fn exit_mm_release(ctx: FEntryContext) -> i32 {
     }
 }
 
-/// A task is freed: for a group leader, the process's final CPU figures (see `reap`).
+/// Every context switch of the machine: a dead task's last one may leave its process's CPU
+/// figures final (see `reap`). Any other switch returns at the first compare.
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn dead_switch(ctx: RawTracePointContext) -> i32 {
+    // sched_switch(preempt, prev, next, prev_state): prev_state since 5.18.
+    if ctx.arg::<u64>(3) as u32 != reap::TASK_DEAD {
+        return 0;
+    }
+    match reap::try_dead_switch(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+/// A task is freed: for a group leader whose final figures did not go at a switch, they go
+/// now (see `reap`).
 #[raw_tracepoint(tracepoint = "sched_process_free")]
 pub fn sched_process_free(ctx: RawTracePointContext) -> i32 {
     match reap::try_process_free(&ctx) {

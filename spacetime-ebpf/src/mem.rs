@@ -11,7 +11,7 @@ use core::ffi::c_void;
 use aya_ebpf::helpers::generated::bpf_map_lookup_percpu_elem;
 use spacetime_common::{flags, rss_layout, MemStats, MAX_EXACT_CPUS};
 
-use crate::{conf, task::read, ANCHOR, CPU_OFFSETS};
+use crate::{conf, task::read, zero::zero, ANCHOR, CPU_OFFSETS};
 
 /// Turns a value the verifier tracks as a pointer into a plain number by passing it through
 /// memory. Allowed for privileged programs only, which spacetime's are.
@@ -89,12 +89,47 @@ fn percpu_rss(mm: u64, out: &mut MemStats) -> Result<(), i32> {
     let nr_cpus = conf!(nr_cpus);
     if nr_cpus > 0 && nr_cpus <= MAX_EXACT_CPUS {
         let pcpu = [file_pcpu, anon_pcpu, shmem_pcpu];
+        // 6.2+ allocates an mm's per-CPU counters as one block (percpu_counter_init_many):
+        // then one read per CPU fetches every counter, instead of one read per counter.
+        let idx = [
+            conf!(off.rss_file_idx) as u64,
+            conf!(off.rss_anon_idx) as u64,
+            conf!(off.rss_shmem_idx) as u64,
+        ];
+        let first = file_pcpu.wrapping_sub(4 * idx[0]);
+        // Read-only configuration, so the verifier walks one of the two loops below; a block
+        // that is not one after all is a failed read (counted) rather than a wrong sum.
+        let block = conf!(off.rss_pcpu_block) != 0;
+        if block
+            && !(idx.iter().all(|&i| i < 4)
+                && pcpu
+                    .iter()
+                    .zip(idx)
+                    .all(|(&p, i)| p == first.wrapping_add(4 * i)))
+        {
+            return Err(-1);
+        }
         let mut delta: i64 = 0;
         for cpu in 0..MAX_EXACT_CPUS {
             if cpu >= nr_cpus {
                 break;
             }
             let off = cpu_offset(cpu).ok_or(-1)?;
+            if block {
+                let w = read::<[i32; 4]>(first.wrapping_add(off), 0)?;
+                for i in 0..3 {
+                    // Constant indexes (configuration): no variable stack access to verify.
+                    let d = match idx[i] {
+                        0 => w[0],
+                        1 => w[1],
+                        2 => w[2],
+                        _ => w[3],
+                    } as i64;
+                    sums[i] += d;
+                    delta += d;
+                }
+                continue;
+            }
             for i in 0..3 {
                 let d = read::<i32>(pcpu[i].wrapping_add(off), 0)? as i64;
                 sums[i] += d;
@@ -136,9 +171,11 @@ fn atomic_rss(task: u64, mm: u64, out: &mut MemStats) -> Result<(), i32> {
     Ok(())
 }
 
-/// Reads the figures of `mm` (owned by `task`).
+/// Reads the figures of `mm` (owned by `task`) into `m`, in place (see zero.rs); on failure
+/// `m` is left without `MEM_VALID`.
 #[inline(always)]
-pub fn read_mm(task: u64, mm: u64) -> Result<MemStats, i32> {
+pub fn read_mm(task: u64, mm: u64, m: &mut MemStats) -> Result<(), i32> {
+    zero(m);
     let hiwater_rss = conf!(off.mm_hiwater_rss);
     // Adjacent in every mm_struct so far: then one read instead of three.
     let adjacent =
@@ -153,17 +190,14 @@ pub fn read_mm(task: u64, mm: u64) -> Result<MemStats, i32> {
             read::<u64>(mm, conf!(off.mm_total_vm))?,
         )
     };
-    let mut m = MemStats {
-        hiwater_rss_pages,
-        hiwater_vm_pages,
-        total_vm_pages,
-        ..MemStats::default()
-    };
+    m.hiwater_rss_pages = hiwater_rss_pages;
+    m.hiwater_vm_pages = hiwater_vm_pages;
+    m.total_vm_pages = total_vm_pages;
     if conf!(rss_layout) == rss_layout::ATOMIC_ARRAY {
-        atomic_rss(task, mm, &mut m)?;
+        atomic_rss(task, mm, m)?;
     } else {
-        percpu_rss(mm, &mut m)?;
+        percpu_rss(mm, m)?;
     }
     m.flags |= flags::MEM_VALID;
-    Ok(m)
+    Ok(())
 }

@@ -1,26 +1,142 @@
-//! sched_process_free(p): a task's last reference is going (an RCU callback after
-//! `release_task()`). For a group leader this is the end of the process: every other thread
-//! was released before it (a leader is reaped only once its group is empty), the leader did
-//! its final schedule, and when the parent's wait4 reaped it, `signal->prev_cputime` holds the
-//! user/system split that wait4 returned. Unlike an fentry on `release_task`, the tracepoint
-//! also fires for a leader released by its last thread's `release_task()` looping on it
-//! (leader exited first, SIGCHLD ignored), and raw tracepoints load where fentry is refused.
+//! A process's final CPU figures, as `wait4` returns them: `thread_group_cputime()` of the
+//! group (threads already released add theirs to the signal struct in `__exit_signal()`, the
+//! leader's are its own until it is released), then `cputime_adjust()` against
+//! `signal->prev_cputime`, which userspace runs on the inputs sent here.
 //!
-//! Call order (kernel/exit.c, 6.1 to 6.18): the last thread's `sched_process_exit`; then the
-//! parent's `wait_task_zombie()` runs `thread_group_cputime_adjusted()` and calls
-//! `release_task(leader)` (or an autoreaped leader releases itself in `exit_notify()`), which
-//! frees the pid; one RCU grace period later, `delayed_put_task_struct()` fires this
-//! tracepoint. The signal struct lives until the task's last reference is dropped, after it.
+//! Those inputs are final once every thread other than the leader is released and the leader
+//! has done its final context switch: a dead task's slice is folded into its
+//! `se.sum_exec_runtime` when it is dequeued, before `sched_switch` fires for it, and it never
+//! runs again. So the record goes at the last dead task's `sched_switch` (`prev_state` ==
+//! `TASK_DEAD`): the leader's, or a thread's that was released after the leader switched out.
+//! A later `cputime_adjust()` with final inputs returns what one from the state read here
+//! returns (it is idempotent once its inputs stop moving), so the wait may come before or
+//! after.
+//!
+//! What the switch cannot prove final (a concurrent release moving the figures, a leader
+//! still switching out on another CPU, a ptraced thread not yet released) waits for
+//! `sched_process_free` of the leader instead: one RCU grace period after its release, when
+//! everything is in the signal struct. The first of the two to remove the process's entry
+//! sends the one record.
+//!
+//! Call order (kernel/exit.c, 6.1 to 6.18): the last thread's `sched_process_exit` (which
+//! adds the entry); each non-leader thread is released in its own `exit_notify()` (unless
+//! ptraced), then switches out for the last time; the leader is released by its parent's
+//! `wait_task_zombie()` (after `getrusage()` ran `cputime_adjust()`) or by autoreap; one RCU
+//! grace period after both its release and its final switch, `sched_process_free` fires.
 
-use aya_ebpf::programs::RawTracePointContext;
-use spacetime_common::{flags, kind, mode, stat, ReapEvent};
+use core::mem::MaybeUninit;
+
+use aya_ebpf::{helpers::bpf_ktime_get_ns, maps::HashMap, programs::RawTracePointContext};
+use spacetime_common::{flags, kind, mode, stat, ReapEvent, Reaping};
 
 use crate::{
-    conf, count, filter, output,
+    conf, count, output,
     task::{header, read, read_or_zero, Task},
+    zero::zeroed,
     EXITED, REAPING,
 };
 
+/// `TASK_DEAD` in `task_struct.__state` (include/linux/sched.h; the same value since 4.14).
+pub const TASK_DEAD: u32 = 0x80;
+
+/// Processes waiting for their final figures: tree mode's traced ones, or system mode's.
+#[inline(always)]
+fn waiting() -> &'static HashMap<u32, Reaping> {
+    if conf!(mode) == mode::TREE {
+        &REAPING
+    } else {
+        &EXITED
+    }
+}
+
+/// sched_switch of a dead task (`prev_state` was checked by the caller).
+pub fn try_dead_switch(ctx: &RawTracePointContext) -> Result<(), i32> {
+    let task = Task(ctx.arg::<u64>(1));
+    let tgid = task.tgid()?;
+    // SAFETY: the value is copied out.
+    let Some(w) = (unsafe { waiting().get(tgid) }).copied() else {
+        return Ok(());
+    };
+    let leader = read::<u64>(task.0, conf!(off.task_group_leader))?;
+    if read::<u64>(leader, conf!(off.task_start_time))? != w.leader_start_ns {
+        return Ok(());
+    }
+    let signal = task.signal()?;
+    // The signal struct's sums change only under `stats_lock` (a release adds a thread's
+    // figures and decrements nr_threads there): read between two equal, even sequences.
+    let seq = read::<u32>(signal, conf!(off.signal_stats_seq))?;
+    if seq & 1 != 0 {
+        return Ok(());
+    }
+    let unreleased = match read::<i32>(signal, conf!(off.signal_nr_threads))? {
+        // The leader was released already (its parent reaped it before this switch).
+        0 => 0,
+        1 if leader == task.0 => leader,
+        // This thread was released; the leader left must have switched out for good.
+        1 if switched_out(leader)? => leader,
+        _ => return Ok(()),
+    };
+    let session = w.session as u16;
+    let mut slot = MaybeUninit::uninit();
+    let ev: &mut ReapEvent = zeroed(&mut slot);
+    ev.hdr.kind = kind::REAP;
+    ev.hdr.session = session;
+    // SAFETY: plain helper call.
+    ev.hdr.ts_ns = unsafe { bpf_ktime_get_ns() };
+    ev.hdr.tgid = tgid;
+    ev.hdr.pid = tgid;
+    ev.hdr.leader_start_ns = w.leader_start_ns;
+    let mut err = signal_figures(signal, ev);
+    if unreleased != 0 {
+        let (mut u, mut s, mut r) = (0u64, 0u64, 0u64);
+        err |= read_or_zero(&mut u, unreleased, conf!(off.task_utime));
+        err |= read_or_zero(&mut s, unreleased, conf!(off.task_stime));
+        err |= read_or_zero(&mut r, unreleased, conf!(off.task_sum_exec_runtime));
+        ev.utime_ns += u;
+        ev.stime_ns += s;
+        ev.rtime_ns += r;
+    }
+    if err != 0 || read::<u32>(signal, conf!(off.signal_stats_seq))? != seq {
+        // Moving or unreadable: the free will read it whole.
+        return Ok(());
+    }
+    // One record per process: the removal that succeeds sends it.
+    if waiting().remove(tgid).is_ok() {
+        output(ev, session);
+    }
+    Ok(())
+}
+
+/// Whether a dead task has done its final switch: `TASK_DEAD` and off its CPU.
+#[inline(always)]
+fn switched_out(t: u64) -> Result<bool, i32> {
+    let state = read::<u32>(t, conf!(off.task_state))?;
+    let on_cpu = read::<i32>(t, conf!(off.task_on_cpu))?;
+    Ok(state == TASK_DEAD && on_cpu == 0)
+}
+
+/// The signal struct's sums and its last adjusted split into `ev`; the reads' results ORed.
+#[inline(always)]
+fn signal_figures(signal: u64, ev: &mut ReapEvent) -> i64 {
+    let mut err = read_or_zero(
+        &mut ev.rtime_ns,
+        signal,
+        conf!(off.signal_sum_sched_runtime),
+    );
+    err |= read_or_zero(&mut ev.utime_ns, signal, conf!(off.signal_utime));
+    err |= read_or_zero(&mut ev.stime_ns, signal, conf!(off.signal_stime));
+    err |= read_or_zero(&mut ev.prev_utime_ns, signal, conf!(off.signal_prev_utime));
+    err |= read_or_zero(&mut ev.prev_stime_ns, signal, conf!(off.signal_prev_stime));
+    err
+}
+
+/// sched_process_free(p): a task's last reference is going (an RCU callback after both
+/// `release_task()` and its final switch). For a group leader this is the end of the process:
+/// every other thread was released before it (a leader is reaped only once its group is
+/// empty), and `__exit_signal()` added every thread's figures, the leader's included, to the
+/// signal struct. Unlike an fentry on `release_task`, the tracepoint also fires for a leader
+/// released by its last thread's `release_task()` looping on it (leader exited first, SIGCHLD
+/// ignored), and raw tracepoints load where fentry is refused.
 pub fn try_process_free(ctx: &RawTracePointContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
     let leader = read::<u64>(task.0, conf!(off.task_group_leader))?;
@@ -31,48 +147,26 @@ pub fn try_process_free(ctx: &RawTracePointContext) -> Result<(), i32> {
     let tgid = task.tgid()?;
     let start = task.start_ns()?;
     // The pid was freed a grace period ago: a new process may have it already, so the entry
-    // goes only if it is this process's.
-    let map = if conf!(mode) == mode::TREE {
-        &REAPING
-    } else {
-        &EXITED
-    };
+    // goes only if it is this process's. No entry: its record went at a switch already, or
+    // it is not a process whose exit was seen.
     // SAFETY: the value is copied out.
-    let session = match unsafe { map.get(tgid) } {
-        Some(w) if w.leader_start_ns == start => Some(w.session as u16),
-        _ => None,
+    let session = match unsafe { waiting().get(tgid) } {
+        Some(w) if w.leader_start_ns == start => w.session as u16,
+        _ => return Ok(()),
     };
-    if session.is_some() {
-        let _ = map.remove(tgid);
-    } else if conf!(mode) == mode::TREE || filter::active() != 0 {
-        // Traced processes only, and only the one whose group exit was seen. With a uid or
-        // cgroup filter, likewise only a process whose group exit passed it (exit.rs claims
-        // only those): the task freed here is not the current one, so the filter cannot be
-        // asked again, and another user's process must not be told of.
+    if waiting().remove(tgid).is_err() {
         return Ok(());
     }
-    let session = session.unwrap_or(0);
-    let mut ev = ReapEvent {
-        hdr: header(kind::REAP, session, &task, tgid, tgid)?,
-        ..ReapEvent::default()
-    };
-    // release_task()'s __exit_signal() added every thread's figures, the leader's included,
-    // to the signal struct: what thread_group_cputime() summed at the wait is all there now.
+    let mut slot = MaybeUninit::uninit();
+    let ev: &mut ReapEvent = zeroed(&mut slot);
+    ev.hdr = header(kind::REAP, session, &task, tgid, tgid)?;
     let mut signal = 0u64;
     let mut err = read_or_zero(&mut signal, task.0, conf!(off.task_signal));
-    err |= read_or_zero(
-        &mut ev.rtime_ns,
-        signal,
-        conf!(off.signal_sum_sched_runtime),
-    );
-    err |= read_or_zero(&mut ev.utime_ns, signal, conf!(off.signal_utime));
-    err |= read_or_zero(&mut ev.stime_ns, signal, conf!(off.signal_stime));
-    err |= read_or_zero(&mut ev.prev_utime_ns, signal, conf!(off.signal_prev_utime));
-    err |= read_or_zero(&mut ev.prev_stime_ns, signal, conf!(off.signal_prev_stime));
+    err |= signal_figures(signal, ev);
     if err != 0 {
         ev.hdr.flags |= flags::REAP_READ_FAILED;
         count(session, stat::READ_FAIL);
     }
-    output(&ev, session);
+    output(ev, session);
     Ok(())
 }

@@ -17,7 +17,8 @@ use spacetime_common::{
 
 use crate::{
     conf, count, exit_mm, mem, output,
-    task::{read, traced, Task},
+    task::{current_ids, read, traced, Task},
+    zero::zeroed,
     MM_STATE, SWITCHES, TRACKED, TREE_RSS,
 };
 
@@ -205,7 +206,8 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
         return Ok(());
     }
     let task = Task(ctx.arg::<u64>(0));
-    let tgid = task.tgid()?;
+    // The task is the current one.
+    let (_, tgid) = current_ids();
     let Some(session) = traced(tgid) else {
         return Ok(());
     };
@@ -221,7 +223,8 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
         return Ok(());
     }
     let task = Task(ctx.arg::<u64>(0));
-    let tgid = task.tgid()?;
+    // The task is the current one.
+    let (pid, tgid) = current_ids();
     // SAFETY: the value is copied out. Untraced and unfollowed processes stop here.
     match unsafe { TRACKED.get(tgid) } {
         Some(t) if t.mm != 0 => {}
@@ -229,7 +232,7 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
     }
     let last = if conf!(off.exit_tp_group_dead) != 0 {
         ctx.arg::<u64>(1) & 0xff != 0
-    } else if let Some(s) = exit_mm::get(task.pid()?).filter(|_| task.mm() == Ok(0)) {
+    } else if let Some(s) = exit_mm::get(pid).filter(|_| task.mm() == Ok(0)) {
         s.last != 0
     } else {
         read::<i32>(task.signal()?, conf!(off.signal_live))? == 0
@@ -282,7 +285,9 @@ fn start_following(
     if !only_unfollowed {
         forget(tgid);
     }
-    let m = mem::read_mm(task, mm)?;
+    let mut mslot = core::mem::MaybeUninit::uninit();
+    let m: &mut spacetime_common::MemStats = zeroed(&mut mslot);
+    mem::read_mm(task, mm, m)?;
     let rss_pages = [
         m.rss_file_pages as i64,
         m.rss_anon_pages as i64,
@@ -291,22 +296,25 @@ fn start_following(
     let total_pages = rss_pages[0] + rss_pages[1] + rss_pages[2];
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_ns() };
-    let st = MmState {
-        tgid,
-        session: session as u32,
-        leader_start_ns,
-        rss_pages,
-        total_pages,
-        last_sent_ns: now,
-        peak_pages: total_pages,
-        since_ns: now,
-        sent_pages: total_pages,
-        last_ns: now,
-        ..MmState::default()
-    };
+    let mut slot = core::mem::MaybeUninit::uninit();
+    let st: &mut MmState = zeroed(&mut slot);
+    st.tgid = tgid;
+    st.session = session as u32;
+    st.leader_start_ns = leader_start_ns;
+    st.rss_pages = rss_pages;
+    st.total_pages = total_pages;
+    st.last_sent_ns = now;
+    st.peak_pages = total_pages;
+    st.since_ns = now;
+    st.sent_pages = total_pages;
+    st.last_ns = now;
     // BPF_NOEXIST when adopting: an mm already there is followed for someone (a racing exec).
     let insert_flags = if only_unfollowed { 1 } else { 0 };
-    if MM_STATE.insert(mm, st, insert_flags).is_err() {
+    // By reference: a copy of the record built in place would be a `memset` call again (see
+    // zero.rs).
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let inserted = MM_STATE.insert(mm, &*st, insert_flags);
+    if inserted.is_err() {
         if !only_unfollowed {
             count(session, stat::TRACK_FULL);
         }
@@ -336,7 +344,7 @@ fn start_following(
         // SAFETY: our own map value.
         unsafe { (*st).last_tree_pages = tree_pages };
     }
-    send(&st, now, tree_pages, peak);
+    send(st, now, tree_pages, peak);
     Ok(())
 }
 

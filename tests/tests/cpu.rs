@@ -90,6 +90,36 @@ fn each_process_cpu_is_what_wait4_returned() {
 }
 
 #[test]
+fn threaded_exits_cpu_is_what_wait4_returned() {
+    // The process's figures are final at the last of its tasks' final switches: the leader's
+    // (exit_group, joined threads), or a thread's that outlived the leader (leader-first).
+    let shapes = ["group", "leader-first", "joined"];
+    let out = Trace::new([WL, "rusage-threads", "3000"])
+        .tag("cpu-threads")
+        .run();
+    out.assert_code(0);
+    let report = out.json_value();
+    let t = out.truth_one("rusage-threads");
+    let (pids, user, sys) = (t.ints("pids"), t.ints("user_us"), t.ints("sys_us"));
+    assert_eq!(pids.len(), shapes.len(), "children");
+    for (i, &pid) in pids.iter().enumerate() {
+        let p = process(&report, pid);
+        assert_eq!(
+            p["cpu_final"],
+            Value::Bool(true),
+            "{} (pid {pid}): CPU must be the final figure: {p}",
+            shapes[i]
+        );
+        let got = (us(p, "user_ns"), us(p, "sys_ns"));
+        assert_wait4(
+            &format!("{} (pid {pid})", shapes[i]),
+            got,
+            (user[i], sys[i]),
+        );
+    }
+}
+
+#[test]
 fn five_hundred_short_processes_sum_to_wait4() {
     // What time(1) does: fork+exec a shell running the loop, wait4 it. The rusage covers the
     // shell and the 500 children it reaped; spacetime's sum over the same processes must be

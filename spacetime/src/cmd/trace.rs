@@ -106,12 +106,24 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
     Ok(run.exit_code())
 }
 
+/// Whether anything asks for memory over time: the summary (its tree-wide peak and chart),
+/// the JSON's and Perfetto's timelines, `%T`. A `--format` without them (`time -f`'s use)
+/// leaves the kmem:rss_stat programs unloaded: less to verify at start-up, nothing run on
+/// every RSS change. Each image's peak then comes from its end, as the kernel's own
+/// (`max(hiwater_rss, rss)`, VmHWM's figure).
+fn memory_over_time(args: &TraceArgs) -> bool {
+    match &args.format {
+        Some(f) => f.needs_rss_over_time() || args.json.is_some() || args.perfetto.is_some(),
+        None => true,
+    }
+}
+
 fn session_options(args: &TraceArgs, verbose: u8) -> SessionOptions {
     SessionOptions {
         load: LoadOptions {
             ring_buffer_bytes: args.ring_buffer,
             max_tracked: args.max_processes,
-            track_rss: true,
+            track_rss: memory_over_time(args),
             rss_interval_ns: args.rss_interval.saturating_mul(1_000_000),
             ..LoadOptions::default()
         },
@@ -169,4 +181,38 @@ fn summary_width(summary: Option<&crate::run::outputs::Dest>, wide: bool) -> Opt
         Some(_) => None,
     };
     crate::util::term::columns(fd, wide)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::memory_over_time;
+    use crate::cmd::cli::{Cli, Command};
+
+    fn args(argv: &[&str]) -> super::TraceArgs {
+        let mut full = vec!["spacetime", "trace"];
+        full.extend_from_slice(argv);
+        full.extend_from_slice(&["--", "true"]);
+        match Cli::try_parse_from(full).expect("parse").command {
+            Command::Trace(t) => t,
+            _ => panic!("not parsed as trace"),
+        }
+    }
+
+    #[test]
+    fn memory_over_time_only_when_something_shows_it() {
+        assert!(
+            memory_over_time(&args(&[])),
+            "the summary shows the tree-wide peak"
+        );
+        assert!(!memory_over_time(&args(&["-f", "%e %M"])), "time -f's use");
+        assert!(!memory_over_time(&args(&["-f", "verbose"])));
+        assert!(
+            memory_over_time(&args(&["-f", "%e %T"])),
+            "%T is the tree-wide peak"
+        );
+        assert!(memory_over_time(&args(&["-f", "%M", "--json", "r.json"])));
+        assert!(memory_over_time(&args(&["-f", "%M", "--perfetto", "t.pb"])));
+    }
 }

@@ -18,7 +18,7 @@ pub struct KernelCounters {
     /// `watch` filters: a trace report leaves it out.
     #[serde(skip)]
     pub filtered: u64,
-    /// Processes whose free record could not be awaited (the kernel's map of exited
+    /// Processes whose final CPU figures could not be awaited (the kernel's map of exited
     /// processes was full): their CPU figures stay the exit-time ones.
     pub reap_full: u64,
     /// Runs of spacetime's programs the kernel skipped because the same program was already

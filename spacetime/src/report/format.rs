@@ -217,6 +217,12 @@ pub fn status_line(r: &Report) -> Option<String> {
 }
 
 impl Format {
+    /// Whether a letter needs the tree-wide RSS over time (`%T`), which the kernel follows
+    /// with its rss_stat programs.
+    pub fn needs_rss_over_time(&self) -> bool {
+        self.0.contains(&Piece::Field('T'))
+    }
+
     /// The lines for this report, ending with a newline as `time -f` does.
     pub fn render(&self, r: &Report) -> String {
         let mut out = String::new();

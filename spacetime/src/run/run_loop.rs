@@ -1,7 +1,7 @@
 //! One traced run's part of the event loop ([`super::event_loop`]): records into the tree,
 //! the memory timeline and the taskstats matcher; children reaped; signals forwarded; the
 //! run ends when the traced command and everything it started are gone (or at the root's
-//! exit, on request), then waits for the last free records.
+//! exit, on request), then waits for the last release records (final CPU figures).
 
 use std::{io, time::Duration};
 
@@ -22,10 +22,16 @@ use crate::{
 };
 use rustc_hash::FxHashSet;
 
-/// Longest a run waits at its end for the free records of processes already reaped: each
-/// comes one RCU grace period after the reap with the final CPU time. Measured here: 12-22 ms
-/// on an idle machine, up to 260 ms with both CPUs busy.
+/// Longest a run waits at its end for the release records of processes that exited. Most
+/// come at their last context switch, microseconds after the exit; one the kernel side could
+/// not prove final there comes when the process is freed, one RCU grace period after the
+/// reap: 12-22 ms on an idle machine, up to 260 ms with both CPUs busy.
 const RELEASE_GRACE: Duration = Duration::from_millis(1000);
+/// How often the end polls for them: first at short steps (a record from a last switch is
+/// microseconds away; tokio's timer counts milliseconds, so these are short blocking sleeps of
+/// the loop's own thread), then every 2 ms.
+const RELEASE_STEPS: [Duration; 2] = [Duration::from_micros(100), Duration::from_millis(2)];
+const SHORT_STEPS: u32 = 10;
 
 pub(super) struct Outcome {
     pub root_status: Option<ExitStatus>,
@@ -55,7 +61,7 @@ pub(super) struct LoopOptions {
     /// The root as spacetime's PID namespace numbers it: our child.
     pub root_pid: u32,
     pub stop_on_root_exit: bool,
-    /// Free records come (see [`RELEASE_GRACE`]).
+    /// Release records come (see [`RELEASE_GRACE`]).
     pub await_release: bool,
     /// An earlier run of the session left processes running, which may have become our
     /// children: once every process of this run has exited, children left are not its own.
@@ -227,13 +233,14 @@ pub(super) async fn consume(
     };
     run.no_children = reap(run.opts.root_pid, &mut run.root_status);
     event_loop::run(&mut io, &mut run, &mut NoSource).await?;
-    // The command's own end: what follows (free records, the last fetch) is spacetime's, and
-    // through an agent that went silent it can take seconds.
+    // The command's own end: what follows (release records, the last fetch) is spacetime's,
+    // and through an agent that went silent it can take seconds.
     let loop_end_ns = monotonic_ns();
-    // Processes reaped in the last moments get their final CPU time one grace period later.
-    // Those never reaped (--stop-on-root-exit) keep their exit figures: the wait is bounded.
+    // Processes that exited in the last moments send their final CPU time at their last
+    // switch, or at worst one grace period after their reap. Those never reaped
+    // (--stop-on-root-exit) may keep their exit figures: the wait is bounded.
     if await_release {
-        wait_for_free_records(io.ring, &mut run).await;
+        wait_for_release_records(io.ring, &mut run).await;
     }
     // Every exit was recorded before its process became reapable: one last drain has it all
     // (taskstats first, as on the tick).
@@ -317,16 +324,16 @@ fn reap(root_pid: u32, root_status: &mut Option<ExitStatus>) -> bool {
     }
 }
 
-/// Drains until every exited process that was reaped has its free record (final CPU time), or
-/// [`RELEASE_GRACE`] has passed. Children of spacetime's (orphans it adopted as the subreaper)
-/// are reaped first: that is spacetime's part. A zombie whose parent is alive may stay one
-/// until after spacetime returns: not waited for (with --stop-on-root-exit, a double fork's
-/// grandchild that exited after CMD kept the run a whole second).
-async fn wait_for_free_records(ring: &mut dyn Records, run: &mut TracedRun<'_, '_>) {
+/// Drains until every exited process that was reaped has its release record (final CPU
+/// time), or [`RELEASE_GRACE`] has passed. Children of spacetime's (orphans it adopted as the
+/// subreaper) are reaped first: that is spacetime's part. A zombie whose parent is alive may
+/// stay one until after spacetime returns: not waited for (with --stop-on-root-exit, a double
+/// fork's grandchild that exited after CMD kept the run a whole second).
+async fn wait_for_release_records(ring: &mut dyn Records, run: &mut TracedRun<'_, '_>) {
     let waited = std::time::Instant::now();
     // Found reaped once, reaped for good.
     let mut reaped: FxHashSet<Key> = FxHashSet::default();
-    loop {
+    for poll in 0.. {
         run.no_children = reap(run.opts.root_pid, &mut run.root_status);
         ring.sync();
         event_loop::drain(ring, run);
@@ -349,12 +356,16 @@ async fn wait_for_free_records(ring: &mut dyn Records, run: &mut TracedRun<'_, '
             .count();
         if missing == 0 || waited.elapsed() >= RELEASE_GRACE {
             log::debug!(
-                "waited {:?} for free records; {missing} missing",
+                "waited {:?} for release records ({poll} polls); {missing} missing",
                 waited.elapsed()
             );
             return;
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        if poll < SHORT_STEPS {
+            std::thread::sleep(RELEASE_STEPS[0]);
+        } else {
+            tokio::time::sleep(RELEASE_STEPS[1]).await;
+        }
     }
 }
 

@@ -52,6 +52,12 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
                                the same moment; the last one ends the process; record {threads}
   rusage US... [TOKEN]         one child per US: it burns US µs of CPU (0: exits at once), the
                                parent reaps each with wait4; record {pids, user_us, sys_us}
+  rusage-threads US [TOKEN]    one child per shape of threaded exit, 3 threads burning US µs
+                               each: `group` (the main thread calls exit_group while they burn),
+                               `leader-first` (the main thread leaves with exit(2) at once, the
+                               last thread ends the process), `joined` (threads joined, then
+                               exit), in that order; the parent reaps each with wait4; record
+                               {pids, user_us, sys_us}
   rusage-of PROG [ARGS...]     fork+execv(PROG), reap it with wait4 (as time(1) does); record
                                {pid, user_us, sys_us}: the child's CPU and its reaped children's
   fill MIB                     write every byte of MIB MiB of fresh anonymous memory, unmap it,
@@ -413,6 +419,35 @@ fn fork() -> libc::pid_t {
     pid
 }
 
+/// A child of `rusage-threads`: three threads burn `us` µs each, and the process ends the way
+/// `shape` says. Never returns.
+fn threaded_exit(shape: &str, us: u64) -> ! {
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            std::thread::Builder::new()
+                .spawn(move || burn_cpu_us(us))
+                .unwrap_or_else(|e| die(&format!("spawn thread: {e}")))
+        })
+        .collect();
+    match shape {
+        "group" => {
+            burn_cpu_us(us / 2);
+            exit(0)
+        }
+        "leader-first" => {
+            // The main thread alone leaves; the process ends with its last thread.
+            unsafe { libc::syscall(libc::SYS_exit, 0) };
+            die("exit(2) returned")
+        }
+        _ => {
+            for t in threads {
+                let _ = t.join();
+            }
+            exit(0)
+        }
+    }
+}
+
 /// Burns `us` µs of this thread's CPU time (nothing for 0).
 fn burn_cpu_us(us: u64) {
     if us == 0 {
@@ -747,6 +782,27 @@ fn main() {
                 sys.push(timeval_us(ru.ru_stime));
             }
             rec.begin("rusage")
+                .ints("pids", &pids)
+                .ints("user_us", &user)
+                .ints("sys_us", &sys)
+                .finish();
+            exit(0)
+        }
+        "rusage-threads" => {
+            let us: u64 = parse(&args, 2, "US");
+            let shapes = ["group", "leader-first", "joined"];
+            let (mut pids, mut user, mut sys) = (Vec::new(), Vec::new(), Vec::new());
+            for shape in shapes {
+                let pid = fork();
+                if pid == 0 {
+                    threaded_exit(shape, us);
+                }
+                let ru = wait4_rusage(pid);
+                pids.push(i64::from(pid));
+                user.push(timeval_us(ru.ru_utime));
+                sys.push(timeval_us(ru.ru_stime));
+            }
+            rec.begin("rusage-threads")
                 .ints("pids", &pids)
                 .ints("user_us", &user)
                 .ints("sys_us", &sys)

@@ -8,6 +8,7 @@
 mod report;
 mod runners;
 mod stats;
+mod targets;
 mod workloads;
 
 use std::{
@@ -107,8 +108,52 @@ pub struct WorkloadResult {
     pub name: &'static str,
     pub title: String,
     pub expected_processes: Option<u64>,
-    pub ratio_target: bool,
     pub runners: Vec<Summary>,
+}
+
+/// What each run of `spacetime bench` costs beyond the command: one bench of one run against
+/// one of `runs`, interleaved.
+pub struct BenchRuns {
+    pub runs: u32,
+    pub one: stats::Spread,
+    pub many: stats::Spread,
+    /// The bare command's own wall (the true workload's median).
+    pub bare_ns: f64,
+    /// Wall per further run, beyond the bare command's.
+    pub added_ns: f64,
+}
+
+/// Runs of the bench's many-run `spacetime bench`.
+const BENCH_RUNS: u32 = 21;
+
+fn bench_runs(env: &Env, reps: usize, results: &[WorkloadResult]) -> Result<Option<BenchRuns>> {
+    let bare = results
+        .iter()
+        .find(|w| w.name == "true")
+        .and_then(|w| w.runners.iter().find(|s| s.runner == Runner::Bare));
+    let Some(bare) = bare else {
+        return Ok(None);
+    };
+    let (mut one, mut many) = (Vec::new(), Vec::new());
+    for rep in 0..reps.max(3) {
+        for k in 0..2 {
+            match (rep + k) % 2 {
+                0 => one.push(runners::bench_once(env, 1)?),
+                _ => many.push(runners::bench_once(env, BENCH_RUNS)?),
+            }
+        }
+    }
+    let (Some(one), Some(many)) = (stats::Spread::of(&one), stats::Spread::of(&many)) else {
+        return Ok(None);
+    };
+    let per_run = (many.median - one.median) / (BENCH_RUNS - 1) as f64;
+    Ok(Some(BenchRuns {
+        runs: BENCH_RUNS,
+        one,
+        many,
+        bare_ns: bare.wall.median,
+        added_ns: per_run - bare.wall.median,
+    }))
 }
 
 /// spacetime's own peak RSS on a big trace.
@@ -164,7 +209,6 @@ fn run_workload(
         name: w.name,
         title: w.title.clone(),
         expected_processes: w.processes,
-        ratio_target: w.ratio_target,
         runners: runners
             .iter()
             .zip(samples)
@@ -223,6 +267,14 @@ pub fn bench(opts: Options) -> Result<()> {
     for w in all.iter().filter(|w| chosen.contains(&w.name)) {
         results.push(run_workload(&env, w, &runners, opts.reps)?);
     }
+    let with_trace = runners.contains(&Runner::Trace);
+    let bench_runs = match with_trace {
+        true => {
+            eprintln!("xtask: bench: spacetime bench, 1 run against {BENCH_RUNS}");
+            bench_runs(&env, opts.reps, &results)?
+        }
+        false => None,
+    };
     let rss = if sizes.rss_processes > 0 && opts.workloads.is_empty() {
         eprintln!(
             "xtask: bench: spacetime's own memory on a {}-process trace",
@@ -235,7 +287,6 @@ pub fn bench(opts: Options) -> Result<()> {
             dir: out.join("work"),
             processes: None,
             prepare: None,
-            ratio_target: false,
         };
         Some(RssRun {
             processes: sizes.rss_processes + 3,
@@ -252,6 +303,7 @@ pub fn bench(opts: Options) -> Result<()> {
         elapsed_s: started.elapsed().as_secs_f64(),
         workloads: results,
         rss,
+        bench_runs,
     };
     let table = report::markdown(&bench);
     println!("{table}");

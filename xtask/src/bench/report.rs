@@ -8,7 +8,8 @@ use serde_json::{json, Value};
 use super::{
     runners::Runner,
     stats::{ratio, Spread, Summary},
-    RssRun, WorkloadResult,
+    targets::targets,
+    BenchRuns, RssRun, WorkloadResult,
 };
 
 /// The machine and build the bench ran on.
@@ -66,9 +67,10 @@ pub struct Bench {
     pub elapsed_s: f64,
     pub workloads: Vec<WorkloadResult>,
     pub rss: Option<RssRun>,
+    pub bench_runs: Option<BenchRuns>,
 }
 
-fn ms(ns: f64) -> String {
+pub fn ms(ns: f64) -> String {
     let v = ns / 1e6;
     if v >= 100.0 {
         format!("{v:.0} ms")
@@ -89,110 +91,6 @@ fn spread(s: &Spread) -> String {
 
 fn bare_of(w: &WorkloadResult) -> Option<&Summary> {
     w.runners.iter().find(|s| s.runner == Runner::Bare)
-}
-
-fn find(w: &WorkloadResult, r: Runner) -> Option<&Summary> {
-    w.runners.iter().find(|s| s.runner == r)
-}
-
-/// Said of the targets of a trace that loads its own programs.
-const NO_AGENT: &str = " (own programs, no agent)";
-
-/// The targets through `spacetime agent`, from the `trace-agent` runner (unmeasured, and so
-/// unmet, when it did not run).
-fn agent_targets(b: &Bench) -> Vec<(String, String, bool)> {
-    let of = |name: &str| {
-        let w = b.workloads.iter().find(|w| w.name == name)?;
-        Some((bare_of(w)?, find(w, Runner::TraceAgent)?))
-    };
-    let unmeasured = || "not measured: run the trace-agent runner".to_string();
-    let start = "`trace -- /bin/true` through the agent adds ≤ 5 ms".to_string();
-    let start = match of("true") {
-        Some((bare, ag)) => {
-            let added = ag.wall.median - bare.wall.median;
-            (start, format!("adds {} of wall", ms(added)), added <= 5e6)
-        }
-        None => (start, unmeasured(), false),
-    };
-    let storm = "`trace` ≤ 1.03× bare wall on fork-exec through the agent".to_string();
-    let storm = match of("fork-exec") {
-        Some((bare, ag)) => {
-            let r = ratio(ag.wall.median, bare.wall.median).unwrap_or(f64::NAN);
-            (storm, format!("{r:.3}×"), r <= 1.03)
-        }
-        None => (storm, unmeasured(), false),
-    };
-    vec![start, storm]
-}
-
-/// The targets of the bench, each with its figure and whether it is met.
-fn targets(b: &Bench) -> Vec<(String, String, bool)> {
-    let mut t = Vec::new();
-    for w in &b.workloads {
-        let (Some(bare), Some(tr)) = (bare_of(w), find(w, Runner::Trace)) else {
-            continue;
-        };
-        if w.ratio_target {
-            let r = ratio(tr.wall.median, bare.wall.median).unwrap_or(f64::NAN);
-            // fork-exec: the target of a trace that loads its own programs (the agent's,
-            // 1.03×, is in `agent_targets`).
-            let limit = if w.name == "fork-exec" { 1.10 } else { 1.03 };
-            t.push((
-                format!("`trace` ≤ {limit:.2}× bare wall on {}{}", w.name, NO_AGENT),
-                format!("{r:.3}×"),
-                r <= limit,
-            ));
-        }
-        if w.name == "true" {
-            let added = tr.wall.median - bare.wall.median;
-            let load = tr.load.map(|l| l.median);
-            t.push((
-                format!("`trace -- /bin/true` start-up (programs loaded) ≤ 40 ms{NO_AGENT}"),
-                match load {
-                    Some(l) => format!("loaded in {}; adds {} of wall", ms(l), ms(added)),
-                    None => format!("load time unknown; adds {} of wall", ms(added)),
-                },
-                load.is_some_and(|l| l <= 40e6),
-            ));
-        }
-        // Per traced event: the start-up run has too few events to say.
-        if w.name != "true" {
-            let worst = tr
-                .programs
-                .iter()
-                .max_by(|a, b| a.ns_per_run.total_cmp(&b.ns_per_run));
-            if let Some(worst) = worst {
-                t.push((
-                    format!("≤ 2 µs in-kernel per event under `trace` on {}", w.name),
-                    format!("costliest: {} {:.2} µs", worst.name, worst.ns_per_run / 1e3),
-                    worst.ns_per_run <= 2000.0,
-                ));
-            }
-        }
-        if w.name == "storm" {
-            if let Some(wa) = find(w, Runner::Watch) {
-                let lost = wa.lost;
-                t.push((
-                    "`watch` loses 0 events on the fork storm".into(),
-                    lost.map_or("unknown".into(), |l| l.to_string()),
-                    lost == Some(0),
-                ));
-            }
-        }
-    }
-    t.extend(agent_targets(b));
-    if let Some(r) = &b.rss {
-        let rss = r.sample.tool_peak_rss;
-        t.push((
-            format!(
-                "spacetime's own RSS ≤ 64 MiB on a {}-process trace",
-                r.processes
-            ),
-            rss.map_or("unknown".into(), mib),
-            rss.is_some_and(|x| x <= 64 << 20),
-        ));
-    }
-    t
 }
 
 pub fn markdown(b: &Bench) -> String {
@@ -219,13 +117,22 @@ pub fn markdown(b: &Bench) -> String {
         o,
         "### Targets\n\n| target | measured | met |\n|---|---|---|"
     );
-    for (what, fig, ok) in targets(b) {
+    for t in targets(b) {
         let _ = writeln!(
             o,
-            "| {what} | {fig} | {} |",
-            if ok { "yes" } else { "**no**" }
+            "| {} | {} | {} |",
+            t.what,
+            t.measured,
+            if t.met { "yes" } else { "**no**" }
         );
     }
+    let _ = writeln!(
+        o,
+        "\nStart-up is the wall a trace adds to the bare command (median of each). The \
+         agent's CPU is counted in its runs. Per event: the costliest of the programs that \
+         run once per fork, exec or exit (or per dead task's last switch), as the median \
+         over repetitions of its ns per run, for every workload but /bin/true."
+    );
     for w in &b.workloads {
         let Some(bare) = bare_of(w) else { continue };
         let _ = writeln!(o, "\n### {} — {}\n", w.name, w.title);
@@ -291,6 +198,20 @@ pub fn markdown(b: &Bench) -> String {
                 );
             }
         }
+    }
+    if let Some(r) = &b.bench_runs {
+        let _ = writeln!(
+            o,
+            "\n### spacetime bench: each run beyond the command\n\n`spacetime bench --no-agent \
+             -N -q -r 1 /bin/true` against `-r {}`, interleaved: {} against {}; each further \
+             run adds {}, of which /bin/true's own wall is {}: +{} per run beyond the command.",
+            r.runs,
+            spread(&r.one),
+            spread(&r.many),
+            ms((r.many.median - r.one.median) / (r.runs - 1) as f64),
+            ms(r.bare_ns),
+            ms(r.added_ns)
+        );
     }
     if let Some(r) = &b.rss {
         let s = &r.sample;
@@ -368,8 +289,12 @@ pub fn json(b: &Bench) -> Value {
             "processes_seen": r.sample.processes,
             "lost_events": r.sample.lost,
         })),
-        "targets": targets(b).into_iter().map(|(what, fig, ok)| json!({
-            "target": what, "measured": fig, "met": ok,
+        "bench_runs": b.bench_runs.as_ref().map(|r| json!({
+            "runs": r.runs, "wall_ns_one": spread_json(&r.one),
+            "wall_ns_many": spread_json(&r.many), "added_ns_per_run": r.added_ns,
+        })),
+        "targets": targets(b).into_iter().map(|t| json!({
+            "target": t.what, "measured": t.measured, "met": t.met,
         })).collect::<Vec<_>>(),
     })
 }

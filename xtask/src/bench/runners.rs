@@ -62,13 +62,18 @@ impl Runner {
         match self {
             Runner::Bare => "bare",
             Runner::Time => "`/usr/bin/time -v`",
-            Runner::Trace => "`spacetime trace` (default: RSS timeline + PSS every 50 ms)",
-            Runner::TraceNoPss => "`spacetime trace --pss-interval 0` (RSS timeline, no PSS)",
+            Runner::Trace => {
+                "`spacetime trace -q --no-chart` (default figures: RSS timeline + PSS every 50 ms)"
+            }
+            Runner::TraceNoPss => {
+                "`spacetime trace -q --no-chart --pss-interval 0` (RSS timeline, no PSS)"
+            }
             Runner::Strace => "`strace -f -o /dev/null`",
             Runner::StraceSeccomp => "`strace -f --seccomp-bpf -e trace=process`",
             Runner::Watch => "bare, with `spacetime watch` running",
             Runner::TraceAgent => {
-                "`spacetime trace` through a running `spacetime agent` (its CPU counted)"
+                "`spacetime trace -q --no-chart` through a running `spacetime agent` (its CPU \
+                 counted)"
             }
         }
     }
@@ -267,8 +272,15 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
         }
         Runner::Trace | Runner::TraceNoPss => {
             let mut c = Command::new(&env.spacetime);
-            c.args(["trace", "--no-agent", "--keep-root", "--json"])
-                .arg(&report);
+            c.args([
+                "trace",
+                "-q",
+                "--no-chart",
+                "--no-agent",
+                "--keep-root",
+                "--json",
+            ])
+            .arg(&report);
             if runner == Runner::TraceNoPss {
                 c.args(["--pss-interval", "0"]);
             }
@@ -279,7 +291,7 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
             let agent = env.agent.as_ref().context("no agent for trace-agent")?;
             let mut c = Command::new(&env.spacetime);
             c.env("SPACETIME_SOCKET", &agent.socket)
-                .args(["trace", "--keep-root", "--json"])
+                .args(["trace", "-q", "--no-chart", "--keep-root", "--json"])
                 .arg(&report)
                 .args(["--", &w.argv[0]]);
             c
@@ -358,6 +370,19 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
         s.load_ns = v["spacetime"]["load_us"].as_u64().map(|us| us * 1000);
     }
     Ok(s)
+}
+
+/// Wall of one `spacetime bench` of `runs` runs of /bin/true (own programs, no shell).
+pub fn bench_once(env: &Env, runs: u32) -> Result<u64> {
+    let mut cmd = Command::new(&env.spacetime);
+    cmd.args(["bench", "--no-agent", "-N", "-q", "-r"])
+        .arg(runs.to_string())
+        .arg("/bin/true");
+    let (wall, _, code) = measure(quiet(&mut cmd, Stdio::null()))?;
+    if code != 0 {
+        bail!("spacetime bench -r {runs} /bin/true exited with {code}");
+    }
+    Ok(wall)
 }
 
 /// CPU time of every thread of `pid`, in ns (schedstat's first field).

@@ -14,8 +14,20 @@ pub struct ProgramCost {
     pub name: String,
     pub runs: u64,
     pub ns_per_run: f64,
+    /// The median over the runs of its ns per run in each (runs where it ran): robust to one
+    /// event an interrupt stretched where a run has few.
+    pub ns_per_run_median: f64,
     /// Instructions the verifier processed to load it (the largest of the runs).
     pub verified_insns: Option<u64>,
+}
+
+/// One program's figures summed over a runner's samples, and its ns per run in each.
+#[derive(Default)]
+struct ProgramTotals {
+    runs: u64,
+    ns: u64,
+    insns: Option<u64>,
+    per_run: Vec<u64>,
 }
 
 /// What one runner did on one workload.
@@ -41,23 +53,27 @@ impl Summary {
         let cpu = Spread::of(&samples.iter().map(|s| s.cpu_ns).collect::<Vec<_>>())?;
         let tool: Vec<u64> = samples.iter().filter_map(|s| s.tool_cpu_ns).collect();
         let procs: Vec<u64> = samples.iter().filter_map(|s| s.processes).collect();
-        let mut programs: BTreeMap<&str, (u64, u64, Option<u64>)> = BTreeMap::new();
+        let mut programs: BTreeMap<&str, ProgramTotals> = BTreeMap::new();
         for s in &samples {
             for p in &s.programs {
                 let e = programs.entry(&p.name).or_default();
-                e.0 += p.run_cnt;
-                e.1 += p.run_time_ns;
-                e.2 = e.2.max(p.verified_insns);
+                e.runs += p.run_cnt;
+                e.ns += p.run_time_ns;
+                e.insns = e.insns.max(p.verified_insns);
+                if let Some(per_run) = p.run_time_ns.checked_div(p.run_cnt) {
+                    e.per_run.push(per_run);
+                }
             }
         }
         let programs = programs
             .into_iter()
-            .filter(|(_, (cnt, _, _))| *cnt > 0)
-            .map(|(name, (cnt, ns, insns))| ProgramCost {
+            .filter(|(_, t)| t.runs > 0)
+            .map(|(name, t)| ProgramCost {
                 name: name.to_string(),
-                runs: cnt,
-                ns_per_run: ns as f64 / cnt as f64,
-                verified_insns: insns,
+                runs: t.runs,
+                ns_per_run: t.ns as f64 / t.runs as f64,
+                ns_per_run_median: Spread::of(&t.per_run).map_or(f64::NAN, |s| s.median),
+                verified_insns: t.insns,
             })
             .collect();
         let load: Vec<u64> = samples.iter().filter_map(|s| s.load_ns).collect();
@@ -120,6 +136,8 @@ mod tests {
                 name: "exit".into(),
                 runs: 40,
                 ns_per_run: 150.0,
+                // 100 and 166 ns per run in the two samples.
+                ns_per_run_median: 133.0,
                 verified_insns: Some(900),
             }]
         );

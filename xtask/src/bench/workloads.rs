@@ -24,8 +24,6 @@ pub struct Workload {
     pub processes: Option<u64>,
     /// Untimed preparation before every run (e.g. `make clean`).
     pub prepare: Option<Vec<String>>,
-    /// Whether the ≤ 1.03× target applies.
-    pub ratio_target: bool,
 }
 
 /// Sizes of the workloads (scaled down with `--quick`).
@@ -232,7 +230,6 @@ pub fn build(dir: &Path, sizes: &Sizes) -> Result<Vec<Workload>> {
             dir: dir.to_path_buf(),
             processes: Some(1),
             prepare: None,
-            ratio_target: false,
         },
         Workload {
             name: "fork-exec",
@@ -241,7 +238,6 @@ pub fn build(dir: &Path, sizes: &Sizes) -> Result<Vec<Workload>> {
             dir: dir.to_path_buf(),
             processes: Some(n + 1),
             prepare: None,
-            ratio_target: true,
         },
         Workload {
             name: "fork-exec-static",
@@ -250,7 +246,6 @@ pub fn build(dir: &Path, sizes: &Sizes) -> Result<Vec<Workload>> {
             dir: dir.to_path_buf(),
             processes: Some(n + 1),
             prepare: None,
-            ratio_target: true,
         },
         Workload {
             name: "make",
@@ -259,7 +254,6 @@ pub fn build(dir: &Path, sizes: &Sizes) -> Result<Vec<Workload>> {
             dir: project,
             processes: None,
             prepare: Some(vec!["make".into(), "-s".into(), "clean".into()]),
-            ratio_target: true,
         },
         Workload {
             name: "touch",
@@ -268,7 +262,6 @@ pub fn build(dir: &Path, sizes: &Sizes) -> Result<Vec<Workload>> {
             dir: dir.to_path_buf(),
             processes: Some(1),
             prepare: None,
-            ratio_target: false,
         },
         Workload {
             name: "storm",
@@ -277,7 +270,6 @@ pub fn build(dir: &Path, sizes: &Sizes) -> Result<Vec<Workload>> {
             dir: dir.to_path_buf(),
             processes: Some(sizes.storm + 3),
             prepare: None,
-            ratio_target: false,
         },
     ])
 }

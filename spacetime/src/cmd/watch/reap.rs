@@ -1,8 +1,9 @@
-//! Exits waiting for their release record. A process's CPU time is final only when it is
-//! released (its parent's wait4, or autoreap): the exit record, read inside the exit path,
-//! misses the running slice, which for a short process is nearly all of it. So a process's row
-//! waits for its release record (sched_process_free: one RCU grace period after the parent's
-//! wait, or the autoreap), at most [`REAP_WAIT`]; then it goes out with the exit-time figure
+//! Exits waiting for their release record. A process's CPU time is final only once its tasks
+//! have switched out for the last time: the exit record, read inside the exit path, misses the
+//! running slice, which for a short process is nearly all of it. So a process's row waits for
+//! its release record (sent at that last switch, microseconds later, or when the process is
+//! freed, one RCU grace period after the parent's wait or the autoreap), at most
+//! [`REAP_WAIT`]; then it goes out with the exit-time figure
 //! (`cpu_final: false`).
 
 use std::{
@@ -15,8 +16,8 @@ use spacetime_common::{ExitEvent, ReapEvent};
 use crate::model::cputime::{self, Split};
 use crate::model::table::{Ancestor, Entry};
 
-/// Longest a row waits for its process's release. The free record comes one RCU grace period
-/// after the reap: 12-22 ms on an idle machine here, up to 260 ms with both CPUs busy.
+/// Longest a row waits for its process's release record. When it comes at a free, that is one
+/// RCU grace period after the reap: 12-22 ms on an idle machine here, up to 260 ms with both CPUs busy.
 pub const REAP_WAIT: Duration = Duration::from_millis(1000);
 
 /// A process's group exit, its table entry and ancestry at that moment, and its CPU time once
@@ -132,7 +133,7 @@ mod tests {
         w.push(x, e, Vec::new(), now);
         assert!(
             w.next_ready(now, false).is_none(),
-            "waits for the free record"
+            "waits for the release record"
         );
         // Another process with the same pid (reused) does not release it.
         w.reap(&free(10, 999, 5));

@@ -8,14 +8,14 @@ use std::{path::Path, time::Instant};
 
 use aya::{
     maps::{MapData, RingBuf},
-    programs::{raw_trace_point::RawTracePointLinkId, FEntry, RawTracePoint},
+    programs::raw_trace_point::RawTracePointLinkId,
     Ebpf, EbpfLoader,
 };
 use spacetime_common::{mode, Config};
 
 use crate::kernel::{
     btf::Btf,
-    offsets::{self, MemHook},
+    offsets::{self, MemHook, Resolved},
 };
 
 /// The compiled kernel programs, embedded at build time by `cargo xtask build`.
@@ -29,15 +29,20 @@ const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 /// `exit_mm_release` program (preallocated: about 100 KiB).
 const EXIT_MEM_ENTRIES: u32 = 1024;
 
-/// Traced processes exited and not yet freed at once (preallocated: about 1 MiB). A process
-/// beyond it keeps its exit-time CPU figures (`cpu_final: false`).
-const REAPING_ENTRIES: u32 = 16384;
+/// Traced processes exited whose final CPU figures have not gone yet, at once (preallocated,
+/// about 300 KiB). An entry lives from the group exit to the last task's final switch,
+/// microseconds, or to the free (one RCU grace period: at 5 500 exits/s and up to 260 ms on a
+/// busy machine, 1 430). A process beyond it keeps its exit-time CPU figures
+/// (`cpu_final: false`, counted in `reap_full`). 16 384 cost 0.26 ms more to create.
+const REAPING_ENTRIES: u32 = 4096;
 /// System mode: processes exited and not yet freed, for the one group exit of each
 /// (allocated on use).
 const EXITED_ENTRIES: u32 = 16384;
 
 mod adopt;
+mod mechanisms;
 mod own_pid;
+mod plan;
 mod runs;
 mod sessions;
 mod startup;
@@ -46,6 +51,8 @@ mod stats;
 pub use own_pid::{run_own_pid, LearnedPid};
 pub use sessions::SessionId;
 pub use stats::{parse_sysctl_flag, KernelProgramStats, ProgramStats};
+
+use plan::{attach_raw, Plan};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -161,7 +168,8 @@ pub struct Probes {
     pub rss_tracking: bool,
     /// The kmem:rss_stat program's link while it is attached.
     rss_link: Option<RawTracePointLinkId>,
-    /// Release records come (sched_process_free attached): CPU figures as wait4's.
+    /// Release records come (sched_process_free attached, and sched_switch where the
+    /// kernel allows): CPU figures as wait4's.
     pub cpu_at_release: bool,
     /// Each raw-tracepoint program's load time (µs), verification included.
     load_us: Vec<(String, u64)>,
@@ -230,6 +238,18 @@ fn map_load_error(e: aya::EbpfError) -> LoadError {
     }
 }
 
+/// The checks before anything is loaded: privileges, BTF, the embedded object. Returns the
+/// object.
+fn environment() -> Result<&'static [u8], LoadError> {
+    check_capabilities()?;
+    if !Path::new(BTF_PATH).exists() {
+        return Err(LoadError::NoBtf);
+    }
+    let object = OBJECT.ok_or(LoadError::NotBuilt)?;
+    bump_memlock();
+    Ok(object)
+}
+
 /// Whether a syscall under `e` (its `source()` chain: aya keeps each syscall's io::Error
 /// there) was refused for want of permission.
 fn denied(e: &(dyn std::error::Error + 'static)) -> bool {
@@ -247,101 +267,61 @@ fn denied(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// Which end of an image a memory hook serves, for the `-v` lines.
-#[derive(Clone, Copy)]
-enum MemKind {
-    Exec,
-    Exit,
-}
-
-impl MemKind {
-    fn tracepoint_line(self) -> &'static str {
-        match self {
-            MemKind::Exec => "sched_prepare_exec: image peaks read at exec's point of no return",
-            MemKind::Exit => {
-                "sched_process_exit fires before exit_mm(): final image peaks read there"
-            }
-        }
-    }
-
-    fn fentry_line(self, function: &str) -> String {
-        match self {
-            MemKind::Exec => format!(
-                "fentry {function} (no sched_prepare_exec): peaks of images replaced by exec \
-                 read from the old mm"
-            ),
-            MemKind::Exit => format!(
-                "fentry {function} (sched_process_exit fires after exit_mm()): final image \
-                 peaks read before the mm is released"
-            ),
-        }
-    }
-
-    fn no_hook(self) -> &'static str {
-        match self {
-            MemKind::Exec => "no sched_prepare_exec nor exec_mm_release on this kernel",
-            MemKind::Exit => {
-                "sched_process_exit fires after exit_mm() and exit_mm_release is not traceable"
-            }
-        }
-    }
-
-    fn unavailable(self) -> &'static str {
-        match self {
-            MemKind::Exec => "images replaced by exec have no peak",
-            MemKind::Exit => "the last image of each process has no peak",
-        }
+/// The programs' read-only configuration.
+fn config(opts: &LoadOptions, resolved: &Resolved, nr_cpus: u32, ring: u32, rss: bool) -> Config {
+    Config {
+        mode: opts.mode,
+        rss_layout: resolved.rss_layout,
+        nr_cpus,
+        max_arg_chunks: opts.max_arg_chunks,
+        wakeup_bytes: ring / 8,
+        _pad: 0,
+        off: resolved.off,
+        rss_interval_ns: opts.rss_interval_ns,
+        track_rss: rss as u32,
     }
 }
 
-/// Attaches the loaded raw-tracepoint program `name` to `tracepoint`.
-fn attach_raw(
-    ebpf: &mut Ebpf,
-    name: &'static str,
-    tracepoint: &'static str,
-) -> Result<RawTracePointLinkId, LoadError> {
-    let err = |source| LoadError::Attach { tracepoint, source };
-    let prog: &mut RawTracePoint = ebpf
-        .program_mut(name)
-        .ok_or(LoadError::MissingProgram(name))?
-        .try_into()
-        .map_err(err)?;
-    prog.attach(tracepoint).map_err(err)
-}
-
-/// Loads and attaches the fentry program named after kernel function `function`. aya resolves
-/// the target in the kernel's BTF with its own parser, loaded once, only when needed.
-fn attach_fentry(
-    ebpf: &mut Ebpf,
-    function: &'static str,
-    kernel_btf: &mut Option<aya::Btf>,
-) -> Result<(), LoadError> {
-    let err = |source| LoadError::AttachFentry { function, source };
-    if kernel_btf.is_none() {
-        *kernel_btf = Some(aya::Btf::from_sys_fs().map_err(LoadError::KernelBtf)?);
-    }
-    let btf = kernel_btf.as_ref().ok_or(LoadError::NoBtf)?;
-    let prog: &mut FEntry = ebpf
-        .program_mut(function)
-        .ok_or(LoadError::MissingProgram(function))?
-        .try_into()
-        .map_err(err)?;
-    startup::retry_interrupted(function, || prog.load(function, btf)).map_err(err)?;
-    prog.attach().map_err(err)?;
-    Ok(())
+/// Creates the maps (sized for this load) and relocates the programs: what aya's `load`
+/// does before any verification.
+fn create<'a>(
+    mut loader: EbpfLoader<'a>,
+    config: &'a Config,
+    opts: &'a LoadOptions,
+    resolved: &Resolved,
+    ring: u32,
+) -> Result<Ebpf, LoadError> {
+    // System mode reads neither the tracking map nor the followed mms: one entry each
+    // instead of preallocating room for `max_tracked` processes.
+    let (per_process, exited) = if opts.mode == mode::TREE {
+        (opts.max_tracked.max(1), 1)
+    } else {
+        (1, EXITED_ENTRIES)
+    };
+    let exit_mem = match (resolved.exit_mem, resolved.group_dead_hook) {
+        (MemHook::Fentry(_), _) | (_, Some(_)) => EXIT_MEM_ENTRIES,
+        _ => 1,
+    };
+    // The programs use no CO-RE relocations (offsets come from our own BTF reading).
+    loader
+        .btf(None)
+        .override_global("CONFIG", config, true)
+        .override_global("FILTER", &opts.filter, true)
+        .map_max_entries("EVENTS", ring)
+        .map_max_entries("TRACKED", per_process)
+        .map_max_entries("EXIT_MEM", exit_mem)
+        .map_max_entries("MM_STATE", per_process)
+        .map_max_entries("REAPING", per_process.min(REAPING_ENTRIES))
+        .map_max_entries("EXITED", exited)
+        .load(OBJECT.ok_or(LoadError::NotBuilt)?)
+        .map_err(map_load_error)
 }
 
 impl Probes {
     /// Checks the environment, resolves kernel offsets, loads and attaches the programs.
     pub fn load(opts: &LoadOptions) -> Result<Probes, LoadError> {
         let started = Instant::now();
-        check_capabilities()?;
-        if !Path::new(BTF_PATH).exists() {
-            return Err(LoadError::NoBtf);
-        }
-        let object = OBJECT.ok_or(LoadError::NotBuilt)?;
-        bump_memlock();
-
+        environment()?;
         // aya's loader, built on another core (without aya's BTF parse, see startup.rs)
         // while this one resolves the offsets.
         let aya_loader = startup::spawn();
@@ -353,26 +333,12 @@ impl Probes {
         }
         let nr_cpus = possible_cpus()?;
         let ring = opts.ring_buffer_bytes.max(4096).next_power_of_two();
-        let rss_tracking = opts.track_rss && btf.has_typedef("btf_trace_rss_stat");
-        let config = Config {
-            mode: opts.mode,
-            rss_layout: resolved.rss_layout,
-            nr_cpus,
-            max_arg_chunks: opts.max_arg_chunks,
-            wakeup_bytes: ring / 8,
-            _pad: 0,
-            off: resolved.off,
-            rss_interval_ns: opts.rss_interval_ns,
-            track_rss: rss_tracking as u32,
-        };
-        // System mode reads neither the tracking map nor the followed mms: one entry each
-        // instead of preallocating room for `max_tracked` processes.
-        let per_process = if opts.mode == mode::TREE {
-            opts.max_tracked.max(1)
-        } else {
-            1
-        };
-        // The programs use no CO-RE relocations (offsets come from our own BTF reading).
+        let plan = Plan::new(
+            &resolved,
+            opts.track_rss && btf.has_typedef("btf_trace_rss_stat"),
+            opts.cgroup_names && resolved.off.cgroup_kn != 0,
+        );
+        let config = config(opts, &resolved, nr_cpus, ring, plan.rss);
         let built = aya_loader
             .join()
             .map_err(|_| LoadError::ThreadPanicked("aya's loader"))?;
@@ -382,72 +348,9 @@ impl Probes {
             None => log::debug!("aya's loader parsed the kernel's BTF: it was visible"),
             Some(why) => log::debug!("aya's loader parsed the kernel's BTF ({why})"),
         }
-        // Moved out first: the loader then takes the (shorter) lifetime of the globals.
-        let mut aya_loader: EbpfLoader<'_> = built.loader;
-        let mut ebpf = aya_loader
-            .btf(None)
-            .override_global("CONFIG", &config, true)
-            .override_global("FILTER", &opts.filter, true)
-            .map_max_entries("EVENTS", ring)
-            .map_max_entries("TRACKED", per_process)
-            .map_max_entries(
-                "EXIT_MEM",
-                match (resolved.exit_mem, resolved.group_dead_hook) {
-                    (MemHook::Fentry(_), _) | (_, Some(_)) => EXIT_MEM_ENTRIES,
-                    _ => 1,
-                },
-            )
-            .map_max_entries("MM_STATE", per_process)
-            .map_max_entries("REAPING", per_process.min(REAPING_ENTRIES))
-            .map_max_entries(
-                "EXITED",
-                if opts.mode == mode::TREE {
-                    1
-                } else {
-                    EXITED_ENTRIES
-                },
-            )
-            .load(object)
-            .map_err(map_load_error)?;
-
-        let mut mechanisms = vec![
-            "raw tracepoints sched_process_fork, sched_process_exec, sched_process_exit"
-                .to_string(),
-            format!("kernel field offsets from {BTF_PATH}"),
-        ];
-        mechanisms.push(match resolved.rss_layout {
-            spacetime_common::rss_layout::ATOMIC_ARRAY => "RSS counters: atomic array (pre-6.2)".to_string(),
-            _ if nr_cpus <= spacetime_common::MAX_EXACT_CPUS => {
-                format!("RSS counters: per-CPU, summed exactly over {nr_cpus} CPUs")
-            }
-            _ => format!("RSS counters: per-CPU, {nr_cpus} CPUs is above {}: shared count only (approximate)", spacetime_common::MAX_EXACT_CPUS),
-        });
-        // Program name → its tracepoint (the same name but for a second program on exec).
-        let mut hooks = vec![
-            ("sched_process_exit", "sched_process_exit"),
-            ("sched_process_exec", "sched_process_exec"),
-            ("sched_process_fork", "sched_process_fork"),
-        ];
-        if resolved.has_prepare_exec {
-            hooks.push(("sched_prepare_exec", "sched_prepare_exec"));
-        }
-        if rss_tracking {
-            hooks.extend([
-                ("rss_stat", "rss_stat"),
-                ("rss_exec", "sched_process_exec"),
-                ("rss_exit", "sched_process_exit"),
-            ]);
-        }
-        let cpu_at_release = resolved.off.signal_prev_utime != 0;
-        if cpu_at_release {
-            hooks.push(("sched_process_free", "sched_process_free"));
-        }
-        let cgroup_names = opts.cgroup_names && resolved.off.cgroup_kn != 0;
-        if cgroup_names {
-            hooks.push(("cgroup_exec", "sched_process_exec"));
-        }
+        let mut ebpf = create(built.loader, &config, opts, &resolved, ring)?;
         let verify_started = Instant::now();
-        let load_us = startup::verify_all(&mut ebpf, &hooks)?;
+        let load_us = startup::verify_all(&mut ebpf, &plan.to_verify())?;
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         log::debug!(
             "start-up: offsets resolved at {:.1} ms, aya's loader ready at {:.1} ms ({:.1} ms on \
@@ -461,83 +364,18 @@ impl Probes {
         );
         own_pid::load_own_pid(&mut ebpf);
         let attach_started = started.elapsed();
-        let mut attach_to = |name: &'static str,
-                             tracepoint: &'static str|
-         -> Result<RawTracePointLinkId, LoadError> {
-            attach_raw(&mut ebpf, name, tracepoint)
-        };
-        // Free, exit first, fork last: a process seen forking is then always seen exiting (the
-        // other order leaves a window where one starts and ends between the two attaches).
-        if cpu_at_release {
-            attach_to("sched_process_free", "sched_process_free")?;
-        }
-        // Before the exit record's program: a tracepoint runs its programs in attach order,
-        // and the RSS records of a process's end come before its exit record.
-        if rss_tracking {
-            attach_to("rss_exit", "sched_process_exit")?;
-        }
-        // A cgroup's path before the exec record that names it.
-        if cgroup_names {
-            attach_to("cgroup_exec", "sched_process_exec")?;
-            mechanisms.push("cgroup paths read from the kernel the first time each is seen".into());
-        }
-        attach_to("sched_process_exit", "sched_process_exit")?;
-        attach_to("sched_process_exec", "sched_process_exec")?;
-        attach_to("sched_process_fork", "sched_process_fork")?;
-        if resolved.has_prepare_exec {
-            attach_to("sched_prepare_exec", "sched_prepare_exec")?;
-        }
-        let mut rss_link = None;
-        if rss_tracking {
-            rss_link = Some(attach_to("rss_stat", "rss_stat")?);
-            attach_to("rss_exec", "sched_process_exec")?;
-            mechanisms.push(
-                "kmem:rss_stat: every RSS change of traced processes; tree-wide sum and peak kept in the kernel".into(),
-            );
-        } else if opts.track_rss {
-            mechanisms.push(
-                "no kmem:rss_stat tracepoint: RSS over time is sampled from /proc/PID/statm".into(),
-            );
-        }
+        let rss_link = plan.attach(&mut ebpf)?;
         log::debug!(
             "start-up: raw tracepoints attached in {:.1} ms",
             ms(started.elapsed() - attach_started)
         );
-        let mut kernel_btf = None;
-        if let Some(function) = resolved.group_dead_hook {
-            // Before exit_mm_release: it reads what this one stashed.
-            mechanisms.push(match attach_fentry(&mut ebpf, function, &mut kernel_btf) {
-                Ok(()) => format!("fentry {function}: the kernel's own group_dead (last thread)"),
-                Err(e) => {
-                    log::warn!("{e}: the last thread is told by signal->live");
-                    format!("{e}: the last thread is told by signal->live")
-                }
-            });
-        }
-        for (hook, what) in [
-            (resolved.exec_mem, MemKind::Exec),
-            (resolved.exit_mem, MemKind::Exit),
-        ] {
-            let line = match hook {
-                MemHook::Tracepoint => what.tracepoint_line().to_string(),
-                MemHook::Fentry(function) => {
-                    match attach_fentry(&mut ebpf, function, &mut kernel_btf) {
-                        Ok(()) => what.fentry_line(function),
-                        Err(e) => {
-                            log::warn!("{e}: {}", what.unavailable());
-                            format!("{e}: {}", what.unavailable())
-                        }
-                    }
-                }
-                MemHook::Unavailable => format!("{}: {}", what.no_hook(), what.unavailable()),
-            };
-            mechanisms.push(line);
-        }
-        mechanisms.push(if cpu_at_release {
-            "raw tracepoint sched_process_free: each process's CPU as wait4 reports it".into()
-        } else {
-            "CPU read at exit (no sched_process_free): short processes read low".into()
-        });
+        let mechanisms = mechanisms::attach_fentries_and_describe(
+            &mut ebpf,
+            &resolved,
+            &plan,
+            nr_cpus,
+            opts.track_rss,
+        );
         let logger = aya_log::EbpfLogger::init(&mut ebpf)
             .inspect_err(|e| log::debug!("kernel-side logging unavailable: {e}"))
             .ok();
@@ -548,9 +386,9 @@ impl Probes {
             mechanisms,
             load_ms: started.elapsed().as_secs_f64() * 1e3,
             ring_buffer_bytes: ring,
-            rss_tracking,
+            rss_tracking: plan.rss,
             rss_link,
-            cpu_at_release,
+            cpu_at_release: plan.cpu_at_release,
             load_us,
             aya_btf_parsed: !built.btf_hidden,
         })

@@ -6,15 +6,17 @@ use aya::{
     maps::{Array, HashMap},
     Ebpf, Pod,
 };
-use spacetime_common::{pidns_slot, MmState, SessionCount, SessionLimit, Tracked, MAX_SESSIONS};
+use spacetime_common::{pidns_slot, MmState, SessionCount, SessionLimit, Tracked};
 
 use super::{LoadError, Probes};
 
 impl Probes {
-    /// Stops tracing every process of every session: `TRACKED` is emptied first, so no fork
-    /// or exec adds to the rest afterwards, then the followed mms; every session's live count
-    /// is back to none. Processes still running (a run stopped at its root's exit) go on
-    /// untraced. Returns how many processes were still tracked.
+    /// Stops tracing every process: `TRACKED` is emptied first, so no fork or exec adds to
+    /// the rest afterwards, then the followed mms; session 0's live count and roots are back
+    /// to none. Programs loaded for one command or bench serve session 0 alone (an agent's
+    /// sessions end one by one, `untrack_session`): resetting the other 63 cost two map
+    /// writes and a read each, every run. Processes still running (a run stopped at its
+    /// root's exit) go on untraced. Returns how many processes were still tracked.
     pub fn untrack_all(&mut self) -> Result<usize, LoadError> {
         let tracked = clear::<u32, Tracked>(&mut self.ebpf, "TRACKED")?;
         clear::<u64, MmState>(&mut self.ebpf, "MM_STATE")?;
@@ -26,22 +28,18 @@ impl Probes {
             .map_mut(COUNTS)
             .ok_or(LoadError::MissingMap(COUNTS))?;
         let mut counts: Array<_, SessionCount> = Array::try_from(map).map_err(err(COUNTS))?;
-        for s in 0..MAX_SESSIONS {
-            counts
-                .set(s, SessionCount::default(), 0)
-                .map_err(err(COUNTS))?;
-        }
+        counts
+            .set(0, SessionCount::default(), 0)
+            .map_err(err(COUNTS))?;
         let map = self
             .ebpf
             .map_mut(LIMITS)
             .ok_or(LoadError::MissingMap(LIMITS))?;
         let mut limits: Array<_, SessionLimit> = Array::try_from(map).map_err(err(LIMITS))?;
-        for s in 0..MAX_SESSIONS {
-            let l = limits.get(&s, 0).map_err(err(LIMITS))?;
-            limits
-                .set(s, SessionLimit { roots: 0, ..l }, 0)
-                .map_err(err(LIMITS))?;
-        }
+        let l = limits.get(&0, 0).map_err(err(LIMITS))?;
+        limits
+            .set(0, SessionLimit { roots: 0, ..l }, 0)
+            .map_err(err(LIMITS))?;
         Ok(tracked)
     }
 
