@@ -91,6 +91,13 @@ pub trait Records {
     /// Records that reach `each_record` only when asked for (an agent's tick) are fetched:
     /// after this, everything the kernel had written is available. Nothing to do for a ring.
     fn sync(&mut self) {}
+    /// The run is over (its processes reaped): everything of it the kernel holds is fetched.
+    /// Through an agent that is the one round trip that ends the run, in which the agent
+    /// waits for the final CPU records of the processes reaped (`await_release`). Returns
+    /// whether they must still be waited for here (a local ring: they come into it).
+    fn end_of_run(&mut self, await_release: bool) -> bool {
+        await_release
+    }
     /// taskstats records that came with the records (an agent's), appended to `out`.
     fn take_taskstats(&mut self, _out: &mut Vec<TaskstatsRecord>) {}
 }
@@ -126,6 +133,11 @@ impl Records for crate::kernel::remote::client::AgentConn {
 
     fn sync(&mut self) {
         crate::kernel::remote::client::AgentConn::sync(self);
+    }
+
+    fn end_of_run(&mut self, await_release: bool) -> bool {
+        self.end_run(await_release);
+        false
     }
 
     fn take_taskstats(&mut self, out: &mut Vec<TaskstatsRecord>) {

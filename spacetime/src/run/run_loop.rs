@@ -238,14 +238,15 @@ pub(super) async fn consume(
     let loop_end_ns = monotonic_ns();
     // Processes that exited in the last moments send their final CPU time at their last
     // switch, or at worst one grace period after their reap. Those never reaped
-    // (--stop-on-root-exit) may keep their exit figures: the wait is bounded.
-    if await_release {
+    // (--stop-on-root-exit) may keep their exit figures: the wait is bounded. Through an
+    // agent, records wait in its ring until fetched: the run's end fetches them all in one
+    // round trip, and the agent waits for the final CPU records itself.
+    run.no_children = reap(run.opts.root_pid, &mut run.root_status);
+    if io.ring.end_of_run(await_release) {
         wait_for_release_records(io.ring, &mut run).await;
     }
     // Every exit was recorded before its process became reapable: one last drain has it all
     // (taskstats first, as on the tick).
-    // Through an agent, records wait in its ring until fetched.
-    io.ring.sync();
     let mut batch = Vec::new();
     io.read_taskstats(&mut batch, &mut run);
     event_loop::drain(io.ring, &mut run);
@@ -335,7 +336,6 @@ async fn wait_for_release_records(ring: &mut dyn Records, run: &mut TracedRun<'_
     let mut reaped: FxHashSet<Key> = FxHashSet::default();
     for poll in 0.. {
         run.no_children = reap(run.opts.root_pid, &mut run.root_status);
-        ring.sync();
         event_loop::drain(ring, run);
         let missing = run
             .sink

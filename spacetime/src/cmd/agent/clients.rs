@@ -78,6 +78,8 @@ pub(super) struct Client {
     /// Given at the hello.
     pub session: Option<u16>,
     pub run: Option<RunState>,
+    /// Its run's finish, held back for final CPU records.
+    pub finishing: Option<super::finish::Finishing>,
     /// A watch client's seat at its uid's programs.
     pub seat: Option<super::watchers::Seat>,
     /// It asked for delay accounting.
@@ -114,6 +116,7 @@ impl Client {
             principal,
             session: None,
             run: None,
+            finishing: None,
             seat: None,
             delayacct: false,
             max_processes: 0,

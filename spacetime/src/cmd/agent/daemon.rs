@@ -243,8 +243,9 @@ impl AcceptBackoff {
 }
 
 impl Agent {
-    /// Waits up to [`TICK_MS`] for any descriptor the loop serves; what each has to say, in
-    /// the order: listener, signals, ring, watch loader, then every client.
+    /// Waits up to [`TICK_MS`] (less while a finish is held back) for any descriptor the loop
+    /// serves; what each has to say, in the order: listener, signals, ring, watch loader,
+    /// then every client.
     fn wait(
         &self,
         listener: BorrowedFd<'_>,
@@ -267,9 +268,14 @@ impl Agent {
             };
             pfds.push(PollFd::new(&c.fd, PollFlags::IN | out));
         }
+        // A finish held back looks for its records at short steps.
+        let wait_ns = match self.finishing() {
+            true => super::finish::FINISH_POLL.as_nanos() as i64,
+            false => TICK_MS * 1_000_000,
+        };
         let tick = Timespec {
             tv_sec: 0,
-            tv_nsec: TICK_MS * 1_000_000,
+            tv_nsec: wait_ns,
         };
         match rustix::event::poll(&mut pfds, Some(&tick)) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
@@ -299,6 +305,7 @@ impl Agent {
             }
             self.watchers.tick();
             self.route();
+            self.advance_finishing();
             for (i, r) in ready[FIRST_CLIENT..].iter().enumerate() {
                 if r.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
                     self.read_client(i, &mut buf);

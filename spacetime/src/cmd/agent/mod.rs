@@ -4,6 +4,7 @@
 
 mod clients;
 mod daemon;
+mod finish;
 mod listen;
 mod ready;
 mod requests;

@@ -1,6 +1,6 @@
 //! What the agent does for each request of a client: open a session (hello), track its held
 //! child (track), attach to its running processes (attach), send what is pending (flush),
-//! end the run (finish). Every check that keeps a client to what it could ptrace is made
+//! end the run (finish, in [`super::finish`]). Every check that keeps a client to what it could ptrace is made
 //! here or in what these call ([`super::verify`], [`crate::run::attach`]), and every
 //! per-user limit is counted against the client's principal ([`super::users`]).
 
@@ -55,11 +55,13 @@ impl Agent {
             (Msg::Attach { pids }, Some(s)) if self.clients[i].seat.is_none() => {
                 self.attach(i, s, &pids)
             }
-            (Msg::Flush { seq }, Some(_)) => {
+            (Msg::Flush { seq }, Some(_)) if self.clients[i].finishing.is_none() => {
                 self.route();
                 self.clients[i].control(&Msg::Flushed { seq });
             }
-            (Msg::Finish, Some(s)) => self.finish(i, s),
+            (Msg::Finish { wait_release }, Some(s)) if self.clients[i].finishing.is_none() => {
+                self.finish(i, s, wait_release)
+            }
             (other, _) => {
                 log::debug!("client {}: unexpected {other:?}", self.clients[i].peer.pid);
                 refuse(
@@ -372,48 +374,6 @@ impl Agent {
             attach_ns: attached.attach_ns,
             memory_followed: attached.memory_followed,
         });
-    }
-
-    /// Ends client `i`'s run: every record sent, then the figures only the agent reads.
-    fn finish(&mut self, i: usize, s: SessionId) {
-        self.route();
-        let Some(run) = self.clients[i].run.take() else {
-            // Nothing tracked (the track was refused): an empty end.
-            return self.clients[i].control(&Msg::End(proto::End::default()));
-        };
-        // The mms before the tree's sum: a process growing between the two reads raises the
-        // tree's peak past its own, never its own past the tree's.
-        let mms = self.probes.followed_mms_of(s).unwrap_or_default();
-        let tree_rss = self.probes.tree_rss_of(s).unwrap_or_default();
-        let counters = self
-            .probes
-            .counters_of(s)
-            .map(|c| c.since(&run.baseline))
-            .unwrap_or_default();
-        self.end_session_run(s);
-        // What the kernel wrote between the last drain and the untracking.
-        self.route();
-        let enobufs = self.taskstats_stats().enobufs - run.enobufs_at_start;
-        let c = &mut self.clients[i];
-        for chunk in mms.chunks(proto::MMS_PER_MESSAGE) {
-            c.control(&Msg::Mms(chunk.to_vec()));
-        }
-        if counters.stale_cleared > 0 {
-            log::info!(
-                "session {s}: the kernel cleared {} stale tracking entries during the run",
-                counters.stale_cleared
-            );
-        }
-        let end = proto::End {
-            counters,
-            dropped_records: std::mem::take(&mut c.dropped_records),
-            dropped_taskstats: std::mem::take(&mut c.dropped_taskstats),
-            taskstats_enobufs: enobufs,
-            tree_rss,
-        };
-        c.control(&Msg::End(end));
-        self.follow_rss();
-        self.share_tracking_map();
     }
 
     /// Forgets every process of session `s` in the kernel and here.

@@ -149,6 +149,28 @@ impl Probes {
         Ok(removed)
     }
 
+    /// The processes of `session` whose exit the kernel saw and whose final CPU record has
+    /// not gone yet (their `REAPING` entries): tgid and leader start.
+    pub fn awaiting_release(&self, session: SessionId) -> Result<Vec<(u32, u64)>, LoadError> {
+        let slot = index(session)?;
+        let reaping = hash::<u32, Reaping>(&self.ebpf, "REAPING")?;
+        Ok(reaping
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, r)| r.session == slot)
+            .map(|(tgid, r)| (tgid, r.leader_start_ns))
+            .collect())
+    }
+
+    /// Whether the process (`tgid`, its leader started at `start_ns`) still waits for its
+    /// final CPU record (false when that cannot be read).
+    pub fn awaits_release(&self, tgid: u32, start_ns: u64) -> bool {
+        hash::<u32, Reaping>(&self.ebpf, "REAPING")
+            .ok()
+            .and_then(|m| m.get(&tgid, 0).ok())
+            .is_some_and(|r| r.leader_start_ns == start_ns)
+    }
+
     /// Sets `session`'s tree-wide RSS (sum, peak, its time), live process count and loss
     /// counters back to zero, before a run. Call it with nothing of the session tracked
     /// (after [`Probes::untrack_session`]). Its process limit stays.

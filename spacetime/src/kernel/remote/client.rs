@@ -23,6 +23,9 @@ use crate::kernel::taskstats::{ListenerStats, TaskstatsRecord};
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often, while waiting, the client looks whether the agent is stopped.
 const STOPPED_CHECK: Duration = Duration::from_millis(100);
+/// The first wait for an answer, ms, before the first look whether the agent is stopped
+/// (reading its state in /proc costs more than most answers take to come).
+const FIRST_WAIT_MS: i32 = 2;
 
 /// Why the agent is no longer there for this client.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -118,6 +121,8 @@ pub struct AgentConn {
     taskstats_stats: ListenerStats,
     flushed: Option<u32>,
     seq: u32,
+    /// This run's Finish was sent.
+    finish_asked: bool,
     ended: Option<End>,
     mms: Vec<spacetime_common::MmState>,
     gone: Option<Gone>,
@@ -188,6 +193,7 @@ impl AgentConn {
             taskstats_stats: ListenerStats::default(),
             flushed: None,
             seq: 0,
+            finish_asked: false,
             ended: None,
             mms: Vec::new(),
             gone: None,
@@ -275,6 +281,7 @@ impl AgentConn {
     }
 
     fn begin_run(&mut self) {
+        self.finish_asked = false;
         self.inbox.clear();
         self.taskstats.clear();
         self.ended = None;
@@ -349,11 +356,18 @@ impl AgentConn {
         }
     }
 
-    /// Ends the run: the agent untracks its processes and sends what only it can read.
-    /// Every record of the run is received before this returns.
-    pub fn finish(&mut self) -> RunEnd {
+    /// Ends the run, once: the agent sends every record of it (with `wait_release`, the
+    /// final CPU records of the processes reaped, which it waits for), untracks its
+    /// processes and sends what only it can read. One round trip; every record of the run is
+    /// received when this returns.
+    pub fn end_run(&mut self, wait_release: bool) {
+        if self.finish_asked {
+            return;
+        }
+        self.finish_asked = true;
         if self.gone.is_none() {
-            if let Err(e) = sock::send(self.fd.as_fd(), &Msg::Finish.encode(), None) {
+            let msg = Msg::Finish { wait_release };
+            if let Err(e) = sock::send(self.fd.as_fd(), &msg.encode(), None) {
                 self.lost(Gone::Broken(e.to_string()));
             }
         }
@@ -363,6 +377,11 @@ impl AgentConn {
                 self.keep(m);
             }
         }
+    }
+
+    /// The run's end figures ([`AgentConn::end_run`] first if it was not asked for).
+    pub fn finish(&mut self) -> RunEnd {
+        self.end_run(false);
         if let Some(e) = &self.ended {
             self.taskstats_stats.enobufs += e.taskstats_enobufs;
         }
@@ -435,8 +454,10 @@ impl AgentConn {
     }
 
     /// One message, waiting until `deadline`; None when the agent is gone, stopped (told at
-    /// once, not after the deadline) or silent.
+    /// once, not after the deadline) or silent. An answer that comes within
+    /// [`FIRST_WAIT_MS`] (most do) costs no look at the agent's state.
     fn recv_blocking(&mut self, deadline: Instant) -> Option<Msg> {
+        let mut waited = false;
         while self.gone.is_none() {
             match self.recv() {
                 Ok(Some(m)) => return Some(m),
@@ -446,7 +467,7 @@ impl AgentConn {
                     break;
                 }
             }
-            if self.agent_stopped() {
+            if waited && self.agent_stopped() {
                 self.lost(Gone::Stopped);
                 break;
             }
@@ -455,8 +476,12 @@ impl AgentConn {
                 self.lost(Gone::Silent);
                 break;
             }
-            let wait = left.min(STOPPED_CHECK).as_millis() as i32 + 1;
+            let wait = match waited {
+                false => FIRST_WAIT_MS,
+                true => left.min(STOPPED_CHECK).as_millis() as i32 + 1,
+            };
             sock::wait_readable(self.fd.as_fd(), wait);
+            waited = true;
         }
         None
     }

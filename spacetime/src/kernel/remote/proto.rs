@@ -15,7 +15,7 @@ use crate::kernel::counters::KernelCounters;
 pub use super::codes::{datagram_identities, Refusal, TaskstatsState};
 
 /// The protocol's version: a change to any message's layout changes it.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 128 << 10;
@@ -98,8 +98,11 @@ pub enum Msg {
     Attach { pids: Vec<u32> },
     /// Client: send every record the kernel holds for my session now, then [`Msg::Flushed`].
     Flush { seq: u32 },
-    /// Client: the run is over: untrack its processes, send what is left and [`Msg::End`].
-    Finish,
+    /// Client: the run is over: send every record the kernel holds for the session (with
+    /// `wait_release`, first waiting, bounded, for the final CPU records of its processes
+    /// already reaped), untrack its processes, then [`Msg::Mms`] and [`Msg::End`]: the run's
+    /// whole end in one round trip.
+    Finish { wait_release: bool },
     /// Agent: the session is open.
     Welcome(Welcome),
     /// Agent: why not, as a code and one sentence; a refused hello ends the connection.
@@ -339,7 +342,7 @@ impl Msg {
                 .clone(),
             Msg::Track => vec![ty::TRACK],
             Msg::Flush { seq } => Writer::new(ty::FLUSH).u32(*seq).0.clone(),
-            Msg::Finish => vec![ty::FINISH],
+            Msg::Finish { wait_release } => vec![ty::FINISH, *wait_release as u8],
             Msg::Attach { pids } => encode_pids(Writer::new(ty::ATTACH), pids).0,
             Msg::Attached {
                 pids,
@@ -416,7 +419,9 @@ impl Msg {
             },
             ty::TRACK => Msg::Track,
             ty::FLUSH => Msg::Flush { seq: r.u32("seq")? },
-            ty::FINISH => Msg::Finish,
+            ty::FINISH => Msg::Finish {
+                wait_release: r.bool("wait for release records")?,
+            },
             ty::ATTACH => Msg::Attach {
                 pids: parse_pids(&mut r)?,
             },

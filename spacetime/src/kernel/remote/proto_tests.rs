@@ -29,7 +29,10 @@ fn samples() -> Vec<Msg> {
         },
         Msg::Track,
         Msg::Flush { seq: 9 },
-        Msg::Finish,
+        Msg::Finish { wait_release: true },
+        Msg::Finish {
+            wait_release: false,
+        },
         Msg::Attach {
             pids: vec![1, 4242],
         },

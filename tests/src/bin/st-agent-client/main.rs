@@ -208,7 +208,11 @@ fn main() {
         }
     }
     // End the session cleanly; the held child ends when its pipe closes.
-    let _ = sock::send(fd.as_fd(), &Msg::Finish.encode(), None);
+    let _ = sock::send(
+        fd.as_fd(),
+        &Msg::Finish { wait_release: true }.encode(),
+        None,
+    );
     while let Some(m) = recv(&mut buf) {
         if matches!(m, Msg::End(_)) {
             break;

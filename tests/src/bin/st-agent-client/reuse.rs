@@ -59,7 +59,7 @@ impl Attack {
 
 impl Attack {
     fn finish(&mut self) {
-        if let Err(e) = self.current.send(&Msg::Finish) {
+        if let Err(e) = self.current.send(&Msg::Finish { wait_release: true }) {
             fail(&format!("finish: {e}"));
         }
         loop {
