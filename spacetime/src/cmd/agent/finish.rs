@@ -7,8 +7,9 @@
 //! reap (12-22 ms idle, more under load). The client has reaped its processes before it asks
 //! to finish: processes of the session still waiting for that record (their `REAPING`
 //! entries) and already reaped are waited for here, the answer held back while the loop
-//! polls at [`FINISH_POLL`], for at most [`RELEASE_WAIT`]. A zombie not reaped (a process
-//! attached to, whose parent is not the client) is not waited for.
+//! polls at [`FINISH_POLL`], for at most [`RELEASE_WAIT`], at most [`MAX_AWAITED`] processes,
+//! one map lookup a poll for those still waiting. A zombie not reaped (a process attached
+//! to, whose parent is not the client) is not waited for.
 
 use std::time::{Duration, Instant};
 
@@ -20,8 +21,8 @@ const RELEASE_WAIT: Duration = Duration::from_millis(1000);
 /// How often the loop looks while a finish is held back: the records do not wake the agent
 /// (the ring wakes it only past a fill threshold).
 pub(super) const FINISH_POLL: Duration = Duration::from_millis(1);
-/// Most processes one finish waits for: each is looked up at every poll, so a client cannot
-/// make the wait cost more than this many lookups a poll.
+/// Most processes one finish waits for (each was proven reaped, a pidfd and a read of
+/// /proc, when the finish came).
 const MAX_AWAITED: usize = 64;
 
 /// A finish held back for final CPU records.
@@ -83,16 +84,22 @@ impl Agent {
             let Some(mut f) = self.clients[i].finishing.take() else {
                 continue;
             };
-            let probes = &self.probes;
-            f.awaited
-                .retain(|&(tgid, start_ns)| probes.awaits_release(tgid, start_ns));
+            // One lookup a poll for a process still waiting, whatever a client holds: the
+            // first still waiting stops the look.
+            while let Some(&(tgid, start_ns)) = f.awaited.last() {
+                if self.probes.awaits_release(tgid, start_ns) {
+                    break;
+                }
+                f.awaited.pop();
+            }
             let session = self.clients[i].session;
             match (session, f.awaited.is_empty() || now >= f.until) {
                 (Some(s), true) => {
                     if !f.awaited.is_empty() {
                         log::debug!(
-                            "session {s}: {} final CPU records did not come in time",
-                            f.awaited.len()
+                            "session {s}: {} final CPU records did not come in time (tgid, start: {:?})",
+                            f.awaited.len(),
+                            &f.awaited[..f.awaited.len().min(4)]
                         );
                     }
                     // What the kernel wrote since the loop's drain.
