@@ -174,6 +174,11 @@ fn output_file_is_reopened_on_sighup() {
     });
     std::fs::rename(&log, &rotated).expect("rotate");
     w.signal(libc::SIGHUP);
+    // The signal is handled when the watch gets to it: an exit before that still belongs to
+    // the old file. The reopen creates the new one.
+    w.wait_until("the log reopened", Duration::from_secs(30), |_| {
+        log.exists()
+    });
     run(Command::new(WL).args(["quiet-exit", "0", &second]));
     w.wait_until(
         "the second exit in a new log",
