@@ -239,6 +239,7 @@ impl Trace {
         // Start spacetime the way an interactive shell would: default dispositions for the
         // signals it must forward (a non-interactive shell running `cargo test &` leaves
         // SIGINT/SIGQUIT ignored, which the command would otherwise inherit).
+        // SAFETY: the hook only calls signal(2), async-signal-safe after fork.
         unsafe {
             c.pre_exec(|| {
                 for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP] {
@@ -348,6 +349,8 @@ impl Running {
 
     /// Sends `sig` to spacetime itself.
     pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) takes no pointers; the child is reaped only by `wait` (which takes
+        // self), so the pid is still spacetime's.
         let r = unsafe { libc::kill(self.pid(), sig) };
         assert_eq!(
             r,

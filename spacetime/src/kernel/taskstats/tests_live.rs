@@ -80,9 +80,8 @@ fn taskstats_live_exit_record_fields_and_peak_rss() {
     assert_eq!(rec.ac_pid, pid as u32);
     assert_eq!(rec.ac_ppid, my_pid());
     assert_eq!(rec.ac_tgid, Some(pid as u32));
-    // SAFETY: plain getters.
-    assert_eq!(rec.ac_uid, unsafe { libc::getuid() });
-    assert_eq!(rec.ac_gid, unsafe { libc::getgid() });
+    assert_eq!(rec.ac_uid, rustix::process::getuid().as_raw());
+    assert_eq!(rec.ac_gid, rustix::process::getgid().as_raw());
     // _exit(7): the kernel stores the wait status, 7 << 8.
     assert_eq!(rec.ac_exitcode, 7 << 8);
     assert_eq!(rec.exit_code(), Some(7));
@@ -170,7 +169,8 @@ fn taskstats_live_signal_exit() {
 #[test]
 fn taskstats_live_thread_group_sends_tgid_record() {
     let mut listener = TaskstatsListener::open(ListenerOptions::default()).expect("open");
-    // glibc makes pthread_create safe in a forked child (its allocator locks are reset).
+    // SAFETY: glibc makes pthread_create safe in a forked child (its allocator locks are
+    // reset); thread_body only makes raw system calls.
     let pid = fork_with(|| unsafe {
         let mut t: libc::pthread_t = 0;
         if libc::pthread_create(&mut t, std::ptr::null(), thread_body, std::ptr::null_mut()) != 0 {
@@ -220,6 +220,7 @@ fn taskstats_live_thread_group_sends_tgid_record() {
 #[test]
 fn taskstats_live_raw_messages_sizes_and_versions() {
     let listener = TaskstatsListener::open(ListenerOptions::default()).expect("open");
+    // SAFETY: as in taskstats_live_thread_group_sends_tgid_record.
     let pid = fork_with(|| unsafe {
         let mut t: libc::pthread_t = 0;
         libc::pthread_create(&mut t, std::ptr::null(), thread_body, std::ptr::null_mut());
@@ -439,6 +440,7 @@ fn taskstats_live_delayacct_sysctl_roundtrip() {
 #[test]
 fn taskstats_live_truncations_and_mutations_of_captured_messages() {
     let listener = TaskstatsListener::open(ListenerOptions::default()).expect("open");
+    // SAFETY: as in taskstats_live_thread_group_sends_tgid_record.
     let pid = fork_with(|| unsafe {
         let mut t: libc::pthread_t = 0;
         libc::pthread_create(&mut t, std::ptr::null(), thread_body, std::ptr::null_mut());
