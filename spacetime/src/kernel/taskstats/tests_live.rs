@@ -49,14 +49,12 @@ fn taskstats_live_exit_record_fields_and_peak_rss() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    let pid = fork_with(|| touch_and_report_hwm(MIB, w));
-    // SAFETY: closing our copy of the write end.
-    unsafe { libc::close(w) };
+    let wfd = w.as_raw_fd();
+    let pid = fork_with(|| touch_and_report_hwm(MIB, wfd));
+    drop(w); // our copy of the write end: EOF once the child's is closed
     let mut hwm = [0u8; 8];
-    // SAFETY: reading 8 bytes into an 8-byte buffer.
-    let n = unsafe { libc::read(r, hwm.as_mut_ptr().cast(), 8) };
-    // SAFETY: closing our read end.
-    unsafe { libc::close(r) };
+    let n = rustix::io::read(&r, &mut hwm).unwrap_or(0);
+    drop(r);
     let status = wait_status(pid);
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 7,
@@ -286,7 +284,7 @@ fn taskstats_live_burst_of_5000_exits_fits_the_default_buffer() {
     let forking = t0.elapsed();
     // The consumer is deliberately away for a second: everything must wait in the buffer.
     std::thread::sleep(Duration::from_secs(1));
-    let queued = netlink_queue(listener.sock.as_raw_fd());
+    let queued = netlink_queue(&listener.sock);
     let t1 = Instant::now();
     let mut seen = HashSet::with_capacity(N);
     let mut batch = Vec::new();
