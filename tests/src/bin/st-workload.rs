@@ -10,11 +10,6 @@
 //! `vmhwm_kib`, `vmrss_kib` (VmHWM / VmRSS from /proc/self/status). Mode-specific fields
 //! are listed in `USAGE`.
 
-// A workload of raw system calls and memory pokes (that is its job: the truth must not
-// depend on what std allocates): its unsafe blocks are libc calls on buffers it owns, in
-// its own process, most in forked children. They are not commented one by one.
-#![allow(clippy::undocumented_unsafe_blocks)]
-
 use std::ffi::{CString, OsString};
 use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt as _;
@@ -122,12 +117,14 @@ extern "C" {
 fn die(msg: &str) -> ! {
     eprintln!("st-workload: {msg}");
     eprint!("{USAGE}");
+    // SAFETY: _exit(2) ends the process here; nothing needs dropping.
     unsafe { libc::_exit(2) }
 }
 
 fn sys_die(what: &str) -> ! {
     let err = std::io::Error::last_os_error();
     eprintln!("st-workload[{}]: {what}: {err}", std::process::id());
+    // SAFETY: _exit(2) ends the process here; nothing needs dropping.
     unsafe { libc::_exit(120) }
 }
 
@@ -136,12 +133,14 @@ fn sys_die(what: &str) -> ! {
 fn prefault_stack() {
     let mut buf = [0u8; STACK_PREFAULT];
     for i in (0..STACK_PREFAULT).step_by(1024) {
+        // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
         unsafe { std::ptr::write_volatile(buf.as_mut_ptr().add(i), 1) };
     }
     std::hint::black_box(&buf);
 }
 
 fn gettid() -> i64 {
+    // SAFETY: a system call without pointers into memory it could misuse.
     unsafe { libc::syscall(libc::SYS_gettid) }
 }
 
@@ -154,6 +153,7 @@ fn gettid() -> i64 {
 /// are folded and nothing new is pending. A no-op on later kernels (no per-thread counts).
 fn fold_rss_counters(region: usize) {
     let page = 4096;
+    // SAFETY: advice on, and reads of, a region this process mapped and keeps.
     unsafe {
         // Drops the zero-page mappings of an earlier fold (not counted either), so the reads
         // below fault again.
@@ -170,6 +170,7 @@ fn fold_rss_counters(region: usize) {
 
 /// Reserves the never-written region `fold_rss_counters` reads; returns its address.
 fn fold_region() -> usize {
+    // SAFETY: a new anonymous mapping at an address the kernel picks.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -223,6 +224,7 @@ impl Recorder {
     /// call `finish` as the last thing before exit/exec.
     fn begin(&mut self, mode: &str) -> &mut Self {
         self.line.clear();
+        // SAFETY: a system call without pointers into memory it could misuse.
         let pid = unsafe { libc::getpid() };
         let _ = write!(
             self.line,
@@ -274,6 +276,7 @@ impl Recorder {
         prefault_text();
         for pass in 0..2 {
             self.line.truncate(prefix);
+            // SAFETY: a system call without pointers into memory it could misuse.
             let ppid = unsafe { libc::getppid() };
             fold_rss_counters(self.fold);
             let n = self.read_status();
@@ -286,10 +289,12 @@ impl Recorder {
             );
             if pass == 0 {
                 // Fault in write(2)'s wrapper without writing anything (EBADF).
+                // SAFETY: writes from a buffer valid for the length given.
                 unsafe { libc::write(-1, self.line.as_ptr().cast(), 0) };
             }
         }
         let Some(path) = &self.truth else { return };
+        // SAFETY: a NUL-terminated path; the descriptor is closed below.
         unsafe {
             let fd = libc::open(
                 path.as_ptr(),
@@ -309,6 +314,7 @@ impl Recorder {
 
     fn read_status(&mut self) -> usize {
         let mut n = 0usize;
+        // SAFETY: a NUL-terminated path; the descriptor is closed below.
         unsafe {
             let fd = libc::open(
                 c"/proc/self/status".as_ptr(),
@@ -358,6 +364,7 @@ fn status_kib(status: &[u8], key: &[u8]) -> i64 {
 }
 
 fn exit(code: i32) -> ! {
+    // SAFETY: _exit(2) ends the process here; nothing needs dropping.
     unsafe { libc::_exit(code) }
 }
 
@@ -413,8 +420,10 @@ fn touch(mib: usize) {
         return;
     }
     let len = mib << 20;
+    // SAFETY: a system call without pointers into memory it could misuse.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
     let p = map_anon(len);
+    // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
     unsafe {
         for off in (0..len).step_by(page) {
             std::ptr::write_volatile(p.add(off), 1);
@@ -423,6 +432,7 @@ fn touch(mib: usize) {
 }
 
 fn fork() -> libc::pid_t {
+    // SAFETY: fork(2) takes no pointers; the child runs on in its own copy of this process.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         sys_die("fork");
@@ -447,6 +457,7 @@ fn threaded_exit(shape: &str, us: u64) -> ! {
         }
         "leader-first" => {
             // The main thread alone leaves; the process ends with its last thread.
+            // SAFETY: exit(2) ends this thread only; nothing it owns is used after.
             unsafe { libc::syscall(libc::SYS_exit, 0) };
             die("exit(2) returned")
         }
@@ -469,6 +480,7 @@ fn burn_cpu_us(us: u64) {
             tv_sec: 0,
             tv_nsec: 0,
         };
+        // SAFETY: a valid timespec to fill.
         unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
         ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
     };
@@ -481,8 +493,10 @@ fn burn_cpu_us(us: u64) {
 /// wait4(pid): the child's rusage (dies unless it exited with status 0).
 fn wait4_rusage(pid: libc::pid_t) -> libc::rusage {
     let mut st = 0;
+    // SAFETY: a plain C struct of integers: all-zero is a value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     loop {
+        // SAFETY: valid status and rusage to fill, for a child of this process.
         let r = unsafe { libc::wait4(pid, &mut st, 0, &mut ru) };
         if r == pid {
             if !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0) {
@@ -504,6 +518,7 @@ fn timeval_us(tv: libc::timeval) -> i64 {
 fn wait_ok(pid: libc::pid_t) -> bool {
     let mut st = 0;
     loop {
+        // SAFETY: a valid status to fill (or null), for a child of this process.
         let r = unsafe { libc::waitpid(pid, &mut st, 0) };
         if r == pid {
             return libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0;
@@ -535,12 +550,14 @@ fn prefault_text() {
     ];
     for f in fns {
         for off in [0, 63, 127] {
+            // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
             unsafe { std::ptr::read_volatile((f + off) as *const u8) };
         }
     }
 }
 
 fn execv(argv: &[CString], argv_ptrs: &[*const libc::c_char]) -> ! {
+    // SAFETY: a NUL-terminated path and a null-terminated array of such strings, alive for the call.
     unsafe { libc::execv(argv[0].as_ptr(), argv_ptrs.as_ptr()) };
     sys_die(&format!("execv {:?}", argv[0]))
 }
@@ -584,6 +601,7 @@ fn main() {
         let mut bytes = name.as_bytes().to_vec();
         bytes.truncate(15);
         bytes.push(0);
+        // SAFETY: PR_SET_NAME reads a NUL-terminated name of at most 16 bytes.
         unsafe { libc::prctl(libc::PR_SET_NAME, bytes.as_ptr()) };
         let _ = std::thread::spawn(|| ()).join();
         exit(0);
@@ -664,6 +682,7 @@ fn fill_and_unmap(mib: usize) {
         return;
     }
     let p = map_anon(len);
+    // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
     unsafe {
         for off in 0..len {
             std::ptr::write_volatile(p.add(off), b'F');
@@ -697,11 +716,13 @@ fn fillfill(rec: &mut Recorder, mib: usize) -> ! {
 /// root (through a pipe) that it may exit, and holds its memory for MS ms.
 fn leave_child(rec: &mut Recorder, mib: usize, ms: u64) -> ! {
     let mut fds = [0; 2];
+    // SAFETY: an array of two descriptors to fill.
     if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
         sys_die("pipe");
     }
     let child = fork();
     if child == 0 {
+        // SAFETY: closes a descriptor this process owns and does not use after.
         unsafe { libc::close(fds[0]) };
         touch(mib);
         // Warm the sleep and recording paths, then fold pending RSS counts (as "hold" does):
@@ -713,14 +734,17 @@ fn leave_child(rec: &mut Recorder, mib: usize, ms: u64) -> ! {
             .str("role", "child")
             .int("mib", mib as i64)
             .finish();
+        // SAFETY: writes from a buffer valid for the length given.
         if unsafe { libc::write(fds[1], b"x".as_ptr().cast(), 1) } != 1 {
             sys_die("write pipe");
         }
         std::thread::sleep(Duration::from_millis(ms));
         exit(0)
     }
+    // SAFETY: closes a descriptor this process owns and does not use after.
     unsafe { libc::close(fds[1]) };
     let mut b = [0u8; 1];
+    // SAFETY: reads into a buffer valid for the length given.
     if unsafe { libc::read(fds[0], b.as_mut_ptr().cast(), 1) } != 1 {
         sys_die("read pipe");
     }
@@ -733,6 +757,7 @@ fn leave_child(rec: &mut Recorder, mib: usize, ms: u64) -> ! {
 
 fn pipe_pair() -> [libc::c_int; 2] {
     let mut fds = [0; 2];
+    // SAFETY: an array of two descriptors to fill.
     if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
         sys_die("pipe");
     }
@@ -740,6 +765,7 @@ fn pipe_pair() -> [libc::c_int; 2] {
 }
 
 fn send_byte(fd: libc::c_int) {
+    // SAFETY: writes from a buffer valid for the length given.
     if unsafe { libc::write(fd, b"x".as_ptr().cast(), 1) } != 1 {
         sys_die("write pipe");
     }
@@ -747,6 +773,7 @@ fn send_byte(fd: libc::c_int) {
 
 fn recv_byte(fd: libc::c_int) {
     let mut b = [0u8; 1];
+    // SAFETY: reads into a buffer valid for the length given.
     if unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) } != 1 {
         sys_die("read pipe");
     }
@@ -759,8 +786,10 @@ fn recv_byte(fd: libc::c_int) {
 fn cow_fork(rec: &mut Recorder, mib: usize) -> ! {
     let len = mib << 20;
     let p = map_anon(len);
+    // SAFETY: a system call without pointers into memory it could misuse.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
     for off in (0..len).step_by(page) {
+        // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
         unsafe { std::ptr::write_volatile(p.add(off), 1) };
     }
     let (ready, done) = (pipe_pair(), pipe_pair());
@@ -768,6 +797,7 @@ fn cow_fork(rec: &mut Recorder, mib: usize) -> ! {
     if child == 0 {
         let mut sum = 0u64;
         for off in (0..len).step_by(page) {
+            // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
             sum += u64::from(unsafe { std::ptr::read_volatile(p.add(off)) });
         }
         rec.begin("cow-fork")
@@ -797,12 +827,14 @@ fn page_cache(rec: &mut Recorder, path: &std::ffi::OsStr) -> ! {
     let f = std::fs::File::open(path).unwrap_or_else(|_| sys_die("open FILE"));
     let len = f.metadata().unwrap_or_else(|_| sys_die("stat FILE")).len() as usize;
     let fd = f.as_raw_fd();
+    // SAFETY: advice on a descriptor this process opened.
     if unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) } != 0 {
         sys_die("posix_fadvise");
     }
     let before = cached_bytes(fd, len);
     let mut buf = vec![0u8; 64 << 10];
     loop {
+        // SAFETY: reads into a buffer valid for the length given.
         let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
         if n < 0 {
             sys_die("read FILE");
@@ -823,7 +855,9 @@ fn page_cache(rec: &mut Recorder, path: &std::ffi::OsStr) -> ! {
 /// The bytes of the file's first `len` that are in the page cache (mincore over a mapping
 /// that is never touched, so it adds no RSS).
 fn cached_bytes(fd: libc::c_int, len: usize) -> usize {
+    // SAFETY: a system call without pointers into memory it could misuse.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    // SAFETY: a new anonymous mapping at an address the kernel picks.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -838,9 +872,11 @@ fn cached_bytes(fd: libc::c_int, len: usize) -> usize {
         sys_die("mmap FILE");
     }
     let mut vec = vec![0u8; len.div_ceil(page)];
+    // SAFETY: a vector of one byte per page of the mapping, for the mapping made above.
     if unsafe { libc::mincore(p, len, vec.as_mut_ptr()) } != 0 {
         sys_die("mincore");
     }
+    // SAFETY: unmaps the mapping made above, not used after.
     unsafe { libc::munmap(p, len) };
     vec.iter().filter(|&&b| b & 1 != 0).count() * page
 }
@@ -856,6 +892,7 @@ fn attach_grow(rec: &mut Recorder, n: usize, m: usize) -> ! {
         .int("mib", n as i64)
         .finish();
     let line = b"ready\n";
+    // SAFETY: writes from a buffer valid for the length given.
     if unsafe { libc::write(1, line.as_ptr().cast(), line.len()) } != line.len() as isize {
         sys_die("write stdout");
     }
@@ -877,6 +914,7 @@ fn attach_tree(rec: &mut Recorder, n: usize, m: usize, k: usize) -> ! {
     let child = fork();
     if child == 0 {
         // Only the parent writes: its end, if the parent dies, ends this wait.
+        // SAFETY: closes a descriptor this process owns and does not use after.
         unsafe { libc::close(pre[1]) };
         touch(n / 2);
         recv_byte(pre[0]);
@@ -887,6 +925,7 @@ fn attach_tree(rec: &mut Recorder, n: usize, m: usize, k: usize) -> ! {
         exit(5)
     }
     let line = format!("ready {child}\n");
+    // SAFETY: writes from a buffer valid for the length given.
     if unsafe { libc::write(1, line.as_ptr().cast(), line.len()) } != line.len() as isize {
         sys_die("write stdout");
     }
@@ -907,12 +946,14 @@ fn attach_tree(rec: &mut Recorder, n: usize, m: usize, k: usize) -> ! {
     }
     for c in post {
         let mut st = 0;
+        // SAFETY: a valid status to fill (or null), for a child of this process.
         if unsafe { libc::waitpid(c, &mut st, 0) } != c {
             sys_die("waitpid");
         }
     }
     send_byte(pre[1]);
     let mut st = 0;
+    // SAFETY: a valid status to fill (or null), for a child of this process.
     if unsafe { libc::waitpid(child, &mut st, 0) } != child {
         sys_die("waitpid");
     }

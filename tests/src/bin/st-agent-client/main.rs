@@ -163,6 +163,7 @@ fn main() {
     match case.as_str() {
         "sessions" => return sessions(socket_path, num(3)),
         "reuse" => return reuse::run(socket_path, num(3), num(4), num(5)),
+        "flush-rtt" => return floods::flush_rtt(socket_path, num(3) as u32),
         "flush-flood" => return floods::flush_flood(socket_path, num(3), num(4) as u64),
         "records-flood" => return floods::records_flood(socket_path, num(3), num(4) as u64),
         "hold" => return floods::hold(socket_path, num(3)),

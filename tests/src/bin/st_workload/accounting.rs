@@ -60,6 +60,7 @@ pub(super) fn rusage_of(args: &[OsString], rec: &mut Recorder) -> ! {
     let argv_ptrs = ptrs(&argv);
     let pid = fork();
     if pid == 0 {
+        // SAFETY: a NUL-terminated path and a null-terminated array of such strings, alive for the call.
         unsafe { libc::execv(argv[0].as_ptr(), argv_ptrs.as_ptr()) };
         exit(127);
     }
@@ -74,6 +75,7 @@ pub(super) fn rusage_of(args: &[OsString], rec: &mut Recorder) -> ! {
 
 /// `whoami` (see USAGE).
 pub(super) fn whoami(rec: &mut Recorder) -> ! {
+    // SAFETY: a system call without pointers into memory it could misuse.
     let (uid, euid, gid, egid) = unsafe {
         (
             libc::getuid(),
@@ -83,6 +85,7 @@ pub(super) fn whoami(rec: &mut Recorder) -> ! {
         )
     };
     let mut groups = vec![0 as libc::gid_t; 4096];
+    // SAFETY: a buffer of groups.len() gids to fill.
     let n = unsafe { libc::getgroups(groups.len() as i32, groups.as_mut_ptr()) };
     if n < 0 {
         sys_die("getgroups");

@@ -19,8 +19,10 @@ pub(super) fn peak_free(args: &[OsString], rec: &mut Recorder) -> ! {
     let small: usize = parse(args, 3, "SMALL");
     let len = big << 20;
     let p = map_anon(len);
+    // SAFETY: a system call without pointers into memory it could misuse.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
     for off in (0..len).step_by(page) {
+        // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
         unsafe { std::ptr::write_volatile(p.add(off), 1) };
     }
     // The first pass warms the reading path (its text, its buffer); the second folds
@@ -33,6 +35,7 @@ pub(super) fn peak_free(args: &[OsString], rec: &mut Recorder) -> ! {
         let status = std::fs::read("/proc/self/status").unwrap_or_else(|_| die("status"));
         at_peak = status_kib(&status, b"VmRSS:");
     }
+    // SAFETY: unmaps the mapping made above, not used after.
     unsafe { libc::munmap(p.cast(), len) };
     touch(small);
     rec.begin("peak-free")

@@ -13,10 +13,12 @@ pub(super) fn exit_together(args: &[OsString], rec: &mut Recorder) -> ! {
         let b = std::sync::Arc::clone(&barrier);
         std::thread::spawn(move || {
             b.wait();
+            // SAFETY: exit(2) ends this thread only; nothing it owns is used after.
             unsafe { libc::syscall(libc::SYS_exit, 0) };
         });
     }
     barrier.wait();
+    // SAFETY: exit(2) ends this thread only; nothing it owns is used after.
     unsafe { libc::syscall(libc::SYS_exit, 0) };
     exit(0)
 }
@@ -63,6 +65,7 @@ pub(super) fn orphan(args: &[OsString], rec: &mut Recorder) -> ! {
     let ms: u64 = parse(args, 2, "MS");
     let child = fork();
     if child == 0 {
+        // SAFETY: a system call without pointers into memory it could misuse.
         let me = unsafe { libc::getpid() };
         let grandchild = fork();
         if grandchild == 0 {
@@ -101,6 +104,7 @@ pub(super) fn storm(args: &[OsString], rec: &mut Recorder) -> ! {
         for _ in 0..n {
             let pid = fork();
             if pid == 0 {
+                // SAFETY: a NUL-terminated path and a null-terminated array of such strings, alive for the call.
                 unsafe { libc::execv(argv[0].as_ptr(), argv_ptrs.as_ptr()) };
                 exit(127);
             }
@@ -110,6 +114,7 @@ pub(super) fn storm(args: &[OsString], rec: &mut Recorder) -> ! {
     } else {
         for _ in 0..n {
             let mut pid: libc::pid_t = 0;
+            // SAFETY: environ is the C library's, NUL-terminated and only read here.
             let r = unsafe {
                 libc::posix_spawn(
                     &mut pid,
@@ -161,11 +166,13 @@ pub(super) fn burst(args: &[OsString], rec: &mut Recorder) -> ! {
         let argv = [argv[0], argv[1], argv[2], argv[3], std::ptr::null()];
         let pid = fork();
         if pid == 0 {
+            // SAFETY: a NUL-terminated path and a null-terminated array of such strings, alive for the call.
             unsafe { libc::execv(me.as_ptr(), argv.as_ptr()) };
             exit(127);
         }
         pids.push(i64::from(pid));
         let mut status = 0;
+        // SAFETY: a valid status to fill (or null), for a child of this process.
         if unsafe { libc::waitpid(pid, &mut status, 0) } != pid
             || !libc::WIFEXITED(status)
             || libc::WEXITSTATUS(status) != (i % 256) as i32
@@ -189,8 +196,10 @@ pub(super) fn forkloop(args: &[OsString], rec: &mut Recorder) -> ! {
     while std::time::Instant::now() < until {
         let pid = fork();
         if pid == 0 {
+            // SAFETY: _exit(2) ends the process here; nothing needs dropping.
             unsafe { libc::_exit(0) };
         }
+        // SAFETY: a valid status to fill (or null), for a child of this process.
         unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
         forks += 1;
     }
@@ -232,6 +241,8 @@ pub(super) fn thread_exec(args: &[OsString], mut rec: Recorder) -> ! {
 pub(super) fn kill(args: &[OsString], rec: &mut Recorder) -> ! {
     let sig: i32 = parse(args, 2, "SIG");
     rec.begin("kill").int("sig", i64::from(sig)).finish();
+    // SAFETY: calls on this process's own signal state; the sigset_t is plain integers
+    // (all-zero is a value) and outlives the calls that take it.
     unsafe {
         libc::signal(sig, libc::SIG_DFL);
         let mut set: libc::sigset_t = std::mem::zeroed();
