@@ -161,7 +161,10 @@ fn a_failed_build_in_an_80_column_pane_ends_with_its_recap_and_shows_failures_in
             sh_quote(&spacetime_bin()),
             sh_quote(&project),
         );
-        let tmux = Tmux::start(dir.path(), &script);
+        // A server of its own per pass: the first one's socket may still be going away.
+        let server = dir.path().join(format!("tmux-{tag}"));
+        std::fs::create_dir(&server).expect("server directory");
+        let tmux = Tmux::start(&server, &script);
         let pane = tmux.wait_for("TMUX-SCRIPT-DONE", Duration::from_secs(300));
         assert_fits_80(&pane);
         let lines: Vec<&str> = pane.lines().filter(|l| !l.trim().is_empty()).collect();

@@ -118,7 +118,7 @@ fn ensure_bpf_linker() -> Result<()> {
 /// What the integration tests run besides spacetime: a real Prometheus server and promtool
 /// for the metrics tests, tmux for the terminal tests (an 80-column pane), make and a C
 /// compiler for the make builds, GNU time and hyperfine for the drop-in tests, Chromium (and a
-/// font) for the HTML reports.
+/// font) for the HTML reports, Debian's Python and a JDK for the PSS tests' fork pool and JVM.
 pub fn ensure_test_tools() -> Result<()> {
     apt_install(
         &[
@@ -131,12 +131,15 @@ pub fn ensure_test_tools() -> Result<()> {
             "hyperfine",
             "chromium",
             "fonts-dejavu-core",
+            "python3",
+            "openjdk-17-jdk-headless",
         ],
         "the metrics tests scrape `watch --metrics` with a real Prometheus and lint it with \
          promtool; the terminal tests run spacetime in an 80-column tmux pane; the timeline \
          and build tests trace make builds; `trace -f` is compared with GNU time's \
          /usr/bin/time and `bench --export-json` and the bench's wall with hyperfine's; the HTML tests load the \
-         reports in headless Chromium",
+         reports in headless Chromium; the PSS tests read a Python fork pool's and a JVM's own \
+         Pss",
     )
 }
 
