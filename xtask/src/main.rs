@@ -253,52 +253,55 @@ fn main() -> Result<()> {
             spacetime,
         }),
         Cmd::Bench(opts) => bench::bench(opts),
-        Cmd::Lint => {
-            toolchain::ensure()?;
-            layers::lint(&root().join("spacetime/src"))?;
-            run(cargo().args(["fmt", "--all", "--check"]))?;
-            run(Command::new("cargo")
-                .current_dir(root().join("spacetime-ebpf"))
-                .args(["+nightly", "fmt", "--check"]))?;
-            run(cargo().args([
-                "clippy",
-                "--workspace",
-                "--all-targets",
-                "--",
-                "-D",
-                "warnings",
-                // No function over 100 lines (clippy.toml sets the threshold), and every
-                // unsafe block says why it is sound.
-                "-W",
-                "clippy::too_many_lines",
-                "-W",
-                "clippy::undocumented_unsafe_blocks",
-            ]))?;
-            run(Command::new("cargo")
-                .current_dir(root().join("spacetime-ebpf"))
-                .env_remove("RUSTUP_TOOLCHAIN")
-                .args([
-                    "+nightly",
-                    "clippy",
-                    "--release",
-                    "--target",
-                    "bpfel-unknown-none",
-                    "-Z",
-                    "build-std=core",
-                ])
-                .arg("--target-dir")
-                .arg(ebpf_target_dir())
-                .args([
-                    "--",
-                    "-D",
-                    "warnings",
-                    "-W",
-                    "clippy::too_many_lines",
-                    "-W",
-                    "clippy::undocumented_unsafe_blocks",
-                ]))
-        }
+        Cmd::Lint => lint(),
     }
+}
+
+/// `cargo xtask lint`: the layering, rustfmt, then clippy on the userspace and eBPF crates.
+fn lint() -> Result<()> {
+    toolchain::ensure()?;
+    layers::lint(&root().join("spacetime/src"))?;
+    run(cargo().args(["fmt", "--all", "--check"]))?;
+    run(Command::new("cargo")
+        .current_dir(root().join("spacetime-ebpf"))
+        .args(["+nightly", "fmt", "--check"]))?;
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+        // No function over 100 lines (clippy.toml sets the threshold), and every
+        // unsafe block says why it is sound.
+        "-W",
+        "clippy::too_many_lines",
+        "-W",
+        "clippy::undocumented_unsafe_blocks",
+    ]))?;
+    run(Command::new("cargo")
+        .current_dir(root().join("spacetime-ebpf"))
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .args([
+            "+nightly",
+            "clippy",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+        ])
+        .arg("--target-dir")
+        .arg(ebpf_target_dir())
+        .args([
+            "--",
+            "-D",
+            "warnings",
+            "-W",
+            "clippy::too_many_lines",
+            "-W",
+            "clippy::undocumented_unsafe_blocks",
+        ]))
 }
 
 #[cfg(test)]
