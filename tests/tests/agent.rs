@@ -561,6 +561,21 @@ fn a_non_root_watch_sees_its_own_exits_only() {
         .filter(|v| v["uid"].as_u64() != Some(65534))
         .collect();
     assert!(others.is_empty(), "exits of other users: {others:?}");
+    // What each says it watches matches what it sees.
+    assert!(
+        nobody
+            .stderr
+            .contains("spacetime: watching every exit of uid 65534 (")
+            && !nobody.stderr.contains("on the system"),
+        "a non-root watch must say it sees its own uid only\n{}",
+        nobody.context()
+    );
+    assert!(
+        root.stderr
+            .contains("spacetime: watching every exit on the system;"),
+        "root's watch sees every exit\n{}",
+        root.context()
+    );
     assert_eq!(root.exits_with(&mine).len(), 1, "{}", root.context());
     assert_eq!(root.exits_with(&theirs).len(), 1, "{}", root.context());
     agent.stop();

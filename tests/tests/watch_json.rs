@@ -1,6 +1,6 @@
 //! `watch --json` lines as their consumers take them: every kind (exec, process exit, thread
 //! exit, with ancestry and images) against docs/watch-line.schema.json; the OpenTelemetry
-//! recipe of the README (its field and parsing rules, read from the README itself) applied
+//! recipe of docs/watch.md (its field and parsing rules, read from that page itself) applied
 //! to every line; and `-o FILE` reopened on SIGHUP, as a log rotation needs.
 
 use std::{
@@ -24,25 +24,25 @@ fn unix_ns() -> i64 {
         .as_nanos() as i64
 }
 
-/// The recipe's timestamp rule, from the README's collector configuration: the attribute it
+/// The recipe's timestamp rule, from docs/watch.md's collector configuration: the attribute it
 /// parses, with the layout it gives.
 struct Recipe {
     field: String,
 }
 
 fn recipe() -> Recipe {
-    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README");
-    let line = readme
+    let page =
+        std::fs::read_to_string(workspace_root().join("docs/watch.md")).expect("docs/watch.md");
+    let line = page
         .lines()
         .find(|l| l.contains("type: json_parser"))
         .and_then(|_| {
-            readme
-                .lines()
+            page.lines()
                 .find(|l| l.trim_start().starts_with("timestamp:"))
         })
         .expect("the recipe's timestamp rule");
     assert!(
-        readme.lines().any(|l| l.trim() == "parse_ints: true"),
+        page.lines().any(|l| l.trim() == "parse_ints: true"),
         "the json_parser must keep integers: a float rounds ns to 256"
     );
     assert!(
@@ -174,6 +174,11 @@ fn output_file_is_reopened_on_sighup() {
     });
     std::fs::rename(&log, &rotated).expect("rotate");
     w.signal(libc::SIGHUP);
+    // The signal is handled when the watch gets to it: an exit before that still belongs to
+    // the old file. The reopen creates the new one.
+    w.wait_until("the log reopened", Duration::from_secs(30), |_| {
+        log.exists()
+    });
     run(Command::new(WL).args(["quiet-exit", "0", &second]));
     w.wait_until(
         "the second exit in a new log",

@@ -66,14 +66,15 @@ const SLOW_UNDER_TCG: [(&str, &str); 1] = [(
     "3000 fork+exec against a 180 s limit: about 250 s under TCG",
 )];
 
-/// Test binaries left out of the guest: they check the CLI, the file formats, the metrics and
-/// what a terminal shows with host tools the busybox guest lacks (bash, groff, man, python3
-/// with pip, cargo, setpriv, systemd-analyze, a Prometheus server, tmux, script, GNU time,
+/// Test binaries left out of the guest: they check the CLI, the docs, the file formats, the
+/// metrics and what a terminal shows with host tools the busybox guest lacks (bash, groff, man,
+/// python3 with pip, cargo, setpriv, systemd-analyze, a Prometheus server, tmux, script, GNU time,
 /// hyperfine), and nothing in them depends on the kernel version (the units' test also applies
 /// PR_SET_MDWE, Linux 6.3+).
-const HOST_ONLY: [&str; 11] = [
+const HOST_ONLY: [&str; 12] = [
     "bench_hyperfine",
     "cli",
+    "docs",
     "gnu_time",
     "install",
     "perfetto",

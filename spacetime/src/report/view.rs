@@ -1,6 +1,6 @@
 //! The report's processes and images: views over the tree's entries that compute each figure
 //! when asked, so the report of a 100k-process trace copies nothing of the tree. Serialized
-//! with the same fields, in the same order, as the JSON contract in the README.
+//! with the same fields, in the same order, as the JSON contract in docs/json.md.
 
 use serde::{Deserialize, Serialize};
 

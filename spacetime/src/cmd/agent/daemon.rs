@@ -461,12 +461,16 @@ impl Agent {
             self.update_delayacct();
             self.share_tracking_map();
         }
+        // Freed queues go back to the system, not only to the allocator: a client that never
+        // read may have held tens of MiB in small pieces. glibc only: musl (the static
+        // build) has no malloc_trim.
+        #[cfg(target_env = "gnu")]
         if freed >= 1 << 20 {
-            // Freed queues go back to the system, not only to the allocator: a client
-            // that never read may have held tens of MiB in small pieces.
             // SAFETY: plain call; returns whether memory was released.
             unsafe { libc::malloc_trim(0) };
         }
+        #[cfg(not(target_env = "gnu"))]
+        let _ = freed;
     }
 
     pub(super) fn taskstats_stats(&self) -> ListenerStats {
