@@ -269,7 +269,7 @@ impl Trace {
         Running {
             child,
             argv,
-            dir,
+            dir: Some(dir),
             json: self.json.then_some(json_path),
             truth_path,
             stdout,
@@ -315,7 +315,7 @@ fn reader<R: std::io::Read + Send + 'static>(mut r: R) -> Collector {
 
 impl Collector {
     /// Everything read so far, after waiting up to `grace` for EOF.
-    fn take(self, grace: Duration) -> Vec<u8> {
+    fn take(&self, grace: Duration) -> Vec<u8> {
         // Not at EOF after `grace` (a survivor holds the pipe): what came so far.
         let _ = poll::poll(grace, Duration::from_millis(5), || {
             self.handle.is_finished().then_some(())
@@ -329,7 +329,8 @@ impl Collector {
 pub struct Running {
     child: Child,
     argv: Vec<OsString>,
-    dir: TempDir,
+    /// Taken by `wait` (the outcome keeps it).
+    dir: Option<TempDir>,
     json: Option<PathBuf>,
     truth_path: PathBuf,
     stdout: Collector,
@@ -345,7 +346,7 @@ impl Running {
     }
 
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        self.dir.as_ref().expect("the run's directory").path()
     }
 
     /// Sends `sig` to spacetime itself.
@@ -390,9 +391,19 @@ impl Running {
             stderr,
             json,
             truth,
-            argv: self.argv,
+            argv: std::mem::take(&mut self.argv),
             elapsed,
-            dir: self.dir,
+            dir: self.dir.take().expect("the run's directory"),
+        }
+    }
+}
+
+/// A test that panics half-way must not leave a trace running.
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
     }
 }

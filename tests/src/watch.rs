@@ -259,7 +259,17 @@ impl RunningWatch {
             status,
             stdout: String::from_utf8_lossy(&self.stdout.take(grace)).into_owned(),
             stderr: String::from_utf8_lossy(&self.stderr.take(grace)).into_owned(),
-            argv: self.argv,
+            argv: std::mem::take(&mut self.argv),
+        }
+    }
+}
+
+/// A test that panics half-way must not leave a system-wide watch running.
+impl Drop for RunningWatch {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
     }
 }
