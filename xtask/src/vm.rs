@@ -69,21 +69,23 @@ const SLOW_UNDER_TCG: [(&str, &str); 1] = [(
 )];
 
 /// Test binaries left out of the guest: they check the CLI, the docs, the file formats, the
-/// metrics and what a terminal shows with host tools the busybox guest lacks (bash, groff, man,
-/// python3 with pip, cargo, setpriv, systemd-analyze, a Prometheus server, tmux, script, GNU time,
-/// hyperfine), and nothing in them depends on the kernel version (the units' test also applies
-/// PR_SET_MDWE, Linux 6.3+). The agent's resource bounds and failure handling (agent_abuse,
+/// metrics, what a terminal shows and the build view with host tools the busybox guest lacks
+/// (bash, groff, man, python3 with pip, cargo, setpriv, systemd-analyze, a Prometheus server,
+/// tmux, script, GNU time, hyperfine, make and a C compiler, Chromium), and nothing in them
+/// depends on the kernel version (the units' test also applies PR_SET_MDWE, Linux 6.3+). The agent's resource bounds and failure handling (agent_abuse,
 /// agent_failure: its queues, descriptors, watch sets, idle sessions, a killed or stopped
 /// agent, a sysctl put back) are the agent's own user-space rules, the same on every kernel,
 /// and take minutes under an emulated CPU; the guest runs the kernel's side of the agent
 /// (agent, agent_attack).
-const HOST_ONLY: [&str; 14] = [
+const HOST_ONLY: [&str; 16] = [
     "agent_abuse",
     "agent_failure",
     "bench_hyperfine",
+    "build",
     "cli",
     "docs",
     "gnu_time",
+    "html",
     "install",
     "perfetto",
     "prometheus",
