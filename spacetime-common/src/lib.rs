@@ -659,23 +659,59 @@ pub struct TickEvent {
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid Config.
     unsafe impl aya::Pod for Config {}
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid KernelFilter.
     unsafe impl aya::Pod for KernelFilter {}
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid KernelOffsets.
     unsafe impl aya::Pod for KernelOffsets {}
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid EventHeader.
     unsafe impl aya::Pod for EventHeader {}
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid ForkEvent.
     unsafe impl aya::Pod for ForkEvent {}
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid ExecEvent.
     unsafe impl aya::Pod for ExecEvent {}
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid ArgsEvent.
     unsafe impl aya::Pod for ArgsEvent {}
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid ImageEndEvent.
     unsafe impl aya::Pod for ImageEndEvent {}
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid ExitEvent.
     unsafe impl aya::Pod for ExitEvent {}
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid MmState.
     unsafe impl aya::Pod for MmState {}
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid Tracked.
     unsafe impl aya::Pod for Tracked {}
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid Reaping.
     unsafe impl aya::Pod for Reaping {}
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid SessionCount.
     unsafe impl aya::Pod for SessionCount {}
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid SessionLimit.
     unsafe impl aya::Pod for SessionLimit {}
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid TreeRss.
     unsafe impl aya::Pod for TreeRss {}
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid RssEvent.
     unsafe impl aya::Pod for RssEvent {}
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid ReapEvent.
     unsafe impl aya::Pod for ReapEvent {}
+    // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
+    // below): every bit pattern is a valid CgroupNameEvent.
     unsafe impl aya::Pod for CgroupNameEvent {}
     unsafe impl aya::Pod for TickEvent {}
 }

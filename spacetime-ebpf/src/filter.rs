@@ -11,6 +11,7 @@ use crate::{count, task::traced};
 
 /// Written by userspace before load (`EbpfLoader::override_global`); all zero: no filter.
 #[no_mangle]
+// SAFETY: KernelFilter is #[repr(C)] integers (spacetime-common): all-zero is a value.
 static FILTER: KernelFilter = unsafe { core::mem::zeroed() };
 
 /// Reads one field of [`FILTER`] (volatile, as `conf!`, so the zeroed initializer is not

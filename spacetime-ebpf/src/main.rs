@@ -44,6 +44,7 @@ use spacetime_common::{
 
 /// Written by userspace before load (`EbpfLoader::override_global`); read-only afterwards.
 #[no_mangle]
+// SAFETY: Config is #[repr(C)] integers (spacetime-common): all-zero is a value.
 static CONFIG: Config = unsafe { core::mem::zeroed() };
 
 /// Tree mode: traced processes whose group exit was seen, waiting for their final CPU figures

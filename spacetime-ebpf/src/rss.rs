@@ -150,11 +150,13 @@ pub fn try_rss_stat(ctx: &RawTracePointContext) -> Result<(), i32> {
     let value = counter_pages(mm, member)?;
     // SAFETY: our own map value; concurrent updates of one mm go through the atomics.
     let st = unsafe { &mut *st };
+    // SAFETY: a valid pointer into that map value, swapped atomically.
     let old = unsafe { atomic_xchg::<i64, { Relaxed }>(&raw mut st.rss_pages[slot], value) };
     let delta = value - old;
     if delta == 0 {
         return Ok(());
     }
+    // SAFETY: as above, added to atomically.
     let total =
         unsafe { atomic_xadd::<i64, i64, { SeqCst }>(&raw mut st.total_pages, delta) } + delta;
     // The mm's own maximum: the exact peak of the image running on it (hiwater_rss is only

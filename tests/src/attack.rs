@@ -118,15 +118,11 @@ impl Drop for Client {
 
 /// Waits until process `pid` runs a program whose first argument is `argv0` (it exec'd).
 pub fn wait_exec(pid: u32, argv0: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let what = format!("exec of {argv0} by pid {pid}");
+    crate::poll::wait_for(&what, Duration::from_secs(30), || {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if cmdline.starts_with(argv0.as_bytes()) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "pid {pid} never ran {argv0}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+        cmdline.starts_with(argv0.as_bytes()).then_some(())
+    });
 }
 
 /// A `Name:  N kB` line of /proc/PID/status, bytes.

@@ -5,7 +5,7 @@ use std::{
     ffi::OsString,
     path::{Path, PathBuf},
     process::{Child, Command},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::Value;
@@ -103,18 +103,8 @@ pub fn start(
 }
 
 pub fn finish(mut child: Child, dir: TempDir) -> Out {
-    let until = Instant::now() + LIMIT;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("spacetime bench did not finish in {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = crate::poll::exit_within(&mut child, LIMIT)
+        .unwrap_or_else(|| panic!("spacetime bench did not finish in {LIMIT:?}"));
     let stderr =
         String::from_utf8_lossy(&std::fs::read(dir.path().join("stderr")).unwrap_or_default())
             .into_owned();

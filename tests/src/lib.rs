@@ -26,6 +26,7 @@ pub mod build;
 pub mod chart;
 pub mod chromium;
 pub mod openmetrics;
+pub mod poll;
 pub mod prometheus;
 pub mod python;
 pub mod raw;
@@ -239,6 +240,7 @@ impl Trace {
         // Start spacetime the way an interactive shell would: default dispositions for the
         // signals it must forward (a non-interactive shell running `cargo test &` leaves
         // SIGINT/SIGQUIT ignored, which the command would otherwise inherit).
+        // SAFETY: the hook only calls signal(2), async-signal-safe after fork.
         unsafe {
             c.pre_exec(|| {
                 for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP] {
@@ -267,7 +269,7 @@ impl Trace {
         Running {
             child,
             argv,
-            dir,
+            dir: Some(dir),
             json: self.json.then_some(json_path),
             truth_path,
             stdout,
@@ -313,11 +315,11 @@ fn reader<R: std::io::Read + Send + 'static>(mut r: R) -> Collector {
 
 impl Collector {
     /// Everything read so far, after waiting up to `grace` for EOF.
-    fn take(self, grace: Duration) -> Vec<u8> {
-        let until = Instant::now() + grace;
-        while !self.handle.is_finished() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+    fn take(&self, grace: Duration) -> Vec<u8> {
+        // Not at EOF after `grace` (a survivor holds the pipe): what came so far.
+        let _ = poll::poll(grace, Duration::from_millis(5), || {
+            self.handle.is_finished().then_some(())
+        });
         let out = std::mem::take(&mut *self.buf.lock().unwrap_or_else(|e| e.into_inner()));
         out
     }
@@ -327,7 +329,8 @@ impl Collector {
 pub struct Running {
     child: Child,
     argv: Vec<OsString>,
-    dir: TempDir,
+    /// Taken by `wait` (the outcome keeps it).
+    dir: Option<TempDir>,
     json: Option<PathBuf>,
     truth_path: PathBuf,
     stdout: Collector,
@@ -343,11 +346,13 @@ impl Running {
     }
 
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        self.dir.as_ref().expect("the run's directory").path()
     }
 
     /// Sends `sig` to spacetime itself.
     pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) takes no pointers; the child is reaped only by `wait` (which takes
+        // self), so the pid is still spacetime's.
         let r = unsafe { libc::kill(self.pid(), sig) };
         assert_eq!(
             r,
@@ -360,24 +365,15 @@ impl Running {
 
     /// Waits for spacetime to exit (kills it and panics after the timeout).
     pub fn wait(mut self) -> Outcome {
-        let status = loop {
-            match self.child.try_wait() {
-                Ok(Some(st)) => break st,
-                Ok(None) => {}
-                Err(e) => panic!("wait for spacetime: {e}"),
-            }
-            if self.started.elapsed() > self.timeout {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                let stderr = self.stderr.take(Duration::from_millis(500));
-                panic!(
-                    "spacetime did not exit within {:?}: {}\nstderr:\n{}",
-                    self.timeout,
-                    show_argv(&self.argv),
-                    String::from_utf8_lossy(&stderr)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(5));
+        let left = self.timeout.saturating_sub(self.started.elapsed());
+        let Some(status) = poll::exit_within(&mut self.child, left) else {
+            let stderr = self.stderr.take(Duration::from_millis(500));
+            panic!(
+                "spacetime did not exit within {:?}: {}\nstderr:\n{}",
+                self.timeout,
+                show_argv(&self.argv),
+                String::from_utf8_lossy(&stderr)
+            );
         };
         let elapsed = self.started.elapsed();
         // Snapshot the files first: survivors may still be running and writing.
@@ -395,9 +391,19 @@ impl Running {
             stderr,
             json,
             truth,
-            argv: self.argv,
+            argv: std::mem::take(&mut self.argv),
             elapsed,
-            dir: self.dir,
+            dir: self.dir.take().expect("the run's directory"),
+        }
+    }
+}
+
+/// A test that panics half-way must not leave a trace running.
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
     }
 }
@@ -583,28 +589,24 @@ fn proc_table() -> BTreeMap<i32, (i32, Vec<String>)> {
 /// Waits until a descendant of `ancestor` has exactly `argv` as its command line (i.e. has
 /// exec'd it); returns its pid. Panics after `timeout`.
 pub fn wait_for_descendant(ancestor: i32, argv: &[&str], timeout: Duration) -> i32 {
-    let start = Instant::now();
-    loop {
+    let what = format!("descendant of pid {ancestor} running {argv:?}");
+    poll::wait_for(&what, timeout, || {
         let table = proc_table();
-        for (&pid, (_, args)) in &table {
+        table.iter().find_map(|(&pid, (_, args))| {
             if args.len() != argv.len() || args.iter().zip(argv).any(|(a, b)| a != b) {
-                continue;
+                return None;
             }
             let mut p = pid;
             for _ in 0..64 {
                 match table.get(&p) {
-                    Some(&(pp, _)) if pp == ancestor => return pid,
+                    Some(&(pp, _)) if pp == ancestor => return Some(pid),
                     Some(&(pp, _)) if pp > 1 => p = pp,
                     _ => break,
                 }
             }
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "no descendant of pid {ancestor} running {argv:?} within {timeout:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+            None
+        })
+    })
 }
 
 /// Panics unless every directory above `path` is searchable and `path` is executable by

@@ -127,87 +127,13 @@ pub fn parse_openmetrics(text: &str) -> Result<Vec<Family>, String> {
             continue;
         }
         if let Some(meta) = line.strip_prefix("# ") {
-            let mut parts = meta.splitn(3, ' ');
-            let (kind, name, rest) = (
-                parts.next().unwrap_or(""),
-                parts.next().unwrap_or(""),
-                parts.next(),
-            );
-            if !valid_name(name) {
-                return Err(at(format!("bad metric name {name:?}")));
-            }
-            let is_current = families.last().is_some_and(|f| f.name == name);
-            if !is_current {
-                if !names.insert(name.to_string()) {
-                    return Err(at(format!("family {name} is interleaved or repeated")));
-                }
-                families.push(Family {
-                    name: name.into(),
-                    ty: "unknown".into(),
-                    ..Family::default()
-                });
-            }
-            let f = families.last_mut().expect("pushed");
-            if !f.samples.is_empty() {
-                return Err(at("metadata after samples".into()));
-            }
-            let rest = rest.unwrap_or("");
-            match kind {
-                "TYPE" => {
-                    if suffixes(rest).is_empty() {
-                        return Err(at(format!("unknown type {rest:?}")));
-                    }
-                    f.ty = rest.into();
-                }
-                "UNIT" => {
-                    if !name.ends_with(&format!("_{rest}")) {
-                        return Err(at(format!("unit {rest} is not the name's suffix")));
-                    }
-                    f.unit = Some(rest.into());
-                }
-                "HELP" => f.help = Some(rest.into()),
-                _ => return Err(at(format!("unknown metadata {kind:?}"))),
-            }
+            metadata(&mut families, &mut names, meta).map_err(at)?;
             continue;
         }
         if line.is_empty() || line.starts_with('#') {
             return Err(at("blank lines and comments are not allowed".into()));
         }
-        let name_end = line.find(['{', ' ']).ok_or_else(|| at("no value".into()))?;
-        let name = &line[..name_end];
-        let (labels, rest) = if line[name_end..].starts_with('{') {
-            parse_labels(&line[name_end..]).map_err(at)?
-        } else {
-            (BTreeMap::new(), &line[name_end..])
-        };
-        let mut fields = rest
-            .strip_prefix(' ')
-            .ok_or_else(|| at("no space before the value".into()))?
-            .split(' ');
-        let value = parse_value(fields.next().unwrap_or("")).map_err(at)?;
-        if let Some(ts) = fields.next() {
-            parse_value(ts).map_err(at)?;
-        }
-        let f = families
-            .last_mut()
-            .filter(|f| {
-                suffixes(&f.ty)
-                    .iter()
-                    .any(|s| name.strip_suffix(s) == Some(f.name.as_str()))
-            })
-            .ok_or_else(|| {
-                at(format!(
-                    "sample {name} does not belong to the current family"
-                ))
-            })?;
-        if f.ty == "counter" && value < 0.0 {
-            return Err(at("negative counter".into()));
-        }
-        f.samples.push(Sample {
-            name: name.into(),
-            labels,
-            value,
-        });
+        sample(&mut families, line).map_err(at)?;
     }
     for f in &families {
         if f.ty == "histogram" {
@@ -215,6 +141,92 @@ pub fn parse_openmetrics(text: &str) -> Result<Vec<Family>, String> {
         }
     }
     Ok(families)
+}
+
+/// One `# TYPE|UNIT|HELP name ...` line (without its `# `): opens a family or describes it.
+fn metadata(
+    families: &mut Vec<Family>,
+    names: &mut BTreeSet<String>,
+    meta: &str,
+) -> Result<(), String> {
+    let mut parts = meta.splitn(3, ' ');
+    let (kind, name, rest) = (
+        parts.next().unwrap_or(""),
+        parts.next().unwrap_or(""),
+        parts.next(),
+    );
+    if !valid_name(name) {
+        return Err(format!("bad metric name {name:?}"));
+    }
+    let is_current = families.last().is_some_and(|f| f.name == name);
+    if !is_current {
+        if !names.insert(name.to_string()) {
+            return Err(format!("family {name} is interleaved or repeated"));
+        }
+        families.push(Family {
+            name: name.into(),
+            ty: "unknown".into(),
+            ..Family::default()
+        });
+    }
+    let f = families.last_mut().expect("pushed");
+    if !f.samples.is_empty() {
+        return Err("metadata after samples".into());
+    }
+    let rest = rest.unwrap_or("");
+    match kind {
+        "TYPE" => {
+            if suffixes(rest).is_empty() {
+                return Err(format!("unknown type {rest:?}"));
+            }
+            f.ty = rest.into();
+        }
+        "UNIT" => {
+            if !name.ends_with(&format!("_{rest}")) {
+                return Err(format!("unit {rest} is not the name's suffix"));
+            }
+            f.unit = Some(rest.into());
+        }
+        "HELP" => f.help = Some(rest.into()),
+        _ => return Err(format!("unknown metadata {kind:?}")),
+    }
+    Ok(())
+}
+
+/// One sample line, added to the current family it must belong to.
+fn sample(families: &mut [Family], line: &str) -> Result<(), String> {
+    let name_end = line.find(['{', ' ']).ok_or("no value")?;
+    let name = &line[..name_end];
+    let (labels, rest) = if line[name_end..].starts_with('{') {
+        parse_labels(&line[name_end..])?
+    } else {
+        (BTreeMap::new(), &line[name_end..])
+    };
+    let mut fields = rest
+        .strip_prefix(' ')
+        .ok_or("no space before the value")?
+        .split(' ');
+    let value = parse_value(fields.next().unwrap_or(""))?;
+    if let Some(ts) = fields.next() {
+        parse_value(ts)?;
+    }
+    let f = families
+        .last_mut()
+        .filter(|f| {
+            suffixes(&f.ty)
+                .iter()
+                .any(|s| name.strip_suffix(s) == Some(f.name.as_str()))
+        })
+        .ok_or_else(|| format!("sample {name} does not belong to the current family"))?;
+    if f.ty == "counter" && value < 0.0 {
+        return Err("negative counter".into());
+    }
+    f.samples.push(Sample {
+        name: name.into(),
+        labels,
+        value,
+    });
+    Ok(())
 }
 
 /// Each series of a histogram (its labels but `le`) has sorted, cumulative buckets ending at

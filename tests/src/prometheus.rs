@@ -6,7 +6,7 @@ use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -81,15 +81,12 @@ impl Prometheus {
 
     /// Polls `done` every 100 ms until it holds; panics with the server's log after `limit`.
     pub fn wait_until(&self, what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-        let until = Instant::now() + limit;
-        while !done() {
-            assert!(
-                Instant::now() < until,
-                "Prometheus: {what} not reached within {limit:?}\nlog:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let reached = crate::poll::poll(limit, Duration::from_millis(100), || done().then_some(()));
+        assert!(
+            reached.is_some(),
+            "Prometheus: {what} not reached within {limit:?}\nlog:\n{}",
+            self.log()
+        );
     }
 
     /// An instant query: the result vector as (labels, value).

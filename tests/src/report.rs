@@ -196,61 +196,13 @@ pub fn check_invariants(report: &Report) {
         }
     }
     for p in &report.processes {
-        let pid = p.pid;
         assert!(
-            seen.insert((pid, p.start_ns)),
-            "pid {pid} started at {} appears more than once",
+            seen.insert((p.pid, p.start_ns)),
+            "pid {} started at {} appears more than once",
+            p.pid,
             p.start_ns
         );
-        assert!(p.threads >= 1, "pid {pid}: threads = 0");
-        assert!(!p.images.is_empty(), "pid {pid}: no images");
-        for img in &p.images {
-            assert!(
-                img.peak_rss_bytes.is_some() || p.end_ns.is_none(),
-                "pid {pid}: image {} has no peak although the process exited",
-                img.exe
-            );
-        }
-        let img_max = p
-            .images
-            .iter()
-            .filter_map(|i| i.peak_rss_bytes)
-            .max()
-            .unwrap_or(0);
-        assert_eq!(
-            p.peak_rss_bytes, img_max,
-            "pid {pid}: peak_rss_bytes must be the max over its images"
-        );
-        assert_eq!(
-            p.end_ns.is_none(),
-            p.exit.is_none(),
-            "pid {pid}: end_ns ({:?}) and exit ({:?}) must be null together",
-            p.end_ns,
-            p.exit
-        );
-        if let Some(end) = p.end_ns {
-            assert!(
-                end >= p.start_ns,
-                "pid {pid}: end_ns {end} < start_ns {}",
-                p.start_ns
-            );
-        }
-        let mut prev = p.start_ns;
-        for (k, img) in p.images.iter().enumerate() {
-            assert!(
-                img.start_ns >= prev,
-                "pid {pid}: images[{k}].start_ns {} is before the process start / previous image ({prev})",
-                img.start_ns
-            );
-            if let Some(end) = p.end_ns {
-                assert!(
-                    img.start_ns <= end,
-                    "pid {pid}: images[{k}].start_ns {} after end_ns {end}",
-                    img.start_ns
-                );
-            }
-            prev = img.start_ns;
-        }
+        check_process(p);
     }
     let root = report.root();
     assert_eq!(
@@ -265,5 +217,59 @@ pub fn check_invariants(report: &Report) {
             "root pid {}: its exit must equal the report's exit",
             root.pid
         );
+    }
+}
+
+/// One process's own consistency: threads, images and their peaks, end and exit.
+fn check_process(p: &Process) {
+    let pid = p.pid;
+    assert!(p.threads >= 1, "pid {pid}: threads = 0");
+    assert!(!p.images.is_empty(), "pid {pid}: no images");
+    for img in &p.images {
+        assert!(
+            img.peak_rss_bytes.is_some() || p.end_ns.is_none(),
+            "pid {pid}: image {} has no peak although the process exited",
+            img.exe
+        );
+    }
+    let img_max = p
+        .images
+        .iter()
+        .filter_map(|i| i.peak_rss_bytes)
+        .max()
+        .unwrap_or(0);
+    assert_eq!(
+        p.peak_rss_bytes, img_max,
+        "pid {pid}: peak_rss_bytes must be the max over its images"
+    );
+    assert_eq!(
+        p.end_ns.is_none(),
+        p.exit.is_none(),
+        "pid {pid}: end_ns ({:?}) and exit ({:?}) must be null together",
+        p.end_ns,
+        p.exit
+    );
+    if let Some(end) = p.end_ns {
+        assert!(
+            end >= p.start_ns,
+            "pid {pid}: end_ns {end} < start_ns {}",
+            p.start_ns
+        );
+    }
+    let mut prev = p.start_ns;
+    for (k, img) in p.images.iter().enumerate() {
+        assert!(
+            img.start_ns >= prev,
+            "pid {pid}: images[{k}].start_ns {} is before the process start / previous image ({prev})",
+            img.start_ns
+        );
+        if let Some(end) = p.end_ns {
+            assert!(
+                img.start_ns <= end,
+                "pid {pid}: images[{k}].start_ns {} after end_ns {end}",
+                img.start_ns
+            );
+        }
+        prev = img.start_ns;
     }
 }

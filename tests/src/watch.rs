@@ -157,23 +157,27 @@ impl RunningWatch {
     /// Waits until stderr contains `needle`; panics (with stderr) after `timeout` or if
     /// spacetime exits first.
     pub fn wait_for_stderr(&self, needle: &str, timeout: Duration) {
-        let until = Instant::now() + timeout;
-        loop {
-            let err = self.stderr_now();
-            if err.contains(needle) {
-                return;
+        // Some(true): printed; Some(false): it exited first.
+        let printed = crate::poll::poll(timeout, Duration::from_millis(10), || {
+            if self.stderr_now().contains(needle) {
+                return Some(true);
             }
-            let exited = self.child.id() as i32;
+            let pid = self.child.id() as i32;
             // SAFETY: kill with signal 0 only checks that the process exists.
-            let alive = unsafe { libc::kill(exited, 0) } == 0 && !self.is_zombie();
-            assert!(
-                alive && Instant::now() < until,
-                "{} never printed {needle:?} ({})\nstderr:\n{err}",
-                show_argv(&self.argv),
-                if alive { "timed out" } else { "it exited" }
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+            let alive = unsafe { libc::kill(pid, 0) } == 0 && !self.is_zombie();
+            (!alive).then_some(false)
+        });
+        assert!(
+            printed == Some(true),
+            "{} never printed {needle:?} ({})\nstderr:\n{}",
+            show_argv(&self.argv),
+            if printed.is_none() {
+                "timed out"
+            } else {
+                "it exited"
+            },
+            self.stderr_now()
+        );
     }
 
     fn is_zombie(&self) -> bool {
@@ -197,17 +201,16 @@ impl RunningWatch {
     /// Waits until `done` holds for the whole standard output so far, `what` naming it in
     /// the panic message when it does not within `timeout`.
     pub fn wait_until(&self, what: &str, timeout: Duration, done: impl Fn(&str) -> bool) {
-        let until = Instant::now() + timeout;
-        while !done(&self.stdout_now()) {
-            assert!(
-                Instant::now() < until,
-                "{}: no {what} within {timeout:?}\nstdout:\n{}\nstderr:\n{}",
-                show_argv(&self.argv),
-                self.stdout_now(),
-                self.stderr_now()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let seen = crate::poll::poll(timeout, Duration::from_millis(20), || {
+            done(&self.stdout_now()).then_some(())
+        });
+        assert!(
+            seen.is_some(),
+            "{}: no {what} within {timeout:?}\nstdout:\n{}\nstderr:\n{}",
+            show_argv(&self.argv),
+            self.stdout_now(),
+            self.stderr_now()
+        );
     }
 
     /// The OpenMetrics address it announced on stderr.
@@ -242,30 +245,31 @@ impl RunningWatch {
 
     /// Waits for spacetime to exit (kills it and panics after the timeout).
     pub fn wait(mut self) -> WatchOutcome {
-        let status = loop {
-            match self.child.try_wait() {
-                Ok(Some(st)) => break st,
-                Ok(None) => {}
-                Err(e) => panic!("wait for spacetime: {e}"),
-            }
-            if self.started.elapsed() > self.timeout {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "spacetime did not exit within {:?}: {}\nstderr:\n{}",
-                    self.timeout,
-                    show_argv(&self.argv),
-                    self.stderr_now()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(5));
+        let left = self.timeout.saturating_sub(self.started.elapsed());
+        let Some(status) = crate::poll::exit_within(&mut self.child, left) else {
+            panic!(
+                "spacetime did not exit within {:?}: {}\nstderr:\n{}",
+                self.timeout,
+                show_argv(&self.argv),
+                self.stderr_now()
+            );
         };
         let grace = Duration::from_secs(5);
         WatchOutcome {
             status,
             stdout: String::from_utf8_lossy(&self.stdout.take(grace)).into_owned(),
             stderr: String::from_utf8_lossy(&self.stderr.take(grace)).into_owned(),
-            argv: self.argv,
+            argv: std::mem::take(&mut self.argv),
+        }
+    }
+}
+
+/// A test that panics half-way must not leave a system-wide watch running.
+impl Drop for RunningWatch {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
     }
 }

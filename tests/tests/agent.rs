@@ -364,18 +364,7 @@ fn unprivileged_attach_through_the_agent() {
         .expect("start the target as nobody");
     let pid = target.id() as i32;
     // setpriv execs the workload: attach once the process runs it.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if cmdline.starts_with(WL.as_bytes()) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the target never ran the workload"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    spacetime_tests::attack::wait_exec(pid as u32, WL);
     let report = dir.path().join("report.json");
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
@@ -608,14 +597,11 @@ fn socket_activation_serves_the_first_client() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("systemd-socket-activate (systemd) runs");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !socket.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no socket from systemd-socket-activate"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    spacetime_tests::poll::wait_until(
+        "socket from systemd-socket-activate",
+        Duration::from_secs(30),
+        || socket.exists(),
+    );
     std::fs::set_permissions(&socket, std::os::unix::fs::PermissionsExt::from_mode(0o666))
         .expect("chmod the socket");
     let out = Trace::new([WL, "touch", "16"])

@@ -19,14 +19,7 @@ const USER_BOUND: u64 = 100 * MIB;
 /// The agent's ring buffer: its pages become resident as records are written.
 const RING: u64 = 16 * MIB;
 
-/// Waits until `cond` holds (polling every 20 ms), or panics with `what` after `timeout`.
-fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "{what} within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use spacetime_tests::poll::wait_until;
 
 /// Flush requests never read, on every session a user may open (the audit: 42 → 414 MB on
 /// one, 1.13 GB on three, 689 MB kept after), then records never read: the agent closes the

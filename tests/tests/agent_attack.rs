@@ -257,14 +257,11 @@ fn attach_applies_ptraces_rule() {
         let pid = target.id();
         spacetime_tests::attack::wait_exec(pid, WL);
         // Dumpable is given up after the exec: wait until /proc says so.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while mode == "undumpable"
-            && std::os::unix::fs::MetadataExt::uid(
-                &std::fs::metadata(format!("/proc/{pid}/status")).expect("the target"),
-            ) != 0
-        {
-            assert!(std::time::Instant::now() < deadline, "never undumpable");
-            std::thread::sleep(Duration::from_millis(5));
+        if mode == "undumpable" {
+            spacetime_tests::poll::wait_until("undumpable target", Duration::from_secs(10), || {
+                let status = std::fs::metadata(format!("/proc/{pid}/status")).expect("the target");
+                std::os::unix::fs::MetadataExt::uid(&status) == 0
+            });
         }
         let out = std::process::Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
@@ -413,11 +410,9 @@ fn an_insert_for_a_process_that_exited_is_taken_back() {
         .expect("pidfd")
         .expect("alive or a zombie");
     let stat = || std::fs::read(format!("/proc/{pid}/stat")).expect("stat");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while pidfd::stat_fields(&stat()).expect("parsed").state != b'Z' {
-        assert!(std::time::Instant::now() < deadline, "never a zombie");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    spacetime_tests::poll::wait_until("zombie", Duration::from_secs(10), || {
+        pidfd::stat_fields(&stat()).expect("parsed").state == b'Z'
+    });
     let start = pidfd::start_mono_ns(pidfd::stat_fields(&stat()).expect("parsed").start_ticks);
     let r = attach::track_pinned(&mut probes, &pinned, start, 6);
     assert!(matches!(r, Err(attach::AttachError::Gone(_))), "{r:?}");

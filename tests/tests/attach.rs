@@ -357,10 +357,8 @@ fn ctrl_c_reports_the_still_running_with_their_peaks_so_far() {
     };
     let (hwm_root, hwm_pre) = (hwm(root), hwm(pre));
     // SAFETY: plain syscall to spacetime, our unreaped child.
-    assert_eq!(
-        unsafe { libc::kill(run.child.id() as i32, libc::SIGINT) },
-        0
-    );
+    let r = unsafe { libc::kill(run.child.id() as i32, libc::SIGINT) };
+    assert_eq!(r, 0);
     let (code, v) = run.finish();
     assert_eq!(code, 0, "stopped with the root still running");
     // The root is still running: the report has no exit (null), so it is read untyped.

@@ -1,11 +1,7 @@
 //! `spacetime bench`: every run's figures against the workload's own truth (VmHWM read right
 //! before it exits), per-run exit codes, the comparison, the exports, and how a bench stops.
 
-use std::{
-    ffi::OsString,
-    os::unix::ffi::OsStringExt,
-    time::{Duration, Instant},
-};
+use std::{ffi::OsString, os::unix::ffi::OsStringExt};
 
 use serde_json::Value;
 use spacetime_tests::{
@@ -317,11 +313,9 @@ fn interrupt(tag: &str, group: bool) {
     // Each run writes its truth line just before it exits: once three are written, at least
     // two runs have completed.
     let truth = dir.path().join("truth.jsonl");
-    let until = Instant::now() + LIMIT;
-    while read_lines(&truth).len() < 3 {
-        assert!(Instant::now() < until, "runs did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    spacetime_tests::poll::wait_until("three runs started", LIMIT, || {
+        read_lines(&truth).len() >= 3
+    });
     let pid = child.id() as i32;
     // SAFETY: our own child (and the group it leads), not yet waited for.
     unsafe { libc::kill(if group { -pid } else { pid }, libc::SIGINT) };

@@ -139,8 +139,10 @@ fn forwards(sig: i32) {
         .timeout(Duration::from_secs(60))
         .spawn();
     let pid = wait_for_descendant(run.pid(), &argv, Duration::from_secs(30));
-    // The command has exec'd; give the tracer a moment to settle before signalling.
-    std::thread::sleep(Duration::from_millis(500));
+    // The command has exec'd; the signal must find it in its sleep (not still starting).
+    spacetime_tests::poll::wait_for("sleep of the command", Duration::from_secs(30), || {
+        spacetime_tests::poll::is_sleeping(pid).then_some(())
+    });
     let t0 = Instant::now();
     run.signal(sig);
     let out = run.wait();

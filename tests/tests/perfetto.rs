@@ -92,32 +92,7 @@ fn perfetto_names_processes_and_threads_and_carries_clocks() {
         got["track_events"].as_u64().unwrap_or(0) >= 14,
         "slices: {got}"
     );
-    // The CPU counter: cores in use, whose integral is the report's CPU.
-    let counters = got["double_counters"].as_object().expect("double counters");
-    let (name, cpu) = counters
-        .iter()
-        .find(|(n, _)| n.starts_with("CPU (cores in use"))
-        .unwrap_or_else(|| panic!("no CPU counter: {got}"));
-    assert_eq!(cpu["unit"], "cores", "{name}");
-    let points = cpu["points"].as_array().expect("points");
-    let integral: f64 = points
-        .windows(2)
-        .map(|w| {
-            (w[1][0].as_f64().unwrap_or(0.0) - w[0][0].as_f64().unwrap_or(0.0))
-                * w[0][1].as_f64().unwrap_or(0.0)
-        })
-        .sum();
-    let total = (report["user_ns"].as_u64().expect("user")
-        + report["sys_ns"].as_u64().expect("sys")) as f64;
-    assert!(
-        (integral - total).abs() <= total * 1e-9 + 1.0,
-        "the CPU counter integrates to {integral} ns, the report says {total}"
-    );
-    assert_eq!(
-        points.last().map(|p| p[1].as_f64()),
-        Some(Some(0.0)),
-        "back to 0 at the end"
-    );
+    cpu_counter(&got, &report);
 
     for (list, what) in [("processes", "process"), ("threads", "thread")] {
         let entries = got[list].as_array().expect(list);
@@ -146,7 +121,40 @@ fn perfetto_names_processes_and_threads_and_carries_clocks() {
         assert_eq!(e["ppid"].as_u64(), Some(want[&pid].2), "pid {pid}: ppid");
     }
 
-    // Clocks: the trace clock's 0 is the report's start; the others at that instant.
+    clocks(&got, &report);
+}
+
+/// The CPU counter: cores in use, whose integral is the report's CPU.
+fn cpu_counter(got: &serde_json::Value, report: &serde_json::Value) {
+    let counters = got["double_counters"].as_object().expect("double counters");
+    let (name, cpu) = counters
+        .iter()
+        .find(|(n, _)| n.starts_with("CPU (cores in use"))
+        .unwrap_or_else(|| panic!("no CPU counter: {got}"));
+    assert_eq!(cpu["unit"], "cores", "{name}");
+    let points = cpu["points"].as_array().expect("points");
+    let integral: f64 = points
+        .windows(2)
+        .map(|w| {
+            (w[1][0].as_f64().unwrap_or(0.0) - w[0][0].as_f64().unwrap_or(0.0))
+                * w[0][1].as_f64().unwrap_or(0.0)
+        })
+        .sum();
+    let total = (report["user_ns"].as_u64().expect("user")
+        + report["sys_ns"].as_u64().expect("sys")) as f64;
+    assert!(
+        (integral - total).abs() <= total * 1e-9 + 1.0,
+        "the CPU counter integrates to {integral} ns, the report says {total}"
+    );
+    assert_eq!(
+        points.last().map(|p| p[1].as_f64()),
+        Some(Some(0.0)),
+        "back to 0 at the end"
+    );
+}
+
+/// Clocks: the trace clock's 0 is the report's start; the others at that instant.
+fn clocks(got: &serde_json::Value, report: &serde_json::Value) {
     assert_eq!(
         got["default_clock"], 64,
         "packets default to the trace clock"

@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::{engine::general_purpose::STANDARD, Engine as _};
 use serde_json::Value;
@@ -189,14 +189,8 @@ fn control_bytes_never_reach_the_watch_table_raw() {
     assert!(bad.is_empty(), "raw controls {bad:?} in the summary");
 }
 
-/// Waits until `what` holds (the state of other processes, which no event announces).
-fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let until = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+// Waits on the state of other processes, which no event announces.
+use spacetime_tests::poll::wait_until as wait_for;
 
 fn read_pid(p: &Path) -> i32 {
     std::fs::read_to_string(p)

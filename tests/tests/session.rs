@@ -89,53 +89,8 @@ fn runs_in_a_row_each_have_their_own_figures() {
     assert_eq!(session.signals_between_runs(), vec![libc::SIGHUP]);
     assert!(session.signals_between_runs().is_empty(), "taken once");
 
-    // 1: one process touching 48 MiB.
-    let t1 = dir.path().join("t1");
-    let r1 = run(&mut session, &t1, &["touch", "48"], false);
-    let rep1 = report(&r1);
-    check_invariants(&rep1);
-    assert_eq!(rep1.exit, Exit::Code(0), "run 1: exit");
-    let truth1 = truth(&t1);
-    assert_eq!(truth1.len(), 1, "run 1: one truth line: {truth1:?}");
-    let want1 = vmhwm(&truth1[0]);
-    assert!(want1 >= 48 * MIB, "run 1: VmHWM {want1} < 48 MiB");
-    assert_eq!(
-        rep1.processes.len(),
-        1,
-        "run 1: one process: {:?}",
-        rep1.pids()
-    );
-    let p1 = find_process(&rep1, pid(&truth1[0]));
-    assert_rss("run 1: process peak", p1.peak_rss_bytes, want1);
-    assert_rss("run 1: tree peak", tree_peak(&r1, "run 1"), want1);
-
-    // 2: a root that leaves a child holding 64 MiB, the run stopped at the root's exit.
-    let t2 = dir.path().join("t2");
-    let r2 = run(&mut session, &t2, &["leave-child", "64", "6000"], true);
-    let rep2 = report(&r2);
-    assert_eq!(rep2.exit, Exit::Code(0), "run 2: exit");
-    let truth2 = truth(&t2);
-    let child = truth2
-        .iter()
-        .find(|t| t["role"] == "child")
-        .unwrap_or_else(|| panic!("run 2: no child truth line: {truth2:?}"));
-    let left = pid(child);
-    assert_eq!(
-        rep2.processes.len(),
-        2,
-        "run 2: root and child: {:?}",
-        rep2.pids()
-    );
-    let c = find_process(&rep2, left);
-    assert!(
-        c.end_ns.is_none(),
-        "run 2: child {left} still running at the end"
-    );
-    assert!(
-        tree_peak(&r2, "run 2") >= 64 * MIB,
-        "run 2: the tree peak counts the child's 64 MiB"
-    );
-    assert_eq!(r2.tree.live(), 1, "run 2: the child is live");
+    let r1 = one_process(&mut session, dir.path());
+    let (r2, left) = child_left_running(&mut session, dir.path());
 
     // 3: three children forked and exec'd one after another, each touching 4 MiB, while run
     // 2's child still holds its 64 MiB.
@@ -194,4 +149,59 @@ fn runs_in_a_row_each_have_their_own_figures() {
         assert_eq!(r.counters.lost(), 0, "run {}: events lost", i + 1);
         assert_eq!(r.decode_errors, 0, "run {}: undecodable records", i + 1);
     }
+}
+
+/// Run 1: one process touching 48 MiB.
+fn one_process(session: &mut Session, dir: &Path) -> Run {
+    let t1 = dir.join("t1");
+    let r1 = run(session, &t1, &["touch", "48"], false);
+    let rep1 = report(&r1);
+    check_invariants(&rep1);
+    assert_eq!(rep1.exit, Exit::Code(0), "run 1: exit");
+    let truth1 = truth(&t1);
+    assert_eq!(truth1.len(), 1, "run 1: one truth line: {truth1:?}");
+    let want1 = vmhwm(&truth1[0]);
+    assert!(want1 >= 48 * MIB, "run 1: VmHWM {want1} < 48 MiB");
+    assert_eq!(
+        rep1.processes.len(),
+        1,
+        "run 1: one process: {:?}",
+        rep1.pids()
+    );
+    let p1 = find_process(&rep1, pid(&truth1[0]));
+    assert_rss("run 1: process peak", p1.peak_rss_bytes, want1);
+    assert_rss("run 1: tree peak", tree_peak(&r1, "run 1"), want1);
+    r1
+}
+
+/// Run 2: a root that leaves a child holding 64 MiB, the run stopped at the root's exit.
+/// Returns the run and the child's pid.
+fn child_left_running(session: &mut Session, dir: &Path) -> (Run, i32) {
+    let t2 = dir.join("t2");
+    let r2 = run(session, &t2, &["leave-child", "64", "6000"], true);
+    let rep2 = report(&r2);
+    assert_eq!(rep2.exit, Exit::Code(0), "run 2: exit");
+    let truth2 = truth(&t2);
+    let child = truth2
+        .iter()
+        .find(|t| t["role"] == "child")
+        .unwrap_or_else(|| panic!("run 2: no child truth line: {truth2:?}"));
+    let left = pid(child);
+    assert_eq!(
+        rep2.processes.len(),
+        2,
+        "run 2: root and child: {:?}",
+        rep2.pids()
+    );
+    let c = find_process(&rep2, left);
+    assert!(
+        c.end_ns.is_none(),
+        "run 2: child {left} still running at the end"
+    );
+    assert!(
+        tree_peak(&r2, "run 2") >= 64 * MIB,
+        "run 2: the tree peak counts the child's 64 MiB"
+    );
+    assert_eq!(r2.tree.live(), 1, "run 2: the child is live");
+    (r2, left)
 }

@@ -358,9 +358,11 @@ fn ancestry_survives_exited_parents() {
     let sh = run(Command::new("sh").args(["-c", &script]));
     let o = token("orphan");
     let root = run(&mut wl(&["orphan", "300", &o]));
-    std::thread::sleep(Duration::from_millis(500));
     let me = std::process::id();
-    w.wait_for_stdout(&o, SEEN);
+    // Root, child and the grandchild that ends 300 ms after them.
+    w.wait_until("the orphan's three exits", SEEN, |s| {
+        s.lines().filter(|l| l.contains(o.as_str())).count() >= 3
+    });
     let out = w.interrupt();
     out.assert_clean();
 

@@ -59,18 +59,12 @@ fn output_file_is_appended_and_sigterm_stops() {
     let w = Watch::new().flag("--json").flag("-o").flag(&file).start();
     let (t, mut c) = quiet(0, "outfile");
     run(&mut c);
-    let until = std::time::Instant::now() + SEEN;
-    while !std::fs::read_to_string(&file)
-        .unwrap_or_default()
-        .contains(&t)
-    {
-        assert!(
-            std::time::Instant::now() < until,
-            "{t} never reached {}",
-            file.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let what = format!("{t} in {}", file.display());
+    spacetime_tests::poll::wait_until(&what, SEEN, || {
+        std::fs::read_to_string(&file)
+            .unwrap_or_default()
+            .contains(&t)
+    });
     w.signal(libc::SIGTERM);
     let out = w.wait();
     out.assert_clean();

@@ -54,8 +54,8 @@ enum Cmd {
         args: Vec<OsString>,
     },
     /// The layering of spacetime/src (imports point down: cmd → run → report → model →
-    /// kernel → util), then rustfmt and clippy (-D warnings) on both the userspace and the
-    /// eBPF crates
+    /// kernel → util), then rustfmt and clippy (-D warnings, no function over 100 lines, a
+    /// SAFETY comment on every unsafe block) on both the userspace and the eBPF crates
     Lint,
     /// Measure what spacetime costs next to bare runs, /usr/bin/time and strace, on workloads
     /// the bench builds itself (needs root); prints a Markdown table, writes JSON under
@@ -253,38 +253,55 @@ fn main() -> Result<()> {
             spacetime,
         }),
         Cmd::Bench(opts) => bench::bench(opts),
-        Cmd::Lint => {
-            toolchain::ensure()?;
-            layers::lint(&root().join("spacetime/src"))?;
-            run(cargo().args(["fmt", "--all", "--check"]))?;
-            run(Command::new("cargo")
-                .current_dir(root().join("spacetime-ebpf"))
-                .args(["+nightly", "fmt", "--check"]))?;
-            run(cargo().args([
-                "clippy",
-                "--workspace",
-                "--all-targets",
-                "--",
-                "-D",
-                "warnings",
-            ]))?;
-            run(Command::new("cargo")
-                .current_dir(root().join("spacetime-ebpf"))
-                .env_remove("RUSTUP_TOOLCHAIN")
-                .args([
-                    "+nightly",
-                    "clippy",
-                    "--release",
-                    "--target",
-                    "bpfel-unknown-none",
-                    "-Z",
-                    "build-std=core",
-                ])
-                .arg("--target-dir")
-                .arg(ebpf_target_dir())
-                .args(["--", "-D", "warnings"]))
-        }
+        Cmd::Lint => lint(),
     }
+}
+
+/// `cargo xtask lint`: the layering, rustfmt, then clippy on the userspace and eBPF crates.
+fn lint() -> Result<()> {
+    toolchain::ensure()?;
+    layers::lint(&root().join("spacetime/src"))?;
+    run(cargo().args(["fmt", "--all", "--check"]))?;
+    run(Command::new("cargo")
+        .current_dir(root().join("spacetime-ebpf"))
+        .args(["+nightly", "fmt", "--check"]))?;
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+        // No function over 100 lines (clippy.toml sets the threshold), and every
+        // unsafe block says why it is sound.
+        "-W",
+        "clippy::too_many_lines",
+        "-W",
+        "clippy::undocumented_unsafe_blocks",
+    ]))?;
+    run(Command::new("cargo")
+        .current_dir(root().join("spacetime-ebpf"))
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .args([
+            "+nightly",
+            "clippy",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+        ])
+        .arg("--target-dir")
+        .arg(ebpf_target_dir())
+        .args([
+            "--",
+            "-D",
+            "warnings",
+            "-W",
+            "clippy::too_many_lines",
+            "-W",
+            "clippy::undocumented_unsafe_blocks",
+        ]))
 }
 
 #[cfg(test)]

@@ -287,6 +287,9 @@ pub fn split_argv(area: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
 }
 
 #[cfg(test)]
+pub(crate) mod records;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use spacetime_common::{flags, ExecEvent};

@@ -190,10 +190,57 @@ fn cgroup_path(
 /// Resolves every offset the kernel programs need from `btf`.
 pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
     let mut notes = Vec::new();
+    let mut off = required(btf)?;
+    cgroup_path(btf, &mut off, &mut notes)?;
+    // Optional: the exit record's comm, PID-namespace pid and group CPU times (`watch`).
+    if btf.has_member("task_struct", "comm") {
+        off.task_comm = field(btf, "task_struct", "comm")?;
+    }
+    pid_numbers(btf, &mut off)?;
+    group_cputime(btf, &mut off, &mut notes)?;
+
+    // sched_process_exit(task, group_dead) since 6.16: the kernel's own answer to "is this the
+    // last thread?". Before, signal->live is read, which two threads exiting at once can both
+    // see at 0.
+    if btf.typedef_fn_params("btf_trace_sched_process_exit").ok() == Some(3) {
+        off.exit_tp_group_dead = 1;
+        notes.push("tracepoint sched_process_exit passes group_dead".into());
+    }
+
+    creds::resolve(btf, &mut off, &mut notes)?;
+
+    let has_task_rss_stat = btf.has_member("task_struct", "rss_stat.count");
+    if has_task_rss_stat {
+        off.task_rss_stat_count = field(btf, "task_struct", "rss_stat.count")?;
+        notes.push("task_struct.rss_stat: per-task RSS deltas (split RSS counting)".into());
+    }
+    let (layout, nr) = rss_stat(btf, &mut off, &mut notes)?;
+    off.rss_file_idx = rss_index(btf, "MM_FILEPAGES", nr)?;
+    off.rss_anon_idx = rss_index(btf, "MM_ANONPAGES", nr)?;
+    off.rss_shmem_idx = rss_index(btf, "MM_SHMEMPAGES", nr)?;
+
+    let has_prepare_exec = btf.has_typedef("btf_trace_sched_prepare_exec");
+    let (exec_mem, exit_mem, group_dead_hook) =
+        memory_hooks(btf, &off, has_prepare_exec, &mut notes);
+    Ok(Resolved {
+        group_dead_hook,
+        off,
+        rss_layout: layout,
+        nr_mm_counters: nr,
+        has_prepare_exec,
+        exit_mem,
+        exec_mem,
+        has_task_rss_stat,
+        notes,
+    })
+}
+
+/// The offsets every supported kernel has.
+fn required(btf: &Btf) -> Result<KernelOffsets, OffsetsError> {
     let task = |p| field(btf, "task_struct", p);
     let signal = |p| field(btf, "signal_struct", p);
     let mm = |p| field(btf, "mm_struct", p);
-    let mut off = KernelOffsets {
+    Ok(KernelOffsets {
         task_pid: task("pid")?,
         task_tgid: task("tgid")?,
         task_mm: task("mm")?,
@@ -218,13 +265,11 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
         bpf_array_pptrs: field(btf, "bpf_array", "pptrs")?,
         signal_group_exit_flag: SIGNAL_GROUP_EXIT,
         ..KernelOffsets::default()
-    };
+    })
+}
 
-    cgroup_path(btf, &mut off, &mut notes)?;
-    // Optional: the exit record's comm, PID-namespace pid and group CPU times (`watch`).
-    if btf.has_member("task_struct", "comm") {
-        off.task_comm = task("comm")?;
-    }
+/// The pid as the task's own PID namespace numbers it (optional).
+fn pid_numbers(btf: &Btf, off: &mut KernelOffsets) -> Result<(), OffsetsError> {
     if btf.has_member("task_struct", "thread_pid")
         && btf.has_member("pid", "level")
         && btf.has_member("pid", "numbers")
@@ -236,12 +281,22 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
                 cause,
             })?;
         if numbers.elem_size > 0 {
-            off.task_thread_pid = task("thread_pid")?;
+            off.task_thread_pid = field(btf, "task_struct", "thread_pid")?;
             off.pid_level = field(btf, "pid", "level")?;
             off.pid_numbers = numbers.offset;
             off.upid_size = numbers.elem_size;
         }
     }
+    Ok(())
+}
+
+/// The thread group's CPU times, and what wait4 returns of them (optional).
+fn group_cputime(
+    btf: &Btf,
+    off: &mut KernelOffsets,
+    notes: &mut Vec<String>,
+) -> Result<(), OffsetsError> {
+    let signal = |p| field(btf, "signal_struct", p);
     if btf.has_member("signal_struct", "sum_sched_runtime")
         && btf.has_member("signal_struct", "utime")
         && btf.has_member("signal_struct", "stime")
@@ -258,7 +313,7 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
             off.signal_prev_utime = signal("prev_cputime.utime")?;
             off.signal_prev_stime = signal("prev_cputime.stime")?;
             notes.push("tracepoint sched_process_free: present".into());
-            dead_switch(btf, &mut off, &mut notes)?;
+            dead_switch(btf, off, notes)?;
         } else {
             notes.push(
                 "no sched_process_free or signal_struct.prev_cputime: CPU figures read at exit"
@@ -266,23 +321,15 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
             );
         }
     }
+    Ok(())
+}
 
-    // sched_process_exit(task, group_dead) since 6.16: the kernel's own answer to "is this the
-    // last thread?". Before, signal->live is read, which two threads exiting at once can both
-    // see at 0.
-    if btf.typedef_fn_params("btf_trace_sched_process_exit").ok() == Some(3) {
-        off.exit_tp_group_dead = 1;
-        notes.push("tracepoint sched_process_exit passes group_dead".into());
-    }
-
-    creds::resolve(btf, &mut off, &mut notes)?;
-
-    let has_task_rss_stat = btf.has_member("task_struct", "rss_stat.count");
-    if has_task_rss_stat {
-        off.task_rss_stat_count = task("rss_stat.count")?;
-        notes.push("task_struct.rss_stat: per-task RSS deltas (split RSS counting)".into());
-    }
-
+/// How the kernel keeps an mm's RSS counters: the layout and the number of counters.
+fn rss_stat(
+    btf: &Btf,
+    off: &mut KernelOffsets,
+    notes: &mut Vec<String>,
+) -> Result<(u32, u32), OffsetsError> {
     let rss = btf
         .member_type("mm_struct", "rss_stat")
         .map_err(|cause| OffsetsError::Field {
@@ -334,11 +381,16 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
             })
         }
     };
-    off.rss_file_idx = rss_index(btf, "MM_FILEPAGES", nr)?;
-    off.rss_anon_idx = rss_index(btf, "MM_ANONPAGES", nr)?;
-    off.rss_shmem_idx = rss_index(btf, "MM_SHMEMPAGES", nr)?;
+    Ok((layout, nr))
+}
 
-    let has_prepare_exec = btf.has_typedef("btf_trace_sched_prepare_exec");
+/// Where memory is read at exec and at exit, and the group_dead fentry target (before 6.16).
+fn memory_hooks(
+    btf: &Btf,
+    off: &KernelOffsets,
+    has_prepare_exec: bool,
+    notes: &mut Vec<String>,
+) -> (MemHook, MemHook, Option<&'static str>) {
     notes.push(if has_prepare_exec {
         "tracepoint sched_prepare_exec: present".into()
     } else {
@@ -347,7 +399,7 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
     let exec_mem = if has_prepare_exec {
         MemHook::Tracepoint
     } else {
-        fentry_hook(btf, EXEC_MM_RELEASE, &mut notes)
+        fentry_hook(btf, EXEC_MM_RELEASE, notes)
     };
     let exit_mem = if off.exit_tp_group_dead != 0 {
         // The probe exit_tracepoint_has_mm() names for the tests.
@@ -361,7 +413,7 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
              is gone"
                 .into(),
         );
-        fentry_hook(btf, EXIT_MM_RELEASE, &mut notes)
+        fentry_hook(btf, EXIT_MM_RELEASE, notes)
     };
     let group_dead_hook =
         (off.exit_tp_group_dead == 0 && btf.has_func(TASKSTATS_EXIT)).then(|| {
@@ -370,17 +422,7 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
             ));
             TASKSTATS_EXIT
         });
-    Ok(Resolved {
-        group_dead_hook,
-        off,
-        rss_layout: layout,
-        nr_mm_counters: nr,
-        has_prepare_exec,
-        exit_mem,
-        exec_mem,
-        has_task_rss_stat,
-        notes,
-    })
+    (exec_mem, exit_mem, group_dead_hook)
 }
 
 #[cfg(test)]

@@ -7,11 +7,12 @@ use std::{
     ffi::CStr,
     fs::File,
     io::{self, Read},
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::fd::OwnedFd,
 };
 
 use crate::model::tree::Key;
 use rustc_hash::FxHashMap;
+use rustix::fs::{Mode, OFlags};
 
 /// Reads /proc files of processes into reusable buffers.
 #[derive(Debug)]
@@ -55,19 +56,12 @@ impl ProcReader {
                 _ => return Ok(false),
             },
         };
-        let path = format!("/proc/{pid}\0");
-        // SAFETY: NUL-terminated path; the descriptor is owned below.
-        let fd = unsafe {
-            libc::open(
-                path.as_ptr().cast(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
+        let path = format!("/proc/{pid}");
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let dir = match rustix::fs::open(path.as_str(), flags, Mode::empty()) {
+            Ok(dir) => dir,
+            Err(e) => return gone_or(e.into()),
         };
-        if fd < 0 {
-            return gone_or(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor we own.
-        let dir = unsafe { OwnedFd::from_raw_fd(fd) };
         if self.verify_start {
             if !read_at(&dir, c"stat", &mut self.stat).or_else(gone_or)? {
                 return Ok(false);
@@ -94,19 +88,8 @@ fn gone_or(e: io::Error) -> io::Result<bool> {
 }
 
 fn read_at(dir: &OwnedFd, name: &CStr, buf: &mut Vec<u8>) -> io::Result<bool> {
-    // SAFETY: NUL-terminated name relative to an open directory.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor we own.
-    let mut f = unsafe { File::from_raw_fd(fd) };
+    let fd = rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+    let mut f = File::from(fd);
     buf.clear();
     f.read_to_end(buf)?;
     Ok(true)

@@ -1,9 +1,10 @@
 //! Unit tests of the live process table: images and argv streaming, peaks, stale entries,
 //! ghosts for ancestry, `--pid-tree` membership, bounds.
 
-use spacetime_common::{flags, kind, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, MemStats};
+use spacetime_common::{flags, kind, EventHeader, ExitEvent, ImageEndEvent, MemStats};
 
 use super::table::{Ancestor, Names, Table, TableOptions};
+use crate::kernel::events::records::{self, hdr};
 use crate::kernel::events::{Args, Exec};
 
 fn opts(max: usize) -> TableOptions {
@@ -15,50 +16,18 @@ fn opts(max: usize) -> TableOptions {
     }
 }
 
-fn hdr(kind: u16, p: (u32, u64), ts: u64) -> EventHeader {
-    EventHeader {
-        kind,
-        session: 0,
-        flags: 0,
-        ts_ns: ts,
-        tgid: p.0,
-        pid: p.0,
-        leader_start_ns: p.1,
-    }
-}
-
 fn fork(t: &mut Table, parent: (u32, u64), child: (u32, u64)) {
-    t.fork(&ForkEvent {
-        hdr: hdr(kind::FORK, parent, child.1),
-        child_pid: child.0,
-        child_tgid: child.0,
-        child_start_ns: child.1,
-        ..ForkEvent::default()
-    });
+    t.fork(&records::fork(parent, child, child.1, 0));
 }
 
 fn thread(t: &mut Table, p: (u32, u64), tid: u32) {
-    let mut h = hdr(kind::FORK, p, p.1 + 1);
-    h.flags = flags::FORK_THREAD;
-    t.fork(&ForkEvent {
-        hdr: h,
-        child_pid: tid,
-        child_tgid: p.0,
-        child_start_ns: p.1 + 1,
-        ..ForkEvent::default()
-    });
+    t.fork(&records::thread(p, tid, p.1 + 1));
 }
 
 fn exec(t: &mut Table, p: (u32, u64), exe: &str, area: &[u8], total: usize) {
     t.exec(Exec {
-        hdr: hdr(kind::EXEC, p, p.1 + 10),
-        old_pid: p.0,
-        uid: 0,
-        cgroup_id: 0,
         comm: exe.rsplit('/').next().unwrap_or(exe).into(),
-        filename: exe.into(),
-        args_len: total as u32,
-        args: area.to_vec(),
+        ..records::exec(p, p.1 + 10, exe, area, total)
     });
 }
 

@@ -20,10 +20,10 @@ impl Tree {
 #[cfg(test)]
 use {
     crate::{
-        kernel::events::{Args, Event, Exec},
+        kernel::events::{Args, Event},
         model::cputime,
     },
-    spacetime_common::{flags, ExitEvent, ForkEvent, ImageEndEvent, RssEvent},
+    spacetime_common::{flags, ExitEvent, ImageEndEvent, RssEvent},
 };
 
 #[cfg(test)]

@@ -1,43 +1,18 @@
 //! Unit tests of [`crate::model::tree`].
 
 use super::*;
+use crate::kernel::events::records::{self, fork_record as fork};
 use spacetime_common::{kind, EventHeader, MemStats};
 
 fn hdr(kind: u16, tgid: u32, pid: u32, start: u64, ts: u64) -> EventHeader {
     EventHeader {
-        kind,
-        session: 0,
-        flags: 0,
-        ts_ns: ts,
-        tgid,
         pid,
-        leader_start_ns: start,
+        ..records::hdr(kind, (tgid, start), ts)
     }
 }
 
-fn fork(parent: (u32, u64), child: (u32, u64), ts: u64, f: u32) -> Event {
-    let mut h = hdr(kind::FORK, parent.0, parent.0, parent.1, ts);
-    h.flags = f;
-    Event::Fork(ForkEvent {
-        hdr: h,
-        child_pid: child.0,
-        child_tgid: child.0,
-        child_start_ns: child.1,
-        ..ForkEvent::default()
-    })
-}
-
 fn exec(p: (u32, u64), ts: u64, exe: &str, args: &[u8]) -> Event {
-    Event::Exec(Exec {
-        hdr: hdr(kind::EXEC, p.0, p.0, p.1, ts),
-        old_pid: p.0,
-        uid: 0,
-        cgroup_id: 0,
-        comm: crate::kernel::events::Comm::default(),
-        filename: exe.as_bytes().to_vec(),
-        args_len: args.len() as u32,
-        args: args.to_vec(),
-    })
+    Event::Exec(records::exec(p, ts, exe, args, args.len()))
 }
 
 /// argv as text, for comparisons.

@@ -215,9 +215,9 @@ async fn sleep_until(due: Option<u64>) {
 
 /// Runs until `c` is done.
 pub async fn run<C: Consumer>(io: &mut Io<'_>, c: &mut C, extra: &mut C::Extra) -> io::Result<()> {
-    // SAFETY: the ring buffer and the signalfd stay open and unchanged for longer than these
-    // registrations (dropped at the end of this function).
     let ready = match io.ring.wait_fd() {
+        // SAFETY: the ring buffer and the signalfd stay open and unchanged for longer than
+        // these registrations (dropped at the end of this function).
         Some(fd) => Some(unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }?),
         None => None,
     };
@@ -279,6 +279,7 @@ pub async fn run<C: Consumer>(io: &mut Io<'_>, c: &mut C, extra: &mut C::Extra) 
 pub fn read_signals(fd: libc::c_int) -> Vec<(libc::c_int, bool)> {
     let mut out = Vec::new();
     loop {
+        // SAFETY: signalfd_siginfo is plain C integers: all-zero is a value.
         let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
         let size = std::mem::size_of::<libc::signalfd_siginfo>();
         // SAFETY: reads one siginfo into a properly sized buffer.

@@ -8,7 +8,7 @@ use std::{
     ffi::{CString, OsStr, OsString},
     io,
     os::{
-        fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+        fd::{AsRawFd, OwnedFd, RawFd},
         unix::{ffi::OsStrExt, fs::PermissionsExt},
     },
     path::{Path, PathBuf},
@@ -100,8 +100,7 @@ pub struct Credentials {
 /// The invoking user when spacetime runs as root through sudo (SUDO_UID/SUDO_GID/SUDO_USER),
 /// with their supplementary groups.
 pub fn sudo_credentials() -> Result<Option<Credentials>, LaunchError> {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         return Ok(None);
     }
     let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
@@ -184,13 +183,7 @@ pub struct Held {
 }
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: valid array of two fds.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: freshly created descriptors we own.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    Ok(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
 }
 
 fn cstring(s: &OsStr) -> Result<CString, LaunchError> {
@@ -295,20 +288,23 @@ pub fn spawn_held_with(
 
 /// Reads one native-endian i32 from `fd`; None at end of file or on an error.
 fn read_i32(fd: &OwnedFd) -> Option<i32> {
+    let (buf, got) = read_4(fd);
+    (got == 4).then(|| i32::from_ne_bytes(buf))
+}
+
+/// Up to 4 bytes from a pipe, until end of file or an error: the bytes and how many came.
+fn read_4(fd: &OwnedFd) -> ([u8; 4], usize) {
     let mut buf = [0u8; 4];
     let mut got = 0;
     while got < 4 {
-        // SAFETY: valid fd and buffer.
-        let n = unsafe { libc::read(fd.as_raw_fd(), buf[got..].as_mut_ptr().cast(), 4 - got) };
-        if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
+        match rustix::io::read(fd, &mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => break,
         }
-        if n <= 0 {
-            return None;
-        }
-        got += n as usize;
     }
-    Some(i32::from_ne_bytes(buf))
+    (buf, got)
 }
 
 /// The child side: restore signals, become the target user, wait for release, exec.
@@ -359,34 +355,19 @@ impl Held {
     /// has then exited with 126/127 and is left for the caller to reap).
     pub fn release(self) -> Result<libc::pid_t, LaunchError> {
         let b = [1u8];
-        // SAFETY: valid fd and buffer.
-        let n = unsafe { libc::write(self.release.as_raw_fd(), b.as_ptr().cast(), 1) };
-        if n != 1 {
+        let wrote = match rustix::io::write(&self.release, &b) {
+            Ok(1) => Ok(()),
+            Ok(_) => Err(io::ErrorKind::WriteZero.into()),
+            Err(e) => Err(io::Error::from(e)),
+        };
+        if let Err(source) = wrote {
             return Err(LaunchError::Spawn {
                 cmd: self.cmd,
-                source: io::Error::last_os_error(),
+                source,
             });
         }
         drop(self.release);
-        let mut buf = [0u8; 4];
-        let mut got = 0;
-        while got < 4 {
-            // SAFETY: valid fd and buffer.
-            let n = unsafe {
-                libc::read(
-                    self.exec_error.as_raw_fd(),
-                    buf[got..].as_mut_ptr().cast(),
-                    4 - got,
-                )
-            };
-            if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            if n <= 0 {
-                break;
-            }
-            got += n as usize;
-        }
+        let (buf, got) = read_4(&self.exec_error);
         if got == 0 {
             return Ok(self.pid); // CLOEXEC closed the pipe: the exec succeeded.
         }

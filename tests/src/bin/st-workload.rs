@@ -15,6 +15,12 @@ use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt as _;
 use std::time::Duration;
 
+#[path = "st_workload/accounting.rs"]
+mod accounting;
+#[path = "st_workload/memory.rs"]
+mod memory;
+#[path = "st_workload/processes.rs"]
+mod processes;
 #[path = "st_workload/pss.rs"]
 mod pss;
 #[path = "st_workload/truth.rs"]
@@ -112,12 +118,14 @@ extern "C" {
 fn die(msg: &str) -> ! {
     eprintln!("st-workload: {msg}");
     eprint!("{USAGE}");
+    // SAFETY: _exit(2) ends the process here; nothing needs dropping.
     unsafe { libc::_exit(2) }
 }
 
 fn sys_die(what: &str) -> ! {
     let err = std::io::Error::last_os_error();
     eprintln!("st-workload[{}]: {what}: {err}", std::process::id());
+    // SAFETY: _exit(2) ends the process here; nothing needs dropping.
     unsafe { libc::_exit(120) }
 }
 
@@ -126,12 +134,14 @@ fn sys_die(what: &str) -> ! {
 fn prefault_stack() {
     let mut buf = [0u8; STACK_PREFAULT];
     for i in (0..STACK_PREFAULT).step_by(1024) {
+        // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
         unsafe { std::ptr::write_volatile(buf.as_mut_ptr().add(i), 1) };
     }
     std::hint::black_box(&buf);
 }
 
 fn gettid() -> i64 {
+    // SAFETY: a system call without pointers into memory it could misuse.
     unsafe { libc::syscall(libc::SYS_gettid) }
 }
 
@@ -144,6 +154,7 @@ fn gettid() -> i64 {
 /// are folded and nothing new is pending. A no-op on later kernels (no per-thread counts).
 fn fold_rss_counters(region: usize) {
     let page = 4096;
+    // SAFETY: advice on, and reads of, a region this process mapped and keeps.
     unsafe {
         // Drops the zero-page mappings of an earlier fold (not counted either), so the reads
         // below fault again.
@@ -160,6 +171,7 @@ fn fold_rss_counters(region: usize) {
 
 /// Reserves the never-written region `fold_rss_counters` reads; returns its address.
 fn fold_region() -> usize {
+    // SAFETY: a new anonymous mapping at an address the kernel picks.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -213,6 +225,7 @@ impl Recorder {
     /// call `finish` as the last thing before exit/exec.
     fn begin(&mut self, mode: &str) -> &mut Self {
         self.line.clear();
+        // SAFETY: a system call without pointers into memory it could misuse.
         let pid = unsafe { libc::getpid() };
         let _ = write!(
             self.line,
@@ -264,6 +277,7 @@ impl Recorder {
         prefault_text();
         for pass in 0..2 {
             self.line.truncate(prefix);
+            // SAFETY: a system call without pointers into memory it could misuse.
             let ppid = unsafe { libc::getppid() };
             fold_rss_counters(self.fold);
             let n = self.read_status();
@@ -276,10 +290,12 @@ impl Recorder {
             );
             if pass == 0 {
                 // Fault in write(2)'s wrapper without writing anything (EBADF).
+                // SAFETY: writes from a buffer valid for the length given.
                 unsafe { libc::write(-1, self.line.as_ptr().cast(), 0) };
             }
         }
         let Some(path) = &self.truth else { return };
+        // SAFETY: a NUL-terminated path; the descriptor is closed below.
         unsafe {
             let fd = libc::open(
                 path.as_ptr(),
@@ -299,6 +315,7 @@ impl Recorder {
 
     fn read_status(&mut self) -> usize {
         let mut n = 0usize;
+        // SAFETY: a NUL-terminated path; the descriptor is closed below.
         unsafe {
             let fd = libc::open(
                 c"/proc/self/status".as_ptr(),
@@ -348,6 +365,7 @@ fn status_kib(status: &[u8], key: &[u8]) -> i64 {
 }
 
 fn exit(code: i32) -> ! {
+    // SAFETY: _exit(2) ends the process here; nothing needs dropping.
     unsafe { libc::_exit(code) }
 }
 
@@ -403,8 +421,10 @@ fn touch(mib: usize) {
         return;
     }
     let len = mib << 20;
+    // SAFETY: a system call without pointers into memory it could misuse.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
     let p = map_anon(len);
+    // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
     unsafe {
         for off in (0..len).step_by(page) {
             std::ptr::write_volatile(p.add(off), 1);
@@ -413,6 +433,7 @@ fn touch(mib: usize) {
 }
 
 fn fork() -> libc::pid_t {
+    // SAFETY: fork(2) takes no pointers; the child runs on in its own copy of this process.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         sys_die("fork");
@@ -437,6 +458,7 @@ fn threaded_exit(shape: &str, us: u64) -> ! {
         }
         "leader-first" => {
             // The main thread alone leaves; the process ends with its last thread.
+            // SAFETY: exit(2) ends this thread only; nothing it owns is used after.
             unsafe { libc::syscall(libc::SYS_exit, 0) };
             die("exit(2) returned")
         }
@@ -459,6 +481,7 @@ fn burn_cpu_us(us: u64) {
             tv_sec: 0,
             tv_nsec: 0,
         };
+        // SAFETY: a valid timespec to fill.
         unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
         ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
     };
@@ -471,8 +494,10 @@ fn burn_cpu_us(us: u64) {
 /// wait4(pid): the child's rusage (dies unless it exited with status 0).
 fn wait4_rusage(pid: libc::pid_t) -> libc::rusage {
     let mut st = 0;
+    // SAFETY: a plain C struct of integers: all-zero is a value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     loop {
+        // SAFETY: valid status and rusage to fill, for a child of this process.
         let r = unsafe { libc::wait4(pid, &mut st, 0, &mut ru) };
         if r == pid {
             if !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0) {
@@ -494,6 +519,7 @@ fn timeval_us(tv: libc::timeval) -> i64 {
 fn wait_ok(pid: libc::pid_t) -> bool {
     let mut st = 0;
     loop {
+        // SAFETY: a valid status to fill (or null), for a child of this process.
         let r = unsafe { libc::waitpid(pid, &mut st, 0) };
         if r == pid {
             return libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0;
@@ -525,12 +551,14 @@ fn prefault_text() {
     ];
     for f in fns {
         for off in [0, 63, 127] {
+            // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
             unsafe { std::ptr::read_volatile((f + off) as *const u8) };
         }
     }
 }
 
 fn execv(argv: &[CString], argv_ptrs: &[*const libc::c_char]) -> ! {
+    // SAFETY: a NUL-terminated path and a null-terminated array of such strings, alive for the call.
     unsafe { libc::execv(argv[0].as_ptr(), argv_ptrs.as_ptr()) };
     sys_die(&format!("execv {:?}", argv[0]))
 }
@@ -574,6 +602,7 @@ fn main() {
         let mut bytes = name.as_bytes().to_vec();
         bytes.truncate(15);
         bytes.push(0);
+        // SAFETY: PR_SET_NAME reads a NUL-terminated name of at most 16 bytes.
         unsafe { libc::prctl(libc::PR_SET_NAME, bytes.as_ptr()) };
         let _ = std::thread::spawn(|| ()).join();
         exit(0);
@@ -581,443 +610,36 @@ fn main() {
     let mode = mode.to_owned();
     let mut rec = Recorder::new();
     match mode.as_str() {
-        "touch" => {
-            let mib: usize = parse(&args, 2, "MIB");
-            touch(mib);
-            rec.begin("touch").int("mib", mib as i64).finish();
-            exit(0)
-        }
-        "peak-free" => {
-            // Reach a peak of BIG MiB, note the exact VmRSS there, free it, then use SMALL MiB:
-            // the kernel's hiwater_rss (raised lazily, from approximate counts) may lag the
-            // peak; spacetime must not.
-            let big: usize = parse(&args, 2, "BIG");
-            let small: usize = parse(&args, 3, "SMALL");
-            let len = big << 20;
-            let p = map_anon(len);
-            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-            for off in (0..len).step_by(page) {
-                unsafe { std::ptr::write_volatile(p.add(off), 1) };
-            }
-            // The first pass warms the reading path (its text, its buffer); the second folds
-            // this thread's pending RSS counts first (see fold_rss_counters), so VmRSS is exact.
-            let mut at_peak = 0;
-            for pass in 0..2 {
-                if pass == 1 {
-                    fold_rss_counters(rec.fold);
-                }
-                let status = std::fs::read("/proc/self/status").unwrap_or_else(|_| die("status"));
-                at_peak = status_kib(&status, b"VmRSS:");
-            }
-            unsafe { libc::munmap(p.cast(), len) };
-            touch(small);
-            rec.begin("peak-free")
-                .int("peak_vmrss_kib", at_peak)
-                .finish();
-            exit(0)
-        }
-        "exit-together" => {
-            // Several threads end at once: before 6.16 more than one of them can pass the
-            // kernel-side "last thread" test, and the process must still end once.
-            let n: usize = parse(&args, 2, "N");
-            rec.begin("exit-together").int("threads", n as i64).finish();
-            let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
-            for _ in 1..n {
-                let b = std::sync::Arc::clone(&barrier);
-                std::thread::spawn(move || {
-                    b.wait();
-                    unsafe { libc::syscall(libc::SYS_exit, 0) };
-                });
-            }
-            barrier.wait();
-            unsafe { libc::syscall(libc::SYS_exit, 0) };
-            exit(0)
-        }
-        "hold-together" => {
-            // Concurrent holders that overlap by construction, not by timing: each keeps its
-            // memory until every one of them has reached its peak (an emulated CPU can stall
-            // one holder for seconds while another's sleep runs out).
-            let n: usize = parse(&args, 2, "N");
-            let dir = args
-                .get(3)
-                .map(std::path::PathBuf::from)
-                .unwrap_or_else(|| die("missing DIR"));
-            let mib: usize = parse(&args, 4, "MIB");
-            let ms: u64 = parse(&args, 5, "MS");
-            touch(mib);
-            rec.warm_up();
-            let me = dir.join(std::process::id().to_string());
-            std::fs::write(&me, b"").unwrap_or_else(|_| die("create the ready file"));
-            loop {
-                let ready = std::fs::read_dir(&dir)
-                    .unwrap_or_else(|_| die("read DIR"))
-                    .count();
-                if ready >= n {
-                    break;
-                }
-                // Waiting for the others' files: a poll, not a guess at how long they take.
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            // Everything this process will touch is touched (the wait allocated too): fold its
-            // pending RSS counts into the mm (see fold_rss_counters) so the kernel's tree sum
-            // sees all of it. Then all are at their peak, long enough for the sampled figures
-            // (PSS) to see it too.
-            fold_rss_counters(rec.fold);
-            std::thread::sleep(Duration::from_millis(ms));
-            rec.begin("hold-together").int("mib", mib as i64).finish();
-            exit(0)
-        }
-        "hold" => {
-            // Touch MIB MiB, keep them resident for MS ms, then exit.
-            let mib: usize = parse(&args, 2, "MIB");
-            let ms: u64 = parse(&args, 3, "MS");
-            touch(mib);
-            // Everything counted in the mm (and seen by kmem:rss_stat) for the whole hold: warm
-            // the sleep and recording paths, then fold this thread's pending RSS counts (see
-            // fold_rss_counters).
-            rec.warm_up();
-            std::thread::sleep(Duration::from_millis(1));
-            fold_rss_counters(rec.fold);
-            std::thread::sleep(Duration::from_millis(ms));
-            rec.begin("hold")
-                .int("mib", mib as i64)
-                .int("ms", ms as i64)
-                .finish();
-            exit(0)
-        }
-        "grow-exec" => {
-            let mib: usize = parse(&args, 2, "MIB");
-            let argv = exec_argv(&args, 3);
-            let argv_ptrs = ptrs(&argv);
-            touch(mib);
-            rec.begin("grow-exec").int("mib", mib as i64).finish();
-            execv(&argv, &argv_ptrs)
-        }
+        "touch" => memory::touch_mode(&args, &mut rec),
+        "peak-free" => memory::peak_free(&args, &mut rec),
+        "exit-together" => processes::exit_together(&args, &mut rec),
+        "hold-together" => memory::hold_together(&args, &mut rec),
+        "hold" => memory::hold(&args, &mut rec),
+        "grow-exec" => memory::grow_exec(&args, &mut rec),
         "tree" => {
             let depth: i64 = parse(&args, 2, "DEPTH");
             let width: i64 = parse(&args, 3, "WIDTH");
             tree_node(&mut rec, 0, depth, width)
         }
-        "threads" => {
-            let n: usize = parse(&args, 2, "N");
-            let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
-            let handles: Vec<_> = (0..n)
-                .map(|_| {
-                    let b = barrier.clone();
-                    std::thread::Builder::new()
-                        .spawn(move || {
-                            let tid = gettid();
-                            // All N threads are alive at once, so their tids are distinct.
-                            b.wait();
-                            tid
-                        })
-                        .unwrap_or_else(|e| die(&format!("spawn thread: {e}")))
-                })
-                .collect();
-            let tids: Vec<i64> = handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| die("thread panicked")))
-                .collect();
-            // join() returns when a thread clears its tid, before its exit is done: wait
-            // until the kernel has released them, so every worker's exit precedes the main
-            // thread's and the main thread is the process's last (its end).
-            let until = std::time::Instant::now() + Duration::from_secs(10);
-            while std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count()) > 1
-                && std::time::Instant::now() < until
-            {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            rec.begin("threads")
-                .int("threads", n as i64)
-                .ints("tids", &tids)
-                .finish();
-            exit(0)
-        }
-        "orphan" => {
-            let ms: u64 = parse(&args, 2, "MS");
-            let child = fork();
-            if child == 0 {
-                let me = unsafe { libc::getpid() };
-                let grandchild = fork();
-                if grandchild == 0 {
-                    std::thread::sleep(Duration::from_millis(ms));
-                    rec.begin("orphan")
-                        .str("role", "grandchild")
-                        .int("parent_at_fork", i64::from(me))
-                        .int("ms", ms as i64)
-                        .finish();
-                    exit(0)
-                }
-                rec.begin("orphan")
-                    .str("role", "child")
-                    .int("grandchild", i64::from(grandchild))
-                    .finish();
-                exit(0)
-            }
-            let ok = wait_ok(child);
-            rec.begin("orphan")
-                .str("role", "root")
-                .int("child", i64::from(child))
-                .int("failed", i64::from(!ok))
-                .finish();
-            exit(0)
-        }
-        "rusage" => {
-            // Arguments that are not numbers (a test's token) are skipped.
-            let spins: Vec<u64> = args[2..]
-                .iter()
-                .filter_map(|a| a.to_str()?.parse().ok())
-                .collect();
-            let mut pids = Vec::with_capacity(spins.len());
-            let mut user = Vec::with_capacity(spins.len());
-            let mut sys = Vec::with_capacity(spins.len());
-            for &us in &spins {
-                let pid = fork();
-                if pid == 0 {
-                    burn_cpu_us(us);
-                    exit(0);
-                }
-                let ru = wait4_rusage(pid);
-                pids.push(i64::from(pid));
-                user.push(timeval_us(ru.ru_utime));
-                sys.push(timeval_us(ru.ru_stime));
-            }
-            rec.begin("rusage")
-                .ints("pids", &pids)
-                .ints("user_us", &user)
-                .ints("sys_us", &sys)
-                .finish();
-            exit(0)
-        }
-        "rusage-threads" => {
-            let us: u64 = parse(&args, 2, "US");
-            let shapes = ["group", "leader-first", "joined"];
-            let (mut pids, mut user, mut sys) = (Vec::new(), Vec::new(), Vec::new());
-            for shape in shapes {
-                let pid = fork();
-                if pid == 0 {
-                    threaded_exit(shape, us);
-                }
-                let ru = wait4_rusage(pid);
-                pids.push(i64::from(pid));
-                user.push(timeval_us(ru.ru_utime));
-                sys.push(timeval_us(ru.ru_stime));
-            }
-            rec.begin("rusage-threads")
-                .ints("pids", &pids)
-                .ints("user_us", &user)
-                .ints("sys_us", &sys)
-                .finish();
-            exit(0)
-        }
-        "rusage-of" => {
-            let argv = exec_argv(&args, 2);
-            let argv_ptrs = ptrs(&argv);
-            let pid = fork();
-            if pid == 0 {
-                unsafe { libc::execv(argv[0].as_ptr(), argv_ptrs.as_ptr()) };
-                exit(127);
-            }
-            let ru = wait4_rusage(pid);
-            rec.begin("rusage-of")
-                .int("child", i64::from(pid))
-                .int("user_us", timeval_us(ru.ru_utime))
-                .int("sys_us", timeval_us(ru.ru_stime))
-                .finish();
-            exit(0)
-        }
-        "storm" | "spawn" => {
-            let n: usize = parse(&args, 2, "N");
-            let argv = exec_argv(&args, 3);
-            let argv_ptrs = ptrs(&argv);
-            let mut pids: Vec<i64> = Vec::with_capacity(n);
-            let mut failed = 0i64;
-            if mode == "storm" {
-                for _ in 0..n {
-                    let pid = fork();
-                    if pid == 0 {
-                        unsafe { libc::execv(argv[0].as_ptr(), argv_ptrs.as_ptr()) };
-                        exit(127);
-                    }
-                    pids.push(i64::from(pid));
-                    failed += i64::from(!wait_ok(pid));
-                }
-            } else {
-                for _ in 0..n {
-                    let mut pid: libc::pid_t = 0;
-                    let r = unsafe {
-                        libc::posix_spawn(
-                            &mut pid,
-                            argv[0].as_ptr(),
-                            std::ptr::null(),
-                            std::ptr::null(),
-                            argv_ptrs.as_ptr() as *const *mut libc::c_char,
-                            environ,
-                        )
-                    };
-                    if r != 0 {
-                        eprintln!(
-                            "st-workload: posix_spawn {:?}: {}",
-                            argv[0],
-                            std::io::Error::from_raw_os_error(r)
-                        );
-                        failed += 1;
-                        continue;
-                    }
-                    pids.push(i64::from(pid));
-                }
-                failed += pids.iter().filter(|&&p| !wait_ok(p as libc::pid_t)).count() as i64;
-            }
-            rec.begin(&mode)
-                .int("children", n as i64)
-                .int("failed", failed)
-                .ints("pids", &pids)
-                .finish();
-            exit(0)
-        }
-        "burst" => {
-            let n: usize = parse(&args, 2, "N");
-            let tag = args
-                .get(3)
-                .and_then(|t| t.to_str())
-                .unwrap_or_else(|| die("missing TAG"));
-            let me = CString::new("/proc/self/exe").unwrap_or_else(|_| die("CString"));
-            let argv0 = CString::new(args[0].as_bytes()).unwrap_or_else(|_| die("argv[0]"));
-            let quiet = CString::new("quiet-exit").unwrap_or_else(|_| die("CString"));
-            let mut pids: Vec<i64> = Vec::with_capacity(n);
-            let mut failed = 0i64;
-            for i in 0..n {
-                // Built before the fork: the child only execs.
-                let code = CString::new((i % 256).to_string()).unwrap_or_else(|_| die("code"));
-                let name = CString::new(format!("{tag}-{i}")).unwrap_or_else(|_| die("tag"));
-                let argv = [argv0.as_ptr(), quiet.as_ptr(), code.as_ptr(), name.as_ptr()];
-                let argv = [argv[0], argv[1], argv[2], argv[3], std::ptr::null()];
-                let pid = fork();
-                if pid == 0 {
-                    unsafe { libc::execv(me.as_ptr(), argv.as_ptr()) };
-                    exit(127);
-                }
-                pids.push(i64::from(pid));
-                let mut status = 0;
-                if unsafe { libc::waitpid(pid, &mut status, 0) } != pid
-                    || !libc::WIFEXITED(status)
-                    || libc::WEXITSTATUS(status) != (i % 256) as i32
-                {
-                    failed += 1;
-                }
-            }
-            rec.begin("burst")
-                .int("children", n as i64)
-                .int("failed", failed)
-                .ints("pids", &pids)
-                .finish();
-            exit(0)
-        }
-        "forkloop" => {
-            let ms: u64 = parse(&args, 2, "MS");
-            let until = std::time::Instant::now() + Duration::from_millis(ms);
-            let mut forks = 0i64;
-            while std::time::Instant::now() < until {
-                let pid = fork();
-                if pid == 0 {
-                    unsafe { libc::_exit(0) };
-                }
-                unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-                forks += 1;
-            }
-            println!("forks {forks}");
-            rec.begin("forkloop").int("forks", forks).finish();
-            exit(0)
-        }
-        "thread-exec" => {
-            let argv = exec_argv(&args, 2);
-            // The main thread folds its own pending RSS counts (see fold_rss_counters) before
-            // the exec thread measures, then spins (no syscall text to fault in) until the
-            // exec kills it.
-            let folded = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let go = folded.clone();
-            let fold = rec.fold;
-            let _ = std::thread::Builder::new()
-                .spawn(move || {
-                    let argv_ptrs = ptrs(&argv);
-                    prefault_stack();
-                    while !go.load(std::sync::atomic::Ordering::Acquire) {
-                        std::hint::spin_loop();
-                    }
-                    rec.begin("thread-exec").finish();
-                    // The kernel kills the other threads and gives this one the leader's pid.
-                    execv(&argv, &argv_ptrs)
-                })
-                .unwrap_or_else(|e| die(&format!("spawn thread: {e}")));
-            fold_rss_counters(fold);
-            folded.store(true, std::sync::atomic::Ordering::Release);
-            loop {
-                std::hint::spin_loop();
-            }
-        }
+        "threads" => processes::threads(&args, &mut rec),
+        "orphan" => processes::orphan(&args, &mut rec),
+        "rusage" => accounting::rusage(&args, &mut rec),
+        "rusage-threads" => accounting::rusage_threads(&args, &mut rec),
+        "rusage-of" => accounting::rusage_of(&args, &mut rec),
+        "storm" | "spawn" => processes::storm(&args, &mut rec),
+        "burst" => processes::burst(&args, &mut rec),
+        "forkloop" => processes::forkloop(&args, &mut rec),
+        "thread-exec" => processes::thread_exec(&args, rec),
         "exit" => {
             let code: i32 = parse(&args, 2, "CODE");
             rec.begin("exit").int("code", i64::from(code)).finish();
             exit(code)
         }
-        "kill" => {
-            let sig: i32 = parse(&args, 2, "SIG");
-            rec.begin("kill").int("sig", i64::from(sig)).finish();
-            unsafe {
-                libc::signal(sig, libc::SIG_DFL);
-                let mut set: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut set);
-                libc::sigaddset(&mut set, sig);
-                libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-                libc::raise(sig);
-            }
-            eprintln!("st-workload: still alive after raise({sig})");
-            exit(100)
-        }
-        "undumpable" => {
-            let ms: u64 = parse(&args, 2, "MS");
-            // SAFETY: plain syscall on this process.
-            unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
-            std::thread::sleep(Duration::from_millis(ms));
-            rec.begin("undumpable").int("ms", ms as i64).finish();
-            exit(0)
-        }
-        "sleep" => {
-            let ms: u64 = parse(&args, 2, "MS");
-            std::thread::sleep(Duration::from_millis(ms));
-            rec.begin("sleep").int("ms", ms as i64).finish();
-            exit(0)
-        }
-        "whoami" => {
-            let (uid, euid, gid, egid) = unsafe {
-                (
-                    libc::getuid(),
-                    libc::geteuid(),
-                    libc::getgid(),
-                    libc::getegid(),
-                )
-            };
-            let mut groups = vec![0 as libc::gid_t; 4096];
-            let n = unsafe { libc::getgroups(groups.len() as i32, groups.as_mut_ptr()) };
-            if n < 0 {
-                sys_die("getgroups");
-            }
-            let groups: Vec<i64> = groups[..n as usize].iter().map(|&g| i64::from(g)).collect();
-            rec.begin("whoami")
-                .int("uid", i64::from(uid))
-                .int("euid", i64::from(euid))
-                .int("gid", i64::from(gid))
-                .int("egid", i64::from(egid))
-                .ints("groups", &groups)
-                .finish();
-            exit(0)
-        }
-        "fill" => {
-            let mib: usize = parse(&args, 2, "MIB");
-            fill_and_unmap(mib);
-            rec.begin("fill").int("mib", mib as i64).finish();
-            exit(0)
-        }
+        "kill" => processes::kill(&args, &mut rec),
+        "undumpable" => processes::undumpable(&args, &mut rec),
+        "sleep" => processes::sleep(&args, &mut rec),
+        "whoami" => accounting::whoami(&mut rec),
+        "fill" => memory::fill_mode(&args, &mut rec),
         "fillfill" => fillfill(&mut rec, parse(&args, 2, "MIB")),
         "leave-child" => leave_child(&mut rec, parse(&args, 2, "MIB"), parse(&args, 3, "MS")),
         "cow-fork" => cow_fork(&mut rec, parse(&args, 2, "MIB")),
@@ -1062,6 +684,7 @@ fn fill_and_unmap(mib: usize) {
         return;
     }
     let p = map_anon(len);
+    // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
     unsafe {
         for off in 0..len {
             std::ptr::write_volatile(p.add(off), b'F');
@@ -1095,11 +718,13 @@ fn fillfill(rec: &mut Recorder, mib: usize) -> ! {
 /// root (through a pipe) that it may exit, and holds its memory for MS ms.
 fn leave_child(rec: &mut Recorder, mib: usize, ms: u64) -> ! {
     let mut fds = [0; 2];
+    // SAFETY: an array of two descriptors to fill.
     if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
         sys_die("pipe");
     }
     let child = fork();
     if child == 0 {
+        // SAFETY: closes a descriptor this process owns and does not use after.
         unsafe { libc::close(fds[0]) };
         touch(mib);
         // Warm the sleep and recording paths, then fold pending RSS counts (as "hold" does):
@@ -1111,14 +736,17 @@ fn leave_child(rec: &mut Recorder, mib: usize, ms: u64) -> ! {
             .str("role", "child")
             .int("mib", mib as i64)
             .finish();
+        // SAFETY: writes from a buffer valid for the length given.
         if unsafe { libc::write(fds[1], b"x".as_ptr().cast(), 1) } != 1 {
             sys_die("write pipe");
         }
         std::thread::sleep(Duration::from_millis(ms));
         exit(0)
     }
+    // SAFETY: closes a descriptor this process owns and does not use after.
     unsafe { libc::close(fds[1]) };
     let mut b = [0u8; 1];
+    // SAFETY: reads into a buffer valid for the length given.
     if unsafe { libc::read(fds[0], b.as_mut_ptr().cast(), 1) } != 1 {
         sys_die("read pipe");
     }
@@ -1131,6 +759,7 @@ fn leave_child(rec: &mut Recorder, mib: usize, ms: u64) -> ! {
 
 fn pipe_pair() -> [libc::c_int; 2] {
     let mut fds = [0; 2];
+    // SAFETY: an array of two descriptors to fill.
     if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
         sys_die("pipe");
     }
@@ -1138,6 +767,7 @@ fn pipe_pair() -> [libc::c_int; 2] {
 }
 
 fn send_byte(fd: libc::c_int) {
+    // SAFETY: writes from a buffer valid for the length given.
     if unsafe { libc::write(fd, b"x".as_ptr().cast(), 1) } != 1 {
         sys_die("write pipe");
     }
@@ -1145,6 +775,7 @@ fn send_byte(fd: libc::c_int) {
 
 fn recv_byte(fd: libc::c_int) {
     let mut b = [0u8; 1];
+    // SAFETY: reads into a buffer valid for the length given.
     if unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) } != 1 {
         sys_die("read pipe");
     }
@@ -1157,8 +788,10 @@ fn recv_byte(fd: libc::c_int) {
 fn cow_fork(rec: &mut Recorder, mib: usize) -> ! {
     let len = mib << 20;
     let p = map_anon(len);
+    // SAFETY: a system call without pointers into memory it could misuse.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
     for off in (0..len).step_by(page) {
+        // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
         unsafe { std::ptr::write_volatile(p.add(off), 1) };
     }
     let (ready, done) = (pipe_pair(), pipe_pair());
@@ -1166,6 +799,7 @@ fn cow_fork(rec: &mut Recorder, mib: usize) -> ! {
     if child == 0 {
         let mut sum = 0u64;
         for off in (0..len).step_by(page) {
+            // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
             sum += u64::from(unsafe { std::ptr::read_volatile(p.add(off)) });
         }
         rec.begin("cow-fork")
@@ -1195,12 +829,14 @@ fn page_cache(rec: &mut Recorder, path: &std::ffi::OsStr) -> ! {
     let f = std::fs::File::open(path).unwrap_or_else(|_| sys_die("open FILE"));
     let len = f.metadata().unwrap_or_else(|_| sys_die("stat FILE")).len() as usize;
     let fd = f.as_raw_fd();
+    // SAFETY: advice on a descriptor this process opened.
     if unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) } != 0 {
         sys_die("posix_fadvise");
     }
     let before = cached_bytes(fd, len);
     let mut buf = vec![0u8; 64 << 10];
     loop {
+        // SAFETY: reads into a buffer valid for the length given.
         let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
         if n < 0 {
             sys_die("read FILE");
@@ -1221,7 +857,9 @@ fn page_cache(rec: &mut Recorder, path: &std::ffi::OsStr) -> ! {
 /// The bytes of the file's first `len` that are in the page cache (mincore over a mapping
 /// that is never touched, so it adds no RSS).
 fn cached_bytes(fd: libc::c_int, len: usize) -> usize {
+    // SAFETY: a system call without pointers into memory it could misuse.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    // SAFETY: a new anonymous mapping at an address the kernel picks.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -1236,9 +874,11 @@ fn cached_bytes(fd: libc::c_int, len: usize) -> usize {
         sys_die("mmap FILE");
     }
     let mut vec = vec![0u8; len.div_ceil(page)];
+    // SAFETY: a vector of one byte per page of the mapping, for the mapping made above.
     if unsafe { libc::mincore(p, len, vec.as_mut_ptr()) } != 0 {
         sys_die("mincore");
     }
+    // SAFETY: unmaps the mapping made above, not used after.
     unsafe { libc::munmap(p, len) };
     vec.iter().filter(|&&b| b & 1 != 0).count() * page
 }
@@ -1254,6 +894,7 @@ fn attach_grow(rec: &mut Recorder, n: usize, m: usize) -> ! {
         .int("mib", n as i64)
         .finish();
     let line = b"ready\n";
+    // SAFETY: writes from a buffer valid for the length given.
     if unsafe { libc::write(1, line.as_ptr().cast(), line.len()) } != line.len() as isize {
         sys_die("write stdout");
     }
@@ -1275,6 +916,7 @@ fn attach_tree(rec: &mut Recorder, n: usize, m: usize, k: usize) -> ! {
     let child = fork();
     if child == 0 {
         // Only the parent writes: its end, if the parent dies, ends this wait.
+        // SAFETY: closes a descriptor this process owns and does not use after.
         unsafe { libc::close(pre[1]) };
         touch(n / 2);
         recv_byte(pre[0]);
@@ -1285,6 +927,7 @@ fn attach_tree(rec: &mut Recorder, n: usize, m: usize, k: usize) -> ! {
         exit(5)
     }
     let line = format!("ready {child}\n");
+    // SAFETY: writes from a buffer valid for the length given.
     if unsafe { libc::write(1, line.as_ptr().cast(), line.len()) } != line.len() as isize {
         sys_die("write stdout");
     }
@@ -1305,12 +948,14 @@ fn attach_tree(rec: &mut Recorder, n: usize, m: usize, k: usize) -> ! {
     }
     for c in post {
         let mut st = 0;
+        // SAFETY: a valid status to fill (or null), for a child of this process.
         if unsafe { libc::waitpid(c, &mut st, 0) } != c {
             sys_die("waitpid");
         }
     }
     send_byte(pre[1]);
     let mut st = 0;
+    // SAFETY: a valid status to fill (or null), for a child of this process.
     if unsafe { libc::waitpid(child, &mut st, 0) } != child {
         sys_die("waitpid");
     }

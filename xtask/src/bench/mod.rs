@@ -13,7 +13,7 @@ mod workloads;
 
 use std::{
     fs,
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::atomic::{AtomicU8, Ordering},
     time::Instant,
 };
@@ -275,25 +275,9 @@ pub fn bench(opts: Options) -> Result<()> {
         }
         false => None,
     };
-    let rss = if sizes.rss_processes > 0 && opts.workloads.is_empty() {
-        eprintln!(
-            "xtask: bench: spacetime's own memory on a {}-process trace",
-            sizes.rss_processes
-        );
-        let w = Workload {
-            name: "rss",
-            title: String::new(),
-            argv: workloads::storm_argv(&out.join("work"), sizes.rss_processes),
-            dir: out.join("work"),
-            processes: None,
-            prepare: None,
-        };
-        Some(RssRun {
-            processes: sizes.rss_processes + 3,
-            sample: runners::run_once(&env, &w, Runner::Trace)?,
-        })
-    } else {
-        None
+    let rss = match opts.workloads.is_empty() {
+        true => rss_run(&env, &sizes, &out.join("work"))?,
+        false => None,
     };
     drop(guard);
     let bench = report::Bench {
@@ -322,4 +306,27 @@ pub fn bench(opts: Options) -> Result<()> {
         eprintln!("xtask: BENCHMARKS.md updated");
     }
     Ok(())
+}
+
+/// spacetime's own memory on a big trace (none when the sizes ask for none).
+fn rss_run(env: &Env, sizes: &Sizes, work: &Path) -> Result<Option<RssRun>> {
+    if sizes.rss_processes == 0 {
+        return Ok(None);
+    }
+    eprintln!(
+        "xtask: bench: spacetime's own memory on a {}-process trace",
+        sizes.rss_processes
+    );
+    let w = Workload {
+        name: "rss",
+        title: String::new(),
+        argv: workloads::storm_argv(work, sizes.rss_processes),
+        dir: work.to_path_buf(),
+        processes: None,
+        prepare: None,
+    };
+    Ok(Some(RssRun {
+        processes: sizes.rss_processes + 3,
+        sample: runners::run_once(env, &w, Runner::Trace)?,
+    }))
 }

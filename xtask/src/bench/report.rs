@@ -93,6 +93,74 @@ fn bare_of(w: &WorkloadResult) -> Option<&Summary> {
     w.runners.iter().find(|s| s.runner == Runner::Bare)
 }
 
+/// One workload's table of runners, then its in-kernel costs and start-ups.
+fn workload_section(o: &mut String, w: &WorkloadResult) {
+    let Some(bare) = bare_of(w) else { return };
+    let _ = writeln!(o, "\n### {} — {}\n", w.name, w.title);
+    let _ = writeln!(
+        o,
+        "| runner | wall, median (min–max) | × bare | CPU, median | CPU × bare | spacetime CPU | spacetime peak RSS | lost | processes seen |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    for s in &w.runners {
+        let dash = || "–".to_string();
+        let _ = writeln!(
+            o,
+            "| {} | {} | {:.3} | {} | {:.2} | {} | {} | {} | {} |",
+            s.runner.label(),
+            spread(&s.wall),
+            ratio(s.wall.median, bare.wall.median).unwrap_or(f64::NAN),
+            ms(s.cpu.median),
+            ratio(s.cpu.median, bare.cpu.median).unwrap_or(f64::NAN),
+            s.tool_cpu.as_ref().map_or_else(dash, |c| ms(c.median)),
+            s.tool_peak_rss.map_or_else(dash, mib),
+            s.lost.map_or_else(dash, |l| l.to_string()),
+            match (s.processes, s.runner) {
+                (None, _) => dash(),
+                (Some((a, b)), Runner::Watch) => format!("{a}–{b} (system-wide)"),
+                (Some((a, b)), _) if a == b => match w.expected_processes {
+                    Some(e) if e != a => format!("**{a} of {e}**"),
+                    _ => a.to_string(),
+                },
+                (Some((a, b)), _) => format!("{a}–{b}"),
+            }
+        );
+    }
+    for s in w.runners.iter().filter(|s| !s.programs.is_empty()) {
+        let list: Vec<String> = s
+            .programs
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} {:.0} ns × {}{}",
+                    p.name,
+                    p.ns_per_run,
+                    p.runs / s.samples.len().max(1) as u64,
+                    p.verified_insns
+                        .map_or(String::new(), |i| format!(" ({i} insns verified)"))
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "\nIn-kernel cost under `{}` (ns per run × runs per repetition, and the \
+             instructions the verifier processed to load it): {}.",
+            s.runner.name(),
+            list.join(", ")
+        );
+    }
+    for s in &w.runners {
+        if let Some(l) = &s.load {
+            let _ = writeln!(
+                o,
+                "\nStart-up under `{}` (checks, kernel offsets, programs loaded, verified \
+                 and attached): {}.",
+                s.runner.name(),
+                spread(l)
+            );
+        }
+    }
+}
+
 pub fn markdown(b: &Bench) -> String {
     let m = &b.machine;
     let mut o = String::new();
@@ -134,70 +202,7 @@ pub fn markdown(b: &Bench) -> String {
          over repetitions of its ns per run, for every workload but /bin/true."
     );
     for w in &b.workloads {
-        let Some(bare) = bare_of(w) else { continue };
-        let _ = writeln!(o, "\n### {} — {}\n", w.name, w.title);
-        let _ = writeln!(
-            o,
-            "| runner | wall, median (min–max) | × bare | CPU, median | CPU × bare | spacetime CPU | spacetime peak RSS | lost | processes seen |\n|---|---|---|---|---|---|---|---|---|"
-        );
-        for s in &w.runners {
-            let dash = || "–".to_string();
-            let _ = writeln!(
-                o,
-                "| {} | {} | {:.3} | {} | {:.2} | {} | {} | {} | {} |",
-                s.runner.label(),
-                spread(&s.wall),
-                ratio(s.wall.median, bare.wall.median).unwrap_or(f64::NAN),
-                ms(s.cpu.median),
-                ratio(s.cpu.median, bare.cpu.median).unwrap_or(f64::NAN),
-                s.tool_cpu.as_ref().map_or_else(dash, |c| ms(c.median)),
-                s.tool_peak_rss.map_or_else(dash, mib),
-                s.lost.map_or_else(dash, |l| l.to_string()),
-                match (s.processes, s.runner) {
-                    (None, _) => dash(),
-                    (Some((a, b)), Runner::Watch) => format!("{a}–{b} (system-wide)"),
-                    (Some((a, b)), _) if a == b => match w.expected_processes {
-                        Some(e) if e != a => format!("**{a} of {e}**"),
-                        _ => a.to_string(),
-                    },
-                    (Some((a, b)), _) => format!("{a}–{b}"),
-                }
-            );
-        }
-        for s in w.runners.iter().filter(|s| !s.programs.is_empty()) {
-            let list: Vec<String> = s
-                .programs
-                .iter()
-                .map(|p| {
-                    format!(
-                        "{} {:.0} ns × {}{}",
-                        p.name,
-                        p.ns_per_run,
-                        p.runs / s.samples.len().max(1) as u64,
-                        p.verified_insns
-                            .map_or(String::new(), |i| format!(" ({i} insns verified)"))
-                    )
-                })
-                .collect();
-            let _ = writeln!(
-                o,
-                "\nIn-kernel cost under `{}` (ns per run × runs per repetition, and the \
-                 instructions the verifier processed to load it): {}.",
-                s.runner.name(),
-                list.join(", ")
-            );
-        }
-        for s in &w.runners {
-            if let Some(l) = &s.load {
-                let _ = writeln!(
-                    o,
-                    "\nStart-up under `{}` (checks, kernel offsets, programs loaded, verified \
-                     and attached): {}.",
-                    s.runner.name(),
-                    spread(l)
-                );
-            }
-        }
+        workload_section(&mut o, w);
     }
     if let Some(r) = &b.bench_runs {
         let _ = writeln!(

@@ -247,23 +247,10 @@ fn read_json(path: &Path) -> Result<Value> {
     serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
-/// One run of `w` under `runner` (watch runs use [`WatchSession`] instead).
-pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
-    if let Some(prep) = &w.prepare {
-        let st = Command::new(&prep[0])
-            .args(&prep[1..])
-            .current_dir(&w.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .with_context(|| format!("preparing {}", w.name))?;
-        if !st.success() {
-            bail!("preparing {}: {prep:?} failed with {st}", w.name);
-        }
-    }
-    let report = env.scratch.join("trace.json");
-    let _ = fs::remove_file(&report);
-    let mut cmd = match runner {
+/// `w`'s program under `runner` (the caller adds its arguments); trace runners write their
+/// JSON report to `report`.
+fn command(env: &Env, w: &Workload, runner: Runner, report: &Path) -> Result<Command> {
+    Ok(match runner {
         Runner::Bare | Runner::Watch => Command::new(&w.argv[0]),
         Runner::Time => {
             let mut c = Command::new("/usr/bin/time");
@@ -280,7 +267,7 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
                 "--keep-root",
                 "--json",
             ])
-            .arg(&report);
+            .arg(report);
             if runner == Runner::TraceNoPss {
                 c.args(["--pss-interval", "0"]);
             }
@@ -292,7 +279,7 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
             let mut c = Command::new(&env.spacetime);
             c.env("SPACETIME_SOCKET", &agent.socket)
                 .args(["trace", "-q", "--no-chart", "--keep-root", "--json"])
-                .arg(&report)
+                .arg(report)
                 .args(["--", &w.argv[0]]);
             c
         }
@@ -314,7 +301,26 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
             ]);
             c
         }
-    };
+    })
+}
+
+/// One run of `w` under `runner` (watch runs use [`WatchSession`] instead).
+pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
+    if let Some(prep) = &w.prepare {
+        let st = Command::new(&prep[0])
+            .args(&prep[1..])
+            .current_dir(&w.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .with_context(|| format!("preparing {}", w.name))?;
+        if !st.success() {
+            bail!("preparing {}: {prep:?} failed with {st}", w.name);
+        }
+    }
+    let report = env.scratch.join("trace.json");
+    let _ = fs::remove_file(&report);
+    let mut cmd = command(env, w, runner, &report)?;
     cmd.args(&w.argv[1..]).current_dir(&w.dir);
     let stderr_path = env.scratch.join("stderr");
     let stderr = fs::File::create(&stderr_path)?;

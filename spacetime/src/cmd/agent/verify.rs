@@ -220,10 +220,8 @@ mod tests {
     }
 
     fn pidfd(pid: u32) -> OwnedFd {
-        // SAFETY: plain syscall; the result is ours.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        assert!(fd >= 0, "pidfd_open({pid}): {}", io::Error::last_os_error());
-        // SAFETY: a fresh descriptor.
-        unsafe { std::os::fd::FromRawFd::from_raw_fd(fd as i32) }
+        let p = rustix::process::Pid::from_raw(pid as i32).expect("a pid above 0");
+        rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())
+            .unwrap_or_else(|e| panic!("pidfd_open({pid}): {e}"))
     }
 }

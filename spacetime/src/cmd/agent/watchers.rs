@@ -346,7 +346,7 @@ impl Watchers {
                 continue;
             };
             for c in clients.iter_mut().filter(|c| seated(c, uid)) {
-                c.tell_counters(now);
+                tell_counters(c, now);
             }
         }
     }
@@ -362,18 +362,16 @@ fn seated(c: &Client, uid: u32) -> bool {
     c.seat.is_some_and(|s| s.uid == uid && s.baseline.is_some())
 }
 
-impl Client {
-    /// The set's counters since this watch joined, and the records the agent dropped for
-    /// it, when they changed since last told.
-    fn tell_counters(&mut self, now: KernelCounters) {
-        let Some(mut seat) = self.seat else { return };
-        let Some(base) = seat.baseline else { return };
-        let mut c = now.since(&base);
-        c.agent_queue_full = self.dropped_records;
-        if c != seat.last {
-            seat.last = c;
-            self.seat = Some(seat);
-            self.counters(c);
-        }
+/// Tells watch `w` its set's counters since it joined, and the records the agent dropped
+/// for it, when they changed since last told.
+fn tell_counters(w: &mut Client, now: KernelCounters) {
+    let Some(mut seat) = w.seat else { return };
+    let Some(base) = seat.baseline else { return };
+    let mut c = now.since(&base);
+    c.agent_queue_full = w.dropped_records;
+    if c != seat.last {
+        seat.last = c;
+        w.seat = Some(seat);
+        w.counters(c);
     }
 }

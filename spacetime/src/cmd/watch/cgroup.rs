@@ -190,7 +190,7 @@ mod tests {
             .to_string();
         let dir = format!("{mount}{}", if rel == "/" { "" } else { &rel });
         let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&dir).expect("stat"));
-        if unsafe { libc::geteuid() } != 0 {
+        if !rustix::process::geteuid().is_root() {
             eprintln!("not root (open_by_handle_at needs CAP_DAC_READ_SEARCH): skipped");
             return;
         }

@@ -325,6 +325,7 @@ fn resolve_user(u: &str) -> Result<u32> {
         return Ok(uid);
     }
     let name = CString::new(u).with_context(|| format!("--uid {u:?}"))?;
+    // SAFETY: passwd is plain C data (integers and pointers): all-zero is a value.
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut buf = vec![0 as libc::c_char; 16384];
     let mut out: *mut libc::passwd = std::ptr::null_mut();

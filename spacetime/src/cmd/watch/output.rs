@@ -5,7 +5,6 @@ use std::{
     fmt::Write as _,
     fs::OpenOptions,
     io::{self, BufWriter, IsTerminal, Write},
-    os::fd::{AsRawFd, RawFd},
     path::Path,
 };
 
@@ -28,8 +27,8 @@ pub struct Output {
     w: BufWriter<Box<dyn Write>>,
     /// `-o FILE`: reopened on SIGHUP.
     path: Option<std::path::PathBuf>,
-    /// The descriptor, to ask a terminal for its width.
-    fd: Option<RawFd>,
+    /// stdout is a terminal (asked for its width).
+    tty: bool,
     json: bool,
     wide: bool,
     /// Characters per table line (None: unlimited).
@@ -62,22 +61,21 @@ use layout::{Col, Layout};
 impl Output {
     /// stdout, or FILE opened for appending.
     pub fn open(path: Option<&Path>, json: bool, wide: bool) -> io::Result<Output> {
-        let (w, fd, tty): (Box<dyn Write>, Option<RawFd>, bool) = match path {
+        let (w, tty): (Box<dyn Write>, bool) = match path {
             Some(p) => {
                 let f = OpenOptions::new().create(true).append(true).open(p)?;
-                let fd = f.as_raw_fd();
-                (Box::new(f), Some(fd), false)
+                (Box::new(f), false)
             }
             None => {
                 let out = io::stdout();
                 let tty = out.is_terminal();
-                (Box::new(out), Some(libc::STDOUT_FILENO), tty)
+                (Box::new(out), tty)
             }
         };
         let mut o = Output {
             w: BufWriter::with_capacity(64 << 10, w),
             path: path.map(Path::to_path_buf),
-            fd: fd.filter(|_| tty),
+            tty,
             json,
             wide,
             width: None,
@@ -113,11 +111,9 @@ impl Output {
         if self.wide {
             return;
         }
-        if let Some(fd) = self.fd {
-            // SAFETY: TIOCGWINSZ fills a winsize.
-            let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-            if unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_col > 0 {
-                self.width = Some(ws.ws_col as usize);
+        if self.tty {
+            if let Ok(ws) = rustix::termios::tcgetwinsize(io::stdout()) {
+                self.width = (ws.ws_col > 0).then_some(ws.ws_col as usize);
             }
         }
     }
@@ -172,8 +168,9 @@ impl Output {
         if self.clock.0 != secs {
             // time_t by inference: 64-bit on both glibc and musl.
             let t = secs as _;
-            // SAFETY: localtime_r fills tm from a valid time_t.
+            // SAFETY: libc::tm is plain C data (integers and a pointer): all-zero is a value.
             let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+            // SAFETY: localtime_r only writes the tm it is given, from a valid time_t.
             unsafe { libc::localtime_r(&t, &mut tm) };
             self.clock = (
                 secs,

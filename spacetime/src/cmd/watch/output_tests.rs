@@ -17,7 +17,7 @@ fn output(width: Option<usize>, wide: bool) -> Output {
     Output {
         w: BufWriter::new(Box::new(io::sink())),
         path: None,
-        fd: None,
+        tty: false,
         json: false,
         wide,
         width,

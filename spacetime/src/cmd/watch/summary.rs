@@ -204,6 +204,14 @@ fn render_lines(f: &Final, width: usize) -> String {
         let cmd = term::fit_command(cmd, room);
         let _ = writeln!(o, "{head}{cmd}");
     }
+    loss_lines(f, &mut o);
+    table_lines(f, &mut o);
+    o
+}
+
+/// What was lost, and how taskstats matched the kernel's records.
+fn loss_lines(f: &Final, o: &mut String) {
+    let m = f.metrics;
     let lost = lost_events(m);
     if let Some(why) = &f.agent_gone {
         let _ = writeln!(
@@ -242,7 +250,11 @@ fn render_lines(f: &Final, width: usize) -> String {
             );
         }
     }
-    let t = f.table;
+}
+
+/// What the process table and the kernel filter left out.
+fn table_lines(f: &Final, o: &mut String) {
+    let (m, t) = (f.metrics, f.table);
     if t.duplicate_exits > 0 {
         let _ = writeln!(
             o,
@@ -283,7 +295,6 @@ fn render_lines(f: &Final, width: usize) -> String {
             t.unknown_exits, t.stale, t.full, t.args_gaps
         );
     }
-    o
 }
 
 #[cfg(test)]

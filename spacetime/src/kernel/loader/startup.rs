@@ -74,16 +74,17 @@ fn build() -> Loader {
 /// Gives the calling thread a root of its own in which the kernel's BTF is not visible.
 /// Must only run on a thread that ends soon after: it keeps that root until it exits.
 fn confine_thread() -> io::Result<()> {
-    // SAFETY: plain syscall. CLONE_FS alone is allowed in a multi-threaded process and only
-    // affects this thread; if it fails, nothing changed and no chroot is attempted (it would
-    // move the whole process).
-    if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
-        let e = io::Error::last_os_error();
+    // CLONE_FS alone is allowed in a multi-threaded process and only affects this thread; if
+    // it fails, nothing changed and no chroot is attempted (it would move the whole process).
+    // SAFETY: FS only, not FILES: the descriptor table stays shared, so every thread still
+    // sees every descriptor.
+    if let Err(e) = unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FS) } {
+        let e = io::Error::from(e);
         return Err(io::Error::new(e.kind(), format!("unshare(CLONE_FS): {e}")));
     }
-    // SAFETY: a valid NUL-terminated path; the root changed is this thread's own (unshared).
-    if unsafe { libc::chroot(HIDING_ROOT.as_ptr()) } != 0 {
-        let e = io::Error::last_os_error();
+    // The root changed is this thread's own (unshared above).
+    if let Err(e) = rustix::process::chroot(HIDING_ROOT) {
+        let e = io::Error::from(e);
         let dir = HIDING_ROOT.to_string_lossy();
         return Err(io::Error::new(e.kind(), format!("chroot {dir}: {e}")));
     }
@@ -199,14 +200,7 @@ fn online_cpus() -> usize {
 /// CPU time of the calling thread (µs): what the kernel spent verifying a program on it,
 /// whatever else the machine runs.
 fn thread_cpu_us() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid pointer to a timespec; this clock exists on every Linux.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return 0;
-    }
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
 }
 
@@ -232,8 +226,7 @@ mod tests {
             link("/proc/thread-self/cwd"),
         ];
         let built = spawn().join().expect("the loader thread panicked");
-        // SAFETY: geteuid cannot fail.
-        if unsafe { libc::geteuid() } == 0 {
+        if rustix::process::geteuid().is_root() {
             assert!(
                 built.btf_hidden,
                 "as root the BTF must be hidden from aya (fallback: {:?})",

@@ -6,7 +6,7 @@
 //! with [`Malformed`] (so a zero length can never loop forever).
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, BytesMut};
@@ -192,66 +192,28 @@ pub(crate) struct NetlinkSocket {
     fd: OwnedFd,
 }
 
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
 impl NetlinkSocket {
     pub fn open() -> io::Result<Self> {
-        // SAFETY: plain syscall; the returned descriptor is owned by us from here on.
-        let raw = cvt(unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                libc::NETLINK_GENERIC,
-            )
-        })?;
-        // SAFETY: `raw` is a fresh descriptor nobody else owns.
-        let sock = Self {
-            fd: unsafe { OwnedFd::from_raw_fd(raw) },
-        };
-        // SAFETY: sockaddr_nl is plain old data; all-zero is a valid value.
-        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        // nl_pid 0: the kernel picks our port id.
-        // SAFETY: addr is a valid sockaddr_nl of the size we pass.
-        cvt(unsafe {
-            libc::bind(
-                sock.fd.as_raw_fd(),
-                (&addr as *const libc::sockaddr_nl).cast(),
-                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-            )
-        })?;
-        Ok(sock)
+        use rustix::net::{netlink, AddressFamily, SocketFlags, SocketType};
+        let fd = rustix::net::socket_with(
+            AddressFamily::NETLINK,
+            SocketType::RAW,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            Some(netlink::GENERIC),
+        )?;
+        // Port id 0: the kernel picks ours.
+        rustix::net::bind(&fd, &netlink::SocketAddrNetlink::new(0, 0))?;
+        Ok(Self { fd })
     }
 
     /// Sends one datagram to the kernel (port id 0).
     pub fn send(&self, msg: &[u8]) -> io::Result<()> {
-        // SAFETY: see `open`.
-        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        let kernel = rustix::net::netlink::SocketAddrNetlink::new(0, 0);
         loop {
-            // SAFETY: msg and addr are valid for the lengths given.
-            let r = unsafe {
-                libc::sendto(
-                    self.fd.as_raw_fd(),
-                    msg.as_ptr().cast(),
-                    msg.len(),
-                    0,
-                    (&addr as *const libc::sockaddr_nl).cast(),
-                    std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-                )
-            };
-            if r >= 0 {
-                return Ok(());
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
+            match rustix::net::sendto(&self.fd, msg, rustix::net::SendFlags::empty(), &kernel) {
+                Ok(_) => return Ok(()),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -308,94 +270,55 @@ impl NetlinkSocket {
     /// Receives one datagram without blocking. Returns the datagram's *real* length
     /// (`MSG_TRUNC`): larger than `buf.len()` means it was truncated.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        use rustix::net::RecvFlags;
         loop {
-            // SAFETY: buf is valid for writes of buf.len() bytes.
-            let r = unsafe {
-                libc::recv(
-                    self.fd.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-                )
-            };
-            if r >= 0 {
-                return Ok(r as usize);
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
+            match rustix::net::recv(&self.fd, &mut *buf, RecvFlags::DONTWAIT | RecvFlags::TRUNC) {
+                Ok((_, real)) => return Ok(real),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
             }
         }
     }
 
     /// Waits (blocking the thread) until readable or `deadline`; `false` on timeout.
     pub fn wait_readable(&self, deadline: Instant) -> io::Result<bool> {
+        use rustix::event::{PollFd, PollFlags, Timespec};
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left == Duration::ZERO {
                 return Ok(false);
             }
-            let mut pfd = libc::pollfd {
-                fd: self.fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
+            // At least 1 ms, as the loop always waited: a zero timeout would spin.
+            let left = left.max(Duration::from_millis(1));
+            let timeout = Timespec {
+                tv_sec: left.as_secs() as _,
+                tv_nsec: left.subsec_nanos() as _,
             };
-            let ms = left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-            // SAFETY: one valid pollfd.
-            let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-            if r > 0 {
-                return Ok(true);
-            }
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
+            let mut pfd = [PollFd::new(&self.fd, PollFlags::IN)];
+            match rustix::event::poll(&mut pfd, Some(&timeout)) {
+                Ok(n) if n > 0 => return Ok(true),
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
             }
         }
     }
 
-    fn setsockopt_int(&self, opt: libc::c_int, val: libc::c_int) -> io::Result<()> {
-        // SAFETY: val is a valid c_int for the length given.
-        cvt(unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&val as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        })
-        .map(drop)
-    }
-
     /// `SO_RCVBUFFORCE` (needs CAP_NET_ADMIN, ignores `net.core.rmem_max`) or `SO_RCVBUF`.
     pub fn set_rcvbuf(&self, bytes: usize, force: bool) -> io::Result<()> {
-        let opt = if force {
-            libc::SO_RCVBUFFORCE
-        } else {
-            libc::SO_RCVBUF
-        };
+        use rustix::net::sockopt;
         // The kernel doubles the value and caps it at INT_MAX.
-        let val = bytes.min(i32::MAX as usize / 2) as libc::c_int;
-        self.setsockopt_int(opt, val)
+        let val = bytes.min(i32::MAX as usize / 2);
+        if force {
+            sockopt::set_socket_recv_buffer_size_force(&self.fd, val)?;
+        } else {
+            sockopt::set_socket_recv_buffer_size(&self.fd, val)?;
+        }
+        Ok(())
     }
 
     /// The receive buffer the kernel actually granted (`SO_RCVBUF`, already doubled).
     pub fn rcvbuf(&self) -> io::Result<usize> {
-        let mut val: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: val/len are valid for writes.
-        cvt(unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUF,
-                (&mut val as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        })?;
-        Ok(val.max(0) as usize)
+        Ok(rustix::net::sockopt::socket_recv_buffer_size(&self.fd)?)
     }
 }
 

@@ -425,6 +425,44 @@ impl Reader<'_> {
     }
 }
 
+/// The maximum and minimum delays of version 15 and later (two layouts: 15 put them apart).
+fn delay_extremes(b: &[u8], version: u16) -> DelayExtremes {
+    let pair = |i: usize| {
+        let at = if version == 15 {
+            DELAY_EXTREMES_V15[i]
+        } else {
+            off::DELAY_EXTREMES_V16 + 16 * i
+        };
+        (ne_u64(b, at).unwrap_or(0), ne_u64(b, at + 8).unwrap_or(0))
+    };
+    let (cpu_delay_max, cpu_delay_min) = pair(0);
+    let (blkio_delay_max, blkio_delay_min) = pair(1);
+    let (swapin_delay_max, swapin_delay_min) = pair(2);
+    let (freepages_delay_max, freepages_delay_min) = pair(3);
+    let (thrashing_delay_max, thrashing_delay_min) = pair(4);
+    let (compact_delay_max, compact_delay_min) = pair(5);
+    let (wpcopy_delay_max, wpcopy_delay_min) = pair(6);
+    let (irq_delay_max, irq_delay_min) = pair(7);
+    DelayExtremes {
+        cpu_delay_max,
+        cpu_delay_min,
+        blkio_delay_max,
+        blkio_delay_min,
+        swapin_delay_max,
+        swapin_delay_min,
+        freepages_delay_max,
+        freepages_delay_min,
+        thrashing_delay_max,
+        thrashing_delay_min,
+        compact_delay_max,
+        compact_delay_min,
+        wpcopy_delay_max,
+        wpcopy_delay_min,
+        irq_delay_max,
+        irq_delay_min,
+    }
+}
+
 /// Decodes the payload of a `TASKSTATS_TYPE_STATS` attribute.
 ///
 /// `version_hint` replaces a reported version of 0 (the kernel's tgid exit records).
@@ -454,42 +492,7 @@ pub(crate) fn parse_stats(
     let comm = b.get(comm_at..comm_at + off::TS_COMM_LEN).unwrap_or(&[]);
     let comm = &comm[..comm.iter().position(|&c| c == 0).unwrap_or(comm.len())];
 
-    let delay_extremes = (version >= 15).then(|| {
-        let pair = |i: usize| {
-            let at = if version == 15 {
-                DELAY_EXTREMES_V15[i]
-            } else {
-                off::DELAY_EXTREMES_V16 + 16 * i
-            };
-            (ne_u64(b, at).unwrap_or(0), ne_u64(b, at + 8).unwrap_or(0))
-        };
-        let (cpu_delay_max, cpu_delay_min) = pair(0);
-        let (blkio_delay_max, blkio_delay_min) = pair(1);
-        let (swapin_delay_max, swapin_delay_min) = pair(2);
-        let (freepages_delay_max, freepages_delay_min) = pair(3);
-        let (thrashing_delay_max, thrashing_delay_min) = pair(4);
-        let (compact_delay_max, compact_delay_min) = pair(5);
-        let (wpcopy_delay_max, wpcopy_delay_min) = pair(6);
-        let (irq_delay_max, irq_delay_min) = pair(7);
-        DelayExtremes {
-            cpu_delay_max,
-            cpu_delay_min,
-            blkio_delay_max,
-            blkio_delay_min,
-            swapin_delay_max,
-            swapin_delay_min,
-            freepages_delay_max,
-            freepages_delay_min,
-            thrashing_delay_max,
-            thrashing_delay_min,
-            compact_delay_max,
-            compact_delay_min,
-            wpcopy_delay_max,
-            wpcopy_delay_min,
-            irq_delay_max,
-            irq_delay_min,
-        }
-    });
+    let delay_extremes = (version >= 15).then(|| delay_extremes(b, version));
 
     let v = version;
     Ok(TaskstatsRecord {

@@ -49,14 +49,12 @@ fn taskstats_live_exit_record_fields_and_peak_rss() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    let pid = fork_with(|| touch_and_report_hwm(MIB, w));
-    // SAFETY: closing our copy of the write end.
-    unsafe { libc::close(w) };
+    let wfd = w.as_raw_fd();
+    let pid = fork_with(|| touch_and_report_hwm(MIB, wfd));
+    drop(w); // our copy of the write end: EOF once the child's is closed
     let mut hwm = [0u8; 8];
-    // SAFETY: reading 8 bytes into an 8-byte buffer.
-    let n = unsafe { libc::read(r, hwm.as_mut_ptr().cast(), 8) };
-    // SAFETY: closing our read end.
-    unsafe { libc::close(r) };
+    let n = rustix::io::read(&r, &mut hwm).unwrap_or(0);
+    drop(r);
     let status = wait_status(pid);
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 7,
@@ -80,9 +78,8 @@ fn taskstats_live_exit_record_fields_and_peak_rss() {
     assert_eq!(rec.ac_pid, pid as u32);
     assert_eq!(rec.ac_ppid, my_pid());
     assert_eq!(rec.ac_tgid, Some(pid as u32));
-    // SAFETY: plain getters.
-    assert_eq!(rec.ac_uid, unsafe { libc::getuid() });
-    assert_eq!(rec.ac_gid, unsafe { libc::getgid() });
+    assert_eq!(rec.ac_uid, rustix::process::getuid().as_raw());
+    assert_eq!(rec.ac_gid, rustix::process::getgid().as_raw());
     // _exit(7): the kernel stores the wait status, 7 << 8.
     assert_eq!(rec.ac_exitcode, 7 << 8);
     assert_eq!(rec.exit_code(), Some(7));
@@ -170,7 +167,8 @@ fn taskstats_live_signal_exit() {
 #[test]
 fn taskstats_live_thread_group_sends_tgid_record() {
     let mut listener = TaskstatsListener::open(ListenerOptions::default()).expect("open");
-    // glibc makes pthread_create safe in a forked child (its allocator locks are reset).
+    // SAFETY: glibc makes pthread_create safe in a forked child (its allocator locks are
+    // reset); thread_body only makes raw system calls.
     let pid = fork_with(|| unsafe {
         let mut t: libc::pthread_t = 0;
         if libc::pthread_create(&mut t, std::ptr::null(), thread_body, std::ptr::null_mut()) != 0 {
@@ -220,6 +218,7 @@ fn taskstats_live_thread_group_sends_tgid_record() {
 #[test]
 fn taskstats_live_raw_messages_sizes_and_versions() {
     let listener = TaskstatsListener::open(ListenerOptions::default()).expect("open");
+    // SAFETY: as in taskstats_live_thread_group_sends_tgid_record.
     let pid = fork_with(|| unsafe {
         let mut t: libc::pthread_t = 0;
         libc::pthread_create(&mut t, std::ptr::null(), thread_body, std::ptr::null_mut());
@@ -285,7 +284,7 @@ fn taskstats_live_burst_of_5000_exits_fits_the_default_buffer() {
     let forking = t0.elapsed();
     // The consumer is deliberately away for a second: everything must wait in the buffer.
     std::thread::sleep(Duration::from_secs(1));
-    let queued = netlink_queue(listener.sock.as_raw_fd());
+    let queued = netlink_queue(&listener.sock);
     let t1 = Instant::now();
     let mut seen = HashSet::with_capacity(N);
     let mut batch = Vec::new();
@@ -439,6 +438,7 @@ fn taskstats_live_delayacct_sysctl_roundtrip() {
 #[test]
 fn taskstats_live_truncations_and_mutations_of_captured_messages() {
     let listener = TaskstatsListener::open(ListenerOptions::default()).expect("open");
+    // SAFETY: as in taskstats_live_thread_group_sends_tgid_record.
     let pid = fork_with(|| unsafe {
         let mut t: libc::pthread_t = 0;
         libc::pthread_create(&mut t, std::ptr::null(), thread_body, std::ptr::null_mut());

@@ -346,21 +346,14 @@ pub(super) fn touch_and_report_hwm(mib: usize, wfd: libc::c_int) -> i32 {
     7
 }
 
-pub(super) fn pipe() -> (libc::c_int, libc::c_int) {
-    let mut fds = [0; 2];
-    // SAFETY: fds has room for two descriptors.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    (fds[0], fds[1])
+pub(super) fn pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("pipe2")
 }
 
 /// Bytes queued on a netlink socket and its drop count, from /proc/net/netlink (matched by
 /// inode).
-pub(super) fn netlink_queue(fd: std::os::fd::RawFd) -> Option<(u64, u64)> {
-    // SAFETY: fstat into a zeroed stat buffer.
-    let ino = unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        (libc::fstat(fd, &mut st) == 0).then_some(st.st_ino)?
-    };
+pub(super) fn netlink_queue(fd: impl std::os::fd::AsFd) -> Option<(u64, u64)> {
+    let ino = rustix::fs::fstat(fd).ok()?.st_ino;
     let table = std::fs::read_to_string("/proc/net/netlink").ok()?;
     table.lines().skip(1).find_map(|line| {
         let cols: Vec<&str> = line.split_whitespace().collect();

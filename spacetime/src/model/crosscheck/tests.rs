@@ -10,15 +10,7 @@ use spacetime_common::{flags, kind, EventHeader, ExitEvent, ForkEvent, MemStats}
 const S: u64 = 1_000_000_000;
 
 fn hdr(kind: u16, tgid: u32, start: u64, ts: u64) -> EventHeader {
-    EventHeader {
-        kind,
-        session: 0,
-        flags: 0,
-        ts_ns: ts,
-        tgid,
-        pid: tgid,
-        leader_start_ns: start,
-    }
+    crate::kernel::events::records::hdr(kind, (tgid, start), ts)
 }
 
 /// A tree and the exit records applied to it, in order.

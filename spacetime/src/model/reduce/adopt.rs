@@ -5,7 +5,9 @@
 
 use std::sync::Arc;
 
-use super::{kept::Kept, Image, Process, Store};
+use rustc_hash::FxHashMap;
+
+use super::{Image, Process, Store};
 use crate::model::process::{same_start, Key, Names};
 
 /// What /proc said of a running process when spacetime attached to it.
@@ -41,21 +43,38 @@ impl Adopted {
     }
 }
 
-impl Kept {
+/// Processes that predate an attach, by tgid, until a record names them.
+#[derive(Debug, Default)]
+pub(super) struct Adoptions(FxHashMap<u32, Adopted>);
+
+impl Adoptions {
+    fn insert(&mut self, a: Adopted) {
+        self.0.insert(a.tgid, a);
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
     /// The /proc reading for a process about to get its entry, when it is the same process.
-    pub(super) fn take_adopted(&mut self, key: Key) -> Option<Adopted> {
-        let a = self.adopted.get(&key.tgid)?;
+    pub(super) fn take(&mut self, key: Key) -> Option<Adopted> {
+        let a = self.0.get(&key.tgid)?;
         if !same_start(a.start_ns, key.start_ns) {
             return None;
         }
-        self.adopted.remove(&key.tgid)
+        self.0.remove(&key.tgid)
     }
 
     /// A fork record names `tgid`: it did not predate the attach.
-    pub(super) fn forget_adopted(&mut self, tgid: u32) {
-        if !self.adopted.is_empty() {
-            self.adopted.remove(&tgid);
+    pub(super) fn forget(&mut self, tgid: u32) {
+        if !self.0.is_empty() {
+            self.0.remove(&tgid);
         }
+    }
+
+    /// Every one no record named, in no order.
+    fn drain(&mut self) -> Vec<Adopted> {
+        self.0.drain().map(|(_, a)| a).collect()
     }
 }
 
@@ -63,7 +82,7 @@ impl Store {
     /// Keeps what /proc said of a process that predates the attach.
     pub fn adopt(&mut self, a: Adopted) {
         self.kept.tgids.insert(a.tgid);
-        self.kept.adopted.insert(a.tgid, a);
+        self.kept.adopted.insert(a);
     }
 
     /// Adopted processes no record has named yet.
@@ -74,7 +93,7 @@ impl Store {
     /// Gives every adopted process no record named an entry (keyed by its /proc start time):
     /// still running at the end, or gone with its records lost.
     pub fn settle_adopted(&mut self) {
-        let pending: Vec<Adopted> = self.kept.adopted.drain().map(|(_, a)| a).collect();
+        let pending = self.kept.adopted.drain();
         for a in pending {
             let key = Key {
                 tgid: a.tgid,

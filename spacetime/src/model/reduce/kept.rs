@@ -2,7 +2,7 @@
 //! first process seen with the root's pid; inside a PID namespace the pids shown are the
 //! namespace's, from the fork records (the keys stay the kernel's).
 
-use super::{adopt::Adopted, Process, Store};
+use super::{adopt::Adoptions, Process, Store};
 use crate::model::process::Key;
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -18,7 +18,7 @@ pub(super) struct Kept {
     pub(super) root_ns_pid: Option<u32>,
     root: Option<usize>,
     /// Processes that predate an attach, by tgid, until a record names them.
-    pub(super) adopted: FxHashMap<u32, Adopted>,
+    pub(super) adopted: Adoptions,
 }
 
 impl Kept {
@@ -57,7 +57,7 @@ impl Kept {
         });
         self.index.insert(key, i);
         self.tgids.insert(key.tgid);
-        if let Some(a) = self.take_adopted(key) {
+        if let Some(a) = self.adopted.take(key) {
             a.fill(&mut self.procs[i]);
         }
         i

@@ -190,7 +190,7 @@ impl Store {
             self.stats.full += 1;
             return;
         }
-        self.kept.forget_adopted(f.child_tgid);
+        self.kept.adopted.forget(f.child_tgid);
         let ns_pids = self.kept.root_ns_pid.is_some();
         let live = self.live.is_some();
         let child_key = Key {

@@ -2,11 +2,11 @@
 //! live set stays within its bounds; pid reuse, duplicate exits, argv over several records,
 //! vfork images.
 
-use spacetime_common::{flags, kind, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, MemStats};
+use spacetime_common::{flags, kind, EventHeader, ExitEvent, ImageEndEvent, MemStats};
 
 use super::*;
 use crate::{
-    kernel::events::{Args, Comm, Exec},
+    kernel::events::{records, Args, Comm, Exec},
     model::process::Names,
 };
 
@@ -14,59 +14,22 @@ type P = (u32, u64);
 
 /// A record's header (its kind set by the caller).
 fn hdr(p: P, ts: u64) -> EventHeader {
-    EventHeader {
-        ts_ns: ts,
-        tgid: p.0,
-        pid: p.0,
-        leader_start_ns: p.1,
-        ..EventHeader::default()
-    }
+    records::hdr(0, p, ts)
 }
 
 fn fork(parent: P, child: P, f: u32) -> Event {
-    let mut h = EventHeader {
-        kind: kind::FORK,
-        ..hdr(parent, child.1)
-    };
-    h.flags = f;
-    Event::Fork(ForkEvent {
-        hdr: h,
-        child_pid: child.0,
-        child_tgid: child.0,
-        child_start_ns: child.1,
-        ..ForkEvent::default()
-    })
+    records::fork_record(parent, child, child.1, f)
 }
 
 fn thread(p: P, tid: u32, ts: u64) -> Event {
-    let mut h = EventHeader {
-        kind: kind::FORK,
-        ..hdr(p, ts)
-    };
-    h.flags = flags::FORK_THREAD;
-    Event::Fork(ForkEvent {
-        hdr: h,
-        child_pid: tid,
-        child_tgid: p.0,
-        child_start_ns: ts,
-        ..ForkEvent::default()
-    })
+    Event::Fork(records::thread(p, tid, ts))
 }
 
 /// An exec whose record carries `first` of an area of `total` bytes.
 fn exec(p: P, ts: u64, exe: &str, first: &[u8], total: usize) -> Event {
     Event::Exec(Exec {
-        hdr: EventHeader {
-            kind: kind::EXEC,
-            ..hdr(p, ts)
-        },
-        old_pid: p.0,
-        uid: 0,
-        cgroup_id: 0,
         comm: Comm::new(exe.rsplit('/').next().unwrap_or(exe).as_bytes()),
-        filename: exe.as_bytes().to_vec(),
-        args_len: total as u32,
-        args: first.to_vec(),
+        ..records::exec(p, ts, exe, first, total)
     })
 }
 

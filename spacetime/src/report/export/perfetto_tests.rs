@@ -2,34 +2,17 @@
 
 use std::collections::HashMap;
 
-use spacetime_common::{flags, kind, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, MemStats};
+use spacetime_common::{flags, kind, ExitEvent, ImageEndEvent, MemStats};
 
 use super::*;
+use crate::kernel::events::records::{self, hdr};
 use crate::{
-    kernel::events::{Event, Exec},
+    kernel::events::Event,
     report::export::protobuf::{fields, Value},
 };
 
-fn hdr(kind: u16, p: (u32, u64), ts: u64) -> EventHeader {
-    EventHeader {
-        kind,
-        session: 0,
-        flags: 0,
-        ts_ns: ts,
-        tgid: p.0,
-        pid: p.0,
-        leader_start_ns: p.1,
-    }
-}
-
 fn fork(parent: (u32, u64), child: (u32, u64)) -> Event {
-    Event::Fork(ForkEvent {
-        hdr: hdr(kind::FORK, parent, child.1),
-        child_pid: child.0,
-        child_tgid: child.0,
-        child_start_ns: child.1,
-        ..ForkEvent::default()
-    })
+    records::fork_record(parent, child, child.1, 0)
 }
 
 fn exec(p: (u32, u64), ts: u64, exe: &str, argv: &[&str]) -> Event {
@@ -37,16 +20,7 @@ fn exec(p: (u32, u64), ts: u64, exe: &str, argv: &[&str]) -> Event {
         .iter()
         .flat_map(|a| [a.as_bytes(), b"\0"].concat())
         .collect();
-    Event::Exec(Exec {
-        hdr: hdr(kind::EXEC, p, ts),
-        old_pid: p.0,
-        uid: 0,
-        cgroup_id: 0,
-        comm: Default::default(),
-        filename: exe.into(),
-        args_len: args.len() as u32,
-        args,
-    })
+    Event::Exec(records::exec(p, ts, exe, &args, args.len()))
 }
 
 fn mem(pages: u64) -> MemStats {

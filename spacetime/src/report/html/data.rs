@@ -155,40 +155,47 @@ fn decimate(series: &[Point], max: usize) -> Vec<(u64, u64)> {
     out
 }
 
+/// One column per process field, strings interned in `strings`.
+fn columns(r: &Report, strings: &mut Strings) -> Columns {
+    let a = &r.analysis;
+    let program_of: FxHashMap<&[u8], usize> = a
+        .programs
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (g.exe.as_slice(), i))
+        .collect();
+    let mut c = Columns::default();
+    for (i, p) in r.processes.iter().enumerate() {
+        c.pid.push(p.pid());
+        c.parent.push(a.parents[i].map_or(-1, |x| x as i64));
+        c.start.push(p.start_ns());
+        c.end.push(p.end_ns());
+        c.peak
+            .push(p.peak_rss_unknown().is_none().then(|| p.peak_rss_bytes()));
+        c.cpu.push(p.cpu_ns());
+        c.exit.push(p.exit().map(|e| e.0.shell_code()));
+        let own = p.own_images().next_back();
+        c.program.push(
+            own.and_then(|img| program_of.get(img.exe()))
+                .map_or(-1, |&g| g as i64),
+        );
+        let label = label_text(p, &a.labels[i], Spelling::Lossy);
+        c.label.push(strings.id(&label));
+        let img = p.naming_image();
+        c.argv.push(
+            img.map(|img| img.argv().map(|w| strings.bytes(w)).collect())
+                .unwrap_or_default(),
+        );
+        c.exe.push(strings.bytes(img.map_or(&b""[..], |i| i.exe())));
+    }
+    c
+}
+
 impl TraceData {
     pub fn of(r: &Report) -> TraceData {
         let a = &r.analysis;
         let mut strings = Strings::default();
-        let program_of: FxHashMap<&[u8], usize> = a
-            .programs
-            .iter()
-            .enumerate()
-            .map(|(i, g)| (g.exe.as_slice(), i))
-            .collect();
-        let mut c = Columns::default();
-        for (i, p) in r.processes.iter().enumerate() {
-            c.pid.push(p.pid());
-            c.parent.push(a.parents[i].map_or(-1, |x| x as i64));
-            c.start.push(p.start_ns());
-            c.end.push(p.end_ns());
-            c.peak
-                .push(p.peak_rss_unknown().is_none().then(|| p.peak_rss_bytes()));
-            c.cpu.push(p.cpu_ns());
-            c.exit.push(p.exit().map(|e| e.0.shell_code()));
-            let own = p.own_images().next_back();
-            c.program.push(
-                own.and_then(|img| program_of.get(img.exe()))
-                    .map_or(-1, |&g| g as i64),
-            );
-            let label = label_text(p, &a.labels[i], Spelling::Lossy);
-            c.label.push(strings.id(&label));
-            let img = p.naming_image();
-            c.argv.push(
-                img.map(|img| img.argv().map(|w| strings.bytes(w)).collect())
-                    .unwrap_or_default(),
-            );
-            c.exe.push(strings.bytes(img.map_or(&b""[..], |i| i.exe())));
-        }
+        let c = columns(r, &mut strings);
         let peak_index = r
             .totals
             .peak_rss_pid

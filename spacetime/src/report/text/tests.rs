@@ -33,16 +33,9 @@ fn opts(width: Option<usize>, top: usize, verbose: bool) -> Options {
     }
 }
 
+/// A header about process `tgid`, which started at `tgid` ns.
 fn hdr(kind: u16, tgid: u32, ts: u64) -> EventHeader {
-    EventHeader {
-        kind,
-        session: 0,
-        flags: 0,
-        ts_ns: ts,
-        tgid,
-        pid: tgid,
-        leader_start_ns: tgid as u64,
-    }
+    crate::kernel::events::records::hdr(kind, (tgid, tgid as u64), ts)
 }
 
 /// A tree of `n` processes, each exec'ing a program whose path, argv and comm are `nasty`.

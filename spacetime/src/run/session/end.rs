@@ -79,6 +79,12 @@ impl Session {
         let mut gone = crate::run::pidfd::gone_unseen(&tree);
         // Seen to exit, after the stop: running when the run stopped.
         gone.retain(|k| !outcome.exited_after.contains(k));
+        // With nothing lost, every exit before the run's last records came with them: one
+        // that did not came after (through an agent, the finish's answer ends the records),
+        // so the process was running when the run stopped.
+        if counters.lost() == 0 && counters.read_failures == 0 && outcome.decode_errors == 0 {
+            gone.clear();
+        }
         // Measured last, with the programs still attached: the figures cover the whole run.
         let own_cost = self.kernel.own_cost();
         Ok(Run {

@@ -61,6 +61,19 @@ pub fn flush_flood(socket: &Path, conns: usize, secs: u64) {
     println!("closed {closed}");
 }
 
+/// `n` Flush round trips, one after the other, on one session: prints the wall of each on
+/// average (the agent's loop latency as a client sees it).
+pub fn flush_rtt(socket: &Path, n: u32) {
+    let (mut r, _) = Raw::session(socket, want::TRACE).unwrap_or_else(|e| fail(&e));
+    let start = Instant::now();
+    for seq in 0..n {
+        r.flush(seq).unwrap_or_else(|e| fail(&e));
+    }
+    let ns = start.elapsed().as_nanos() / u128::from(n.max(1));
+    println!("round trips {n}");
+    println!("ns per round trip {ns}");
+}
+
 /// Forks a held child that, once its pipe gives a byte, runs `work` and exits; returns its
 /// pid and the pipe's write end.
 fn held(work: impl FnOnce()) -> (i32, std::os::fd::OwnedFd) {

@@ -54,12 +54,10 @@ fn child_running(exec: Option<(&std::ffi::CStr, &std::ffi::CStr)>) -> (i32, Owne
     // SAFETY: a valid array of two fds.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
     let mut ready = [0; 2];
-    // SAFETY: as above; closed on exec so that EOF says the exec happened.
-    assert_eq!(
-        unsafe { libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) },
-        0,
-        "pipe2"
-    );
+    // Closed on exec so that EOF says the exec happened.
+    // SAFETY: a valid array of two fds.
+    let r = unsafe { libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(r, 0, "pipe2");
     // SAFETY: single-threaded program; the child makes only async-signal-safe calls.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
@@ -92,40 +90,10 @@ fn child_running(exec: Option<(&std::ffi::CStr, &std::ffi::CStr)>) -> (i32, Owne
     }
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("--hold") {
-        // Re-exec'd by `reexec`: wait to be killed.
-        loop {
-            // SAFETY: plain syscall.
-            unsafe { libc::pause() };
-        }
-    }
-    let (Some(socket), Some(case)) = (args.get(1), args.get(2)) else {
-        eprintln!("usage: st-agent-client SOCKET CASE");
-        std::process::exit(2);
-    };
-    let num = |i: usize| -> usize {
-        args.get(i)
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("{case}: argument {i} must be a number"))
-    };
-    let socket_path = Path::new(socket);
-    match case.as_str() {
-        "sessions" => return sessions(socket_path, num(3)),
-        "reuse" => return reuse::run(socket_path, num(3), num(4), num(5)),
-        "flush-flood" => return floods::flush_flood(socket_path, num(3), num(4) as u64),
-        "records-flood" => return floods::records_flood(socket_path, num(3), num(4) as u64),
-        "hold" => return floods::hold(socket_path, num(3)),
-        "idle" => return floods::idle(socket_path, num(3), num(4) as u64),
-        "share" => return floods::share(socket_path, num(3), num(4)),
-        "watch-leak" => return watches::leak(socket_path, num(3) as u64),
-        "watch-flood" => return watches::flood(socket_path, num(3) as u64),
-        "watch-hoard" => return watches::hoard(socket_path, num(3)),
-        _ => {}
-    }
-    let mut keep = Vec::new();
-    let passed: OwnedFd = match case.as_str() {
+/// The descriptor CASE passes to the agent as its process; what must stay open (or be
+/// killed at the end) goes to `keep`.
+fn passed_descriptor(case: &str, keep: &mut Vec<OwnedFd>) -> OwnedFd {
+    match case {
         "own-child" => {
             let (pid, hold) = child(false);
             keep.push(hold);
@@ -170,7 +138,44 @@ fn main() {
             eprintln!("unknown case {other}");
             std::process::exit(2);
         }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--hold") {
+        // Re-exec'd by `reexec`: wait to be killed.
+        loop {
+            // SAFETY: plain syscall.
+            unsafe { libc::pause() };
+        }
+    }
+    let (Some(socket), Some(case)) = (args.get(1), args.get(2)) else {
+        eprintln!("usage: st-agent-client SOCKET CASE");
+        std::process::exit(2);
     };
+    let num = |i: usize| -> usize {
+        args.get(i)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{case}: argument {i} must be a number"))
+    };
+    let socket_path = Path::new(socket);
+    match case.as_str() {
+        "sessions" => return sessions(socket_path, num(3)),
+        "reuse" => return reuse::run(socket_path, num(3), num(4), num(5)),
+        "flush-rtt" => return floods::flush_rtt(socket_path, num(3) as u32),
+        "flush-flood" => return floods::flush_flood(socket_path, num(3), num(4) as u64),
+        "records-flood" => return floods::records_flood(socket_path, num(3), num(4) as u64),
+        "hold" => return floods::hold(socket_path, num(3)),
+        "idle" => return floods::idle(socket_path, num(3), num(4) as u64),
+        "share" => return floods::share(socket_path, num(3), num(4)),
+        "watch-leak" => return watches::leak(socket_path, num(3) as u64),
+        "watch-flood" => return watches::flood(socket_path, num(3) as u64),
+        "watch-hoard" => return watches::hoard(socket_path, num(3)),
+        _ => {}
+    }
+    let mut keep = Vec::new();
+    let passed = passed_descriptor(case, &mut keep);
     let Some(fd) = connect_with_hello(Path::new(socket)) else {
         return;
     };

@@ -10,6 +10,7 @@ use super::{exit, fork, map_anon, pipe_pair, recv_byte, send_byte, wait_ok, Reco
 fn pss_kib(rec: &mut Recorder, pid: &str) -> i64 {
     let path = format!("/proc/{pid}/smaps_rollup\0");
     let mut n = 0usize;
+    // SAFETY: a NUL-terminated path; the descriptor is closed below.
     unsafe {
         let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
         if fd < 0 {
@@ -32,12 +33,14 @@ fn pss_kib(rec: &mut Recorder, pid: &str) -> i64 {
 }
 
 fn page() -> usize {
+    // SAFETY: a system call without pointers into memory it could misuse.
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
 }
 
 /// Writes one byte of every page of `len` bytes at `p`.
 fn touch_pages(p: *mut u8, len: usize) {
     for off in (0..len).step_by(page()) {
+        // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
         unsafe { std::ptr::write_volatile(p.add(off), 1) };
     }
 }
@@ -66,10 +69,12 @@ fn fill_read(rec: &mut Recorder, mib: usize, other: Option<&str>) -> (i64, i64) 
     let len = mib << 20;
     let p = map_anon(len);
     for off in 0..len {
+        // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
         unsafe { std::ptr::write_volatile(p.add(off), b'F') };
     }
     let own = pss_kib(rec, "self");
     let other = other.map_or(0, |pid| pss_kib(rec, pid));
+    // SAFETY: unmaps the mapping made above, not used after.
     unsafe { libc::munmap(p.cast(), len) };
     (own, other)
 }
@@ -80,6 +85,7 @@ fn fill_read(rec: &mut Recorder, mib: usize, other: Option<&str>) -> (i64, i64) 
 pub fn pss_fillfill(rec: &mut Recorder, mib: usize) -> ! {
     rec.warm_up();
     let (own, _) = fill_read(rec, mib, None);
+    // SAFETY: a system call without pointers into memory it could misuse.
     let parent = unsafe { libc::getpid() }.to_string();
     let child = fork();
     if child == 0 {
@@ -116,8 +122,10 @@ pub fn pss_cow(rec: &mut Recorder, mib: usize, write: bool, ms: u64) -> ! {
         let mut sum = 0u64;
         for off in (0..len).step_by(page()) {
             if write {
+                // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
                 unsafe { std::ptr::write_volatile(p.add(off), 2) };
             } else {
+                // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
                 sum += u64::from(unsafe { std::ptr::read_volatile(p.add(off)) });
             }
         }

@@ -9,6 +9,7 @@ pub fn unix_ns() -> i64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
+    // SAFETY: a valid timespec to fill.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
@@ -22,10 +23,12 @@ const EXIT_PAGES: usize = 16;
 /// touch. Records {touched_unix_ns (the touch done), held_kib (VmRSS after the print: what it
 /// held through the sleep) and held_unix_ns (when read), woke_unix_ns, exit_pages}.
 pub fn peak_sleep(rec: &mut Recorder, mib: usize, ms: u64) -> ! {
+    // SAFETY: a system call without pointers into memory it could misuse.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
     let len = mib << 20;
     let p = map_anon(len + EXIT_PAGES * page);
     for off in (0..len).step_by(page) {
+        // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
         unsafe { std::ptr::write_volatile(p.add(off), 1) };
     }
     let touched = unix_ns();
@@ -38,6 +41,7 @@ pub fn peak_sleep(rec: &mut Recorder, mib: usize, ms: u64) -> ! {
     std::thread::sleep(std::time::Duration::from_millis(ms));
     let woke = unix_ns();
     for i in 0..EXIT_PAGES {
+        // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
         unsafe { std::ptr::write_volatile(p.add(len + i * page), 1) };
     }
     rec.begin("peak-sleep")
@@ -72,12 +76,14 @@ pub fn double_fork(rec: &mut Recorder, ms: u64) -> ! {
     let [root_gone, root_holds] = super::pipe_pair();
     let child = super::fork();
     if child == 0 {
+        // SAFETY: closes a descriptor this process owns and does not use after.
         unsafe { libc::close(root_holds) };
         let grandchild = super::fork();
         if grandchild == 0 {
             if ms > 0 {
                 // End of file once the root, the last holder of the write end, has exited.
                 let mut b = [0u8; 1];
+                // SAFETY: reads into a buffer valid for the length given.
                 while unsafe { libc::read(root_gone, b.as_mut_ptr().cast(), 1) } > 0 {}
                 std::thread::sleep(std::time::Duration::from_millis(ms));
             }
@@ -88,8 +94,10 @@ pub fn double_fork(rec: &mut Recorder, ms: u64) -> ! {
                 .finish();
             super::exit(0)
         }
+        // SAFETY: closes a descriptor this process owns and does not use after.
         unsafe { libc::close(root_gone) };
         let bytes = grandchild.to_ne_bytes();
+        // SAFETY: writes from a buffer valid for the length given.
         if unsafe { libc::write(w, bytes.as_ptr().cast(), bytes.len()) } != bytes.len() as isize {
             super::sys_die("write pipe");
         }
@@ -99,8 +107,10 @@ pub fn double_fork(rec: &mut Recorder, ms: u64) -> ! {
             .finish();
         super::exit(0)
     }
+    // SAFETY: closes a descriptor this process owns and does not use after.
     unsafe { libc::close(root_gone) };
     let mut bytes = [0u8; 4];
+    // SAFETY: reads into a buffer valid for the length given.
     if unsafe { libc::read(r, bytes.as_mut_ptr().cast(), 4) } != 4 {
         super::sys_die("read pipe");
     }
@@ -134,10 +144,12 @@ pub fn grow_at_stop(rec: &mut Recorder, start: usize, cap: usize) -> ! {
     let [r, w] = super::pipe_pair();
     let grower = super::fork();
     if grower == 0 {
+        // SAFETY: a system call without pointers into memory it could misuse.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         let p = map_anon(cap << 20);
         let touch_mib = |i: usize| {
             for off in (0..1 << 20).step_by(page) {
+                // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
                 unsafe { std::ptr::write_volatile(p.add((i << 20) + off), 1) };
             }
         };
