@@ -713,6 +713,8 @@ mod pod {
     // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
     // below): every bit pattern is a valid CgroupNameEvent.
     unsafe impl aya::Pod for CgroupNameEvent {}
+    // SAFETY: #[repr(C)], Copy, only integers, no padding (size asserted below): every bit
+    // pattern is a valid TickEvent.
     unsafe impl aya::Pod for TickEvent {}
 }
 

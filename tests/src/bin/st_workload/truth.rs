@@ -195,6 +195,7 @@ fn process_cpu_ns() -> i64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
+    // SAFETY: a valid timespec to fill.
     unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
