@@ -50,6 +50,7 @@ fn cores_follow_the_phases_and_add_up_to_wait4() {
     );
     assert_eq!(cpu["approximate"], false, "{cpu}");
     assert_eq!(cpu["tick_hz"], 100, "{cpu}");
+    assert_eq!(cpu["ticks_dropped"], 0, "{cpu}");
     let phases = out.truth_one("cpu-phases");
     let origin = int(&v, "start_unix_ns") as i64;
     let at = |key: &str| {

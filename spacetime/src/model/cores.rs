@@ -53,6 +53,9 @@ pub struct CpuSeries {
     pub method: Method,
     /// [`Method::Ticks`]: of the total, the CPU no tick placed, spread over its process's life.
     pub unsampled_ns: u64,
+    /// [`Method::Ticks`]: ticks not kept (past the bound on segments): their CPU went to the
+    /// thread's next point, coarser, not lost.
+    pub ticks_dropped: u64,
 }
 
 /// A process's CPU and its life, with its threads' sampled segments (times relative to the
@@ -164,12 +167,13 @@ impl CpuSeries {
 impl Serialize for CpuSeries {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let ticks = self.method == Method::Ticks;
-        let mut m = s.serialize_map(Some(if ticks { 7 } else { 5 }))?;
+        let mut m = s.serialize_map(Some(if ticks { 8 } else { 5 }))?;
         m.serialize_entry("method", self.method.name())?;
         m.serialize_entry("approximate", &!ticks)?;
         if ticks {
             m.serialize_entry("tick_hz", &TICK_HZ)?;
             m.serialize_entry("unsampled_cpu_ns", &self.unsampled_ns)?;
+            m.serialize_entry("ticks_dropped", &self.ticks_dropped)?;
         }
         m.serialize_entry("bucket_ns", &self.bucket_ns)?;
         m.serialize_entry("total_cpu_ns", &self.total_ns())?;

@@ -90,14 +90,17 @@ impl Analysis {
             cpu_ns: p.cpu_ns(),
         };
         let cpu = match ticks {
-            Some((ticks, t0_ns)) => CpuSeries::sampled(
-                procs.iter().map(|p| Sampled {
-                    life: life(p),
-                    segments: p.key().map_or(&[], |k| ticks.of(&k)),
-                }),
-                t0_ns,
-                wall_ns,
-            ),
+            Some((ticks, t0_ns)) => CpuSeries {
+                ticks_dropped: ticks.dropped,
+                ..CpuSeries::sampled(
+                    procs.iter().map(|p| Sampled {
+                        life: life(p),
+                        segments: p.key().map_or(&[], |k| ticks.of(&k)),
+                    }),
+                    t0_ns,
+                    wall_ns,
+                )
+            },
             None => CpuSeries::of(procs.iter().map(life), wall_ns),
         };
         let nodes: Vec<Node> = procs

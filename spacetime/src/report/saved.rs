@@ -88,6 +88,7 @@ pub struct SavedCpu {
     pub method: String,
     pub bucket_ns: u64,
     pub unsampled_cpu_ns: u64,
+    pub ticks_dropped: u64,
     pub cpu_ns: Vec<u64>,
 }
 
@@ -105,6 +106,7 @@ impl SavedCpu {
                 cpu_ns: self.cpu_ns.clone(),
                 method: crate::model::cores::Method::Ticks,
                 unsampled_ns: self.unsampled_cpu_ns,
+                ticks_dropped: self.ticks_dropped,
             }
         })
     }
