@@ -23,6 +23,9 @@ pub const MAX_SESSIONS: u32 = 64;
 pub const MAX_EXACT_CPUS: u32 = 64;
 
 /// Kinds of records on the ring buffer (`EventHeader::kind`).
+/// The frequency (per CPU) of the CPU clock the [`TickEvent`] program is attached with.
+pub const CPU_TICK_HZ: u64 = 100;
+
 pub mod kind {
     /// A task was created: a process ([`super::ForkEvent`]) or a thread.
     pub const FORK: u16 = 1;
@@ -43,6 +46,9 @@ pub mod kind {
     /// The path of a cgroup, from the kernel's names, the first time a process execs in it
     /// ([`super::CgroupNameEvent`]): identity that outlives the cgroup.
     pub const CGROUP_NAME: u16 = 17;
+    /// A traced thread's cumulative run time, sampled on a CPU clock tick ([`super::TickEvent`]):
+    /// CPU over time.
+    pub const TICK: u16 = 18;
 }
 
 /// Flag bits for the `flags` fields.
@@ -546,6 +552,16 @@ pub struct RssEvent {
     pub anon_pages: u64,
 }
 
+/// A CPU clock tick (~100 Hz per CPU) found a traced thread running: the header names it
+/// (`pid` is the thread), `runtime_ns` is its `se.sum_exec_runtime` then (cumulative, the
+/// scheduler's nanoseconds, as folded at the last scheduler update).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TickEvent {
+    pub hdr: EventHeader,
+    pub runtime_ns: u64,
+}
+
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
@@ -603,6 +619,9 @@ mod pod {
     // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
     // below): every bit pattern is a valid CgroupNameEvent.
     unsafe impl aya::Pod for CgroupNameEvent {}
+    // SAFETY: #[repr(C)], Copy, only integers, no padding (size asserted below): every bit
+    // pattern is a valid TickEvent.
+    unsafe impl aya::Pod for TickEvent {}
 }
 
 // Layout checks: the kernel and userspace read these byte for byte.
@@ -624,6 +643,7 @@ const _: () = {
     assert!(size_of::<TreeRss>() == 32);
     assert!(size_of::<RssEvent>() == 64);
     assert!(size_of::<ReapEvent>() == 72);
+    assert!(size_of::<TickEvent>() == 40);
     assert!(size_of::<Tracked>() == 16);
     assert!(size_of::<Reaping>() == 16);
     assert!(MAX_SESSIONS <= u16::MAX as u32);

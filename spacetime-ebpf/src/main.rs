@@ -14,6 +14,7 @@
 
 mod adopt;
 mod cgroup;
+mod cpu_tick;
 mod creds;
 mod exec;
 mod exec_mm;
@@ -31,9 +32,9 @@ mod zero;
 
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    macros::{fentry, map, raw_tracepoint},
+    macros::{fentry, map, perf_event, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
-    programs::{FEntryContext, RawTracePointContext},
+    programs::{FEntryContext, PerfEventContext, RawTracePointContext},
 };
 use aya_log_ebpf::debug;
 use spacetime_common::{
@@ -302,6 +303,16 @@ pub fn exec_mm_release(ctx: FEntryContext) -> i32 {
             debug!(&ctx, "exec_mm_release: error {}", e);
             e
         }
+    }
+}
+
+/// A software CPU clock at ~100 Hz on each CPU (`trace` with CPU over time shown): the
+/// running traced thread's run time (cpu_tick.rs).
+#[perf_event]
+pub fn cpu_tick(ctx: PerfEventContext) -> i32 {
+    match cpu_tick::try_cpu_tick(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
     }
 }
 

@@ -118,12 +118,21 @@ fn memory_over_time(args: &TraceArgs) -> bool {
     }
 }
 
+/// Whether anything shows CPU over time: the summary's chart, the JSON's and Perfetto's
+/// timelines, the HTML page. Otherwise (`--format`, `--no-chart` without them) the CPU clock
+/// program stays unloaded: nothing to verify at start-up, nothing run on every tick.
+fn cpu_over_time(args: &TraceArgs) -> bool {
+    let chart = args.format.is_none() && !args.no_chart;
+    chart || args.json.is_some() || args.perfetto.is_some() || args.html.is_some()
+}
+
 fn session_options(args: &TraceArgs, verbose: u8) -> SessionOptions {
     SessionOptions {
         load: LoadOptions {
             ring_buffer_bytes: args.ring_buffer,
             max_tracked: args.max_processes,
             track_rss: memory_over_time(args),
+            track_cpu: cpu_over_time(args),
             rss_interval_ns: args.rss_interval.saturating_mul(1_000_000),
             ..LoadOptions::default()
         },
@@ -187,7 +196,7 @@ fn summary_width(summary: Option<&crate::run::outputs::Dest>, wide: bool) -> Opt
 mod tests {
     use clap::Parser;
 
-    use super::memory_over_time;
+    use super::{cpu_over_time, memory_over_time};
     use crate::cmd::cli::{Cli, Command};
 
     fn args(argv: &[&str]) -> super::TraceArgs {
@@ -214,5 +223,15 @@ mod tests {
         );
         assert!(memory_over_time(&args(&["-f", "%M", "--json", "r.json"])));
         assert!(memory_over_time(&args(&["-f", "%M", "--perfetto", "t.pb"])));
+    }
+
+    #[test]
+    fn cpu_over_time_only_when_something_shows_it() {
+        assert!(cpu_over_time(&args(&[])), "the summary's chart");
+        assert!(!cpu_over_time(&args(&["--no-chart"])));
+        assert!(!cpu_over_time(&args(&["-f", "%e %U"])), "time -f's use");
+        assert!(cpu_over_time(&args(&["--no-chart", "--json", "r.json"])));
+        assert!(cpu_over_time(&args(&["-f", "%e", "--html", "r.html"])));
+        assert!(cpu_over_time(&args(&["-f", "%e", "--perfetto", "t.pb"])));
     }
 }

@@ -3,8 +3,8 @@
 
 use spacetime_common::{
     flags, kind, CgroupNameEvent, EventHeader, ExitEvent, ForkEvent, ImageEndEvent, ReapEvent,
-    RssEvent, ARGS_CHUNK, ARGS_EVENT_FIXED, CGROUP_NAME_DEPTH, EXEC_EVENT_FIXED, FILENAME_LEN,
-    TASK_COMM_LEN,
+    RssEvent, TickEvent, ARGS_CHUNK, ARGS_EVENT_FIXED, CGROUP_NAME_DEPTH, EXEC_EVENT_FIXED,
+    FILENAME_LEN, TASK_COMM_LEN,
 };
 
 /// A decoded record.
@@ -21,6 +21,8 @@ pub enum Event {
     Reap(ReapEvent),
     /// A cgroup's path from the kernel's names, the first time a process exec'd in it (`watch`).
     CgroupName(CgroupName),
+    /// A CPU clock tick found a traced thread running: its cumulative run time.
+    Tick(TickEvent),
 }
 
 /// A cgroup's path, read in the kernel while the cgroup existed.
@@ -48,6 +50,7 @@ impl Event {
             Event::Rss(e) => &e.hdr,
             Event::Reap(e) => &e.hdr,
             Event::CgroupName(e) => &e.hdr,
+            Event::Tick(e) => &e.hdr,
         }
     }
 }
@@ -158,6 +161,7 @@ pub fn decode(buf: &[u8]) -> Result<Event, DecodeError> {
         kind::EXIT => Ok(Event::Exit(read_prefix(buf, hdr.kind)?)),
         kind::RSS => Ok(Event::Rss(read_prefix(buf, hdr.kind)?)),
         kind::REAP => Ok(Event::Reap(read_prefix(buf, hdr.kind)?)),
+        kind::TICK => Ok(Event::Tick(read_prefix(buf, hdr.kind)?)),
         kind::EXEC => decode_exec(buf, hdr),
         kind::ARGS => decode_args(buf, hdr),
         kind::CGROUP_NAME => decode_cgroup_name(buf),

@@ -1,14 +1,20 @@
 //! CPU over time: how many cores the traced processes used, in fixed buckets of time.
 //!
 //! Each process's CPU time is the kernel's exact figure (what `wait4` returns: the
-//! scheduler's run time); *when* within its life it was spent is not recorded. A process's CPU
-//! is spread evenly over its life: approximate — right for a compiler that computes from
-//! start to end, flattened for a process that waits (a `make` whose CPU is a few
-//! milliseconds over the whole build is a thin layer). The split is done in whole
-//! nanoseconds so that the buckets add up to the total exactly: the series' integral is the
-//! report's CPU time, to the nanosecond.
+//! scheduler's run time). *When* it was spent comes, where the kernel's CPU clock program ran
+//! ([`Method::Ticks`]), from its threads' run time sampled at [`TICK_HZ`] per CPU
+//! ([`crate::model::cpu_ticks`]): each segment between two points is spread over its own
+//! interval, and what no point places (a process that lived under a tick, a thread's CPU before
+//! its first sample) over the process's life. Without the program ([`Method::Spread`]) a
+//! process's CPU is spread evenly over its life: approximate — right for a compiler that
+//! computes from start to end, flattened for a process that waits. Either way the split is
+//! done in whole nanoseconds so that the buckets add up to the total exactly: the series'
+//! integral is the report's CPU time, to the nanosecond (sampled run time that exceeds the
+//! reported CPU is scaled down to it).
 
 use serde::{ser::SerializeMap, Serialize, Serializer};
+
+use crate::model::cpu_ticks::{Segment, TICK_HZ};
 
 /// A process's CPU and its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,11 +25,45 @@ pub struct Use {
     pub cpu_ns: u64,
 }
 
+/// How a series placed CPU in time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Method {
+    /// Each process's CPU spread evenly over its life (approximate).
+    #[default]
+    Spread,
+    /// The threads' run time sampled by the kernel's CPU clock tick.
+    Ticks,
+}
+
+impl Method {
+    /// The name the JSON gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Spread => "spread",
+            Method::Ticks => "ticks",
+        }
+    }
+}
+
 /// CPU nanoseconds spent in each bucket of `bucket_ns`, the first starting at 0.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CpuSeries {
     pub bucket_ns: u64,
     pub cpu_ns: Vec<u64>,
+    pub method: Method,
+    /// [`Method::Ticks`]: of the total, the CPU no tick placed, spread over its process's life.
+    pub unsampled_ns: u64,
+    /// [`Method::Ticks`]: ticks not kept (past the bound on segments): their CPU went to the
+    /// thread's next point, coarser, not lost.
+    pub ticks_dropped: u64,
+}
+
+/// A process's CPU and its life, with its threads' sampled segments (times relative to the
+/// series' start).
+#[derive(Clone, Copy, Debug)]
+pub struct Sampled<'a> {
+    pub life: Use,
+    pub segments: &'a [Segment],
 }
 
 /// At most this many buckets: finer than any chart draws, small in a report.
@@ -53,7 +93,36 @@ impl CpuSeries {
         for u in uses {
             spread(&mut cpu_ns, bucket_ns, u);
         }
-        CpuSeries { bucket_ns, cpu_ns }
+        CpuSeries {
+            bucket_ns,
+            cpu_ns,
+            ..CpuSeries::default()
+        }
+    }
+
+    /// The series over `[0, wall_ns]` from sampled run time; segment times are CLOCK_MONOTONIC,
+    /// `t0_ns` the series' start.
+    pub fn sampled<'a>(
+        procs: impl IntoIterator<Item = Sampled<'a>>,
+        t0_ns: u64,
+        wall_ns: u64,
+    ) -> CpuSeries {
+        let mut series = CpuSeries::of([], wall_ns);
+        series.method = Method::Ticks;
+        for p in procs {
+            series.unsampled_ns += place(&mut series.cpu_ns, series.bucket_ns, p, t0_ns);
+        }
+        series
+    }
+
+    /// How the series was made, for the charts' titles.
+    pub fn label(&self) -> String {
+        match self.method {
+            Method::Ticks => {
+                format!("sampled at {TICK_HZ} Hz from the threads' run time, integral exact")
+            }
+            Method::Spread => "approximate: each process's CPU spread over its life".into(),
+        }
     }
 
     pub fn total_ns(&self) -> u64 {
@@ -95,19 +164,61 @@ impl CpuSeries {
     }
 }
 
-/// How the series was made, said in the JSON with the series: `"spread"` (approximate).
-pub const METHOD: &str = "spread";
-
 impl Serialize for CpuSeries {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(5))?;
-        m.serialize_entry("method", METHOD)?;
-        m.serialize_entry("approximate", &true)?;
+        let ticks = self.method == Method::Ticks;
+        let mut m = s.serialize_map(Some(if ticks { 8 } else { 5 }))?;
+        m.serialize_entry("method", self.method.name())?;
+        m.serialize_entry("approximate", &!ticks)?;
+        if ticks {
+            m.serialize_entry("tick_hz", &TICK_HZ)?;
+            m.serialize_entry("unsampled_cpu_ns", &self.unsampled_ns)?;
+            m.serialize_entry("ticks_dropped", &self.ticks_dropped)?;
+        }
         m.serialize_entry("bucket_ns", &self.bucket_ns)?;
         m.serialize_entry("total_cpu_ns", &self.total_ns())?;
         m.serialize_entry("cpu_ns", &self.cpu_ns)?;
         m.end()
     }
+}
+
+/// Adds a process's CPU: its segments where they were sampled, the rest over its life; when
+/// the segments hold more than its CPU, they are scaled down to it (whole nanoseconds whose
+/// running sums telescope to the CPU exactly). Returns the CPU spread over its life.
+fn place(buckets: &mut [u64], bucket_ns: u64, p: Sampled, t0_ns: u64) -> u64 {
+    let total = p.life.cpu_ns;
+    let sampled: u64 = p.segments.iter().map(|s| s.cpu_ns).sum();
+    let mut at = |s: &Segment, cpu_ns: u64| {
+        let u = Use {
+            start_ns: s.from_ns.saturating_sub(t0_ns),
+            end_ns: s.to_ns.saturating_sub(t0_ns),
+            cpu_ns,
+        };
+        spread(buckets, bucket_ns, u);
+    };
+    if sampled <= total {
+        for s in p.segments {
+            at(s, s.cpu_ns);
+        }
+        let rest = total - sampled;
+        spread(
+            buckets,
+            bucket_ns,
+            Use {
+                cpu_ns: rest,
+                ..p.life
+            },
+        );
+        return rest;
+    }
+    let scaled = |sum: u64| (total as u128 * sum as u128 / sampled as u128) as u64;
+    let mut sum = 0u64;
+    for s in p.segments {
+        let before = scaled(sum);
+        sum += s.cpu_ns;
+        at(s, scaled(sum) - before);
+    }
+    0
 }
 
 /// Adds `u`'s CPU to the buckets its life overlaps, in proportion; the amounts telescope, so
@@ -193,6 +304,61 @@ mod tests {
         // The average over the columns is the CPU over the span.
         let mean: f64 = cols.iter().sum::<f64>() / 4.0;
         assert!((mean - 1.0).abs() < 1e-9, "{cols:?}");
+    }
+
+    #[test]
+    fn sampled_segments_place_cpu_and_the_integral_stays_exact() {
+        let seg = |from_ns, to_ns, cpu_ns| Segment {
+            from_ns,
+            to_ns,
+            cpu_ns,
+        };
+        let t0 = 1_000 * MS;
+        // One core from 0 to 10 ms, then two from 10 to 20 ms; 1 ms nobody sampled.
+        let a = [
+            seg(t0, t0 + 10 * MS, 10 * MS),
+            seg(t0 + 10 * MS, t0 + 20 * MS, 10 * MS),
+        ];
+        let b = [seg(t0 + 10 * MS, t0 + 20 * MS, 10 * MS)];
+        let life = |cpu_ns| Use {
+            start_ns: 0,
+            end_ns: 20 * MS,
+            cpu_ns,
+        };
+        let s = CpuSeries::sampled(
+            [
+                Sampled {
+                    life: life(21 * MS),
+                    segments: &a,
+                },
+                Sampled {
+                    life: life(10 * MS),
+                    segments: &b,
+                },
+            ],
+            t0,
+            20 * MS,
+        );
+        assert_eq!((s.method, s.unsampled_ns), (Method::Ticks, MS));
+        assert_eq!(s.total_ns(), 31 * MS);
+        // 1 ms spread over 20 buckets: 50 µs each.
+        assert_eq!(s.cpu_ns[3], MS + MS / 20);
+        assert_eq!(s.cpu_ns[15], 2 * MS + MS / 20);
+        // Sampled run time beyond the reported CPU is scaled down to it, exactly.
+        let over = CpuSeries::sampled(
+            [Sampled {
+                life: life(7 * MS + 1),
+                segments: &a,
+            }],
+            t0,
+            20 * MS,
+        );
+        assert_eq!((over.total_ns(), over.unsampled_ns), (7 * MS + 1, 0));
+        assert!(
+            over.cpu_ns[2] > 0 && over.cpu_ns[12] > 0,
+            "{:?}",
+            over.cpu_ns
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 pub(crate) mod argv;
 pub(crate) mod cores;
+pub(crate) mod cpu_ticks;
 pub(crate) mod cputime;
 pub(crate) mod critical_path;
 pub(crate) mod crosscheck;

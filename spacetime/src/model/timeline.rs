@@ -265,6 +265,8 @@ pub struct Timeline {
     process_points: usize,
     /// What PSS sampling did and cost, when it ran.
     pub pss_sampling: Option<PssSampling>,
+    /// CPU over time: the threads' sampled run time.
+    pub cpu: crate::model::cpu_ticks::CpuTicks,
 }
 
 /// What PSS sampling did and cost: how densely the PSS figures are backed by reads.
@@ -300,6 +302,7 @@ impl Timeline {
             process_cap: limits.process_points,
             process_points: 0,
             pss_sampling: None,
+            cpu: Default::default(),
         }
     }
 

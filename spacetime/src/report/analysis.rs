@@ -8,7 +8,8 @@ use serde::{ser::SerializeSeq, Serialize, Serializer};
 use super::{lossless::Lossy, ProcessReport};
 use crate::{
     model::{
-        cores::{CpuSeries, Use},
+        cores::{CpuSeries, Sampled, Use},
+        cpu_ticks::CpuTicks,
         critical_path::{critical_path, Node, Segment},
         labels::{basename, label_all, Label, Part, Run},
     },
@@ -26,7 +27,8 @@ pub struct Analysis {
     /// Positions of the processes that ended with a non-zero status or a signal, in start
     /// order.
     pub failures: Vec<usize>,
-    /// Cores in use over time (approximate: each process's CPU spread over its life).
+    /// Cores in use over time: sampled by the kernel's CPU clock tick where it ran, else
+    /// each process's CPU spread over its life (approximate).
     pub cpu: CpuSeries,
     /// The critical path; segments name processes by position.
     pub critical_path: Vec<Segment>,
@@ -63,7 +65,9 @@ pub struct ProgramStat {
 }
 
 impl Analysis {
-    pub fn of(procs: &[ProcessReport], wall_ns: u64) -> Analysis {
+    /// `ticks`: the threads' sampled run time and the trace's start (CLOCK_MONOTONIC), when
+    /// the kernel's CPU clock program ran.
+    pub fn of(procs: &[ProcessReport], wall_ns: u64, ticks: Option<(&CpuTicks, u64)>) -> Analysis {
         let parents = parents(procs);
         let runs: Vec<Run> = procs
             .iter()
@@ -80,14 +84,25 @@ impl Analysis {
             .collect();
         let labels = label_all(&runs);
         let end = |p: &ProcessReport| p.end_ns().unwrap_or(wall_ns).max(p.start_ns());
-        let cpu = CpuSeries::of(
-            procs.iter().map(|p| Use {
-                start_ns: p.start_ns(),
-                end_ns: end(p),
-                cpu_ns: p.cpu_ns(),
-            }),
-            wall_ns,
-        );
+        let life = |p: &ProcessReport| Use {
+            start_ns: p.start_ns(),
+            end_ns: end(p),
+            cpu_ns: p.cpu_ns(),
+        };
+        let cpu = match ticks {
+            Some((ticks, t0_ns)) => CpuSeries {
+                ticks_dropped: ticks.dropped,
+                ..CpuSeries::sampled(
+                    procs.iter().map(|p| Sampled {
+                        life: life(p),
+                        segments: p.key().map_or(&[], |k| ticks.of(&k)),
+                    }),
+                    t0_ns,
+                    wall_ns,
+                )
+            },
+            None => CpuSeries::of(procs.iter().map(life), wall_ns),
+        };
         let nodes: Vec<Node> = procs
             .iter()
             .zip(&parents)

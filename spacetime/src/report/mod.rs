@@ -461,7 +461,8 @@ impl<'a> Report<'a> {
             .collect();
         let totals = totals(&processes, &meta.memory, t0);
         let wall_ns = meta.end_ns.saturating_sub(t0);
-        let analysis = Analysis::of(&processes, wall_ns);
+        let cpu = &meta.memory.timeline.cpu;
+        let analysis = Analysis::of(&processes, wall_ns, cpu.enabled.then_some((cpu, t0)));
         // The timeline lists the processes in the report's order.
         let timeline = meta
             .memory
@@ -520,10 +521,15 @@ impl<'a> Report<'a> {
                 pos,
             })
             .collect();
-        let analysis = Analysis::of(&processes, doc.wall_ns);
+        let mut analysis = Analysis::of(&processes, doc.wall_ns, None);
         let t = &doc.taskstats;
         let memory: saved::SavedTimeline =
             serde_json::from_str(doc.timeline.get()).unwrap_or_default();
+        // A series the kernel sampled cannot be derived again: it is kept as written.
+        let total = doc.user_ns.saturating_add(doc.sys_ns);
+        if let Some(cpu) = memory.cpu.as_ref().and_then(|c| c.sampled(total)) {
+            analysis.cpu = cpu;
+        }
         Report {
             origin: Origin {
                 schema_version: doc.schema_version,

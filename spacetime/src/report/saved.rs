@@ -78,6 +78,38 @@ pub struct SavedTimeline {
     pub rss_source: Option<String>,
     pub tree_rss: Vec<(u64, u64)>,
     pub max_pss: Option<SavedMaxPss>,
+    pub cpu: Option<SavedCpu>,
+}
+
+/// `timeline.cpu` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SavedCpu {
+    pub method: String,
+    pub bucket_ns: u64,
+    pub unsampled_cpu_ns: u64,
+    pub ticks_dropped: u64,
+    pub cpu_ns: Vec<u64>,
+}
+
+impl SavedCpu {
+    /// The series as sampled by the kernel, when it was and still adds up to `total_ns` (a
+    /// spread series is derived again from the processes).
+    pub fn sampled(&self, total_ns: u64) -> Option<crate::model::cores::CpuSeries> {
+        let sum = self
+            .cpu_ns
+            .iter()
+            .try_fold(0u64, |a, &b| a.checked_add(b))?;
+        (self.method == "ticks" && self.bucket_ns > 0 && sum == total_ns).then(|| {
+            crate::model::cores::CpuSeries {
+                bucket_ns: self.bucket_ns,
+                cpu_ns: self.cpu_ns.clone(),
+                method: crate::model::cores::Method::Ticks,
+                unsampled_ns: self.unsampled_cpu_ns,
+                ticks_dropped: self.ticks_dropped,
+            }
+        })
+    }
 }
 
 /// `timeline.max_pss` as written.

@@ -260,6 +260,7 @@ impl Session {
             pss_interval_ns: opts.pss_interval_ns,
             page_size: self.page_size,
         });
+        memory.timeline.cpu.enabled = self.kernel.cpu_ticks();
         let mut status = StatusLine::stderr(opts.quiet);
         if root.learned.level > 0 && crate::kernel::pidns::proc_has_own_pids() {
             memory.proc_by_shown_pids();

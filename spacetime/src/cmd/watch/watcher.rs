@@ -172,6 +172,8 @@ impl Consumer for Looping<'_> {
             Event::Rss(_) => {}
             Event::Reap(r) => w.reap(&r),
             Event::CgroupName(c) => w.cgroups.named(c.cgroup_id, &c.path),
+            // CPU over time is trace's; watch does not load its program.
+            Event::Tick(_) => {}
         }
     }
 

@@ -47,6 +47,7 @@ mod runs;
 mod sessions;
 mod startup;
 mod stats;
+mod ticks;
 
 pub use own_pid::{run_own_pid, LearnedPid};
 pub use sessions::SessionId;
@@ -133,6 +134,8 @@ pub struct LoadOptions {
     /// Send each cgroup's path the first time a process execs in it (`watch`'s identity,
     /// read while the cgroup exists).
     pub cgroup_names: bool,
+    /// Sample the traced threads' run time on a CPU clock tick (CPU over time).
+    pub track_cpu: bool,
 }
 
 impl Default for LoadOptions {
@@ -148,6 +151,7 @@ impl Default for LoadOptions {
             rss_interval_ns: 5_000_000,
             filter: spacetime_common::KernelFilter::default(),
             cgroup_names: false,
+            track_cpu: false,
         }
     }
 }
@@ -176,6 +180,9 @@ pub struct Probes {
     /// aya parsed the kernel's BTF for its loader (the thread that builds it could not hide
     /// it: see startup.rs); that costs ~10 ms of start-up and nothing else.
     pub aya_btf_parsed: bool,
+    /// The CPU clock program runs (CPU over time from the threads' run time); else why not
+    /// (`None`: not asked for).
+    pub cpu_ticks: Option<Result<usize, String>>,
 }
 
 /// The kernel programs' own diagnostics (aya-log), forwarded to the `log` crate.
@@ -369,13 +376,33 @@ impl Probes {
             "start-up: raw tracepoints attached in {:.1} ms",
             ms(started.elapsed() - attach_started)
         );
-        let mechanisms = mechanisms::attach_fentries_and_describe(
+        let cpu_ticks = opts.track_cpu.then(|| {
+            let at = started.elapsed();
+            let r = ticks::attach(&mut ebpf);
+            log::debug!(
+                "start-up: CPU clock program {} in {:.1} ms",
+                if r.is_ok() { "attached" } else { "failed" },
+                ms(started.elapsed() - at)
+            );
+            r
+        });
+        let mut mechanisms = mechanisms::attach_fentries_and_describe(
             &mut ebpf,
             &resolved,
             &plan,
             nr_cpus,
             opts.track_rss,
         );
+        match &cpu_ticks {
+            Some(Ok(cpus)) => mechanisms.push(format!(
+                "CPU over time: threads' run time sampled by a CPU clock at {} Hz on {cpus} CPUs",
+                spacetime_common::CPU_TICK_HZ
+            )),
+            Some(Err(why)) => mechanisms.push(format!(
+                "CPU over time: each process's CPU spread over its life (no CPU clock program: {why})"
+            )),
+            None => {}
+        }
         let logger = aya_log::EbpfLogger::init(&mut ebpf)
             .inspect_err(|e| log::debug!("kernel-side logging unavailable: {e}"))
             .ok();
@@ -391,6 +418,7 @@ impl Probes {
             cpu_at_release: plan.cpu_at_release,
             load_us,
             aya_btf_parsed: !built.btf_hidden,
+            cpu_ticks,
         })
     }
 

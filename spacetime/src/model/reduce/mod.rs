@@ -131,6 +131,8 @@ impl Store {
             Event::Reap(r) => self.reap(&r),
             // Identity is watch's, kept by its cgroup cache.
             Event::CgroupName(_) => {}
+            // CPU over time belongs to the timeline.
+            Event::Tick(_) => {}
         }
         None
     }

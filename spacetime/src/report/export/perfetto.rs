@@ -319,15 +319,9 @@ impl Builder<'_> {
     /// whose value changes, back to 0 at the end.
     fn cpu_counter(&mut self, cpu: &CpuSeries) {
         let unit = Msg::new().string(field::COUNTER_UNIT_NAME, "cores");
-        self.descriptors.push(
-            descriptor(
-                TREE_CPU_TRACK,
-                None,
-                "CPU (cores in use, approximate: each process's CPU spread over its life)",
-                Some(3),
-            )
-            .msg(field::TRACK_COUNTER, unit),
-        );
+        let name = format!("CPU (cores in use, {})", cpu.label());
+        self.descriptors
+            .push(descriptor(TREE_CPU_TRACK, None, &name, Some(3)).msg(field::TRACK_COUNTER, unit));
         let width = cpu.bucket_ns.max(1);
         let mut last = None;
         let at = |k: usize| self.opts.t0_ns + k as u64 * width;

@@ -85,6 +85,8 @@ struct Cpu {
     bucket_ns: u64,
     cpu_ns: Vec<u64>,
     total_ns: u64,
+    /// How the series was made ([`crate::model::cores::CpuSeries::label`]).
+    label: String,
 }
 
 /// The page's data.
@@ -263,6 +265,7 @@ impl TraceData {
                 bucket_ns: a.cpu.bucket_ns,
                 cpu_ns: a.cpu.cpu_ns.clone(),
                 total_ns: a.cpu.total_ns(),
+                label: a.cpu.label(),
             },
         }
     }

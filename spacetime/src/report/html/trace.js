@@ -202,7 +202,7 @@
     el("div", { class: "note" }, "memory: the tree's RSS (" + (D.rss_source === "kernel" ? "every change, from the kernel" : "sampled from statm") + ") · ",
       el("span", { id: "mem-peak", "data-bytes": D.tree_peak_rss_bytes === null ? "" : D.tree_peak_rss_bytes }, peakText)),
     memCanvas,
-    el("div", { class: "note" }, "CPU: cores in use (approximate: each process's CPU spread over its life; the buckets add up to the total CPU, ",
+    el("div", { class: "note" }, "CPU: cores in use (" + D.cpu.label + "; the buckets add up to the total CPU, ",
       el("span", { id: "cpu-total", "data-ns": D.cpu.total_ns }, fmtNs(D.cpu.total_ns)), ")"),
     cpuCanvas));
 

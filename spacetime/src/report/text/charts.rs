@@ -1,11 +1,11 @@
 //! Memory and CPU over time, one chart above the other on the same time axis. Left out when
 //! they would carry nothing: memory for a single process that ran under 100 ms (or a series
-//! of fewer than two points), CPU for a single process (its CPU is spread evenly over its
-//! life: a flat line).
+//! of fewer than two points), CPU for a single process when it is spread evenly over its
+//! life (a flat line) or the process ran less than 100 ms.
 
 use super::Report;
 use crate::{
-    model::timeline::RssSource,
+    model::{cores::Method, timeline::RssSource},
     report::chart::{self, Spec, Style, Unit},
     util::units::{bytes, duration_ns},
 };
@@ -54,11 +54,11 @@ pub(super) fn both(out: &mut String, r: &Report, width: usize, style: Style) {
         out.push_str(&chart::render(&series, &spec));
     }
     let cpu = &r.analysis.cpu;
-    if !single && cpu.total_ns() > 0 && r.wall_ns > 0 {
+    // A single process's CPU spread over its life is a flat line; sampled, its threads show.
+    let flat = single && (cpu.method == Method::Spread || r.wall_ns < SHORT_NS);
+    if !flat && cpu.total_ns() > 0 && r.wall_ns > 0 {
         let mean = r.analysis.parallelism(r.wall_ns).unwrap_or(0.0);
-        let title = format!(
-            "CPU in cores, approximate: each process's CPU spread over its life · mean {mean:.2}"
-        );
+        let title = format!("CPU in cores, {} · mean {mean:.2}", cpu.label());
         let values = |w: usize| -> Vec<u64> {
             cpu.columns(r.wall_ns, w)
                 .into_iter()

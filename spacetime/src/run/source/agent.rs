@@ -70,6 +70,12 @@ impl KernelSource for AgentSource {
         self.conn.welcome.rss_tracking
     }
 
+    fn cpu_ticks(&self) -> bool {
+        // The agent does not run the CPU clock program: CPU over time is each process's CPU
+        // spread over its life.
+        false
+    }
+
     fn cpu_at_release(&self) -> bool {
         self.conn.welcome.cpu_at_release
     }

@@ -45,6 +45,8 @@ pub trait KernelSource {
     fn provenance(&self) -> Provenance;
     /// The kernel follows RSS changes (rss_stat), so memory over time is the kernel's.
     fn rss_tracking(&self) -> bool;
+    /// The kernel samples the traced threads' run time on a CPU clock tick (CPU over time).
+    fn cpu_ticks(&self) -> bool;
     /// The final CPU of a process comes with its release record.
     fn cpu_at_release(&self) -> bool;
     fn ring_buffer_bytes(&self) -> u32;

@@ -63,6 +63,10 @@ impl KernelSource for OwnSource {
         self.probes.rss_tracking
     }
 
+    fn cpu_ticks(&self) -> bool {
+        matches!(self.probes.cpu_ticks, Some(Ok(_)))
+    }
+
     fn cpu_at_release(&self) -> bool {
         self.probes.cpu_at_release
     }

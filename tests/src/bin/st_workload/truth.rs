@@ -188,3 +188,40 @@ pub fn grow_at_stop(rec: &mut Recorder, start: usize, cap: usize) -> ! {
         .finish();
     super::exit(0)
 }
+
+/// The process's CPU so far (all its threads, the running slices included), ns.
+fn process_cpu_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// Two phases of different parallelism: one thread burns MS ms of CPU, then two threads burn
+/// MS ms each at once. Records each phase's bounds (CLOCK_REALTIME) and the process's CPU over
+/// it: {p1_start_unix_ns, p1_end_unix_ns, p1_cpu_ns, p2_…}. The cores a phase used are its CPU
+/// over its wall, whatever else the machine runs.
+pub fn cpu_phases(rec: &mut Recorder, ms: u64) -> ! {
+    let (s1, c1) = (unix_ns(), process_cpu_ns());
+    super::burn_cpu_us(ms * 1000);
+    let (e1, d1) = (unix_ns(), process_cpu_ns());
+    let (s2, c2) = (unix_ns(), process_cpu_ns());
+    let other = std::thread::spawn(move || super::burn_cpu_us(ms * 1000));
+    super::burn_cpu_us(ms * 1000);
+    if other.join().is_err() {
+        super::die("burning thread panicked");
+    }
+    let (e2, d2) = (unix_ns(), process_cpu_ns());
+    rec.begin("cpu-phases")
+        .int("p1_start_unix_ns", s1)
+        .int("p1_end_unix_ns", e1)
+        .int("p1_cpu_ns", d1 - c1)
+        .int("p2_start_unix_ns", s2)
+        .int("p2_end_unix_ns", e2)
+        .int("p2_cpu_ns", d2 - c2)
+        .finish();
+    super::exit(0)
+}

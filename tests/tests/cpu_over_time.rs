@@ -1,0 +1,108 @@
+//! CPU over time against its truths: the cores a phase of the workload used (its own CPU over
+//! its own wall, read by the workload) and the report's CPU, which wait4 vouches for.
+
+use serde_json::Value;
+use spacetime_tests::Trace;
+
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+/// The CPU clock program's period: a thread's CPU is placed to within about this much.
+const TICK_NS: u64 = 10_000_000;
+/// How far a phase's mean cores may be from its truth: the CPU misplaced across its two
+/// edges (a tick period, plus the scheduler's own update period, on each side) over a
+/// phase of a few hundred ms.
+const CORES_TOLERANCE: f64 = 0.25;
+/// See tests/tests/cpu.rs: the slice a child may still run after its parent's wait4 read it.
+const AFTER_WAIT_US: i64 = 50;
+
+fn int(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no integer {key} in {v}"))
+}
+
+/// The series' mean cores over `[from, to)` (ns since the report's start): each bucket
+/// counted in proportion to its overlap.
+fn mean_cores(cpu: &Value, from: u64, to: u64) -> f64 {
+    let width = int(cpu, "bucket_ns");
+    let buckets = cpu["cpu_ns"].as_array().expect("cpu_ns");
+    let mut ns = 0f64;
+    for (k, b) in buckets.iter().enumerate() {
+        let (s, e) = (k as u64 * width, (k as u64 + 1) * width);
+        let overlap = e.min(to).saturating_sub(s.max(from));
+        ns += b.as_u64().expect("ns") as f64 * overlap as f64 / width as f64;
+    }
+    ns / (to - from) as f64
+}
+
+#[test]
+fn cores_follow_the_phases_and_add_up_to_wait4() {
+    let ms = 300;
+    let out = Trace::new([WL, "rusage-of", WL, "cpu-phases", &ms.to_string()])
+        .tag("cpu-phases")
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    let ctx = out.context();
+    let cpu = &v["timeline"]["cpu"];
+    assert_eq!(
+        cpu["method"], "ticks",
+        "sampled by the kernel: {cpu}\n{ctx}"
+    );
+    assert_eq!(cpu["approximate"], false, "{cpu}");
+    assert_eq!(cpu["tick_hz"], 100, "{cpu}");
+    assert_eq!(cpu["ticks_dropped"], 0, "{cpu}");
+    let phases = out.truth_one("cpu-phases");
+    let origin = int(&v, "start_unix_ns") as i64;
+    let at = |key: &str| {
+        u64::try_from(phases.int(key) - origin)
+            .unwrap_or_else(|_| panic!("{key} before the report's start\n{ctx}"))
+    };
+    for p in ["p1", "p2"] {
+        let (s, e) = (
+            at(&format!("{p}_start_unix_ns")),
+            at(&format!("{p}_end_unix_ns")),
+        );
+        assert!(
+            e > s + 4 * TICK_NS,
+            "{p}: {s}..{e} ns is too short to judge"
+        );
+        // The truth: the process's CPU over the phase's wall.
+        let want = phases.int(&format!("{p}_cpu_ns")) as f64 / (e - s) as f64;
+        // Inside the phase, two tick periods clear of its edges.
+        let got = mean_cores(cpu, s + 2 * TICK_NS, e - 2 * TICK_NS);
+        assert!(
+            (got - want).abs() <= CORES_TOLERANCE,
+            "{p}: the series says {got:.3} cores over {s}..{e} ns, the workload used \
+             {want:.3}\n{cpu}\n{ctx}"
+        );
+    }
+    // The integral is the report's CPU exactly, and that is wait4's for the workload.
+    let sum: u64 = cpu["cpu_ns"]
+        .as_array()
+        .expect("cpu_ns")
+        .iter()
+        .map(|x| x.as_u64().expect("ns"))
+        .sum();
+    let total = int(&v, "user_ns") + int(&v, "sys_ns");
+    assert_eq!(sum, total, "the series' integral against user + sys\n{ctx}");
+    assert_eq!(cpu["total_cpu_ns"].as_u64(), Some(total));
+    let wait4 = out.truth_one("rusage-of");
+    let child = v["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["pid"].as_i64() == Some(wait4.int("child")))
+        .unwrap_or_else(|| panic!("the workload is missing from the report\n{ctx}"));
+    let got_us = (int(child, "user_ns") / 1000 + int(child, "sys_ns") / 1000) as i64;
+    let want_us = wait4.int("user_us") + wait4.int("sys_us");
+    assert!(
+        (0..=AFTER_WAIT_US).contains(&(got_us - want_us)),
+        "the workload's user+sys {got_us} µs, wait4's {want_us} µs\n{ctx}"
+    );
+    // Most of the CPU was placed by ticks, not spread over lives.
+    let unsampled = int(cpu, "unsampled_cpu_ns");
+    assert!(
+        unsampled < total / 10,
+        "{unsampled} of {total} ns placed by no tick\n{cpu}"
+    );
+}
