@@ -31,6 +31,8 @@ struct Last {
     key: Key,
     ts_ns: u64,
     runtime_ns: u64,
+    /// The thread's last segment, in its process's list.
+    seg: Option<usize>,
 }
 
 /// The threads' points, folded into segments per process.
@@ -67,6 +69,7 @@ impl CpuTicks {
                         key,
                         ts_ns: f.child_start_ns,
                         runtime_ns: 0,
+                        seg: None,
                     },
                 );
             }
@@ -89,10 +92,11 @@ impl CpuTicks {
     /// A point of thread `tid`: the CPU since its last one becomes a segment. A thread's
     /// first point without a start (no fork seen) only sets where counting begins.
     fn point(&mut self, tid: u32, key: Key, ts_ns: u64, runtime_ns: u64) {
-        let now = Last {
+        let mut now = Last {
             key,
             ts_ns,
             runtime_ns,
+            seg: None,
         };
         let Some(prev) = self.last.insert(tid, now) else {
             return;
@@ -101,12 +105,28 @@ impl CpuTicks {
         if prev.key != key || runtime_ns <= prev.runtime_ns {
             return;
         }
+        let from_ns = prev.ts_ns.min(ts_ns);
+        let mut cpu_ns = runtime_ns - prev.runtime_ns;
+        let segments = self.segments.entry(key).or_default();
+        // A thread runs on one CPU at a time. More run time than wall time since its last
+        // point is run time the previous point had not been told of yet (a task's total is
+        // brought up to date at the scheduler's next update, not at the tick): it belongs to
+        // the thread's previous segment, as far as that one has room.
+        if let Some(earlier) = prev.seg.and_then(|i| segments.get_mut(i)) {
+            let excess = cpu_ns.saturating_sub(ts_ns - from_ns);
+            let room = (earlier.to_ns - earlier.from_ns).saturating_sub(earlier.cpu_ns);
+            let moved = excess.min(room);
+            earlier.cpu_ns += moved;
+            cpu_ns -= moved;
+        }
         self.kept += 1;
-        self.segments.entry(key).or_default().push(Segment {
-            from_ns: prev.ts_ns.min(ts_ns),
+        now.seg = Some(segments.len());
+        segments.push(Segment {
+            from_ns,
             to_ns: ts_ns,
-            cpu_ns: runtime_ns - prev.runtime_ns,
+            cpu_ns,
         });
+        self.last.insert(tid, now);
     }
 
     /// The segments of a process (absolute times).
@@ -181,5 +201,40 @@ mod tests {
         );
         assert_eq!(c.ticks, 5);
         assert!(!c.last.contains_key(&8), "the exit forgets the thread");
+    }
+
+    #[test]
+    fn run_time_a_tick_had_not_been_told_of_goes_back_to_the_threads_earlier_segment() {
+        let mut c = CpuTicks::default();
+        let mut f = ForkEvent {
+            hdr: hdr(kind::FORK, 7, 7, 0),
+            child_pid: 9,
+            child_tgid: 7,
+            child_start_ns: 0,
+            ..ForkEvent::default()
+        };
+        f.hdr.flags = flags::FORK_THREAD;
+        c.observe(&Event::Fork(f));
+        // Busy all along, but its total lagged at the tick: 60 of its first 100 ns told.
+        c.observe(&Event::Tick(TickEvent {
+            hdr: hdr(kind::TICK, 7, 9, 100),
+            runtime_ns: 60,
+        }));
+        c.observe(&Event::Exit(ExitEvent {
+            hdr: hdr(kind::EXIT, 7, 9, 150),
+            runtime_ns: 150,
+            ..ExitEvent::default()
+        }));
+        let seg = |from_ns, to_ns, cpu_ns| Segment {
+            from_ns,
+            to_ns,
+            cpu_ns,
+        };
+        let key = Key {
+            tgid: 7,
+            start_ns: 5,
+        };
+        // Never more than one core for one thread, and nothing lost.
+        assert_eq!(c.of(&key), [seg(0, 100, 100), seg(100, 150, 50)]);
     }
 }
