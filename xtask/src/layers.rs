@@ -319,6 +319,27 @@ fn strip_comments_and_strings(src: &str) -> String {
     out
 }
 
+/// Files over [`MAX_FILE_LINES`] in the other crates (`dirs`, relative to `root`): the limit
+/// holds for the whole workspace, not only for spacetime/src.
+pub fn long_files(root: &Path, dirs: &[&str]) -> Result<Vec<(String, usize)>> {
+    let mut files = Vec::new();
+    for d in dirs {
+        walk(&root.join(d), &mut files)?;
+    }
+    files.sort();
+    let mut out = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let lines = text.lines().count();
+        if lines > MAX_FILE_LINES {
+            let rel = path.strip_prefix(root).unwrap_or(&path);
+            out.push((rel.to_string_lossy().into_owned(), lines));
+        }
+    }
+    Ok(out)
+}
+
 /// `cargo xtask lint`'s layer step: fails on a violation or a file outside the layers;
 /// prints the unsafe count either way.
 pub fn lint(src: &Path) -> Result<()> {

@@ -261,6 +261,25 @@ fn main() -> Result<()> {
 fn lint() -> Result<()> {
     toolchain::ensure()?;
     layers::lint(&root().join("spacetime/src"))?;
+    let long = layers::long_files(
+        &root(),
+        &[
+            "spacetime-common/src",
+            "spacetime-ebpf/src",
+            "spacetime-stats/src",
+            "tests",
+            "xtask/src",
+        ],
+    )?;
+    for (file, n) in &long {
+        eprintln!(
+            "  {file}: {n} lines, over the {}-line limit",
+            layers::MAX_FILE_LINES
+        );
+    }
+    if !long.is_empty() {
+        bail!("{} files over {} lines", long.len(), layers::MAX_FILE_LINES);
+    }
     run(cargo().args(["fmt", "--all", "--check"]))?;
     run(Command::new("cargo")
         .current_dir(root().join("spacetime-ebpf"))

@@ -13,7 +13,6 @@ use std::{
     ffi::OsString,
     fs,
     io::{BufRead, BufReader, Write},
-    os::unix::fs::{symlink, PermissionsExt},
     path::{Path, PathBuf},
     process::{Command, Stdio},
     sync::mpsc,
@@ -23,6 +22,9 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 use crate::{run, target_dir, toolchain};
+
+mod guest;
+use guest::make_initramfs;
 
 /// Host packages the VM test needs: qemu, a static busybox for the guest, cpio for the archive.
 const HOST_PACKAGES: [&str; 4] = ["qemu-system-x86", "busybox-static", "cpio", "hyperfine"];
@@ -390,199 +392,6 @@ fn build_tests(spacetime: PathBuf) -> Result<Built> {
     })
 }
 
-/// Copies `src` (symlinks followed) to `root` + `guest_path`, executable bits kept.
-fn install(root: &Path, src: &Path, guest_path: &Path) -> Result<()> {
-    let dst = root.join(guest_path.strip_prefix("/").unwrap_or(guest_path));
-    let parent = dst.parent().context("destination has a parent")?;
-    make_dirs(root, parent)?;
-    fs::copy(src, &dst)
-        .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
-    Ok(())
-}
-
-/// `mkdir -p` with mode 0755 on every directory created (the sudo test needs `st-workload`'s
-/// directories searchable by `nobody`).
-fn make_dirs(root: &Path, dir: &Path) -> Result<()> {
-    let mut todo = Vec::new();
-    let mut d = dir;
-    while !d.exists() && d.starts_with(root) {
-        todo.push(d.to_path_buf());
-        d = d.parent().context("no parent")?;
-    }
-    for d in todo.into_iter().rev() {
-        fs::create_dir(&d).with_context(|| format!("creating {}", d.display()))?;
-        fs::set_permissions(&d, fs::Permissions::from_mode(0o755))?;
-    }
-    Ok(())
-}
-
-/// The shared libraries (and the dynamic loader) `ldd` names for `bin`.
-fn shared_libraries(bin: &Path) -> Result<Vec<PathBuf>> {
-    let out = Command::new("ldd")
-        .arg(bin)
-        .output()
-        .with_context(|| format!("running ldd {}", bin.display()))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        // A static binary: nothing to copy.
-        return Ok(Vec::new());
-    }
-    Ok(text
-        .lines()
-        .filter_map(|l| {
-            l.split_whitespace()
-                .find(|w| w.starts_with('/'))
-                .map(PathBuf::from)
-        })
-        .collect())
-}
-
-/// Quotes `s` for the guest's shell.
-fn sh_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
-fn init_script(built: &Built, test_args: &[OsString]) -> String {
-    let args: Vec<String> = test_args
-        .iter()
-        .map(|a| sh_quote(&a.to_string_lossy()))
-        .collect();
-    let mut s = String::from(
-        r#"#!/bin/sh
-# spacetime's VM test: mount the basics, run every integration test binary, power off.
-/bin/busybox --install -s 2>/dev/null
-export PATH=/bin:/sbin:/usr/bin:/usr/sbin
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-# The archive's /tmp holds st-workload at its build path: move it onto the tmpfs.
-mv /tmp /tmp.initramfs
-mkdir -m 1777 /tmp
-mount -t tmpfs -o mode=1777 tmp /tmp
-cp -a /tmp.initramfs/. /tmp/
-mount -t bpf bpf /sys/fs/bpf 2>/dev/null
-# cgroup v2, as on the host: watch's --cgroup filter test needs one to create a group in.
-mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
-# The memory controller for the root's children, as systemd enables it: --cgroup-peak's tests.
-echo +memory > /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null
-ip link set lo up
-# Debian's kernel defaults to THP "always"; the CI host (and the taskstats test, which counts
-# one fault per touched page) has "madvise".
-echo madvise > /sys/kernel/mm/transparent_hugepage/enabled
-echo "spacetime-vm: kernel $(uname -r), $(grep -c ^processor /proc/cpuinfo) CPUs, THP $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
-"#,
-    );
-    s += &format!("export SPACETIME_BIN={GUEST_SPACETIME}\n");
-    s += "echo 'spacetime-vm: spacetime trace -v -- true'\n";
-    s += "$SPACETIME_BIN trace -v -- true 2>&1\n";
-    s += "echo 'spacetime-vm: spacetime doctor'\n";
-    s += "$SPACETIME_BIN doctor 2>&1\n";
-    s += "failed=''\n";
-    for (name, _) in &built.tests {
-        let path = format!("{GUEST_TESTS}/{name}");
-        s += &format!("echo 'spacetime-vm: running {name}'\n");
-        // The attack suite cycles the pid counter (pid_max - 768 forks): 32 000 take minutes
-        // under an emulated CPU, 3 300 seconds.
-        let pid_max = name == "agent_attack";
-        if pid_max {
-            s += "echo 4096 > /proc/sys/kernel/pid_max\n";
-        }
-        s += &format!(
-            "{path} --test-threads=1 {} || failed=\"$failed {name}\"\n",
-            args.join(" ")
-        );
-        if pid_max {
-            s += "echo 32768 > /proc/sys/kernel/pid_max\n";
-        }
-    }
-    s += &format!(
-        r#"if [ -z "$failed" ]; then echo "{MARKER} PASS"; else echo "{MARKER} FAIL:$failed"; fi
-poweroff -f
-"#
-    );
-    s
-}
-
-/// Builds the guest's root file system in `root` and archives it (newc cpio) into `out`.
-fn make_initramfs(root: &Path, out: &Path, built: &Built, test_args: &[OsString]) -> Result<()> {
-    eprintln!("xtask: building the initramfs in {}", root.display());
-    if root.exists() {
-        fs::remove_dir_all(root).with_context(|| format!("removing {}", root.display()))?;
-    }
-    make_dirs(root.parent().context("root has a parent")?, root)?;
-    for d in [
-        "proc", "sys", "dev", "tmp", "etc", "root", "bin", "sbin", "usr/bin", "usr/sbin",
-    ] {
-        make_dirs(root, &root.join(d))?;
-    }
-    fs::set_permissions(root.join("tmp"), fs::Permissions::from_mode(0o1777))?;
-
-    install(root, Path::new("/bin/busybox"), Path::new("/bin/busybox"))?;
-    for applet in APPLETS {
-        symlink("busybox", root.join("bin").join(applet))?;
-    }
-
-    let mut binaries = vec![(built.spacetime.clone(), PathBuf::from(GUEST_SPACETIME))];
-    binaries.push((built.workload.clone(), built.workload.clone()));
-    binaries.push((built.agent_client.clone(), built.agent_client.clone()));
-    // In /bin, ahead of busybox's applet of that name (`--install` keeps existing files).
-    if !Path::new(SETPRIV).is_file() {
-        bail!("{SETPRIV} is missing: install util-linux (the agent tests run clients as nobody)");
-    }
-    binaries.push((PathBuf::from(SETPRIV), PathBuf::from("/bin/setpriv")));
-    binaries.push((PathBuf::from(HYPERFINE), PathBuf::from(HYPERFINE)));
-    for (name, path) in &built.tests {
-        binaries.push((path.clone(), Path::new(GUEST_TESTS).join(name)));
-    }
-    let mut libs = Vec::new();
-    for (src, dst) in &binaries {
-        install(root, src, dst)?;
-        for lib in shared_libraries(src)? {
-            if !libs.contains(&lib) {
-                libs.push(lib);
-            }
-        }
-    }
-    for lib in &libs {
-        install(root, lib, lib)?;
-    }
-
-    // root and nobody: the sudo test drops to nobody and compares with `id -G nobody`.
-    let etc = root.join("etc");
-    fs::write(
-        etc.join("passwd"),
-        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
-    )?;
-    fs::write(etc.join("group"), "root:x:0:\nnogroup:x:65534:\n")?;
-    fs::write(etc.join("nsswitch.conf"), "passwd: files\ngroup: files\n")?;
-
-    let init = root.join("init");
-    fs::write(&init, init_script(built, test_args))?;
-    fs::set_permissions(&init, fs::Permissions::from_mode(0o755))?;
-
-    // newc archive of everything under root, by relative path.
-    let file = fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
-    let mut cpio = Command::new("sh")
-        .current_dir(root)
-        .args(["-c", "find . -print | cpio -o -H newc --quiet"])
-        .stdout(file)
-        .spawn()
-        .context("running cpio")?;
-    let status = cpio.wait()?;
-    if !status.success() {
-        bail!("cpio failed with {status}");
-    }
-    let size = fs::metadata(out)?.len();
-    eprintln!(
-        "xtask: initramfs {} ({:.0} MiB, {} test binaries, {} shared libraries)",
-        out.display(),
-        size as f64 / (1 << 20) as f64,
-        built.tests.len(),
-        libs.len()
-    );
-    Ok(())
-}
-
 /// What the guest said.
 struct Verdict {
     /// The marker line, if the guest got that far.
@@ -693,6 +502,7 @@ fn boot(kernel: &Path, initrd: &Path, timeout: Duration, cpus: u32) -> Result<Ve
 
 #[cfg(test)]
 mod tests {
+    use super::guest::sh_quote;
     use super::*;
 
     #[test]
