@@ -286,7 +286,12 @@ impl PssSampler {
                     self.stats.samples += 1;
                     n += 1;
                 }
-                Ok(None) | Err(_) => {
+                Ok(None) => {
+                    out.pss_read_gone(key);
+                    self.stats.vanished += 1;
+                    self.gone.insert(key);
+                }
+                Err(_) => {
                     self.stats.vanished += 1;
                     self.gone.insert(key);
                 }

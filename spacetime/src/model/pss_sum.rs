@@ -26,7 +26,7 @@ use super::{
     timeline::{Point, Series},
 };
 use crate::model::tree::Key;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// The maximum is trusted when the truth may differ from it by at most 1/20 of it.
 pub const TRUST_SHIFT_DIV: u64 = 20;
@@ -96,12 +96,20 @@ struct Window {
 #[derive(Debug)]
 pub struct PssSum {
     procs: FxHashMap<Key, Est>,
+    /// Processes that exited or that a read found gone: the kernel's points for them that
+    /// come later (a held-back peak, the last value as it stops following the mm) are no
+    /// image beginning.
+    dead: FxHashSet<Key>,
     sum: u64,
     /// Σ u and Σ g over the processes.
     uncertain: u64,
     guessed: u64,
     /// Anonymous pages shared by processes that ended since the last round.
     exit_risk: u64,
+    /// This round so far: the anonymous pages its reads found shared; and of the processes
+    /// it found gone, the pages that one read before may count at their shared part.
+    round_shared: u64,
+    gone_risk: u64,
     window: Window,
     /// The most the tree may have held before the last round, rounds' findings applied.
     bound: u64,
@@ -119,10 +127,13 @@ impl PssSum {
     pub fn new(cap: usize) -> PssSum {
         PssSum {
             procs: FxHashMap::default(),
+            dead: FxHashSet::default(),
             sum: 0,
             uncertain: 0,
             guessed: 0,
             exit_risk: 0,
+            round_shared: 0,
+            gone_risk: 0,
             window: Window::default(),
             bound: 0,
             file_ratio: 1.0,
@@ -164,6 +175,9 @@ impl PssSum {
 
     /// A process's exact RSS and anonymous pages at `ts_ns`, from the kernel.
     pub fn rss(&mut self, key: Key, ts_ns: u64, rss: u64, anon: u64) {
+        if self.dead.contains(&key) {
+            return;
+        }
         let ratio = self.file_ratio;
         let Some(est) = self.procs.get_mut(&key) else {
             // It began (a fork's child, an exec's image): what it holds is counted elsewhere
@@ -219,6 +233,7 @@ impl PssSum {
             u: 0,
             g: 0,
         };
+        self.round_shared += est.anon_shared;
         let file_rss = u.rss_bytes.saturating_sub(u.anon_bytes);
         let file_pss = est.ratio.map_or(0, |r| (r * file_rss as f64) as u64);
         self.round_file = (self.round_file.0 + file_pss, self.round_file.1 + file_rss);
@@ -234,7 +249,9 @@ impl PssSum {
     /// Every live process was read (or found gone): the sum is the round's.
     pub fn round_done(&mut self, ts_ns: u64) {
         self.rounds += 1;
-        self.exit_risk = 0;
+        // What left before the round is in its reads; not what a read before it counted.
+        self.exit_risk = std::mem::take(&mut self.gone_risk);
+        self.round_shared = 0;
         // Since the last round the tree held no more than this round finds, plus what left it
         // in between (freed, or held by processes that ended), nor more than its bound.
         let seen = self.sum + self.window.freed;
@@ -245,6 +262,32 @@ impl PssSum {
             self.file_ratio = (pss as f64 / rss as f64).min(1.0);
         }
         self.push(ts_ns);
+    }
+
+    /// A process exited at `ts_ns` (its exit record): its part leaves the sum, and the
+    /// kernel's points that come after (a held-back peak, its last value) begin no image.
+    pub fn exited(&mut self, key: Key, ts_ns: u64) {
+        self.ended(key, ts_ns);
+        self.dead.insert(key);
+    }
+
+    /// The current round found a process gone (exited, its exit record not here yet): its
+    /// part leaves the sum now. Kept until its exit record, its last read would stand beside
+    /// reads of the others taken after its exit, which count the pages it shared as theirs
+    /// alone: twice (a child's 80 MiB of its parent's 160, shared copy-on-write, beside the
+    /// parent's 160 read after the child exited: 240 for 160). A read earlier in the round
+    /// may predate the exit: what it found shared may be its own now, unseen until the next
+    /// round (at most what the gone one shared). No point: the round's sum is its end's.
+    pub fn read_gone(&mut self, key: Key) {
+        self.dead.insert(key);
+        let Some(est) = self.procs.remove(&key) else {
+            return;
+        };
+        self.sum -= est.e;
+        self.uncertain -= est.u;
+        self.guessed -= est.g;
+        self.gone_risk += est.anon_shared.min(self.round_shared);
+        self.window.freed += est.last_rss;
     }
 
     /// A process's image ended (exec replaced it, or the process exited) at `ts_ns`: its

@@ -161,3 +161,45 @@ fn no_round_no_figure_and_the_series_holds_the_maximum() {
         .windows(2)
         .all(|w| w[0].ts_ns < w[1].ts_ns));
 }
+
+#[test]
+fn a_process_found_gone_leaves_the_sum_and_its_late_points_are_no_image() {
+    let mut s = PssSum::new(1 << 10);
+    // A parent and its fork's child share 160 pages copy-on-write: 80 each.
+    s.read(key(1), 10, usage(160, 80, 160, 80));
+    s.read(key(2), 10, usage(160, 80, 160, 80));
+    s.round_done(11);
+    // The child exits; the next round reads the parent, whole again, and finds the child
+    // gone before its exit record comes.
+    s.read(key(1), 30, usage(160, 160, 160, 160));
+    s.read_gone(key(2));
+    s.round_done(32);
+    assert_eq!(s.now(), (160, 0));
+    // The exit record and the kernel's last points (dated before it, or as it stops
+    // following the mm) change nothing.
+    s.exited(key(2), 25);
+    s.rss(key(2), 20, 160, 160);
+    s.rss(key(2), 40, 0, 0);
+    assert_eq!(s.now(), (160, 0));
+    let m = trusted(&s);
+    assert_eq!((m.bytes, m.unseen_bytes), (160, 0));
+}
+
+#[test]
+fn a_read_before_a_gone_ones_exit_may_gain_what_they_shared() {
+    let mut s = PssSum::new(1 << 10);
+    s.read(key(1), 10, usage(160, 80, 160, 80));
+    s.read(key(2), 10, usage(160, 80, 160, 80));
+    s.round_done(11);
+    // The round reads the parent while the child lives, then finds the child gone: the
+    // parent holds the 160 alone now, seen at the next round.
+    s.read(key(1), 30, usage(160, 80, 160, 80));
+    s.read_gone(key(2));
+    s.round_done(32);
+    assert_eq!(s.now(), (80, 80));
+    s.read(key(1), 50, usage(160, 160, 160, 160));
+    s.round_done(51);
+    assert_eq!(s.now(), (160, 0));
+    let m = trusted(&s);
+    assert_eq!((m.bytes, m.unseen_bytes), (160, 0));
+}

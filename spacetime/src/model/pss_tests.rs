@@ -8,7 +8,7 @@ use crate::model::{
     proc_read::process_key,
     pss_sum::MaxPssFigure,
     statm::{SamplerConfig, StatmSampler},
-    timeline::RssSource,
+    timeline::{Point, RssSource},
 };
 
 const MIB: u64 = 1 << 20;
@@ -409,4 +409,59 @@ fn statm_fallback_sums_rss() {
     let rss = t.current_rss();
     assert!(rss >= 32 * MIB, "{rss}");
     assert_eq!(t.tree_rss().last().map(|p| p.bytes), Some(rss));
+}
+
+#[test]
+fn a_process_a_round_finds_gone_leaves_the_sum_before_its_exit_record() {
+    // A fork whose child exits while a round runs, its exit record not processed yet: the
+    // round reads the parent after the exit (the pages they shared its own again, whole) and
+    // finds the child gone. The child's part from the last round must leave the sum then,
+    // not stay beside the parent's whole read until its exit record (160 + 80 MiB for
+    // 160 under load).
+    let a = touch_child(16 * MIB);
+    a.wait_ready();
+    a.go();
+    a.wait_ready();
+    let ka = a.key();
+    // Gone: the same pid with another start time.
+    let child = Key {
+        tgid: ka.tgid,
+        start_ns: ka.start_ns + 10_000_000_000,
+    };
+    let mut t = Timeline::new(RssSource::Kernel);
+    // The last round: the child held 8 MiB shared with `a`, half of it its PSS.
+    let shared = Usage {
+        rss_bytes: 8 * MIB,
+        pss_bytes: 4 * MIB,
+        anon_bytes: 8 * MIB,
+        pss_anon_bytes: Some(4 * MIB),
+    };
+    t.record_pss_read(child, 1, shared);
+    t.pss_round_done(2);
+    let mut s = sampler();
+    let t0 = 1_000 * MS;
+    assert_eq!(s.sample_due(t0, [ka, child], &mut t), 0, "the clock's");
+    let due = s.next_due(&t).expect("scheduled");
+    assert_eq!(s.sample_due(due, [ka, child], &mut t), 1, "a alone");
+    assert_eq!(s.stats().vanished, 1);
+    let pa = t
+        .process(&ka)
+        .and_then(|p| p.pss().last())
+        .expect("read")
+        .bytes;
+    assert_eq!(
+        t.pss_tree_now().estimate_bytes,
+        pa,
+        "the child left the sum"
+    );
+    assert_eq!(t.tree_pss().max().map(|p| p.bytes), Some(pa));
+    // Its exit record, then the kernel's last points for it: no image begins.
+    t.process_exited(child, 3);
+    t.record_kernel_rss(child, Point::new(4, 8 * MIB), Some(8 * MIB));
+    // What `a` found shared, read before the child's exit perhaps, may be its own now: at
+    // most the child's shared 4 MiB is unseen, none of the 8 MiB the late points name.
+    let now = t.pss_tree_now();
+    assert_eq!(now.estimate_bytes, pa);
+    assert!(now.uncertain_bytes <= 4 * MIB, "{now:?}");
+    a.finish();
 }

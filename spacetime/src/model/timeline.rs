@@ -434,6 +434,12 @@ impl Timeline {
         self.pss.round_done(ts_ns);
     }
 
+    /// A round found the process gone (exited, a zombie): its part of the tree-wide PSS
+    /// leaves the sum before its exit record comes.
+    pub fn pss_read_gone(&mut self, key: Key) {
+        self.pss.read_gone(key);
+    }
+
     /// A process's image ended at `ts_ns` (exec replaced its mm): its PSS so far leaves the
     /// sum, its next image counts from its start.
     pub fn image_ended(&mut self, key: Key, ts_ns: u64) {
@@ -443,7 +449,7 @@ impl Timeline {
     /// A process exited (or was found gone): its series drop to 0 and it leaves the sums.
     pub fn process_exited(&mut self, key: Key, ts_ns: u64) {
         let had_rss = self.live_rss.remove(&key).inspect(|b| self.rss_sum -= b);
-        self.pss.ended(key, ts_ns);
+        self.pss.exited(key, ts_ns);
         let sampled = self.procs.get(&key).is_some_and(|s| s.sampled.is_some());
         let end = Point::new(ts_ns, 0);
         let followed = self.rss_source == RssSource::Kernel
