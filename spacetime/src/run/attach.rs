@@ -58,8 +58,10 @@ pub fn parse_pids(s: &str) -> Result<Vec<u32>, String> {
 /// Whose processes the caller may attach to: None for root acting as itself, else the
 /// user's credentials (the invoking user's under sudo, without capabilities).
 pub fn caller() -> Option<Caller> {
-    // SAFETY: plain syscalls.
-    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (euid, egid) = (
+        rustix::process::geteuid().as_raw(),
+        rustix::process::getegid().as_raw(),
+    );
     if euid != 0 {
         return Some(Caller::of(std::process::id(), euid, egid));
     }

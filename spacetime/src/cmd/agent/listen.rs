@@ -188,8 +188,7 @@ mod tests {
     /// whatever the umask, which is removed at the end; a regular file in the way is kept.
     #[test]
     fn the_directory_is_checked_and_the_mode_set_at_bind() {
-        // SAFETY: geteuid cannot fail.
-        if unsafe { libc::geteuid() } != 0 {
+        if !rustix::process::geteuid().is_root() {
             panic!("this test needs root (the directory must be root's)");
         }
         let d = temp("dir");

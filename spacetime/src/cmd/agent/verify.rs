@@ -170,13 +170,10 @@ mod tests {
     }
 
     fn me() -> Peer {
-        // SAFETY: getters that cannot fail.
-        unsafe {
-            Peer {
-                pid: std::process::id(),
-                uid: libc::geteuid(),
-                gid: libc::getegid(),
-            }
+        Peer {
+            pid: std::process::id(),
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
         }
     }
 
