@@ -12,10 +12,8 @@
 use std::{
     ffi::OsString,
     fs,
-    io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::mpsc,
     time::{Duration, Instant},
 };
 
@@ -23,7 +21,9 @@ use anyhow::{bail, Context, Result};
 
 use crate::{run, target_dir, toolchain};
 
+mod console;
 mod guest;
+use console::boot;
 use guest::make_initramfs;
 
 /// Host packages the VM test needs: qemu, a static busybox for the guest, cpio for the archive.
@@ -392,114 +392,6 @@ fn build_tests(spacetime: PathBuf) -> Result<Built> {
         workload: workload.context("cargo did not report the st-workload binary")?,
         agent_client: agent_client.context("cargo did not report the st-agent-client binary")?,
     })
-}
-
-/// What the guest said.
-struct Verdict {
-    /// The marker line, if the guest got that far.
-    marker: Option<String>,
-    /// The test harnesses' summary lines (`test result: …`).
-    summaries: Vec<String>,
-    /// Tests not run (see [`SLOW_UNDER_TCG`]).
-    skipped: Vec<&'static str>,
-    timed_out: bool,
-}
-
-impl Verdict {
-    fn summarize(&self) -> Result<()> {
-        eprintln!("xtask: vm-test summary:");
-        for s in &self.summaries {
-            eprintln!("xtask:   {s}");
-        }
-        for name in &self.skipped {
-            eprintln!("xtask:   skipped (too slow under TCG; --all runs it): {name}");
-        }
-        match &self.marker {
-            Some(m) if m.trim_end() == format!("{MARKER} PASS") => {
-                eprintln!("xtask: vm-test PASSED");
-                Ok(())
-            }
-            Some(m) => bail!("vm-test FAILED: {}", m.trim()),
-            None if self.timed_out => bail!("vm-test FAILED: the guest did not finish in time"),
-            None => bail!("vm-test FAILED: the guest stopped without a verdict"),
-        }
-    }
-}
-
-/// Boots the guest, streams its console, and returns what it said.
-fn boot(kernel: &Path, initrd: &Path, timeout: Duration, cpus: u32) -> Result<Verdict> {
-    let mut qemu = Command::new("qemu-system-x86_64");
-    qemu.args(["-accel", "tcg", "-cpu", "max", "-m", "2048", "-smp"])
-        .arg(cpus.max(1).to_string())
-        .args(["-nographic", "-no-reboot", "-kernel"])
-        .arg(kernel)
-        .arg("-initrd")
-        .arg(initrd)
-        .args(["-append", "console=ttyS0 quiet panic=-1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    let mut child = qemu.spawn().context("starting qemu-system-x86_64")?;
-    let stdout = child.stdout.take().context("qemu stdout")?;
-    let (tx, rx) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        let mut r = BufReader::new(stdout);
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            match r.read_until(b'\n', &mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    let line = String::from_utf8_lossy(&buf)
-                        .trim_end_matches(['\r', '\n'])
-                        .to_owned();
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-    });
-
-    let deadline = Instant::now() + timeout;
-    let mut verdict = Verdict {
-        marker: None,
-        summaries: Vec::new(),
-        skipped: Vec::new(),
-        timed_out: false,
-    };
-    let mut console = std::io::stdout().lock();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) => {
-                let _ = writeln!(console, "{line}");
-                if let Some(at) = line.find(MARKER) {
-                    verdict.marker = Some(line[at..].to_owned());
-                }
-                if let Some(at) = line.find("test result:") {
-                    verdict.summaries.push(line[at..].to_owned());
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                verdict.timed_out = true;
-                let _ = writeln!(
-                    console,
-                    "xtask: the guest ran past {} s; stopping qemu",
-                    timeout.as_secs()
-                );
-                let _ = child.kill();
-                break;
-            }
-        }
-    }
-    drop(console);
-    let status = child.wait().context("waiting for qemu")?;
-    if !status.success() && verdict.marker.is_none() && !verdict.timed_out {
-        bail!("qemu failed with {status}");
-    }
-    Ok(verdict)
 }
 
 #[cfg(test)]

@@ -65,6 +65,47 @@ pub(super) fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// The longest one test binary may run in the guest (guest seconds). The slowest suites take
+/// about 150 s under TCG; a hung one is stopped here, after the guest says what every task
+/// was waiting in, and the suites after it still run.
+const SUITE_LIMIT_S: u32 = 600;
+
+/// `suite NAME CMD…`: runs CMD; past `$SUITE_LIMIT` s prints every task's state, wait channel,
+/// kernel stack and command line (and the kernel's list of blocked tasks), then kills CMD and
+/// what it left behind, and fails.
+const WATCHDOG: &str = r#"dump_tasks() {
+  echo "spacetime-vm: tasks (pid, state, ppid, wait channel, command):"
+  for d in /proc/[0-9]*; do
+    [ -r "$d/stat" ] || continue
+    st=$(sed 's/.*) //' "$d/stat" | cut -d' ' -f1,2)
+    cmd=$(tr '\0' ' ' < "$d/cmdline" | cut -c1-200)
+    printf '  %s %s %s %s\n' "${d#/proc/}" "$st" "$(cat "$d/wchan" 2>/dev/null)" "$cmd"
+    # Kernel threads (no command line) are left out of the stacks.
+    [ -n "$cmd" ] || continue
+    for t in "$d"/task/*; do
+      echo "    thread ${t##*/} $(cat "$t/comm") in $(cat "$t/wchan" 2>/dev/null):"
+      sed 's/^/      /' "$t/stack" 2>/dev/null
+    done
+  done
+  echo w > /proc/sysrq-trigger
+}
+suite() {
+  name=$1; shift
+  "$@" & pid=$!
+  ( sleep "$SUITE_LIMIT"
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "spacetime-vm: $name still running after $SUITE_LIMIT s"
+      dump_tasks
+      kill -9 "$pid"
+      killall -9 spacetime st-workload st-agent-client 2>/dev/null
+    fi ) &
+  dog=$!
+  wait "$pid"; rc=$?
+  kill "$dog" 2>/dev/null
+  return "$rc"
+}
+"#;
+
 fn init_script(built: &Built, test_args: &[OsString]) -> String {
     let args: Vec<String> = test_args
         .iter()
@@ -92,6 +133,8 @@ ip link set lo up
 # Debian's kernel defaults to THP "always"; the CI host (and the taskstats test, which counts
 # one fault per touched page) has "madvise".
 echo madvise > /sys/kernel/mm/transparent_hugepage/enabled
+# A task blocked in the kernel for a minute is reported on the console.
+echo 60 > /proc/sys/kernel/hung_task_timeout_secs 2>/dev/null
 echo "spacetime-vm: kernel $(uname -r), $(grep -c ^processor /proc/cpuinfo) CPUs, THP $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
 "#,
     );
@@ -100,6 +143,8 @@ echo "spacetime-vm: kernel $(uname -r), $(grep -c ^processor /proc/cpuinfo) CPUs
     s += "$SPACETIME_BIN trace -v -- true 2>&1\n";
     s += "echo 'spacetime-vm: spacetime doctor'\n";
     s += "$SPACETIME_BIN doctor 2>&1\n";
+    s += &format!("SUITE_LIMIT={SUITE_LIMIT_S}\n");
+    s += WATCHDOG;
     s += "failed=''\n";
     for (name, _) in &built.tests {
         let path = format!("{GUEST_TESTS}/{name}");
@@ -111,7 +156,7 @@ echo "spacetime-vm: kernel $(uname -r), $(grep -c ^processor /proc/cpuinfo) CPUs
             s += "echo 4096 > /proc/sys/kernel/pid_max\n";
         }
         s += &format!(
-            "{path} --test-threads=1 {} || failed=\"$failed {name}\"\n",
+            "suite {name} {path} --test-threads=1 {} || failed=\"$failed {name}\"\n",
             args.join(" ")
         );
         if pid_max {
