@@ -69,6 +69,8 @@ pub struct PssStats {
     pub max_round_ns: u64,
     /// Processes found gone (exited, zombie, or pid reused) when read.
     pub vanished: u64,
+    /// Reads that failed otherwise: the process's part of the sum became uncertain.
+    pub failed: u64,
 }
 
 /// What the tree looks like when deciding on a round.
@@ -291,9 +293,12 @@ impl PssSampler {
                     self.stats.vanished += 1;
                     self.gone.insert(key);
                 }
-                Err(_) => {
-                    self.stats.vanished += 1;
-                    self.gone.insert(key);
+                Err(e) => {
+                    // Not known gone (EACCES, EIO…): its last read backs nothing now; read
+                    // again next round.
+                    log::debug!("PSS read of {key:?} failed: {e}");
+                    out.pss_read_failed(key, ts);
+                    self.stats.failed += 1;
                 }
             }
         }

@@ -290,6 +290,26 @@ impl PssSum {
         self.window.freed += est.last_rss;
     }
 
+    /// The current round could not read a process that is not known gone (the read failed):
+    /// its last read no longer backs anything. What that read found leaves the estimate and
+    /// becomes uncertain, so a stale read is neither summed with fresher ones nor lost; what
+    /// it grew since still counts. The next read that succeeds backs it again.
+    pub fn read_failed(&mut self, key: Key, ts_ns: u64) {
+        let Some(est) = self.procs.get_mut(&key) else {
+            return;
+        };
+        if !est.read {
+            // Nothing read backs it already: it counts as it did.
+            return;
+        }
+        let backed = est.pss;
+        let (e, u) = (est.e.saturating_sub(backed), est.u + backed);
+        self.sum = self.sum - est.e + e;
+        self.uncertain = self.uncertain - est.u + u;
+        (est.pss, est.e, est.u, est.read, est.cow) = (0, e, u, false, backed);
+        self.push(ts_ns);
+    }
+
     /// A process's image ended (exec replaced it, or the process exited) at `ts_ns`: its
     /// part leaves the sum; the next image, if any, begins with its first point.
     pub fn ended(&mut self, key: Key, ts_ns: u64) {

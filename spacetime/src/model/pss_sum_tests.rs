@@ -203,3 +203,26 @@ fn a_read_before_a_gone_ones_exit_may_gain_what_they_shared() {
     let m = trusted(&s);
     assert_eq!((m.bytes, m.unseen_bytes), (160, 0));
 }
+
+#[test]
+fn a_failed_read_is_not_summed_with_fresher_ones() {
+    let mut s = PssSum::new(1 << 10);
+    // Parent and child share 100 pages: 50 each.
+    s.read(key(1), 10, usage(100, 50, 100, 50));
+    s.read(key(2), 10, usage(100, 50, 100, 50));
+    s.round_done(11);
+    assert_eq!(s.now(), (100, 0));
+    // The next round reads the parent alone with the pages (the child is leaving); the
+    // child's read fails: its 50 of the last round no longer back anything.
+    s.read(key(1), 20, usage(100, 100, 100, 100));
+    s.read_failed(key(2), 21);
+    s.round_done(22);
+    assert_eq!(s.now(), (100, 50), "the stale 50 is uncertain, not summed");
+    assert_eq!(s.series().max().map(|p| p.bytes), Some(100));
+    // It grows 30 private pages: they count; a read backs it again.
+    s.rss(key(2), 30, 130, 130);
+    assert_eq!(s.now(), (130, 50));
+    s.read(key(2), 40, usage(130, 80, 130, 80));
+    s.round_done(41);
+    assert_eq!(s.now(), (180, 0));
+}

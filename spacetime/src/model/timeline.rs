@@ -440,6 +440,12 @@ impl Timeline {
         self.pss.read_gone(key);
     }
 
+    /// A round could not read the process (not known gone): its part of the tree-wide PSS
+    /// is uncertain until a read succeeds.
+    pub fn pss_read_failed(&mut self, key: Key, ts_ns: u64) {
+        self.pss.read_failed(key, ts_ns);
+    }
+
     /// A process's image ended at `ts_ns` (exec replaced its mm): its PSS so far leaves the
     /// sum, its next image counts from its start.
     pub fn image_ended(&mut self, key: Key, ts_ns: u64) {
