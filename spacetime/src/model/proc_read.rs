@@ -175,6 +175,13 @@ impl Usage {
 }
 
 /// `resident` of statm, in pages.
+/// statm's first field: the mm's size in pages (0 once exit released the mm).
+pub(crate) fn parse_statm_size(text: &[u8]) -> Option<u64> {
+    text.split(|b| b.is_ascii_whitespace())
+        .find(|f| !f.is_empty())
+        .and_then(parse_u64)
+}
+
 pub(crate) fn parse_statm_resident(text: &[u8]) -> Option<u64> {
     let mut fields = text
         .split(|b| b.is_ascii_whitespace())
@@ -231,6 +238,8 @@ mod tests {
             parse_statm_resident(b"2000 300 100 10 0 150 0\n"),
             Some(300)
         );
+        assert_eq!(parse_statm_size(b"2000 300 100 10 0 150 0\n"), Some(2000));
+        assert_eq!(parse_statm_size(b"0 0 0 0 0 0 0\n"), Some(0));
         assert_eq!(parse_u64(b"12x"), None);
     }
 }

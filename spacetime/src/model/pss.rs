@@ -12,7 +12,7 @@
 use std::{io, time::Instant};
 
 use super::{
-    proc_read::{parse_smaps_rollup, parse_statm_resident, ProcReader, Usage},
+    proc_read::{parse_smaps_rollup, parse_statm_resident, parse_statm_size, ProcReader, Usage},
     timeline::Timeline,
 };
 use crate::model::tree::Key;
@@ -71,6 +71,8 @@ pub struct PssStats {
     pub vanished: u64,
     /// Reads that failed otherwise: the process's part of the sum became uncertain.
     pub failed: u64,
+    /// Of `vanished`, processes read in a round whose mm was gone by its end.
+    pub left_in_round: u64,
 }
 
 /// What the tree looks like when deciding on a round.
@@ -267,7 +269,7 @@ impl PssSampler {
 
     /// Reads every process of `live` into `out`; returns how many were read.
     fn round(&mut self, live: &[Key], out: &mut Timeline) -> usize {
-        let mut n = 0;
+        let mut read = Vec::with_capacity(live.len());
         for &key in live {
             // The budget is CPU: on a busy machine a read waits for the CPU (and for the
             // target's mmap lock) far longer than it works.
@@ -286,7 +288,7 @@ impl PssSampler {
                     let avg = self.costs.get(&key).map_or(took, |c| (3 * c.0 + took) / 4);
                     self.costs.insert(key, (avg, per_kib));
                     self.stats.samples += 1;
-                    n += 1;
+                    read.push(key);
                 }
                 Ok(None) => {
                     out.pss_read_gone(key);
@@ -302,8 +304,40 @@ impl PssSampler {
                 }
             }
         }
+        self.recheck(&read, out);
         out.pss_round_done(crate::util::clock::monotonic_ns());
-        n
+        read.len()
+    }
+
+    /// A process read early in a round may exit before a process it shared pages with is
+    /// read: that read counts the pages as the survivor's alone, beside the share the first
+    /// read found (a child's 80 MiB of its parent's 160, then the parent's 160: 240). So every
+    /// process read but the last is checked once more at the round's end (statm, a few µs):
+    /// one whose mm is gone leaves the round as found gone, the pages it shared uncertain.
+    fn recheck(&mut self, read: &[Key], out: &mut Timeline) {
+        let Some((_, earlier)) = read.split_last() else {
+            return;
+        };
+        let cpu = thread_cpu_ns();
+        for &key in earlier {
+            if !self.has_mm(key) {
+                out.pss_read_gone(key);
+                self.stats.vanished += 1;
+                self.stats.left_in_round += 1;
+                self.gone.insert(key);
+            }
+        }
+        self.stats.read_ns += thread_cpu_ns().saturating_sub(cpu);
+    }
+
+    /// Whether the process still has its mm: statm's size is 0 once exit released it (and
+    /// the read fails once it is reaped). A read that fails otherwise counts as alive.
+    fn has_mm(&mut self, key: Key) -> bool {
+        match self.reader.read(key, c"statm") {
+            Ok(true) => parse_statm_size(&self.reader.buf) != Some(0),
+            Ok(false) => false,
+            Err(_) => true,
+        }
     }
 
     /// When the next round is due (CLOCK_MONOTONIC), as of the last call.

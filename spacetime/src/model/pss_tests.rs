@@ -113,6 +113,18 @@ impl Child {
         process_key(self.pid as u32).expect("key")
     }
 
+    /// Lets the child exit and waits until it has (a zombie, its mm released), unreaped.
+    fn exit_unreaped(&mut self) {
+        self.to_child = None;
+        use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
+        let pid = Pid::from_raw(self.pid).expect("a child's pid");
+        waitid(
+            WaitId::Pid(pid),
+            WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+        )
+        .expect("waitid");
+    }
+
     /// Lets the child exit and reaps it.
     fn finish(mut self) {
         self.to_child = None;
@@ -463,5 +475,41 @@ fn a_process_a_round_finds_gone_leaves_the_sum_before_its_exit_record() {
     let now = t.pss_tree_now();
     assert_eq!(now.estimate_bytes, pa);
     assert!(now.uncertain_bytes <= 4 * MIB, "{now:?}");
+    a.finish();
+}
+
+#[test]
+fn a_process_read_then_gone_in_the_round_leaves_it() {
+    // `b` is read first in a round and exits before it ends; `a`, read after, may then
+    // count the pages they shared as its own: `b`'s share must not stay beside it.
+    let a = touch_child(16 * MIB);
+    a.wait_ready();
+    a.go();
+    a.wait_ready();
+    let mut b = touch_child(8 * MIB);
+    b.wait_ready();
+    b.go();
+    b.wait_ready();
+    let (ka, kb) = (a.key(), b.key());
+    let usage = |rss, pss| Usage {
+        rss_bytes: rss,
+        pss_bytes: pss,
+        anon_bytes: rss,
+        pss_anon_bytes: Some(pss),
+    };
+    let mut t = Timeline::new(RssSource::Kernel);
+    let mut s = sampler();
+    t.record_pss_read(kb, 1, usage(8 * MIB, 4 * MIB));
+    t.record_pss_read(ka, 2, usage(16 * MIB, 16 * MIB));
+    // Alive at the round's end: both stay.
+    s.recheck(&[kb, ka], &mut t);
+    assert_eq!(t.pss_tree_now().estimate_bytes, 20 * MIB);
+    b.exit_unreaped();
+    s.recheck(&[kb, ka], &mut t);
+    assert_eq!(s.stats().left_in_round, 1, "{:?}", s.stats());
+    t.pss_round_done(3);
+    let now = t.pss_tree_now();
+    assert_eq!(now.estimate_bytes, 16 * MIB, "b left the sum");
+    b.finish();
     a.finish();
 }
