@@ -631,3 +631,13 @@ pub fn assert_world_executable(path: &Path) {
         }
     }
 }
+
+/// The integer at `path` in a JSON value (`["totals", "wall_ns"]`); panics naming the path.
+pub fn u64_at(v: &serde_json::Value, path: &[&str]) -> u64 {
+    let mut cur = v;
+    for k in path {
+        cur = &cur[*k];
+    }
+    cur.as_u64()
+        .unwrap_or_else(|| panic!("{} is not an integer: {cur}", path.join(".")))
+}

@@ -4,21 +4,12 @@
 //! out dated when it happened, before the exit's later point).
 
 use serde_json::Value;
-use spacetime_tests::{chart::assert_chart_reaches, Trace, MIB, PAGE};
+use spacetime_tests::{chart::assert_chart_reaches, u64_at, Trace, MIB, PAGE};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 
 /// Runs of the loop: the defect showed in 5 of 45.
 const RUNS: usize = 45;
-
-fn u64_at(v: &Value, path: &[&str]) -> u64 {
-    let mut cur = v;
-    for k in path {
-        cur = &cur[*k];
-    }
-    cur.as_u64()
-        .unwrap_or_else(|| panic!("{} is not an integer: {cur}", path.join(".")))
-}
 
 /// The series' value at `t` (a step function: the last point at or before it).
 fn value_at(series: &[(u64, u64)], t: u64) -> u64 {

@@ -7,19 +7,9 @@
 
 use std::{os::fd::AsRawFd, path::Path, process::Command};
 
-use serde_json::Value;
-use spacetime_tests::{Outcome, TempDir, Trace, MIB};
+use spacetime_tests::{u64_at, Outcome, TempDir, Trace, MIB};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
-
-fn u64_at(v: &Value, path: &[&str]) -> u64 {
-    let mut cur = v;
-    for k in path {
-        cur = &cur[*k];
-    }
-    cur.as_u64()
-        .unwrap_or_else(|| panic!("{} is not an integer: {cur}", path.join(".")))
-}
 
 /// Checks the run's maximum PSS against `truth` (bytes): the one figure, trusted, the series'
 /// maximum, within 5 % of the truth and at most 1 % above the cgroup's peak.

@@ -2,18 +2,9 @@
 //! timeline's shape, PSS sampling, and the Perfetto export parsed back.
 
 use serde_json::Value;
-use spacetime_tests::{chart::assert_chart_reaches, Trace, MIB, PAGE};
+use spacetime_tests::{chart::assert_chart_reaches, u64_at, Trace, MIB, PAGE};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
-
-fn u64_at(v: &Value, path: &[&str]) -> u64 {
-    let mut cur = v;
-    for k in path {
-        cur = &cur[*k];
-    }
-    cur.as_u64()
-        .unwrap_or_else(|| panic!("{} is not an integer: {cur}", path.join(".")))
-}
 
 /// `sh -c SCRIPT` traced, with the workload path in $WL.
 fn trace_sh(script: &str, tag: &str) -> (spacetime_tests::Outcome, Value) {
