@@ -70,9 +70,9 @@ pub(super) fn sh_quote(s: &str) -> String {
 /// was waiting in, and the suites after it still run.
 const SUITE_LIMIT_S: u32 = 600;
 
-/// `suite NAME CMD…`: runs CMD; past `$SUITE_LIMIT` s prints every task's state, wait channel,
-/// kernel stack and command line (and the kernel's list of blocked tasks), then kills CMD and
-/// what it left behind, and fails.
+/// `suite NAME CMD…`: runs CMD; past `$SUITE_LIMIT` s a watchdog prints every task's state,
+/// wait channel, kernel stack and command line (and the kernel's list of blocked tasks), then
+/// kills CMD and what it left behind, and CMD fails.
 const WATCHDOG: &str = r#"dump_tasks() {
   echo "spacetime-vm: tasks (pid, state, ppid, wait channel, command):"
   for d in /proc/[0-9]*; do
@@ -91,16 +91,17 @@ const WATCHDOG: &str = r#"dump_tasks() {
 }
 suite() {
   name=$1; shift
-  "$@" & pid=$!
   ( sleep "$SUITE_LIMIT"
-    if kill -0 "$pid" 2>/dev/null; then
-      echo "spacetime-vm: $name still running after $SUITE_LIMIT s"
-      dump_tasks
-      kill -9 "$pid"
-      killall -9 spacetime st-workload st-agent-client 2>/dev/null
-    fi ) &
+    echo "spacetime-vm: $name still running after $SUITE_LIMIT s"
+    dump_tasks
+    for d in /proc/[0-9]*; do
+      [ "$(tr '\0' '\n' < "$d/cmdline" 2>/dev/null | head -n 1)" = "$1" ] && kill -9 "${d#/proc/}"
+    done
+    killall -9 spacetime st-workload st-agent-client 2>/dev/null ) &
   dog=$!
-  wait "$pid"; rc=$?
+  # In the foreground: a command the shell runs in the background ignores SIGINT, and so
+  # would everything the tests start.
+  "$@"; rc=$?
   kill "$dog" 2>/dev/null
   return "$rc"
 }
