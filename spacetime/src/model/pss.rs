@@ -290,11 +290,7 @@ impl PssSampler {
                     self.stats.samples += 1;
                     read.push(key);
                 }
-                Ok(None) => {
-                    out.pss_read_gone(key);
-                    self.stats.vanished += 1;
-                    self.gone.insert(key);
-                }
+                Ok(None) => self.found_gone(key, out),
                 Err(e) => {
                     // Not known gone (EACCES, EIO…): its last read backs nothing now; read
                     // again next round.
@@ -321,13 +317,18 @@ impl PssSampler {
         let cpu = thread_cpu_ns();
         for &key in earlier {
             if !self.has_mm(key) {
-                out.pss_read_gone(key);
-                self.stats.vanished += 1;
+                self.found_gone(key, out);
                 self.stats.left_in_round += 1;
-                self.gone.insert(key);
             }
         }
         self.stats.read_ns += thread_cpu_ns().saturating_sub(cpu);
+    }
+
+    /// A process found gone: it leaves the sum now and is not read again while listed.
+    fn found_gone(&mut self, key: Key, out: &mut Timeline) {
+        out.pss_read_gone(key);
+        self.stats.vanished += 1;
+        self.gone.insert(key);
     }
 
     /// Whether the process still has its mm: statm's size is 0 once exit released it (and
