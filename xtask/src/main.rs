@@ -285,20 +285,9 @@ fn lint() -> Result<()> {
     run(Command::new("cargo")
         .current_dir(root().join("spacetime-ebpf"))
         .args(["+nightly", "fmt", "--check"]))?;
-    run(cargo().args([
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-        // No function over 100 lines (clippy.toml sets the threshold), and every
-        // unsafe block says why it is sound.
-        "-W",
-        "clippy::too_many_lines",
-        "-W",
-        "clippy::undocumented_unsafe_blocks",
-    ]))?;
+    run(cargo()
+        .args(["clippy", "--workspace", "--all-targets", "--"])
+        .args(CLIPPY_LINTS))?;
     run(Command::new("cargo")
         .current_dir(root().join("spacetime-ebpf"))
         .env_remove("RUSTUP_TOOLCHAIN")
@@ -313,16 +302,20 @@ fn lint() -> Result<()> {
         ])
         .arg("--target-dir")
         .arg(ebpf_target_dir())
-        .args([
-            "--",
-            "-D",
-            "warnings",
-            "-W",
-            "clippy::too_many_lines",
-            "-W",
-            "clippy::undocumented_unsafe_blocks",
-        ]))
+        .arg("--")
+        .args(CLIPPY_LINTS))
 }
+
+/// clippy's verdicts on both crates: no warning, no function over 100 lines (clippy.toml sets
+/// the threshold), and every unsafe block says why it is sound.
+const CLIPPY_LINTS: [&str; 6] = [
+    "-D",
+    "warnings",
+    "-W",
+    "clippy::too_many_lines",
+    "-W",
+    "clippy::undocumented_unsafe_blocks",
+];
 
 #[cfg(test)]
 mod tests {
