@@ -73,14 +73,31 @@ fn a_double_forked_survivor_is_reported_running_and_the_stop_is_at_cmds_exit() {
             after <= 2 * RETURN_MARGIN,
             "run {run}: spacetime returned {after:?} after CMD's exit\n{ctx}"
         );
-        // The run ends at CMD's exit: its wall is CMD's.
+        // The run ends at CMD's exit: its wall is CMD's, unless the survivor's memory changed
+        // after it and before spacetime read it at the end (the grandchild wakes at CMD's
+        // exit and faults pages in to sleep: 0.2 ms later here, 8 ms on an emulated CPU).
+        // The end is then that change, as the kernel dated it, and only the survivor and the
+        // tree it is part of are dated past CMD's exit.
         let r = process(&v, root);
         let root_end = r["end_ns"].as_u64().expect("the root exited");
         let wall = v["wall_ns"].as_u64().expect("wall_ns");
-        assert!(
-            wall >= root_end && wall - root_end <= 5_000_000,
-            "run {run}: wall {wall} ns, CMD exited at {root_end} ns\n{ctx}"
+        let late: Vec<(String, u64)> = dates(&v)
+            .into_iter()
+            .filter(|&(_, t)| t > root_end)
+            .collect();
+        let latest = late.iter().map(|&(_, t)| t).max().unwrap_or(root_end);
+        assert_eq!(
+            wall, latest,
+            "run {run}: wall {wall} ns, CMD exited at {root_end} ns, dated after it: \
+             {late:?}\n{ctx}"
         );
+        let survivor = format!("pid {grandchild} ");
+        for (what, t) in &late {
+            assert!(
+                what.starts_with(&survivor) || what.starts_with("tree"),
+                "run {run}: {what} dated {t} ns, after CMD's exit ({root_end} ns)\n{ctx}"
+            );
+        }
         eprintln!(
             "survivor run {run}: returned {after:?} after CMD's exit; wall - CMD's exit {} µs",
             (wall - root_end) / 1000
@@ -154,14 +171,17 @@ fn dates(v: &Value) -> Vec<(String, u64)> {
     }
     add("tree peak".into(), &v["totals"]["tree_peak_at_ns"]);
     let tl = &v["timeline"];
-    let mut series = vec![("tree_rss", &tl["tree_rss"]), ("tree_pss", &tl["tree_pss"])];
+    let mut series = vec![
+        ("tree rss".to_string(), &tl["tree_rss"]),
+        ("tree pss".to_string(), &tl["tree_pss"]),
+    ];
     for p in tl["processes"].as_array().expect("timeline.processes") {
-        series.push(("process rss", &p["rss"]));
-        series.push(("process pss", &p["pss"]));
+        series.push((format!("pid {} rss", p["pid"]), &p["rss"]));
+        series.push((format!("pid {} pss", p["pid"]), &p["pss"]));
     }
     for (what, s) in series {
         for point in s.as_array().expect("a series") {
-            add(what.into(), &point[0]);
+            add(what.clone(), &point[0]);
         }
     }
     out
