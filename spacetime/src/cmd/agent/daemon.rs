@@ -91,6 +91,8 @@ pub(super) struct Agent {
     /// Which session each traced process belongs to, for taskstats datagrams.
     pub owners: Owners,
     pub rss_following: bool,
+    /// Since when no session needs rss_stat while it is still attached (it lingers).
+    pub rss_unwanted_since: Option<Instant>,
     /// Delay accounting switched on for clients (restored when dropped).
     pub delayacct: Option<crate::run::delayacct::DelayAcct>,
     pub users: Users,
@@ -190,6 +192,7 @@ fn serve_on(
         clients: Vec::new(),
         owners: Owners::default(),
         rss_following: false,
+        rss_unwanted_since: None,
         delayacct: None,
         users: Users::new(),
         queued: Budget::default(),
@@ -317,6 +320,9 @@ impl Agent {
             }
             self.close_idle();
             self.remove_closed();
+            if self.rss_unwanted_since.is_some() {
+                self.follow_rss();
+            }
             // Runs that shrank give their room back to the others of their user.
             if shared.elapsed() >= Duration::from_secs(1) {
                 shared = Instant::now();

@@ -5,6 +5,7 @@
 //! per-user limit is counted against the client's principal ([`super::users`]).
 
 use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
 
 use spacetime_common::MAX_SESSIONS;
 
@@ -25,6 +26,11 @@ use crate::{
 
 /// Sessions one non-root user (principal) may hold at once.
 pub const SESSIONS_PER_USER: usize = 8;
+
+/// How long rss_stat stays attached after the last session that needed it (see
+/// [`Agent::follow_rss`]): a program that finds no followed mm on every RSS change of the
+/// machine meanwhile.
+pub(super) const RSS_LINGER: Duration = Duration::from_secs(2);
 /// Sessions kept for users who hold few: once fewer than this many are free, a user who
 /// holds [`FEW_SESSIONS`] or more is refused another.
 const RESERVED_SESSIONS: usize = 16;
@@ -390,16 +396,42 @@ impl Agent {
     }
 
     /// rss_stat runs only while some session traces or may (a trace session is open: its
-    /// run then need not wait for the attach, nor its end for the detach).
+    /// run then need not wait for the attach, nor its end for the detach), and for
+    /// [`RSS_LINGER`] after the last: a tracepoint's first probe attached within a grace
+    /// period of its last one's removal waits for that grace period to end (the kernel's
+    /// 1->0->1 transition, `tp_rcu_cond_sync`), and the agent served no one meanwhile:
+    /// 15-25 ms of every back-to-back trace. Called on every round of the loop.
     pub(super) fn follow_rss(&mut self) {
         let want = self
             .clients
             .iter()
             .any(|c| c.run.is_some() || (c.session.is_some() && c.seat.is_none() && !c.closed));
-        if want != self.rss_following {
-            match self.probes.set_rss_following(want) {
-                Ok(()) => self.rss_following = want,
-                Err(e) => log::warn!("spacetime agent: switching rss_stat: {e}"),
+        let now = Instant::now();
+        let on = match (want, self.rss_following) {
+            (true, _) => {
+                self.rss_unwanted_since = None;
+                true
+            }
+            (false, false) => return,
+            (false, true) => {
+                let since = *self.rss_unwanted_since.get_or_insert(now);
+                now.duration_since(since) < RSS_LINGER
+            }
+        };
+        if on == self.rss_following {
+            return;
+        }
+        match self.probes.set_rss_following(on) {
+            Ok(()) => {
+                self.rss_following = on;
+                self.rss_unwanted_since = None;
+            }
+            Err(e) => {
+                log::warn!("spacetime agent: switching rss_stat: {e}");
+                // A detach tried again after another linger, not on every round.
+                if !on {
+                    self.rss_unwanted_since = Some(now);
+                }
             }
         }
     }
