@@ -2,8 +2,10 @@
 //!
 //! Every workload runs under every runner, interleaved (each repetition runs all runners, in
 //! an order rotated from one repetition to the next, so drift in the machine's speed lands on
-//! all of them alike). The kernel's own per-program accounting (`kernel.bpf_stats_enabled`) is
-//! switched on for the bench and restored afterwards, also on Ctrl-C.
+//! all of them alike). The kernel's own per-program accounting (`kernel.bpf_stats_enabled`)
+//! adds two clock reads to every program run: it is off for the timed repetitions and on for
+//! [`COUNTED_REPS`] more of spacetime's runners, which give the per-program figures alone. Its
+//! old value comes back afterwards, also on Ctrl-C.
 
 mod report;
 mod runners;
@@ -74,11 +76,22 @@ extern "C" fn restore_on_signal(sig: libc::c_int) {
     unsafe { libc::_exit(128 + sig) };
 }
 
-/// Switches per-program statistics on; the old value comes back when this is dropped.
+/// Repetitions of spacetime's runners with the kernel's per-program accounting on (at most
+/// `--reps`), for the programs' figures.
+const COUNTED_REPS: usize = 3;
+
+/// Holds per-program statistics off (see [`StatsGuard::counting`]); the old value comes back
+/// when this is dropped.
 struct StatsGuard;
 
 impl StatsGuard {
-    fn enable() -> Result<StatsGuard> {
+    /// Per-program statistics on (`true`) or off.
+    fn counting(&self, on: bool) -> Result<()> {
+        let v = if on { "1" } else { "0" };
+        fs::write(STATS_SYSCTL, v).context("switching kernel.bpf_stats_enabled")
+    }
+
+    fn take() -> Result<StatsGuard> {
         let old: u8 = fs::read_to_string(STATS_SYSCTL)
             .with_context(|| format!("reading {STATS_SYSCTL}"))?
             .trim()
@@ -89,8 +102,9 @@ impl StatsGuard {
             // SAFETY: installs a handler that only makes async-signal-safe calls.
             unsafe { libc::signal(sig, restore_on_signal as *const () as libc::sighandler_t) };
         }
-        fs::write(STATS_SYSCTL, "1").context("enabling kernel.bpf_stats_enabled")?;
-        Ok(StatsGuard)
+        let guard = StatsGuard;
+        guard.counting(false)?;
+        Ok(guard)
     }
 }
 
@@ -184,6 +198,7 @@ fn run_workload(
     w: &Workload,
     runners: &[Runner],
     reps: usize,
+    stats: &StatsGuard,
 ) -> Result<WorkloadResult> {
     // One untimed run to warm the page cache.
     runners::run_once(env, w, Runner::Bare)?;
@@ -204,6 +219,19 @@ fn run_workload(
             rep + 1
         );
     }
+    // The programs' own figures, apart: counting them costs every run.
+    stats.counting(true)?;
+    for _ in 0..COUNTED_REPS.min(reps) {
+        for (i, &r) in runners.iter().enumerate().filter(|(_, r)| r.is_spacetime()) {
+            let mut s = match r {
+                Runner::Watch => WatchSession::start(env)?.run(env, w)?,
+                _ => runners::run_once(env, w, r)?,
+            };
+            s.stats_only = true;
+            samples[i].push(s);
+        }
+    }
+    stats.counting(false)?;
     eprintln!();
     Ok(WorkloadResult {
         name: w.name,
@@ -262,10 +290,10 @@ pub fn bench(opts: Options) -> Result<()> {
     };
     let machine = report::Machine::probe(&env.spacetime);
     let started = Instant::now();
-    let guard = StatsGuard::enable()?;
+    let guard = StatsGuard::take()?;
     let mut results = Vec::new();
     for w in all.iter().filter(|w| chosen.contains(&w.name)) {
-        results.push(run_workload(&env, w, &runners, opts.reps)?);
+        results.push(run_workload(&env, w, &runners, opts.reps, &guard)?);
     }
     let with_trace = runners.contains(&Runner::Trace);
     let bench_runs = match with_trace {

@@ -134,7 +134,7 @@ fn workload_section(o: &mut String, w: &WorkloadResult) {
                     "{} {:.0} ns × {}{}",
                     p.name,
                     p.ns_per_run,
-                    p.runs / s.samples.len().max(1) as u64,
+                    p.runs / s.counted_reps.max(1) as u64,
                     p.verified_insns
                         .map_or(String::new(), |i| format!(" ({i} insns verified)"))
                 )
@@ -167,9 +167,9 @@ pub fn markdown(b: &Bench) -> String {
     let _ = writeln!(
         o,
         "Ran {} on {} × {} ({:.1} GiB), Linux {}, spacetime {} (commit {}); {} interleaved \
-         repetitions{}, {:.0} s in all. kernel.bpf_stats_enabled was on for the whole run (it \
-         adds two clock reads to every BPF program run, so spacetime's ratios are slightly \
-         pessimistic).\n",
+         repetitions{}, {:.0} s in all. kernel.bpf_stats_enabled was off for them (it adds \
+         two clock reads to every BPF program run) and on for up to 3 more of spacetime's \
+         runners, which give the in-kernel figures and nothing else.\n",
         m.date,
         m.cpus,
         m.cpu,

@@ -103,6 +103,9 @@ pub struct Sample {
     /// spacetime's start-up: checks, offsets, loading (verification) and attaching its
     /// programs, in ns (trace: its report's `spacetime.load_us`).
     pub load_ns: Option<u64>,
+    /// Run with the kernel's per-program accounting on, for its `programs` alone: what it
+    /// adds to every program run is no part of any other figure.
+    pub stats_only: bool,
 }
 
 /// One kernel program in one run.

@@ -43,16 +43,25 @@ pub struct Summary {
     pub lost: Option<u64>,
     pub processes: Option<(u64, u64)>,
     pub programs: Vec<ProgramCost>,
+    /// Repetitions whose program runs were counted (`programs` sums over them).
+    pub counted_reps: usize,
     /// spacetime's start-up (programs checked, loaded, verified and attached), when it says.
     pub load: Option<Spread>,
 }
 
 impl Summary {
+    /// Every figure from the timed samples; the programs' from those that counted them (run
+    /// with the kernel's accounting on, see [`Sample::stats_only`]).
     pub fn of(runner: Runner, samples: Vec<Sample>) -> Option<Summary> {
-        let wall = Spread::of(&samples.iter().map(|s| s.wall_ns).collect::<Vec<_>>())?;
-        let cpu = Spread::of(&samples.iter().map(|s| s.cpu_ns).collect::<Vec<_>>())?;
-        let tool: Vec<u64> = samples.iter().filter_map(|s| s.tool_cpu_ns).collect();
-        let procs: Vec<u64> = samples.iter().filter_map(|s| s.processes).collect();
+        let timed: Vec<&Sample> = samples.iter().filter(|s| !s.stats_only).collect();
+        let wall = Spread::of(&timed.iter().map(|s| s.wall_ns).collect::<Vec<_>>())?;
+        let cpu = Spread::of(&timed.iter().map(|s| s.cpu_ns).collect::<Vec<_>>())?;
+        let tool: Vec<u64> = timed.iter().filter_map(|s| s.tool_cpu_ns).collect();
+        let procs: Vec<u64> = timed.iter().filter_map(|s| s.processes).collect();
+        let counted = samples
+            .iter()
+            .filter(|s| s.programs.iter().any(|p| p.run_cnt > 0))
+            .count();
         let mut programs: BTreeMap<&str, ProgramTotals> = BTreeMap::new();
         for s in &samples {
             for p in &s.programs {
@@ -76,13 +85,13 @@ impl Summary {
                 verified_insns: t.insns,
             })
             .collect();
-        let load: Vec<u64> = samples.iter().filter_map(|s| s.load_ns).collect();
+        let load: Vec<u64> = timed.iter().filter_map(|s| s.load_ns).collect();
         Some(Summary {
             runner,
             wall,
             cpu,
             tool_cpu: Spread::of(&tool),
-            tool_peak_rss: samples.iter().filter_map(|s| s.tool_peak_rss).max(),
+            tool_peak_rss: timed.iter().filter_map(|s| s.tool_peak_rss).max(),
             lost: samples
                 .iter()
                 .map(|s| s.lost)
@@ -94,6 +103,7 @@ impl Summary {
                 .zip(procs.iter().max())
                 .map(|(a, b)| (*a, *b)),
             programs,
+            counted_reps: counted,
             load: Spread::of(&load),
             samples,
         })
@@ -150,6 +160,45 @@ mod tests {
         assert_eq!(
             bare.load, None,
             "no start-up figure where the runner gives none"
+        );
+    }
+
+    #[test]
+    fn counted_runs_give_the_programs_and_only_them() {
+        let timed = |wall_ns| Sample {
+            wall_ns,
+            cpu_ns: wall_ns,
+            load_ns: Some(wall_ns),
+            // Accounting off: the kernel counted nothing.
+            programs: vec![ProgramRun {
+                name: "exit".into(),
+                ..ProgramRun::default()
+            }],
+            ..Sample::default()
+        };
+        let counted = Sample {
+            wall_ns: 1000,
+            cpu_ns: 1000,
+            load_ns: Some(1000),
+            programs: vec![ProgramRun {
+                name: "exit".into(),
+                run_cnt: 4,
+                run_time_ns: 800,
+                verified_insns: None,
+            }],
+            stats_only: true,
+            ..Sample::default()
+        };
+        let s = Summary::of(Runner::Trace, vec![timed(10), timed(30), counted]).unwrap();
+        assert_eq!((s.wall.median, s.wall.max, s.cpu.max), (20.0, 30.0, 30.0));
+        assert_eq!(s.load.map(|l| l.max), Some(30.0));
+        assert_eq!(s.counted_reps, 1);
+        assert_eq!(
+            s.programs
+                .iter()
+                .map(|p| (p.runs, p.ns_per_run))
+                .collect::<Vec<_>>(),
+            [(4, 200.0)]
         );
     }
 
