@@ -94,7 +94,11 @@ pub struct Sample {
     pub cpu_ns: u64,
     /// spacetime's own CPU (trace: its report; watch: during the run).
     pub tool_cpu_ns: Option<u64>,
+    /// spacetime's peak RSS as its report says (VmHWM, read before the report is built).
     pub tool_peak_rss: Option<u64>,
+    /// wait4's ru_maxrss of the run: the runner's whole life, its report included, or a
+    /// descendant's if larger.
+    pub waited_maxrss: Option<u64>,
     pub lost: Option<u64>,
     /// Processes spacetime saw (trace: in the tree; watch: exits while it ran).
     pub processes: Option<u64>,
@@ -183,7 +187,16 @@ fn timeval_ns(t: libc::timeval) -> u64 {
 }
 
 /// Spawns `cmd` and waits for it with wait4: (wall, cpu, exit status).
-fn measure(cmd: &mut Command) -> Result<(u64, u64, i32)> {
+/// What wait4 said of one run.
+struct Measured {
+    wall_ns: u64,
+    cpu_ns: u64,
+    code: i32,
+    /// ru_maxrss: the largest of the process and of the descendants it reaped, in bytes.
+    maxrss_bytes: u64,
+}
+
+fn measure(cmd: &mut Command) -> Result<Measured> {
     let start = Instant::now();
     let child = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;
     let pid = child.id() as libc::pid_t;
@@ -207,11 +220,12 @@ fn measure(cmd: &mut Command) -> Result<(u64, u64, i32)> {
     } else {
         128 + libc::WTERMSIG(status)
     };
-    Ok((
-        wall,
-        timeval_ns(ru.ru_utime) + timeval_ns(ru.ru_stime),
+    Ok(Measured {
+        wall_ns: wall,
+        cpu_ns: timeval_ns(ru.ru_utime) + timeval_ns(ru.ru_stime),
         code,
-    ))
+        maxrss_bytes: ru.ru_maxrss.max(0) as u64 * 1024,
+    })
 }
 
 fn quiet(cmd: &mut Command, stderr: Stdio) -> &mut Command {
@@ -333,7 +347,12 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
         _ => None,
     };
     let agent_before = agent_pid.map(threads_cpu_ns).transpose()?;
-    let (wall_ns, mut cpu_ns, code) = measure(quiet(&mut cmd, stderr.into()))?;
+    let Measured {
+        wall_ns,
+        mut cpu_ns,
+        code,
+        maxrss_bytes,
+    } = measure(quiet(&mut cmd, stderr.into()))?;
     let agent_cpu = match (agent_pid, agent_before) {
         (Some(pid), Some(before)) => Some(threads_cpu_ns(pid)?.saturating_sub(before)),
         _ => None,
@@ -351,6 +370,7 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
     let mut s = Sample {
         wall_ns,
         cpu_ns,
+        waited_maxrss: Some(maxrss_bytes),
         ..Sample::default()
     };
     if matches!(
@@ -387,11 +407,11 @@ pub fn bench_once(env: &Env, runs: u32) -> Result<u64> {
     cmd.args(["bench", "--no-agent", "-N", "-q", "-r"])
         .arg(runs.to_string())
         .arg("/bin/true");
-    let (wall, _, code) = measure(quiet(&mut cmd, Stdio::null()))?;
-    if code != 0 {
-        bail!("spacetime bench -r {runs} /bin/true exited with {code}");
+    let m = measure(quiet(&mut cmd, Stdio::null()))?;
+    if m.code != 0 {
+        bail!("spacetime bench -r {runs} /bin/true exited with {}", m.code);
     }
-    Ok(wall)
+    Ok(m.wall_ns)
 }
 
 /// CPU time of every thread of `pid`, in ns (schedstat's first field).
