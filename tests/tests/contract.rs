@@ -1,6 +1,7 @@
 //! The JSON contract's shape, argv fidelity, and the sudo user drop.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use serde_json::Value;
 use spacetime_tests::{assert_world_executable, find_process, Exit, Trace, MIB};
@@ -446,5 +447,40 @@ fn start_up_cost_is_reported_per_program() {
             Some(0),
             "kernel.counters.{k} on a 3-process trace: {counters}"
         );
+    }
+}
+
+/// A 16 KiB ring buffer of spacetime's own (not in the agent's pass: an agent's ring is its
+/// own): 400 forks, execs (argv included) and exits write more than 80 KB of records, so the
+/// ring wraps five times and more, and records straddle its end (the data is mapped once: such
+/// a record is put together from the area's end and its start). Each one decodes, none is
+/// lost: every process with its argv and exit.
+#[test]
+fn records_that_wrap_around_a_small_ring_decode_whole() {
+    let out = Trace::new([WL, "storm", "400", WL, "noop"])
+        .flag("--ring-buffer")
+        .flag("16K")
+        .tag("small-ring")
+        .timeout(Duration::from_secs(300))
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    assert_eq!(v["kernel"]["ring_buffer_bytes"], 16384, "{}", out.context());
+    let report = out.report();
+    assert_eq!(report.lost_events, 0, "lost_events\n{}", out.context());
+    assert_eq!(
+        v["kernel"]["decode_errors"],
+        0,
+        "records that did not decode\n{}",
+        out.context()
+    );
+    let t = out.truth_one("storm");
+    let pids = t.ints("pids");
+    assert_eq!(pids.len(), 400);
+    for &pid in &pids {
+        let p = find_process(&report, pid as i32);
+        let last = p.images.last().expect("an image");
+        assert_eq!(last.argv, [WL, "noop"], "pid {pid}: argv");
+        assert_eq!(p.exit, Some(Exit::Code(0)), "pid {pid}: exit");
     }
 }
