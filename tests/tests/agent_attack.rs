@@ -394,7 +394,7 @@ fn the_kernel_clears_a_stale_entry_at_the_next_fork_on_its_pid() {
             counted, 1,
             "the clearing is counted in the session's counters"
         );
-        while let Some(r) = ring.next() {
+        while let Some(r) = ring.next_record() {
             let ev = spacetime::kernel::events::decode(&r).expect("a record");
             assert_ne!(
                 ev.session(),

@@ -341,3 +341,37 @@ fn posix_spawn_children_exec_prog() {
         assert_eq!(p.exit, Some(Exit::Code(0)), "pid {pid}: exit");
     }
 }
+
+/// A 16 KiB ring buffer: 400 forks, execs (argv included) and exits write more than 80 KB of
+/// records, so the ring wraps five times and more, and records straddle its end (the data is
+/// mapped once: such a record is put together from the area's end and its start). Each one
+/// decodes, none is lost: every process with its argv and exit.
+#[test]
+fn records_that_wrap_around_a_small_ring_decode_whole() {
+    let out = Trace::new([WL, "storm", "400", WL, "noop"])
+        .flag("--ring-buffer")
+        .flag("16K")
+        .tag("small-ring")
+        .timeout(Duration::from_secs(300))
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    assert_eq!(v["kernel"]["ring_buffer_bytes"], 16384, "{}", out.context());
+    let report = out.report();
+    assert_eq!(report.lost_events, 0, "lost_events\n{}", out.context());
+    assert_eq!(
+        v["kernel"]["decode_errors"],
+        0,
+        "records that did not decode\n{}",
+        out.context()
+    );
+    let t = out.truth_one("storm");
+    let pids = t.ints("pids");
+    assert_eq!(pids.len(), 400);
+    for &pid in &pids {
+        let p = find_process(&report, pid as i32);
+        let last = p.images.last().expect("an image");
+        assert_eq!(last.argv, [WL, "noop"], "pid {pid}: argv");
+        assert_eq!(p.exit, Some(Exit::Code(0)), "pid {pid}: exit");
+    }
+}

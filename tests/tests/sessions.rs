@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::Path;
 
-use aya::maps::{MapData, RingBuf};
 use spacetime::kernel::events::{decode, Event};
 use spacetime::kernel::loader::{LoadOptions, Probes, SessionId};
+use spacetime::kernel::ring::Ring;
 use spacetime::run::launch::{spawn_held, Held};
 use spacetime_common::{flags, kind};
 use spacetime_tests::{assert_rss, TempDir, Truth, MIB, PAGE};
@@ -72,9 +72,9 @@ fn wait_ok(pid: i32) {
 }
 
 /// Every record waiting in the ring buffer, decoded.
-fn drain(ring: &mut RingBuf<MapData>) -> Vec<Event> {
+fn drain(ring: &mut Ring) -> Vec<Event> {
     let mut out = Vec::new();
-    while let Some(item) = ring.next() {
+    while let Some(item) = ring.next_record() {
         out.push(decode(&item).unwrap_or_else(|e| panic!("undecodable record: {e}")));
     }
     out

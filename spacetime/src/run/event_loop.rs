@@ -11,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use aya::maps::{MapData, RingBuf};
+use crate::kernel::ring::Ring;
 use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::kernel::counters::CounterSource;
@@ -102,9 +102,9 @@ pub trait Records {
     fn take_taskstats(&mut self, _out: &mut Vec<TaskstatsRecord>) {}
 }
 
-impl Records for RingBuf<MapData> {
+impl Records for Ring {
     fn each_record(&mut self, each: &mut dyn FnMut(&[u8]) -> bool) {
-        while let Some(item) = self.next() {
+        while let Some(item) = self.next_record() {
             if !each(&item) {
                 break;
             }

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::maps::{MapData, RingBuf};
+use crate::kernel::ring::Ring;
 use rustix::event::{PollFd, PollFlags, Timespec};
 
 use super::{
@@ -80,7 +80,7 @@ pub fn main(args: AgentArgs) -> i32 {
 
 pub(super) struct Agent {
     pub probes: Probes,
-    pub ring: RingBuf<MapData>,
+    pub ring: Ring,
     logger: Option<KernelLogger>,
     pub taskstats: Option<TaskstatsListener>,
     pub welcome: Welcome,

@@ -126,7 +126,7 @@ impl Agent {
             watchers,
             ..
         } = self;
-        while let Some(item) = ring.next() {
+        while let Some(item) = ring.next_record() {
             route_record(&item, clients, owners, cpu_at_release);
         }
         watchers.drain(clients);

@@ -19,7 +19,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::maps::{MapData, RingBuf};
+use crate::kernel::ring::Ring;
 use spacetime_common::{filter_flags, mode, KernelFilter};
 
 use super::clients::Client;
@@ -80,7 +80,7 @@ impl Exited {
 /// One uid's loaded programs.
 pub(super) struct Watching {
     pub probes: Probes,
-    ring: RingBuf<MapData>,
+    ring: Ring,
     /// None: root, every exit.
     uid: Option<u32>,
     exited: Exited,
@@ -334,7 +334,7 @@ impl Watchers {
     pub fn drain(&mut self, clients: &mut [Client]) {
         for (&uid, s) in self.sets.iter_mut() {
             let filtered = s.w.uid.is_some();
-            while let Some(item) = s.w.ring.next() {
+            while let Some(item) = s.w.ring.next_record() {
                 if (filtered && !s.w.exited.passes(&item)) || s.watches == 0 {
                     continue;
                 }

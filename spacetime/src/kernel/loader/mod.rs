@@ -6,11 +6,7 @@
 
 use std::{path::Path, time::Instant};
 
-use aya::{
-    maps::{MapData, RingBuf},
-    programs::raw_trace_point::RawTracePointLinkId,
-    Ebpf, EbpfLoader,
-};
+use aya::{programs::raw_trace_point::RawTracePointLinkId, Ebpf, EbpfLoader};
 use spacetime_common::{mode, Config};
 
 use crate::kernel::{
@@ -95,6 +91,8 @@ pub enum LoadError {
     MissingProgram(&'static str),
     #[error("eBPF map {0} is missing from the object")]
     MissingMap(&'static str),
+    #[error(transparent)]
+    Ring(#[from] crate::kernel::ring::RingError),
     #[error("eBPF map {name}: {source}")]
     Map {
         name: &'static str,
@@ -428,13 +426,16 @@ impl Probes {
     }
 
     /// The ring buffer the programs write to (can be taken once).
-    pub fn take_events(&mut self) -> Result<RingBuf<MapData>, LoadError> {
+    pub fn take_events(&mut self) -> Result<crate::kernel::ring::Ring, LoadError> {
         const NAME: &str = "EVENTS";
         let map = self
             .ebpf
             .take_map(NAME)
             .ok_or(LoadError::MissingMap(NAME))?;
-        RingBuf::try_from(map).map_err(|source| LoadError::Map { name: NAME, source })
+        let aya::maps::Map::RingBuf(data) = map else {
+            return Err(LoadError::MissingMap(NAME));
+        };
+        Ok(crate::kernel::ring::Ring::new(data)?)
     }
 }
 

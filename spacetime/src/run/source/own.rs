@@ -2,7 +2,7 @@
 
 use std::os::fd::RawFd;
 
-use aya::maps::{MapData, RingBuf};
+use crate::kernel::ring::Ring;
 
 use super::{EndFigures, KernelSource, Provenance, TaskstatsFeed};
 use crate::{
@@ -23,7 +23,7 @@ use crate::{
 
 pub struct OwnSource {
     probes: Probes,
-    ring: RingBuf<MapData>,
+    ring: Ring,
     logger: Option<KernelLogger>,
     /// The listener, or why there is none.
     taskstats: Result<TaskstatsListener, Unavailable>,
