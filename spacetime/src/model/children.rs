@@ -57,7 +57,7 @@ mod tests {
         assert_eq!(c.of(1), [2]);
         assert_eq!(c.of(2), [] as [u32; 0]);
         assert_eq!(c.of(5), [0, 3]);
-        c.sort_each(|i| std::cmp::Reverse(i));
+        c.sort_each(std::cmp::Reverse);
         assert_eq!(c.of(0), [4, 1]);
         assert_eq!(c.of(5), [3, 0]);
         let none = Children::new(0, |_| None);
