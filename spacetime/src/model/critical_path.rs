@@ -50,33 +50,37 @@ struct Frame {
     hi: usize,
 }
 
+use crate::model::children::Children;
+
 /// The path over `[0, wall_ns]`, in time order; consecutive stretches of one process merged.
-pub fn critical_path(nodes: &[Node], wall_ns: u64) -> Vec<Segment> {
-    let n = nodes.len();
-    let parent = |i: usize| nodes[i].parent.filter(|&p| p < n && p != i);
+/// `node(i)` is process `i` of `n`: asked for again rather than copied, so the walk over a
+/// 100k-process tree holds its reach and its children lists only (a `u64` and two `u32` a
+/// process).
+pub fn critical_path(n: usize, node: impl Fn(usize) -> Node, wall_ns: u64) -> Vec<Segment> {
+    let parent = |i: usize| node(i).parent.filter(|&p| p < n && p != i);
     // When each subtree ends: later children first (they come later in start order).
-    let mut reach: Vec<u64> = nodes.iter().map(|x| x.end_ns.min(wall_ns)).collect();
+    let mut reach: Vec<u64> = (0..n).map(|i| node(i).end_ns.min(wall_ns)).collect();
     for i in (0..n).rev() {
         if let Some(p) = parent(i).filter(|&p| p < i) {
             reach[p] = reach[p].max(reach[i]);
         }
     }
-    // Children lists (the roots' at index n), each sorted by reach, then the longest first.
-    let mut kids: Vec<Vec<usize>> = vec![Vec::new(); n + 1];
-    for i in 0..n {
-        kids[parent(i).unwrap_or(n)].push(i);
-    }
-    for k in &mut kids {
-        k.sort_by_key(|&i| (reach[i], std::cmp::Reverse(nodes[i].start_ns)));
-    }
+    let mut kids = Children::new(n, parent);
+    kids.sort_each(|i| (reach[i], std::cmp::Reverse(node(i).start_ns)));
+    // Pushed from the end backwards, a stretch that continues the last one's process merges
+    // with it.
     let mut out: Vec<Segment> = Vec::new();
     let mut push = |node: Option<usize>, start_ns: u64, end_ns: u64| {
-        if end_ns > start_ns {
-            out.push(Segment {
+        if end_ns <= start_ns {
+            return;
+        }
+        match out.last_mut() {
+            Some(l) if l.node == node && l.start_ns == end_ns => l.start_ns = start_ns,
+            _ => out.push(Segment {
                 node,
                 start_ns,
                 end_ns,
-            });
+            }),
         }
     };
     let mut stack = vec![Frame {
@@ -84,15 +88,15 @@ pub fn critical_path(nodes: &[Node], wall_ns: u64) -> Vec<Segment> {
         lo: 0,
         t: wall_ns,
         kids: n,
-        hi: kids[n].len(),
+        hi: kids.of(n).len(),
     }];
     while let Some(f) = stack.last_mut() {
-        let list = &kids[f.kids];
+        let list = kids.of(f.kids);
         let t = f.t;
-        let idx = list[..f.hi].partition_point(|&c| reach[c] <= t);
+        let idx = list[..f.hi].partition_point(|&c| reach[c as usize] <= t);
         let pick = idx
             .checked_sub(1)
-            .map(|i| (i, list[i]))
+            .map(|i| (i, list[i] as usize))
             .filter(|&(_, c)| reach[c] > f.lo);
         let Some((i, c)) = pick else {
             push(f.node, f.lo, f.t);
@@ -100,7 +104,7 @@ pub fn critical_path(nodes: &[Node], wall_ns: u64) -> Vec<Segment> {
             continue;
         };
         push(f.node, reach[c], f.t);
-        let start = nodes[c].start_ns.clamp(f.lo, reach[c]);
+        let start = node(c).start_ns.clamp(f.lo, reach[c]);
         f.t = start;
         f.hi = i;
         let child = Frame {
@@ -108,19 +112,13 @@ pub fn critical_path(nodes: &[Node], wall_ns: u64) -> Vec<Segment> {
             lo: start,
             t: reach[c],
             kids: c,
-            hi: kids[c].len(),
+            hi: kids.of(c).len(),
         };
         stack.push(child);
     }
     out.reverse();
-    let mut merged: Vec<Segment> = Vec::with_capacity(out.len());
-    for s in out {
-        match merged.last_mut() {
-            Some(l) if l.node == s.node && l.end_ns == s.start_ns => l.end_ns = s.end_ns,
-            _ => merged.push(s),
-        }
-    }
-    merged
+    out.shrink_to_fit();
+    out
 }
 
 #[cfg(test)]
@@ -136,7 +134,7 @@ mod tests {
     }
 
     fn path(nodes: &[Node], wall: u64) -> Vec<(Option<usize>, u64, u64)> {
-        let p = critical_path(nodes, wall);
+        let p = critical_path(nodes.len(), |i| nodes[i], wall);
         assert_eq!(p.iter().map(Segment::len_ns).sum::<u64>(), wall, "{p:?}");
         p.iter().map(|s| (s.node, s.start_ns, s.end_ns)).collect()
     }
@@ -230,7 +228,7 @@ mod tests {
         let nodes: Vec<Node> = (0..n)
             .map(|i| node(i.checked_sub(1), i as u64, 2 * n as u64 - i as u64))
             .collect();
-        let p = critical_path(&nodes, 2 * n as u64);
+        let p = critical_path(n, |i| nodes[i], 2 * n as u64);
         assert_eq!(p.len(), 2 * n - 1);
     }
 }

@@ -12,11 +12,20 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-/// One run to label: the program (exe path) and its argv (argv[0] first).
-#[derive(Clone, Debug)]
+use crate::model::process::argv_of;
+
+/// One run to label: the program (exe path) and its argument area (argv[0] first, as
+/// [`crate::model::process::Names::args`] holds it).
+#[derive(Clone, Copy, Debug)]
 pub struct Run<'a> {
     pub program: &'a [u8],
-    pub argv: Vec<&'a [u8]>,
+    pub args: &'a [u8],
+}
+
+impl<'a> Run<'a> {
+    pub fn argv(&self) -> impl Iterator<Item = &'a [u8]> + Clone {
+        argv_of(self.args)
+    }
 }
 
 /// What a label shows of its argv after the program's name: argument indexes, with gaps
@@ -85,30 +94,36 @@ fn may_take_value(arg: &[u8]) -> bool {
 /// A program's runs, and in how many of them each argument appears.
 type Group<'a> = (u32, FxHashMap<&'a [u8], u32>);
 
-/// The label of each run, in order.
-pub fn label_all(runs: &[Run]) -> Vec<Label> {
+/// The label of each run, in order. The runs are gone through twice (they are asked for
+/// again rather than held: a 100k-process trace would hold 100k argv lists).
+pub fn label_all<'a>(runs: impl Iterator<Item = Run<'a>> + Clone) -> Vec<Label> {
     // Per program: how many runs, and in how many runs each argument appears.
     let mut groups: FxHashMap<&[u8], Group> = FxHashMap::default();
-    for r in runs {
+    let mut seen: FxHashSet<&[u8]> = FxHashSet::default();
+    for r in runs.clone() {
         let g = groups.entry(r.program).or_default();
         g.0 += 1;
-        let mut seen: FxHashSet<&[u8]> = FxHashSet::default();
-        for a in r.argv.iter().skip(1) {
+        seen.clear();
+        for a in r.argv().skip(1) {
             if seen.insert(a) {
                 *g.1.entry(a).or_default() += 1;
             }
         }
     }
-    runs.iter()
-        .map(|r| {
-            let (n, counts) = &groups[r.program];
-            if *n < 2 {
-                return Label::whole(r.argv.len());
-            }
+    let mut argv: Vec<&[u8]> = Vec::new();
+    let mut out = Vec::with_capacity(runs.size_hint().0);
+    for r in runs {
+        argv.clear();
+        argv.extend(r.argv());
+        let (n, counts) = &groups[r.program];
+        out.push(if *n < 2 {
+            Label::whole(argv.len())
+        } else {
             let common = |a: &[u8]| counts.get(a).is_some_and(|&c| c * 2 > *n);
-            label_one(&r.argv, common)
-        })
-        .collect()
+            label_one(&argv, common)
+        });
+    }
+    out
 }
 
 fn label_one(argv: &[&[u8]], common: impl Fn(&[u8]) -> bool) -> Label {
@@ -158,11 +173,17 @@ fn label_one(argv: &[&[u8]], common: impl Fn(&[u8]) -> bool) -> Label {
 mod tests {
     use super::*;
 
-    fn run<'a>(program: &'a str, args: &'a str) -> Run<'a> {
+    /// A run of `program` with the arguments in `line` (space-separated), its argument area
+    /// leaked: tests only.
+    fn run(program: &'static str, line: &str) -> Run<'static> {
         Run {
             program: program.as_bytes(),
-            argv: args.split(' ').map(str::as_bytes).collect(),
+            args: Box::leak(line.replace(' ', "\0").into_bytes().into_boxed_slice()),
         }
+    }
+
+    fn label_all(runs: &[Run]) -> Vec<Label> {
+        super::label_all(runs.iter().copied())
     }
 
     /// A label as text: the shown arguments, `…` for gaps.
@@ -170,7 +191,7 @@ mod tests {
         let mut parts = vec![String::from_utf8_lossy(basename(r.program)).into_owned()];
         for p in l.parts() {
             parts.push(match p {
-                Part::Arg(i) => String::from_utf8_lossy(r.argv[i]).into_owned(),
+                Part::Arg(i) => String::from_utf8_lossy(r.argv().nth(i).unwrap()).into_owned(),
                 Part::Gap => "…".into(),
             });
         }

@@ -190,6 +190,7 @@ impl Memory {
         if let Some(p) = kernel_peak {
             self.timeline.set_tree_peak(p);
         }
+        self.timeline.settle();
     }
 }
 

@@ -5,6 +5,7 @@
 //! ([`matcher`], [`crosscheck`]).
 
 pub(crate) mod argv;
+pub(crate) mod children;
 pub(crate) mod cores;
 pub(crate) mod cpu_ticks;
 pub(crate) mod cputime;

@@ -135,9 +135,14 @@ impl Names {
 
     /// The arguments, exact bytes.
     pub fn argv(&self) -> impl Iterator<Item = &[u8]> + Clone {
-        let n = if self.args.is_empty() { 0 } else { usize::MAX };
-        self.args.split(|&b| b == 0).take(n)
+        argv_of(&self.args)
     }
+}
+
+/// The arguments of an argument area as [`Names::args`] holds it.
+pub fn argv_of(args: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
+    let n = if args.is_empty() { 0 } else { usize::MAX };
+    args.split(|&b| b == 0).take(n)
 }
 
 /// An argument area as stored in [`Names::args`], moved rather than copied.

@@ -507,6 +507,11 @@ impl Timeline {
         }
     }
 
+    /// No record comes any more: what taking them needed goes before the report is built.
+    pub fn settle(&mut self) {
+        self.pss.settle();
+    }
+
     /// The JSON view, with times relative to `t0_ns`. `order` lists the processes in report
     /// order (others are left out); pass every key of the tree.
     pub fn report(&self, t0_ns: u64, order: Vec<Key>) -> TimelineReport<'_> {

@@ -68,21 +68,17 @@ impl Analysis {
     /// `ticks`: the threads' sampled run time and the trace's start (CLOCK_MONOTONIC), when
     /// the kernel's CPU clock program ran.
     pub fn of(procs: &[ProcessReport], wall_ns: u64, ticks: Option<(&CpuTicks, u64)>) -> Analysis {
-        let parents = parents(procs);
-        let runs: Vec<Run> = procs
-            .iter()
-            .map(|p| match p.naming_image() {
-                Some(img) => Run {
-                    program: img.exe(),
-                    argv: img.argv().collect(),
-                },
-                None => Run {
-                    program: b"",
-                    argv: Vec::new(),
-                },
-            })
-            .collect();
-        let labels = label_all(&runs);
+        // Each label from the naming image's own bytes: nothing of argv is copied.
+        let labels = label_all(procs.iter().map(|p| match p.naming_image() {
+            Some(img) => Run {
+                program: img.exe(),
+                args: img.args(),
+            },
+            None => Run {
+                program: b"",
+                args: b"",
+            },
+        }));
         let end = |p: &ProcessReport| p.end_ns().unwrap_or(wall_ns).max(p.start_ns());
         let life = |p: &ProcessReport| Use {
             start_ns: p.start_ns(),
@@ -103,16 +99,13 @@ impl Analysis {
             },
             None => CpuSeries::of(procs.iter().map(life), wall_ns),
         };
-        let nodes: Vec<Node> = procs
-            .iter()
-            .zip(&parents)
-            .map(|(p, &parent)| Node {
-                parent,
-                start_ns: p.start_ns(),
-                end_ns: end(p),
-            })
-            .collect();
-        let critical_path = critical_path(&nodes, wall_ns);
+        let parents = parents(procs);
+        let node = |i: usize| Node {
+            parent: parents[i],
+            start_ns: procs[i].start_ns(),
+            end_ns: end(&procs[i]),
+        };
+        let critical_path = critical_path(procs.len(), node, wall_ns);
         Analysis {
             path_programs: path_programs(procs, &critical_path),
             failures: procs
@@ -137,17 +130,21 @@ impl Analysis {
 /// Each process's parent: the latest process with its ppid that started at or before it
 /// (pids are reused).
 fn parents(procs: &[ProcessReport]) -> Vec<Option<usize>> {
-    let mut by_pid: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
-    for p in procs {
-        by_pid.entry(p.pid()).or_default().push(p.pos());
-    }
+    // (pid, position), sorted: each pid's processes in the report's order, which is start
+    // order. A sorted list rather than a map of lists: no allocation per pid.
+    let mut by_pid: Vec<(u32, u32)> = procs.iter().map(|p| (p.pid(), p.pos() as u32)).collect();
+    by_pid.sort_unstable();
     procs
         .iter()
         .map(|p| {
-            let list = by_pid.get(&p.ppid())?;
-            // In start order: the last one started at or before this process.
-            let k = list.partition_point(|&c| procs[c].start_ns() <= p.start_ns());
-            k.checked_sub(1).map(|k| list[k]).filter(|&c| c != p.pos())
+            let from = by_pid.partition_point(|&(pid, _)| pid < p.ppid());
+            let to = from + by_pid[from..].partition_point(|&(pid, _)| pid == p.ppid());
+            let list = &by_pid[from..to];
+            // The last one started at or before this process.
+            let k = list.partition_point(|&(_, c)| procs[c as usize].start_ns() <= p.start_ns());
+            k.checked_sub(1)
+                .map(|k| list[k].1 as usize)
+                .filter(|&c| c != p.pos())
         })
         .collect()
 }

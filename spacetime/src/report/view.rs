@@ -304,6 +304,11 @@ impl<'a> ImageReport<'a> {
         self.names().argv()
     }
 
+    /// The argument area: the arguments NUL-separated ([`Names::args`]).
+    pub fn args(&self) -> &'a [u8] {
+        &self.names().args
+    }
+
     pub fn comm(&self) -> &'a [u8] {
         self.names().comm.as_bytes()
     }

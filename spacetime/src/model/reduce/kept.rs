@@ -19,6 +19,8 @@ pub(super) struct Kept {
     root: Option<usize>,
     /// Processes that predate an attach, by tgid, until a record names them.
     pub(super) adopted: Adoptions,
+    /// [`Store::settle`]d: `index` and `tgids` are gone.
+    settled: bool,
 }
 
 impl Kept {
@@ -34,6 +36,11 @@ impl Kept {
     pub(super) fn entry(&mut self, key: Key) -> usize {
         if let Some(&i) = self.index.get(&key) {
             return i;
+        }
+        if self.settled {
+            if let Some(i) = self.procs.iter().position(|p| p.key == Some(key)) {
+                return i;
+            }
         }
         let i = self.procs.len();
         let is_root = self.root.is_none() && key.tgid == self.root_pid;
@@ -84,11 +91,25 @@ impl Store {
 
     /// Where the process is in [`processes`](Store::processes).
     pub fn index_of(&self, key: &Key) -> Option<usize> {
-        self.kept.index.get(key).copied()
+        match self.kept.settled {
+            false => self.kept.index.get(key).copied(),
+            true => self.kept.procs.iter().position(|p| p.key == Some(*key)),
+        }
     }
 
     pub fn get(&self, key: &Key) -> Option<&Process> {
-        self.kept.index.get(key).map(|&i| &self.kept.procs[i])
+        self.index_of(key).map(|i| &self.kept.procs[i])
+    }
+
+    /// The run ended and no record comes any more: what taking records needs goes before the
+    /// report is built (the index by key and the tgids, 37 bytes a process; the list's room to
+    /// grow). Looking a process up still works, by a scan.
+    pub fn settle(&mut self) {
+        let k = &mut self.kept;
+        k.settled = true;
+        k.index = FxHashMap::default();
+        k.tgids = FxHashSet::default();
+        k.procs.shrink_to_fit();
     }
 
     /// Processes that have not exited, among those the kernel tracks (an untracked one's
@@ -108,6 +129,14 @@ impl Store {
     /// Whether any process with this tgid is (or was) in the tree; the root's pid counts from
     /// the start.
     pub fn knows_tgid(&self, tgid: u32) -> bool {
-        tgid == self.kept.root_pid || self.kept.tgids.contains(&tgid)
+        let k = &self.kept;
+        tgid == k.root_pid
+            || match k.settled {
+                false => k.tgids.contains(&tgid),
+                true => k
+                    .procs
+                    .iter()
+                    .any(|p| p.key.is_some_and(|k| k.tgid == tgid)),
+            }
     }
 }

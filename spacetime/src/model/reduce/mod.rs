@@ -153,7 +153,7 @@ impl Store {
     /// rule: a stale live entry for the tgid goes).
     pub fn knows(&mut self, key: Key) -> bool {
         match self.live.as_deref_mut() {
-            None => self.kept.index.contains_key(&key),
+            None => self.index_of(&key).is_some(),
             Some(l) => l.find(key, false, &mut self.stats).is_some(),
         }
     }

@@ -13,7 +13,10 @@ use super::{
     sections::heading,
     Options, ProcessReport, Report,
 };
-use crate::{model::labels::basename, util::term};
+use crate::{
+    model::{children::Children, labels::basename},
+    util::term,
+};
 use rustc_hash::FxHashMap;
 
 /// A row of the grouped tree.
@@ -58,14 +61,8 @@ fn partition(r: &Report, members: &[usize]) -> Vec<Vec<usize>> {
 
 fn build(r: &Report, kept: &[bool]) -> (Vec<Node>, Vec<usize>) {
     let n = r.processes.len();
-    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut roots = Vec::new();
-    for (i, parent) in r.analysis.parents.iter().enumerate() {
-        match parent {
-            Some(p) => children[*p].push(i),
-            None => roots.push(i),
-        }
-    }
+    let children = Children::new(n, |i| r.analysis.parents[i]);
+    let roots: Vec<usize> = children.of(n).iter().map(|&i| i as usize).collect();
     let mut nodes: Vec<Node> = Vec::new();
     let make = |nodes: &mut Vec<Node>, members: &[usize]| -> Vec<usize> {
         let mut out = Vec::new();
@@ -106,7 +103,7 @@ fn build(r: &Report, kept: &[bool]) -> (Vec<Node>, Vec<usize>) {
         let mut kids: Vec<usize> = nodes[id]
             .members
             .iter()
-            .flat_map(|&m| children[m].iter().copied())
+            .flat_map(|&m| children.of(m).iter().map(|&k| k as usize))
             .collect();
         kids.sort_unstable();
         let made = make(&mut nodes, &kids);

@@ -88,39 +88,42 @@ pub(super) fn tops(out: &mut String, r: &Report, width: usize, wide: bool) {
     let by_cpu = r.top_by(N, |p| p.cpu_ns());
     let by_mem = r.top_by(N, |p| p.peak_rss_bytes());
     let side = width >= 72;
-    let col = if side { (width - 2) / 2 } else { width };
+    let mut col = if side { (width - 2) / 2 } else { width };
     let cell = |fig: String, p: &super::ProcessReport| {
         let head = format!("  {fig:>8}  ");
         let room = col.saturating_sub(term::width(&head)).max(4);
-        let s = head + &name(r, p, room, wide);
-        let pad = col.saturating_sub(term::width(&s));
-        (s, pad)
+        head + &name(r, p, room, wide)
     };
-    let cpu: Vec<(String, usize)> = by_cpu
+    let cpu: Vec<String> = by_cpu
         .iter()
         .map(|p| cell(duration_ns(p.cpu_ns()), p))
         .collect();
-    let mem: Vec<(String, usize)> = by_mem
+    let mem: Vec<String> = by_mem
         .iter()
         .map(|p| cell(bytes(p.peak_rss_bytes()), p))
         .collect();
+    let title = "top by CPU";
+    if wide {
+        // Uncut: the left column is as wide as its widest line (padding to half of an
+        // unbounded width would not fit in memory).
+        col = cpu
+            .iter()
+            .map(|s| term::width(s))
+            .fold(title.len(), usize::max);
+    }
     out.push('\n');
     if side {
-        let title = "top by CPU";
-        let _ = writeln!(
-            out,
-            "{title}{}  top by peak RSS",
-            " ".repeat(col - title.len())
-        );
+        let pad = |s: &str| " ".repeat(col.saturating_sub(term::width(s)));
+        let _ = writeln!(out, "{title}{}  top by peak RSS", pad(title));
         for k in 0..cpu.len().max(mem.len()) {
-            let (left, pad) = cpu.get(k).cloned().unwrap_or((String::new(), col));
-            let right = mem.get(k).map_or("", |m| m.0.as_str());
-            let _ = writeln!(out, "{left}{}  {right}", " ".repeat(pad));
+            let left = cpu.get(k).map_or("", String::as_str);
+            let right = mem.get(k).map_or("", String::as_str);
+            let _ = writeln!(out, "{left}{}  {right}", pad(left));
         }
     } else {
-        for (title, list) in [("top by CPU", &cpu), ("top by peak RSS", &mem)] {
+        for (title, list) in [(title, &cpu), ("top by peak RSS", &mem)] {
             let _ = writeln!(out, "{title}");
-            for (s, _) in list {
+            for s in list {
                 let _ = writeln!(out, "{s}");
             }
         }

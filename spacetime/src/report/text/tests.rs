@@ -331,6 +331,14 @@ fn a_large_build_is_grouped_with_its_failure_first_and_its_recap_last() {
     for l in text.lines() {
         assert!(term::width(l) <= 80, "{l:?}\n{text}");
     }
+    // Wide (`-w`), grouped: uncut, the top lists side by side (padding to half of an unbounded
+    // width aborted on the allocation).
+    let wide = render(&report, &opts(None, 40, false));
+    let head = wide
+        .lines()
+        .find(|l| l.starts_with("top by CPU"))
+        .unwrap_or_else(|| panic!("no top lists\n{wide}"));
+    assert!(head.ends_with("  top by peak RSS"), "{head:?}");
     // Every process listed with --top 0, each compiler by its file.
     let all = render(&report, &opts(Some(80), 0, false));
     for i in 1..=60 {

@@ -73,6 +73,9 @@ impl Session {
         let mut counters = end.counters;
         counters.agent_gone = unseen_ends;
         let end_ns = end_of(&tree, &memory.timeline, outcome.end_ns);
+        // No record comes any more: what taking them needed goes before the cross-check and
+        // the report.
+        tree.settle();
         let (taskstats, per_process) = self.cross_check(&tree, collector, &baseline.taskstats);
         // Processes whose exit never arrived: still running (--stop-on-root-exit), or gone with
         // their exit record lost, which the report must not call running.
