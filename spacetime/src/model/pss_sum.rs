@@ -145,19 +145,21 @@ impl PssSum {
         }
     }
 
-    /// The tree-wide series: one point per change.
     /// No record comes any more: the processes known dead go (22 bytes a process).
     pub fn settle(&mut self) {
         self.dead = FxHashSet::default();
     }
 
+    /// The tree-wide series: one point per change.
     pub fn series(&self) -> &Series {
         &self.series
     }
 
-    /// The estimate now and what of it no read backs.
+    /// The estimate now and what of it no read backs: besides what may have changed unseen,
+    /// the file pages of images no round has read yet, counted at a guessed ratio (a new
+    /// image that maps much of them calls for a round as an uncertain part does).
     pub fn now(&self) -> (u64, u64) {
-        (self.sum, self.uncertain + self.exit_risk)
+        (self.sum, self.uncertain + self.exit_risk + self.guessed)
     }
 
     /// The largest value of the series, how much more the tree may have held unseen, and

@@ -161,11 +161,32 @@ fn sampler() -> PssSampler {
 
 const MS: u64 = 1_000_000;
 
+/// A policy past its first credit: the budget as it is earned.
 fn policy(follow_rss: bool) -> Policy {
-    Policy::new(PssConfig {
+    let mut p = Policy::new(PssConfig {
         follow_rss,
         ..PssConfig::default()
-    })
+    });
+    p.credit_ns = 0.0;
+    p
+}
+
+#[test]
+fn a_run_may_read_at_once_what_its_first_credit_pays() {
+    let mut p = Policy::new(PssConfig {
+        follow_rss: true,
+        ..PssConfig::default()
+    });
+    p.earn(0);
+    // A new image's file pages unread, 20 MiB of 60: a 2 ms read is due at once, before the
+    // budget has earned it (100 ms at 2 %), while the process grows.
+    let new_image = tree(60 * MIB, 60 * MIB, 20 * MIB);
+    p.earn(10 * MS);
+    assert_eq!(p.due(2 * MS, new_image), Some(10 * MS));
+    p.ran(10 * MS, 2 * MS, 60 * MIB);
+    // 3.2 ms left (5, and 0.2 earned in 10 ms, less 2): a 4 ms read waits for the 0.8 ms
+    // more that 40 ms at 2 % earn.
+    assert_eq!(p.due(4 * MS, new_image), Some(50 * MS));
 }
 
 fn tree(rss: u64, estimate: u64, uncertain: u64) -> TreeNow {
