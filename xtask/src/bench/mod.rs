@@ -353,8 +353,10 @@ fn rss_run(env: &Env, sizes: &Sizes, work: &Path) -> Result<Option<RssRun>> {
         processes: None,
         prepare: None,
     };
+    let mut sample = runners::run_once(env, &w, Runner::Trace)?;
+    sample.waited_maxrss = Some(runners::trace_maxrss(env, &w)?);
     Ok(Some(RssRun {
         processes: sizes.rss_processes + 3,
-        sample: runners::run_once(env, &w, Runner::Trace)?,
+        sample,
     }))
 }

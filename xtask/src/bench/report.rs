@@ -223,8 +223,8 @@ pub fn markdown(b: &Bench) -> String {
         let _ = writeln!(
             o,
             "\n### spacetime's own memory on a big trace\n\n`spacetime trace` of a fork storm \
-             of {} processes (each under 2 MiB): spacetime's peak RSS {} (wait4's ru_maxrss: \
-             its whole life, the report's building included; the report's own figure, read \
+             of {} processes (each under 2 MiB): spacetime's peak RSS {} (GNU time's %M: its \
+             whole life, the report's building included; the report's own figure, read \
              before it is built, says {}), its CPU {}, wall {}, {} processes in the report, {} \
              lost.",
             r.processes,

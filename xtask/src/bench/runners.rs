@@ -96,8 +96,8 @@ pub struct Sample {
     pub tool_cpu_ns: Option<u64>,
     /// spacetime's peak RSS as its report says (VmHWM, read before the report is built).
     pub tool_peak_rss: Option<u64>,
-    /// wait4's ru_maxrss of the run: the runner's whole life, its report included, or a
-    /// descendant's if larger.
+    /// The runner's peak RSS over its whole life, its report included (or a descendant's if
+    /// larger), from wait4 (see [`trace_maxrss`]).
     pub waited_maxrss: Option<u64>,
     pub lost: Option<u64>,
     /// Processes spacetime saw (trace: in the tree; watch: exits while it ran).
@@ -192,8 +192,6 @@ struct Measured {
     wall_ns: u64,
     cpu_ns: u64,
     code: i32,
-    /// ru_maxrss: the largest of the process and of the descendants it reaped, in bytes.
-    maxrss_bytes: u64,
 }
 
 fn measure(cmd: &mut Command) -> Result<Measured> {
@@ -224,7 +222,6 @@ fn measure(cmd: &mut Command) -> Result<Measured> {
         wall_ns: wall,
         cpu_ns: timeval_ns(ru.ru_utime) + timeval_ns(ru.ru_stime),
         code,
-        maxrss_bytes: ru.ru_maxrss.max(0) as u64 * 1024,
     })
 }
 
@@ -351,7 +348,6 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
         wall_ns,
         mut cpu_ns,
         code,
-        maxrss_bytes,
     } = measure(quiet(&mut cmd, stderr.into()))?;
     let agent_cpu = match (agent_pid, agent_before) {
         (Some(pid), Some(before)) => Some(threads_cpu_ns(pid)?.saturating_sub(before)),
@@ -370,7 +366,6 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
     let mut s = Sample {
         wall_ns,
         cpu_ns,
-        waited_maxrss: Some(maxrss_bytes),
         ..Sample::default()
     };
     if matches!(
@@ -399,6 +394,41 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
         s.load_ns = v["spacetime"]["load_us"].as_u64().map(|us| us * 1000);
     }
     Ok(s)
+}
+
+/// spacetime's own peak RSS over a whole trace of `w` (its report's building included), as
+/// GNU time gives it from wait4. Not the bench's own wait4: the kernel folds the high-water
+/// mark of the mm an exec replaces into ru_maxrss, and a child spawned by the bench starts on
+/// the bench's (hundreds of MiB); under time(1) it starts on time's, a few.
+pub fn trace_maxrss(env: &Env, w: &Workload) -> Result<u64> {
+    let report = env.scratch.join("trace.json");
+    let out = env.scratch.join("maxrss");
+    let trace = command(env, w, Runner::Trace, &report)?;
+    let mut cmd = Command::new("/usr/bin/time");
+    cmd.args(["-f", "%M", "-o"])
+        .arg(&out)
+        .arg(trace.get_program())
+        .args(trace.get_args())
+        .args(&w.argv[1..])
+        .current_dir(&w.dir);
+    let m = measure(quiet(&mut cmd, Stdio::null()))?;
+    if m.code != 0 {
+        bail!(
+            "{} under /usr/bin/time {:?} exited with {}",
+            w.name,
+            trace.get_program(),
+            m.code
+        );
+    }
+    let text = fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;
+    let kib: u64 = text
+        .lines()
+        .last()
+        .unwrap_or("")
+        .trim()
+        .parse()
+        .with_context(|| format!("GNU time's %M: {text:?}"))?;
+    Ok(kib * 1024)
 }
 
 /// Wall of one `spacetime bench` of `runs` runs of /bin/true (own programs, no shell).
