@@ -193,6 +193,14 @@ fn pick<T: Copy>(all: &[T], names: &[String], name: impl Fn(T) -> &'static str) 
         .collect())
 }
 
+/// One run of `w` under `r` (a watch runs beside it, in a session of its own).
+fn run_one(env: &Env, w: &Workload, r: Runner) -> Result<Sample> {
+    match r {
+        Runner::Watch => WatchSession::start(env)?.run(env, w),
+        _ => runners::run_once(env, w, r),
+    }
+}
+
 fn run_workload(
     env: &Env,
     w: &Workload,
@@ -207,11 +215,7 @@ fn run_workload(
         for k in 0..runners.len() {
             let i = (k + rep) % runners.len();
             let r = runners[i];
-            let s = match r {
-                Runner::Watch => WatchSession::start(env)?.run(env, w)?,
-                _ => runners::run_once(env, w, r)?,
-            };
-            samples[i].push(s);
+            samples[i].push(run_one(env, w, r)?);
         }
         eprint!(
             "\rxtask: bench {:<18} repetition {}/{reps}",
@@ -223,10 +227,7 @@ fn run_workload(
     stats.counting(true)?;
     for _ in 0..COUNTED_REPS.min(reps) {
         for (i, &r) in runners.iter().enumerate().filter(|(_, r)| r.is_spacetime()) {
-            let mut s = match r {
-                Runner::Watch => WatchSession::start(env)?.run(env, w)?,
-                _ => runners::run_once(env, w, r)?,
-            };
+            let mut s = run_one(env, w, r)?;
             s.stats_only = true;
             samples[i].push(s);
         }

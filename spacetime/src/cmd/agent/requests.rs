@@ -400,7 +400,8 @@ impl Agent {
     /// [`RSS_LINGER`] after the last: a tracepoint's first probe attached within a grace
     /// period of its last one's removal waits for that grace period to end (the kernel's
     /// 1->0->1 transition, `tp_rcu_cond_sync`), and the agent served no one meanwhile:
-    /// 15-25 ms of every back-to-back trace. Called on every round of the loop.
+    /// 15-25 ms of every back-to-back trace. The loop calls it on every round while rss_stat
+    /// lingers.
     pub(super) fn follow_rss(&mut self) {
         let want = self
             .clients
