@@ -183,8 +183,8 @@ pub fn foreign(msgs: &[Msg], own: &HashSet<u32>, uid: u32) -> Vec<String> {
                     }
                 }
             }
-            Msg::Taskstats(d) => {
-                for (pid, ruid) in proto::datagram_identities(d) {
+            Msg::Taskstats(ds) => {
+                for (pid, ruid) in ds.iter().flat_map(|d| proto::datagram_identities(d)) {
                     if pid != 0 && (!own.contains(&pid) || ruid != uid) {
                         out.push(format!("taskstats of pid {pid} uid {ruid}"));
                     }

@@ -93,9 +93,10 @@ pub(super) struct Client {
     unread_answers: usize,
     user: Budget,
     agent: Budget,
-    /// Records gathered for the next [`Msg::Records`].
-    batch: Vec<Vec<u8>>,
-    batch_bytes: usize,
+    /// Records gathered for the next [`Msg::Records`], and datagrams for the next
+    /// [`Msg::Taskstats`]: each at most one message.
+    batch: proto::Batch,
+    datagrams: proto::Batch,
     pub dropped_records: u64,
     pub dropped_taskstats: u64,
     /// To be ended and removed.
@@ -126,8 +127,8 @@ impl Client {
             unread_answers: 0,
             user,
             agent,
-            batch: Vec::new(),
-            batch_bytes: proto::RECORDS_HEADER,
+            batch: proto::Batch::records(),
+            datagrams: proto::Batch::taskstats(),
             dropped_records: 0,
             dropped_taskstats: 0,
             closed: false,
@@ -145,21 +146,19 @@ impl Client {
 
     /// Queues a record of the client's session.
     pub fn record(&mut self, bytes: &[u8]) {
-        if !proto::records_fit(self.batch_bytes, bytes.len()) {
+        if !self.batch.fits(bytes.len()) {
             self.seal();
         }
-        // Gathered records count against the bound too: a batch is at most one message.
-        self.batch_bytes += 4 + bytes.len();
-        self.batch.push(bytes.to_vec());
+        self.batch.push(bytes);
     }
 
-    /// Queues a taskstats datagram about a process of the session.
+    /// Queues a taskstats datagram about a process of the session. The client reads records
+    /// and datagrams apart, so a pass's datagrams share one message.
     pub fn taskstats(&mut self, datagram: &[u8]) {
-        self.seal();
-        let msg = Msg::Taskstats(datagram.to_vec()).encode();
-        if !self.queue(msg, false) {
-            self.dropped_taskstats += 1;
+        if !self.datagrams.fits(datagram.len()) {
+            self.seal();
         }
+        self.datagrams.push(datagram);
     }
 
     /// Queues a control message: an answer, never dropped; past [`MAX_UNREAD_ANSWERS`]
@@ -198,16 +197,21 @@ impl Client {
         self.control(&Msg::Counters(counters));
     }
 
-    /// Turns the records gathered into one message.
+    /// Turns the records gathered into one message, and the datagrams into another.
     pub fn seal(&mut self) {
-        if self.batch.is_empty() {
-            return;
+        if !self.batch.is_empty() {
+            let batch = std::mem::replace(&mut self.batch, proto::Batch::records());
+            let n = batch.len() as u64;
+            if !self.queue(batch.finish(), false) {
+                self.dropped_records += n;
+            }
         }
-        let batch = std::mem::take(&mut self.batch);
-        let n = batch.len() as u64;
-        self.batch_bytes = proto::RECORDS_HEADER;
-        if !self.queue(Msg::Records(batch).encode(), false) {
-            self.dropped_records += n;
+        if !self.datagrams.is_empty() {
+            let batch = std::mem::replace(&mut self.datagrams, proto::Batch::taskstats());
+            let n = batch.len() as u64;
+            if !self.queue(batch.finish(), false) {
+                self.dropped_taskstats += n;
+            }
         }
     }
 

@@ -404,7 +404,7 @@ impl AgentConn {
     fn keep(&mut self, m: Msg) {
         match m {
             Msg::Records(r) => self.inbox.extend(r),
-            Msg::Taskstats(d) => self.taskstats.push(d),
+            Msg::Taskstats(d) => self.taskstats.extend(d),
             Msg::Flushed { seq } => self.flushed = Some(seq),
             Msg::Mms(m) => self.mms.extend(m),
             Msg::End(e) => self.ended = Some(e),

@@ -62,7 +62,7 @@ fn samples() -> Vec<Msg> {
             level: 1,
         },
         Msg::Records(vec![vec![1, 2, 3], Vec::new(), vec![0xff; 300]]),
-        Msg::Taskstats(vec![7; 600]),
+        Msg::Taskstats(vec![vec![7; 600], Vec::new(), vec![1; 40]]),
         Msg::Flushed { seq: 9 },
         Msg::Mms(vec![mm, mm]),
         Msg::End(End {
@@ -192,4 +192,34 @@ fn fuzzed_messages_never_panic() {
     }
     // The mutations must leave some messages valid, or the test only saw errors.
     assert!(parsed > 1000, "only {parsed} fuzzed messages parsed");
+}
+
+/// A batch filled until it refuses an item is one message the other side takes whole, with
+/// every item in order.
+#[test]
+fn a_full_batch_is_one_valid_message() {
+    for (mut b, taskstats) in [(Batch::records(), false), (Batch::taskstats(), true)] {
+        let mut items = Vec::new();
+        let mut rng = XorShift(7);
+        loop {
+            let item: Vec<u8> = (0..rng.below(700)).map(|_| rng.next() as u8).collect();
+            if !b.fits(item.len()) {
+                break;
+            }
+            b.push(&item);
+            items.push(item);
+        }
+        assert_eq!(b.len(), items.len());
+        let bytes = b.finish();
+        assert!(bytes.len() <= MAX_MESSAGE);
+        assert!(
+            bytes.len() + 4 + 700 > MAX_MESSAGE,
+            "refused while room was left"
+        );
+        let want = match taskstats {
+            true => Msg::Taskstats(items),
+            false => Msg::Records(items),
+        };
+        assert_eq!(Msg::parse(&bytes), Ok(want));
+    }
 }

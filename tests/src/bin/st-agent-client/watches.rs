@@ -155,7 +155,11 @@ pub fn leak(socket: &Path, secs: u64) {
                     }
                 }
             }
-            Got::Msg(Msg::Taskstats(d)) => l.taskstats(&d),
+            Got::Msg(Msg::Taskstats(ds)) => {
+                for d in &ds {
+                    l.taskstats(d);
+                }
+            }
             Got::Msg(_) | Got::Timeout => {}
             other => fail(&format!("the watch ended: {other:?}")),
         }
