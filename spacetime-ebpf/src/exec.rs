@@ -35,8 +35,12 @@ pub fn try_prepare_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
         return Ok(());
     };
     rss::forget(tgid);
-    let mm = task.mm()?;
-    image_end(&task, tgid, pid, mm, session)
+    let r = task
+        .mm()
+        .and_then(|mm| image_end(&task, tgid, pid, mm, session));
+    // Taken by image_end's read unless it failed first (see mem::MmStash).
+    mem::stash_clear();
+    r
 }
 
 /// Sends the memory figures of `mm`, the image `task` (of process `tgid` in `session`) is
@@ -52,7 +56,7 @@ pub fn image_end(task: &Task, tgid: u32, pid: u32, mm: u64, session: u16) -> Res
     let mut slot = core::mem::MaybeUninit::uninit();
     let ev: &mut ImageEndEvent = crate::zero::zeroed(&mut slot);
     ev.hdr = header(kind::IMAGE_END, session, task, tgid, pid)?;
-    mem::read_mm(task.0, mm, &mut ev.mem)?;
+    mem::read_final_mm(task.0, mm, &mut ev.mem)?;
     output(ev, session);
     Ok(())
 }

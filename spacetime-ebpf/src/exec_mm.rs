@@ -14,5 +14,8 @@ pub fn try_exec_mm_release(ctx: &FEntryContext) -> Result<(), i32> {
         return Ok(());
     };
     rss::forget(tgid);
-    image_end(&task, tgid, pid, ctx.arg::<u64>(1), session)
+    let r = image_end(&task, tgid, pid, ctx.arg::<u64>(1), session);
+    // Taken by image_end's read unless it failed first (see mem::MmStash).
+    crate::mem::stash_clear();
+    r
 }

@@ -56,6 +56,8 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
         // Whatever happened, no entry outlives its thread.
         exit_mm::forget(pid);
     }
+    // rss_exit's counters for this exit's read, if it did not take them (see mem::MmStash).
+    mem::stash_clear();
     r
 }
 
@@ -154,7 +156,7 @@ fn exit(
         ev.hdr.flags |= flags::EXIT_GROUP_DEAD;
         err |= group_fields(signal, task, leader, ev, watch);
         if mm != 0 {
-            if mem::read_mm(task.0, mm, &mut ev.mem).is_err() {
+            if mem::read_final_mm(task.0, mm, &mut ev.mem).is_err() {
                 err = -1;
             }
         } else if let Some(s) = stash {

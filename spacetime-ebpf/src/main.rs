@@ -123,6 +123,10 @@ static CPU_OFFSETS: Array<u64> = Array::with_max_entries(MAX_EXACT_CPUS, 0);
 /// The mm of each traced process, with its exact RSS (see `rss`). Userspace sizes it.
 #[map]
 static MM_STATE: HashMap<u64, MmState> = HashMap::with_max_entries(65536, 0);
+/// An mm's exact counters from `rss::forget` to the read of its final figures (see
+/// `mem::MmStash`).
+#[map]
+static MM_STASH: PerCpuArray<mem::MmStash> = PerCpuArray::with_max_entries(1, 0);
 /// Each session's tree-wide RSS, its peak and when it happened.
 #[map]
 static TREE_RSS: Array<TreeRss> = Array::with_max_entries(MAX_SESSIONS, 0);

@@ -9,9 +9,66 @@
 use core::ffi::c_void;
 
 use aya_ebpf::helpers::generated::bpf_map_lookup_percpu_elem;
-use spacetime_common::{flags, rss_layout, MemStats, MAX_EXACT_CPUS};
+use spacetime_common::{flags, rss_layout, stat, MemStats, MAX_EXACT_CPUS};
 
-use crate::{conf, task::read, zero::zero, ANCHOR, CPU_OFFSETS};
+use crate::{
+    conf, count,
+    task::{read, read_or_zero},
+    zero::zero,
+    ANCHOR, CPU_OFFSETS, MM_STASH,
+};
+
+/// An mm's exact RSS counters as `rss_stat` kept them, handed from `rss::forget` to the read
+/// of the same mm's final figures right after it (an exec's old image, an exit's last one):
+/// those reads then skip the per-CPU counters, a read per CPU (on 2 CPUs, 0.3 of an exit
+/// record's 1.5 µs). Valid within one tracepoint's programs only: `forget` empties it before
+/// anything else, the read takes it, and the exit record's program empties it at its end.
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct MmStash {
+    /// 0: nothing stashed.
+    pub mm: u64,
+    /// File, anon and shmem pages, in `rss_slot` order.
+    pub pages: [i64; 3],
+    /// Room for the counters' shared counts, read at once (see `shared_counts`): too large
+    /// for the stack of the programs that inline it.
+    pub counts: [i64; 16],
+}
+
+/// Empties this CPU's stash.
+#[inline(always)]
+pub fn stash_clear() {
+    if let Some(s) = MM_STASH.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot of our own per-CPU map, ours while the program runs.
+        unsafe { (*s).mm = 0 };
+    }
+}
+
+/// Stashes `mm`'s exact counters for the read of its final figures that follows.
+#[inline(always)]
+pub fn stash(mm: u64, pages: &[i64; 3]) {
+    if let Some(s) = MM_STASH.get_ptr_mut(0) {
+        // SAFETY: as above.
+        unsafe {
+            (*s).mm = mm;
+            (*s).pages = *pages;
+        }
+    }
+}
+
+/// The counters stashed for `mm`, taken (the stash is emptied).
+#[inline(always)]
+fn stash_take(mm: u64) -> Option<[i64; 3]> {
+    let s = MM_STASH.get_ptr_mut(0)?;
+    // SAFETY: as above.
+    unsafe {
+        if (*s).mm != mm || mm == 0 {
+            return None;
+        }
+        (*s).mm = 0;
+        Some((*s).pages)
+    }
+}
 
 /// Turns a value the verifier tracks as a pointer into a plain number by passing it through
 /// memory. Allowed for privileged programs only, which spacetime's are.
@@ -77,17 +134,33 @@ pub fn percpu_counter(base: u64) -> Result<(i64, u64), i32> {
 
 /// RSS counters of a 6.2+ mm, per-CPU deltas included when the CPU count allows.
 #[inline(always)]
-fn percpu_rss(mm: u64, out: &mut MemStats) -> Result<(), i32> {
+fn percpu_rss<const FINAL: bool>(mm: u64, out: &mut MemStats) -> Result<(), i32> {
     let base = mm + conf!(off.mm_rss_stat) as u64;
     let stride = conf!(off.rss_stride) as u64;
+    let nr_cpus = conf!(nr_cpus);
+    let exact_cpus = nr_cpus > 0 && nr_cpus <= MAX_EXACT_CPUS;
+    if let Some(pages) = FINAL
+        .then(|| stash_take(mm))
+        .flatten()
+        .filter(|_| exact_cpus)
+    {
+        let counts = shared_counts(base, stride)?;
+        // What the per-CPU parts add is what rss_stat's exact counters hold beyond `count`.
+        let delta = (pages[0] - counts[0]) + (pages[1] - counts[1]) + (pages[2] - counts[2]);
+        out.percpu_delta_pages = delta as i32;
+        out.flags |= flags::MEM_EXACT;
+        out.rss_file_pages = pages[0].max(0) as u64;
+        out.rss_anon_pages = pages[1].max(0) as u64;
+        out.rss_shmem_pages = pages[2].max(0) as u64;
+        return Ok(());
+    }
     let (file_count, file_pcpu) = percpu_counter(base + stride * conf!(off.rss_file_idx) as u64)?;
     let (anon_count, anon_pcpu) = percpu_counter(base + stride * conf!(off.rss_anon_idx) as u64)?;
     let (shmem_count, shmem_pcpu) =
         percpu_counter(base + stride * conf!(off.rss_shmem_idx) as u64)?;
 
     let mut sums = [file_count, anon_count, shmem_count];
-    let nr_cpus = conf!(nr_cpus);
-    if nr_cpus > 0 && nr_cpus <= MAX_EXACT_CPUS {
+    if exact_cpus {
         let pcpu = [file_pcpu, anon_pcpu, shmem_pcpu];
         // 6.2+ allocates an mm's per-CPU counters as one block (percpu_counter_init_many):
         // then one read per CPU fetches every counter, instead of one read per counter.
@@ -145,6 +218,36 @@ fn percpu_rss(mm: u64, out: &mut MemStats) -> Result<(), i32> {
     Ok(())
 }
 
+/// The shared `count` of the file, anon and shmem counters at `base`: one read where the
+/// counters' array is small enough (4 x 40 bytes on 6.2+ x86-64: 128 bytes from the first
+/// count), else one read each.
+#[inline(always)]
+fn shared_counts(base: u64, stride: u64) -> Result<[i64; 3], i32> {
+    let idx = [
+        conf!(off.rss_file_idx) as u64,
+        conf!(off.rss_anon_idx) as u64,
+        conf!(off.rss_shmem_idx) as u64,
+    ];
+    let first = conf!(off.pcpu_count);
+    let slot = MM_STASH.get_ptr_mut(0).ok_or(-1)?;
+    if stride.is_multiple_of(8) && idx.iter().all(|&i| i < 4 && stride * i / 8 < 16) {
+        // SAFETY: this CPU's slot of our own per-CPU map, ours while the program runs.
+        let w = unsafe { &mut (*slot).counts };
+        if read_or_zero(w, base, first) != 0 {
+            count(0, stat::READ_FAIL);
+            return Err(-1);
+        }
+        // Indexes from read-only configuration: constants to the verifier.
+        let at = |i: u64| w.get((stride * i / 8) as usize).copied().ok_or(-1);
+        return Ok([at(idx[0])?, at(idx[1])?, at(idx[2])?]);
+    }
+    Ok([
+        read::<i64>(base + stride * idx[0], first)?,
+        read::<i64>(base + stride * idx[1], first)?,
+        read::<i64>(base + stride * idx[2], first)?,
+    ])
+}
+
 /// RSS counters of a pre-6.2 mm: atomics in the mm, plus the calling task's cached deltas
 /// (SPLIT_RSS_COUNTING) that have not been folded in yet.
 #[inline(always)]
@@ -175,6 +278,20 @@ fn atomic_rss(task: u64, mm: u64, out: &mut MemStats) -> Result<(), i32> {
 /// `m` is left without `MEM_VALID`.
 #[inline(always)]
 pub fn read_mm(task: u64, mm: u64, m: &mut MemStats) -> Result<(), i32> {
+    read_mm_as::<false>(task, mm, m)
+}
+
+/// [`read_mm`] for an mm's final figures, right after `rss::forget` stopped following it:
+/// its exact counters come from what `forget` stashed, if it did. Apart from `read_mm` so
+/// that the programs which never find a stash (a fork's, an exec's new mm) do not carry
+/// that path for the verifier to walk.
+#[inline(always)]
+pub fn read_final_mm(task: u64, mm: u64, m: &mut MemStats) -> Result<(), i32> {
+    read_mm_as::<true>(task, mm, m)
+}
+
+#[inline(always)]
+fn read_mm_as<const FINAL: bool>(task: u64, mm: u64, m: &mut MemStats) -> Result<(), i32> {
     zero(m);
     let hiwater_rss = conf!(off.mm_hiwater_rss);
     // Adjacent in every mm_struct so far: then one read instead of three.
@@ -196,7 +313,7 @@ pub fn read_mm(task: u64, mm: u64, m: &mut MemStats) -> Result<(), i32> {
     if conf!(rss_layout) == rss_layout::ATOMIC_ARRAY {
         atomic_rss(task, mm, m)?;
     } else {
-        percpu_rss(mm, m)?;
+        percpu_rss::<FINAL>(mm, m)?;
     }
     m.flags |= flags::MEM_VALID;
     Ok(())

@@ -287,6 +287,8 @@ fn start_following(
     if !only_unfollowed {
         forget(tgid);
     }
+    // The new mm's first read must not take what `forget` stashed for the old one.
+    mem::stash_clear();
     let mut mslot = core::mem::MaybeUninit::uninit();
     let m: &mut spacetime_common::MemStats = zeroed(&mut mslot);
     mem::read_mm(task, mm, m)?;
@@ -354,6 +356,8 @@ fn start_following(
 /// back and the last value go out if they have not, then its pages leave the tree-wide sum.
 #[inline(always)]
 pub fn forget(tgid: u32) {
+    // Whatever an earlier event left is not this mm's (see `mem::MmStash`).
+    mem::stash_clear();
     let Some(slot) = TRACKED.get_ptr_mut(tgid) else {
         return;
     };
@@ -385,6 +389,11 @@ pub fn forget(tgid: u32) {
         // Dated by when following began: userspace gives it to the image running then.
         let pages = (st.peak_pages, 0);
         record(st, flags::RSS_MM_PEAK, st.since_ns, pages, tree_pages, now);
+        // Exact while rss_stat is attached: every change of the counters ran it. (Paused, the
+        // agent follows no session's mms: their sessions ended and took them out.)
+        if !rss_paused() {
+            mem::stash(mm, &st.rss_pages);
+        }
     }
     let _ = MM_STATE.remove(mm);
 }
