@@ -30,9 +30,9 @@ pub struct MmStash {
     pub mm: u64,
     /// File, anon and shmem pages, in `rss_slot` order.
     pub pages: [i64; 3],
-    /// Room for the counters' shared counts, read at once (see `shared_counts`): too large
-    /// for the stack of the programs that inline it.
-    pub counts: [i64; 16],
+    /// Room for the counters' heads, read at once (see `heads`): too large for the stack of
+    /// the programs that inline it.
+    pub heads: [i64; HEADS_WORDS],
 }
 
 /// Empties this CPU's stash.
@@ -144,7 +144,7 @@ fn percpu_rss<const FINAL: bool>(mm: u64, out: &mut MemStats) -> Result<(), i32>
         .flatten()
         .filter(|_| exact_cpus)
     {
-        let counts = shared_counts(base, stride)?;
+        let (counts, _) = heads(base, stride)?;
         // What the per-CPU parts add is what rss_stat's exact counters hold beyond `count`.
         let delta = (pages[0] - counts[0]) + (pages[1] - counts[1]) + (pages[2] - counts[2]);
         out.percpu_delta_pages = delta as i32;
@@ -154,14 +154,9 @@ fn percpu_rss<const FINAL: bool>(mm: u64, out: &mut MemStats) -> Result<(), i32>
         out.rss_shmem_pages = pages[2].max(0) as u64;
         return Ok(());
     }
-    let (file_count, file_pcpu) = percpu_counter(base + stride * conf!(off.rss_file_idx) as u64)?;
-    let (anon_count, anon_pcpu) = percpu_counter(base + stride * conf!(off.rss_anon_idx) as u64)?;
-    let (shmem_count, shmem_pcpu) =
-        percpu_counter(base + stride * conf!(off.rss_shmem_idx) as u64)?;
-
-    let mut sums = [file_count, anon_count, shmem_count];
+    let (counts, pcpu) = heads(base, stride)?;
+    let mut sums = counts;
     if exact_cpus {
-        let pcpu = [file_pcpu, anon_pcpu, shmem_pcpu];
         // 6.2+ allocates an mm's per-CPU counters as one block (percpu_counter_init_many):
         // then one read per CPU fetches every counter, instead of one read per counter.
         let idx = [
@@ -169,7 +164,7 @@ fn percpu_rss<const FINAL: bool>(mm: u64, out: &mut MemStats) -> Result<(), i32>
             conf!(off.rss_anon_idx) as u64,
             conf!(off.rss_shmem_idx) as u64,
         ];
-        let first = file_pcpu.wrapping_sub(4 * idx[0]);
+        let first = pcpu[0].wrapping_sub(4 * idx[0]);
         // Read-only configuration, so the verifier walks one of the two loops below; a block
         // that is not one after all is a failed read (counted) rather than a wrong sum.
         let block = conf!(off.rss_pcpu_block) != 0;
@@ -218,35 +213,49 @@ fn percpu_rss<const FINAL: bool>(mm: u64, out: &mut MemStats) -> Result<(), i32>
     Ok(())
 }
 
-/// The shared `count` of the file, anon and shmem counters at `base`: one read where the
-/// counters' array is small enough (4 x 40 bytes on 6.2+ x86-64: 128 bytes from the first
-/// count), else one read each.
+/// The shared `count` and the `counters` per-CPU pointer of the file, anon and shmem
+/// `percpu_counter`s at `base`: one read where the array is small enough (4 x 40 bytes on
+/// 6.2+ x86-64: 152 bytes from the first count to the last pointer), else one per counter.
 #[inline(always)]
-fn shared_counts(base: u64, stride: u64) -> Result<[i64; 3], i32> {
+fn heads(base: u64, stride: u64) -> Result<([i64; 3], [u64; 3]), i32> {
     let idx = [
         conf!(off.rss_file_idx) as u64,
         conf!(off.rss_anon_idx) as u64,
         conf!(off.rss_shmem_idx) as u64,
     ];
-    let first = conf!(off.pcpu_count);
-    let slot = MM_STASH.get_ptr_mut(0).ok_or(-1)?;
-    if stride.is_multiple_of(8) && idx.iter().all(|&i| i < 4 && stride * i / 8 < 16) {
+    let c_count = conf!(off.pcpu_count) as u64;
+    let c_counters = conf!(off.pcpu_counters) as u64;
+    let words = |i: u64| (stride * i / 8, (stride * i + c_counters - c_count) / 8);
+    let fits = stride.is_multiple_of(8)
+        && c_counters > c_count
+        && (c_counters - c_count).is_multiple_of(8)
+        && idx
+            .iter()
+            .all(|&i| i < 4 && words(i).1 < HEADS_WORDS as u64);
+    if fits {
+        let slot = MM_STASH.get_ptr_mut(0).ok_or(-1)?;
         // SAFETY: this CPU's slot of our own per-CPU map, ours while the program runs.
-        let w = unsafe { &mut (*slot).counts };
-        if read_or_zero(w, base, first) != 0 {
+        let w = unsafe { &mut (*slot).heads };
+        if read_or_zero(w, base, c_count as u32) != 0 {
             count(0, stat::READ_FAIL);
             return Err(-1);
         }
         // Indexes from read-only configuration: constants to the verifier.
-        let at = |i: u64| w.get((stride * i / 8) as usize).copied().ok_or(-1);
-        return Ok([at(idx[0])?, at(idx[1])?, at(idx[2])?]);
+        let at = |k: u64| w.get(k as usize).copied().ok_or(-1);
+        let (f, a, s) = (words(idx[0]), words(idx[1]), words(idx[2]));
+        return Ok((
+            [at(f.0)?, at(a.0)?, at(s.0)?],
+            [at(f.1)? as u64, at(a.1)? as u64, at(s.1)? as u64],
+        ));
     }
-    Ok([
-        read::<i64>(base + stride * idx[0], first)?,
-        read::<i64>(base + stride * idx[1], first)?,
-        read::<i64>(base + stride * idx[2], first)?,
-    ])
+    let (fc, fp) = percpu_counter(base + stride * idx[0])?;
+    let (ac, ap) = percpu_counter(base + stride * idx[1])?;
+    let (sc, sp) = percpu_counter(base + stride * idx[2])?;
+    Ok(([fc, ac, sc], [fp, ap, sp]))
 }
+
+/// Room in [`MmStash::heads`]: the RSS counters' array from the first count on.
+const HEADS_WORDS: usize = 20;
 
 /// RSS counters of a pre-6.2 mm: atomics in the mm, plus the calling task's cached deltas
 /// (SPLIT_RSS_COUNTING) that have not been folded in yet.
