@@ -229,38 +229,81 @@ impl ProcessSeries {
     }
 }
 
-/// Every process's series, in the order first recorded, found by key.
+/// Every process's series, in the order first recorded, found by key; and which processes
+/// are gone (exited, or found gone by a PSS round).
 #[derive(Debug, Default)]
 pub struct Procs {
     list: Vec<(Key, ProcessSeries)>,
     index: KeyIndex,
+    /// By slot: 1 byte a process where a set of keys took 22.
+    gone: Vec<bool>,
+}
+
+impl ProcessSeries {
+    /// Nothing recorded: a slot made only to say the process is gone.
+    fn is_blank(&self) -> bool {
+        self.rss.is_empty() && self.sampled.is_none()
+    }
 }
 
 impl Procs {
-    pub fn get(&self, key: &Key) -> Option<&ProcessSeries> {
+    fn slot_of(&self, key: &Key) -> Option<usize> {
         let list = &self.list;
-        let slot = self.index.get(key, |s| list[s as usize].0)?;
-        Some(&list[slot].1)
+        self.index.get(key, |s| list[s as usize].0)
+    }
+
+    /// The process's series, when any point was recorded for it.
+    pub fn get(&self, key: &Key) -> Option<&ProcessSeries> {
+        let slot = self.slot_of(key)?;
+        Some(&self.list[slot].1).filter(|s| !s.is_blank())
+    }
+
+    fn slot(&mut self, key: Key) -> usize {
+        if let Some(slot) = self.slot_of(&key) {
+            return slot;
+        }
+        let slot = self.list.len();
+        self.list.push((key, ProcessSeries::default()));
+        // Once settled, no flag is kept: every process counts as gone.
+        if self.gone.len() == slot {
+            self.gone.push(false);
+        }
+        let list = &self.list;
+        self.index.insert(&key, slot, |s| list[s as usize].0);
+        slot
     }
 
     /// The process's series, made empty when it has none.
     pub fn entry(&mut self, key: Key) -> &mut ProcessSeries {
-        let list = &self.list;
-        let slot = match self.index.get(&key, |s| list[s as usize].0) {
-            Some(slot) => slot,
-            None => {
-                let slot = self.list.len();
-                self.list.push((key, ProcessSeries::default()));
-                let list = &self.list;
-                self.index.insert(&key, slot, |s| list[s as usize].0);
-                slot
-            }
-        };
+        let slot = self.slot(key);
         &mut self.list[slot].1
     }
 
+    /// The process exited or a round found it gone: the kernel's points for it that come
+    /// later (a held-back peak, the last value as it stops following the mm) are no image
+    /// beginning.
+    pub fn set_gone(&mut self, key: Key) {
+        let slot = self.slot(key);
+        if let Some(gone) = self.gone.get_mut(slot) {
+            *gone = true;
+        }
+    }
+
+    pub fn is_gone(&self, key: &Key) -> bool {
+        self.slot_of(key)
+            .is_some_and(|slot| self.gone.get(slot).copied().unwrap_or(true))
+    }
+
+    /// No record comes any more: which processes are gone is no longer asked (all are).
+    pub fn settle(&mut self) {
+        self.gone = Vec::new();
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&Key, &ProcessSeries)> {
-        self.list.iter().map(|(k, s)| (k, s))
+        self.list
+            .iter()
+            .filter(|(_, s)| !s.is_blank())
+            .map(|(k, s)| (k, s))
     }
 
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut ProcessSeries> {

@@ -217,7 +217,7 @@ impl Timeline {
     /// summed (the kernel sums the tree), and it may arrive after the process's exit record:
     /// the kernel sends a held-back point and the last value as it stops following the mm.
     pub fn record_kernel_rss(&mut self, key: Key, p: Point, anon_bytes: Option<u64>) {
-        if let Some(anon) = anon_bytes {
+        if let Some(anon) = anon_bytes.filter(|_| !self.procs.is_gone(&key)) {
             self.pss.rss(key, p.ts_ns, p.bytes, anon);
         }
         let cap = self.process_cap;
@@ -264,6 +264,7 @@ impl Timeline {
     /// leaves the sum before its exit record comes.
     pub fn pss_read_gone(&mut self, key: Key) {
         self.pss.read_gone(key);
+        self.procs.set_gone(key);
     }
 
     /// A round could not read the process (not known gone): its part of the tree-wide PSS
@@ -281,7 +282,7 @@ impl Timeline {
     /// A process exited (or was found gone): its series drop to 0 and it leaves the sums.
     pub fn process_exited(&mut self, key: Key, ts_ns: u64) {
         let had_rss = self.live_rss.remove(&key).inspect(|b| self.rss_sum -= b);
-        self.pss.exited(key, ts_ns);
+        self.pss.ended(key, ts_ns);
         let sampled = self.procs.get(&key).is_some_and(|s| s.sampled.is_some());
         let end = Point::new(ts_ns, 0);
         let followed = self.rss_source == RssSource::Kernel
@@ -296,6 +297,7 @@ impl Timeline {
         if sampled {
             self.push_process(key, end, |s| &mut s.sampled().pss);
         }
+        self.procs.set_gone(key);
     }
 
     fn push_process(
@@ -343,7 +345,7 @@ impl Timeline {
 
     /// No record comes any more: what taking them needed goes before the report is built.
     pub fn settle(&mut self) {
-        self.pss.settle();
+        self.procs.settle();
     }
 
     /// The JSON view, with times relative to `t0_ns`. `order` lists the processes in report
