@@ -20,9 +20,10 @@ use crate::{
 
 /// An mm's exact RSS counters as `rss_stat` kept them, handed from `rss::forget` to the read
 /// of the same mm's final figures right after it (an exec's old image, an exit's last one):
-/// those reads then skip the per-CPU counters, a read per CPU (on 2 CPUs, 0.3 of an exit
-/// record's 1.5 µs). Valid within one tracepoint's programs only: `forget` empties it before
-/// anything else, the read takes it, and the exit record's program empties it at its end.
+/// those reads then skip the per-CPU counters, a read per CPU (the whole read was 0.3-0.5 µs
+/// of an exit record's 1.4-1.7 on 2 CPUs). Valid within one tracepoint's programs only:
+/// `forget` empties it before anything else, the read takes it, and the programs that read
+/// final figures empty it at their end.
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct MmStash {
