@@ -85,6 +85,9 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
             cgroup_peak: args.cgroup_peak,
         },
     )?;
+    // Nothing comes from the kernel any more: its programs, maps and ring buffer (mapped,
+    // so resident: 16 MiB by default) go before the report is built, not on top of it.
+    drop(session);
     let report = run.report();
     let summary = render(&report, &args, outputs.summary.as_ref(), verbose);
     let title = report.command.lossy_line();

@@ -11,6 +11,7 @@ pub(crate) mod cpu_ticks;
 pub(crate) mod cputime;
 pub(crate) mod critical_path;
 pub(crate) mod crosscheck;
+pub(crate) mod key_index;
 pub(crate) mod labels;
 pub(crate) mod matcher;
 pub(crate) mod memory;
@@ -19,6 +20,8 @@ pub(crate) mod process;
 pub(crate) mod pss;
 pub(crate) mod pss_sum;
 pub(crate) mod reduce;
+pub(crate) mod series;
+pub(crate) mod series_packed;
 pub(crate) mod statm;
 pub(crate) mod table;
 #[cfg(test)]

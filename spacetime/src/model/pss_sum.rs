@@ -26,7 +26,7 @@ use super::{
     timeline::{Point, Series},
 };
 use crate::model::tree::Key;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 /// The maximum is trusted when the truth may differ from it by at most 1/20 of it.
 pub const TRUST_SHIFT_DIV: u64 = 20;
@@ -96,10 +96,6 @@ struct Window {
 #[derive(Debug)]
 pub struct PssSum {
     procs: FxHashMap<Key, Est>,
-    /// Processes that exited or that a read found gone: the kernel's points for them that
-    /// come later (a held-back peak, the last value as it stops following the mm) are no
-    /// image beginning.
-    dead: FxHashSet<Key>,
     sum: u64,
     /// Σ u and Σ g over the processes.
     uncertain: u64,
@@ -127,7 +123,6 @@ impl PssSum {
     pub fn new(cap: usize) -> PssSum {
         PssSum {
             procs: FxHashMap::default(),
-            dead: FxHashSet::default(),
             sum: 0,
             uncertain: 0,
             guessed: 0,
@@ -143,11 +138,6 @@ impl PssSum {
             cap,
             max: None,
         }
-    }
-
-    /// No record comes any more: the processes known dead go (22 bytes a process).
-    pub fn settle(&mut self) {
-        self.dead = FxHashSet::default();
     }
 
     /// The tree-wide series: one point per change.
@@ -180,11 +170,11 @@ impl PssSum {
         }
     }
 
-    /// A process's exact RSS and anonymous pages at `ts_ns`, from the kernel.
+    /// A process's exact RSS and anonymous pages at `ts_ns`, from the kernel. Not for a
+    /// process gone (exited, or found gone by a round): the kernel's points for it that come
+    /// later (a held-back peak, the last value as it stops following the mm) are no image
+    /// beginning; the timeline leaves them out.
     pub fn rss(&mut self, key: Key, ts_ns: u64, rss: u64, anon: u64) {
-        if self.dead.contains(&key) {
-            return;
-        }
         let ratio = self.file_ratio;
         let Some(est) = self.procs.get_mut(&key) else {
             // It began (a fork's child, an exec's image): what it holds is counted elsewhere
@@ -271,13 +261,6 @@ impl PssSum {
         self.push(ts_ns);
     }
 
-    /// A process exited at `ts_ns` (its exit record): its part leaves the sum, and the
-    /// kernel's points that come after (a held-back peak, its last value) begin no image.
-    pub fn exited(&mut self, key: Key, ts_ns: u64) {
-        self.ended(key, ts_ns);
-        self.dead.insert(key);
-    }
-
     /// The current round found a process gone (exited, its exit record not here yet): its
     /// part leaves the sum now. Kept until its exit record, its last read would stand beside
     /// reads of the others taken after its exit, which count the pages it shared as theirs
@@ -286,7 +269,6 @@ impl PssSum {
     /// may predate the exit: what it found shared may be its own now, unseen until the next
     /// round (at most what the gone one shared). No point: the round's sum is its end's.
     pub fn read_gone(&mut self, key: Key) {
-        self.dead.insert(key);
         let Some(est) = self.procs.remove(&key) else {
             return;
         };

@@ -25,6 +25,8 @@
 
 use serde::{ser::SerializeSeq, Serialize, Serializer};
 
+pub use super::series::{Point, ProcessSeries, Series};
+use super::series::{Procs, Steps};
 use super::{
     proc_read::Usage,
     pss::TreeNow,
@@ -32,19 +34,6 @@ use super::{
 };
 use crate::model::tree::Key;
 use rustc_hash::FxHashMap;
-
-/// One value of a series: `bytes` from `ts_ns` on.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Point {
-    pub ts_ns: u64,
-    pub bytes: u64,
-}
-
-impl Point {
-    pub fn new(ts_ns: u64, bytes: u64) -> Point {
-        Point { ts_ns, bytes }
-    }
-}
 
 /// Where the RSS figures come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -54,169 +43,6 @@ pub enum RssSource {
     Kernel,
     /// `/proc/PID/statm` sampled: the tracepoint is missing; peaks between samples are missed.
     Statm,
-}
-
-/// A step series with a bounded number of points.
-#[derive(Clone, Debug, Default)]
-pub struct Series {
-    points: Vec<Point>,
-    /// Times the series was compacted (its points are then min/max per bucket).
-    compactions: u32,
-}
-
-impl Series {
-    pub fn points(&self) -> &[Point] {
-        &self.points
-    }
-
-    pub fn last(&self) -> Option<Point> {
-        self.points.last().copied()
-    }
-
-    pub fn len(&self) -> usize {
-        self.points.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.points.is_empty()
-    }
-
-    /// The largest value and its first time.
-    pub fn max(&self) -> Option<Point> {
-        self.points
-            .iter()
-            .copied()
-            .reduce(|a, b| if b.bytes > a.bytes { b } else { a })
-    }
-
-    pub fn compacted(&self) -> bool {
-        self.compactions > 0
-    }
-
-    /// Appends a value. A time earlier than the last point's (records from different CPUs)
-    /// is moved just after it; a value at the same time replaces the last one (a sum being
-    /// updated process by process within one sampling round); a value equal to the last one
-    /// adds nothing. Past `cap` points the series is compacted.
-    pub fn push(&mut self, p: Point, cap: usize) {
-        let mut p = p;
-        if let Some(last) = self.points.last_mut() {
-            if p.ts_ns < last.ts_ns {
-                // Never replace a value that was really there: step just after it.
-                p.ts_ns = last.ts_ns + 1;
-            }
-            if p.bytes == last.bytes {
-                return;
-            }
-            if p.ts_ns == last.ts_ns {
-                last.bytes = p.bytes;
-                // The replaced value may now equal the one before it.
-                let n = self.points.len();
-                if n >= 2 && self.points[n - 2].bytes == p.bytes {
-                    self.points.pop();
-                }
-                return;
-            }
-        }
-        if self.points.capacity() == 0 {
-            // Most processes get two points (start and exit): not the four a first push
-            // reserves.
-            self.points.reserve_exact(2);
-        }
-        self.points.push(p);
-        if self.points.len() > cap.max(8) {
-            self.compact();
-        }
-    }
-
-    /// Inserts a value at its time, for exact samples that may arrive late (a point the kernel
-    /// held back, sent after later points of other processes): a value holds until the next
-    /// point, so a late one goes where it belongs instead of after the last. Appending stays
-    /// [`Series::push`].
-    pub fn insert(&mut self, p: Point, cap: usize) {
-        let at = self.points.partition_point(|q| q.ts_ns <= p.ts_ns);
-        if at == self.points.len() {
-            return self.push(p, cap);
-        }
-        if at > 0 && self.points[at - 1].bytes == p.bytes {
-            return;
-        }
-        if at > 0 && self.points[at - 1].ts_ns == p.ts_ns {
-            // Two values at one time: keep the larger, so a maximum is never replaced.
-            let prev = &mut self.points[at - 1];
-            prev.bytes = prev.bytes.max(p.bytes);
-            return;
-        }
-        self.points.insert(at, p);
-        if self.points.len() > cap.max(8) {
-            self.compact();
-        }
-    }
-
-    /// Halves the number of points: each bucket of four keeps its minimum and maximum (in
-    /// time order), so the series' extremes are never lost. The first point stays, so the
-    /// series still starts where it did.
-    pub fn compact(&mut self) {
-        let Some(&first) = self.points.first() else {
-            return;
-        };
-        let mut out: Vec<Point> = Vec::with_capacity(self.points.len() / 2 + 2);
-        out.push(first);
-        for bucket in self.points[1..].chunks(4) {
-            let min = bucket.iter().min_by_key(|p| p.bytes).copied();
-            let max = bucket.iter().max_by_key(|p| p.bytes).copied();
-            let (Some(min), Some(max)) = (min, max) else {
-                continue;
-            };
-            let (a, b) = if min.ts_ns <= max.ts_ns {
-                (min, max)
-            } else {
-                (max, min)
-            };
-            for p in [a, b] {
-                if out.last().is_none_or(|l| l.bytes != p.bytes) {
-                    out.push(p);
-                }
-            }
-        }
-        self.points = out;
-        self.compactions += 1;
-    }
-}
-
-/// Per-process series.
-#[derive(Clone, Debug, Default)]
-pub struct ProcessSeries {
-    pub rss: Series,
-    /// PSS, for the processes that were sampled: most short ones never are, and a 100k-process
-    /// trace would otherwise carry 56 empty bytes for each.
-    sampled: Option<Box<PssSeries>>,
-}
-
-#[derive(Clone, Debug, Default)]
-struct PssSeries {
-    pss: Series,
-    /// The largest PSS sampled.
-    max_pss: Option<Point>,
-}
-
-static NO_POINTS: Series = Series {
-    points: Vec::new(),
-    compactions: 0,
-};
-
-impl ProcessSeries {
-    pub fn pss(&self) -> &Series {
-        self.sampled.as_ref().map_or(&NO_POINTS, |s| &s.pss)
-    }
-
-    /// The largest PSS sampled.
-    pub fn max_pss(&self) -> Option<Point> {
-        self.sampled.as_ref().and_then(|s| s.max_pss)
-    }
-
-    fn sampled(&mut self) -> &mut PssSeries {
-        self.sampled.get_or_insert_with(Box::default)
-    }
 }
 
 /// Limits on the number of points kept.
@@ -252,7 +78,7 @@ const MIN_PROCESS_POINTS: usize = 16;
 pub struct Timeline {
     pub rss_source: RssSource,
     tree_rss: Series,
-    procs: FxHashMap<Key, ProcessSeries>,
+    procs: Procs,
     /// Latest statm samples of live processes, and their sum.
     live_rss: FxHashMap<Key, u64>,
     rss_sum: u64,
@@ -293,7 +119,7 @@ impl Timeline {
         Timeline {
             rss_source,
             tree_rss: Series::default(),
-            procs: FxHashMap::default(),
+            procs: Procs::default(),
             live_rss: FxHashMap::default(),
             rss_sum: 0,
             tree_peak: None,
@@ -391,11 +217,11 @@ impl Timeline {
     /// summed (the kernel sums the tree), and it may arrive after the process's exit record:
     /// the kernel sends a held-back point and the last value as it stops following the mm.
     pub fn record_kernel_rss(&mut self, key: Key, p: Point, anon_bytes: Option<u64>) {
-        if let Some(anon) = anon_bytes {
+        if let Some(anon) = anon_bytes.filter(|_| !self.procs.is_gone(&key)) {
             self.pss.rss(key, p.ts_ns, p.bytes, anon);
         }
         let cap = self.process_cap;
-        let series = &mut self.procs.entry(key).or_default().rss;
+        let series = &mut self.procs.entry(key).rss;
         let before = series.len();
         series.insert(p, cap);
         self.process_points = self.process_points - before + series.len();
@@ -422,7 +248,7 @@ impl Timeline {
     pub fn record_pss_read(&mut self, key: Key, ts_ns: u64, u: Usage) {
         let p = Point::new(ts_ns, u.pss_bytes);
         self.push_process(key, p, |s| &mut s.sampled().pss);
-        let s = self.procs.entry(key).or_default().sampled();
+        let s = self.procs.entry(key).sampled();
         if s.max_pss.is_none_or(|m| p.bytes > m.bytes) {
             s.max_pss = Some(p);
         }
@@ -438,6 +264,7 @@ impl Timeline {
     /// leaves the sum before its exit record comes.
     pub fn pss_read_gone(&mut self, key: Key) {
         self.pss.read_gone(key);
+        self.procs.set_gone(key);
     }
 
     /// A round could not read the process (not known gone): its part of the tree-wide PSS
@@ -455,7 +282,7 @@ impl Timeline {
     /// A process exited (or was found gone): its series drop to 0 and it leaves the sums.
     pub fn process_exited(&mut self, key: Key, ts_ns: u64) {
         let had_rss = self.live_rss.remove(&key).inspect(|b| self.rss_sum -= b);
-        self.pss.exited(key, ts_ns);
+        self.pss.ended(key, ts_ns);
         let sampled = self.procs.get(&key).is_some_and(|s| s.sampled.is_some());
         let end = Point::new(ts_ns, 0);
         let followed = self.rss_source == RssSource::Kernel
@@ -470,10 +297,16 @@ impl Timeline {
         if sampled {
             self.push_process(key, end, |s| &mut s.sampled().pss);
         }
+        self.procs.set_gone(key);
     }
 
-    fn push_process(&mut self, key: Key, p: Point, which: fn(&mut ProcessSeries) -> &mut Series) {
-        let series = which(self.procs.entry(key).or_default());
+    fn push_process(
+        &mut self,
+        key: Key,
+        p: Point,
+        which: fn(&mut ProcessSeries) -> &mut dyn Steps,
+    ) {
+        let series = which(self.procs.entry(key));
         let before = series.len();
         series.push(p, self.process_cap);
         let after = series.len();
@@ -495,8 +328,11 @@ impl Timeline {
             let cap = self.process_cap;
             let mut total = 0;
             for s in self.procs.values_mut() {
-                let pss = s.sampled.as_deref_mut().map(|p| &mut p.pss);
-                for series in std::iter::once(&mut s.rss).chain(pss) {
+                let pss = s
+                    .sampled
+                    .as_deref_mut()
+                    .map(|p| &mut p.pss as &mut dyn Steps);
+                for series in std::iter::once(&mut s.rss as &mut dyn Steps).chain(pss) {
                     while series.len() > cap {
                         series.compact();
                     }
@@ -509,7 +345,7 @@ impl Timeline {
 
     /// No record comes any more: what taking them needed goes before the report is built.
     pub fn settle(&mut self) {
-        self.pss.settle();
+        self.procs.settle();
     }
 
     /// The JSON view, with times relative to `t0_ns`. `order` lists the processes in report
@@ -557,12 +393,12 @@ impl TimelineReport<'_> {
     }
 }
 
-struct Points<'a>(&'a [Point], u64);
+struct Points<'a>(std::borrow::Cow<'a, [Point]>, u64);
 
 impl Serialize for Points<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(Some(self.0.len()))?;
-        for p in self.0 {
+        for p in self.0.iter() {
             seq.serialize_element(&[p.ts_ns.saturating_sub(self.1), p.bytes])?;
         }
         seq.end()
@@ -610,8 +446,8 @@ impl Serialize for TimelineReport<'_> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("rss_source", &t.rss_source)?;
         m.serialize_entry("pss_sampled", &true)?;
-        m.serialize_entry("tree_rss", &Points(t.tree_rss.points(), t0))?;
-        m.serialize_entry("tree_pss", &Points(t.tree_pss().points(), t0))?;
+        m.serialize_entry("tree_rss", &Points(t.tree_rss.points().into(), t0))?;
+        m.serialize_entry("tree_pss", &Points(t.tree_pss().points().into(), t0))?;
         m.serialize_entry("tree_peak_rss", &at(t.tree_peak(), t0))?;
         let max_pss = match t.max_pss() {
             MaxPssFigure::NotSampled => None,
@@ -647,7 +483,7 @@ impl Serialize for ProcessEntries<'_, '_> {
                 pid: self.0.pids.get(i).copied().unwrap_or(k.tgid),
                 start_ns: k.start_ns.saturating_sub(t0),
                 rss: Points(s.rss.points(), t0),
-                pss: Points(s.pss().points(), t0),
+                pss: Points(s.pss().points().into(), t0),
                 max_pss_bytes: s.max_pss().map(|p| p.bytes),
             })
         }))

@@ -128,8 +128,9 @@ fn global_budget_lowers_the_per_process_cap() {
     assert!(total <= 4096 + 64 * 8, "{total} points");
     // Every process still has its maximum.
     for pid in 1..=64u32 {
-        let s = &t.process(&key(pid)).expect("series").rss;
-        assert_eq!(s.max().map(|m| m.bytes), Some(499 * pid as u64 + 1));
+        let s = t.process(&key(pid)).expect("series").rss.points();
+        let max = s.iter().map(|m| m.bytes).max();
+        assert_eq!(max, Some(499 * pid as u64 + 1));
     }
 }
 
@@ -188,7 +189,7 @@ fn kernel_points_after_the_exit_record_keep_the_series_whole() {
     t.record_kernel_rss(k, p(40, 300), Some(300));
     let s = t.process(&k).expect("series");
     assert_eq!(
-        s.rss.points(),
+        s.rss.points().as_ref(),
         [p(10, 100), p(20, 900), p(40, 300), p(50, 0)]
     );
     // Not summed: the kernel sends the tree's own sum.
@@ -210,4 +211,31 @@ fn the_tree_peak_is_dated_when_the_tree_got_within_1_256_of_it() {
     u.set_tree_peak(p(15, 9000));
     assert_eq!(u.tree_peak(), Some(p(15, 9000)));
     assert_eq!(u.tree_rss().max(), Some(p(15, 9000)));
+}
+
+#[test]
+fn the_kernels_points_after_a_process_is_gone_begin_no_image_in_the_pss_sum() {
+    for found_gone in [false, true] {
+        let mut t = Timeline::new(RssSource::Kernel);
+        t.record_kernel_rss(key(1), p(10, 4096), Some(4096));
+        t.record_kernel_rss(key(2), p(10, 8192), Some(8192));
+        if found_gone {
+            t.pss_read_gone(key(2));
+        } else {
+            t.process_exited(key(2), 20);
+        }
+        let before = t.pss_tree_now();
+        // A held-back peak dated before the exit, and the last value as the kernel stops
+        // following the mm: both in the process's RSS series, neither in the tree's PSS.
+        t.record_kernel_rss(key(2), p(15, 12288), Some(12288));
+        t.record_kernel_rss(key(2), p(25, 0), Some(0));
+        let after = t.pss_tree_now();
+        assert_eq!(
+            (after.estimate_bytes, after.uncertain_bytes),
+            (before.estimate_bytes, before.uncertain_bytes),
+            "found gone: {found_gone}"
+        );
+        let rss = t.process(&key(2)).expect("series").rss.points();
+        assert!(rss.contains(&p(15, 12288)), "{rss:?}");
+    }
 }

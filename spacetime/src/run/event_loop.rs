@@ -28,6 +28,10 @@ use crate::{
 /// when the ring fills up (wake-ups are costly per record).
 pub const DRAIN_INTERVAL: Duration = Duration::from_millis(50);
 
+/// taskstats records decoded at a time (744 bytes each): a part is kept, packed, before the
+/// next is read.
+const TASKSTATS_PART: usize = 256;
+
 /// What a command does with what the loop reads.
 pub trait Consumer {
     /// The command's own event source, polled with the others.
@@ -158,15 +162,38 @@ pub struct Io<'a> {
 }
 
 impl Io<'_> {
-    /// Reads the taskstats records waiting in the socket into `batch`.
-    pub fn read_taskstats<C: Consumer>(&mut self, batch: &mut Vec<TaskstatsRecord>, c: &mut C) {
+    /// Reads taskstats records waiting in the socket into `batch`, up to about
+    /// [`TASKSTATS_PART`]; returns whether more may wait.
+    fn read_taskstats<C: Consumer>(&mut self, batch: &mut Vec<TaskstatsRecord>, c: &mut C) -> bool {
+        let mut more = false;
         if let Some(t) = self.taskstats.as_deref_mut() {
-            if let Err(e) = t.drain(batch) {
-                c.taskstats_failed(&e);
-                self.taskstats = None;
+            match t.drain_some(batch, TASKSTATS_PART) {
+                Ok(m) => more = m,
+                Err(e) => {
+                    c.taskstats_failed(&e);
+                    self.taskstats = None;
+                }
             }
         }
-        self.ring.take_taskstats(batch);
+        if !more {
+            self.ring.take_taskstats(batch);
+        }
+        more
+    }
+
+    /// Every taskstats record waiting, each part read before a drain of the ring (every
+    /// record read has its process's fork in the ring) and handed to the consumer after it.
+    pub fn take_taskstats<C: Consumer>(&mut self, c: &mut C) {
+        let mut batch = Vec::new();
+        loop {
+            let more = self.read_taskstats(&mut batch, c);
+            drain(self.ring, c);
+            c.taskstats(&mut batch);
+            batch.clear();
+            if !more {
+                return;
+            }
+        }
     }
 
     pub fn flush_log(&mut self) {
@@ -224,7 +251,6 @@ pub async fn run<C: Consumer>(io: &mut Io<'_>, c: &mut C, extra: &mut C::Extra) 
     // SAFETY: as above.
     let sig = unsafe { AsyncFd::register_with_interest(io.sigfd, Interest::READABLE) }?;
     let mut tick = tokio::time::interval(DRAIN_INTERVAL);
-    let mut batch = Vec::new();
     while !c.done() {
         tokio::select! {
             // Once the source has nothing more to give (an agent gone), only the other arms.
@@ -259,14 +285,9 @@ pub async fn run<C: Consumer>(io: &mut Io<'_>, c: &mut C, extra: &mut C::Extra) 
             _ = tick.tick() => {
                 // taskstats records are read on this tick, not as each arrives: one wake-up
                 // per exit cost ~10 µs of CPU per process at storm rates; 50 ms of records
-                // fit the socket buffer many times over. Read before the drain: every record
-                // read has its process's fork in the ring.
-                io.read_taskstats(&mut batch, c);
-                drain(io.ring, c);
-                c.taskstats(&mut batch);
-                // A backlog (after a stall) must not keep its memory.
-                batch.clear();
-                batch.shrink_to(1024);
+                // fit the socket buffer many times over. A backlog (after a stall) is taken in
+                // parts: decoded whole, 8 MiB of it was 12 MB of records.
+                io.take_taskstats(c);
                 io.flush_log();
                 c.tick(io.taskstats.as_deref(), io.counters);
             }

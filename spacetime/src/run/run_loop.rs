@@ -247,10 +247,7 @@ pub(super) async fn consume(
     }
     // Every exit was recorded before its process became reapable: one last drain has it all
     // (taskstats first, as on the tick).
-    let mut batch = Vec::new();
-    io.read_taskstats(&mut batch, &mut run);
-    event_loop::drain(io.ring, &mut run);
-    run.taskstats(&mut batch);
+    io.take_taskstats(&mut run);
     io.flush_log();
     if run.opts.attached {
         // Not our child: its status is the kernel's exit record's.

@@ -232,11 +232,26 @@ impl TaskstatsListener {
     /// Appends every record that has already arrived, without waiting; returns how many.
     /// Works without a tokio runtime.
     pub fn drain(&mut self, out: &mut Vec<TaskstatsRecord>) -> Result<usize, TaskstatsError> {
-        let mut got = self.pending.len();
+        let got = self.pending.len();
         out.append(&mut self.pending);
         let sock = &self.sock;
-        got += drain_socket(sock, &mut self.buf, &mut self.stats, out)?;
-        Ok(got)
+        let (n, _) = drain_socket(sock, &mut self.buf, &mut self.stats, out, usize::MAX)?;
+        Ok(got + n)
+    }
+
+    /// Appends the records that have already arrived, without waiting, until about `max`
+    /// came (a few more: datagrams are received in batches); returns whether more may wait
+    /// (false: the socket would block). A backlog is then taken in parts, each decoded
+    /// record being 744 bytes.
+    pub fn drain_some(
+        &mut self,
+        out: &mut Vec<TaskstatsRecord>,
+        max: usize,
+    ) -> Result<bool, TaskstatsError> {
+        out.append(&mut self.pending);
+        let sock = &self.sock;
+        let (_, more) = drain_socket(sock, &mut self.buf, &mut self.stats, out, max)?;
+        Ok(more)
     }
 
     /// Hands every datagram that has already arrived to `each` undecoded, without waiting;
@@ -483,7 +498,8 @@ fn recv_datagram(
 const BATCH: usize = 16;
 
 /// Receives and decodes until the socket would block (callers rely on that to clear
-/// readiness); returns the records appended. Datagrams come in batches (recvmmsg): at storm rates one receive per record was a sixth
+/// readiness) or `max` records came; returns the records appended, and whether it stopped
+/// at `max`. Datagrams come in batches (recvmmsg): at storm rates one receive per record was a sixth
 /// of a listener's CPU. A truncated datagram is counted as a parse error and the slots grow
 /// so that the next one of that size fits (up to [`MAX_DATAGRAM`] / [`BATCH`]).
 fn drain_socket(
@@ -491,10 +507,14 @@ fn drain_socket(
     buf: &mut Vec<u8>,
     stats: &mut ListenerStats,
     out: &mut Vec<TaskstatsRecord>,
-) -> io::Result<usize> {
+    max: usize,
+) -> io::Result<(usize, bool)> {
     let mut got = 0;
     let mut lens = [0usize; BATCH];
     loop {
+        if got >= max {
+            return Ok((got, true));
+        }
         let slot = buf.len() / BATCH;
         let n = match sock.recv_batch(buf, slot, &mut lens) {
             Ok(n) => n,
@@ -502,7 +522,7 @@ fn drain_socket(
                 stats.enobufs += 1;
                 continue;
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(got),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((got, false)),
             Err(e) => return Err(e),
         };
         let mut widest = 0;

@@ -107,7 +107,7 @@ impl Store {
     /// The peak so far of a process still running at the end that predates the attach (the
     /// kernel followed its mm from the attach only): its VmHWM, read then, if higher.
     pub fn set_peak_so_far(&mut self, key: Key, pages: u64) {
-        let Some(&i) = self.kept.index.get(&key) else {
+        let Some(i) = self.kept.index_of(&key) else {
             return;
         };
         if let Some(img) = self.kept.procs[i].images.last_mut() {

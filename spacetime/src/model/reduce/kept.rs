@@ -3,13 +3,13 @@
 //! namespace's, from the fork records (the keys stay the kernel's).
 
 use super::{adopt::Adoptions, Process, Store};
-use crate::model::process::Key;
-use rustc_hash::{FxHashMap, FxHashSet};
+use crate::model::{key_index::KeyIndex, process::Key};
+use rustc_hash::FxHashSet;
 
 #[derive(Debug, Default)]
 pub(super) struct Kept {
     pub(super) procs: Vec<Process>,
-    pub(super) index: FxHashMap<Key, usize>,
+    pub(super) index: KeyIndex,
     /// Every tgid seen, for filtering other sources (taskstats) by process.
     pub(super) tgids: FxHashSet<u32>,
     root_pid: u32,
@@ -34,7 +34,7 @@ impl Kept {
 
     /// The process with this key, made when unknown.
     pub(super) fn entry(&mut self, key: Key) -> usize {
-        if let Some(&i) = self.index.get(&key) {
+        if let Some(i) = self.index_of(&key) {
             return i;
         }
         if self.settled {
@@ -62,12 +62,29 @@ impl Kept {
             is_root,
             ..Process::default()
         });
-        self.index.insert(key, i);
+        let procs = &self.procs;
+        self.index.insert(&key, i, |s| key_of(&procs[s as usize]));
         self.tgids.insert(key.tgid);
         if let Some(a) = self.adopted.take(key) {
             a.fill(&mut self.procs[i]);
         }
         i
+    }
+}
+
+/// A kept process's key (every process the index files has one).
+fn key_of(p: &Process) -> Key {
+    p.key.unwrap_or(Key {
+        tgid: 0,
+        start_ns: 0,
+    })
+}
+
+impl Kept {
+    /// Where the process with this key is, while the index lives (until settled).
+    pub(super) fn index_of(&self, key: &Key) -> Option<usize> {
+        let procs = &self.procs;
+        self.index.get(key, |s| key_of(&procs[s as usize]))
     }
 }
 
@@ -92,7 +109,7 @@ impl Store {
     /// Where the process is in [`processes`](Store::processes).
     pub fn index_of(&self, key: &Key) -> Option<usize> {
         match self.kept.settled {
-            false => self.kept.index.get(key).copied(),
+            false => self.kept.index_of(key),
             true => self.kept.procs.iter().position(|p| p.key == Some(*key)),
         }
     }
@@ -107,7 +124,7 @@ impl Store {
     pub fn settle(&mut self) {
         let k = &mut self.kept;
         k.settled = true;
-        k.index = FxHashMap::default();
+        k.index = KeyIndex::default();
         k.tgids = FxHashSet::default();
         k.procs.shrink_to_fit();
     }

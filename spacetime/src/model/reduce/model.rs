@@ -3,6 +3,7 @@
 
 use std::sync::{Arc, LazyLock};
 
+use smallvec::SmallVec;
 use spacetime_common::flags;
 
 use crate::model::{
@@ -136,7 +137,9 @@ pub struct Process {
     /// Every thread it ever had, the main thread included.
     pub threads: u32,
     pub exit: Option<ExitStatus>,
-    pub images: Vec<Image>,
+    /// Inline while there is one (most processes of a big tree fork and exit without an
+    /// exec): not an allocation of its own each.
+    pub images: SmallVec<[Image; 1]>,
     /// CPU time: what wait4 reported for it once its release was seen (`cpu_final`); until
     /// then the sum over its exited threads, each read in the exit path (a thread's last
     /// slice is not yet counted there, so short processes read low).

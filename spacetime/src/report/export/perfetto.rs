@@ -413,7 +413,7 @@ impl Builder<'_> {
             let name = format!("RSS {}", p.pid);
             self.descriptors
                 .push(counter_descriptor(uuid + 1, Some(uuid), &name, Some(0)));
-            self.counter(uuid + 1, series.rss.points());
+            self.counter(uuid + 1, &series.rss.points());
         }
         if !series.pss().is_empty() {
             let name = format!("PSS {} (sampled)", p.pid);

@@ -177,9 +177,13 @@ fn latest_dated(tree: &Tree, timeline: &Timeline) -> u64 {
         let images = p.images.iter().flat_map(|i| [Some(i.start_ns), i.end_ns]);
         [Some(p.start_ns), p.end_ns].into_iter().chain(images)
     });
-    let series = [timeline.tree_rss(), timeline.tree_pss()]
+    let series = [timeline.tree_rss().last(), timeline.tree_pss().last()]
         .into_iter()
-        .chain(timeline.processes().flat_map(|(_, s)| [&s.rss, s.pss()]))
-        .map(|s| s.last().map(|p| p.ts_ns));
+        .chain(
+            timeline
+                .processes()
+                .flat_map(|(_, s)| [s.rss.last(), s.pss().last()]),
+        )
+        .map(|p| p.map(|p| p.ts_ns));
     processes.chain(series).flatten().max().unwrap_or(0)
 }
