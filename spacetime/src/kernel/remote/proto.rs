@@ -625,11 +625,6 @@ impl Batch {
         self.count == 0
     }
 
-    /// Bytes the message has so far.
-    pub fn bytes(&self) -> usize {
-        self.buf.len()
-    }
-
     /// The message's bytes.
     pub fn finish(mut self) -> Vec<u8> {
         self.buf[1..RECORDS_HEADER].copy_from_slice(&self.count.to_le_bytes());
