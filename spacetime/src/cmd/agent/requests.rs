@@ -297,7 +297,10 @@ impl Agent {
         {
             self.share_tracking_map();
             let (code, why) = match e {
-                AttachError::Gone(_) => (Refusal::NotProven, verify::Unproven::Exited.to_string()),
+                AttachError::Gone(_) => (
+                    Refusal::NotProven,
+                    verify::Unproven::EndedWhenTracked.to_string(),
+                ),
                 other => (
                     Refusal::Failed,
                     format!("the agent could not track the process: {other}"),

@@ -45,6 +45,8 @@ pub enum Unproven {
     ThreadPidfd,
     #[error("the process has already exited")]
     Exited,
+    #[error("the process ended, or was no longer the one proven, once it was tracked")]
+    EndedWhenTracked,
     #[error("{0} is a thread of process {1}, not a process")]
     NotLeader(u32, u32),
     #[error("process {0} is not a child of the client")]
