@@ -165,14 +165,13 @@ fn control_bytes_never_reach_the_watch_table_raw() {
         .status()
         .expect("run");
     assert!(status.success());
-    let ordered = exit_precedes_exit_mm();
-    let (want, rows) = match ordered {
-        true => (2, "both the thread and the process rows"),
-        false => (1, "the process row"),
-    };
-    w.wait_until(rows, Duration::from_secs(30), |s| {
-        s.matches(tok.as_str()).count() >= want
-    });
+    // Both rows, on every kernel: before 6.16 the thread's exit record can come after its
+    // process's (exit_mm() wakes the joiner first), and watch keeps the ended process for it.
+    w.wait_until(
+        "both the thread and the process rows",
+        Duration::from_secs(30),
+        |s| s.matches(tok.as_str()).count() >= 2,
+    );
     let out = w.interrupt();
     out.assert_clean();
     let ours: Vec<&str> = out.stdout.lines().filter(|l| l.contains(&tok)).collect();
@@ -181,10 +180,8 @@ fn control_bytes_never_reach_the_watch_table_raw() {
         assert!(bad.is_empty(), "raw controls {bad:?} in {l:?}");
     }
     assert!(
-        !ordered
-            || ours
-                .iter()
-                .any(|l| l.contains("[thread \\e]0;pwn\\a\\r\\n\\u{9b}")),
+        ours.iter()
+            .any(|l| l.contains("[thread \\e]0;pwn\\a\\r\\n\\u{9b}")),
         "the thread row shows its escaped comm\n{}",
         ours.join("\n")
     );
@@ -192,20 +189,6 @@ fn control_bytes_never_reach_the_watch_table_raw() {
     assert!(bad.is_empty(), "raw controls {bad:?} anywhere on stdout");
     let bad = raw_controls(&out.stderr);
     assert!(bad.is_empty(), "raw controls {bad:?} in the summary");
-}
-
-/// Whether the kernel's exit tracepoint fires before exit_mm() (6.16+). Before, exit_mm()
-/// wakes a thread's joiner first: the process's own exit can reach the ring before the
-/// joined thread's, and `watch`, which has let the process go by then, shows no row for that
-/// thread (a known loss on those kernels).
-fn exit_precedes_exit_mm() -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
-    let mut parts = release
-        .trim()
-        .split(|c: char| !c.is_ascii_digit())
-        .map(|p| p.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    (major, minor) >= (6, 16)
 }
 
 // Waits on the state of other processes, which no event announces.

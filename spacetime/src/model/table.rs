@@ -7,7 +7,11 @@
 //! What the table adds to the store: the start times of threads (`--threads`), and the rows'
 //! view of a process.
 
-use std::{collections::HashMap, ops::Deref, sync::Arc};
+use std::{
+    collections::{HashMap, VecDeque},
+    ops::Deref,
+    sync::Arc,
+};
 
 pub use crate::model::process::Names;
 pub use crate::model::reduce::{Ancestor, Stats as TableStats, KEEP_BYTES};
@@ -101,6 +105,7 @@ impl Entry {
 /// A live process as the table shows it.
 #[derive(Debug, Clone)]
 pub struct Live {
+    pub pid: u32,
     pub start_ns: u64,
     pub ppid: u32,
     pub image: Arc<Names>,
@@ -113,6 +118,22 @@ pub struct Live {
     pub exec_ns: u64,
 }
 
+impl Live {
+    fn of(t: &Tracked) -> Live {
+        Live {
+            pid: t.pid,
+            start_ns: t.start_ns,
+            ppid: t.ppid,
+            image: Arc::clone(t.image()),
+            threads: t.threads,
+            in_tree: t.in_tree,
+            #[cfg(test)]
+            seeded: t.seeded,
+            exec_ns: t.exec_ns(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct TableOptions {
     pub max_processes: usize,
@@ -121,10 +142,17 @@ pub struct TableOptions {
     pub threads: bool,
 }
 
+/// Ended processes that had threads, kept for thread exits that come after their process's
+/// (`--threads`). Before Linux 6.16 the exit tracepoint fires after `exit_mm()`, which wakes
+/// a joining thread: the process can exit, and its record reach the ring, first. Those late
+/// records come within the few exits the kernel handles meanwhile.
+const ENDED_WITH_THREADS: usize = 1024;
+
 pub struct Table {
     store: Store,
     opts: TableOptions,
     thread_starts: FxHashMap<u32, u64>,
+    ended_with_threads: VecDeque<Live>,
 }
 
 /// The store's counters and queries (`stats`, `chain`, `ghost_count`, `argv_bytes`).
@@ -145,6 +173,7 @@ impl Table {
             }),
             opts,
             thread_starts: FxHashMap::default(),
+            ended_with_threads: VecDeque::new(),
         }
     }
 
@@ -164,17 +193,27 @@ impl Table {
     }
 
     pub fn get(&self, pid: u32) -> Option<Live> {
-        let t = self.store.live_get(pid)?;
-        Some(Live {
-            start_ns: t.start_ns,
-            ppid: t.ppid,
-            image: Arc::clone(t.image()),
-            threads: t.threads,
-            in_tree: t.in_tree,
-            #[cfg(test)]
-            seeded: t.seeded,
-            exec_ns: t.exec_ns(),
-        })
+        self.store.live_get(pid).map(Live::of)
+    }
+
+    /// The process a thread's exit record belongs to: the live one if it is the record's
+    /// (by start time), else one that ended just before with threads (`--threads` only).
+    /// None is counted ([`TableStats::unowned_thread_exits`]).
+    pub fn thread_owner(&mut self, x: &ExitEvent) -> Option<Live> {
+        let (tgid, start) = (x.hdr.tgid, x.hdr.leader_start_ns);
+        let owner = match self.store.live_get(tgid) {
+            Some(t) if t.started_at(start) => Some(Live::of(t)),
+            _ => self
+                .ended_with_threads
+                .iter()
+                .rev()
+                .find(|l| l.pid == tgid && l.start_ns == start)
+                .cloned(),
+        };
+        if owner.is_none() {
+            self.store.stats.unowned_thread_exits += 1;
+        }
+        owner
     }
 
     /// Whether the process's argv is still arriving in continuation records.
@@ -260,6 +299,12 @@ impl Table {
             self.thread_starts.remove(&x.hdr.pid);
         }
         let t = self.store.exit(x)?;
+        if self.opts.threads && t.threads > 1 && t.known {
+            if self.ended_with_threads.len() == ENDED_WITH_THREADS {
+                self.ended_with_threads.pop_front();
+            }
+            self.ended_with_threads.push_back(Live::of(&t));
+        }
         self.store.take_chain(ancestry);
         Some(Entry::of(t, self.opts.images))
     }

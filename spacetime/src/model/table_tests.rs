@@ -363,3 +363,46 @@ mod budget {
         assert!(t.argv_bytes() <= 48 << 10, "{}", t.argv_bytes());
     }
 }
+
+/// A thread's exit record that comes after its process's (before Linux 6.16 the process can
+/// exit first): the thread still has its row's process, also once a newer process holds the
+/// pid, which the late record leaves alone.
+#[test]
+fn a_thread_exit_after_its_process_still_has_its_owner() {
+    let mut t = Table::new(opts(100));
+    let (p, newer) = ((30, 300), (30, 5000));
+    exec(&mut t, p, "/bin/app", b"app\0", 4);
+    thread(&mut t, p, 31);
+    let late = ExitEvent {
+        hdr: EventHeader {
+            pid: 31,
+            ..hdr(kind::EXIT, p, p.1 + 90)
+        },
+        runtime_ns: 10,
+        ..ExitEvent::default()
+    };
+    let mut anc = Vec::new();
+    let e = exit(&mut t, p, 3, &mut anc);
+    assert_eq!(e.threads, 2);
+    assert!(t.get(30).is_none(), "the process left the table");
+    exec(&mut t, newer, "/bin/newer", b"newer\0", 6);
+    assert_eq!(t.thread_exit(&late), Some(p.1 + 1), "the thread's start");
+    let owner = t
+        .thread_owner(&late)
+        .expect("the ended process owns the late thread exit");
+    assert_eq!((owner.pid, owner.start_ns), p);
+    assert_eq!(&*owner.image.exe, b"/bin/app");
+    let held = t.get(30).expect("the newer process is still in the table");
+    assert_eq!(held.start_ns, newer.1, "left alone by the older record");
+    assert_eq!((t.stats.stale, t.stats.unowned_thread_exits), (0, 0));
+    // A thread of a process never seen: no owner, counted.
+    let stray = ExitEvent {
+        hdr: EventHeader {
+            pid: 41,
+            ..hdr(kind::EXIT, (40, 400), 490)
+        },
+        ..ExitEvent::default()
+    };
+    assert!(t.thread_owner(&stray).is_none());
+    assert_eq!(t.stats.unowned_thread_exits, 1);
+}

@@ -287,6 +287,13 @@ fn table_lines(f: &Final, o: &mut String) {
             units::bytes(t.argv_evicted_bytes)
         );
     }
+    if t.unowned_thread_exits > 0 {
+        let _ = writeln!(
+            o,
+            "  threads:       {} thread exits without a row (their process was not in the table)",
+            t.unowned_thread_exits
+        );
+    }
     if t.full + t.stale + t.unknown_exits + t.args_gaps > 0 {
         let _ = writeln!(
             o,

@@ -536,7 +536,7 @@ impl Watch {
         if !self.threads {
             return;
         }
-        let Some(p) = self.table.get(x.hdr.tgid) else {
+        let Some(p) = self.table.thread_owner(x) else {
             return;
         };
         let comm = comm_bytes(&x.comm);

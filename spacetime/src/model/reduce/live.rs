@@ -142,6 +142,15 @@ impl Tracked {
         false
     }
 
+    /// Whether a record for the process started at `start_ns` is for this one (without
+    /// taking the exact start time, see [`Self::same_process`]).
+    pub fn started_at(&self, start_ns: u64) -> bool {
+        match self.start_exact {
+            true => self.process.start_ns == start_ns,
+            false => same_start(self.process.start_ns, start_ns),
+        }
+    }
+
     /// Drops the images left beyond what is kept.
     pub(super) fn trim_images(&mut self, keep: bool) {
         let left = self.process.images.len().saturating_sub(1);
@@ -231,6 +240,11 @@ impl LiveSet {
                     o.get().start_ns,
                     o.get().seeded
                 );
+                // A record of an older process that held the pid (a thread's exit can come
+                // after its process's, see `Table::thread_owner`) leaves the newer one be.
+                if !create && key.start_ns < o.get().start_ns {
+                    return None;
+                }
                 stats.stale += 1;
                 if !create {
                     o.remove();

@@ -58,6 +58,8 @@ pub struct Stats {
     pub stale: u64,
     /// Exits of processes the live set did not know.
     pub unknown_exits: u64,
+    /// Thread exits (`watch --threads`) whose process was neither live nor just ended: no row.
+    pub unowned_thread_exits: u64,
     /// argv continuations that did not follow on.
     pub args_gaps: u64,
     /// Ghosts dropped to keep the live set bounded.

@@ -271,8 +271,16 @@ fn a_reused_pid_is_another_process() {
     bounded.apply(image_end(old, 40, 7));
     assert_eq!(
         bounded.live_get(50).map(|t| t.start_ns),
+        Some(30),
+        "a late record of the older process left the newer one's entry"
+    );
+    assert_eq!(bounded.stats.stale, 1, "a late record is not a stale entry");
+    // A record of a process newer than the one held: that one's exit was lost, it goes.
+    bounded.apply(image_end((50, 60), 70, 7));
+    assert_eq!(
+        bounded.live_get(50).map(|t| t.start_ns),
         None,
-        "stale record drops the entry"
+        "stale entry dropped"
     );
     assert_eq!(bounded.stats.stale, 2);
 }
