@@ -289,7 +289,7 @@ pub struct TraceArgs {
     /// Size of the kernel's ring buffer (bytes; K, M, G suffixes; rounded up to a power of two)
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
     pub ring_buffer: u32,
-    /// Most processes tracked at once
+    /// Most processes tracked at once (the kernel's pid_max bounds it too)
     #[arg(long, value_name = "N", default_value_t = 65536)]
     pub max_processes: u32,
     /// Receive buffer for the kernel's taskstats exit records (K, M, G suffixes)
