@@ -303,7 +303,12 @@ impl Table {
             if self.ended_with_threads.len() == ENDED_WITH_THREADS {
                 self.ended_with_threads.pop_front();
             }
-            self.ended_with_threads.push_back(Live::of(&t));
+            let mut ended = Live::of(&t);
+            // Outside the argv budget: bounded by a cut argv instead (1024 × 256 bytes).
+            if ended.image.args.len() > KEEP_BYTES {
+                ended.image = Arc::new(crate::model::reduce::evicted(&ended.image));
+            }
+            self.ended_with_threads.push_back(ended);
         }
         self.store.take_chain(ancestry);
         Some(Entry::of(t, self.opts.images))

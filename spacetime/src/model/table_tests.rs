@@ -371,7 +371,9 @@ mod budget {
 fn a_thread_exit_after_its_process_still_has_its_owner() {
     let mut t = Table::new(opts(100));
     let (p, newer) = ((30, 300), (30, 5000));
-    exec(&mut t, p, "/bin/app", b"app\0", 4);
+    // An argv beyond what an ended process keeps: its late thread's row shows it cut.
+    let long = [b"app\0".as_slice(), &[b'x'; 400]].concat();
+    exec(&mut t, p, "/bin/app", &long, long.len());
     thread(&mut t, p, 31);
     let late = ExitEvent {
         hdr: EventHeader {
@@ -392,6 +394,8 @@ fn a_thread_exit_after_its_process_still_has_its_owner() {
         .expect("the ended process owns the late thread exit");
     assert_eq!((owner.pid, owner.start_ns), p);
     assert_eq!(&*owner.image.exe, b"/bin/app");
+    assert_eq!(owner.image.args.len(), super::table::KEEP_BYTES, "argv cut");
+    assert!(!owner.image.argv_complete, "shown as incomplete");
     let held = t.get(30).expect("the newer process is still in the table");
     assert_eq!(held.start_ns, newer.1, "left alone by the older record");
     assert_eq!((t.stats.stale, t.stats.unowned_thread_exits), (0, 0));

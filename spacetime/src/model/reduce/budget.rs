@@ -133,7 +133,7 @@ impl Store {
 }
 
 /// The image with its argv cut to [`KEEP_BYTES`], marked incomplete.
-fn evicted(img: &Names) -> Names {
+pub fn evicted(img: &Names) -> Names {
     Names {
         exe: img.exe.clone(),
         comm: img.comm,

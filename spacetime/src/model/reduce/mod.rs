@@ -42,7 +42,7 @@ mod model;
 
 pub use adopt::Adopted;
 pub use ancestry::Ancestor;
-pub use budget::KEEP_BYTES;
+pub use budget::{evicted, KEEP_BYTES};
 pub use live::{LiveOptions, Tracked};
 pub use model::{Image, Process};
 
