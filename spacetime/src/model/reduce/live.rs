@@ -126,10 +126,10 @@ impl Tracked {
     /// Whether a record for the process started at `start_ns` is for this one; a seeded one
     /// takes the exact start time.
     fn same_process(&mut self, start_ns: u64) -> bool {
-        if self.start_exact {
-            return self.process.start_ns == start_ns;
+        if !self.started_at(start_ns) {
+            return false;
         }
-        if same_start(self.process.start_ns, start_ns) {
+        if !self.start_exact {
             let p = &mut self.process;
             p.start_ns = start_ns;
             p.key = Some(Key {
@@ -137,9 +137,8 @@ impl Tracked {
                 start_ns,
             });
             self.start_exact = true;
-            return true;
         }
-        false
+        true
     }
 
     /// Whether a record for the process started at `start_ns` is for this one (without
