@@ -505,16 +505,21 @@ impl Btf {
         if id == 0 {
             return Err(BtfError::BadTypeId(0));
         }
-        let pos = *self
-            .type_pos
-            .get(id as usize)
-            .ok_or(BtfError::BadTypeId(id))? as usize;
+        // No error value unless one is returned (see `parse_blob`): lookups run this for
+        // thousands of types at every start-up.
+        let Some(&pos) = self.type_pos.get(id as usize) else {
+            return Err(BtfError::BadTypeId(id));
+        };
+        let pos = pos as usize;
         let info = self.u32_at(pos + 4)?;
         let raw_kind = (info >> 24) & 0x1f;
+        let Some(kind) = Kind::from_raw(raw_kind) else {
+            return Err(BtfError::UnknownKind { id, kind: raw_kind });
+        };
         Ok(Ty {
             pos,
             name_off: self.u32_at(pos)?,
-            kind: Kind::from_raw(raw_kind).ok_or(BtfError::UnknownKind { id, kind: raw_kind })?,
+            kind,
             kflag: info >> 31 != 0,
             vlen: (info & 0xffff) as usize,
             size_or_type: self.u32_at(pos + 8)?,
@@ -522,14 +527,16 @@ impl Btf {
     }
 
     fn u32_at(&self, pos: usize) -> Result<u32> {
-        read_u32(&self.data, pos).ok_or(BtfError::Truncated("read past the end"))
+        match read_u32(&self.data, pos) {
+            Some(v) => Ok(v),
+            None => Err(BtfError::Truncated("read past the end")),
+        }
     }
 
     fn name_bytes(&self, off: u32) -> Result<&[u8]> {
-        let strs = self
-            .data
-            .get(self.str_start..self.str_end)
-            .ok_or(BtfError::Truncated("string section"))?;
+        let Some(strs) = self.data.get(self.str_start..self.str_end) else {
+            return Err(BtfError::Truncated("string section"));
+        };
         cstr(strs, off)
     }
 
@@ -608,7 +615,10 @@ impl Btf {
     fn find_in(&self, id: u32, name: &[u8], depth: u32, budget: &mut u32) -> Result<Option<Found>> {
         let t = self.ty(id)?;
         for i in 0..t.vlen {
-            *budget = budget.checked_sub(1).ok_or(BtfError::TooDeep)?;
+            let Some(left) = budget.checked_sub(1) else {
+                return Err(BtfError::TooDeep);
+            };
+            *budget = left;
             let m = t.pos + TYPE_HDR + 12 * i;
             let (name_off, type_id, raw) =
                 (self.u32_at(m)?, self.u32_at(m + 4)?, self.u32_at(m + 8)?);
