@@ -74,11 +74,12 @@ fn check(out: &Outcome, truth: u64, what: &str) {
 }
 
 /// The copy-on-write workload's size and how long it holds its peak: 160 MiB held 1.5 s (a
-/// round of the two processes is ~2 ms of CPU idle, but ~10 ms beside the other tests' JVM and
-/// 1 GiB touch; at 2 % of a CPU that is one round per 500 ms, and a 500 ms hold once saw a
-/// single round after the fork, too early to back the figure); where programs start slowly (an emulated CPU: reading 320 MiB of page tables there costs
-/// over 100 ms of CPU, five seconds of the sampling budget) 80 MiB held 5 s (smaller, the
-/// tree's share of libc, charged to another cgroup, is 1 % of it).
+/// round of the two processes is ~4 ms of CPU on an idle machine, one per 200 ms at 2 % of a
+/// CPU, and dearer beside the other tests' JVM and 1 GiB touch: a 500 ms hold once saw no
+/// round between the one just after the fork and the parent's exit, so the maximum was
+/// rightly untrusted); where programs start slowly (an emulated CPU: reading 320 MiB of page
+/// tables there costs over 100 ms of CPU, five seconds of the sampling budget) 80 MiB held 5 s
+/// (smaller, the tree's share of libc, charged to another cgroup, is 1 % of it).
 fn cow_size() -> (String, String) {
     let start_ms = (0..3)
         .map(|_| {

@@ -5,7 +5,7 @@
 //! pid and by `ac_ppid == getpid()`, so other processes' exits do not disturb the tests.
 
 use std::collections::HashSet;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use super::netlink::{ne_u16, ne_u32, NlAttrIter, NlMsgIter, GENL_HDRLEN};
@@ -49,8 +49,7 @@ fn taskstats_live_exit_record_fields_and_peak_rss() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    let wfd = w.as_raw_fd();
-    let pid = fork_with(|| touch_and_report_hwm(MIB, wfd));
+    let pid = fork_with(|| touch_and_report_hwm(MIB, w.as_fd()));
     drop(w); // our copy of the write end: EOF once the child's is closed
     let mut hwm = [0u8; 8];
     let n = rustix::io::read(&r, &mut hwm).unwrap_or(0);

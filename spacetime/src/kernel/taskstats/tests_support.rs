@@ -289,12 +289,12 @@ pub(super) fn wait_status(pid: libc::pid_t) -> i32 {
 }
 
 /// Child body: map and touch `mib` MiB, read its own VmHWM (KiB) and write it to `wfd`.
-/// Stack buffers and raw syscalls only. VmHWM is read twice and the second value sent: the
+/// Stack buffers and plain system calls only. VmHWM is read twice and the second value sent: the
 /// first pass faults in the code that reads, parses and sends it. Otherwise those faults come
 /// after the value is taken (in a debug build each is a function of its own, and each file
 /// fault maps up to 16 pages around it: 176 pages in all were seen), and the peak the kernel
 /// reports at exit is that much above the value sent.
-pub(super) fn touch_and_report_hwm(mib: usize, wfd: libc::c_int) -> i32 {
+pub(super) fn touch_and_report_hwm(mib: usize, wfd: std::os::fd::BorrowedFd<'_>) -> i32 {
     let len = mib << 20;
     // SAFETY: raw syscalls on memory we map ourselves.
     unsafe {
@@ -316,41 +316,37 @@ pub(super) fn touch_and_report_hwm(mib: usize, wfd: libc::c_int) -> i32 {
             off += 4096;
         }
     }
+    // The first pass, with an empty write: every path that runs after the value is taken.
     if let Err(code) = own_hwm_kib() {
         return code;
+    }
+    if rustix::io::write(wfd, &[]).is_err() {
+        return 103;
     }
     let kib = match own_hwm_kib() {
         Ok(kib) => kib,
         Err(code) => return code,
     };
-    let bytes = kib.to_ne_bytes();
-    // SAFETY: writes our own stack buffer to a descriptor we were handed.
-    if unsafe { libc::write(wfd, bytes.as_ptr().cast(), 8) } != 8 {
+    if rustix::io::write(wfd, &kib.to_ne_bytes()) != Ok(8) {
         return 103;
     }
     7
 }
 
-/// The calling process's VmHWM (KiB) from /proc/self/status, with raw syscalls and a stack
-/// buffer; `Err` holds the child's exit code for what failed.
+/// The calling process's VmHWM (KiB) from /proc/self/status, read into a stack buffer (plain
+/// system calls, no allocation: it runs in a forked child); `Err` holds the child's exit code
+/// for what failed.
 fn own_hwm_kib() -> Result<u64, i32> {
+    use rustix::fs::{open, Mode, OFlags};
     let mut buf = [0u8; 8192];
     let mut used = 0;
-    // SAFETY: raw syscalls on a NUL-terminated path and our own stack buffer.
-    unsafe {
-        let fd = libc::open(c"/proc/self/status".as_ptr(), libc::O_RDONLY);
-        if fd < 0 {
-            return Err(101);
-        }
-        loop {
-            let r = libc::read(fd, buf.as_mut_ptr().add(used).cast(), buf.len() - used);
-            if r <= 0 {
-                break;
-            }
-            used += r as usize;
-        }
-        libc::close(fd);
+    let Ok(fd) = open(c"/proc/self/status", OFlags::RDONLY, Mode::empty()) else {
+        return Err(101);
+    };
+    while let Ok(n @ 1..) = rustix::io::read(&fd, &mut buf[used..]) {
+        used += n;
     }
+    drop(fd);
     let text = &buf[..used];
     let key = b"VmHWM:";
     let Some(at) = text.windows(key.len()).position(|w| w == key) else {
