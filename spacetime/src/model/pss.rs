@@ -277,14 +277,14 @@ impl PssSampler {
         for &key in live {
             // The budget is CPU: on a busy machine a read waits for the CPU (and for the
             // target's mmap lock) far longer than it works.
-            let cpu = thread_cpu_ns();
+            let (cpu, started) = (thread_cpu_ns(), crate::util::clock::monotonic_ns());
             let got = self.read(key);
             let took = thread_cpu_ns().saturating_sub(cpu);
             let ts = crate::util::clock::monotonic_ns();
             self.stats.read_ns += took;
             match got {
                 Ok(Some(u)) => {
-                    out.record_pss_read(key, ts, u);
+                    out.record_pss_read(key, (started, ts), u);
                     let per_kib = match u.rss_bytes >= 16 << 20 {
                         true => took / (u.rss_bytes / 1024),
                         false => 0,

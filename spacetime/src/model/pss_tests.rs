@@ -469,7 +469,7 @@ fn a_process_a_round_finds_gone_leaves_the_sum_before_its_exit_record() {
         anon_bytes: 8 * MIB,
         pss_anon_bytes: Some(4 * MIB),
     };
-    t.record_pss_read(child, 1, shared);
+    t.record_pss_read(child, (1, 1), shared);
     t.pss_round_done(2);
     let mut s = sampler();
     let t0 = 1_000 * MS;
@@ -520,8 +520,8 @@ fn a_process_read_then_gone_in_the_round_leaves_it() {
     };
     let mut t = Timeline::new(RssSource::Kernel);
     let mut s = sampler();
-    t.record_pss_read(kb, 1, usage(8 * MIB, 4 * MIB));
-    t.record_pss_read(ka, 2, usage(16 * MIB, 16 * MIB));
+    t.record_pss_read(kb, (1, 1), usage(8 * MIB, 4 * MIB));
+    t.record_pss_read(ka, (2, 2), usage(16 * MIB, 16 * MIB));
     // Alive at the round's end: both stay.
     s.recheck(&[kb, ka], &mut t);
     assert_eq!(t.pss_tree_now().estimate_bytes, 20 * MIB);

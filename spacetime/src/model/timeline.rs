@@ -243,10 +243,13 @@ impl Timeline {
         }
     }
 
-    /// A process read in a PSS round at `ts_ns`: a point of its PSS series, and its part of
-    /// the tree-wide sum.
-    pub fn record_pss_read(&mut self, key: Key, ts_ns: u64, u: Usage) {
-        let p = Point::new(ts_ns, u.pss_bytes);
+    /// A process read in a PSS round that began at `read.0` and ended at `read.1`: a point of
+    /// its PSS series, and its part of the tree-wide sum. The point is dated at the read's
+    /// start: the walk saw the mm alive at some instant of the read, so before the process's
+    /// exit, which the read's end may follow (a read preempted as the process exits).
+    pub fn record_pss_read(&mut self, key: Key, read: (u64, u64), u: Usage) {
+        let (started_ns, ts_ns) = read;
+        let p = Point::new(started_ns, u.pss_bytes);
         self.push_process(key, p, |s| &mut s.sampled().pss);
         let s = self.procs.entry(key).sampled();
         if s.max_pss.is_none_or(|m| p.bytes > m.bytes) {

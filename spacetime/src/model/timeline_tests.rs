@@ -63,14 +63,14 @@ fn read(pss: u64) -> Usage {
 #[test]
 fn tree_pss_is_each_rounds_sum_and_a_process_series_its_reads() {
     let mut t = Timeline::new(RssSource::Kernel);
-    t.record_pss_read(key(1), 100, read(10));
-    t.record_pss_read(key(2), 100, read(5));
+    t.record_pss_read(key(1), (100, 100), read(10));
+    t.record_pss_read(key(2), (100, 100), read(5));
     t.pss_round_done(101);
-    t.record_pss_read(key(1), 200, read(30));
-    t.record_pss_read(key(2), 200, read(5));
+    t.record_pss_read(key(1), (200, 200), read(30));
+    t.record_pss_read(key(2), (200, 200), read(5));
     t.pss_round_done(201);
     t.process_exited(key(2), 250);
-    t.record_pss_read(key(1), 300, read(20));
+    t.record_pss_read(key(1), (300, 300), read(20));
     t.pss_round_done(301);
     assert_eq!(
         t.tree_pss().points(),
@@ -85,6 +85,20 @@ fn tree_pss_is_each_rounds_sum_and_a_process_series_its_reads() {
         t.process(&key(1)).and_then(|s| s.max_pss()),
         Some(p(200, 30))
     );
+}
+
+#[test]
+fn a_read_that_ends_after_the_exit_is_dated_at_its_start_before_the_exit() {
+    // The walk saw the mm alive, so before the exit at 250; the read's end (260) came after
+    // it, the reader preempted as the process exited. The process's series never runs past
+    // its end; the round's sum stays at the read's end.
+    let mut t = Timeline::new(RssSource::Kernel);
+    t.record_pss_read(key(1), (240, 260), read(10));
+    t.process_exited(key(1), 250);
+    t.pss_round_done(270);
+    let s = t.process(&key(1)).expect("1");
+    assert_eq!(s.pss().points(), [p(240, 10), p(250, 0)]);
+    assert_eq!(s.max_pss(), Some(p(240, 10)));
 }
 
 #[test]
@@ -140,7 +154,7 @@ fn json_times_are_relative_to_t0() {
     t.record_tree_rss(p(1_000, 4096));
     t.set_tree_peak(p(1_500, 8192));
     t.record_rss(key(7), p(1_200, 4096));
-    t.record_pss_read(key(7), 1_300, read(2048));
+    t.record_pss_read(key(7), (1_300, 1_300), read(2048));
     t.pss_round_done(1_300);
     let v = serde_json::to_value(t.report(1_000, vec![key(7)])).expect("json");
     assert_eq!(v["rss_source"], "kernel");

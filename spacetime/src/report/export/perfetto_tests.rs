@@ -91,7 +91,7 @@ fn sample() -> (Tree, Timeline) {
         anon_bytes: 20 << 20,
         pss_anon_bytes: Some(20 << 20),
     };
-    tl.record_pss_read(key(CC1), 8_000, read);
+    tl.record_pss_read(key(CC1), (8_000, 8_000), read);
     tl.pss_round_done(8_000);
     tl.process_exited(key(CC1), 15_000);
     for (ts, b) in [(1_000, 4096), (10_000, 30 << 20), (16_000, 2 << 20)] {
