@@ -478,6 +478,11 @@ pub struct SessionLimit {
     pub owner_gid: u32,
     /// The owner's permitted capabilities: a process may hold these and stay.
     pub owner_caps: u64,
+    /// Non-zero: the session asks for no memory over time (a `time -f` format), so the kernel
+    /// follows none of its processes' mms; their peaks are the kernel's own at each image's
+    /// end. 0 (the default, and a trace's own programs): followed.
+    pub no_memory: u32,
+    pub _pad: u32,
 }
 
 /// Slots of the kernel's `TAILS` program array: programs reached by tail calls only, which
@@ -637,7 +642,7 @@ const _: () = {
     assert!(ARGS_EVENT_FIXED == 40);
     assert!(size_of::<KernelOffsets>() == 61 * 4);
     assert!(size_of::<Config>() == 24 + 61 * 4 + 8);
-    assert!(size_of::<SessionLimit>() == 24);
+    assert!(size_of::<SessionLimit>() == 32);
     assert!(size_of::<CgroupNameEvent>() == 32 + 16 + CGROUP_NAME_LEN * CGROUP_NAME_DEPTH);
     assert!(size_of::<MmState>() == 128);
     assert!(size_of::<TreeRss>() == 32);

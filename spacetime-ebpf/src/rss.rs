@@ -19,7 +19,7 @@ use crate::{
     conf, count, exit_mm, mem, output,
     task::{current_ids, read, traced, Task},
     zero::zeroed,
-    MM_STATE, SWITCHES, TRACKED, TREE_RSS,
+    MM_STATE, SESSION_LIMITS, SWITCHES, TRACKED, TREE_RSS,
 };
 
 /// Index of `member` among the counters that make up RSS, if it is one of them.
@@ -282,6 +282,11 @@ fn start_following(
 ) -> Result<(), i32> {
     // Only a traced process (in TRACKED, whose value names its followed mm) is followed.
     if conf!(track_rss) == 0 || conf!(mode) != mode::TREE || mm == 0 || rss_paused() {
+        return Ok(());
+    }
+    // A session that asked for no memory over time (an agent's client with a `time -f`
+    // format): its mms cost rss_stat a lookup that misses, not a read and an update.
+    if matches!(SESSION_LIMITS.get(session as u32), Some(l) if l.no_memory != 0) {
         return Ok(());
     }
     if !only_unfollowed {

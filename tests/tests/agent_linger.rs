@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use spacetime_tests::agent::Agent;
-use spacetime_tests::Trace;
+use spacetime_tests::{assert_rss, wait_for_descendant, TempDir, Trace};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 
@@ -106,5 +106,163 @@ fn rss_stat_stays_between_back_to_back_traces_and_leaves_an_idle_agent() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    agent.stop();
+}
+
+/// `touch 16` traced through an agent, then blocked in `cat FIFO` (a descendant of the
+/// trace) until released.
+struct Blocked {
+    running: spacetime_tests::Running,
+    fifo: std::path::PathBuf,
+    /// The blocked `cat`'s pid: a traced process whose mm the agent follows or not.
+    cat: i32,
+    _dir: TempDir,
+}
+
+impl Blocked {
+    /// Starts it with `flags` (and `--json` unless a `-f` format is among them); returns
+    /// once it is blocked.
+    fn start(agent: &Agent, flags: &[&str], tag: &str) -> Blocked {
+        let dir = TempDir::new(tag);
+        let fifo = dir.path().join("release");
+        let fifo_s = fifo.to_str().expect("a UTF-8 temp path");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(
+            made.as_ref().is_ok_and(|s| s.success()),
+            "mkfifo {fifo_s}: {made:?}"
+        );
+        let script = format!("{WL} touch 16 && exec cat {fifo_s}");
+        let mut t = Trace::new(["sh", "-c", &script]).through(agent).tag(tag);
+        if flags.contains(&"-f") {
+            t = t.no_json();
+        }
+        for f in flags {
+            t = t.flag(f);
+        }
+        let running = t.spawn();
+        let cat = wait_for_descendant(running.pid(), &["cat", fifo_s], Duration::from_secs(30));
+        Blocked {
+            running,
+            fifo,
+            cat,
+            _dir: dir,
+        }
+    }
+
+    /// Lets it end; returns the run.
+    fn release(self) -> spacetime_tests::Outcome {
+        // Opened for writing and closed: cat reads end of file and exits.
+        let w = std::fs::OpenOptions::new().write(true).open(&self.fifo);
+        drop(w.expect("open the FIFO"));
+        self.running.wait()
+    }
+}
+
+/// The tgids whose mms the agent's kernel side follows now (its `MM_STATE` map, found among
+/// its descriptors).
+fn followed_tgids(agent_pid: i32) -> Vec<u32> {
+    let dir = format!("/proc/{agent_pid}/fdinfo");
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir}: {e}"));
+    for entry in entries.map_while(Result::ok) {
+        let Ok(text) = std::fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        let Some(id) = text
+            .lines()
+            .find_map(|l| l.strip_prefix("map_id:"))
+            .and_then(|v| v.trim().parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let named = aya::maps::MapInfo::from_id(id)
+            .ok()
+            .is_some_and(|i| i.name_as_str() == Some("MM_STATE"));
+        if !named {
+            continue;
+        }
+        let data = aya::maps::MapData::from_id(id).unwrap_or_else(|e| panic!("map {id}: {e}"));
+        let map: aya::maps::HashMap<_, u64, spacetime_common::MmState> =
+            aya::maps::HashMap::try_from(aya::maps::Map::HashMap(data))
+                .unwrap_or_else(|e| panic!("MM_STATE as a hash map: {e}"));
+        return map
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(_, v)| v.tgid)
+            .collect();
+    }
+    panic!("the agent (pid {agent_pid}) holds no MM_STATE map");
+}
+
+#[test]
+fn a_time_format_session_attaches_no_rss_stat_and_its_peak_is_the_workloads_own() {
+    let agent = Agent::start("no-memory");
+    // The control: a session that shows memory over time (the JSON) has rss_stat attached
+    // while its command runs.
+    let b = Blocked::start(&agent, &[], "memory");
+    let links = rss_stat_links(agent.pid());
+    assert_eq!(
+        links.len(),
+        1,
+        "a JSON trace runs: rss_stat links {links:?}"
+    );
+    b.release().assert_code(0);
+    // Once the agent has let it go, a `time -f` session runs with none.
+    spacetime_tests::poll::wait_until("rss_stat detached", LINGER * 5, || {
+        rss_stat_links(agent.pid()).is_empty()
+    });
+    let dir = TempDir::new("no-memory-out");
+    let o = dir.path().join("time.txt");
+    let o_s = o.to_str().expect("a UTF-8 temp path");
+    let b = Blocked::start(&agent, &["-f", "%M", "-o", o_s], "no-memory");
+    let links = rss_stat_links(agent.pid());
+    assert!(
+        links.is_empty(),
+        "a `-f %M` trace runs: rss_stat links {links:?}"
+    );
+    let out = b.release();
+    out.assert_code(0);
+    // Its peak is the kernel's own at the image's end: the workload's VmHWM.
+    let text = std::fs::read_to_string(&o).unwrap_or_else(|e| panic!("{o_s}: {e}"));
+    let kib: u64 = text
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("%M is not a number: {text:?}\n{}", out.context()));
+    let truth = out.truth_one("touch");
+    assert_rss(
+        "%M through the agent, no memory over time",
+        kib * 1024,
+        truth.vmhwm_bytes(),
+    );
+    agent.stop();
+}
+
+#[test]
+fn beside_a_session_with_memory_a_time_format_sessions_mms_are_not_followed() {
+    let agent = Agent::start("mixed-memory");
+    let with = Blocked::start(&agent, &[], "mixed-with");
+    let without = Blocked::start(&agent, &["-f", "%e"], "mixed-without");
+    // rss_stat runs for the first: the second's processes are told apart in the kernel.
+    assert_eq!(rss_stat_links(agent.pid()).len(), 1, "rss_stat attached");
+    let followed = followed_tgids(agent.pid());
+    assert!(
+        followed.contains(&(with.cat as u32)),
+        "the JSON trace's process {} is not followed: {followed:?}",
+        with.cat
+    );
+    assert!(
+        !followed.contains(&(without.cat as u32)),
+        "the `-f %e` trace's process {} is followed: {followed:?}",
+        without.cat
+    );
+    without.release().assert_code(0);
+    let out = with.release();
+    out.assert_code(0);
+    // The followed one's figures are still the kernel's exact ones.
+    let v = out.json_value();
+    assert!(
+        v["totals"]["tree_peak_rss_bytes"].as_u64().unwrap_or(0) >= 16 << 20,
+        "the tree's peak is the 16 MiB touched\n{}",
+        out.context()
+    );
     agent.stop();
 }

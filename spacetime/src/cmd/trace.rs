@@ -80,7 +80,11 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
         start,
         &RunOptions {
             stop_on_root_exit: args.stop_on_root_exit,
-            pss_interval_ns: args.pss_interval.saturating_mul(1_000_000),
+            pss_interval_ns: match pss_shown(&args) {
+                true => args.pss_interval.saturating_mul(1_000_000),
+                false => 0,
+            },
+            memory_over_time: memory_over_time(&args) || args.html.is_some(),
             quiet: args.quiet,
             cgroup_peak: args.cgroup_peak,
         },
@@ -117,6 +121,17 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
 fn memory_over_time(args: &TraceArgs) -> bool {
     match &args.format {
         Some(f) => f.needs_rss_over_time() || args.json.is_some() || args.perfetto.is_some(),
+        None => true,
+    }
+}
+
+/// Whether anything shows PSS: the summary's max PSS, `%Y`, the JSON, Perfetto, the HTML
+/// page. A `--format` without `%Y` reads no smaps_rollup.
+fn pss_shown(args: &TraceArgs) -> bool {
+    match &args.format {
+        Some(f) => {
+            f.needs_pss() || args.json.is_some() || args.perfetto.is_some() || args.html.is_some()
+        }
         None => true,
     }
 }
@@ -199,7 +214,7 @@ fn summary_width(summary: Option<&crate::run::outputs::Dest>, wide: bool) -> Opt
 mod tests {
     use clap::Parser;
 
-    use super::{cpu_over_time, memory_over_time};
+    use super::{cpu_over_time, memory_over_time, pss_shown};
     use crate::cmd::cli::{Cli, Command};
 
     fn args(argv: &[&str]) -> super::TraceArgs {
@@ -226,6 +241,15 @@ mod tests {
         );
         assert!(memory_over_time(&args(&["-f", "%M", "--json", "r.json"])));
         assert!(memory_over_time(&args(&["-f", "%M", "--perfetto", "t.pb"])));
+    }
+
+    #[test]
+    fn pss_only_when_something_shows_it() {
+        assert!(pss_shown(&args(&[])), "the summary's max PSS");
+        assert!(!pss_shown(&args(&["-f", "%e %M"])), "time -f's use");
+        assert!(pss_shown(&args(&["-f", "%e %Y"])), "%Y is the max PSS");
+        assert!(pss_shown(&args(&["-f", "%e", "--json", "r.json"])));
+        assert!(pss_shown(&args(&["-f", "%e", "--html", "r.html"])));
     }
 
     #[test]

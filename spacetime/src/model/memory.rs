@@ -24,8 +24,11 @@ pub struct Memory {
 
 /// How memory is followed.
 pub struct MemoryOptions {
-    /// The kernel follows RSS (kmem:rss_stat); otherwise /proc/PID/statm is sampled.
+    /// The kernel follows RSS (kmem:rss_stat); otherwise /proc/PID/statm is sampled, if
+    /// something needs it (`over_time`, or PSS).
     pub kernel_rss: bool,
+    /// Something shows memory over time.
+    pub over_time: bool,
     /// Shortest PSS sampling interval per process, ns; 0 turns PSS off.
     pub pss_interval_ns: u64,
     pub page_size: u64,
@@ -58,7 +61,8 @@ impl Memory {
             timeline: Timeline::new(source),
             page_size: o.page_size,
             pss: (o.pss_interval_ns > 0).then(|| PssSampler::new(pss)),
-            statm: (!o.kernel_rss).then(|| StatmSampler::new(statm)),
+            statm: (!o.kernel_rss && (o.over_time || o.pss_interval_ns > 0))
+                .then(|| StatmSampler::new(statm)),
             proc_by_shown_pids: false,
         }
     }
@@ -228,4 +232,31 @@ pub fn live_mm_records(states: &[MmState]) -> Vec<RssEvent> {
         out.push(rec(flags::RSS_MM_PEAK, st.since_ns, (st.peak_pages, 0), 0));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memory(kernel_rss: bool, over_time: bool, pss_interval_ns: u64) -> Memory {
+        Memory::new(MemoryOptions {
+            kernel_rss,
+            over_time,
+            pss_interval_ns,
+            page_size: 4096,
+        })
+    }
+
+    #[test]
+    fn proc_is_sampled_only_for_what_something_shows() {
+        // A `time -f` format: nothing over time, no PSS: no /proc read at all.
+        let m = memory(false, false, 0);
+        assert!(m.statm.is_none() && m.pss.is_none());
+        // Without rss_stat, memory over time (or PSS's bounds) comes from statm.
+        assert!(memory(false, true, 0).statm.is_some());
+        assert!(memory(false, false, 50_000_000).statm.is_some());
+        // The kernel follows RSS: statm never.
+        let m = memory(true, true, 50_000_000);
+        assert!(m.statm.is_none() && m.pss.is_some());
+    }
 }

@@ -223,6 +223,11 @@ impl Format {
         self.0.contains(&Piece::Field('T'))
     }
 
+    /// Whether a letter needs PSS (`%Y`), which only sampled rounds read.
+    pub fn needs_pss(&self) -> bool {
+        self.0.contains(&Piece::Field('Y'))
+    }
+
     /// The lines for this report, ending with a newline as `time -f` does.
     pub fn render(&self, r: &Report) -> String {
         let mut out = String::new();

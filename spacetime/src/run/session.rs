@@ -61,6 +61,9 @@ pub struct RunOptions {
     pub stop_on_root_exit: bool,
     /// Shortest PSS sampling interval per process, ns; 0 turns PSS off.
     pub pss_interval_ns: u64,
+    /// Something shows memory over time. Without it, and without PSS, nothing samples
+    /// /proc where the kernel does not follow RSS (a `time -f` format).
+    pub memory_over_time: bool,
     /// No warnings on stderr from the memory sampler.
     pub quiet: bool,
     /// Run a started command in a memory cgroup of its own and report its peak
@@ -155,7 +158,11 @@ impl Session {
         conn: crate::kernel::remote::client::AgentConn,
         opts: &SessionOptions,
     ) -> anyhow::Result<Session> {
-        Session::with(Box::new(AgentSource::new(conn)), opts)
+        let source = match opts.load.track_rss {
+            true => AgentSource::new(conn),
+            false => AgentSource::new(conn).without_memory(),
+        };
+        Session::with(Box::new(source), opts)
     }
 
     /// Through the agent when its socket answers (unless `no_agent`), otherwise with
@@ -166,12 +173,15 @@ impl Session {
             return Session::open(opts);
         }
         let path = crate::kernel::remote::socket_path();
-        let want = match opts.delayacct {
-            true => {
-                crate::kernel::remote::proto::want::TRACE
-                    | crate::kernel::remote::proto::want::DELAYACCT
-            }
-            false => crate::kernel::remote::proto::want::TRACE,
+        let want = {
+            use crate::kernel::remote::proto::want;
+            let delayacct = if opts.delayacct { want::DELAYACCT } else { 0 };
+            let memory = if opts.load.track_rss {
+                0
+            } else {
+                want::NO_MEMORY
+            };
+            want::TRACE | delayacct | memory
         };
         let max = opts.load.max_tracked;
         let why = match crate::kernel::remote::client::AgentConn::connect_for(&path, want, max) {
@@ -257,6 +267,7 @@ impl Session {
         let (mut tree, command) = first_tree(&root, command, &mut mechanisms);
         let mut memory = Memory::new(MemoryOptions {
             kernel_rss: self.kernel.rss_tracking(),
+            over_time: opts.memory_over_time,
             pss_interval_ns: opts.pss_interval_ns,
             page_size: self.page_size,
         });

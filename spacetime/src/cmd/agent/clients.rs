@@ -84,6 +84,9 @@ pub(super) struct Client {
     pub seat: Option<super::watchers::Seat>,
     /// It asked for delay accounting.
     pub delayacct: bool,
+    /// Its runs show memory over time (not a `time -f` format): rss_stat runs for them, and
+    /// the kernel follows their processes' mms.
+    pub memory: bool,
     /// Its runs' own limit on processes tracked at once (0: none), from its hello.
     pub max_processes: u32,
     /// When it last sent a message or read one of ours.
@@ -120,6 +123,7 @@ impl Client {
             finishing: None,
             seat: None,
             delayacct: false,
+            memory: true,
             max_processes: 0,
             active: Instant::now(),
             outbox: VecDeque::new(),

@@ -164,6 +164,12 @@ impl Agent {
         self.clients[i].session = Some(s);
         self.clients[i].delayacct = asked & proto::want::DELAYACCT != 0;
         self.update_delayacct();
+        let memory = asked & proto::want::NO_MEMORY == 0;
+        self.clients[i].memory = memory;
+        // Set at every hello: the slot may have served a client that asked otherwise.
+        if let Err(e) = self.probes.set_session_memory(s, memory) {
+            log::warn!("spacetime agent: memory following of session {s}: {e}");
+        }
         let welcome = Welcome {
             session: s,
             ..self.welcome.clone()
@@ -350,8 +356,10 @@ impl Agent {
             }
         };
         // Adopting the running processes' mms needs rss_stat following.
-        if let Err(e) = self.probes.set_rss_following(true) {
-            log::warn!("spacetime agent: switching rss_stat on: {e}");
+        if self.clients[i].memory {
+            if let Err(e) = self.probes.set_rss_following(true) {
+                log::warn!("spacetime agent: switching rss_stat on: {e}");
+            }
         }
         self.rss_following = self.probes.rss_following();
         let attached = match crate::run::attach::attach_as(&mut self.probes, pids, s, caller) {
@@ -398,18 +406,17 @@ impl Agent {
         self.owners.forget_session(s);
     }
 
-    /// rss_stat runs only while some session traces or may (a trace session is open: its
-    /// run then need not wait for the attach, nor its end for the detach), and for
-    /// [`RSS_LINGER`] after the last: a tracepoint's first probe attached within a grace
-    /// period of its last one's removal waits for that grace period to end (the kernel's
-    /// 1->0->1 transition, `tp_rcu_cond_sync`), and the agent served no one meanwhile:
-    /// 15-25 ms of every back-to-back trace. The loop calls it on every round while rss_stat
-    /// lingers.
+    /// rss_stat runs only while some session that shows memory over time traces or may (a
+    /// trace session is open: its run then need not wait for the attach, nor its end for
+    /// the detach), and for [`RSS_LINGER`] after the last: a tracepoint's first probe
+    /// attached within a grace period of its last one's removal waits for that grace period
+    /// to end (the kernel's 1->0->1 transition, `tp_rcu_cond_sync`), and the agent served no
+    /// one meanwhile: 15-25 ms of every back-to-back trace. The loop calls it on every round
+    /// while rss_stat lingers.
     pub(super) fn follow_rss(&mut self) {
-        let want = self
-            .clients
-            .iter()
-            .any(|c| c.run.is_some() || (c.session.is_some() && c.seat.is_none() && !c.closed));
+        let want = self.clients.iter().any(|c| {
+            c.memory && (c.run.is_some() || (c.session.is_some() && c.seat.is_none() && !c.closed))
+        });
         let now = Instant::now();
         let on = match (want, self.rss_following) {
             (true, _) => {

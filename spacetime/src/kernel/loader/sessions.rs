@@ -218,6 +218,17 @@ impl Probes {
         self.update_limit(session, |l| l.max_processes = max_processes)
     }
 
+    /// Whether the kernel follows the mms of `session`'s processes (memory over time): an
+    /// agent's client with a `time -f` format asks for none, and its processes then cost
+    /// `rss_stat` a lookup that misses.
+    pub fn set_session_memory(
+        &mut self,
+        session: SessionId,
+        follow: bool,
+    ) -> Result<(), LoadError> {
+        self.update_limit(session, |l| l.no_memory = u32::from(!follow))
+    }
+
     /// Whose session `session` is: a user who is not root (`Some`) has every exec of its
     /// processes checked against these credentials in the kernel, and a process that takes
     /// others leaves the session (`EXEC_LEFT`); `None`: no check.

@@ -15,7 +15,7 @@ use crate::kernel::counters::KernelCounters;
 pub use super::codes::{datagram_identities, Refusal, TaskstatsState};
 
 /// The protocol's version: a change to any message's layout changes it.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 128 << 10;
@@ -33,7 +33,10 @@ pub mod want {
     /// Watch every exit on the system (a non-root client: its own uid's only).
     pub const WATCH: u8 = 2;
     /// The bits above that say what.
-    pub const KIND: u8 = 0x7f;
+    pub const KIND: u8 = 0x3f;
+    /// A flag beside TRACE: the runs show no memory over time (a `time -f` format): the
+    /// kernel follows none of their processes' mms, and rss_stat need not run for them.
+    pub const NO_MEMORY: u8 = 0x40;
     /// A flag beside TRACE: delay accounting on while the session lives.
     pub const DELAYACCT: u8 = 0x80;
 }

@@ -26,6 +26,8 @@ use crate::{
 
 pub struct AgentSource {
     conn: AgentConn,
+    /// The session asked for memory over time (see [`proto::want::NO_MEMORY`]).
+    memory: bool,
     /// What the connection learns while the loop runs, shared with it.
     news: AgentNews,
 }
@@ -57,7 +59,15 @@ impl AgentSource {
                 gone: conn.gone_news.clone(),
             },
             conn,
+            memory: true,
         }
+    }
+
+    /// A session that asked the agent for no memory over time ([`proto::want::NO_MEMORY`]):
+    /// the kernel follows none of its mms.
+    pub fn without_memory(mut self) -> Self {
+        self.memory = false;
+        self
     }
 }
 
@@ -67,7 +77,7 @@ impl KernelSource for AgentSource {
     }
 
     fn rss_tracking(&self) -> bool {
-        self.conn.welcome.rss_tracking
+        self.memory && self.conn.welcome.rss_tracking
     }
 
     fn cpu_ticks(&self) -> bool {
@@ -99,6 +109,13 @@ impl KernelSource for AgentSource {
                 .iter()
                 .map(|l| String::from_utf8_lossy(l).into_owned()),
         );
+        if !self.memory {
+            m.push(
+                "this session asked for no memory over time: the kernel follows none of its \
+                 mms, and each image's peak is the kernel's own at its end"
+                    .into(),
+            );
+        }
         m
     }
 
