@@ -84,7 +84,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
                 true => args.pss_interval.saturating_mul(1_000_000),
                 false => 0,
             },
-            memory_over_time: memory_over_time(&args) || args.html.is_some(),
+            memory_over_time: memory_over_time(&args),
             quiet: args.quiet,
             cgroup_peak: args.cgroup_peak,
         },
@@ -114,13 +114,19 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
 }
 
 /// Whether anything asks for memory over time: the summary (its tree-wide peak and chart),
-/// the JSON's and Perfetto's timelines, `%T`. A `--format` without them (`time -f`'s use)
+/// the JSON's and Perfetto's timelines, the HTML page's chart, `%T`. A `--format` without
+/// them (`time -f`'s use)
 /// leaves the kmem:rss_stat programs unloaded: less to verify at start-up, nothing run on
 /// every RSS change. Each image's peak then comes from its end, as the kernel's own
 /// (`max(hiwater_rss, rss)`, VmHWM's figure).
 fn memory_over_time(args: &TraceArgs) -> bool {
     match &args.format {
-        Some(f) => f.needs_rss_over_time() || args.json.is_some() || args.perfetto.is_some(),
+        Some(f) => {
+            f.needs_rss_over_time()
+                || args.json.is_some()
+                || args.perfetto.is_some()
+                || args.html.is_some()
+        }
         None => true,
     }
 }
@@ -241,6 +247,7 @@ mod tests {
         );
         assert!(memory_over_time(&args(&["-f", "%M", "--json", "r.json"])));
         assert!(memory_over_time(&args(&["-f", "%M", "--perfetto", "t.pb"])));
+        assert!(memory_over_time(&args(&["-f", "%M", "--html", "r.html"])));
     }
 
     #[test]
