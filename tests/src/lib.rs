@@ -505,6 +505,11 @@ impl Outcome {
     /// The typed report, after `check_invariants`.
     pub fn report(&self) -> Report {
         let v = self.json_value();
+        // The typed view is of a lossless run (`check_invariants`): a lossy one may leave a
+        // process's peak unknown (null, as the contract allows), which the view has no room
+        // for. Say the loss, not a type mismatch.
+        let lost = v["lost_events"].as_u64();
+        assert_eq!(lost, Some(0), "the run lost events\n{}", self.context());
         let r: Report = serde_json::from_value(v).unwrap_or_else(|e| {
             panic!(
                 "--json report does not match the contract: {e}\n{}",
