@@ -38,7 +38,7 @@ pub struct Options {
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
     /// Only these runners (comma-separated: bare, time, trace, trace-nopss, strace,
-    /// strace-seccomp, watch, trace-agent); bare is always needed
+    /// strace-seccomp, watch, trace-agent, trace-agent-time); bare is always needed
     #[arg(long, value_delimiter = ',')]
     pub runners: Vec<String>,
     /// Small workloads and no 100k-process run: checks the bench works, measures little
@@ -280,7 +280,8 @@ pub fn bench(opts: Options) -> Result<()> {
     if runners.first() != Some(&Runner::Bare) {
         bail!("the runners must include bare (every ratio is to bare)");
     }
-    let agent = match runners.contains(&Runner::TraceAgent) {
+    let through_agent = [Runner::TraceAgent, Runner::TraceAgentTime];
+    let agent = match runners.iter().any(|r| through_agent.contains(r)) {
         true => Some(runners::AgentProcess::start(&spacetime, &scratch)?),
         false => None,
     };

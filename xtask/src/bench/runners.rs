@@ -30,15 +30,17 @@ pub enum Runner {
     StraceSeccomp,
     Watch,
     TraceAgent,
+    TraceAgentTime,
 }
 
 impl Runner {
-    pub const ALL: [Runner; 8] = [
+    pub const ALL: [Runner; 9] = [
         Runner::Bare,
         Runner::Time,
         Runner::Trace,
         Runner::TraceNoPss,
         Runner::TraceAgent,
+        Runner::TraceAgentTime,
         Runner::Strace,
         Runner::StraceSeccomp,
         Runner::Watch,
@@ -54,6 +56,7 @@ impl Runner {
             Runner::StraceSeccomp => "strace-seccomp",
             Runner::Watch => "watch",
             Runner::TraceAgent => "trace-agent",
+            Runner::TraceAgentTime => "trace-agent-time",
         }
     }
 
@@ -74,6 +77,10 @@ impl Runner {
             Runner::TraceAgent => {
                 "`spacetime trace -q --no-chart` through a running `spacetime agent` (its CPU \
                  counted)"
+            }
+            Runner::TraceAgentTime => {
+                "`spacetime trace -f '%e %M'` through the agent: `time`'s figures, no memory \
+                 over time (its CPU counted)"
             }
         }
     }
@@ -288,6 +295,23 @@ fn command(env: &Env, w: &Workload, runner: Runner, report: &Path) -> Result<Com
             c.args(["--", &w.argv[0]]);
             c
         }
+        Runner::TraceAgentTime => {
+            let agent = env
+                .agent
+                .as_ref()
+                .context("no agent for trace-agent-time")?;
+            let mut c = Command::new(&env.spacetime);
+            c.env("SPACETIME_SOCKET", &agent.socket).args([
+                "trace",
+                "-f",
+                "%e %M",
+                "-o",
+                "/dev/null",
+                "--",
+                &w.argv[0],
+            ]);
+            c
+        }
         Runner::TraceAgent => {
             let agent = env.agent.as_ref().context("no agent for trace-agent")?;
             let mut c = Command::new(&env.spacetime);
@@ -340,7 +364,7 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
     let stderr = fs::File::create(&stderr_path)?;
     // The agent works for the run in its own process: its CPU is the run's too.
     let agent_pid = match runner {
-        Runner::TraceAgent => env.agent.as_ref().map(AgentProcess::pid),
+        Runner::TraceAgent | Runner::TraceAgentTime => env.agent.as_ref().map(AgentProcess::pid),
         _ => None,
     };
     let agent_before = agent_pid.map(threads_cpu_ns).transpose()?;
