@@ -498,6 +498,53 @@ fn no_agent_flag_loads_own_programs_beside_a_live_agent() {
     agent.stop();
 }
 
+/// `--agent`: root too is refused when no agent answers (it would otherwise load programs of
+/// its own), before the command runs; with an agent, the agent's programs trace.
+#[test]
+fn agent_flag_refuses_to_load_own_programs() {
+    let out = Trace::new([WL, "touch", "8"])
+        .env("SPACETIME_SOCKET", "/nonexistent/agent.sock")
+        .flag("--agent")
+        .tag("agent-only-none")
+        .run();
+    out.assert_code(125);
+    let err = out.stderr.trim();
+    assert!(
+        err.contains("--agent") && err.contains("/nonexistent/agent.sock"),
+        "says that --agent found no agent, and where it looked; got:\n{err}"
+    );
+    assert!(out.truth.is_empty(), "nothing ran");
+    let dir = TempDir::new("agent-only-bench");
+    let truth = dir.path().join("truth.jsonl");
+    let bench = Command::new(spacetime_bin())
+        .args([
+            "bench",
+            "--agent",
+            "-N",
+            "-r",
+            "2",
+            &format!("{WL} touch 1"),
+        ])
+        .env("SPACETIME_SOCKET", "/nonexistent/agent.sock")
+        .env("ST_TRUTH", &truth)
+        .output()
+        .expect("run spacetime bench");
+    let err = String::from_utf8_lossy(&bench.stderr);
+    assert_eq!(bench.status.code(), Some(125), "bench --agent: {err}");
+    assert!(err.contains("--agent"), "bench --agent: {err}");
+    assert!(!truth.exists(), "bench --agent ran nothing");
+
+    let agent = Agent::start("agent-only");
+    let out = Trace::new([WL, "touch", "8"])
+        .through(&agent)
+        .flag("--agent")
+        .tag("agent-only-through")
+        .run();
+    out.assert_code(0);
+    assert_eq!(programs(&out.json_value()), "agent", "{}", out.context());
+    agent.stop();
+}
+
 const NOBODY: [&str; 4] = [
     "setpriv",
     "--reuid=65534",

@@ -15,29 +15,34 @@ const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 /// How long after its last session the agent keeps rss_stat (the agent's `RSS_LINGER`).
 const LINGER: Duration = Duration::from_secs(2);
 
-/// The ids of the agent's raw-tracepoint links on rss_stat.
-fn rss_stat_links(pid: i32) -> Vec<u64> {
+/// The text of each of a process's descriptors' fdinfo, with its path. A descriptor closed
+/// since the listing has no fdinfo and is left out.
+fn fdinfos(pid: i32) -> Vec<(std::path::PathBuf, String)> {
     let dir = format!("/proc/{pid}/fdinfo");
     let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir}: {e}"));
-    let mut ids = Vec::new();
-    for entry in entries.map_while(Result::ok) {
-        // A descriptor closed since the listing has no fdinfo: not a link then.
-        let Ok(text) = std::fs::read_to_string(entry.path()) else {
-            continue;
-        };
-        let field = |name: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(|v| v.trim().to_string())
-        };
-        if field("tp_name:").as_deref() == Some("rss_stat") {
-            let id = field("link_id:").and_then(|v| v.parse().ok());
-            ids.push(
-                id.unwrap_or_else(|| panic!("{}: no link_id\n{text}", entry.path().display())),
-            );
-        }
-    }
-    ids
+    entries
+        .map_while(Result::ok)
+        .filter_map(|e| Some((e.path(), std::fs::read_to_string(e.path()).ok()?)))
+        .collect()
+}
+
+/// A field of an fdinfo text ("name:" with its colon), trimmed.
+fn fdinfo_field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .map(str::trim)
+}
+
+/// The ids of the agent's raw-tracepoint links on rss_stat.
+fn rss_stat_links(pid: i32) -> Vec<u64> {
+    fdinfos(pid)
+        .into_iter()
+        .filter(|(_, text)| fdinfo_field(text, "tp_name:") == Some("rss_stat"))
+        .map(|(path, text)| {
+            let id = fdinfo_field(&text, "link_id:").and_then(|v| v.parse().ok());
+            id.unwrap_or_else(|| panic!("{}: no link_id\n{text}", path.display()))
+        })
+        .collect()
 }
 
 #[test]
@@ -161,19 +166,10 @@ impl Blocked {
 /// The tgids whose mms the agent's kernel side follows now (its `MM_STATE` map, found among
 /// its descriptors).
 fn followed_tgids(agent_pid: i32) -> Vec<u32> {
-    let dir = format!("/proc/{agent_pid}/fdinfo");
-    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir}: {e}"));
-    for entry in entries.map_while(Result::ok) {
-        let Ok(text) = std::fs::read_to_string(entry.path()) else {
-            continue;
-        };
-        let Some(id) = text
-            .lines()
-            .find_map(|l| l.strip_prefix("map_id:"))
-            .and_then(|v| v.trim().parse::<u32>().ok())
-        else {
-            continue;
-        };
+    let map_ids = fdinfos(agent_pid)
+        .into_iter()
+        .filter_map(|(_, text)| fdinfo_field(&text, "map_id:")?.parse::<u32>().ok());
+    for id in map_ids {
         let named = aya::maps::MapInfo::from_id(id)
             .ok()
             .is_some_and(|i| i.name_as_str() == Some("MM_STATE"));

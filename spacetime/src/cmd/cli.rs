@@ -334,6 +334,10 @@ pub struct TraceArgs {
     /// socket (SPACETIME_SOCKET, default /run/spacetime/agent.sock)
     #[arg(long)]
     pub no_agent: bool,
+    /// Trace through the agent only: fail when none can serve the run, rather than load the
+    /// kernel programs here (root)
+    #[arg(long, conflicts_with = "no_agent")]
+    pub agent: bool,
     /// Attach to these running processes (comma-separated) instead of running CMD: each, its
     /// descendants and every later fork, until all have ended or Ctrl-C
     #[arg(short = 'p', long = "pid", value_name = "PID[,PID...]", value_parser = parse_pids, conflicts_with_all = ["command", "cgroup_peak", "keep_root"])]

@@ -10,7 +10,7 @@ use crate::{
     run::{
         launch,
         outputs::{Outputs, Requested},
-        RunError, RunOptions, Session, SessionOptions, Spawn, Start,
+        Programs, RunError, RunOptions, Session, SessionOptions, Spawn, Start,
     },
     util::exit_code::EXIT_OWN_FAILURE,
 };
@@ -64,7 +64,10 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
         append: args.append,
     })
     .map_err(anyhow::Error::from)?;
-    let mut session = Session::open_any(&session_options(&args, verbose), args.no_agent)?;
+    let mut session = Session::open_any(
+        &session_options(&args, verbose),
+        Programs::from_flags(args.agent, args.no_agent),
+    )?;
     if verbose > 0 {
         session.tell_loaded();
     }
@@ -115,31 +118,21 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
 
 /// Whether anything asks for memory over time: the summary (its tree-wide peak and chart),
 /// the JSON's and Perfetto's timelines, the HTML page's chart, `%T`. A `--format` without
-/// them (`time -f`'s use)
-/// leaves the kmem:rss_stat programs unloaded: less to verify at start-up, nothing run on
-/// every RSS change. Each image's peak then comes from its end, as the kernel's own
+/// them (`time -f`'s use) leaves the kmem:rss_stat programs unloaded: less to verify at
+/// start-up, nothing run on every RSS change. Each image's peak then comes from its end, as the kernel's own
 /// (`max(hiwater_rss, rss)`, VmHWM's figure).
 fn memory_over_time(args: &TraceArgs) -> bool {
-    match &args.format {
-        Some(f) => {
-            f.needs_rss_over_time()
-                || args.json.is_some()
-                || args.perfetto.is_some()
-                || args.html.is_some()
-        }
-        None => true,
-    }
+    args.format
+        .as_ref()
+        .is_none_or(|f| f.needs_rss_over_time() || writes_timelines(args))
 }
 
 /// Whether anything shows PSS: the summary's max PSS, `%Y`, the JSON, Perfetto, the HTML
 /// page. A `--format` without `%Y` reads no smaps_rollup.
 fn pss_shown(args: &TraceArgs) -> bool {
-    match &args.format {
-        Some(f) => {
-            f.needs_pss() || args.json.is_some() || args.perfetto.is_some() || args.html.is_some()
-        }
-        None => true,
-    }
+    args.format
+        .as_ref()
+        .is_none_or(|f| f.needs_pss() || writes_timelines(args))
 }
 
 /// Whether anything shows CPU over time: the summary's chart, the JSON's and Perfetto's
@@ -147,7 +140,13 @@ fn pss_shown(args: &TraceArgs) -> bool {
 /// program stays unloaded: nothing to verify at start-up, nothing run on every tick.
 fn cpu_over_time(args: &TraceArgs) -> bool {
     let chart = args.format.is_none() && !args.no_chart;
-    chart || args.json.is_some() || args.perfetto.is_some() || args.html.is_some()
+    chart || writes_timelines(args)
+}
+
+/// The files that carry every timeline whatever the summary shows: the JSON, Perfetto's
+/// trace, the HTML page.
+fn writes_timelines(args: &TraceArgs) -> bool {
+    args.json.is_some() || args.perfetto.is_some() || args.html.is_some()
 }
 
 fn session_options(args: &TraceArgs, verbose: u8) -> SessionOptions {

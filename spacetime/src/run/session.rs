@@ -37,6 +37,28 @@ use crate::{
 };
 use rustc_hash::FxHashSet;
 
+/// Whose kernel programs a session may trace with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Programs {
+    /// The agent's when its socket answers, else programs loaded here (root).
+    AgentElseOwn,
+    /// The agent's only: a run it cannot serve fails rather than load programs here.
+    Agent,
+    /// Programs loaded here, even when an agent answers.
+    Own,
+}
+
+impl Programs {
+    /// From the `--agent` and `--no-agent` flags (which exclude each other).
+    pub fn from_flags(agent: bool, no_agent: bool) -> Programs {
+        match (agent, no_agent) {
+            (true, _) => Programs::Agent,
+            (false, true) => Programs::Own,
+            (false, false) => Programs::AgentElseOwn,
+        }
+    }
+}
+
 mod end;
 
 /// Signals passed on to the traced command.
@@ -165,11 +187,11 @@ impl Session {
         Session::with(Box::new(source), opts)
     }
 
-    /// Through the agent when its socket answers (unless `no_agent`), otherwise with
-    /// programs loaded here (root only): a user without root and without an agent is told,
-    /// in one sentence, to start one or use sudo.
-    pub fn open_any(opts: &SessionOptions, no_agent: bool) -> anyhow::Result<Session> {
-        if no_agent {
+    /// Through the agent when its socket answers (unless [`Programs::Own`]), otherwise with
+    /// programs loaded here (root only, and not for [`Programs::Agent`]): a user without root
+    /// and without an agent is told, in one sentence, to start one or use sudo.
+    pub fn open_any(opts: &SessionOptions, programs: Programs) -> anyhow::Result<Session> {
+        if programs == Programs::Own {
             return Session::open(opts);
         }
         let path = crate::kernel::remote::socket_path();
@@ -192,6 +214,10 @@ impl Session {
                     crate::errln!("spacetime: the agent could not switch delay accounting on (that needs CAP_SYS_ADMIN, which its unit leaves out; `sysctl kernel.task_delayacct=1` turns it on for everyone): delays read 0");
                 }
                 return Session::through_agent(conn, opts);
+            }
+            Err(e) if programs == Programs::Agent => {
+                return Err(anyhow::Error::new(e)
+                    .context("--agent: the spacetime agent cannot serve this run"));
             }
             Err(e) => e,
         };

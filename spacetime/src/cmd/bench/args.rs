@@ -88,6 +88,10 @@ pub struct BenchArgs {
     /// Load the kernel programs here (root) even when a `spacetime agent` answers
     #[arg(long)]
     pub no_agent: bool,
+    /// Trace through the agent only: fail when none can serve the runs, rather than load the
+    /// kernel programs here (root)
+    #[arg(long, conflicts_with = "no_agent")]
+    pub agent: bool,
     /// Keep benchmarking when a command exits non-zero (its exit codes are still reported)
     #[arg(short = 'i', long)]
     pub ignore_failure: bool,

@@ -26,6 +26,7 @@ mod tracer;
 mod untraced;
 
 use crate::cmd::cli::EXIT_OWN_FAILURE;
+use crate::run::Programs;
 
 /// Entry point of the subcommand: returns the process exit status (0; 1 when a command
 /// failed without `--ignore-failure`; 130 after Ctrl-C; 125 when spacetime itself failed).
@@ -39,8 +40,12 @@ pub fn main(args: BenchArgs, verbose: u8) -> i32 {
                 .map_or(EXIT_OWN_FAILURE, |l| l.exit_code());
         }
     };
-    match tracer::SessionTracer::open(verbose, plan.creds.clone(), args.cgroup_peak, args.no_agent)
-    {
+    match tracer::SessionTracer::open(
+        verbose,
+        plan.creds.clone(),
+        args.cgroup_peak,
+        Programs::from_flags(args.agent, args.no_agent),
+    ) {
         Ok(mut t) => driver::run(plan, &mut t),
         Err(e) => {
             crate::errln!("spacetime: {e:#}");

@@ -10,7 +10,7 @@ use crate::{
     kernel::loader::LoadOptions,
     run::{
         launch::{Credentials, Stdio},
-        RunError, RunOptions, Session, SessionOptions, Spawn, Start,
+        Programs, RunError, RunOptions, Session, SessionOptions, Spawn, Start,
     },
 };
 
@@ -31,7 +31,7 @@ impl SessionTracer {
         verbose: u8,
         creds: Option<Credentials>,
         cgroup_peak: bool,
-        no_agent: bool,
+        programs: Programs,
     ) -> anyhow::Result<SessionTracer> {
         let opts = SessionOptions {
             load: LoadOptions {
@@ -42,7 +42,7 @@ impl SessionTracer {
             delayacct: false,
             delayacct_notice: false,
         };
-        let session = Session::open_any(&opts, no_agent)?;
+        let session = Session::open_any(&opts, programs)?;
         if verbose > 0 {
             session.tell_loaded();
         }
