@@ -34,8 +34,7 @@ pub fn load(may_load: bool) -> (Check, bool) {
     match Probes::load(&LoadOptions::default()) {
         Ok(p) => {
             let ms = started.elapsed().as_secs_f64() * 1e3;
-            // A mechanism line that says "failed" is an fentry the kernel refused.
-            let check = match p.mechanisms.iter().find(|m| m.contains("failed")) {
+            let check = match p.refused.first() {
                 None => Check::new(
                     "programs",
                     Status::Ok,

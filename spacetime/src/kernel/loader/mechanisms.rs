@@ -76,6 +76,13 @@ fn attach_fentry(
     Ok(())
 }
 
+/// The mechanisms in use, one line each, and those of them the kernel refused.
+pub(super) struct Described {
+    pub lines: Vec<String>,
+    /// The lines of fentry programs the kernel refused: each costs its figure, not the trace.
+    pub refused: Vec<String>,
+}
+
 /// Attaches the fentry programs this kernel needs (none from 6.16 on) and says, one line
 /// each, which mechanism serves which figure. A failed fentry costs its figure, not the
 /// trace: it is logged and said.
@@ -85,7 +92,7 @@ pub(super) fn attach_fentries_and_describe(
     plan: &Plan,
     nr_cpus: u32,
     rss_asked: bool,
-) -> Vec<String> {
+) -> Described {
     let mut lines = vec![
         "raw tracepoints sched_process_fork, sched_process_exec, sched_process_exit".to_string(),
         format!("kernel field offsets from {BTF_PATH}"),
@@ -114,15 +121,18 @@ pub(super) fn attach_fentries_and_describe(
             "no kmem:rss_stat tracepoint: RSS over time is sampled from /proc/PID/statm".into(),
         );
     }
+    let mut refused = Vec::new();
     let mut kernel_btf = None;
+    let mut refuse = |line: String| {
+        log::warn!("{line}");
+        refused.push(line.clone());
+        line
+    };
     if let Some(function) = resolved.group_dead_hook {
         // Before exit_mm_release: it reads what this one stashed.
         lines.push(match attach_fentry(ebpf, function, &mut kernel_btf) {
             Ok(()) => format!("fentry {function}: the kernel's own group_dead (last thread)"),
-            Err(e) => {
-                log::warn!("{e}: the last thread is told by signal->live");
-                format!("{e}: the last thread is told by signal->live")
-            }
+            Err(e) => refuse(format!("{e}: the last thread is told by signal->live")),
         });
     }
     for (hook, what) in [
@@ -133,10 +143,7 @@ pub(super) fn attach_fentries_and_describe(
             MemHook::Tracepoint => what.tracepoint_line().to_string(),
             MemHook::Fentry(function) => match attach_fentry(ebpf, function, &mut kernel_btf) {
                 Ok(()) => what.fentry_line(function),
-                Err(e) => {
-                    log::warn!("{e}: {}", what.unavailable());
-                    format!("{e}: {}", what.unavailable())
-                }
+                Err(e) => refuse(format!("{e}: {}", what.unavailable())),
             },
             MemHook::Unavailable => format!("{}: {}", what.no_hook(), what.unavailable()),
         });
@@ -150,5 +157,5 @@ pub(super) fn attach_fentries_and_describe(
     } else {
         "CPU read at exit (no sched_process_free): short processes read low".into()
     });
-    lines
+    Described { lines, refused }
 }

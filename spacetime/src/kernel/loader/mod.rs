@@ -162,6 +162,8 @@ pub struct Probes {
     logger: Option<KernelLogger>,
     /// Which kernel mechanisms are in use, for `-v`.
     pub mechanisms: Vec<String>,
+    /// Those of `mechanisms` the kernel refused (an fentry program): each costs its figure.
+    pub refused: Vec<String>,
     /// Time spent resolving offsets and loading, for `-v`.
     pub load_ms: f64,
     pub ring_buffer_bytes: u32,
@@ -397,7 +399,10 @@ impl Probes {
             );
             r
         });
-        let mut mechanisms = mechanisms::attach_fentries_and_describe(
+        let mechanisms::Described {
+            lines: mut mechanisms,
+            refused,
+        } = mechanisms::attach_fentries_and_describe(
             &mut ebpf,
             &resolved,
             &plan,
@@ -422,6 +427,7 @@ impl Probes {
             ebpf,
             logger,
             mechanisms,
+            refused,
             load_ms: started.elapsed().as_secs_f64() * 1e3,
             ring_buffer_bytes: ring,
             rss_tracking: plan.rss,
