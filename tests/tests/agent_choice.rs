@@ -1,0 +1,110 @@
+//! Whose programs trace a run: an agent's when one answers, else programs loaded here (root
+//! only; others are told what to do); `--no-agent` loads them here beside a live agent,
+//! `--agent` refuses to.
+
+use std::path::Path;
+use std::process::Command;
+
+use spacetime_tests::agent::Agent;
+use spacetime_tests::{assert_world_executable, spacetime_bin, TempDir, Trace};
+
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+
+#[test]
+fn without_an_agent_root_loads_its_own_and_others_are_told() {
+    let out = Trace::new([WL, "touch", "8"])
+        .env("SPACETIME_SOCKET", "/nonexistent/agent.sock")
+        .tag("agent-none-root")
+        .run();
+    out.assert_code(0);
+    assert_eq!(out.json_value()["programs"], "own", "{}", out.context());
+
+    assert_world_executable(Path::new(WL));
+    assert_world_executable(&spacetime_bin());
+    let out = Trace::new([WL, "touch", "8"])
+        .env("SPACETIME_SOCKET", "/nonexistent/agent.sock")
+        .as_nobody()
+        .tag("agent-none-nobody")
+        .run();
+    out.assert_code(125);
+    let err = out.stderr.trim();
+    assert!(
+        err.contains("no spacetime agent answers")
+            && err.contains("sudo")
+            && err.contains("CAP_BPF and CAP_PERFMON")
+            && err.lines().count() == 1,
+        "one sentence naming the capabilities: start an agent or use sudo; got:\n{err}"
+    );
+    assert!(out.truth.is_empty(), "nothing ran");
+}
+
+#[test]
+fn no_agent_flag_loads_own_programs_beside_a_live_agent() {
+    let agent = Agent::start("noagent");
+    let out = Trace::new([WL, "touch", "8"])
+        .through(&agent)
+        .flag("--no-agent")
+        .tag("agent-flag")
+        .run();
+    out.assert_code(0);
+    assert_eq!(out.json_value()["programs"], "own", "{}", out.context());
+    let through = Trace::new([WL, "touch", "8"])
+        .through(&agent)
+        .tag("agent-through")
+        .run();
+    through.assert_code(0);
+    assert_eq!(
+        through.json_value()["programs"],
+        "agent",
+        "{}",
+        through.context()
+    );
+    agent.stop();
+}
+
+/// `--agent`: root too is refused when no agent answers (it would otherwise load programs of
+/// its own), before the command runs; with an agent, the agent's programs trace.
+#[test]
+fn agent_flag_refuses_to_load_own_programs() {
+    let out = Trace::new([WL, "touch", "8"])
+        .env("SPACETIME_SOCKET", "/nonexistent/agent.sock")
+        .flag("--agent")
+        .tag("agent-only-none")
+        .run();
+    out.assert_code(125);
+    let err = out.stderr.trim();
+    assert!(
+        err.contains("--agent") && err.contains("/nonexistent/agent.sock"),
+        "says that --agent found no agent, and where it looked; got:\n{err}"
+    );
+    assert!(out.truth.is_empty(), "nothing ran");
+    let dir = TempDir::new("agent-only-bench");
+    let truth = dir.path().join("truth.jsonl");
+    let bench = Command::new(spacetime_bin())
+        .args([
+            "bench",
+            "--agent",
+            "-N",
+            "-r",
+            "2",
+            &format!("{WL} touch 1"),
+        ])
+        .env("SPACETIME_SOCKET", "/nonexistent/agent.sock")
+        .env("ST_TRUTH", &truth)
+        .output()
+        .expect("run spacetime bench");
+    let err = String::from_utf8_lossy(&bench.stderr);
+    assert_eq!(bench.status.code(), Some(125), "bench --agent: {err}");
+    assert!(err.contains("--agent"), "bench --agent: {err}");
+    assert!(!truth.exists(), "bench --agent ran nothing");
+
+    let agent = Agent::start("agent-only");
+    let out = Trace::new([WL, "touch", "8"])
+        .through(&agent)
+        .flag("--agent")
+        .tag("agent-only-through")
+        .run();
+    out.assert_code(0);
+    assert_eq!(out.json_value()["programs"], "agent", "{}", out.context());
+    agent.stop();
+}
