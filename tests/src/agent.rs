@@ -2,10 +2,11 @@
 //! check that a report came through an agent when the suite runs through one.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::{spacetime_bin, TempDir};
 
@@ -22,8 +23,8 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Starts `spacetime -v agent --socket <tmp>/agent.sock` and returns once it says it
-    /// listens (its start-up line on stderr).
+    /// Starts `spacetime -v agent --socket <tmp>/agent.sock` and returns once it is ready
+    /// (its `READY=1` on `NOTIFY_SOCKET`, sent once it listens).
     pub fn start(tag: &str) -> Agent {
         Agent::start_with(tag, &[])
     }
@@ -39,10 +40,18 @@ impl Agent {
         )
         .unwrap_or_else(|e| panic!("chmod 0755 {}: {e}", dir.path().display()));
         let socket = dir.path().join("agent.sock");
+        // Ready as systemd learns it (`Type=notify`): a READY=1 datagram, not a log line.
+        let notify_path = dir.path().join("notify.sock");
+        let notify = UnixDatagram::bind(&notify_path)
+            .unwrap_or_else(|e| panic!("binding {}: {e}", notify_path.display()));
+        notify
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("a read timeout");
         let mut child = Command::new(spacetime_bin())
             .args(["-v", "agent", "--socket"])
             .arg(&socket)
             .args(extra)
+            .env("NOTIFY_SOCKET", &notify_path)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -57,20 +66,27 @@ impl Agent {
                 }
             }
         });
-        let mut seen = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut buf = [0u8; 4096];
         loop {
-            match rx.recv_timeout(Duration::from_secs(30)) {
-                Ok(line) if line.contains("listening on") => break,
-                Ok(line) => seen.push(line),
-                Err(_) => {
-                    let _ = child.kill();
-                    panic!(
-                        "spacetime agent never said it listens; stderr:\n{}",
-                        seen.join("\n")
-                    );
+            if let Ok(n) = notify.recv(&mut buf) {
+                if buf[..n].split(|&b| b == b'\n').any(|l| l == b"READY=1") {
+                    break;
                 }
             }
+            let ended = child.try_wait().ok().flatten();
+            if ended.is_some() || Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                // Its stderr reader ends with the process: everything it said is here.
+                let said: Vec<String> = rx.iter().collect();
+                panic!(
+                    "spacetime agent never said it was ready (ended: {ended:?}); stderr:\n{}",
+                    said.join("\n")
+                );
+            }
         }
+        let _ = std::fs::remove_file(&notify_path);
         Agent {
             child,
             socket,

@@ -7,7 +7,6 @@ use std::{
     ffi::OsString,
     io::{BufRead, BufReader},
     process::{Command, Stdio},
-    sync::mpsc,
     time::Duration,
 };
 
@@ -34,29 +33,28 @@ pub fn run(cargo: Command, bin: &std::path::Path, args: &[OsString]) -> Result<(
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .with_context(|| format!("chmod 0755 {}", dir.display()))?;
     let socket = dir.join("agent.sock");
-    let mut agent = Command::new(bin)
-        .args(["-v", "agent", "--socket"])
+    let notify = crate::ready::Notify::bind(&dir)?;
+    let mut cmd = Command::new(bin);
+    cmd.args(["-v", "agent", "--socket"])
         .arg(&socket)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting spacetime agent")?;
-    // Wait for its start-up line; keep forwarding its stderr afterwards.
-    let (tx, rx) = mpsc::channel();
+        .stderr(Stdio::piped());
+    notify.to(&mut cmd);
+    let mut agent = cmd.spawn().context("starting spacetime agent")?;
+    // Forward its stderr but for its INFO lines.
     let err = agent.stderr.take().context("agent stderr")?;
     std::thread::spawn(move || {
         for line in BufReader::new(err).lines().map_while(Result::ok) {
-            if line.contains("listening on") {
-                let _ = tx.send(());
-            } else if !line.contains("INFO") {
+            if !line.contains("INFO") {
                 eprintln!("agent: {line}");
             }
         }
     });
-    if rx.recv_timeout(Duration::from_secs(60)).is_err() {
+    if let Err(e) = notify.wait_ready(&mut agent, Duration::from_secs(60)) {
         let _ = agent.kill();
-        bail!("spacetime agent did not start listening within 60 s");
+        let _ = agent.wait();
+        return Err(e);
     }
     eprintln!(
         "xtask: running {} again through spacetime agent ({})",

@@ -7,6 +7,7 @@ mod install;
 mod layers;
 mod package;
 mod package_check;
+mod ready;
 mod toolchain;
 mod vm;
 

@@ -148,30 +148,21 @@ impl AgentProcess {
     pub fn start(env_spacetime: &Path, scratch: &Path) -> Result<AgentProcess> {
         let socket = scratch.join("agent.sock");
         let stderr = scratch.join("agent-stderr");
-        let child = Command::new(env_spacetime)
-            .args(["-v", "agent", "--socket"])
+        let notify = crate::ready::Notify::bind(scratch)?;
+        let mut cmd = Command::new(env_spacetime);
+        cmd.args(["-v", "agent", "--socket"])
             .arg(&socket)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(fs::File::create(&stderr)?)
-            .process_group(0)
-            .spawn()
-            .context("starting spacetime agent")?;
+            .process_group(0);
+        notify.to(&mut cmd);
+        let child = cmd.spawn().context("starting spacetime agent")?;
         let mut a = AgentProcess { child, socket };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let text = fs::read_to_string(&stderr).unwrap_or_default();
-            if text.contains("listening on") {
-                return Ok(a);
-            }
-            if let Some(st) = a.child.try_wait()? {
-                bail!("spacetime agent ended before it was ready ({st}): {text}");
-            }
-            if Instant::now() > deadline {
-                bail!("spacetime agent not ready after 30 s: {text}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        notify
+            .wait_ready(&mut a.child, Duration::from_secs(30))
+            .with_context(|| fs::read_to_string(&stderr).unwrap_or_default())?;
+        Ok(a)
     }
 
     pub fn pid(&self) -> u32 {
