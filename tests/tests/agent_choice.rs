@@ -38,32 +38,35 @@ fn without_an_agent_root_loads_its_own_and_others_are_told() {
     assert!(out.truth.is_empty(), "nothing ran");
 }
 
+/// Beside a live agent: `--no-agent` loads programs here, no flag and `--agent` go through it.
 #[test]
-fn no_agent_flag_loads_own_programs_beside_a_live_agent() {
-    let agent = Agent::start("noagent");
-    let out = Trace::new([WL, "touch", "8"])
-        .through(&agent)
-        .flag("--no-agent")
-        .tag("agent-flag")
-        .run();
-    out.assert_code(0);
-    assert_eq!(out.json_value()["programs"], "own", "{}", out.context());
-    let through = Trace::new([WL, "touch", "8"])
-        .through(&agent)
-        .tag("agent-through")
-        .run();
-    through.assert_code(0);
-    assert_eq!(
-        through.json_value()["programs"],
-        "agent",
-        "{}",
-        through.context()
-    );
+fn beside_a_live_agent_the_flags_choose_whose_programs_trace() {
+    let agent = Agent::start("choice");
+    for (flag, want) in [
+        (Some("--no-agent"), "own"),
+        (None, "agent"),
+        (Some("--agent"), "agent"),
+    ] {
+        let mut t = Trace::new([WL, "touch", "8"])
+            .through(&agent)
+            .tag("agent-choice");
+        if let Some(f) = flag {
+            t = t.flag(f);
+        }
+        let out = t.run();
+        out.assert_code(0);
+        assert_eq!(
+            out.json_value()["programs"],
+            want,
+            "{flag:?}: whose programs traced\n{}",
+            out.context()
+        );
+    }
     agent.stop();
 }
 
 /// `--agent`: root too is refused when no agent answers (it would otherwise load programs of
-/// its own), before the command runs; with an agent, the agent's programs trace.
+/// its own), before the command runs.
 #[test]
 fn agent_flag_refuses_to_load_own_programs() {
     let out = Trace::new([WL, "touch", "8"])
@@ -97,14 +100,4 @@ fn agent_flag_refuses_to_load_own_programs() {
     assert_eq!(bench.status.code(), Some(125), "bench --agent: {err}");
     assert!(err.contains("--agent"), "bench --agent: {err}");
     assert!(!truth.exists(), "bench --agent ran nothing");
-
-    let agent = Agent::start("agent-only");
-    let out = Trace::new([WL, "touch", "8"])
-        .through(&agent)
-        .flag("--agent")
-        .tag("agent-only-through")
-        .run();
-    out.assert_code(0);
-    assert_eq!(out.json_value()["programs"], "agent", "{}", out.context());
-    agent.stop();
 }
