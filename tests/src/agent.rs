@@ -2,13 +2,12 @@
 //! check that a report came through an agent when the suite runs through one.
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::{spacetime_bin, TempDir};
+use crate::{notify::Notify, spacetime_bin, TempDir};
 
 /// Set by `cargo xtask test` for its run through an agent: every trace report must say
 /// `"programs": VALUE`, so a silent fallback to own programs fails.
@@ -41,17 +40,12 @@ impl Agent {
         .unwrap_or_else(|e| panic!("chmod 0755 {}: {e}", dir.path().display()));
         let socket = dir.path().join("agent.sock");
         // Ready as systemd learns it (`Type=notify`): a READY=1 datagram, not a log line.
-        let notify_path = dir.path().join("notify.sock");
-        let notify = UnixDatagram::bind(&notify_path)
-            .unwrap_or_else(|e| panic!("binding {}: {e}", notify_path.display()));
-        notify
-            .set_read_timeout(Some(Duration::from_millis(100)))
-            .expect("a read timeout");
+        let notify = Notify::bind(dir.path());
         let mut child = Command::new(spacetime_bin())
             .args(["-v", "agent", "--socket"])
             .arg(&socket)
             .args(extra)
-            .env("NOTIFY_SOCKET", &notify_path)
+            .env("NOTIFY_SOCKET", notify.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -66,27 +60,19 @@ impl Agent {
                 }
             }
         });
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut buf = [0u8; 4096];
-        loop {
-            if let Ok(n) = notify.recv(&mut buf) {
-                if buf[..n].split(|&b| b == b'\n').any(|l| l == b"READY=1") {
-                    break;
-                }
-            }
-            let ended = child.try_wait().ok().flatten();
-            if ended.is_some() || Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                // Its stderr reader ends with the process: everything it said is here.
-                let said: Vec<String> = rx.iter().collect();
-                panic!(
-                    "spacetime agent never said it was ready (ended: {ended:?}); stderr:\n{}",
-                    said.join("\n")
-                );
-            }
+        let ready = notify.wait_ready(Duration::from_secs(30), || {
+            matches!(child.try_wait(), Ok(None))
+        });
+        if let Err(why) = ready {
+            let _ = child.kill();
+            let _ = child.wait();
+            // Its stderr reader ends with the process: everything it said is here.
+            let said: Vec<String> = rx.iter().collect();
+            panic!(
+                "spacetime agent never said it was ready ({why:?}); stderr:\n{}",
+                said.join("\n")
+            );
         }
-        let _ = std::fs::remove_file(&notify_path);
         Agent {
             child,
             socket,

@@ -25,6 +25,7 @@ pub mod bench;
 pub mod build;
 pub mod chart;
 pub mod chromium;
+pub mod notify;
 pub mod openmetrics;
 pub mod poll;
 pub mod prometheus;

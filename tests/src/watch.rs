@@ -11,12 +11,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::{reader, show_argv, spacetime_bin, Collector};
+use crate::{notify::Notify, reader, show_argv, spacetime_bin, Collector, TempDir};
 
 /// How long a watch may take to load its programs and read /proc.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
-/// What `spacetime watch` prints on stderr once every later exit will be seen.
-pub const READY_LINE: &str = "spacetime: watching ";
 
 /// A `spacetime watch` invocation.
 pub struct Watch {
@@ -81,7 +79,8 @@ impl Watch {
         self
     }
 
-    /// Starts `spacetime watch FLAGS…` and waits until it reports that it is watching.
+    /// Starts `spacetime watch FLAGS…` and waits until it is ready (every later exit will be
+    /// seen): its `READY=1` on `NOTIFY_SOCKET`, as systemd learns it.
     pub fn start(self) -> RunningWatch {
         let bin = spacetime_bin();
         let mut c = match self.under.split_first() {
@@ -92,9 +91,12 @@ impl Watch {
             }
             None => Command::new(&bin),
         };
+        let dir = TempDir::new("watch-ready");
+        let notify = Notify::bind(dir.path());
         c.arg("watch")
             .args(&self.flags)
-            .envs(self.envs.iter().cloned());
+            .envs(self.envs.iter().cloned())
+            .env("NOTIFY_SOCKET", notify.path());
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             c.pre_exec(|| {
@@ -122,7 +124,13 @@ impl Watch {
             started: Instant::now(),
             timeout: self.timeout,
         };
-        w.wait_for_stderr(READY_LINE, READY_TIMEOUT);
+        if let Err(why) = notify.wait_ready(READY_TIMEOUT, || w.running()) {
+            panic!(
+                "{} never said it was ready ({why:?})\nstderr:\n{}",
+                show_argv(&w.argv),
+                w.stderr_now()
+            );
+        }
         w
     }
 }
@@ -162,10 +170,7 @@ impl RunningWatch {
             if self.stderr_now().contains(needle) {
                 return Some(true);
             }
-            let pid = self.child.id() as i32;
-            // SAFETY: kill with signal 0 only checks that the process exists.
-            let alive = unsafe { libc::kill(pid, 0) } == 0 && !self.is_zombie();
-            (!alive).then_some(false)
+            (!self.running()).then_some(false)
         });
         assert!(
             printed == Some(true),
@@ -178,6 +183,13 @@ impl RunningWatch {
             },
             self.stderr_now()
         );
+    }
+
+    /// spacetime (or the command it runs under) has not exited.
+    fn running(&self) -> bool {
+        let pid = self.child.id() as i32;
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        unsafe { libc::kill(pid, 0) == 0 && !self.is_zombie() }
     }
 
     fn is_zombie(&self) -> bool {

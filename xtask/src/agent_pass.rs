@@ -51,7 +51,7 @@ pub fn run(cargo: Command, bin: &std::path::Path, args: &[OsString]) -> Result<(
             }
         }
     });
-    if let Err(e) = notify.wait_ready(&mut agent, Duration::from_secs(60)) {
+    if let Err(e) = notify.wait_ready("spacetime agent", &mut agent, Duration::from_secs(60)) {
         let _ = agent.kill();
         let _ = agent.wait();
         return Err(e);

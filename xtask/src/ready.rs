@@ -1,6 +1,6 @@
-//! Waiting for a `spacetime agent` started here to be ready, as systemd does for its unit
-//! (`Type=notify`): a `READY=1` datagram on the socket named by `NOTIFY_SOCKET`, not a line of
-//! its log.
+//! Waiting for a `spacetime agent` or `spacetime watch` started here to be ready, as systemd
+//! does for a `Type=notify` unit: a `READY=1` datagram on the socket named by `NOTIFY_SOCKET`,
+//! not a line of its log.
 
 use std::{
     os::unix::net::UnixDatagram,
@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-/// A datagram socket an agent tells it is ready on.
+/// A datagram socket a command tells it is ready on.
 pub struct Notify {
     socket: UnixDatagram,
     path: PathBuf,
@@ -34,8 +34,9 @@ impl Notify {
         cmd.env("NOTIFY_SOCKET", &self.path);
     }
 
-    /// Returns once `child` sent `READY=1`; fails when it ends first or after `limit`.
-    pub fn wait_ready(&self, child: &mut Child, limit: Duration) -> Result<()> {
+    /// Returns once `child` (`what`, for messages) sent `READY=1`; fails when it ends first
+    /// or after `limit`.
+    pub fn wait_ready(&self, what: &str, child: &mut Child, limit: Duration) -> Result<()> {
         let deadline = Instant::now() + limit;
         let mut buf = [0u8; 4096];
         loop {
@@ -43,13 +44,13 @@ impl Notify {
                 Ok(n) if is_ready(&buf[..n]) => return Ok(()),
                 Ok(_) => {}
                 Err(e) if is_timeout(&e) => {}
-                Err(e) => return Err(e).context("reading the agent's notification"),
+                Err(e) => return Err(e).with_context(|| format!("reading {what}'s notification")),
             }
             if let Some(status) = child.try_wait()? {
-                bail!("spacetime agent ended before it was ready ({status})");
+                bail!("{what} ended before it was ready ({status})");
             }
             if Instant::now() > deadline {
-                bail!("spacetime agent not ready after {} s", limit.as_secs());
+                bail!("{what} not ready after {} s", limit.as_secs());
             }
         }
     }

@@ -1,9 +1,11 @@
 //! The bottom layer: leaves that import nothing of spacetime's but each other — clocks,
-//! signal names, terminal-safe text, units and their spelling, exit codes.
+//! signal names, terminal-safe text, units and their spelling, exit codes, readiness for a service
+//! manager.
 
 pub(crate) mod caps;
 pub(crate) mod clock;
 pub(crate) mod exit_code;
+pub(crate) mod notify;
 pub(crate) mod parse;
 pub(crate) mod signals;
 pub mod term;

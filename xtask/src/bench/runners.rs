@@ -160,7 +160,7 @@ impl AgentProcess {
         let child = cmd.spawn().context("starting spacetime agent")?;
         let mut a = AgentProcess { child, socket };
         notify
-            .wait_ready(&mut a.child, Duration::from_secs(30))
+            .wait_ready("spacetime agent", &mut a.child, Duration::from_secs(30))
             .with_context(|| fs::read_to_string(&stderr).unwrap_or_default())?;
         Ok(a)
     }
@@ -505,34 +505,26 @@ impl WatchSession {
         let stderr = env.scratch.join("watch-stderr");
         let _ = fs::remove_file(&summary);
         let err = fs::File::create(&stderr)?;
-        let child = Command::new(&env.spacetime)
-            .args(["watch", "--json", "-o", "/dev/null", "--summary-json"])
+        let notify = crate::ready::Notify::bind(&env.scratch)?;
+        let mut cmd = Command::new(&env.spacetime);
+        cmd.args(["watch", "--json", "-o", "/dev/null", "--summary-json"])
             .arg(&summary)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(err)
-            .process_group(0)
-            .spawn()
-            .context("starting spacetime watch")?;
+            .process_group(0);
+        notify.to(&mut cmd);
+        let child = cmd.spawn().context("starting spacetime watch")?;
         let mut w = WatchSession {
             child,
             summary,
             stderr,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        if let Err(e) = notify.wait_ready("spacetime watch", &mut w.child, Duration::from_secs(30))
+        {
+            let _ = w.child.kill();
             let text = fs::read_to_string(&w.stderr).unwrap_or_default();
-            if text.contains("watching every exit") {
-                break;
-            }
-            if let Some(st) = w.child.try_wait()? {
-                bail!("spacetime watch ended before it was ready ({st}): {text}");
-            }
-            if Instant::now() > deadline {
-                let _ = w.child.kill();
-                bail!("spacetime watch not ready after 30 s: {text}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
+            return Err(e.context(text));
         }
         // Let the start-up /proc scan settle before anything is timed.
         std::thread::sleep(Duration::from_millis(300));

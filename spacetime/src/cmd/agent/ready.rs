@@ -96,11 +96,7 @@ pub fn start_line(path: &Path, by_systemd: bool, limits: &Limits, load_ms: f64) 
 /// systemd's `Type=notify`).
 pub fn announce(line: &str) {
     crate::errln!("{line}");
-    let ready = [
-        sd_notify::NotifyState::Ready,
-        sd_notify::NotifyState::Status(line),
-    ];
-    if let Err(e) = sd_notify::notify(&ready) {
+    if let Err(e) = crate::util::notify::ready(line) {
         crate::errln!("spacetime agent: telling systemd it is ready: {e}");
     }
 }

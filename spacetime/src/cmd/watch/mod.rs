@@ -175,10 +175,11 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         identity::boot_id(),
     );
     // What is watched goes before the table, so the header is the last line before the rows.
-    crate::errln!(
+    let watching = format!(
         "spacetime: watching {}; {seeded} processes running; Ctrl-C to stop",
         watched(&filter, &*kernel, args.threads)
     );
+    crate::errln!("{watching}");
     // An output already closed stops the watch at its first exit, cleanly, with the summary
     // saying so: not an error before it starts.
     let _ = out.header().and_then(|()| out.flush());
@@ -187,6 +188,11 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         .enable_all()
         .build()?;
     let metrics_listener = serve_metrics(&rt, metrics_listener)?;
+    // Every later exit is seen and the metrics are served: ready, for a service manager that
+    // asked (systemd's Type=notify).
+    if let Err(e) = crate::util::notify::ready(&watching) {
+        crate::errln!("spacetime: telling the service manager it is ready: {e}");
+    }
     let mut w = Watch::new(
         &args,
         table,
