@@ -119,8 +119,8 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
 /// Whether anything asks for memory over time: the summary (its tree-wide peak and chart),
 /// the JSON's and Perfetto's timelines, the HTML page's chart, `%T`. A `--format` without
 /// them (`time -f`'s use) leaves the kmem:rss_stat programs unloaded: less to verify at
-/// start-up, nothing run on every RSS change. Each image's peak then comes from its end, as the kernel's own
-/// (`max(hiwater_rss, rss)`, VmHWM's figure).
+/// start-up, nothing run on every RSS change. Each image's peak then comes from its end, as
+/// the kernel's own (`max(hiwater_rss, rss)`, VmHWM's figure).
 fn memory_over_time(args: &TraceArgs) -> bool {
     args.format
         .as_ref()
