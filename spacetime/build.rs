@@ -38,6 +38,8 @@ fn main() {
                 obj.display()
             ));
         }
+        // A file from outside: a new one at the same path rebuilds the crate.
+        println!("cargo:rerun-if-changed={}", obj.display());
         embed(&obj);
         return;
     }
@@ -129,8 +131,11 @@ fn without_dwarf(obj: &Path, out_dir: &Path) -> PathBuf {
     obj.to_path_buf()
 }
 
+/// Hands the object to the crate. No `rerun-if-changed` on it here: the object this script
+/// built itself is written during the script's own run, so cargo would see it newer than the
+/// run and run the script (and rebuild the crate, ~70 s) on every later build of the same tree.
+/// The eBPF sources it was built from are watched instead (above).
 fn embed(obj: &Path) {
-    println!("cargo:rerun-if-changed={}", obj.display());
     println!("cargo:rustc-cfg=spacetime_ebpf");
     println!("cargo:rustc-env=SPACETIME_EBPF_OBJ={}", obj.display());
 }

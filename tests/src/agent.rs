@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::{notify::Notify, spacetime_bin, TempDir};
 
@@ -18,6 +18,8 @@ pub struct Agent {
     child: Child,
     socket: PathBuf,
     stderr: mpsc::Receiver<String>,
+    /// What [`Agent::wait_for_log`] read of its stderr so far.
+    seen: Vec<String>,
     _dir: TempDir,
 }
 
@@ -77,6 +79,7 @@ impl Agent {
             child,
             socket,
             stderr: rx,
+            seen: Vec::new(),
             _dir: dir,
         }
     }
@@ -89,12 +92,37 @@ impl Agent {
         self.child.id() as i32
     }
 
-    /// Kills it with `sig` and reaps it; returns its stderr since start-up.
+    /// Waits until a line of its stderr contains `needle` (a state the agent reached, as it
+    /// says it), at most `within`; false if it did not say it by then.
+    pub fn wait_for_log(&mut self, needle: &str, within: Duration) -> bool {
+        if self.seen.iter().any(|l| l.contains(needle)) {
+            return true;
+        }
+        let deadline = Instant::now() + within;
+        while let Ok(line) = self
+            .stderr
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            let hit = line.contains(needle);
+            self.seen.push(line);
+            if hit {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Kills it with `sig` and reaps it; returns its stderr since start-up, read to its end.
     pub fn kill(mut self, sig: i32) -> String {
         // SAFETY: our own unreaped child.
         unsafe { libc::kill(self.pid(), sig) };
         let status = self.child.wait().expect("reaping the agent");
-        let mut out: Vec<String> = self.stderr.try_iter().collect();
+        let mut out = std::mem::take(&mut self.seen);
+        // The reader ends at the pipe's end, once the agent is gone: wait for it (bounded, in
+        // case something the agent left holds the pipe open).
+        while let Ok(line) = self.stderr.recv_timeout(Duration::from_secs(30)) {
+            out.push(line);
+        }
         out.push(format!("agent status: {status:?}"));
         out.join("\n")
     }

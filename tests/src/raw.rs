@@ -102,7 +102,7 @@ impl Raw {
             max_processes: 0,
         };
         self.send(&hello).map_err(|e| format!("hello: {e}"))?;
-        match self.recv(Duration::from_secs(10)) {
+        match self.recv(Duration::from_secs(60)) {
             Got::Msg(Msg::Welcome(w)) => Ok(w),
             Got::Msg(Msg::Refused { reason, .. }) => {
                 Err(format!("refused {}", String::from_utf8_lossy(&reason)))
@@ -125,7 +125,7 @@ impl Raw {
             return Answer::Gone(format!("track: {e}"));
         }
         loop {
-            match self.recv(Duration::from_secs(10)) {
+            match self.recv(Duration::from_secs(60)) {
                 Got::Msg(Msg::Tracked { kernel_pid, .. }) => return Answer::Tracked(kernel_pid),
                 Got::Msg(Msg::Refused { reason, .. }) => {
                     return Answer::Refused(String::from_utf8_lossy(&reason).into_owned())
@@ -142,7 +142,7 @@ impl Raw {
             .map_err(|e| format!("flush: {e}"))?;
         let mut out = Vec::new();
         loop {
-            match self.recv(Duration::from_secs(10)) {
+            match self.recv(Duration::from_secs(60)) {
                 Got::Msg(Msg::Flushed { seq: s }) if s == seq => return Ok(out),
                 Got::Msg(m) => out.push(m),
                 other => return Err(format!("no Flushed: {other:?}")),

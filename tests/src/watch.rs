@@ -227,7 +227,7 @@ impl RunningWatch {
 
     /// The OpenMetrics address it announced on stderr.
     pub fn metrics_addr(&self) -> SocketAddr {
-        self.wait_for_stderr("/metrics", Duration::from_secs(10));
+        self.wait_for_stderr("/metrics", Duration::from_secs(60));
         let err = self.stderr_now();
         let line = err
             .lines()

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use spacetime_tests::{assert_world_executable, find_process, Exit, Trace, MIB};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
@@ -450,39 +450,68 @@ fn start_up_cost_is_reported_per_program() {
     }
 }
 
-/// A 64 KiB ring buffer of spacetime's own (not in the agent's pass: an agent's ring is its
-/// own): 1600 forks, execs (argv included) and exits write more than 320 KB of records, so
-/// the ring wraps five times and more, and records straddle its end (the data is mapped once:
-/// such a record is put together from the area's end and its start). Each one decodes, none
-/// is lost: every process with its argv and exit. (A 16 KiB ring lost 30 records in CI: the
-/// reader, woken at an eighth of the ring, was not scheduled for the ~10 ms the storm takes
-/// to fill the rest, with other tests on both CPUs. 64 KiB leaves it four times as long.)
+/// A 16 KiB ring buffer of spacetime's own (not in the agent's pass: an agent's ring is its
+/// own): 400 forks, execs (argv included) and exits write more than 130 KB of records, so the
+/// ring wraps again and again and records straddle its end (the data is mapped once: such a
+/// record is put together from the area's end and its start). Each record read decodes, and
+/// each process read is whole, argv and exit. How much a ring this small loses depends on how
+/// soon the reader is scheduled, so loss is allowed here and must be counted: a process
+/// missing from the report means records said lost. (Asserting none lost failed in CI with the
+/// reader not scheduled for ~10 ms on a busy machine.)
 #[test]
 fn records_that_wrap_around_a_small_ring_decode_whole() {
-    let out = Trace::new([WL, "storm", "1600", WL, "noop"])
+    const N: usize = 400;
+    const RING: u64 = 16 << 10;
+    let out = Trace::new([WL, "storm", &N.to_string(), WL, "noop"])
         .flag("--ring-buffer")
-        .flag("64K")
+        .flag("16K")
         .tag("small-ring")
         .timeout(Duration::from_secs(300))
         .run();
     out.assert_code(0);
     let v = out.json_value();
-    assert_eq!(v["kernel"]["ring_buffer_bytes"], 65536, "{}", out.context());
-    let report = out.report();
-    assert_eq!(report.lost_events, 0, "lost_events\n{}", out.context());
+    assert_eq!(v["kernel"]["ring_buffer_bytes"], RING, "{}", out.context());
     assert_eq!(
         v["kernel"]["decode_errors"],
         0,
         "records that did not decode\n{}",
         out.context()
     );
+    let lost = v["lost_events"].as_u64().expect("lost_events");
     let t = out.truth_one("storm");
     let pids = t.ints("pids");
-    assert_eq!(pids.len(), 1600);
+    assert_eq!(pids.len(), N);
+    let processes = v["processes"].as_array().expect("processes");
+    let mut present = 0u64;
     for &pid in &pids {
-        let p = find_process(&report, pid as i32);
-        let last = p.images.last().expect("an image");
-        assert_eq!(last.argv, [WL, "noop"], "pid {pid}: argv");
-        assert_eq!(p.exit, Some(Exit::Code(0)), "pid {pid}: exit");
+        let Some(p) = processes.iter().find(|p| p["pid"] == pid) else {
+            continue;
+        };
+        let Some(last) = p["images"].as_array().and_then(|i| i.last()) else {
+            continue;
+        };
+        present += 1;
+        assert_eq!(last["argv"], json!([WL, "noop"]), "pid {pid}: argv");
+        assert_eq!(p["exit"], json!({"code": 0}), "pid {pid}: exit");
     }
+    let missing = N as u64 - present;
+    assert!(
+        missing == 0 || lost > 0,
+        "{missing} of {N} processes missing and no loss said\n{}",
+        out.context()
+    );
+    if lost > 0 {
+        assert!(
+            out.stderr.contains("INCOMPLETE"),
+            "{lost} records lost and the summary does not say INCOMPLETE\n{}",
+            out.context()
+        );
+    }
+    // A fork and an exit alone are 248 bytes of records: what was read filled the ring at least
+    // twice, so it wrapped while being read.
+    assert!(
+        present * 248 >= 2 * RING,
+        "only {present} of {N} processes read ({lost} records lost): the ring never wrapped\n{}",
+        out.context()
+    );
 }

@@ -147,7 +147,8 @@ fn freed_peak_is_still_the_peak() {
 /// as the kernel followed it, not 0; the report stays consistent with itself.
 #[test]
 fn a_child_left_running_reports_its_peak_so_far() {
-    let out = Trace::new([WL, "leave-child", "48", "3000"])
+    // Held 20 s: longer than any machine takes to stop at the root's exit.
+    let out = Trace::new([WL, "leave-child", "48", "20000"])
         .flag("--stop-on-root-exit")
         .tag("leave-child")
         .run();

@@ -74,7 +74,7 @@ fn reports(dir: &TempDir) -> Vec<std::path::PathBuf> {
         ("killed", Trace::new([WL, "kill", "9"]).tag("kill"), 128 + 9),
         (
             "survivor",
-            Trace::new([WL, "orphan", "2000"])
+            Trace::new([WL, "orphan", "20000"])
                 .flag("--stop-on-root-exit")
                 .tag("orphan"),
             0,

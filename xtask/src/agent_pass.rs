@@ -10,7 +10,9 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+
+use crate::tally::Tally;
 
 /// The test files run through the agent.
 const FILES: [&str; 10] = [
@@ -26,7 +28,9 @@ const FILES: [&str; 10] = [
     "peak_time",
 ];
 
-pub fn run(cargo: Command, bin: &std::path::Path, args: &[OsString]) -> Result<()> {
+/// Runs the pass; every file runs whatever failed before it. An error is a pass that could
+/// not run (no agent); failed tests are in the tally.
+pub fn run(cargo: Command, bin: &std::path::Path, args: &[OsString]) -> Result<Tally> {
     let dir = std::env::temp_dir().join(format!("spacetime-xtask-agent-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     // The agent refuses a socket directory others could write: root's, 0755 whatever the umask.
@@ -64,19 +68,33 @@ pub fn run(cargo: Command, bin: &std::path::Path, args: &[OsString]) -> Result<(
     let mut cmd = cargo;
     cmd.env("SPACETIME_SOCKET", &socket)
         .env("ST_EXPECT_PROGRAMS", "agent")
-        .args(["test", "--release", "-p", "spacetime-tests"]);
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "spacetime-tests",
+            "--no-fail-fast",
+        ]);
     for f in FILES {
         cmd.args(["--test", f]);
     }
     cmd.arg("--").args(args);
-    let result = crate::run(&mut cmd);
+    let result = crate::tally::run(&mut cmd);
     // SAFETY: our own unreaped child.
     unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
     let status = agent.wait().context("waiting for the agent")?;
     let _ = std::fs::remove_dir_all(&dir);
-    result?;
+    let (mut tally, _) = result?;
     if !status.success() {
-        bail!("spacetime agent exited with {status} on SIGTERM");
+        tally.failed_targets.push(format!(
+            "the agent pass's agent (it exited with {status} on SIGTERM)"
+        ));
     }
-    Ok(())
+    for t in &mut tally.durations {
+        t.0 += " (through the agent)";
+    }
+    for t in &mut tally.failed_targets {
+        *t += " (through the agent)";
+    }
+    Ok(tally)
 }

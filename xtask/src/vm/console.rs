@@ -26,6 +26,10 @@ pub(super) struct Verdict {
     marker: Option<String>,
     /// The test harnesses' summary lines (`test result: …`).
     summaries: Vec<String>,
+    /// Their counts, with each binary's time (by the `spacetime-vm: running NAME` before it).
+    tally: crate::tally::Tally,
+    /// The binary running now.
+    running: String,
     /// Tests not run (see [`super::SLOW_UNDER_TCG`]).
     pub(super) skipped: Vec<&'static str>,
     timed_out: bool,
@@ -40,6 +44,11 @@ impl Verdict {
         for name in &self.skipped {
             eprintln!("xtask:   skipped (too slow under TCG; --all runs it): {name}");
         }
+        eprintln!("xtask: the slowest test binaries in the guest (guest seconds):");
+        for (name, s) in self.tally.slowest(8) {
+            eprintln!("xtask:   {s:7.1}  {name}");
+        }
+        println!("vm-test: {}", self.tally.line());
         match &self.marker {
             Some(m) if m.trim_end() == format!("{MARKER} PASS") => {
                 eprintln!("xtask: vm-test PASSED");
@@ -55,8 +64,13 @@ impl Verdict {
         if let Some(at) = line.find(MARKER) {
             self.marker = Some(line[at..].to_owned());
         }
-        if let Some(at) = line.find("test result:") {
-            self.summaries.push(line[at..].to_owned());
+        if let Some(name) = line.split("spacetime-vm: running ").nth(1) {
+            self.running = name.trim().to_owned();
+        }
+        let running = self.running.clone();
+        if self.tally.result_line(line, &running) {
+            let at = line.find("test result:").unwrap_or(0);
+            self.summaries.push(format!("{running}: {}", &line[at..]));
         }
     }
 }
@@ -154,6 +168,8 @@ pub(super) fn boot(kernel: &Path, initrd: &Path, timeout: Duration, cpus: u32) -
     let mut verdict = Verdict {
         marker: None,
         summaries: Vec::new(),
+        tally: crate::tally::Tally::default(),
+        running: String::new(),
         skipped: Vec::new(),
         timed_out: false,
     };

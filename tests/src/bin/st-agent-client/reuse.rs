@@ -63,7 +63,7 @@ impl Attack {
             fail(&format!("finish: {e}"));
         }
         loop {
-            match self.current.recv(std::time::Duration::from_secs(10)) {
+            match self.current.recv(std::time::Duration::from_secs(60)) {
                 spacetime_tests::raw::Got::Msg(Msg::End(_)) => return,
                 spacetime_tests::raw::Got::Msg(m) => self.others.push(m),
                 other => fail(&format!("no End: {other:?}")),
