@@ -45,6 +45,20 @@ pub const MIB: u64 = 1 << 20;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The workspace root (parent of this package's directory).
+/// Set by the VM test's guest (`ST_EMULATED=1`): the CPU is emulated, about 100 times slower.
+pub const EMULATED_ENV: &str = "ST_EMULATED";
+
+/// How many times to repeat a loop that hunts a rare defect: `host` times, or `emulated` in the
+/// VM test's guest, where each repetition costs a hundred times more. What each repetition
+/// asserts is the same; only how often the hunt is tried differs.
+pub fn repetitions(host: usize, emulated: usize) -> usize {
+    if std::env::var_os(EMULATED_ENV).is_some() {
+        emulated
+    } else {
+        host
+    }
+}
+
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

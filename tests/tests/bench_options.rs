@@ -196,11 +196,21 @@ fn names_units_sort_and_reference() {
         .collect();
     assert_eq!(names, ["ref", "fast", "slow"]);
     assert_eq!(v["comparison"]["wall_ns"]["reference"], 0);
+    // Each ratio is its command's mean wall over the reference's, whatever the machine's speed.
+    let mean = |i: usize| {
+        v["results"][i]["wall_ns"]["mean"]
+            .as_f64()
+            .expect("wall_ns.mean")
+    };
     for i in [1, 2] {
         let r = v["comparison"]["wall_ns"]["relative"][i]["ratio"]
             .as_f64()
             .expect("ratio");
-        assert!(r < 1.0, "faster than the 60 ms reference: {r}");
+        let want = mean(i) / mean(0);
+        assert!(
+            (r - want).abs() <= 1e-9 * want.max(1.0),
+            "result {i}: ratio {r}, its mean over the reference's {want}"
+        );
     }
     let text = stdout(&out);
     assert!(text.contains("Relative speed comparison"), "{text}");

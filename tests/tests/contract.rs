@@ -451,7 +451,7 @@ fn start_up_cost_is_reported_per_program() {
 }
 
 /// A 16 KiB ring buffer of spacetime's own (not in the agent's pass: an agent's ring is its
-/// own): 400 forks, execs (argv included) and exits write more than 130 KB of records, so the
+/// own): 300 forks, execs (argv included) and exits write more than 100 KB of records, so the
 /// ring wraps again and again and records straddle its end (the data is mapped once: such a
 /// record is put together from the area's end and its start). Each record read decodes, and
 /// each process read is whole, argv and exit. How much a ring this small loses depends on how
@@ -460,7 +460,7 @@ fn start_up_cost_is_reported_per_program() {
 /// reader not scheduled for ~10 ms on a busy machine.)
 #[test]
 fn records_that_wrap_around_a_small_ring_decode_whole() {
-    const N: usize = 400;
+    const N: usize = 300;
     const RING: u64 = 16 << 10;
     let out = Trace::new([WL, "storm", &N.to_string(), WL, "noop"])
         .flag("--ring-buffer")

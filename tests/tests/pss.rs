@@ -115,7 +115,7 @@ fn kib_sum(out: &Outcome, mode: &str) -> u64 {
 
 #[test]
 fn a_1_gib_touch_read_at_its_peak() {
-    for run in 0..3 {
+    for run in 0..spacetime_tests::repetitions(3, 1) {
         // Held 300 ms at its peak: a round of a 1 GiB process costs ~7 ms, so at 2 % of a CPU
         // the first one may come ~350 ms in, and a process that exits at its peak can end the
         // run before any round (then the figure is rightly unknown, as seen through an agent).
@@ -130,7 +130,7 @@ fn a_1_gib_touch_read_at_its_peak() {
 
 #[test]
 fn st_fillfill_is_the_childs_fill_and_its_waiting_parent() {
-    for run in 0..2 {
+    for run in 0..spacetime_tests::repetitions(2, 1) {
         let out = trace(&[WL, "pss-fillfill", "256"], "pss-fillfill");
         let truth = out.truth_of("pss-fillfill");
         let of = |role: &str| {
@@ -148,7 +148,7 @@ fn st_fillfill_is_the_childs_fill_and_its_waiting_parent() {
 
 #[test]
 fn a_fork_whose_child_reads_what_it_inherited_counts_it_once() {
-    for run in 0..3 {
+    for run in 0..spacetime_tests::repetitions(3, 1) {
         let (mib, hold) = cow_size();
         let out = trace(&[WL, "pss-cow", &mib, "read", &hold], "pss-cow-read");
         check(
@@ -161,7 +161,7 @@ fn a_fork_whose_child_reads_what_it_inherited_counts_it_once() {
 
 #[test]
 fn a_fork_whose_child_writes_what_it_inherited_counts_it_twice() {
-    for run in 0..3 {
+    for run in 0..spacetime_tests::repetitions(3, 1) {
         let (mib, hold) = cow_size();
         let out = trace(&[WL, "pss-cow", &mib, "write", &hold], "pss-cow-write");
         check(
@@ -281,7 +281,7 @@ fn a_python_fork_pool() {
     std::fs::write(&script, POOL_PY).expect("write pool.py");
     let (python, files) = python();
     let files: Vec<&Path> = files.iter().map(|f| f.as_path()).collect();
-    for run in 0..2 {
+    for run in 0..spacetime_tests::repetitions(2, 1) {
         evict(&files);
         let out = trace(
             &[
@@ -355,7 +355,7 @@ fn a_jvm_with_a_256_mib_heap() {
     // The JDK's home: its libraries and class modules, mapped by the JVM.
     let home = java.parent().and_then(Path::parent).expect("JDK home");
     let classes = dir.path().to_str().expect("utf-8");
-    for run in 0..2 {
+    for run in 0..spacetime_tests::repetitions(2, 1) {
         evict(&[home]);
         let out = trace(
             &[

@@ -60,7 +60,7 @@ fn double_fork(ms: u64, tag: &str) -> (Value, spacetime_tests::Truth, i64, Durat
 
 #[test]
 fn a_double_forked_survivor_is_reported_running_and_the_stop_is_at_cmds_exit() {
-    for run in 0..2 {
+    for run in 0..spacetime_tests::repetitions(2, 1) {
         let (v, root, grandchild, after, ctx) = double_fork(3000, "stop-survivor");
         let root = root.int("pid");
         let g = process(&v, grandchild);
@@ -119,7 +119,7 @@ fn a_double_forked_zombie_is_reaped_by_spacetime_and_the_stop_does_not_wait_for_
         .expect("two runs");
     let limit = RETURN_MARGIN.max(baseline + RETURN_MARGIN / 2);
     for ms in [0, 5] {
-        for run in 0..3 {
+        for run in 0..spacetime_tests::repetitions(3, 1) {
             let (v, root, grandchild, after, ctx) = double_fork(ms, "stop-zombie");
             let g = process(&v, grandchild);
             match ms {
@@ -189,7 +189,7 @@ fn dates(v: &Value) -> Vec<(String, u64)> {
 
 #[test]
 fn a_process_growing_at_the_stop_never_contradicts_the_report() {
-    for run in 0..6 {
+    for run in 0..spacetime_tests::repetitions(6, 2) {
         let out = Trace::new([WL, "grow-at-stop", "20", "160"])
             .flag("--stop-on-root-exit")
             .flag("--cgroup-peak")
