@@ -1,6 +1,6 @@
 //! spacetime's own exit status, stdout/stderr, and signal forwarding.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use spacetime_tests::{find_process, wait_for_descendant, Exit, TempDir, Trace};
 
@@ -143,15 +143,11 @@ fn forwards(sig: i32) {
     spacetime_tests::poll::wait_for("sleep of the command", Duration::from_secs(30), || {
         spacetime_tests::poll::is_sleeping(pid).then_some(())
     });
-    let t0 = Instant::now();
     run.signal(sig);
     let out = run.wait();
-    let took = t0.elapsed();
     out.assert_code(128 + sig);
-    assert!(
-        took < Duration::from_secs(5),
-        "spacetime took {took:?} to exit after signal {sig}"
-    );
+    // Forwarded, not waited out: the sleeper died of the signal (its truth line comes only
+    // after the whole sleep), whatever the machine's speed.
     assert!(
         out.truth_of("sleep").is_empty(),
         "the sleeper finished its 10 s sleep instead of dying of signal {sig}"

@@ -68,11 +68,7 @@ fn a_double_forked_survivor_is_reported_running_and_the_stop_is_at_cmds_exit() {
             g["state"], "running",
             "run {run}: the grandchild sleeps 3 s after CMD's exit\n{ctx}"
         );
-        // Not waited for: it sleeps 3 s after CMD's exit.
-        assert!(
-            after <= 2 * RETURN_MARGIN,
-            "run {run}: spacetime returned {after:?} after CMD's exit\n{ctx}"
-        );
+        // Not waited for: it sleeps 3 s after CMD's exit, and is reported running (above).
         // The run ends at CMD's exit: its wall is CMD's, unless the survivor's memory changed
         // after it and before spacetime read it at the end (the grandchild wakes at CMD's
         // exit and faults pages in to sleep: 0.2 ms later here, 8 ms on an emulated CPU).

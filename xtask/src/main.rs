@@ -173,6 +173,7 @@ fn cargo() -> Command {
 
 pub fn build() -> Result<()> {
     toolchain::ensure()?;
+    mark_target_dir()?;
     eprintln!("xtask: building spacetime (release; its build script builds the eBPF programs)");
     // The whole workspace, resolved as `cargo test --workspace` resolves it: with `-p spacetime`
     // alone its dependencies' features differed from the test build's (aya and object were
@@ -187,6 +188,26 @@ pub fn build() -> Result<()> {
             "{} has no .BTF section: bpf-linker must run with --btf (spacetime-ebpf/.cargo/config.toml)",
             obj.display()
         );
+    }
+    Ok(())
+}
+
+/// The build script puts the eBPF object under the nearest directory cargo tagged with
+/// CACHEDIR.TAG; cargo tags the target directory only when it creates it, so one made before
+/// (`mkdir -p target/…`) would leave the object under the script's own OUT_DIR, where this
+/// file does not look. Tag it as cargo would.
+fn mark_target_dir() -> Result<()> {
+    let dir = target_dir();
+    let tag = dir.join("CACHEDIR.TAG");
+    if !tag.exists() {
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::write(
+            &tag,
+            "Signature: 8a477f597d28d172789f06886806bc55\n\
+             # This file is a cache directory tag created by cargo.\n\
+             # For information about cache directory tags see https://bford.info/cachedir/\n",
+        )
+        .with_context(|| format!("writing {}", tag.display()))?;
     }
     Ok(())
 }
