@@ -59,6 +59,12 @@ pub fn repetitions(host: usize, emulated: usize) -> usize {
     }
 }
 
+/// How many processes a storm starts: `host`, or `emulated` in the VM test's guest. Both are
+/// sized so that what the test asserts holds (a ring that holds them all, or one they wrap).
+pub fn storm_size(host: usize, emulated: usize) -> usize {
+    repetitions(host, emulated)
+}
+
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

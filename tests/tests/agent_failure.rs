@@ -140,6 +140,12 @@ fn a_watch_through_a_killed_agent_ends_non_zero() {
         "{}",
         out.context()
     );
+    // A watch's words, not a trace's (the audit saw "the command keeps running" here).
+    assert!(
+        out.stderr.contains("the watch stops") && !out.stderr.contains("the command"),
+        "{}",
+        out.context()
+    );
     let s: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&summary).expect("the summary")).expect("JSON");
     assert_eq!(s["stopped_by"], "agent_gone", "{s}");

@@ -29,9 +29,11 @@ use spacetime_tests::{agent::Agent, spacetime_bin, TempDir, Trace};
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 /// The command: st-workload sleeps at least this long and exits.
 const SLEEP_MS: u64 = 50;
-/// Two rounds of three runs: the bounds hold on every run; the printed comparison takes the
-/// least of each.
-const ROUNDS: usize = 2;
+/// Two rounds of three runs (one in the emulated guest): the bounds hold on every run; the
+/// printed comparison takes the least of each.
+fn rounds() -> usize {
+    spacetime_tests::repetitions(2, 1)
+}
 const RUNS: usize = 3;
 
 fn median(v: &mut [f64]) -> f64 {
@@ -138,7 +140,7 @@ fn bench_and_trace_walls_are_the_commands_own_through_an_agent_or_not() {
     let sleep_ms = sleep_ms_n.to_string();
     let cmd = format!("{WL} sleep {sleep_ms}");
     let (mut hf, mut through, mut own, mut traced) = (vec![], vec![], vec![], vec![]);
-    for _ in 0..ROUNDS {
+    for _ in 0..rounds() {
         hf.extend(hyperfine(dir.path(), &cmd));
         through.extend(bench(dir.path(), &cmd, Some(&agent), sleep_ms_n));
         own.extend(bench(dir.path(), &cmd, None, sleep_ms_n));

@@ -335,3 +335,93 @@ fn diff_fails_a_build_whose_peak_grew_by_ten_percent_and_passes_one_that_did_not
     std::fs::write(&junk, "{\"x\": 1}").expect("junk");
     assert_eq!(diff(&base, &junk, &[]).0, 125);
 }
+
+/// A CI gate fails on new failures without being told to: a build whose step newly fails (its
+/// make still exits 0) exits 1 with no `--fail-on`; `--fail-on failures:+1` loosens that.
+#[test]
+fn diff_fails_a_build_that_newly_fails_unless_told_otherwise() {
+    let dir = TempDir::new("build-diff-failed");
+    // The shell's own `false` would be no process: /bin/false is one.
+    let (ok, _) = traced(
+        &dir,
+        "ok",
+        &["sh", "-c", "/bin/true; true"],
+        &["--no-chart"],
+    );
+    let (failed, _) = traced(
+        &dir,
+        "failed",
+        &["sh", "-c", "/bin/false; true"],
+        &["--no-chart"],
+    );
+    assert_eq!(failures(&ok).len(), 0, "the good run has no failure");
+    assert_eq!(failures(&failed).len(), 1, "the bad run has one failure");
+    let (a, b) = (dir.path().join("ok.json"), dir.path().join("failed.json"));
+    let (code, text) = diff(&a, &b, &[]);
+    assert_eq!(code, 1, "a new failure passed the gate:\n{text}");
+    assert!(text.contains("OVER THRESHOLD: failed +1"), "{text}");
+    let (code, text) = diff(&a, &b, &["--fail-on", "peak:+50%"]);
+    assert_eq!(
+        code, 1,
+        "naming another figure keeps the failure gate:\n{text}"
+    );
+    let (code, text) = diff(&a, &b, &["--fail-on", "failures:+1"]);
+    assert_eq!(code, 0, "--fail-on failures:+1 allows one:\n{text}");
+    // Fewer failures is no failure.
+    assert_eq!(diff(&b, &a, &[]).0, 0);
+}
+
+/// Files handed to `report` and `diff` are untrusted: a device that never ends, noise, a file
+/// larger than the limit, a report of a newer spacetime. Each is refused (125) with words that
+/// say why: the devices at their first byte, the large file before it is read.
+#[test]
+fn report_and_diff_refuse_what_they_cannot_read_as_a_report() {
+    let dir = TempDir::new("report-input");
+    traced(&dir, "ok", &["true"], &["--no-chart"]);
+    let ok = dir.path().join("ok.json");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new(spacetime_bin())
+            .args(args)
+            .output()
+            .expect("spacetime");
+        (
+            out.status.code().expect("an exit code"),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+    let (code, err) = run(&[os("report"), os("/dev/zero")]);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("not a spacetime report") && err.contains("the byte 0x00"),
+        "{err}"
+    );
+    let (code, err) = run(&[
+        os("diff"),
+        ok.as_os_str(),
+        os("/dev/urandom"),
+        os("--max-input"),
+        os("1M"),
+    ]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("/dev/urandom: "), "{err}");
+    let (code, err) = run(&[os("report"), os("--max-input"), os("100"), ok.as_os_str()]);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("more than the 100 B read without --max-input"),
+        "{err}"
+    );
+    let mut v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&ok).expect("ok.json")).expect("JSON");
+    v["schema_version"] = 999.into();
+    let newer = dir.path().join("newer.json");
+    std::fs::write(&newer, v.to_string()).expect("newer.json");
+    let (code, err) = run(&[os("report"), newer.as_os_str()]);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("written by a newer spacetime (schema version 999"),
+        "{err}"
+    );
+    // The report itself still reads.
+    assert_eq!(run(&[os("report"), ok.as_os_str()]).0, 0);
+}

@@ -177,6 +177,15 @@ fn as_nobody_with_an_agent_it_goes_through_it() {
         .run();
     out.assert_code(0);
     assert_eq!(out.json_value()["programs"], "agent");
+    // Root too: its trace goes through an agent that answers, and doctor says so.
+    let d = Doctor::run(&[], agent.socket());
+    d.assert_verdict(true, Some("agent"));
+    let out = Trace::new(["/bin/true"])
+        .through(&agent)
+        .tag("doctor-root-agent")
+        .run();
+    out.assert_code(0);
+    assert_eq!(out.json_value()["programs"], "agent");
 }
 
 #[test]

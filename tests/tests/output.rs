@@ -317,3 +317,57 @@ fn watch_output_on_a_full_disk_is_a_failure_with_the_summary() {
         "the summary\n{stderr}"
     );
 }
+
+/// A file system that unmounts itself, however the test ends.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A full disk: an output that does not fit is not left cut. The page goes through a file
+/// beside it, renamed into place once whole; here it cannot be written whole, so the file that
+/// was there stays as it was, no temporary file is left, the line says so, and CMD's status
+/// and the other outputs are kept.
+#[test]
+fn an_output_that_does_not_fit_leaves_the_file_as_it_was() {
+    let dir = TempDir::new("output-full");
+    let small = dir.path().join("small");
+    std::fs::create_dir(&small).expect("mkdir");
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
+        .arg(&small)
+        .status()
+        .expect("mount");
+    assert!(st.success(), "mount a 16 KiB tmpfs");
+    let _mounted = Mounted(small.clone());
+    let page = small.join("r.html");
+    std::fs::write(&page, "the page of an earlier run\n").expect("an earlier page");
+    let out = Trace::new(["sh", "-c", "exit 3"])
+        .flag("--html")
+        .flag(&page)
+        .tag("output-full")
+        .run();
+    out.assert_code(3);
+    assert_eq!(
+        std::fs::read_to_string(&page).expect("the page"),
+        "the page of an earlier run\n",
+        "the earlier page was cut or replaced by part of the new one\n{}",
+        out.context()
+    );
+    let left: Vec<_> = std::fs::read_dir(&small)
+        .expect("read the tmpfs")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(left, [std::ffi::OsString::from("r.html")], "left behind");
+    assert!(
+        out.stderr.contains("writing the HTML report to")
+            && out.stderr.contains("nothing was written there"),
+        "{}",
+        out.context()
+    );
+    // The JSON report (elsewhere) was written whole.
+    assert!(out.json_value()["processes"].is_array());
+}

@@ -82,6 +82,9 @@ enum Cmd {
         /// Run only this integration test binary (tests/tests/NAME.rs); repeatable
         #[arg(long = "test", value_name = "NAME")]
         only: Vec<String>,
+        /// Leave this integration test binary out (another guest runs it); repeatable
+        #[arg(long = "except", value_name = "NAME")]
+        except: Vec<String>,
         /// The guest runs this spacetime binary (e.g. the static one of `cargo xtask dist`)
         /// instead of the release build
         #[arg(long, value_name = "PATH")]
@@ -251,6 +254,7 @@ fn main() -> Result<()> {
             all,
             cpus,
             only,
+            except,
             spacetime,
             doctor_with,
             args,
@@ -261,6 +265,7 @@ fn main() -> Result<()> {
             test_args: args,
             cpus,
             only,
+            except,
             spacetime,
             doctor_with,
         }),

@@ -37,6 +37,9 @@ pub struct ReportArgs {
     /// Skip the memory and CPU charts in the summary
     #[arg(long)]
     pub no_chart: bool,
+    /// Read at most SIZE of FILE (K, M, G suffixes): a larger file is refused
+    #[arg(long, value_name = "SIZE", default_value_t = crate::report::saved::MAX_INPUT_BYTES, value_parser = crate::util::parse::bytes)]
+    pub max_input: u64,
 }
 
 /// Entry point: 0, or 125 when the file cannot be read or an output written.
@@ -71,7 +74,7 @@ pub fn main(args: ReportArgs, verbose: u8) -> i32 {
         }
         None => None,
     };
-    let saved = match report::saved::read(&args.file) {
+    let saved = match report::saved::read(&args.file, args.max_input) {
         Ok(s) => s,
         Err(e) => {
             crate::errln!("spacetime: {}: {e}", args.file.display());

@@ -35,6 +35,12 @@ pub struct Status {
     /// Real, effective, saved and filesystem gids.
     pub gids: [u32; 4],
     pub cap_permitted: u64,
+    /// It has an mm (the `VmSize` line): an exiting task past `exit_mm()`, a zombie or a
+    /// kernel thread has none, and the kernel then shows its /proc files as root's
+    /// (`task_dump_owner`, fs/proc/base.c) whatever its dumpable flag was. Read the owner
+    /// ([`dumpable_owner`]) before the status: an mm gone by the owner's read is gone by the
+    /// status's.
+    pub has_mm: bool,
 }
 
 /// Why the caller may not read a process.
@@ -48,6 +54,8 @@ pub enum Denied {
         "it is not dumpable (a setuid, setgid or capability program, or one its user cannot read)"
     )]
     NotDumpable,
+    #[error("it is exiting (its memory is gone, so the kernel no longer shows whose it is)")]
+    Exiting,
     #[error("it holds capabilities its user lacks")]
     Capabilities,
 }
@@ -97,6 +105,10 @@ pub fn parse_status(text: &str) -> Option<Status> {
             "CapPrm" => {
                 s.cap_permitted = u64::from_str_radix(v, 16).ok()?;
                 64
+            }
+            "VmSize" => {
+                s.has_mm = true;
+                0
             }
             _ => 0,
         };
@@ -153,7 +165,11 @@ impl Caller {
             return Err(Denied::OtherGroup(g));
         }
         if owner != (self.uid, self.gid) {
-            return Err(Denied::NotDumpable);
+            return Err(if s.has_mm {
+                Denied::NotDumpable
+            } else {
+                Denied::Exiting
+            });
         }
         if s.cap_permitted & !self.cap_permitted != 0 {
             return Err(Denied::Capabilities);
@@ -166,7 +182,7 @@ impl Caller {
 mod tests {
     use super::*;
 
-    const STATUS: &str = "Name:\tsh\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t42\nNgid:\t0\nPid:\t42\nPPid:\t7\nTracerPid:\t0\nUid:\t1000\t1000\t1000\t1000\nGid:\t100\t100\t100\t100\nFDSize:\t64\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n";
+    const STATUS: &str = "Name:\tsh\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t42\nNgid:\t0\nPid:\t42\nPPid:\t7\nTracerPid:\t0\nUid:\t1000\t1000\t1000\t1000\nGid:\t100\t100\t100\t100\nFDSize:\t64\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nVmSize:\t    2304 kB\n";
 
     #[test]
     fn status_lines() {
@@ -175,6 +191,12 @@ mod tests {
         assert_eq!(s.uids, [1000; 4]);
         assert_eq!(s.gids, [100; 4]);
         assert_eq!(s.cap_permitted, 0);
+        assert!(s.has_mm, "a VmSize line");
+        assert!(
+            !parse_status(&STATUS.replace("VmSize", "VmX"))
+                .expect("parsed")
+                .has_mm
+        );
         assert_eq!(parse_status("Pid:\t1\n"), None, "lines missing");
         let bad = STATUS.replace("Uid:\t1000\t1000\t1000\t1000", "Uid:\t1000 x");
         assert_eq!(parse_status(&bad), None, "a malformed uid line");
@@ -200,6 +222,10 @@ mod tests {
             Err(Denied::OtherGroup(42))
         );
         assert_eq!(me.may_read(&s, (0, 0)), Err(Denied::NotDumpable));
+        // Past exit_mm() (a zombie, or a task on its way out) the kernel shows root as the
+        // owner whatever the dumpable flag: said as exiting, not as a setuid program.
+        let exiting = Status { has_mm: false, ..s };
+        assert_eq!(me.may_read(&exiting, (0, 0)), Err(Denied::Exiting));
         let mut caps = s;
         caps.cap_permitted = 1 << 13;
         assert_eq!(me.may_read(&caps, (1000, 100)), Err(Denied::Capabilities));

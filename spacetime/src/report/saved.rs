@@ -261,11 +261,35 @@ pub enum Saved {
     Bench(serde_json::Value),
 }
 
+/// The most of a file `report` and `diff` read unless told more (`--max-input`): a trace of
+/// 100 000 processes writes about 150 MB of JSON; what is larger is refused before it is
+/// read, and a stream that goes on past it (a device, a pipe) is stopped there.
+pub const MAX_INPUT_BYTES: u64 = 1 << 30;
+
 /// Why a saved report cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    #[error(
+        "{} is more than the {} read without --max-input (a larger report: --max-input {})",
+        crate::util::units::bytes(*.size),
+        crate::util::units::bytes(*.limit),
+        crate::util::units::bytes(*.size)
+    )]
+    TooLarge { size: u64, limit: u64 },
+    #[error(
+        "goes on past the {} read without --max-input (a larger report: --max-input SIZE)",
+        crate::util::units::bytes(*.0)
+    )]
+    Endless(u64),
+    #[error("not a spacetime report: a report is a JSON object, and this starts with {0}")]
+    NotAnObject(String),
+    #[error(
+        "written by a newer spacetime (schema version {0}; this one reads up to {known})",
+        known = super::SCHEMA_VERSION
+    )]
+    Newer(u32),
     #[error("not JSON: {0}")]
     Json(#[from] serde_json::Error),
     #[error("neither a trace report (`processes`) nor a bench report (`results`)")]
@@ -282,9 +306,13 @@ pub fn parse(text: &str) -> Result<Saved, ReadError> {
     struct Kind {
         processes: Option<IgnoredAny>,
         results: Option<IgnoredAny>,
+        schema_version: Option<u32>,
     }
     let kind: Kind = serde_json::from_str(text)?;
     if kind.processes.is_some() {
+        if let Some(v) = kind.schema_version.filter(|&v| v > super::SCHEMA_VERSION) {
+            return Err(ReadError::Newer(v));
+        }
         let r: SavedReport = serde_json::from_str(text).map_err(ReadError::Shape)?;
         Ok(Saved::Trace(Box::new(r)))
     } else if kind.results.is_some() {
@@ -294,7 +322,61 @@ pub fn parse(text: &str) -> Result<Saved, ReadError> {
     }
 }
 
-/// Reads the report in `path`.
-pub fn read(path: &std::path::Path) -> Result<Saved, ReadError> {
-    parse(&std::fs::read_to_string(path)?)
+/// Reads the report in `path`, at most `limit` bytes of it.
+pub fn read(path: &std::path::Path, limit: u64) -> Result<Saved, ReadError> {
+    parse(&read_bounded(path, limit)?)
+}
+
+/// The text of `path`: refused when a file is larger than `limit`, stopped when a stream goes
+/// on past it, and given up at its first byte that cannot start a report (`/dev/zero`,
+/// `/dev/urandom`: at once, not after gigabytes).
+fn read_bounded(path: &std::path::Path, limit: u64) -> Result<String, ReadError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if meta.is_file() && meta.len() > limit {
+        return Err(ReadError::TooLarge {
+            size: meta.len(),
+            limit,
+        });
+    }
+    let mut text = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    let mut from = file.take(limit.saturating_add(1));
+    let mut started = false;
+    loop {
+        let n = match from.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if !started {
+            if let Some(&b) = chunk[..n].iter().find(|b| !b.is_ascii_whitespace()) {
+                if b != b'{' {
+                    return Err(ReadError::NotAnObject(first_byte(b)));
+                }
+                started = true;
+            }
+        }
+        text.extend_from_slice(&chunk[..n]);
+        if text.len() as u64 > limit {
+            return Err(ReadError::Endless(limit));
+        }
+    }
+    String::from_utf8(text).map_err(|e| {
+        ReadError::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not UTF-8 text (at byte {})", e.utf8_error().valid_up_to()),
+        ))
+    })
+}
+
+/// A byte as a person reads it: the character if printable, else its value.
+fn first_byte(b: u8) -> String {
+    if b.is_ascii_graphic() {
+        format!("{:?}", b as char)
+    } else {
+        format!("the byte 0x{b:02x}")
+    }
 }

@@ -126,20 +126,22 @@ impl Target {
         }
         let ticks = fields.start_ticks;
         let ppid = stat_ppid(&stat).unwrap_or(0);
+        // The owner before the status (see `creds::Status::has_mm`).
+        let owner = crate::kernel::creds::dumpable_owner(pid).map_err(gone)?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(gone)?;
         let st = crate::kernel::creds::parse_status(&status).ok_or(AttachError::Gone(pid))?;
         if st.tgid != pid {
             return Err(AttachError::Thread { pid, tgid: st.tgid });
         }
         if let Some(caller) = caller {
-            let owner = crate::kernel::creds::dumpable_owner(pid).map_err(gone)?;
-            caller
-                .may_read(&st, owner)
-                .map_err(|why| AttachError::NotYours {
+            caller.may_read(&st, owner).map_err(|why| match why {
+                Denied::Exiting => AttachError::Gone(pid),
+                why => AttachError::NotYours {
                     pid,
                     why,
                     caller: caller.uid,
-                })?;
+                },
+            })?;
         }
         let threads = status_numbers(&status, "Threads:")
             .first()

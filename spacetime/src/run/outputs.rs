@@ -1,11 +1,14 @@
 //! The files a trace writes (`--json`, `--perfetto`, `-o`), opened before CMD starts: a path
 //! that cannot be written stops spacetime with one sentence before anything runs, instead of
 //! losing a whole run at the end. A write that still fails at the end costs that file only:
-//! the summary and CMD's status are kept.
+//! the summary and CMD's status are kept. A file is written whole or not at all: into a
+//! temporary file beside it, renamed over it once complete (a full disk leaves the old file,
+//! or none, never a part); a device or a FIFO is written as it is, and `--append` in place.
 
 use crate::report::Report;
 
 use std::{
+    ffi::OsString,
     fs::{File, OpenOptions},
     io::{self, BufWriter, Write},
     path::{Path, PathBuf},
@@ -16,57 +19,124 @@ use std::{
 pub enum Dest {
     /// `-`: standard output.
     Stdout,
-    File {
-        file: File,
-        path: PathBuf,
-    },
+    File(FileDest),
 }
+
+/// A file output: the file written, and where it goes once whole.
+#[derive(Debug)]
+pub struct FileDest {
+    file: File,
+    path: PathBuf,
+    /// The temporary file `file` is, renamed to `path` once written (None: written in place).
+    temp: Option<PathBuf>,
+}
+
+impl Drop for FileDest {
+    /// A temporary file never renamed (nothing written, or the write failed) goes.
+    fn drop(&mut self) {
+        if let Some(t) = self.temp.take() {
+            let _ = std::fs::remove_file(t);
+        }
+    }
+}
+
+/// Which file two outputs would both write: an existing file's (device, inode), or a new
+/// one's directory (device, inode) and name.
+type FileId = (u64, u64, Option<OsString>);
 
 impl Dest {
     /// Opens `path` for writing (created, truncated or appended to); `-` means stdout when
-    /// `dash_is_stdout`.
+    /// `dash_is_stdout`. A regular file (or a new one) is written through a temporary file
+    /// beside it, created now so that a directory that cannot be written fails now.
     pub fn open(path: &Path, append: bool, dash_is_stdout: bool) -> Result<Dest, OpenError> {
         if dash_is_stdout && path.as_os_str() == "-" {
             return Ok(Dest::Stdout);
         }
+        let err = |source| OpenError {
+            path: path.to_path_buf(),
+            source,
+        };
+        let meta = std::fs::metadata(path);
+        let in_place = append || meta.as_ref().is_ok_and(|m| !m.is_file());
+        if in_place {
+            let file = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .append(append)
+                .truncate(!append)
+                .open(path)
+                .map_err(err)?;
+            return Ok(Dest::File(FileDest {
+                file,
+                path: path.to_path_buf(),
+                temp: None,
+            }));
+        }
+        if meta.is_ok() {
+            // Replaced by a rename, which needs only the directory: ask for what an open
+            // for writing would need, so a read-only file is refused as before.
+            rustix::fs::access(path, rustix::fs::Access::WRITE_OK).map_err(|e| err(e.into()))?;
+        }
+        let temp = temp_beside(path);
         let file = OpenOptions::new()
             .write(true)
-            .create(true)
-            .append(append)
-            .truncate(!append)
-            .open(path)
-            .map_err(|source| OpenError {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        Ok(Dest::File {
+            .create_new(true)
+            .open(&temp)
+            .map_err(err)?;
+        if let Ok(m) = &meta {
+            // The file it replaces keeps its owner and mode, as a truncation would have.
+            use std::os::unix::fs::MetadataExt;
+            let _ = rustix::fs::fchown(
+                &file,
+                Some(rustix::fs::Uid::from_raw(m.uid())),
+                Some(rustix::fs::Gid::from_raw(m.gid())),
+            );
+            let _ = file.set_permissions(m.permissions());
+        }
+        Ok(Dest::File(FileDest {
             file,
             path: path.to_path_buf(),
-        })
+            temp: Some(temp),
+        }))
     }
 
-    /// (device, inode) when it is a regular file (a terminal or a pipe takes both outputs
-    /// one after the other without harm).
-    fn regular_file_id(&self) -> Option<(u64, u64)> {
+    /// Which file it writes, when it is a regular file (a terminal or a pipe takes both
+    /// outputs one after the other without harm).
+    fn file_id(&self) -> Option<FileId> {
         use std::os::fd::AsFd;
-        let st = match self {
-            Dest::Stdout => rustix::fs::fstat(io::stdout().as_fd()).ok()?,
-            Dest::File { file, .. } => rustix::fs::fstat(file.as_fd()).ok()?,
+        let regular = |st: &rustix::fs::Stat| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
         };
-        let regular =
-            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
-        regular.then_some((st.st_dev, st.st_ino))
+        match self {
+            Dest::Stdout => {
+                let st = rustix::fs::fstat(io::stdout().as_fd()).ok()?;
+                regular(&st).then_some((st.st_dev, st.st_ino, None))
+            }
+            Dest::File(f) if f.temp.is_none() => {
+                let st = rustix::fs::fstat(f.file.as_fd()).ok()?;
+                regular(&st).then_some((st.st_dev, st.st_ino, None))
+            }
+            Dest::File(f) => match rustix::fs::stat(&f.path) {
+                Ok(st) => Some((st.st_dev, st.st_ino, None)),
+                Err(_) => {
+                    let dir = f.path.parent().filter(|d| !d.as_os_str().is_empty());
+                    let st = rustix::fs::stat(dir.unwrap_or(Path::new("."))).ok()?;
+                    Some((st.st_dev, st.st_ino, f.path.file_name().map(OsString::from)))
+                }
+            },
+        }
     }
 
     /// How an error message names it (escaped when the line is written).
     pub fn name(&self) -> String {
         match self {
             Dest::Stdout => "standard output".into(),
-            Dest::File { path, .. } => path.display().to_string(),
+            Dest::File(f) => f.path.display().to_string(),
         }
     }
 
-    /// Writes what `f` produces, buffered, and flushes.
+    /// Writes what `f` produces, buffered, and flushes; a file goes into place only once all
+    /// of it is written (on an error it is not there, or as it was before: the error says so).
     pub fn write_with(
         &mut self,
         f: impl FnOnce(&mut dyn Write) -> io::Result<()>,
@@ -77,13 +147,42 @@ impl Dest {
                 f(&mut w)?;
                 w.flush()
             }
-            Dest::File { file, .. } => {
-                let mut w = BufWriter::new(file);
-                f(&mut w)?;
-                w.flush()
+            Dest::File(d) => {
+                let mut w = BufWriter::new(&d.file);
+                let written = f(&mut w).and_then(|()| w.flush());
+                drop(w);
+                let Some(temp) = d.temp.as_ref() else {
+                    return written;
+                };
+                let whole = written
+                    .and_then(|()| d.file.sync_all())
+                    .and_then(|()| std::fs::rename(temp, &d.path));
+                match whole {
+                    Ok(()) => {
+                        d.temp = None;
+                        Ok(())
+                    }
+                    Err(e) => Err(io::Error::new(
+                        e.kind(),
+                        format!(
+                            "{e}; nothing was written there (a file already there is as it was)"
+                        ),
+                    )),
+                }
             }
         }
     }
+}
+
+/// `DIR/.NAME.spacetime-PID-N`: beside the file, so that the rename stays in one file system;
+/// N tells this process's outputs apart (two of them naming one file are refused by name).
+fn temp_beside(path: &Path) -> PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = OsString::from(".");
+    name.push(path.file_name().unwrap_or(path.as_os_str()));
+    name.push(format!(".spacetime-{}-{n}", std::process::id()));
+    path.with_file_name(name)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -175,10 +274,10 @@ impl Outputs {
             ("--html", &o.html),
             ("-o", &o.summary),
         ];
-        let ids: Vec<(&str, &Dest, (u64, u64))> = named
+        let ids: Vec<(&str, &Dest, FileId)> = named
             .iter()
             .filter_map(|(flag, d)| d.as_ref().map(|d| (*flag, d)))
-            .filter_map(|(flag, d)| d.regular_file_id().map(|id| (flag, d, id)))
+            .filter_map(|(flag, d)| d.file_id().map(|id| (flag, d, id)))
             .collect();
         for (i, (a, d, id)) in ids.iter().enumerate() {
             if let Some((b, _, _)) = ids[i + 1..].iter().find(|(_, _, other)| other == id) {

@@ -110,6 +110,9 @@ pub fn prove(peer: Peer, pidfd: OwnedFd) -> Result<(Proven, Pinned), Unproven> {
         pid,
         why: e.to_string(),
     };
+    // The owner before the status: a process past exit_mm() when its owner was read shows
+    // no mm in the status read after it, and is told apart from a setuid one by that.
+    let owner = creds::dumpable_owner(pid).map_err(unreadable)?;
     let status = creds::status(pid).map_err(unreadable)?;
     if status.tgid != pid {
         return Err(Unproven::NotLeader(pid, status.tgid));
@@ -118,10 +121,12 @@ pub fn prove(peer: Peer, pidfd: OwnedFd) -> Result<(Proven, Pinned), Unproven> {
         return Err(Unproven::NotChild(pid));
     }
     let caller = Caller::of(peer.pid, peer.uid, peer.gid);
-    let owner = creds::dumpable_owner(pid).map_err(unreadable)?;
-    caller
-        .may_read(&status, owner)
-        .map_err(|why| Unproven::Denied { pid, why })?;
+    caller.may_read(&status, owner).map_err(|why| match why {
+        // Its /proc files are root's because it is on its way out, not because of a setuid
+        // exec: said as what it is.
+        Denied::Exiting => Unproven::Exited,
+        why => Unproven::Denied { pid, why },
+    })?;
     let own = stat_of(pid).map_err(unreadable)?;
     if own.ending() {
         return Err(Unproven::Exited);

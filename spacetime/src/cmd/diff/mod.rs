@@ -25,8 +25,9 @@ pub struct DiffArgs {
     pub b: PathBuf,
     /// Exit 1 when B grew past a threshold: comma-separated FIGURE:+N% or FIGURE:+N (N in
     /// the figure's unit: 10M, 250ms, a count). Figures: wall, cpu, peak (largest process),
-    /// tree-peak, processes, failures. For bench reports, a change counts only when
-    /// significant (Welch's t-test, p < 0.05)
+    /// tree-peak, processes, failures. New failures fail without this option
+    /// (failures:+0); `--fail-on failures:+N` loosens that. For bench reports, a change
+    /// counts only when significant (Welch's t-test, p < 0.05)
     #[arg(long, value_name = "SPEC", value_parser = parse_thresholds)]
     pub fail_on: Option<Thresholds>,
     /// How to write the comparison
@@ -35,6 +36,9 @@ pub struct DiffArgs {
     /// Do not cut lines to the terminal's width
     #[arg(short = 'w', long)]
     pub wide: bool,
+    /// Read at most SIZE of each report (K, M, G suffixes): a larger one is refused
+    #[arg(long, value_name = "SIZE", default_value_t = crate::report::saved::MAX_INPUT_BYTES, value_parser = crate::util::parse::bytes)]
+    pub max_input: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -136,10 +140,21 @@ pub fn crossed(sections: &[Section], t: &Thresholds) -> Vec<Crossed> {
     out
 }
 
+/// The thresholds a comparison is gated by: those asked for, and new failures unless they name
+/// failures themselves (a CI gate that passed a build that newly fails was the defect).
+pub fn gates(asked: Option<Thresholds>) -> Thresholds {
+    let mut t = asked.map(|t| t.0).unwrap_or_default();
+    if !t.iter().any(|&(f, _)| f == Figure::Failures) {
+        t.push((Figure::Failures, Limit::Absolute(0.0)));
+    }
+    Thresholds(t)
+}
+
 /// Entry point: 0, 1 when a threshold was crossed, 125 when a report cannot be read.
 pub fn main(args: DiffArgs) -> i32 {
-    let read =
-        |p: &PathBuf| saved::read(p).map_err(|e| crate::errln!("spacetime: {}: {e}", p.display()));
+    let read = |p: &PathBuf| {
+        saved::read(p, args.max_input).map_err(|e| crate::errln!("spacetime: {}: {e}", p.display()))
+    };
     let (Ok(a), Ok(b)) = (read(&args.a), read(&args.b)) else {
         return EXIT_OWN_FAILURE;
     };
@@ -155,11 +170,7 @@ pub fn main(args: DiffArgs) -> i32 {
             return EXIT_OWN_FAILURE;
         }
     };
-    let crossed = args
-        .fail_on
-        .as_ref()
-        .map(|t| crossed(&sections, t))
-        .unwrap_or_default();
+    let crossed = crossed(&sections, &gates(args.fail_on));
     let names = (args.a.display().to_string(), args.b.display().to_string());
     let text = match args.format {
         Format::Markdown => table::markdown(&sections, &names, &crossed),
@@ -208,5 +219,21 @@ mod tests {
         assert!(Limit::Percent(5.0).crossed(0.0, 1.0));
         assert!(Limit::Absolute(0.0).crossed(0.0, 1.0));
         assert!(!Limit::Absolute(0.0).crossed(1.0, 1.0));
+    }
+
+    #[test]
+    fn new_failures_gate_unless_failures_are_named() {
+        let zero = (Figure::Failures, Limit::Absolute(0.0));
+        assert_eq!(gates(None).0, [zero]);
+        let peak = parse_thresholds("peak:+5%").expect("parse");
+        assert_eq!(
+            gates(Some(peak)).0,
+            [(Figure::Peak, Limit::Percent(5.0)), zero]
+        );
+        let loose = parse_thresholds("failures:+3").expect("parse");
+        assert_eq!(
+            gates(Some(loose)).0,
+            [(Figure::Failures, Limit::Absolute(3.0))]
+        );
     }
 }

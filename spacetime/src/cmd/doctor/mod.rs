@@ -159,19 +159,26 @@ pub fn examine() -> Report {
     }
 }
 
+/// What `trace` would do here: like `trace` itself (`Programs::AgentElseOwn`), through an agent
+/// that answers, else with programs of its own.
 fn verdict(checks: &[Check], own: bool, through_agent: bool) -> Verdict {
+    if through_agent {
+        let summary = if own {
+            "works here, through the agent (with --no-agent, with programs it loads itself)"
+        } else {
+            "works here, through the agent"
+        };
+        return Verdict {
+            works: true,
+            via: Some(Via::Agent),
+            summary: summary.into(),
+        };
+    }
     if own {
         return Verdict {
             works: true,
             via: Some(Via::Own),
             summary: "works here, with programs it loads itself".into(),
-        };
-    }
-    if through_agent {
-        return Verdict {
-            works: true,
-            via: Some(Via::Agent),
-            summary: "works here, through the agent".into(),
         };
     }
     let failed = |id: &str| checks.iter().any(|c| c.id == id && c.status == Status::No);
@@ -199,9 +206,13 @@ mod tests {
     }
 
     #[test]
-    fn the_verdict_prefers_own_programs_then_the_agent_and_says_why_not() {
+    fn the_verdict_is_traces_choice_and_says_why_not() {
         let checks = [c("capabilities", Status::No), c("agent", Status::No)];
+        // As root with an agent answering, trace goes through the agent, as doctor says.
         let v = verdict(&checks, true, true);
+        assert_eq!((v.works, v.via), (true, Some(Via::Agent)));
+        assert!(v.summary.contains("--no-agent"), "{}", v.summary);
+        let v = verdict(&checks, true, false);
         assert_eq!((v.works, v.via), (true, Some(Via::Own)));
         let v = verdict(&checks, false, true);
         assert_eq!((v.works, v.via), (true, Some(Via::Agent)));

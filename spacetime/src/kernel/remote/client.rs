@@ -131,6 +131,8 @@ pub struct AgentConn {
     agent_pid: u32,
     /// The user was told that the agent went away.
     told: bool,
+    /// What the session is for ([`proto::want`]): a trace's words are not a watch's.
+    want: u8,
     buf: Vec<u8>,
 }
 
@@ -198,6 +200,7 @@ impl AgentConn {
             mms: Vec::new(),
             gone: None,
             told: true,
+            want,
             buf: vec![0; proto::MAX_MESSAGE + 1],
         };
         match conn.recv_blocking(Instant::now() + ANSWER_TIMEOUT) {
@@ -394,9 +397,15 @@ impl AgentConn {
     /// Says once on stderr that the agent went away, if it did.
     pub fn tell_if_gone(&mut self) {
         if let (Some(why), false) = (&self.gone, self.told) {
-            crate::errln!(
-                "spacetime: the agent went away ({why}); the command keeps running, and the report covers what came before"
-            );
+            if self.want & proto::want::KIND == proto::want::WATCH {
+                crate::errln!(
+                    "spacetime: the agent went away ({why}); the watch stops: no exit after this one comes"
+                );
+            } else {
+                crate::errln!(
+                    "spacetime: the agent went away ({why}); the command keeps running, and the report covers what came before"
+                );
+            }
             self.told = true;
         }
     }
