@@ -19,25 +19,11 @@ use std::{
 pub enum Dest {
     /// `-`: standard output.
     Stdout,
-    File(FileDest),
-}
-
-/// A file output: the file written, and where it goes once whole.
-#[derive(Debug)]
-pub struct FileDest {
-    file: File,
-    path: PathBuf,
-    /// The temporary file `file` is, renamed to `path` once written (None: written in place).
-    temp: Option<PathBuf>,
-}
-
-impl Drop for FileDest {
-    /// A temporary file never renamed (nothing written, or the write failed) goes.
-    fn drop(&mut self) {
-        if let Some(t) = self.temp.take() {
-            let _ = std::fs::remove_file(t);
-        }
-    }
+    /// Written in place: a device, a FIFO, or a file appended to.
+    InPlace { file: File, path: PathBuf },
+    /// A regular file, written whole into a temporary file beside `target` (the named path,
+    /// or the file its symbolic link names) and renamed over it.
+    Whole { path: PathBuf, target: PathBuf },
 }
 
 /// Which file two outputs would both write: an existing file's (device, inode), or a new
@@ -46,8 +32,8 @@ type FileId = (u64, u64, Option<OsString>);
 
 impl Dest {
     /// Opens `path` for writing (created, truncated or appended to); `-` means stdout when
-    /// `dash_is_stdout`. A regular file (or a new one) is written through a temporary file
-    /// beside it, created now so that a directory that cannot be written fails now.
+    /// `dash_is_stdout`. A regular file (or a new one) is only checked now (its directory,
+    /// and the file if it exists, writable): it is written whole at the end.
     pub fn open(path: &Path, append: bool, dash_is_stdout: bool) -> Result<Dest, OpenError> {
         if dash_is_stdout && path.as_os_str() == "-" {
             return Ok(Dest::Stdout);
@@ -56,9 +42,14 @@ impl Dest {
             path: path.to_path_buf(),
             source,
         };
+        // A link is followed, as an open would: the file it names is the one replaced.
+        let target = std::fs::canonicalize(path).ok();
         let meta = std::fs::metadata(path);
-        let in_place = append || meta.as_ref().is_ok_and(|m| !m.is_file());
-        if in_place {
+        let regular_or_new = match &meta {
+            Ok(m) => m.is_file() && target.is_some(),
+            Err(e) => e.kind() == io::ErrorKind::NotFound && !is_dangling_link(path),
+        };
+        if append || !regular_or_new {
             let file = OpenOptions::new()
                 .write(true)
                 .create(true)
@@ -66,38 +57,29 @@ impl Dest {
                 .truncate(!append)
                 .open(path)
                 .map_err(err)?;
-            return Ok(Dest::File(FileDest {
+            return Ok(Dest::InPlace {
                 file,
                 path: path.to_path_buf(),
-                temp: None,
-            }));
+            });
         }
+        let target = target.unwrap_or_else(|| path.to_path_buf());
+        // As the effective ids would open it (access(2) alone asks for the real ones).
+        let access = |p: &Path, how| {
+            rustix::fs::accessat(rustix::fs::CWD, p, how, rustix::fs::AtFlags::EACCESS)
+                .map_err(|e| err(e.into()))
+        };
+        access(
+            dir_of(&target),
+            rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+        )?;
         if meta.is_ok() {
-            // Replaced by a rename, which needs only the directory: ask for what an open
-            // for writing would need, so a read-only file is refused as before.
-            rustix::fs::access(path, rustix::fs::Access::WRITE_OK).map_err(|e| err(e.into()))?;
+            // A read-only file is refused, as an open for writing would refuse it.
+            access(&target, rustix::fs::Access::WRITE_OK)?;
         }
-        let temp = temp_beside(path);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)
-            .map_err(err)?;
-        if let Ok(m) = &meta {
-            // The file it replaces keeps its owner and mode, as a truncation would have.
-            use std::os::unix::fs::MetadataExt;
-            let _ = rustix::fs::fchown(
-                &file,
-                Some(rustix::fs::Uid::from_raw(m.uid())),
-                Some(rustix::fs::Gid::from_raw(m.gid())),
-            );
-            let _ = file.set_permissions(m.permissions());
-        }
-        Ok(Dest::File(FileDest {
-            file,
+        Ok(Dest::Whole {
             path: path.to_path_buf(),
-            temp: Some(temp),
-        }))
+            target,
+        })
     }
 
     /// Which file it writes, when it is a regular file (a terminal or a pipe takes both
@@ -112,16 +94,15 @@ impl Dest {
                 let st = rustix::fs::fstat(io::stdout().as_fd()).ok()?;
                 regular(&st).then_some((st.st_dev, st.st_ino, None))
             }
-            Dest::File(f) if f.temp.is_none() => {
-                let st = rustix::fs::fstat(f.file.as_fd()).ok()?;
+            Dest::InPlace { file, .. } => {
+                let st = rustix::fs::fstat(file.as_fd()).ok()?;
                 regular(&st).then_some((st.st_dev, st.st_ino, None))
             }
-            Dest::File(f) => match rustix::fs::stat(&f.path) {
+            Dest::Whole { target, .. } => match rustix::fs::stat(target) {
                 Ok(st) => Some((st.st_dev, st.st_ino, None)),
                 Err(_) => {
-                    let dir = f.path.parent().filter(|d| !d.as_os_str().is_empty());
-                    let st = rustix::fs::stat(dir.unwrap_or(Path::new("."))).ok()?;
-                    Some((st.st_dev, st.st_ino, f.path.file_name().map(OsString::from)))
+                    let st = rustix::fs::stat(dir_of(target)).ok()?;
+                    Some((st.st_dev, st.st_ino, target.file_name().map(OsString::from)))
                 }
             },
         }
@@ -131,12 +112,12 @@ impl Dest {
     pub fn name(&self) -> String {
         match self {
             Dest::Stdout => "standard output".into(),
-            Dest::File(f) => f.path.display().to_string(),
+            Dest::InPlace { path, .. } | Dest::Whole { path, .. } => path.display().to_string(),
         }
     }
 
-    /// Writes what `f` produces, buffered, and flushes; a file goes into place only once all
-    /// of it is written (on an error it is not there, or as it was before: the error says so).
+    /// Writes what `f` produces, buffered, and flushes; a whole file goes into place only
+    /// once all of it is written (on an error it is not there, or as it was: the error says so).
     pub fn write_with(
         &mut self,
         f: impl FnOnce(&mut dyn Write) -> io::Result<()>,
@@ -147,35 +128,65 @@ impl Dest {
                 f(&mut w)?;
                 w.flush()
             }
-            Dest::File(d) => {
-                let mut w = BufWriter::new(&d.file);
-                let written = f(&mut w).and_then(|()| w.flush());
-                drop(w);
-                let Some(temp) = d.temp.as_ref() else {
-                    return written;
-                };
-                let whole = written
-                    .and_then(|()| d.file.sync_all())
-                    .and_then(|()| std::fs::rename(temp, &d.path));
-                match whole {
-                    Ok(()) => {
-                        d.temp = None;
-                        Ok(())
-                    }
-                    Err(e) => Err(io::Error::new(
-                        e.kind(),
-                        format!(
-                            "{e}; nothing was written there (a file already there is as it was)"
-                        ),
-                    )),
-                }
+            Dest::InPlace { file, .. } => {
+                let mut w = BufWriter::new(file);
+                f(&mut w)?;
+                w.flush()
             }
+            Dest::Whole { target, .. } => write_whole(target, f).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("{e}; nothing was written there (a file already there is as it was)"),
+                )
+            }),
         }
     }
 }
 
+/// Writes `target` through a temporary file beside it (removed unless renamed into place),
+/// keeping a replaced file's owner and mode, as a truncation would have.
+fn write_whole(target: &Path, f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+    let temp = temp_beside(target);
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&temp)?;
+    let written = (|| {
+        if let Ok(m) = std::fs::metadata(target) {
+            use std::os::unix::fs::MetadataExt;
+            let _ = rustix::fs::fchown(
+                &file,
+                Some(rustix::fs::Uid::from_raw(m.uid())),
+                Some(rustix::fs::Gid::from_raw(m.gid())),
+            );
+            file.set_permissions(m.permissions())?;
+        }
+        let mut w = BufWriter::new(&file);
+        f(&mut w)?;
+        w.flush()?;
+        drop(w);
+        file.sync_all()?;
+        std::fs::rename(&temp, target)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
+}
+
+/// The directory a file is in (`.` for a bare name).
+fn dir_of(p: &Path) -> &Path {
+    p.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+fn is_dangling_link(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())
+}
+
 /// `DIR/.NAME.spacetime-PID-N`: beside the file, so that the rename stays in one file system;
-/// N tells this process's outputs apart (two of them naming one file are refused by name).
+/// N tells this process's outputs apart.
 fn temp_beside(path: &Path) -> PathBuf {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -369,6 +380,51 @@ mod tests {
             std::fs::read_to_string(&f).expect("read"),
             "before\nafter\n"
         );
+        std::fs::remove_dir_all(&dir).expect("rm");
+    }
+
+    /// Whole or nothing: a write that fails leaves the file as it was and nothing beside it;
+    /// one that succeeds replaces it keeping its mode, through a link to it.
+    #[test]
+    fn a_file_is_replaced_whole_or_left_as_it_was() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("spacetime-whole-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let f = dir.join("report.json");
+        std::fs::write(&f, "old\n").expect("write");
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+        let link = dir.join("link.json");
+        std::os::unix::fs::symlink(&f, &link).expect("symlink");
+        let mut d = Dest::open(&link, false, true).expect("open");
+        assert_eq!(
+            std::fs::read_to_string(&f).expect("read"),
+            "old\n",
+            "not cut at open"
+        );
+        let failed = d.write_with(|w: &mut dyn Write| {
+            w.write_all(b"half of it")?;
+            Err(io::Error::other("the disk is full"))
+        });
+        let e = failed.expect_err("the write fails");
+        assert!(e.to_string().contains("nothing was written there"), "{e}");
+        assert_eq!(std::fs::read_to_string(&f).expect("read"), "old\n");
+        d.write_with(|w: &mut dyn Write| w.write_all(b"new\n"))
+            .expect("write");
+        assert_eq!(std::fs::read_to_string(&f).expect("read"), "new\n");
+        let mode = std::fs::metadata(&f).expect("stat").permissions().mode();
+        assert_eq!(mode & 0o777, 0o640, "the mode it had");
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .expect("the link")
+                .file_type()
+                .is_symlink(),
+            "the link was replaced instead of the file it names"
+        );
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "a temporary file left: {names:?}");
         std::fs::remove_dir_all(&dir).expect("rm");
     }
 }
