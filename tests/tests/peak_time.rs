@@ -57,8 +57,11 @@ fn a_peak_held_through_a_sleep_is_dated_at_the_touch_in_every_run() {
             peak >= held + 16 * PAGE - 4 * PAGE && peak <= held + 16 * PAGE + MIB,
             "run {run}: tree peak {peak} vs {held} held plus the exit's 16 pages\n{ctx}"
         );
+        // Dated at the touch: before what it held was read, so before the sleep and the exit's
+        // pages (the defect dated it at the exit). An order, not a distance in time: it holds
+        // at any speed.
         assert!(
-            at <= held_at && held_at - at <= 100_000_000,
+            at <= held_at && held_at < woke,
             "run {run}: tree peak dated {at} ns, the touch ended at {touched} ns and what it \
              held was read at {held_at} ns (it woke at {woke} ns)\n{ctx}"
         );
