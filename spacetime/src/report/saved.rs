@@ -261,9 +261,9 @@ pub enum Saved {
     Bench(serde_json::Value),
 }
 
-/// The most of a file `report` and `diff` read unless told more (`--max-input`): a trace of
-/// 100 000 processes writes about 150 MB of JSON; what is larger is refused before it is
-/// read, and a stream that goes on past it (a device, a pipe) is stopped there.
+/// The most of a file `report` and `diff` read unless told more (`--max-input`): what is
+/// larger is refused before it is read, and a stream that goes on past it (a device, a pipe)
+/// is stopped there.
 pub const MAX_INPUT_BYTES: u64 = 1 << 30;
 
 /// Why a saved report cannot be read.
@@ -271,11 +271,11 @@ pub const MAX_INPUT_BYTES: u64 = 1 << 30;
 pub enum ReadError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    // The suggestion is in bytes: a rounded size (95.4 MiB) could fall short of the file.
     #[error(
-        "{} is more than the {} read without --max-input (a larger report: --max-input {})",
+        "{} is more than the {} read without --max-input (a larger report: --max-input {size})",
         crate::util::units::bytes(*.size),
-        crate::util::units::bytes(*.limit),
-        crate::util::units::bytes(*.size)
+        crate::util::units::bytes(*.limit)
     )]
     TooLarge { size: u64, limit: u64 },
     #[error(
