@@ -14,6 +14,7 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 
 use super::{
     clients::{Budget, Client},
+    requests::RSS_LINGER,
     listen::Listener,
     route::Owners,
     users::Users,
@@ -64,6 +65,11 @@ pub struct AgentArgs {
     #[arg(long, value_name = "SECS", default_value_t = IDLE_TIMEOUT.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout: u64,
+    /// Seconds the rss_stat program stays attached after the last session that shows memory
+    /// over time: a trace that starts meanwhile need not wait for the kernel to attach it
+    /// again (15-25 ms); 0 detaches it at once
+    #[arg(long, value_name = "SECS", default_value_t = RSS_LINGER.as_secs())]
+    pub rss_linger: u64,
 }
 
 /// Entry point of the subcommand: 0 after a SIGTERM, SIGINT or SIGHUP, 125 when it cannot
@@ -93,6 +99,8 @@ pub(super) struct Agent {
     pub rss_following: bool,
     /// Since when no session needs rss_stat while it is still attached (it lingers).
     pub rss_unwanted_since: Option<Instant>,
+    /// `--rss-linger`.
+    pub rss_linger: Duration,
     /// Delay accounting switched on for clients (restored when dropped).
     pub delayacct: Option<crate::run::delayacct::DelayAcct>,
     pub users: Users,
@@ -193,6 +201,7 @@ fn serve_on(
         owners: Owners::default(),
         rss_following: false,
         rss_unwanted_since: None,
+        rss_linger: Duration::from_secs(args.rss_linger),
         delayacct: None,
         users: Users::new(),
         queued: Budget::default(),

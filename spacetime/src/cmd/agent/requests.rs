@@ -408,7 +408,7 @@ impl Agent {
 
     /// rss_stat runs only while some session that shows memory over time traces or may (a
     /// trace session is open: its run then need not wait for the attach, nor its end for
-    /// the detach), and for [`RSS_LINGER`] after the last: a tracepoint's first probe
+    /// the detach), and for `--rss-linger` (default [`RSS_LINGER`]) after the last: a tracepoint's first probe
     /// attached within a grace period of its last one's removal waits for that grace period
     /// to end (the kernel's 1->0->1 transition, `tp_rcu_cond_sync`), and the agent served no
     /// one meanwhile: 15-25 ms of every back-to-back trace. The loop calls it on every round
@@ -426,7 +426,7 @@ impl Agent {
             (false, false) => return,
             (false, true) => {
                 let since = *self.rss_unwanted_since.get_or_insert(now);
-                now.duration_since(since) < RSS_LINGER
+                now.duration_since(since) < self.rss_linger
             }
         };
         if on == self.rss_following {
