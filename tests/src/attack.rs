@@ -193,26 +193,35 @@ pub fn peak_rss_during<T>(pid: i32, busy: impl FnOnce() -> T) -> (T, Peaks) {
 /// for an attacker to try to learn about, landing on pids the attacker cycles through.
 pub struct Victims {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ran: std::sync::Arc<std::sync::atomic::AtomicU64>,
     thread: Option<std::thread::JoinHandle<u64>>,
 }
 
 impl Victims {
     pub fn start() -> Victims {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s = stop.clone();
+        let ran = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (s, r) = (stop.clone(), ran.clone());
         let thread = std::thread::spawn(move || {
             let mut n = 0;
             while !s.load(std::sync::atomic::Ordering::Relaxed) {
                 if Command::new("/bin/true").status().is_ok() {
                     n += 1;
+                    r.store(n, std::sync::atomic::Ordering::Relaxed);
                 }
             }
             n
         });
         Victims {
             stop,
+            ran,
             thread: Some(thread),
         }
+    }
+
+    /// How many have run (exited and been reaped) so far.
+    pub fn ran(&self) -> u64 {
+        self.ran.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Stops them; how many ran.

@@ -68,7 +68,11 @@ fn rss_stat_stays_between_back_to_back_traces_and_leaves_an_idle_agent() {
             out.context()
         );
         let now = rss_stat_links(agent.pid());
-        assert_eq!(now.len(), 1, "run {run}: rss_stat links at the end: {now:?}");
+        assert_eq!(
+            now.len(),
+            1,
+            "run {run}: rss_stat links at the end: {now:?}"
+        );
         let id = *first.get_or_insert(now[0]);
         assert_eq!(
             now[0], id,

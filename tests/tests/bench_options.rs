@@ -25,23 +25,23 @@ fn stdout(out: &Out) -> String {
 
 #[test]
 fn parameter_scan_of_make_j_reports_time_and_memory_per_value() {
-    // Four recipes, each holding 24 MiB for 300 ms: make -j1 holds one at a time, -j4 all
-    // four at once; the tree peak says so, the largest process's peak stays one holder's.
+    // Four recipes, each holding 24 MiB until j of them have (a fresh directory per value,
+    // made by --prepare, counts them): make -j1 holds one at a time, -j4 all four at once,
+    // by construction rather than by timing; the tree peak says so, the largest process's
+    // peak stays one holder's.
     let dir = TempDir::new("bench-make");
     let mut mk = String::from("all: h1 h2 h3 h4\n");
     for i in 1..=4 {
-        mk.push_str(&format!(
-            "h{i}:\n\t@{WL} hold-together 1 {d}/d{i} 24 300\n",
-            d = dir.path().display()
-        ));
-        std::fs::create_dir(dir.path().join(format!("d{i}"))).expect("mkdir");
+        mk.push_str(&format!("h{i}:\n\t@{WL} hold-together $(N) $(D) 24 100\n"));
     }
     std::fs::write(dir.path().join("Makefile"), mk).expect("Makefile");
-    let make = format!("make -s -B -C {} -j{{j}}", dir.path().display());
+    let d = dir.path().display();
+    let make = format!("make -s -B -C {d} -j{{j}} N={{j}} D={d}/d{{j}}");
+    let prepare = format!("rm -rf {d}/d{{j}} && mkdir {d}/d{{j}}");
     let out = bench(
         WL,
         "bench-make-j",
-        &["-r", "1", "-P", "j", "1", "4"],
+        &["-r", "1", "-P", "j", "1", "4", "--prepare", &prepare],
         &[&make],
     );
     let v = ok(&out);

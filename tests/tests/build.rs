@@ -215,13 +215,28 @@ fn the_critical_path_is_the_longest_dependency_chain() {
         .filter_map(|s| s["pid"].as_u64().and_then(target))
         .collect();
     assert_eq!(steps, ["a", "b", "c", "d"], "{path:#?}");
-    // The chain holds nearly all of the wall; make's own time the rest.
-    let chain: f64 = path
+    // Each step's share is its interval over the wall, and the chain's steps hold at least
+    // the 860 ms its sleeps take, whatever make's own time around them.
+    let wall = v["wall_ns"].as_u64().expect("wall_ns");
+    let ns = |s: &serde_json::Value, k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k}: {s}"));
+    for s in path {
+        let d = ns(s, "end_ns") - ns(s, "start_ns");
+        let want = d as f64 / wall as f64;
+        let got = s["share"].as_f64().expect("share");
+        assert!(
+            (got - want).abs() < 1e-9,
+            "share {got} of a {d} ns step over {wall} ns"
+        );
+    }
+    let chain: u64 = path
         .iter()
         .filter(|s| s["pid"].as_u64().and_then(target).is_some())
-        .map(|s| s["share"].as_f64().expect("share"))
+        .map(|s| ns(s, "end_ns") - ns(s, "start_ns"))
         .sum();
-    assert!(chain > 0.85, "the chain's share {chain}\n{text}");
+    assert!(
+        chain >= 860_000_000 && chain <= wall,
+        "the chain's steps hold {chain} ns of a {wall} ns wall, its sleeps 860 ms\n{text}"
+    );
     let lines = section(&text, "critical path");
     for t in ["a", "b", "c", "d"] {
         assert!(

@@ -14,8 +14,6 @@ use spacetime_tests::watch::{token, Watch};
 use spacetime_tests::{TempDir, Trace};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
-/// See the module comment: the slice a child may still run after its parent's wait4 read it.
-const AFTER_WAIT_US: i64 = 50;
 
 fn process(report: &Value, pid: i64) -> &Value {
     report["processes"]
@@ -40,7 +38,7 @@ fn assert_wait4(what: &str, got: (i64, i64), want: (i64, i64)) {
     }
     let d = (got.0 + got.1) - (want.0 + want.1);
     assert!(
-        (0..=AFTER_WAIT_US).contains(&d),
+        (0..=spacetime_tests::EXIT_TAIL_US).contains(&d),
         "{what}: spacetime user+sys {got:?} µs, wait4 {want:?} µs"
     );
 }

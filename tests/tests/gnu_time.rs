@@ -55,6 +55,62 @@ fn within(what: &str, got: f64, want: f64, below: f64, above: f64) {
     );
 }
 
+/// User + system, elapsed and %P of spacetime's `-f verbose` (`s`) and GNU time's `-v` (`g`),
+/// against the figures of spacetime's JSON.
+fn cpu_and_elapsed(s: &[(String, String)], g: &[(String, String)], out: &spacetime_tests::Outcome) {
+    // CPU and elapsed, by what each tool measures, with no allowance for speed. spacetime's
+    // JSON holds each process's CPU as wait4 reports it: GNU time's children are the
+    // workload, and spacetime's tree is the workload plus GNU time itself. Both print
+    // hundredths, truncated, so a printed user + system lies up to 0.02 s below its figure.
+    let json = out.json_value();
+    let ns = |v: &serde_json::Value, k: &str| {
+        v[k].as_u64().unwrap_or_else(|| panic!("{k}")) as f64 / 1e9
+    };
+    let workload = json["processes"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["pid"] != json["processes"][0]["pid"]))
+        .unwrap_or_else(|| panic!("the workload's process\n{}", out.context()));
+    let cpu =
+        |f: &[(String, String)]| num(f, "User time (seconds)") + num(f, "System time (seconds)");
+    const EPS: f64 = 0.001;
+    let tree_cpu = ns(&json, "user_ns") + ns(&json, "sys_ns");
+    within("user + system, the tree", cpu(s), tree_cpu, 0.02 + EPS, EPS);
+    let workload_cpu = ns(workload, "user_ns") + ns(workload, "sys_ns");
+    within(
+        "GNU time's user + system, its child",
+        cpu(g),
+        workload_cpu,
+        0.02 + EPS,
+        EPS,
+    );
+    // GNU time's clock runs from before its fork to after its wait: it holds the workload's
+    // life and is held by the root's (the tree's wall). Printed to the hundredth, truncated.
+    let wall =
+        |f: &[(String, String)]| clock(value(f, "Elapsed (wall clock) time (h:mm:ss or m:ss)"));
+    within(
+        "elapsed, the tree",
+        wall(s),
+        ns(&json, "wall_ns"),
+        0.01 + EPS,
+        EPS,
+    );
+    let life = ns(workload, "end_ns") - ns(workload, "start_ns");
+    assert!(
+        wall(g) >= life - 0.01 - EPS && wall(g) <= ns(&json, "wall_ns") + EPS,
+        "GNU time's elapsed {} is not between the workload's life {life} and the tree's wall {}",
+        wall(g),
+        ns(&json, "wall_ns")
+    );
+    // %P is GNU time's formula on the JSON's figures: CPU over wall in whole milliseconds.
+    let ms = |k: &str| json[k].as_u64().unwrap_or_else(|| panic!("{k}")) / 1_000_000;
+    let want = (ms("user_ns") + ms("sys_ns")) * 100 / ms("wall_ns").max(1);
+    assert_eq!(
+        value(s, "Percent of CPU this job got"),
+        format!("{want}%"),
+        "%P from the JSON's user, sys and wall"
+    );
+}
+
 #[test]
 fn verbose_is_gnu_time_v_field_by_field() {
     let dir = TempDir::new("gnu-v");
@@ -103,43 +159,7 @@ fn verbose_is_gnu_time_v_field_by_field() {
     ] {
         assert_eq!(value(&s, l), value(&g, l), "{l}");
     }
-    // CPU and elapsed, by what each tool measures, with no allowance for speed. spacetime's
-    // JSON holds each process's CPU as wait4 reports it: GNU time's children are the
-    // workload, and spacetime's tree is the workload plus GNU time itself. Both print
-    // hundredths, truncated, so a printed user + system lies up to 0.02 s below its figure.
-    let json = out.json_value();
-    let ns = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k}")) as f64 / 1e9;
-    let workload = json["processes"]
-        .as_array()
-        .and_then(|ps| ps.iter().find(|p| p["pid"] != json["processes"][0]["pid"]))
-        .unwrap_or_else(|| panic!("the workload's process\n{}", out.context()));
-    let cpu =
-        |f: &[(String, String)]| num(f, "User time (seconds)") + num(f, "System time (seconds)");
-    const EPS: f64 = 0.001;
-    let tree_cpu = ns(&json, "user_ns") + ns(&json, "sys_ns");
-    within("user + system, the tree", cpu(&s), tree_cpu, 0.02 + EPS, EPS);
-    let workload_cpu = ns(workload, "user_ns") + ns(workload, "sys_ns");
-    within("GNU time's user + system, its child", cpu(&g), workload_cpu, 0.02 + EPS, EPS);
-    // GNU time's clock runs from before its fork to after its wait: it holds the workload's
-    // life and is held by the root's (the tree's wall). Printed to the hundredth, truncated.
-    let wall =
-        |f: &[(String, String)]| clock(value(f, "Elapsed (wall clock) time (h:mm:ss or m:ss)"));
-    within("elapsed, the tree", wall(&s), ns(&json, "wall_ns"), 0.01 + EPS, EPS);
-    let life = ns(workload, "end_ns") - ns(workload, "start_ns");
-    assert!(
-        wall(&g) >= life - 0.01 - EPS && wall(&g) <= ns(&json, "wall_ns") + EPS,
-        "GNU time's elapsed {} is not between the workload's life {life} and the tree's wall {}",
-        wall(&g),
-        ns(&json, "wall_ns")
-    );
-    // %P is GNU time's formula on the JSON's figures: CPU over wall in whole milliseconds.
-    let ms = |k: &str| json[k].as_u64().unwrap_or_else(|| panic!("{k}")) / 1_000_000;
-    let want = (ms("user_ns") + ms("sys_ns")) * 100 / ms("wall_ns").max(1);
-    assert_eq!(
-        value(&s, "Percent of CPU this job got"),
-        format!("{want}%"),
-        "%P from the JSON's user, sys and wall"
-    );
+    cpu_and_elapsed(&s, &g, &out);
     // Faults and switches: the same counters, plus GNU time's own (its exec and its wait).
     let minor = "Minor (reclaiming a frame) page faults";
     within(minor, num(&s, minor), num(&g, minor), 0.0, 400.0);

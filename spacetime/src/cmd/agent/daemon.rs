@@ -14,8 +14,8 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 
 use super::{
     clients::{Budget, Client},
-    requests::RSS_LINGER,
     listen::Listener,
+    requests::RSS_LINGER,
     route::Owners,
     users::Users,
     verify::Peer,
