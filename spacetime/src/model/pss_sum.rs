@@ -20,6 +20,13 @@
 //! plus what was freed or exited in between. The maximum is trusted when the bound over the
 //! whole run exceeds it by at most 5 %, and the file pages counted at a guessed ratio are at
 //! most 5 % of it.
+//!
+//! The kernel's exact tree-wide RSS bounds all of it: no page counts more than once in a PSS,
+//! so the tree's PSS never exceeds its RSS at the same moment. A process's own points may come
+//! after the tree's sum already holds their change (the kernel holds some back), so an
+//! estimate may run above that RSS for a while: what the series shows, and the bound, are
+//! never above it; and a maximum where the estimate ran above it by more than 5 % is not
+//! trusted (it was built on figures the kernel had already contradicted).
 
 use super::{
     proc_read::Usage,
@@ -41,6 +48,35 @@ pub struct MaxPss {
     pub unseen_bytes: u64,
     /// Of `bytes`, file pages of images not read yet, counted at a guessed ratio.
     pub guessed_bytes: u64,
+    /// How far the estimate ran above the tree's exact RSS there (`bytes` is that RSS then).
+    pub over_rss_bytes: u64,
+}
+
+/// Why a maximum is not trusted: the first of its parts that is over 5 % of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Withheld {
+    /// The tree may have held more, unseen between rounds.
+    Unseen,
+    /// Much of it is file pages of programs no round read (they ended first).
+    Guessed,
+    /// The estimate ran above the tree's exact RSS there.
+    OverRss,
+}
+
+impl MaxPss {
+    /// Why it is not trusted, or None when it is.
+    pub fn withheld(&self) -> Option<Withheld> {
+        let limit = self.bytes / TRUST_SHIFT_DIV;
+        if self.unseen_bytes > limit {
+            Some(Withheld::Unseen)
+        } else if self.over_rss_bytes > limit {
+            Some(Withheld::OverRss)
+        } else if self.guessed_bytes > limit {
+            Some(Withheld::Guessed)
+        } else {
+            None
+        }
+    }
 }
 
 /// What the run's maximum PSS is worth.
@@ -117,6 +153,8 @@ pub struct PssSum {
     series: Series,
     cap: usize,
     max: Option<MaxPss>,
+    /// The kernel's exact tree-wide RSS, its latest point (time, bytes): the ceiling.
+    tree_rss: Option<(u64, u64)>,
 }
 
 impl PssSum {
@@ -137,7 +175,51 @@ impl PssSum {
             series: Series::default(),
             cap,
             max: None,
+            tree_rss: None,
         }
+    }
+
+    /// The kernel's exact tree-wide RSS at `ts_ns` (a point held back, older than the latest,
+    /// changes nothing now). Comes before the process points of the same record.
+    pub fn tree_rss(&mut self, ts_ns: u64, bytes: u64) {
+        if self.tree_rss.is_none_or(|(t, _)| ts_ns >= t) {
+            self.tree_rss = Some((ts_ns, bytes));
+        }
+    }
+
+    /// Every record is in: each point no higher than the tree's exact RSS at its time, the
+    /// points the kernel held back included (they arrive after the estimates they precede
+    /// were drawn), and the maximum found again on what is left.
+    pub fn settle(&mut self, tree_rss: &Series) {
+        let lowered = self.series.ceil_to(tree_rss);
+        let Some(online) = self.max else {
+            return;
+        };
+        let best = self.series.points().iter().zip(&lowered).reduce(|a, b| {
+            if b.0.bytes > a.0.bytes {
+                b
+            } else {
+                a
+            }
+        });
+        if let Some((p, &cut)) = best {
+            let earlier = match p.ts_ns == online.ts_ns {
+                true => online.over_rss_bytes,
+                false => 0,
+            };
+            self.max = Some(MaxPss {
+                ts_ns: p.ts_ns,
+                bytes: p.bytes,
+                unseen_bytes: 0,
+                guessed_bytes: online.guessed_bytes.min(p.bytes),
+                over_rss_bytes: earlier + cut,
+            });
+        }
+    }
+
+    /// `v` no higher than the tree's RSS now.
+    fn ceiled(&self, v: u64) -> u64 {
+        self.tree_rss.map_or(v, |(_, rss)| v.min(rss))
     }
 
     /// The tree-wide series: one point per change.
@@ -163,10 +245,9 @@ impl PssSum {
             unseen_bytes: bound.saturating_sub(max.bytes),
             ..max
         };
-        let limit = m.bytes / TRUST_SHIFT_DIV;
-        match m.unseen_bytes <= limit && m.guessed_bytes <= limit {
-            true => MaxPssFigure::Trusted(m),
-            false => MaxPssFigure::Uncertain(m),
+        match m.withheld() {
+            None => MaxPssFigure::Trusted(m),
+            Some(_) => MaxPssFigure::Uncertain(m),
         }
     }
 
@@ -320,15 +401,17 @@ impl PssSum {
             Some(l) if ts_ns <= l.ts_ns => l.ts_ns + 1,
             _ => ts_ns,
         };
-        self.series.push(Point::new(ts, self.sum), self.cap);
-        let bound = self.sum + self.uncertain + self.exit_risk;
+        let value = self.ceiled(self.sum);
+        self.series.push(Point::new(ts, value), self.cap);
+        let bound = self.ceiled(self.sum + self.uncertain + self.exit_risk);
         self.window.bound = self.window.bound.max(bound);
-        if self.max.is_none_or(|m| self.sum > m.bytes) {
+        if self.max.is_none_or(|m| value > m.bytes) {
             self.max = Some(MaxPss {
                 ts_ns: ts,
-                bytes: self.sum,
+                bytes: value,
                 unseen_bytes: 0,
-                guessed_bytes: self.guessed,
+                guessed_bytes: self.guessed.min(value),
+                over_rss_bytes: self.sum - value,
             });
         }
     }

@@ -224,3 +224,63 @@ fn a_failed_read_is_not_summed_with_fresher_ones() {
     s.round_done(41);
     assert_eq!(s.now(), (180, 0));
 }
+
+#[test]
+fn the_tree_rss_of_the_same_moment_caps_the_series_and_the_maximum() {
+    let mut s = PssSum::new(1 << 10);
+    s.tree_rss(10, 300);
+    s.read(key(1), 10, usage(150, 150, 150, 150));
+    s.read(key(2), 10, usage(150, 150, 150, 150));
+    s.round_done(11);
+    // Process 1 freed 100 (the tree's sum says so) before its own point came; process 2
+    // grew 50 meanwhile: the estimate says 350 for a tree of 250.
+    s.tree_rss(20, 250);
+    s.rss(key(2), 20, 200, 200);
+    assert_eq!(s.series().last().map(|p| p.bytes), Some(250));
+    let m = trusted(&s);
+    assert_eq!(
+        (m.bytes, m.over_rss_bytes),
+        (300, 0),
+        "the round's 300 stays the max"
+    );
+    // Process 2 grows 50 more and the tree's RSS with it: 400 estimated for a tree of 310,
+    // a maximum built on figures the kernel contradicts.
+    s.tree_rss(30, 310);
+    s.rss(key(2), 30, 250, 250);
+    let m = s.figure();
+    let MaxPssFigure::Uncertain(m) = m else {
+        panic!("an estimate a third above the tree's RSS is trusted: {m:?}")
+    };
+    assert_eq!((m.bytes, m.over_rss_bytes), (310, 90));
+    assert_eq!(m.withheld(), Some(Withheld::OverRss));
+    // Its own point comes: the estimate is back under the tree's RSS.
+    s.rss(key(1), 31, 50, 50);
+    assert_eq!(s.series().last().map(|p| p.bytes), Some(300));
+}
+
+#[test]
+fn a_held_back_tree_point_lowers_the_points_it_precedes_at_the_end() {
+    let mut s = PssSum::new(1 << 10);
+    s.tree_rss(10, 400);
+    s.read(key(1), 10, usage(400, 400, 400, 400));
+    s.round_done(11);
+    s.rss(key(1), 25, 380, 380);
+    s.tree_rss(30, 420);
+    s.rss(key(1), 30, 420, 420);
+    // The kernel held back a point: from 20 the tree held 100 (its other process's pages
+    // gone), which came after the estimate at 25 was drawn.
+    let mut tree = Series::default();
+    for (t, b) in [(10, 400), (20, 100), (30, 420)] {
+        tree.insert(Point::new(t, b), 1 << 10);
+    }
+    s.settle(&tree);
+    let pts: Vec<(u64, u64)> = s
+        .series()
+        .points()
+        .iter()
+        .map(|p| (p.ts_ns, p.bytes))
+        .collect();
+    assert!(pts.contains(&(25, 100)), "{pts:?}");
+    let m = trusted(&s);
+    assert_eq!(m.bytes, 420);
+}

@@ -81,6 +81,31 @@ impl Series {
         }
     }
 
+    /// Lowers each point to `ceiling`'s value at its time (a step series: each value holds
+    /// until its next point); points before the ceiling's first are left. Returns by how much
+    /// each point was lowered. A compacted ceiling (min/max per bucket) is no step series:
+    /// nothing is done.
+    pub fn ceil_to(&mut self, ceiling: &Series) -> Vec<u64> {
+        let c = ceiling.points();
+        if ceiling.compacted() || c.is_empty() {
+            return vec![0; self.points.len()];
+        }
+        let mut i = 0;
+        let mut lowered = Vec::with_capacity(self.points.len());
+        for p in &mut self.points {
+            while i + 1 < c.len() && c[i + 1].ts_ns <= p.ts_ns {
+                i += 1;
+            }
+            let cut = match c[i].ts_ns <= p.ts_ns {
+                true => p.bytes.saturating_sub(c[i].bytes),
+                false => 0,
+            };
+            p.bytes -= cut;
+            lowered.push(cut);
+        }
+        lowered
+    }
+
     /// A series of these points, never compacted.
     pub(super) fn of_points(points: &[Point]) -> Series {
         Series {

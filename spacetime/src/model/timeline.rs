@@ -16,7 +16,7 @@
 //!               "tree_rss": [[t_ns, bytes], ...], "tree_pss": [[t_ns, bytes], ...],
 //!               "tree_peak_rss": {"t_ns": N, "bytes": N} | null,
 //!               "max_pss": {"t_ns": N, "bytes": N, "unseen_bytes": N,
-//!                           "guessed_bytes": N, "trusted": B} | null,
+//!                           "guessed_bytes": N, "over_rss_bytes": N, "trusted": B} | null,
 //!               "pss_sampling": {"samples": N, "rounds": N, "early_rounds": N,
 //!                                "read_ns": N, "cpu_budget": F} | null,
 //!               "processes": [ {"pid": N, "start_ns": N, "rss": [[t_ns, bytes], ...],
@@ -210,6 +210,7 @@ impl Timeline {
     /// A tree-wide RSS value from the kernel, exact at its time (which may be earlier than
     /// the last point's: a point the kernel held back).
     pub fn record_tree_rss(&mut self, p: Point) {
+        self.pss.tree_rss(p.ts_ns, p.bytes);
         self.tree_rss.insert(p, self.limits.tree_points);
     }
 
@@ -349,6 +350,9 @@ impl Timeline {
     /// No record comes any more: what taking them needed goes before the report is built.
     pub fn settle(&mut self) {
         self.procs.settle();
+        if self.rss_source == RssSource::Kernel {
+            self.pss.settle(&self.tree_rss);
+        }
     }
 
     /// The JSON view, with times relative to `t0_ns`. `order` lists the processes in report
@@ -422,6 +426,7 @@ struct MaxPssAt {
     bytes: u64,
     unseen_bytes: u64,
     guessed_bytes: u64,
+    over_rss_bytes: u64,
     trusted: bool,
 }
 
@@ -462,6 +467,7 @@ impl Serialize for TimelineReport<'_> {
             bytes: m.bytes,
             unseen_bytes: m.unseen_bytes,
             guessed_bytes: m.guessed_bytes,
+            over_rss_bytes: m.over_rss_bytes,
             trusted,
         });
         m.serialize_entry("max_pss", &max_pss)?;

@@ -299,19 +299,45 @@ impl<'a> MemoryMeta<'a> {
 
 /// Why a maximum PSS is not a figure: the truth may be more than 5 % away from it.
 pub fn max_pss_uncertain(m: &MaxPss) -> String {
+    use crate::model::pss_sum::Withheld;
     let bytes = crate::util::units::bytes;
-    match m.unseen_bytes > m.bytes / crate::model::pss_sum::TRUST_SHIFT_DIV {
-        true => format!(
+    match m.withheld() {
+        Some(Withheld::Unseen) => format!(
             "the tree may have held up to {} more than the {} estimated, unseen by any PSS round (pages written after a fork, or left by a process that exited, before the next round): over 5 %",
             bytes(m.unseen_bytes),
             bytes(m.bytes)
         ),
-        false => format!(
-            "{} of the {} estimated are file pages of programs not read by any PSS round, counted at a guessed ratio: over 5 %",
+        Some(Withheld::OverRss) => format!(
+            "the estimate ran {} above the tree's exact RSS of the same moment ({}): memory changed faster than the PSS rounds followed it, over 5 %",
+            bytes(m.over_rss_bytes),
+            bytes(m.bytes)
+        ),
+        Some(Withheld::Guessed) | None => format!(
+            "{} of the {} estimated are file pages of programs that ended before any PSS round read them, counted at a guessed ratio: over 5 %",
             bytes(m.guessed_bytes),
             bytes(m.bytes)
         ),
     }
+}
+
+/// The summary's words for a maximum PSS that is not a figure: why, in a few words.
+pub fn max_pss_withheld_short(m: &MaxPss) -> String {
+    use crate::model::pss_sum::Withheld;
+    let bytes = crate::util::units::bytes;
+    let why = match m.withheld() {
+        Some(Withheld::Unseen) => format!(
+            "up to {} more may have been held between PSS reads",
+            bytes(m.unseen_bytes)
+        ),
+        Some(Withheld::OverRss) => "memory changed faster than the PSS reads".to_string(),
+        Some(Withheld::Guessed) | None => {
+            "its programs ended before a PSS read could see them".to_string()
+        }
+    };
+    format!(
+        "max PSS unknown: {why} (about {} estimated)",
+        bytes(m.bytes)
+    )
 }
 
 #[derive(Debug, Serialize)]

@@ -120,6 +120,7 @@ pub struct SavedMaxPss {
     pub bytes: u64,
     pub unseen_bytes: u64,
     pub guessed_bytes: u64,
+    pub over_rss_bytes: u64,
     pub trusted: bool,
 }
 
@@ -134,6 +135,7 @@ impl SavedTimeline {
             bytes: m.bytes,
             unseen_bytes: m.unseen_bytes,
             guessed_bytes: m.guessed_bytes,
+            over_rss_bytes: m.over_rss_bytes,
         };
         match m.trusted {
             true => MaxPssFigure::Trusted(max),

@@ -201,12 +201,7 @@ fn header(out: &mut String, r: &Report, width: usize, wide: bool) {
         )];
         match t.max_pss {
             MaxPssFigure::Trusted(m) => parts.push(format!("max PSS {}", bytes(m.bytes))),
-            MaxPssFigure::Uncertain(m) => parts.push(format!(
-                "max PSS unknown (estimated {}, unread: up to {} more, {} guessed)",
-                bytes(m.bytes),
-                bytes(m.unseen_bytes),
-                bytes(m.guessed_bytes)
-            )),
+            MaxPssFigure::Uncertain(m) => parts.push(crate::report::max_pss_withheld_short(&m)),
             MaxPssFigure::NotSampled => {}
         }
         flow(out, &parts, width);
