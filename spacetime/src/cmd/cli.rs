@@ -314,6 +314,11 @@ pub struct TraceArgs {
     /// programs (`-`: standard output)
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Write the report as one static SVG picture to FILE (for a CI artefact or a chat):
+    /// memory and CPU over time with the peak marked, and the processes on the same time axis
+    /// (`-`: standard output)
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
     /// Quiet: no live status line and no notices (errors are still shown); with --format,
     /// no line about how CMD ended (as `time -q`)
     #[arg(short, long)]

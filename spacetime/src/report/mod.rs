@@ -15,6 +15,7 @@ pub(crate) mod plot;
 pub(crate) mod saved;
 pub(crate) mod selfstats;
 pub(crate) mod status;
+pub(crate) mod svg;
 pub(crate) mod text;
 mod view;
 

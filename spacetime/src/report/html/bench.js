@@ -47,7 +47,7 @@
           ctx.beginPath(); ctx.moveTo(X(f.mean), y - 10); ctx.lineTo(X(f.mean), y + 10); ctx.stroke();
           ctx.lineWidth = 1;
         }
-        if (f.median !== null) { ctx.strokeStyle = "#c62828"; ctx.beginPath(); ctx.moveTo(X(f.median), y - 7); ctx.lineTo(X(f.median), y + 7); ctx.stroke(); }
+        if (f.median !== null) { ctx.strokeStyle = "#7b1fa2"; ctx.beginPath(); ctx.moveTo(X(f.median), y - 7); ctx.lineTo(X(f.median), y + 7); ctx.stroke(); }
       });
       ctx.fillStyle = "#5d6975"; ctx.textBaseline = "top";
       for (let k = 0; k <= 4; k++) {
@@ -146,7 +146,7 @@
   for (const [key, title, fmt] of figures) {
     if (!R.some((r) => r[key] && r[key].values.length)) continue;
     const c = distribution(key, fmt);
-    app.append(el("h2", {}, title), el("p", { class: "note" }, "Each dot a run; black: mean ± σ; red: median."), el("div", { class: "panel" }, c.canvas));
+    app.append(el("h2", {}, title), el("p", { class: "note" }, "Each dot a run; black: mean ± σ; purple: median."), el("div", { class: "panel" }, c.canvas));
     charts.push(c);
   }
   const hist = histogram();

@@ -74,7 +74,10 @@ mod tests {
             let c = colour(i);
             let h = hue_of(&c).expect("a hue");
             let apart = (h - red).abs().min(360.0 - (h - red).abs());
-            assert!(apart >= HUE_FROM - 1.0, "program {i}: {c} is {apart:.1}° from red");
+            assert!(
+                apart >= HUE_FROM - 1.0,
+                "program {i}: {c} is {apart:.1}° from red"
+            );
         }
         assert_ne!(colour(0), colour(1));
         assert_eq!(hsl_hex(0.0, 1.0, 0.5), "#ff0000");
