@@ -117,7 +117,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
     /// Write one static SVG picture to FILE: per command, each run's wall time, peak RSS and
-    /// tree peak as dots, with mean ± σ and median
+    /// tree peak as dots, with the mean, standard deviation and median
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
     /// No progress bar and no notices (the summary and errors are still shown)
