@@ -81,6 +81,96 @@ pub fn render(page: &Path, dir: &Path, width: u32, height: u32) -> Rendered {
     }
 }
 
+/// Loads a copy of `page` with `script` run after the page's own (appended before `</body>`;
+/// the page's policy allows inline scripts), at `width`×`height`; returns the DOM after both
+/// ran. The script acts as a person would (synthetic mouse events) and writes what it found
+/// into `document.body.dataset.probe`.
+pub fn probe(page: &Path, dir: &Path, width: u32, height: u32, script: &str) -> String {
+    let html = std::fs::read_to_string(page).expect("read the page");
+    let at = html.rfind("</body>").expect("a </body>");
+    let copy = dir.join(format!(
+        "probe-{}.html",
+        page.file_stem()
+            .map_or("page".into(), |s| s.to_string_lossy())
+    ));
+    let mut text = html[..at].to_string();
+    text.push_str("<script>");
+    text.push_str(script);
+    text.push_str("</script>");
+    text.push_str(&html[at..]);
+    std::fs::write(&copy, text).expect("write the probe page");
+    let url = format!("file://{}", copy.display());
+    let out = chromium(dir, "profile-probe")
+        .arg(format!("--window-size={width},{height}"))
+        .arg("--dump-dom")
+        .arg(&url)
+        .output()
+        .expect("run chromium");
+    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && dom.contains("</html>"),
+        "chromium --dump-dom {url}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dom
+}
+
+/// What a probe wrote: the JSON in `data-probe` of the dumped DOM (the DOM escapes `"` as
+/// `&quot;` in attributes).
+pub fn probed(dom: &str) -> serde_json::Value {
+    let key = "data-probe=\"";
+    let at = dom.find(key).expect("the probe wrote nothing") + key.len();
+    let end = at + dom[at..].find('"').expect("the attribute's end");
+    let raw = dom[at..end]
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    serde_json::from_str(&raw).unwrap_or_else(|e| panic!("the probe's JSON: {e}: {raw}"))
+}
+
+/// Chromium's picture of a file it opens as a document of its own (an SVG), `width`×`height`.
+pub fn screenshot(file: &Path, dir: &Path, width: u32, height: u32) -> PathBuf {
+    let shot = dir.join(format!(
+        "{}-chromium.png",
+        file.file_stem()
+            .map_or("file".into(), |s| s.to_string_lossy())
+    ));
+    let out = chromium(dir, "profile-shot")
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("--window-size={width},{height}"))
+        .arg(format!("file://{}", file.display()))
+        .output()
+        .expect("run chromium");
+    assert!(
+        out.status.success() && shot.is_file(),
+        "chromium --screenshot {}: {}",
+        file.display(),
+        out.status
+    );
+    shot
+}
+
+/// A PNG's pixels as RGB: (width, height, bytes).
+pub fn rgb(png_file: &Path) -> (u32, u32, Vec<u8>) {
+    let file = std::fs::File::open(png_file).expect("open the PNG");
+    let mut decoder = png::Decoder::new(std::io::BufReader::new(file));
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = decoder.read_info().expect("a PNG");
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).expect("decode the PNG");
+    let px = info.color_type.samples();
+    let mut out = Vec::with_capacity((info.width * info.height * 3) as usize);
+    for p in buf[..info.buffer_size()].chunks(px) {
+        match px {
+            1 | 2 => out.extend([p[0], p[0], p[0]]),
+            _ => out.extend(&p[..3]),
+        }
+    }
+    (info.width, info.height, out)
+}
+
 impl Rendered {
     /// The value of `attr` on the first element whose opening tag contains `marker` (such as
     /// `id="timeline"`).

@@ -27,6 +27,7 @@ pub mod chart;
 pub mod chromium;
 pub mod notify;
 pub mod openmetrics;
+pub mod pictures;
 pub mod poll;
 pub mod prometheus;
 pub mod python;

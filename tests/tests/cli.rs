@@ -7,9 +7,11 @@ use spacetime_tests::spacetime_bin;
 
 /// Every subcommand and a few flags of each that a completion or the manual must know.
 const SUBCOMMANDS: [&str; 5] = ["trace", "watch", "bench", "completions", "man"];
-const FLAGS: [&str; 8] = [
+const FLAGS: [&str; 10] = [
     "--json",
     "--perfetto",
+    "--html",
+    "--svg",
     "--stop-on-root-exit",
     "--cgroup",
     "--metrics",

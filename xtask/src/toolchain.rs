@@ -118,7 +118,7 @@ fn ensure_bpf_linker() -> Result<()> {
 /// What the integration tests run besides spacetime: a real Prometheus server and promtool
 /// for the metrics tests, tmux for the terminal tests (an 80-column pane), make and a C
 /// compiler for the make builds, GNU time and hyperfine for the drop-in tests, Chromium (and a
-/// font) for the HTML reports, Debian's Python and a JDK for the PSS tests' fork pool and JVM.
+/// font) for the HTML reports and the SVG pictures, librsvg's rsvg-convert for the pictures, Debian's Python and a JDK for the PSS tests' fork pool and JVM.
 pub fn ensure_test_tools() -> Result<()> {
     apt_install(
         &[
@@ -130,6 +130,7 @@ pub fn ensure_test_tools() -> Result<()> {
             "time",
             "hyperfine",
             "chromium",
+            "librsvg2-bin",
             "fonts-dejavu-core",
             "python3",
             "openjdk-17-jdk-headless",
@@ -138,7 +139,8 @@ pub fn ensure_test_tools() -> Result<()> {
          promtool; the terminal tests run spacetime in an 80-column tmux pane; the timeline \
          and build tests trace make builds; `trace -f` is compared with GNU time's \
          /usr/bin/time and `bench --export-json` and the bench's wall with hyperfine's; the HTML tests load the \
-         reports in headless Chromium; the PSS tests read a Python fork pool's and a JVM's own \
+         reports in headless Chromium, the SVG tests render the pictures with it and with \
+         rsvg-convert; the PSS tests read a Python fork pool's and a JVM's own \
          Pss",
     )
 }

@@ -88,7 +88,7 @@ const SLOW_UNDER_TCG: [(&str, &str); 1] = [(
 /// (agent, agent_attack). bench's options (hyperfine's meanings, exports, warnings), where a
 /// trace's outputs go, spacetime's own exit status and signal forwarding, and whose programs a
 /// run uses are decided in userspace, from what the guest's other tests check.
-const HOST_ONLY: [&str; 20] = [
+const HOST_ONLY: [&str; 22] = [
     "agent_abuse",
     "agent_choice",
     "agent_failure",
@@ -100,12 +100,14 @@ const HOST_ONLY: [&str; 20] = [
     "exit",
     "gnu_time",
     "html",
+    "html_view",
     "install",
     "output",
     "perfetto",
     "prometheus",
     "schema",
     "status",
+    "svg",
     "terminal",
     "units",
     "watch_json",

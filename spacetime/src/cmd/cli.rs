@@ -87,7 +87,7 @@ Examples:
       Another socket; clients find it through SPACETIME_SOCKET=/tmp/st.sock")]
     Agent(crate::cmd::agent::AgentArgs),
     /// Draw a saved report again: a `trace --json` or `bench --json` file as its terminal
-    /// summary, or with --html as a self-contained page
+    /// summary, or with --html as a self-contained page, with --svg as one picture
     #[command(after_help = "\
 Examples:
   spacetime report build.json
@@ -95,7 +95,9 @@ Examples:
   spacetime report build.json --html build.html
       The process tree on a timeline, memory and CPU over time, the critical path
   spacetime report bench.json --html bench.html
-      Each command's runs as distributions; a parameter scan as curves")]
+      Each command's runs as distributions; a parameter scan as curves
+  spacetime report build.json --svg build.svg
+      One static picture: memory and CPU over time, the processes on the same axis")]
     Report(crate::cmd::report::ReportArgs),
     /// Compare two saved reports for CI: wall, CPU, peak RSS, tree peak, processes and
     /// failures, in total and per program (bench reports: each command's distributions, with
@@ -314,6 +316,11 @@ pub struct TraceArgs {
     /// programs (`-`: standard output)
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Write the report as one static SVG picture to FILE (for a CI artefact or a chat):
+    /// memory and CPU over time with the peak marked, and the processes on the same time axis
+    /// (`-`: standard output)
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
     /// Quiet: no live status line and no notices (errors are still shown); with --format,
     /// no line about how CMD ended (as `time -q`)
     #[arg(short, long)]

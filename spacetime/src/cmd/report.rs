@@ -1,6 +1,6 @@
 //! `spacetime report FILE.json`: a saved report drawn again — a trace's terminal summary (the
-//! same as when it ran, at this terminal's width), or with `--html FILE` its page; a bench
-//! report's summary or page likewise. Nothing is measured: the figures are the file's.
+//! same as when it ran, at this terminal's width), or with `--html FILE` its page and with
+//! `--svg FILE` its picture; a bench report's summary, page or picture likewise. Nothing is measured: the figures are the file's.
 
 use std::{
     io::{self, IsTerminal},
@@ -25,6 +25,10 @@ pub struct ReportArgs {
     /// standard output)
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Write the report as one static SVG picture to FILE instead of the summary (`-`:
+    /// standard output); with --html, both
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
     /// Write the summary to FILE instead of standard output
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -49,6 +53,7 @@ pub fn main(args: ReportArgs, verbose: u8) -> i32 {
         json: None,
         perfetto: None,
         html: None,
+        svg: None,
         summary: args.output.as_deref().or(Some("-".as_ref())),
         append: false,
     }) {
@@ -58,21 +63,19 @@ pub fn main(args: ReportArgs, verbose: u8) -> i32 {
             return EXIT_OWN_FAILURE;
         }
     };
-    let html = match args.html.as_deref().map(|p| {
-        Outputs::open(&Requested {
-            json: None,
-            perfetto: None,
-            html: Some(p),
-            summary: None,
-            append: false,
-        })
+    let pictures = match Outputs::open(&Requested {
+        json: None,
+        perfetto: None,
+        html: args.html.as_deref(),
+        svg: args.svg.as_deref(),
+        summary: None,
+        append: false,
     }) {
-        Some(Ok(o)) => o.html,
-        Some(Err(e)) => {
+        Ok(o) => o,
+        Err(e) => {
             crate::errln!("spacetime: {e}");
             return EXIT_OWN_FAILURE;
         }
-        None => None,
     };
     let saved = match report::saved::read(&args.file, args.max_input) {
         Ok(s) => s,
@@ -81,30 +84,32 @@ pub fn main(args: ReportArgs, verbose: u8) -> i32 {
             return EXIT_OWN_FAILURE;
         }
     };
-    let (text, page) = match &saved {
+    let drawn = pictures.html.is_some() || pictures.svg.is_some();
+    let (text, page, picture) = match &saved {
         Saved::Trace(doc) => {
             let r = report::Report::from_saved(doc);
-            match html {
-                Some(_) => (None, Some(report::html::trace(&r))),
-                None => (Some(summary(&r, &args, verbose)), None),
-            }
+            (
+                (!drawn).then(|| summary(&r, &args, verbose)),
+                pictures.html.is_some().then(|| report::html::trace(&r)),
+                pictures.svg.is_some().then(|| report::svg::trace(&r)),
+            )
         }
-        Saved::Bench(v) => match html {
-            Some(_) => (None, Some(report::html::bench(v))),
-            None => (
-                Some(report::bench_text::render(
-                    v,
-                    width(&args).unwrap_or(usize::MAX / 4),
-                )),
-                None,
-            ),
-        },
+        Saved::Bench(v) => (
+            (!drawn).then(|| report::bench_text::render(v, width(&args).unwrap_or(usize::MAX / 4))),
+            pictures.html.is_some().then(|| report::html::bench(v)),
+            pictures.svg.is_some().then(|| report::svg::bench(v)),
+        ),
     };
     let mut ok = true;
-    if let (Some(mut d), Some(page)) = (html, page) {
-        if let Err(e) = d.write_with(|w| w.write_all(page.as_bytes())) {
-            crate::errln!("spacetime: writing the HTML report to {}: {e}", d.name());
-            ok = false;
+    for (dest, doc, what) in [
+        (pictures.html, page, "the HTML report"),
+        (pictures.svg, picture, "the SVG picture"),
+    ] {
+        if let (Some(mut d), Some(doc)) = (dest, doc) {
+            if let Err(e) = d.write_with(|w| w.write_all(doc.as_bytes())) {
+                crate::errln!("spacetime: writing {what} to {}: {e}", d.name());
+                ok = false;
+            }
         }
     }
     if let (Some(d), Some(text)) = (outputs.summary.as_mut(), text) {

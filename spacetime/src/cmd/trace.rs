@@ -60,6 +60,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
         json: args.json.as_deref(),
         perfetto: args.perfetto.as_deref(),
         html: args.html.as_deref(),
+        svg: args.svg.as_deref(),
         summary: args.output.as_deref(),
         append: args.append,
     })
@@ -144,9 +145,9 @@ fn cpu_over_time(args: &TraceArgs) -> bool {
 }
 
 /// The files that carry every timeline whatever the summary shows: the JSON, Perfetto's
-/// trace, the HTML page.
+/// trace, the HTML page, the SVG picture.
 fn writes_timelines(args: &TraceArgs) -> bool {
-    args.json.is_some() || args.perfetto.is_some() || args.html.is_some()
+    args.json.is_some() || args.perfetto.is_some() || args.html.is_some() || args.svg.is_some()
 }
 
 fn session_options(args: &TraceArgs, verbose: u8) -> SessionOptions {

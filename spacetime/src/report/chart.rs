@@ -156,7 +156,7 @@ pub fn nice_ceiling(max: u64) -> u64 {
 }
 
 /// A y label in the unit of the top of the scale: "1.25 GiB", "0.6 GiB", "0".
-fn y_label(v: u64, top: u64) -> String {
+pub(crate) fn y_label(v: u64, top: u64) -> String {
     if v == 0 {
         return "0".into();
     }

@@ -11,9 +11,11 @@ pub(crate) mod format;
 pub(crate) mod html;
 pub(crate) mod lossless;
 pub(crate) mod origin;
+pub(crate) mod plot;
 pub(crate) mod saved;
 pub(crate) mod selfstats;
 pub(crate) mod status;
+pub(crate) mod svg;
 pub(crate) mod text;
 mod view;
 

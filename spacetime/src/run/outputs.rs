@@ -1,4 +1,4 @@
-//! The files a trace writes (`--json`, `--perfetto`, `-o`), opened before CMD starts: a path
+//! The files a trace writes (`--json`, `--perfetto`, `--html`, `--svg`, `-o`), opened before CMD starts: a path
 //! that cannot be written stops spacetime with one sentence before anything runs, instead of
 //! losing a whole run at the end. A write that still fails at the end costs that file only:
 //! the summary and CMD's status are kept. A file is written whole or not at all: into a
@@ -210,6 +210,8 @@ pub struct Outputs {
     pub perfetto: Option<Dest>,
     /// `--html FILE`: the report as a self-contained page.
     pub html: Option<Dest>,
+    /// `--svg FILE`: the report as one static picture.
+    pub svg: Option<Dest>,
     /// `-o FILE`: the human summary (or `--format`'s line) goes there instead of stderr.
     pub summary: Option<Dest>,
 }
@@ -219,6 +221,7 @@ pub struct Requested<'a> {
     pub json: Option<&'a Path>,
     pub perfetto: Option<&'a Path>,
     pub html: Option<&'a Path>,
+    pub svg: Option<&'a Path>,
     pub summary: Option<&'a Path>,
     pub append: bool,
 }
@@ -245,6 +248,12 @@ impl Outputs {
             let page = crate::report::html::trace(report);
             if let Err(e) = d.write_with(|w| w.write_all(page.as_bytes())) {
                 crate::errln!("spacetime: writing the HTML report to {}: {e}", d.name());
+            }
+        }
+        if let Some(d) = self.svg.as_mut() {
+            let picture = crate::report::svg::trace(report);
+            if let Err(e) = d.write_with(|w| w.write_all(picture.as_bytes())) {
+                crate::errln!("spacetime: writing the SVG picture to {}: {e}", d.name());
             }
         }
         if let Some(d) = self.perfetto.as_mut() {
@@ -274,6 +283,7 @@ impl Outputs {
             json: r.json.map(|p| Dest::open(p, false, true)).transpose()?,
             perfetto: r.perfetto.map(|p| Dest::open(p, false, true)).transpose()?,
             html: r.html.map(|p| Dest::open(p, false, true)).transpose()?,
+            svg: r.svg.map(|p| Dest::open(p, false, true)).transpose()?,
             summary: r
                 .summary
                 .map(|p| Dest::open(p, r.append, true))
@@ -283,6 +293,7 @@ impl Outputs {
             ("--json", &o.json),
             ("--perfetto", &o.perfetto),
             ("--html", &o.html),
+            ("--svg", &o.svg),
             ("-o", &o.summary),
         ];
         let ids: Vec<(&str, &Dest, FileId)> = named
@@ -315,6 +326,7 @@ mod tests {
             json: Some(Path::new("/nonexistent-dir/x.json")),
             perfetto: None,
             html: None,
+            svg: None,
             summary: None,
             append: false,
         })
@@ -336,6 +348,7 @@ mod tests {
             json: Some(&f),
             perfetto: None,
             html: None,
+            svg: None,
             summary: Some(&alias),
             append: false,
         })
@@ -349,6 +362,7 @@ mod tests {
             json: Some(&f),
             perfetto: None,
             html: None,
+            svg: None,
             summary: Some(&other),
             append: false,
         })
@@ -366,6 +380,7 @@ mod tests {
             json: Some(Path::new("-")),
             perfetto: None,
             html: None,
+            svg: None,
             summary: Some(&f),
             append: true,
         })

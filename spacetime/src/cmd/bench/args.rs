@@ -116,6 +116,10 @@ pub struct BenchArgs {
     /// and memory, a parameter scan's commands as curves
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Write one static SVG picture to FILE: per command, each run's wall time, peak RSS and
+    /// tree peak as dots, with the mean, standard deviation and median
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
     /// No progress bar and no notices (the summary and errors are still shown)
     #[arg(short, long)]
     pub quiet: bool,

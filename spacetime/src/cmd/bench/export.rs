@@ -146,6 +146,8 @@ pub struct Files {
     pub tables: Vec<(markup::Dialect, Dest)>,
     /// `--html FILE`: the runs as a self-contained page.
     pub html: Option<Dest>,
+    /// `--svg FILE`: the runs as one static picture.
+    pub svg: Option<Dest>,
 }
 
 /// The paths asked for.
@@ -156,6 +158,7 @@ pub struct Paths<'a> {
     pub asciidoc: Option<&'a Path>,
     pub orgmode: Option<&'a Path>,
     pub html: Option<&'a Path>,
+    pub svg: Option<&'a Path>,
 }
 
 impl Files {
@@ -176,6 +179,7 @@ impl Files {
             csv: open(p.csv)?,
             tables,
             html: open(p.html)?,
+            svg: open(p.svg)?,
         })
     }
 
@@ -186,6 +190,7 @@ impl Files {
             || self.csv.as_ref().is_some_and(std)
             || self.tables.iter().any(|(_, d)| std(d))
             || self.html.as_ref().is_some_and(std)
+            || self.svg.as_ref().is_some_and(std)
     }
 
     /// Writes every requested export; a failed one costs that file only, and says so.
@@ -208,11 +213,16 @@ impl Files {
                 w.write_all(t.as_bytes())
             });
         }
-        // The page reads the bench's JSON as text, as `spacetime report` reads a saved one
-        // (floats parsed from text, the same page from both).
+        // The page and the picture read the bench's JSON as text, as `spacetime report` reads
+        // a saved one (floats parsed from text, the same page and picture from both).
+        let saved = || -> io::Result<serde_json::Value> {
+            Ok(serde_json::from_str(&serde_json::to_string(report)?)?)
+        };
         put(self.html, &|w| {
-            let v: serde_json::Value = serde_json::from_str(&serde_json::to_string(report)?)?;
-            w.write_all(crate::report::html::bench(&v).as_bytes())
+            w.write_all(crate::report::html::bench(&saved()?).as_bytes())
+        });
+        put(self.svg, &|w| {
+            w.write_all(crate::report::svg::bench(&saved()?).as_bytes())
         });
         ok
     }

@@ -79,6 +79,7 @@ fn plan(args: &BenchArgs) -> anyhow::Result<driver::Plan<'_>> {
         asciidoc: args.export_asciidoc.as_deref(),
         orgmode: args.export_orgmode.as_deref(),
         html: args.html.as_deref(),
+        svg: args.svg.as_deref(),
     })?;
     let creds = match args.keep_root {
         true => None,

@@ -32,7 +32,7 @@
       const X = (v) => box.x + box.w * (v - lo) / (hi - lo);
       ctx.font = "11px system-ui, sans-serif";
       R.forEach((r, k) => {
-        const f = r[key], y = 8 + k * rowH + rowH / 2, c = hue(k);
+        const f = r[key], y = 8 + k * rowH + rowH / 2, c = r.colour;
         if (!f) return;
         ctx.strokeStyle = "#c7ccd1"; ctx.beginPath(); ctx.moveTo(box.x, y + 0.5); ctx.lineTo(box.x + box.w, y + 0.5); ctx.stroke();
         f.values.forEach((v, j) => {
@@ -47,7 +47,7 @@
           ctx.beginPath(); ctx.moveTo(X(f.mean), y - 10); ctx.lineTo(X(f.mean), y + 10); ctx.stroke();
           ctx.lineWidth = 1;
         }
-        if (f.median !== null) { ctx.strokeStyle = "#c62828"; ctx.beginPath(); ctx.moveTo(X(f.median), y - 7); ctx.lineTo(X(f.median), y + 7); ctx.stroke(); }
+        if (f.median !== null) { ctx.strokeStyle = "#7b1fa2"; ctx.beginPath(); ctx.moveTo(X(f.median), y - 7); ctx.lineTo(X(f.median), y + 7); ctx.stroke(); }
       });
       ctx.fillStyle = "#5d6975"; ctx.textBaseline = "top";
       for (let k = 0; k <= 4; k++) {
@@ -79,7 +79,7 @@
       const top = Math.max(1, ...counts.flat());
       const box = frame(ctx, w, h, lo, hi, [[0, "0"], [1, String(top)]]);
       counts.forEach((c, k) => {
-        ctx.fillStyle = hue(k); ctx.globalAlpha = 0.5;
+        ctx.fillStyle = R[k].colour; ctx.globalAlpha = 0.5;
         c.forEach((n, j) => { const bh = box.h * n / top; ctx.fillRect(box.x + box.w * j / bins, box.y + box.h - bh, box.w / bins - 1, bh); });
         ctx.globalAlpha = 1;
       });
@@ -117,10 +117,10 @@
           for (const f of [0, 0.5, 1]) ctx.fillText(fmt(top * f), box.x - 6, Y(top * f));
           ctx.textAlign = "center"; ctx.textBaseline = "top";
           for (const x of [...new Set(xs)]) ctx.fillText(String(x), X(x), box.y + box.h + 6);
-          let c = 0, points = 0;
+          let points = 0;
           for (const list of curves.values()) {
             list.sort((a, b) => a.x - b.x);
-            ctx.strokeStyle = hue(c); ctx.fillStyle = hue(c); ctx.lineWidth = 2; ctx.beginPath();
+            ctx.strokeStyle = list[0].r.colour; ctx.fillStyle = list[0].r.colour; ctx.lineWidth = 2; ctx.beginPath();
             list.forEach((e, j) => { const f = e.r[key]; if (!f) return; if (j) ctx.lineTo(X(e.x), Y(f.mean)); else ctx.moveTo(X(e.x), Y(f.mean)); });
             ctx.stroke(); ctx.lineWidth = 1;
             for (const e of list) {
@@ -130,7 +130,6 @@
               ctx.beginPath(); ctx.arc(X(e.x), Y(f.mean), 3, 0, 2 * Math.PI); ctx.fill();
               points++;
             }
-            c++;
           }
           canvas.dataset.points = String(points);
         };
@@ -141,13 +140,13 @@
   }
 
   const legend = el("div", { class: "legend" });
-  R.forEach((r, k) => legend.append(el("span", { style: "--c:" + hue(k) }, r.command)));
+  R.forEach((r) => legend.append(el("span", { style: "--c:" + r.colour }, r.command)));
   app.append(legend);
   const charts = [];
   for (const [key, title, fmt] of figures) {
     if (!R.some((r) => r[key] && r[key].values.length)) continue;
     const c = distribution(key, fmt);
-    app.append(el("h2", {}, title), el("p", { class: "note" }, "Each dot a run; black: mean ± σ; red: median."), el("div", { class: "panel" }, c.canvas));
+    app.append(el("h2", {}, title), el("p", { class: "note" }, "Each dot a run; black: mean ± σ; purple: median."), el("div", { class: "panel" }, c.canvas));
     charts.push(c);
   }
   const hist = histogram();

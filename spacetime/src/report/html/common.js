@@ -71,11 +71,9 @@ function table(headers, rows, numeric) {
   return t;
 }
 
-// A colour per program: hues spread by the golden angle.
-function hue(i) {
-  if (i < 0) return "hsl(210, 8%, 70%)";
-  return "hsl(" + ((i * 137.508) % 360).toFixed(1) + ", 55%, 58%)";
-}
+// What has no program of its own; programs' and commands' colours come with the data (no
+// program gets the failures' red).
+const NO_PROGRAM = "#adb3b8";
 
 // A canvas sized for the screen's pixel ratio; returns its 2D context and CSS size.
 function sizedCanvas(canvas, cssHeight) {
@@ -89,19 +87,38 @@ function sizedCanvas(canvas, cssHeight) {
   return { ctx: ctx, w: w, h: cssHeight };
 }
 
-// Round ticks (1, 2 or 5 × 10^k) over [0, span].
-function ticks(span, want) {
-  const raw = span / Math.max(1, want);
+// Round times (1, 2 or 5 × 10^k) within [t0, t1], about `want` of them.
+function ticksIn(t0, t1, want) {
+  const raw = (t1 - t0) / Math.max(1, want);
   let p = Math.pow(10, Math.floor(Math.log10(Math.max(raw, 1e-12))));
   for (const m of [1, 2, 5, 10]) if (p * m >= raw) { p = p * m; break; }
   const out = [];
-  for (let t = 0; t <= span + 1e-9; t += p) out.push(t);
+  for (let k = Math.ceil(t0 / p - 1e-9); k * p <= t1 + p * 1e-9; k++) out.push(k * p);
   return out;
 }
 
-// An x/y chart frame: axes, time ticks along x, `ylabels` along y; returns the plot's box.
-function frame(ctx, w, h, t0, t1, yTicks) {
-  const box = { x: 64, y: 8, w: w - 76, h: h - 30 };
+// Labels along x at round values of [t0, t1], each centred on its tick unless that would cut
+// it at the canvas's edge (the first and last are then moved inside). Returns the right edge
+// of the rightmost label, which the page records for its tests.
+function xLabels(ctx, box, t0, t1, y, fmt) {
+  const cw = ctx.canvas.width / (window.devicePixelRatio || 1), span = Math.max(1e-9, t1 - t0);
+  ctx.textAlign = "left"; ctx.textBaseline = "top";
+  let right = 0;
+  for (const t of ticksIn(t0, t1, Math.max(2, Math.floor(box.w / 110)))) {
+    const s = fmt(t), tw = ctx.measureText(s).width;
+    const left = Math.min(Math.max(0, box.x + box.w * (t - t0) / span - tw / 2), cw - 2 - tw);
+    ctx.fillText(s, left, y);
+    right = Math.max(right, left + tw);
+  }
+  ctx.canvas.dataset.labelsRight = right.toFixed(1);
+  return right;
+}
+
+// An x/y chart frame in `box` (x and w given; y and h set here): grid lines and `yTicks`
+// labels along y, `fmt` labels of [t0, t1] along x; returns the box.
+function frame(ctx, w, h, t0, t1, yTicks, box, fmt) {
+  box = box || { x: 64, w: w - 80 };
+  box.y = 8; box.h = h - 30;
   ctx.strokeStyle = "#c7ccd1"; ctx.fillStyle = "#5d6975"; ctx.lineWidth = 1;
   ctx.font = "11px system-ui, sans-serif";
   ctx.textAlign = "right"; ctx.textBaseline = "middle";
@@ -110,12 +127,6 @@ function frame(ctx, w, h, t0, t1, yTicks) {
     ctx.beginPath(); ctx.moveTo(box.x, y + 0.5); ctx.lineTo(box.x + box.w, y + 0.5); ctx.stroke();
     ctx.fillText(label, box.x - 6, y);
   }
-  ctx.textBaseline = "top";
-  const span = Math.max(1, t1 - t0);
-  for (const t of ticks(span, Math.max(2, Math.floor(box.w / 110)))) {
-    const x = box.x + box.w * t / span;
-    ctx.textAlign = t === 0 ? "left" : "center";
-    ctx.fillText(fmtNs(t0 + t), x, box.y + box.h + 6);
-  }
+  xLabels(ctx, box, t0, t1, box.y + box.h + 6, fmt || ((t) => fmtNs(Math.round(t))));
   return box;
 }

@@ -3,17 +3,15 @@
 //! The page is drawn by a small script of spacetime's own on `<canvas>` and with DOM text
 //! (no library, no network): a library would have to be vendored, kept and licensed, and a
 //! 100 000-process timeline is too many elements for SVG, while a canvas draws it in one pass.
-//! The data is a projection of the report model ([`data`], [`bench`]) embedded as JSON in a
-//! `<script type="application/json">` element with every `<`, `>` and `&` escaped, so no byte
-//! of a traced process's argv can close the element or start markup; the script reads it with
-//! `JSON.parse` and puts every string into the page with `textContent`, never as HTML.
-
-mod bench;
-mod data;
+//! The data is a projection of the report model ([`super::plot`], which the SVG draws too)
+//! embedded as JSON in a `<script type="application/json">` element with every `<`, `>` and
+//! `&` escaped, so no byte of a traced process's argv can close the element or start markup;
+//! the script reads it with `JSON.parse` and puts every string into the page with
+//! `textContent`, never as HTML.
 
 use serde::Serialize;
 
-use super::Report;
+use super::{plot, Report};
 
 const CSS: &str = include_str!("page.css");
 const COMMON_JS: &str = include_str!("common.js");
@@ -71,7 +69,7 @@ fn page(title: &str, data: &str, script: &str) -> String {
 
 /// The page of a trace report.
 pub fn trace(r: &Report) -> String {
-    let d = data::TraceData::of(r);
+    let d = plot::trace::TraceData::of(r);
     page(
         &format!("spacetime: {}", r.command.lossy_line()),
         &script_json(&d),
@@ -81,7 +79,7 @@ pub fn trace(r: &Report) -> String {
 
 /// The page of a bench report (its JSON, as `bench --json` writes it).
 pub fn bench(report: &serde_json::Value) -> String {
-    let d = bench::BenchData::of(report);
+    let d = plot::bench::BenchData::of(report);
     page("spacetime bench", &script_json(&d), BENCH_JS)
 }
 

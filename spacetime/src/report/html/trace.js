@@ -10,7 +10,10 @@
   const argv = (i) => P.argv[i].map((k) => S[k]).join(" ");
   const failed = new Set(D.failures);
   const onPath = new Set(D.path.filter((s) => s[0] >= 0).map((s) => s[0]));
-  const color = (i) => hue(P.program[i]);
+  const FAILURE = "#c62828";
+  // A program's colour comes with the data; none is the failures' red.
+  const colourOf = (k) => (k >= 0 && k < D.programs.length ? D.programs[k].colour : NO_PROGRAM);
+  const color = (i) => colourOf(P.program[i]);
 
   // Headline.
   const bad = D.exit_code !== null && D.exit_code !== 0;
@@ -76,22 +79,42 @@
     byLane.get(key).push(i);
   }
 
-  app.append(el("h2", {}, "Processes over time"),
-    el("p", { class: "note" }, "Each band is a depth of the process tree (children under their parents), coloured by program; red outline: failed; black outline and the top lane: the critical path. Wheel: zoom, drag: pan, double-click: reset."));
-  const legend = el("div", { class: "legend" });
-  D.programs.slice(0, 16).forEach((g, k) => legend.append(el("span", { style: "--c:" + hue(k) }, g.name + " ×" + g.runs)));
-  app.append(legend);
-  const tlCanvas = el("canvas", { id: "timeline" });
-  const tip = el("div", { class: "tip" });
-  app.append(el("div", { class: "panel" }, tlCanvas), tip);
+  // Memory, CPU and the processes share one x axis: the same plot box (a left margin for the
+  // y labels, a right one for the last time label) and the same view [v0, v1], so a process
+  // lines up with its memory and CPU. Wheel, drag and double-click act on all three.
+  const LEFT = 72, RIGHT = 18;
   let v0 = 0, v1 = wall;
+  const plotBox = (w) => ({ x: LEFT, w: Math.max(10, w - LEFT - RIGHT) });
+  const xOf = (box, t) => box.x + (t - v0) / Math.max(1, v1 - v0) * box.w;
+  const tOf = (box, px) => v0 + (px - box.x) / box.w * (v1 - v0);
+  const cores = (n) => (n === 1 ? "1 core" : n + " cores");
+
+  app.append(el("h2", {}, "Memory, CPU and processes over time"));
+  const peakText = D.tree_peak_rss_bytes === null ? "no kernel RSS figures"
+    : "tree-wide peak " + fmtBytes(D.tree_peak_rss_bytes) + " at " + fmtNs(D.tree_peak_at_ns);
+  const memCanvas = el("canvas", { id: "memory" }), cpuCanvas = el("canvas", { id: "cpu" });
+  const tlCanvas = el("canvas", { id: "timeline" });
+  const cursor = el("div", { class: "cursor", id: "cursor" });
+  const tip = el("div", { class: "tip", id: "tip" });
+  const legend = el("div", { class: "legend" });
+  D.programs.slice(0, 16).forEach((g) => legend.append(el("span", { style: "--c:" + g.colour }, g.name + " ×" + g.runs)));
+  app.append(el("div", { class: "panel", id: "over-time" },
+    el("div", { class: "note" }, "memory: the tree's RSS (" + (D.rss_source === "kernel" ? "every change, from the kernel" : "sampled from statm") + ") · ",
+      el("span", { id: "mem-peak", "data-bytes": D.tree_peak_rss_bytes === null ? "" : D.tree_peak_rss_bytes }, peakText)),
+    memCanvas,
+    el("div", { class: "note" }, "CPU: cores in use (" + D.cpu.label + "; the buckets add up to the total CPU, ",
+      el("span", { id: "cpu-total", "data-ns": D.cpu.total_ns }, fmtNs(D.cpu.total_ns)), ")"),
+    cpuCanvas,
+    el("div", { class: "note" }, "Processes: each band is a depth of the process tree (children under their parents), coloured by program; red outline: failed; black outline and the top lane: the critical path. Hover: the figures at that time, or the process. Wheel: zoom, drag: pan, double-click: reset."),
+    legend, tlCanvas, cursor), tip);
 
   function drawTimeline() {
     const { ctx, w } = sizedCanvas(tlCanvas, tlHeight);
     ctx.clearRect(0, 0, w, tlHeight);
-    const x0 = 4, pw = w - 8, span = Math.max(1, v1 - v0);
-    const X = (t) => x0 + (t - v0) / span * pw;
+    const box = plotBox(w);
+    const X = (t) => xOf(box, t);
     let rects = 0, placed = 0;
+    ctx.save(); ctx.beginPath(); ctx.rect(box.x, 0, box.w, tlHeight); ctx.clip();
     // The critical path lane.
     for (const [i, s, e] of D.path) {
       if (e < v0 || s > v1) continue;
@@ -107,7 +130,7 @@
     }
     ctx.font = "10px system-ui, sans-serif"; ctx.textBaseline = "middle"; ctx.textAlign = "left";
     for (const list of byLane.values()) {
-      let lastPx = -1;
+      let lastPx = -Infinity;
       for (const i of list) {
         placed++;
         const s = P.start[i], e = endOf(i);
@@ -122,8 +145,8 @@
         lastPx = Math.max(lastPx, Math.ceil(b));
         if (onPath.has(i)) { ctx.strokeStyle = "#111"; ctx.lineWidth = 1.5; ctx.strokeRect(a, yy + 0.75, b - a, LANE_H - 3.5); }
         if (failed.has(i)) {
-          ctx.strokeStyle = "#c62828"; ctx.lineWidth = 2; ctx.strokeRect(a, yy + 1, b - a, LANE_H - 4);
-          ctx.fillStyle = "#c62828"; ctx.beginPath(); ctx.moveTo(b, yy); ctx.lineTo(b + 6, yy); ctx.lineTo(b, yy + 6); ctx.fill();
+          ctx.strokeStyle = FAILURE; ctx.lineWidth = 2; ctx.strokeRect(a, yy + 1, b - a, LANE_H - 4);
+          ctx.fillStyle = FAILURE; ctx.beginPath(); ctx.moveTo(b, yy); ctx.lineTo(b + 6, yy); ctx.lineTo(b, yy + 6); ctx.fill();
         }
         if (b - a > 60) {
           ctx.save(); ctx.beginPath(); ctx.rect(a, yy, b - a, LANE_H); ctx.clip();
@@ -131,20 +154,21 @@
         }
       }
     }
-    ctx.fillStyle = "#5d6975"; ctx.textBaseline = "top"; ctx.font = "11px system-ui, sans-serif";
-    for (const t of ticks(span, Math.max(2, Math.floor(pw / 120)))) {
-      ctx.textAlign = t === 0 ? "left" : "center";
-      ctx.fillText(fmtNs(v0 + t), X(v0 + t), tlHeight - 18);
-    }
+    ctx.restore();
+    ctx.fillStyle = "#5d6975"; ctx.font = "11px system-ui, sans-serif"; ctx.textAlign = "right"; ctx.textBaseline = "middle";
+    ctx.fillText("critical path", box.x - 6, 2 + PATH_H / 2);
+    xLabels(ctx, box, v0, v1, tlHeight - 18, (t) => fmtNs(Math.round(t)));
     tlCanvas.dataset.bars = String(placed);
     tlCanvas.dataset.rects = String(rects);
   }
 
+  // The process under the pointer (-1: none).
   function hit(ev) {
-    const r = tlCanvas.getBoundingClientRect();
+    const r = tlCanvas.getBoundingClientRect(), box = plotBox(r.width);
     const px = ev.clientX - r.left, py = ev.clientY - r.top;
-    const t = v0 + (px - 4) / Math.max(1, r.width - 8) * (v1 - v0);
-    const slack = (v1 - v0) / Math.max(1, r.width) * 2;
+    if (px < box.x || px > box.x + box.w) return -1;
+    const t = tOf(box, px);
+    const slack = (v1 - v0) / box.w * 2;
     if (py < PATH_H + 2) {
       for (const [i, s, e] of D.path) if (i >= 0 && s <= t && t <= e) return i;
       return -1;
@@ -163,64 +187,92 @@
     return -1;
   }
 
-  tlCanvas.addEventListener("mousemove", (ev) => {
-    if (drag) { const r = tlCanvas.getBoundingClientRect(); const dt = (ev.clientX - drag.x) / r.width * (drag.v1 - drag.v0);
-      v0 = Math.max(0, drag.v0 - dt); v1 = v0 + (drag.v1 - drag.v0); drawTimeline(); return; }
-    const i = hit(ev);
-    if (i < 0) { tip.style.display = "none"; return; }
-    const lines = [label(i), argv(i), "pid " + P.pid[i] + (P.parent[i] >= 0 ? " · parent " + P.pid[P.parent[i]] : ""),
-      "from " + fmtNs(P.start[i]) + " to " + (P.end[i] === null ? "the end (still running)" : fmtNs(P.end[i])) + " · " + fmtNs(endOf(i) - P.start[i]),
-      "peak RSS " + fmtBytes(P.peak[i]) + " · CPU " + fmtNs(P.cpu[i]) + " · exit " + (P.exit[i] === null ? "?" : P.exit[i]),
-      S[P.exe[i]]];
-    if (onPath.has(i)) lines.push("on the critical path");
+  // The tree's RSS at time t (the step series' last point at or before t).
+  function memoryAt(t) {
+    const m = D.memory;
+    let lo = 0, hi = m.length;
+    while (lo < hi) { const k = (lo + hi) >> 1; if (m[k][0] <= t) lo = k + 1; else hi = k; }
+    return lo === 0 ? 0 : m[lo - 1][1];
+  }
+  // Cores in use during the CPU bucket that holds t.
+  function coresAt(t) {
+    const b = Math.max(1, D.cpu.bucket_ns), k = Math.floor(t / b);
+    return k >= 0 && k < D.cpu.cpu_ns.length ? D.cpu.cpu_ns[k] / b : 0;
+  }
+
+  function showTip(ev, lines) {
     tip.textContent = lines.join("\n");
     tip.style.display = "block";
-    tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - 420) + "px";
+    tip.style.left = Math.max(0, Math.min(ev.clientX + 14, window.innerWidth - 420)) + "px";
     tip.style.top = (ev.clientY + 14) + "px";
-  });
-  let drag = null;
-  tlCanvas.addEventListener("mouseleave", () => { tip.style.display = "none"; drag = null; });
-  tlCanvas.addEventListener("mousedown", (ev) => { drag = { x: ev.clientX, v0: v0, v1: v1 }; });
-  window.addEventListener("mouseup", () => { drag = null; });
-  tlCanvas.addEventListener("dblclick", () => { v0 = 0; v1 = wall; drawTimeline(); });
-  tlCanvas.addEventListener("wheel", (ev) => {
-    ev.preventDefault();
-    const r = tlCanvas.getBoundingClientRect();
-    const f = Math.min(1, Math.max(0, (ev.clientX - r.left) / r.width));
-    const t = v0 + f * (v1 - v0), k = ev.deltaY > 0 ? 1.25 : 0.8;
-    const span = Math.min(wall, Math.max(1000, (v1 - v0) * k));
-    v0 = Math.max(0, t - f * span); v1 = Math.min(wall, v0 + span); v0 = Math.max(0, v1 - span);
-    drawTimeline();
-  }, { passive: false });
+  }
+  function hideTip() { tip.style.display = "none"; cursor.style.display = "none"; }
 
-  // Memory and CPU over time.
-  app.append(el("h2", {}, "Memory and CPU over time"));
-  const memCanvas = el("canvas", { id: "memory" }), cpuCanvas = el("canvas", { id: "cpu" });
-  const peakText = D.tree_peak_rss_bytes === null ? "no kernel RSS figures"
-    : "tree-wide peak " + fmtBytes(D.tree_peak_rss_bytes) + " at " + fmtNs(D.tree_peak_at_ns);
-  app.append(el("div", { class: "panel" },
-    el("div", { class: "note" }, "memory: the tree's RSS (" + (D.rss_source === "kernel" ? "every change, from the kernel" : "sampled from statm") + ") · ",
-      el("span", { id: "mem-peak", "data-bytes": D.tree_peak_rss_bytes === null ? "" : D.tree_peak_rss_bytes }, peakText)),
-    memCanvas,
-    el("div", { class: "note" }, "CPU: cores in use (" + D.cpu.label + "; the buckets add up to the total CPU, ",
-      el("span", { id: "cpu-total", "data-ns": D.cpu.total_ns }, fmtNs(D.cpu.total_ns)), ")"),
-    cpuCanvas));
+  // Hover on any of the three: a line at that time across them, and what was there.
+  function hover(ev, canvas) {
+    const r = canvas.getBoundingClientRect(), box = plotBox(r.width), px = ev.clientX - r.left;
+    if (px < box.x || px > box.x + box.w) { hideTip(); return; }
+    const t = Math.max(0, Math.min(wall, tOf(box, px)));
+    cursor.style.display = "block";
+    cursor.style.left = (canvas.offsetLeft + px) + "px";
+    cursor.dataset.ns = String(Math.round(t));
+    const i = canvas === tlCanvas ? hit(ev) : -1;
+    if (i >= 0) {
+      const lines = [label(i), argv(i), "pid " + P.pid[i] + (P.parent[i] >= 0 ? " · parent " + P.pid[P.parent[i]] : ""),
+        "from " + fmtNs(P.start[i]) + " to " + (P.end[i] === null ? "the end (still running)" : fmtNs(P.end[i])) + " · " + fmtNs(endOf(i) - P.start[i]),
+        "peak RSS " + fmtBytes(P.peak[i]) + " · CPU " + fmtNs(P.cpu[i]) + " · exit " + (P.exit[i] === null ? "?" : P.exit[i]),
+        S[P.exe[i]]];
+      if (onPath.has(i)) lines.push("on the critical path");
+      showTip(ev, lines);
+      tip.dataset.process = String(i);
+      return;
+    }
+    delete tip.dataset.process;
+    const c = coresAt(t);
+    showTip(ev, ["at " + fmtNs(Math.round(t)), "memory " + fmtBytes(memoryAt(t)), "CPU " + (c === 1 ? "1 core" : c.toFixed(2) + " cores")]);
+  }
+
+  let drag = null;
+  for (const canvas of [memCanvas, cpuCanvas, tlCanvas]) {
+    canvas.addEventListener("mousemove", (ev) => {
+      if (drag) {
+        const r = canvas.getBoundingClientRect(), dt = (ev.clientX - drag.x) / plotBox(r.width).w * (drag.v1 - drag.v0);
+        v0 = Math.max(0, Math.min(wall - (drag.v1 - drag.v0), drag.v0 - dt)); v1 = v0 + (drag.v1 - drag.v0); drawAll(); return;
+      }
+      hover(ev, canvas);
+    });
+    canvas.addEventListener("mouseleave", () => { hideTip(); drag = null; });
+    canvas.addEventListener("mousedown", (ev) => { drag = { x: ev.clientX, v0: v0, v1: v1 }; });
+    canvas.addEventListener("dblclick", () => { v0 = 0; v1 = wall; drawAll(); });
+    canvas.addEventListener("wheel", (ev) => {
+      ev.preventDefault();
+      const r = canvas.getBoundingClientRect(), box = plotBox(r.width);
+      const f = Math.min(1, Math.max(0, (ev.clientX - r.left - box.x) / box.w));
+      const t = v0 + f * (v1 - v0), k = ev.deltaY > 0 ? 1.25 : 0.8;
+      const span = Math.min(wall, Math.max(1000, (v1 - v0) * k));
+      v0 = Math.max(0, t - f * span); v1 = Math.min(wall, v0 + span); v0 = Math.max(0, v1 - span);
+      drawAll();
+    }, { passive: false });
+  }
+  window.addEventListener("mouseup", () => { drag = null; });
 
   function drawMemory() {
     const { ctx, w, h } = sizedCanvas(memCanvas, 220);
     const pts = D.memory;
     const top = pts.reduce((m, p) => Math.max(m, p[1]), Math.max(1, D.tree_peak_rss_bytes || 0));
-    const box = frame(ctx, w, h, 0, wall, [[0, "0"], [0.5, fmtBytes(top / 2)], [1, fmtBytes(top)]]);
-    const X = (t) => box.x + box.w * t / wall, Y = (v) => box.y + box.h * (1 - v / top);
+    const box = frame(ctx, w, h, v0, v1, [[0, "0"], [0.5, fmtBytes(top / 2)], [1, fmtBytes(top)]], plotBox(w));
+    const X = (t) => xOf(box, t), Y = (v) => box.y + box.h * (1 - v / top);
+    ctx.save(); ctx.beginPath(); ctx.rect(box.x, 0, box.w, h); ctx.clip();
     ctx.beginPath(); ctx.moveTo(X(0), Y(0));
     let last = 0;
     for (const [t, v] of pts) { ctx.lineTo(X(t), Y(last)); ctx.lineTo(X(t), Y(v)); last = v; }
     ctx.lineTo(X(wall), Y(last)); ctx.lineTo(X(wall), Y(0)); ctx.closePath();
     ctx.fillStyle = "rgba(38, 132, 160, 0.35)"; ctx.fill();
     ctx.strokeStyle = "rgb(38, 132, 160)"; ctx.lineWidth = 1; ctx.stroke();
-    if (D.tree_peak_rss_bytes !== null && D.tree_peak_at_ns !== null) {
+    ctx.restore();
+    if (D.tree_peak_rss_bytes !== null && D.tree_peak_at_ns !== null && D.tree_peak_at_ns >= v0 && D.tree_peak_at_ns <= v1) {
       const px = X(D.tree_peak_at_ns), py = Y(D.tree_peak_rss_bytes);
-      ctx.fillStyle = "#c62828"; ctx.beginPath(); ctx.arc(px, py, 4, 0, 2 * Math.PI); ctx.fill();
+      ctx.fillStyle = FAILURE; ctx.beginPath(); ctx.arc(px, py, 4, 0, 2 * Math.PI); ctx.fill();
       ctx.font = "12px system-ui, sans-serif"; ctx.textBaseline = "bottom";
       ctx.textAlign = px > box.x + box.w * 0.7 ? "right" : "left";
       ctx.fillText("peak " + fmtBytes(D.tree_peak_rss_bytes), px + (ctx.textAlign === "left" ? 6 : -6), Math.max(py - 2, 14));
@@ -232,14 +284,16 @@
     const b = D.cpu.bucket_ns, v = D.cpu.cpu_ns;
     const peak = v.reduce((m, x) => Math.max(m, x), 0) / Math.max(1, b);
     const top = Math.max(1, Math.ceil(peak));
-    const box = frame(ctx, w, h, 0, wall, [[0, "0"], [0.5, (top / 2) + " cores"], [1, top + (top === 1 ? " core" : " cores")]]);
+    const box = frame(ctx, w, h, v0, v1, [[0, "0"], [0.5, cores(top / 2)], [1, cores(top)]], plotBox(w));
+    ctx.save(); ctx.beginPath(); ctx.rect(box.x, 0, box.w, h); ctx.clip();
     ctx.fillStyle = "rgba(205, 120, 40, 0.75)";
     v.forEach((x, k) => {
       if (!x) return;
-      const a = box.x + box.w * (k * b) / wall, z = box.x + box.w * Math.min(wall, (k + 1) * b) / wall;
+      const a = xOf(box, k * b), z = xOf(box, Math.min(wall, (k + 1) * b));
       const hh = box.h * (x / b) / top;
       ctx.fillRect(a, box.y + box.h - hh, Math.max(0.5, z - a), hh);
     });
+    ctx.restore();
   }
 
   // The critical path.
@@ -249,7 +303,7 @@
     const bar = el("div", { class: "bar", id: "path-bar" });
     D.path_programs.forEach((g) => {
       const k = D.programs.findIndex((x) => x.name === g.name);
-      bar.append(el("div", { title: g.name + " " + (100 * g.ns / wall).toFixed(1) + "%", style: "width:" + (100 * g.ns / wall) + "%;background:" + hue(k) }));
+      bar.append(el("div", { title: g.name + " " + (100 * g.ns / wall).toFixed(1) + "%", style: "width:" + (100 * g.ns / wall) + "%;background:" + colourOf(k) }));
     });
     app.append(bar, el("p", { class: "note" }, D.path_programs.map((g) => (g.name || "(no traced process)") + " " + (100 * g.ns / wall).toFixed(1) + "% (" + g.steps + ")").join(" · ")));
     const longest = D.path.map((s, k) => k).sort((a, b) => (D.path[b][2] - D.path[b][1]) - (D.path[a][2] - D.path[a][1])).slice(0, 25).sort((a, b) => a - b);
@@ -271,7 +325,7 @@
     el("div", {}, el("h2", {}, "Top by peak RSS"), table(["peak RSS", "process"], topBy((i) => P.peak[i] || 0).map((i) => ({ mono: [false, true], cells: [fmtBytes(P.peak[i]), label(i)] })), [true, false]))));
   app.append(el("p", { class: "note" }, "spacetime " + D.version + " · " + D.host + " · started " + D.start));
 
-  function drawAll() { drawTimeline(); drawMemory(); drawCpu(); }
+  function drawAll() { drawMemory(); drawCpu(); drawTimeline(); }
   drawAll();
   window.addEventListener("resize", drawAll);
   // Time from navigation to the page drawn: what opening the report costs.

@@ -1,4 +1,4 @@
-//! What the bench page draws, taken from the bench's JSON as `bench --json` writes it: for
+//! What the bench's pictures draw (the page and the SVG), taken from the bench's JSON as `bench --json` writes it: for
 //! each command its runs' wall time, peak RSS and tree peak (every value, and the statistics
 //! the bench computed), its parameters when it was one value of a parameter scan, and the
 //! comparison. Keys the page does not know are ignored; a figure that is missing is left out.
@@ -8,13 +8,13 @@ use serde_json::Value;
 
 /// One figure over a command's runs, as the bench computed it.
 #[derive(Serialize, Default)]
-struct Figure {
-    mean: Option<f64>,
-    stddev: Option<f64>,
-    median: Option<f64>,
-    min: Option<f64>,
-    max: Option<f64>,
-    values: Vec<f64>,
+pub(crate) struct Figure {
+    pub(crate) mean: Option<f64>,
+    pub(crate) stddev: Option<f64>,
+    pub(crate) median: Option<f64>,
+    pub(crate) min: Option<f64>,
+    pub(crate) max: Option<f64>,
+    pub(crate) values: Vec<f64>,
 }
 
 impl Figure {
@@ -37,26 +37,28 @@ impl Figure {
 }
 
 #[derive(Serialize)]
-struct Result {
-    command: String,
+pub(crate) struct Result {
+    pub(crate) command: String,
     /// `{"name": "value"}` of a parameter scan (empty without).
-    parameters: serde_json::Map<String, Value>,
-    runs: u64,
-    wall: Option<Figure>,
-    user: Option<Figure>,
-    sys: Option<Figure>,
-    peak: Option<Figure>,
-    tree: Option<Figure>,
-    failed_runs: u64,
+    pub(crate) parameters: serde_json::Map<String, Value>,
+    pub(crate) runs: u64,
+    pub(crate) wall: Option<Figure>,
+    pub(crate) user: Option<Figure>,
+    pub(crate) sys: Option<Figure>,
+    pub(crate) peak: Option<Figure>,
+    pub(crate) tree: Option<Figure>,
+    pub(crate) failed_runs: u64,
+    /// Its colour in every picture ([`super::colour`]).
+    pub(crate) colour: String,
 }
 
 #[derive(Serialize)]
 pub struct BenchData {
-    kind: &'static str,
-    version: String,
-    interrupted: bool,
-    results: Vec<Result>,
-    comparison: Value,
+    pub(crate) kind: &'static str,
+    pub(crate) version: String,
+    pub(crate) interrupted: bool,
+    pub(crate) results: Vec<Result>,
+    pub(crate) comparison: Value,
 }
 
 impl BenchData {
@@ -64,7 +66,7 @@ impl BenchData {
         let results = v
             .get("results")
             .and_then(Value::as_array)
-            .map(|a| a.iter().map(result).collect())
+            .map(|a| a.iter().enumerate().map(|(k, r)| result(k, r)).collect())
             .unwrap_or_default();
         BenchData {
             kind: "bench",
@@ -83,7 +85,7 @@ impl BenchData {
     }
 }
 
-fn result(r: &Value) -> Result {
+fn result(k: usize, r: &Value) -> Result {
     let fig = |k: &str| Figure::of(r.get(k));
     let parameters = match r.get("parameters") {
         Some(Value::Object(m)) => m.clone(),
@@ -108,6 +110,7 @@ fn result(r: &Value) -> Result {
         peak: fig("peak_rss_bytes"),
         tree: fig("tree_peak_rss_bytes"),
         failed_runs: exit_codes.iter().filter(|&&c| c != 0).count() as u64,
+        colour: super::colour(k),
     }
 }
 

@@ -1,5 +1,5 @@
-//! What the trace page draws: a projection of the report model, nothing computed anew. Per
-//! process the figures are columns (one array per figure, compact for 100 000 processes);
+//! What the trace's pictures draw (the page and the SVG): a projection of the report model,
+//! nothing computed anew. Per process the figures are columns (one array per figure, compact for 100 000 processes);
 //! strings (argv words, labels, programs) are stored once in a table and named by index, as
 //! a build passes the same flags to every compiler.
 
@@ -43,84 +43,86 @@ impl Strings {
 
 /// The processes, one array per figure, in the report's order (start order).
 #[derive(Serialize, Default)]
-struct Columns {
-    pid: Vec<u32>,
+pub(crate) struct Columns {
+    pub(crate) pid: Vec<u32>,
     /// The parent's index (-1: none).
-    parent: Vec<i64>,
-    start: Vec<u64>,
+    pub(crate) parent: Vec<i64>,
+    pub(crate) start: Vec<u64>,
     /// Null: still running or unknown (drawn to the end).
-    end: Vec<Option<u64>>,
+    pub(crate) end: Vec<Option<u64>>,
     /// Null: unknown.
-    peak: Vec<Option<u64>>,
-    cpu: Vec<u64>,
+    pub(crate) peak: Vec<Option<u64>>,
+    pub(crate) cpu: Vec<u64>,
     /// The status a shell reports (128+N for signal N); null while running or unknown.
-    exit: Vec<Option<i32>>,
+    pub(crate) exit: Vec<Option<i32>>,
     /// Index into `programs` (-1: no program of its own).
-    program: Vec<i64>,
+    pub(crate) program: Vec<i64>,
     /// String indexes: its label, and its argv.
-    label: Vec<u32>,
-    argv: Vec<Vec<u32>>,
-    exe: Vec<u32>,
+    pub(crate) label: Vec<u32>,
+    pub(crate) argv: Vec<Vec<u32>>,
+    pub(crate) exe: Vec<u32>,
 }
 
 #[derive(Serialize)]
-struct Program {
-    exe: String,
-    name: String,
-    runs: u64,
-    failed: u64,
-    peak_rss_bytes: u64,
-    cpu_ns: u64,
+pub(crate) struct Program {
+    pub(crate) exe: String,
+    pub(crate) name: String,
+    pub(crate) runs: u64,
+    pub(crate) failed: u64,
+    pub(crate) peak_rss_bytes: u64,
+    pub(crate) cpu_ns: u64,
+    /// Its colour in every picture ([`super::colour`]).
+    pub(crate) colour: String,
 }
 
 #[derive(Serialize)]
-struct PathProgram {
-    name: String,
-    steps: u64,
-    ns: u64,
+pub(crate) struct PathProgram {
+    pub(crate) name: String,
+    pub(crate) steps: u64,
+    pub(crate) ns: u64,
 }
 
 #[derive(Serialize)]
-struct Cpu {
-    bucket_ns: u64,
-    cpu_ns: Vec<u64>,
-    total_ns: u64,
+pub(crate) struct Cpu {
+    pub(crate) bucket_ns: u64,
+    pub(crate) cpu_ns: Vec<u64>,
+    pub(crate) total_ns: u64,
     /// How the series was made ([`crate::model::cores::CpuSeries::label`]).
-    label: String,
+    pub(crate) label: String,
 }
 
 /// The page's data.
 #[derive(Serialize)]
 pub struct TraceData {
-    kind: &'static str,
-    command: String,
-    status: String,
+    pub(crate) kind: &'static str,
+    pub(crate) command: String,
+    pub(crate) status: String,
     /// CMD's status as a shell reports it (null: still running).
-    exit_code: Option<i32>,
-    host: String,
-    start: String,
-    version: String,
-    wall_ns: u64,
-    cpu_ns: u64,
-    parallelism: Option<f64>,
-    processes: u64,
-    tree_peak_rss_bytes: Option<u64>,
-    tree_peak_at_ns: Option<u64>,
-    peak_rss_bytes: u64,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) host: String,
+    pub(crate) start: String,
+    pub(crate) version: String,
+    pub(crate) wall_ns: u64,
+    pub(crate) cpu_ns: u64,
+    pub(crate) parallelism: Option<f64>,
+    pub(crate) processes: u64,
+    pub(crate) tree_peak_rss_bytes: Option<u64>,
+    pub(crate) tree_peak_at_ns: Option<u64>,
+    pub(crate) peak_rss_bytes: u64,
     /// Index of the process with the largest peak.
-    peak_index: Option<usize>,
-    lost_events: u64,
-    complete: bool,
-    rss_source: &'static str,
-    strings: Vec<String>,
-    p: Columns,
-    programs: Vec<Program>,
-    failures: Vec<usize>,
+    pub(crate) peak_index: Option<usize>,
+    pub(crate) lost_events: u64,
+    pub(crate) complete: bool,
+    pub(crate) rss_source: &'static str,
+    pub(crate) strings: Vec<String>,
+    pub(crate) p: Columns,
+    pub(crate) programs: Vec<Program>,
+    pub(crate) failures: Vec<usize>,
     /// `[index or -1, start_ns, end_ns]` per step.
-    path: Vec<(i64, u64, u64)>,
-    path_programs: Vec<PathProgram>,
-    memory: Vec<(u64, u64)>,
-    cpu: Cpu,
+    pub(crate) path: Vec<(i64, u64, u64)>,
+    pub(crate) path_programs: Vec<PathProgram>,
+    pub(crate) memory: Vec<(u64, u64)>,
+    pub(crate) cpu: Cpu,
 }
 
 /// At most `max` points of a step series, each slice of time keeping its lowest and highest
@@ -236,13 +238,15 @@ impl TraceData {
             programs: a
                 .programs
                 .iter()
-                .map(|g| Program {
+                .enumerate()
+                .map(|(k, g)| Program {
                     exe: lossy(&g.path),
                     name: lossy(basename(&g.path)),
                     runs: g.runs,
                     failed: g.failed,
                     peak_rss_bytes: g.peak_rss_bytes,
                     cpu_ns: g.cpu_ns,
+                    colour: super::colour(k),
                 })
                 .collect(),
             failures: a.failures.clone(),
