@@ -13,11 +13,7 @@ use crate::kernel::ring::Ring;
 use rustix::event::{PollFd, PollFlags, Timespec};
 
 use super::{
-    clients::{Budget, Client},
-    listen::Listener,
-    route::Owners,
-    users::Users,
-    verify::Peer,
+    clients::Client, listen::Listener, queues::Queues, route::Owners, users::Users, verify::Peer,
     watchers::Watchers,
 };
 use crate::kernel::{
@@ -96,8 +92,8 @@ pub(super) struct Agent {
     /// Delay accounting switched on for clients (restored when dropped).
     pub delayacct: Option<crate::run::delayacct::DelayAcct>,
     pub users: Users,
-    /// Bytes queued for every client together.
-    pub queued: Budget,
+    /// What waits for every client.
+    pub queues: Queues,
     pub watchers: Watchers,
     accept: AcceptBackoff,
 }
@@ -195,7 +191,7 @@ fn serve_on(
         rss_unwanted_since: None,
         delayacct: None,
         users: Users::new(),
-        queued: Budget::default(),
+        queues: Queues::default(),
         watchers: Watchers::new().context("the watch loader's wake-up")?,
         accept: AcceptBackoff::default(),
     };
@@ -354,8 +350,7 @@ impl Agent {
                 gid: cred.gid,
             };
             let principal = self.users.principal(peer.uid);
-            let budget = self.users.budget(principal);
-            let mut c = Client::new(fd, peer, principal, budget, self.queued.clone());
+            let mut c = Client::new(fd, peer, principal, self.queues.clone());
             let of_user = self
                 .clients
                 .iter()
@@ -469,7 +464,6 @@ impl Agent {
             log::debug!("client pid {} gone ({held} bytes queued)", c.peer.pid);
         }
         if !closed.is_empty() {
-            self.users.prune();
             self.follow_rss();
             self.update_delayacct();
             self.share_tracking_map();

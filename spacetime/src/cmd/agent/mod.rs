@@ -6,6 +6,7 @@ mod clients;
 mod daemon;
 mod finish;
 mod listen;
+mod queues;
 mod ready;
 mod requests;
 mod route;

@@ -126,7 +126,10 @@ impl Agent {
             watchers,
             ..
         } = self;
-        while let Some(item) = ring.next_record() {
+        // What was written when the drain began, at most a ring's worth: storms that write
+        // as fast as the agent reads never keep it from its other clients.
+        let end = ring.written();
+        while let Some(item) = ring.next_record_before(end) {
             route_record(&item, clients, owners, cpu_at_release);
         }
         watchers.drain(clients);

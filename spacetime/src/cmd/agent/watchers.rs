@@ -334,7 +334,8 @@ impl Watchers {
     pub fn drain(&mut self, clients: &mut [Client]) {
         for (&uid, s) in self.sets.iter_mut() {
             let filtered = s.w.uid.is_some();
-            while let Some(item) = s.w.ring.next_record() {
+            let end = s.w.ring.written();
+            while let Some(item) = s.w.ring.next_record_before(end) {
                 if (filtered && !s.w.exited.passes(&item)) || s.watches == 0 {
                     continue;
                 }
@@ -368,7 +369,7 @@ fn tell_counters(w: &mut Client, now: KernelCounters) {
     let Some(mut seat) = w.seat else { return };
     let Some(base) = seat.baseline else { return };
     let mut c = now.since(&base);
-    c.agent_queue_full = w.dropped_records;
+    c.agent_queue_full = w.dropped_records();
     if c != seat.last {
         seat.last = c;
         w.seat = Some(seat);
