@@ -193,10 +193,8 @@ pub fn slow_storm(socket: &Path, conns: usize) {
     let big = std::ffi::CString::new(vec![b'a'; 128 << 10]).expect("no NUL");
     let mut stop = [0; 2];
     // SAFETY: a valid array of two fds; the storms poll the read end.
-    assert_eq!(
-        unsafe { libc::pipe2(stop.as_mut_ptr(), libc::O_CLOEXEC) },
-        0
-    );
+    let r = unsafe { libc::pipe2(stop.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(r, 0, "pipe2");
     let mut kept = Vec::new();
     for _ in 0..conns {
         let big = big.clone();
