@@ -9,9 +9,10 @@ use spacetime_tests::agent::Agent;
 use spacetime_tests::attack::{
     anon_bytes, cpu_ticks, peak_rss_during, rss_bytes, Client, ATTACKER, OTHER_USER,
 };
-use spacetime_tests::{spacetime_bin, MIB};
+use spacetime_tests::{spacetime_bin, storm_size, Trace, MIB};
 
 const CLIENT: &str = env!("CARGO_BIN_EXE_st-agent-client");
+const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 
 /// What one user may make the agent hold, on top of what it holds idle: its queues for that
 /// user's connections (64 MiB, counted in allocations) and the allocator's slack.
@@ -262,6 +263,75 @@ fn one_users_runs_share_the_tracking_map() {
     assert!(
         tracked + 2 <= 40 + 2,
         "{tracked} tracked past the user's 40"
+    );
+    agent.stop();
+}
+
+/// Four users whose sessions never read while they trace exec storms with 128 KiB argvs,
+/// eight sessions each, until the agent drops their records (the audit: a fifth user's trace
+/// lost 30 271 records to the agent's queue, 19 of its 2001 processes reported; its `trace
+/// --agent` was not answered within 5 s). A fifth user's trace of a fork+exec storm, meanwhile,
+/// is answered and complete: every process, nothing dropped for it. The slow users' loss is
+/// theirs, and each is told its count at the end of its runs.
+#[test]
+fn slow_users_lose_their_own_records_only() {
+    let mut agent = Agent::start("abuse-fair");
+    let slow_uids = [ATTACKER, OTHER_USER, OTHER_USER + 1, OTHER_USER + 2];
+    let prompt_uid = OTHER_USER + 3;
+    let mut slow: Vec<Client> = slow_uids
+        .iter()
+        .map(|&u| Client::start(CLIENT, agent.socket(), u, &["slow-storm", "8"]))
+        .collect();
+    for c in &mut slow {
+        assert_eq!(c.number("storming", Duration::from_secs(60)), 8);
+    }
+    // Each slow user holds its share of the agent's queues once the agent drops its records.
+    for uid in slow_uids {
+        let said = format!("user {uid}: records dropped");
+        assert!(
+            agent.wait_for_log(&said, Duration::from_secs(120)),
+            "the agent never said `{said}`"
+        );
+    }
+    let n = storm_size(2000, 200);
+    let uid = format!("{prompt_uid}");
+    let out = Trace::new([WL, "storm", &n.to_string(), WL, "noop"])
+        .tag("fair")
+        .through(&agent)
+        .flag("--agent")
+        .under([
+            "setpriv",
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
+            "--clear-groups",
+            "--",
+        ])
+        .timeout(Duration::from_secs(300))
+        .run();
+    let mut dropped = Vec::new();
+    for mut c in slow {
+        drop(c.stdin.take());
+        dropped.push(c.number("dropped", Duration::from_secs(120)));
+        c.until("ended 8", Duration::from_secs(120));
+        c.end();
+    }
+    eprintln!(
+        "slow users: records dropped {dropped:?}; the prompt user's storm of {n}: status {:?}",
+        out.status
+    );
+    out.assert_code(0);
+    let report = out.report();
+    assert_eq!(report.lost_events, 0, "records lost for the prompt user");
+    assert_eq!(
+        report.processes.len(),
+        n + 1,
+        "processes (root + {n} children)"
+    );
+    let t = out.truth_one("storm");
+    assert_eq!(t.ints("pids").len(), n);
+    assert!(
+        dropped.iter().all(|&d| d > 0),
+        "every slow user is told of its loss: {dropped:?}"
     );
     agent.stop();
 }

@@ -189,6 +189,20 @@ impl Ring {
         }
     }
 
+    /// How far the kernel has written now: a drain up to it ends, however fast the kernel
+    /// writes meanwhile.
+    pub fn written(&self) -> u64 {
+        self.producer_pos()
+    }
+
+    /// The next record if it begins before `end` (from [`Ring::written`]).
+    pub fn next_record_before(&mut self, end: u64) -> Option<Item<'_>> {
+        if self.pos >= end {
+            return None;
+        }
+        self.next_record()
+    }
+
     fn release(&mut self, next: u64) {
         self.pos = next;
         self.consumer_pos().store(next, Ordering::Release);

@@ -1,24 +1,22 @@
 //! One connected client as the agent keeps it: who it is, its session, and what waits to be
 //! sent to it.
 //!
-//! The queue is bounded in what it costs the agent, not in payload: each message counts its
-//! allocation (capacity) and the bookkeeping around it, and the number of messages is
-//! bounded too. A client's queue also draws on its user's share and on the agent's whole,
-//! so that no user, with all the connections allowed, can make the agent grow past a known
-//! size. Records and taskstats datagrams that do not fit are dropped and counted as the
-//! client's loss; answers to its own requests always go in, but a client that leaves more
-//! than [`MAX_UNREAD_ANSWERS`] of them unread is not reading at all, and is closed.
+//! What waits is kept in [`Queues`], with every other client's, so that the bounds of one
+//! client, one user and the whole agent are applied together (see `queues`): records and
+//! taskstats datagrams that do not fit are dropped and counted as the client's loss; answers
+//! to its own requests always go in, but a client that leaves more than
+//! [`MAX_UNREAD_ANSWERS`] of them unread is not reading at all, and is closed.
 
 use std::{
-    cell::Cell,
-    collections::VecDeque,
     io,
     os::fd::{AsFd, OwnedFd},
-    rc::Rc,
     time::Instant,
 };
 
-use super::verify::Peer;
+use super::{
+    queues::{Kind, Loss, QueueId, Queues},
+    verify::Peer,
+};
 use crate::kernel::{
     loader::KernelCounters,
     remote::{
@@ -27,40 +25,9 @@ use crate::kernel::{
     },
 };
 
-/// Most bytes (allocations) queued for one client.
-pub const MAX_QUEUED_BYTES: usize = 32 << 20;
-/// Most bytes queued for all the connections of one user (not root).
-pub const USER_QUEUED_BYTES: usize = 64 << 20;
-/// Most bytes queued for every client together.
-pub const AGENT_QUEUED_BYTES: usize = 256 << 20;
-/// Most messages queued for one client.
-const MAX_QUEUED_MESSAGES: usize = 16384;
 /// Answers a client may leave unread: one that waits for each answer before asking again (as
 /// spacetime does) never has more than a few.
 pub const MAX_UNREAD_ANSWERS: usize = 64;
-/// What one queued message costs besides its buffer: its slot in the queue and the
-/// allocator's header, rounded up.
-const MESSAGE_OVERHEAD: usize = 64;
-
-/// Bytes queued, shared by the clients that draw on the same budget.
-#[derive(Clone, Default)]
-pub struct Budget(Rc<Cell<usize>>);
-
-impl Budget {
-    pub fn used(&self) -> usize {
-        self.0.get()
-    }
-    fn add(&self, n: usize) {
-        self.0.set(self.0.get() + n);
-    }
-    fn sub(&self, n: usize) {
-        self.0.set(self.0.get().saturating_sub(n));
-    }
-    /// Other clients hold it too.
-    pub fn shared(&self) -> bool {
-        Rc::strong_count(&self.0) > 1
-    }
-}
 
 /// A run being traced for a client.
 pub(super) struct RunState {
@@ -91,29 +58,21 @@ pub(super) struct Client {
     pub max_processes: u32,
     /// When it last sent a message or read one of ours.
     pub active: Instant,
-    outbox: VecDeque<Vec<u8>>,
-    queued_bytes: usize,
+    queues: Queues,
+    queue: QueueId,
     unread_answers: usize,
-    user: Budget,
-    agent: Budget,
     /// Records gathered for the next [`Msg::Records`], and datagrams for the next
     /// [`Msg::Taskstats`]: each at most one message.
     batch: proto::Batch,
     datagrams: proto::Batch,
-    pub dropped_records: u64,
-    pub dropped_taskstats: u64,
     /// To be ended and removed.
     pub closed: bool,
 }
 
-/// What a message costs the agent while queued.
-fn cost(msg: &[u8], capacity: usize) -> usize {
-    capacity.max(msg.len()) + MESSAGE_OVERHEAD
-}
-
 impl Client {
-    pub fn new(fd: OwnedFd, peer: Peer, principal: u32, user: Budget, agent: Budget) -> Client {
+    pub fn new(fd: OwnedFd, peer: Peer, principal: u32, queues: Queues) -> Client {
         sock::set_sndbuf(fd.as_fd(), 4 << 20);
+        let queue = queues.open(principal, peer.uid != 0);
         Client {
             fd,
             peer,
@@ -126,26 +85,32 @@ impl Client {
             memory: true,
             max_processes: 0,
             active: Instant::now(),
-            outbox: VecDeque::new(),
-            queued_bytes: 0,
+            queues,
+            queue,
             unread_answers: 0,
-            user,
-            agent,
             batch: proto::Batch::records(),
             datagrams: proto::Batch::taskstats(),
-            dropped_records: 0,
-            dropped_taskstats: 0,
             closed: false,
         }
     }
 
     pub fn wants_to_write(&self) -> bool {
-        !self.outbox.is_empty()
+        self.queues.len(self.queue) > 0
     }
 
     /// Bytes its queue costs now.
     pub fn queued_bytes(&self) -> usize {
-        self.queued_bytes
+        self.queues.bytes(self.queue)
+    }
+
+    /// What it lost to the bounds since last asked (a run's end tells it).
+    pub fn take_loss(&mut self) -> Loss {
+        self.queues.take_loss(self.queue)
+    }
+
+    /// Records it lost to the bounds so far (a watch is told as they grow).
+    pub fn dropped_records(&self) -> u64 {
+        self.queues.loss(self.queue).records
     }
 
     /// Queues a record of the client's session.
@@ -181,78 +146,50 @@ impl Client {
             self.closed = true;
             return;
         }
-        if self.queue(msg.encode(), true) {
+        let kind = match msg {
+            Msg::Counters(_) => Kind::Counters,
+            _ => Kind::Answer,
+        };
+        if self.queues.push(self.queue, msg.encode(), kind) {
             self.unread_answers += 1;
         }
     }
 
     /// Queues a watch's counters; an unsent earlier one is replaced, not added to.
     pub fn counters(&mut self, counters: KernelCounters) {
-        let msg = Msg::Counters(counters).encode();
-        if let Some(m) = self
-            .outbox
-            .iter_mut()
-            .find(|m| m.first().is_some_and(|&t| proto::is_counters(t)))
-        {
-            // Same type, same length: the cost is unchanged.
-            m.copy_from_slice(&msg);
-            return;
+        let msg = Msg::Counters(counters);
+        if !self.queues.replace_counters(self.queue, &msg.encode()) {
+            self.control(&msg);
         }
-        self.control(&Msg::Counters(counters));
     }
 
     /// Turns the records gathered into one message, and the datagrams into another.
     pub fn seal(&mut self) {
         if !self.batch.is_empty() {
             let batch = std::mem::replace(&mut self.batch, proto::Batch::records());
-            let n = batch.len() as u64;
-            if !self.queue(batch.finish(), false) {
-                self.dropped_records += n;
-            }
+            let kind = Kind::Records(batch.len() as u64);
+            self.queues.push(self.queue, batch.finish(), kind);
         }
         if !self.datagrams.is_empty() {
             let batch = std::mem::replace(&mut self.datagrams, proto::Batch::taskstats());
-            let n = batch.len() as u64;
-            if !self.queue(batch.finish(), false) {
-                self.dropped_taskstats += n;
-            }
+            let kind = Kind::Taskstats(batch.len() as u64);
+            self.queues.push(self.queue, batch.finish(), kind);
         }
-    }
-
-    /// Queues `msg` if the client's, its user's and the agent's bounds allow (an answer
-    /// always fits: they are few, see [`Client::control`]).
-    fn queue(&mut self, mut msg: Vec<u8>, answer: bool) -> bool {
-        msg.shrink_to_fit();
-        let c = cost(&msg, msg.capacity());
-        let over = self.queued_bytes + c > MAX_QUEUED_BYTES
-            || self.outbox.len() >= MAX_QUEUED_MESSAGES
-            || (self.peer.uid != 0 && self.user.used() + c > USER_QUEUED_BYTES)
-            || self.agent.used() + c > AGENT_QUEUED_BYTES;
-        if over && !answer {
-            return false;
-        }
-        self.queued_bytes += c;
-        self.user.add(c);
-        self.agent.add(c);
-        self.outbox.push_back(msg);
-        true
     }
 
     /// Sends what the socket takes now, without blocking. A broken connection closes
     /// the client.
     pub fn write(&mut self) {
-        while let Some(m) = self.outbox.front() {
-            match sock::send(self.fd.as_fd(), m, None) {
-                Ok(()) => {
-                    let c = cost(m, m.capacity());
+        loop {
+            match self.queues.send_one(self.queue, self.fd.as_fd()) {
+                Ok(Some(kind)) => {
                     // Answers go first in their turn: the oldest unread one was this.
-                    if m.first().is_some_and(|&t| proto::is_answer(t)) {
+                    if !kind.droppable() {
                         self.unread_answers = self.unread_answers.saturating_sub(1);
                     }
-                    self.release(c);
-                    self.outbox.pop_front();
                     self.active = Instant::now();
                 }
+                Ok(None) => return,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => {
                     log::debug!("client {}: {e}", self.peer.pid);
@@ -262,38 +199,27 @@ impl Client {
             }
         }
     }
-
-    fn release(&mut self, c: usize) {
-        self.queued_bytes = self.queued_bytes.saturating_sub(c);
-        self.user.sub(c);
-        self.agent.sub(c);
-    }
 }
 
 impl Drop for Client {
     fn drop(&mut self) {
-        // The budgets outlive it: what it held goes back.
-        let held = self.queued_bytes;
-        self.release(held);
+        // The queues outlive it: what it held goes back.
+        self.queues.close(self.queue);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::queues::MAX_QUEUED_BYTES;
     use super::*;
 
-    fn client(fd: OwnedFd, user: Budget, agent: Budget) -> Client {
-        Client::new(
-            fd,
-            Peer {
-                pid: 1,
-                uid: 1,
-                gid: 1,
-            },
-            1,
-            user,
-            agent,
-        )
+    fn client(fd: OwnedFd, queues: &Queues) -> Client {
+        let peer = Peer {
+            pid: 1,
+            uid: 1,
+            gid: 1,
+        };
+        Client::new(fd, peer, 1, queues.clone())
     }
 
     /// A client that never reads: the queue stops at its bound, the records beyond are
@@ -302,7 +228,8 @@ mod tests {
     #[test]
     fn a_client_that_does_not_read_costs_a_bounded_queue() {
         let (agent_end, client_end) = sock::pair().expect("socketpair");
-        let mut c = client(agent_end, Budget::default(), Budget::default());
+        let queues = Queues::default();
+        let mut c = client(agent_end, &queues);
         let record = vec![7u8; 4000];
         let total = 3 * MAX_QUEUED_BYTES / record.len();
         for _ in 0..total {
@@ -312,11 +239,12 @@ mod tests {
         c.seal();
         c.write();
         assert!(
-            c.queued_bytes <= MAX_QUEUED_BYTES,
+            c.queued_bytes() <= MAX_QUEUED_BYTES,
             "queue {} bytes",
-            c.queued_bytes
+            c.queued_bytes()
         );
-        assert!(c.dropped_records > 0, "nothing dropped past the bound");
+        let dropped = c.dropped_records();
+        assert!(dropped > 0, "nothing dropped past the bound");
         c.control(&Msg::Flushed { seq: 1 });
         let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
         let mut got = 0u64;
@@ -337,19 +265,21 @@ mod tests {
             }
         }
         assert_eq!(
-            got + c.dropped_records,
+            got + dropped,
             total as u64,
             "every record either arrived or was counted as dropped"
         );
+        assert_eq!(c.take_loss().records, dropped);
+        assert_eq!(c.take_loss().records, 0, "told once");
     }
 
     /// Tiny answers a client never reads: it is closed after [`MAX_UNREAD_ANSWERS`] (plus
-    /// what its socket buffer took), and what it held goes back to the budgets.
+    /// what its socket buffer took), and what it held goes back.
     #[test]
     fn unread_answers_close_the_client_and_free_its_queue() {
         let (agent_end, _client_end) = sock::pair().expect("socketpair");
-        let (user, agent) = (Budget::default(), Budget::default());
-        let mut c = client(agent_end, user.clone(), agent.clone());
+        let queues = Queues::default();
+        let mut c = client(agent_end, &queues);
         let mut sent = 0;
         while !c.closed {
             c.control(&Msg::Flushed { seq: sent });
@@ -357,32 +287,13 @@ mod tests {
             sent += 1;
             assert!(sent < 1_000_000, "never closed");
         }
-        assert!(c.outbox.len() <= MAX_UNREAD_ANSWERS, "{}", c.outbox.len());
-        assert!(user.used() > 0 && user.used() == agent.used());
-        drop(c);
-        assert_eq!((user.used(), agent.used()), (0, 0), "given back");
-    }
-
-    /// Two clients of one user share its bound: the second gets only what the first left.
-    #[test]
-    fn a_users_clients_share_its_bound() {
-        let (a_end, _a) = sock::pair().expect("socketpair");
-        let (b_end, _b) = sock::pair().expect("socketpair");
-        let (user, agent) = (Budget::default(), Budget::default());
-        let mut a = client(a_end, user.clone(), agent.clone());
-        let mut b = client(b_end, user.clone(), agent.clone());
-        let record = vec![1u8; 60_000];
-        for _ in 0..4 * USER_QUEUED_BYTES / record.len() {
-            a.record(&record);
-            b.record(&record);
-        }
-        a.seal();
-        b.seal();
         assert!(
-            user.used() <= USER_QUEUED_BYTES,
-            "user's share {}",
-            user.used()
+            queues.len(c.queue) <= MAX_UNREAD_ANSWERS,
+            "{}",
+            queues.len(c.queue)
         );
-        assert!(a.dropped_records > 0 && b.dropped_records > 0);
+        assert!(queues.of_user(1) > 0 && queues.of_user(1) == queues.total());
+        drop(c);
+        assert_eq!((queues.of_user(1), queues.total()), (0, 0), "given back");
     }
 }

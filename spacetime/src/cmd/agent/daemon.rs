@@ -13,13 +13,8 @@ use crate::kernel::ring::Ring;
 use rustix::event::{PollFd, PollFlags, Timespec};
 
 use super::{
-    clients::{Budget, Client},
-    listen::Listener,
-    requests::RSS_LINGER,
-    route::Owners,
-    users::Users,
-    verify::Peer,
-    watchers::Watchers,
+    clients::Client, listen::Listener, queues::Queues, requests::RSS_LINGER, route::Owners,
+    users::Users, verify::Peer, watchers::Watchers,
 };
 use crate::kernel::{
     loader::{KernelLogger, LoadOptions, Probes},
@@ -104,8 +99,8 @@ pub(super) struct Agent {
     /// Delay accounting switched on for clients (restored when dropped).
     pub delayacct: Option<crate::run::delayacct::DelayAcct>,
     pub users: Users,
-    /// Bytes queued for every client together.
-    pub queued: Budget,
+    /// What waits for every client.
+    pub queues: Queues,
     pub watchers: Watchers,
     accept: AcceptBackoff,
 }
@@ -204,7 +199,7 @@ fn serve_on(
         rss_linger: Duration::from_secs(args.rss_linger),
         delayacct: None,
         users: Users::new(),
-        queued: Budget::default(),
+        queues: Queues::default(),
         watchers: Watchers::new().context("the watch loader's wake-up")?,
         accept: AcceptBackoff::default(),
     };
@@ -363,8 +358,7 @@ impl Agent {
                 gid: cred.gid,
             };
             let principal = self.users.principal(peer.uid);
-            let budget = self.users.budget(principal);
-            let mut c = Client::new(fd, peer, principal, budget, self.queued.clone());
+            let mut c = Client::new(fd, peer, principal, self.queues.clone());
             let of_user = self
                 .clients
                 .iter()
@@ -478,7 +472,6 @@ impl Agent {
             log::debug!("client pid {} gone ({held} bytes queued)", c.peer.pid);
         }
         if !closed.is_empty() {
-            self.users.prune();
             self.follow_rss();
             self.update_delayacct();
             self.share_tracking_map();

@@ -133,6 +133,10 @@ impl Agent {
         self.route();
         let enobufs = self.taskstats_stats().enobufs - run.enobufs_at_start;
         let c = &mut self.clients[i];
+        // What did not fit the queues' bounds (`queues`), the records sent just before
+        // included.
+        c.seal();
+        let loss = c.take_loss();
         for chunk in mms.chunks(proto::MMS_PER_MESSAGE) {
             c.control(&proto::Msg::Mms(chunk.to_vec()));
         }
@@ -144,8 +148,8 @@ impl Agent {
         }
         let end = proto::End {
             counters,
-            dropped_records: std::mem::take(&mut c.dropped_records),
-            dropped_taskstats: std::mem::take(&mut c.dropped_taskstats),
+            dropped_records: loss.records,
+            dropped_taskstats: loss.taskstats,
             taskstats_enobufs: enobufs,
             tree_rss,
         };

@@ -5,7 +5,9 @@
 mod clients;
 mod daemon;
 mod finish;
+mod hidden;
 mod listen;
+mod queues;
 mod ready;
 mod requests;
 mod route;

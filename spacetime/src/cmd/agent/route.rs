@@ -126,7 +126,10 @@ impl Agent {
             watchers,
             ..
         } = self;
-        while let Some(item) = ring.next_record() {
+        // What was written when the drain began, at most a ring's worth: storms that write
+        // as fast as the agent reads never keep it from its other clients.
+        let end = ring.written();
+        while let Some(item) = ring.next_record_before(end) {
             route_record(&item, clients, owners, cpu_at_release);
         }
         watchers.drain(clients);
@@ -146,13 +149,9 @@ impl Agent {
                     log::debug!("a datagram of another uid for session {:?}", c.session);
                 }
             }
-            for c in clients.iter_mut() {
-                let seat = c.seat.filter(|s| s.baseline.is_some());
-                if seat.is_some_and(|s| watchers.may_see(s.uid, &records)) {
-                    c.taskstats(d);
-                }
-            }
+            watchers.offer(d, &records);
         }
+        watchers.deliver_taskstats(clients);
         owners.end_pass();
     }
 }

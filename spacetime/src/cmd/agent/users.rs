@@ -10,12 +10,9 @@
 //! gave them) are not known to the agent and count as other people.
 
 use std::{
-    collections::HashMap,
     path::PathBuf,
     time::{Duration, Instant, SystemTime},
 };
-
-use super::clients::Budget;
 
 /// A range of subordinate uids and the uid of the person it was given to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,13 +64,12 @@ fn uid_of(name: &str) -> Option<u32> {
 /// How often /etc/subuid is looked at again (its modification time) at most.
 const RECHECK: Duration = Duration::from_secs(2);
 
-/// The principals, and the queue budget each shares among its connections.
+/// The principals.
 pub(super) struct Users {
     path: PathBuf,
     ranges: Vec<Range>,
     modified: Option<SystemTime>,
     checked: Option<Instant>,
-    budgets: HashMap<u32, Budget>,
 }
 
 impl Users {
@@ -87,7 +83,6 @@ impl Users {
             ranges: Vec::new(),
             modified: None,
             checked: None,
-            budgets: HashMap::new(),
         }
     }
 
@@ -101,16 +96,6 @@ impl Users {
             .iter()
             .find(|r| uid >= r.start && uid - r.start < r.count)
             .map_or(uid, |r| r.owner)
-    }
-
-    /// The queue budget of `principal`'s connections (one per principal, shared).
-    pub fn budget(&mut self, principal: u32) -> Budget {
-        self.budgets.entry(principal).or_default().clone()
-    }
-
-    /// Forgets the budgets no connection holds any more.
-    pub fn prune(&mut self) {
-        self.budgets.retain(|_, b| b.shared());
     }
 
     fn reload(&mut self) {
@@ -149,11 +134,6 @@ mod tests {
         assert_eq!(u.principal(200_005), 0, "a name, resolved");
         assert_eq!(u.principal(1000), 1000);
         assert_eq!(u.principal(0), 0);
-        let a = u.budget(1000);
-        let _b = u.budget(1000);
-        u.prune();
-        assert!(a.shared(), "held twice: kept");
-        drop(a);
         std::fs::remove_dir_all(&dir).expect("rm");
     }
 }

@@ -5,6 +5,11 @@
 //!   records-flood CONNS SECS    CONNS sessions each trace a child of ours that runs
 //!                               /bin/true with a 128 KiB argv as fast as it can for SECS s;
 //!                               none reads; prints `done`
+//!   slow-storm CONNS            CONNS sessions each trace a child of ours that runs
+//!                               /bin/true with a 128 KiB argv as fast as it can; none reads
+//!                               until stdin closes; then the storms stop, each session
+//!                               finishes and reads to its end; prints `dropped N` (records
+//!                               the agent dropped for these sessions) and `ended K`
 //!   hold CONNS                  CONNS connections without a hello, held until stdin closes;
 //!                               prints `connected N`
 //!   idle CONNS SECS             CONNS sessions that say hello and nothing more; prints
@@ -155,6 +160,83 @@ pub fn records_flood(socket: &Path, conns: usize, secs: u64) {
         unsafe { libc::waitpid(*pid, std::ptr::null_mut(), 0) };
     }
     println!("done");
+}
+
+/// Runs `argv` (fork, exec, wait) over and over until `stop` is readable (its write end
+/// closed).
+fn exec_until(argv: &[*const libc::c_char; 3], stop: i32) {
+    loop {
+        let mut p = libc::pollfd {
+            fd: stop,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; a zero timeout.
+        if unsafe { libc::poll(&mut p, 1, 0) } != 0 {
+            return;
+        }
+        // SAFETY: a fork whose child execs at once.
+        let c = unsafe { libc::fork() };
+        if c == 0 {
+            // SAFETY: exec, or leave the child.
+            unsafe {
+                libc::execv(argv[0], argv.as_ptr());
+                libc::_exit(127);
+            }
+        }
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(c, std::ptr::null_mut(), 0) };
+    }
+}
+
+pub fn slow_storm(socket: &Path, conns: usize) {
+    let big = std::ffi::CString::new(vec![b'a'; 128 << 10]).expect("no NUL");
+    let mut stop = [0; 2];
+    // SAFETY: a valid array of two fds; the storms poll the read end.
+    let r = unsafe { libc::pipe2(stop.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(r, 0, "pipe2");
+    let mut kept = Vec::new();
+    for _ in 0..conns {
+        let big = big.clone();
+        let (r, pid, pipe) = traced(socket, move || {
+            // SAFETY: the child's copy of the write end: only ours may keep the pipe open.
+            unsafe { libc::close(stop[1]) };
+            let argv = [c"/bin/true".as_ptr(), big.as_ptr(), std::ptr::null()];
+            exec_until(&argv, stop[0]);
+        });
+        go(&pipe);
+        kept.push((r, pid, pipe));
+    }
+    println!("storming {}", kept.len());
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    // SAFETY: closing our write end stops every storm.
+    unsafe { libc::close(stop[1]) };
+    let (mut dropped, mut ended) = (0u64, 0usize);
+    for (mut r, pid, _) in kept {
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        if r.send(&Msg::Finish {
+            wait_release: false,
+        })
+        .is_err()
+        {
+            continue;
+        }
+        loop {
+            match r.recv(Duration::from_secs(60)) {
+                Got::Msg(Msg::End(e)) => {
+                    dropped += e.dropped_records;
+                    ended += 1;
+                    break;
+                }
+                Got::Msg(_) => {}
+                Got::Timeout | Got::Closed | Got::Bad(_) => break,
+            }
+        }
+    }
+    println!("dropped {dropped}");
+    println!("ended {ended}");
 }
 
 pub fn hold(socket: &Path, conns: usize) {

@@ -13,8 +13,8 @@
 //!   not-pidfd    an ordinary file instead of a pidfd
 //!   sessions N   open N sessions at once (hello on N connections); print the last answer
 //!
-//! The attack routes: `reuse` (reuse.rs), `flush-flood`, `records-flood`, `hold`, `idle`,
-//! `share` (floods.rs), `watch-leak`, `watch-flood`, `watch-hoard` (watches.rs).
+//! The attack routes: `reuse` (reuse.rs), `flush-flood`, `records-flood`, `slow-storm`, `hold`, `idle`,
+//! `share` (floods.rs), `watch-leak`, `watch-exits`, `watch-flood`, `watch-hoard` (watches.rs).
 
 mod floods;
 mod reuse;
@@ -167,9 +167,11 @@ fn main() {
         "flush-flood" => return floods::flush_flood(socket_path, num(3), num(4) as u64),
         "records-flood" => return floods::records_flood(socket_path, num(3), num(4) as u64),
         "hold" => return floods::hold(socket_path, num(3)),
+        "slow-storm" => return floods::slow_storm(socket_path, num(3)),
         "idle" => return floods::idle(socket_path, num(3), num(4) as u64),
         "share" => return floods::share(socket_path, num(3), num(4)),
         "watch-leak" => return watches::leak(socket_path, num(3) as u64),
+        "watch-exits" => return watches::exits(socket_path),
         "watch-flood" => return watches::flood(socket_path, num(3) as u64),
         "watch-hoard" => return watches::hoard(socket_path, num(3)),
         _ => {}
