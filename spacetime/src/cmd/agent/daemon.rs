@@ -13,8 +13,14 @@ use crate::kernel::ring::Ring;
 use rustix::event::{PollFd, PollFlags, Timespec};
 
 use super::{
-    clients::Client, listen::Listener, queues::Queues, requests::RSS_LINGER, route::Owners,
-    users::Users, verify::Peer, watchers::Watchers,
+    clients::Client,
+    listen::Listener,
+    queues::{Queues, AGENT_QUEUED_BYTES},
+    requests::RSS_LINGER,
+    route::Owners,
+    users::Users,
+    verify::Peer,
+    watchers::Watchers,
 };
 use crate::kernel::{
     loader::{KernelLogger, LoadOptions, Probes},
@@ -65,6 +71,12 @@ pub struct AgentArgs {
     /// again (15-25 ms); 0 detaches it at once
     #[arg(long, value_name = "SECS", default_value_t = RSS_LINGER.as_secs())]
     pub rss_linger: u64,
+    /// MiB of records the agent may hold for clients that have not read them yet, all
+    /// together (a user's share is a quarter, one connection's an eighth); beyond it the
+    /// records of the user holding the most are dropped first, and counted as that user's
+    #[arg(long, value_name = "MIB", default_value_t = (AGENT_QUEUED_BYTES >> 20) as u64,
+          value_parser = clap::value_parser!(u64).range(8..=65536))]
+    pub queue_mib: u64,
 }
 
 /// Entry point of the subcommand: 0 after a SIGTERM, SIGINT or SIGHUP, 125 when it cannot
@@ -199,7 +211,7 @@ fn serve_on(
         rss_linger: Duration::from_secs(args.rss_linger),
         delayacct: None,
         users: Users::new(),
-        queues: Queues::default(),
+        queues: Queues::with_budget((args.queue_mib as usize) << 20),
         watchers: Watchers::new().context("the watch loader's wake-up")?,
         accept: AcceptBackoff::default(),
     };

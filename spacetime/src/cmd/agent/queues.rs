@@ -128,6 +128,18 @@ fn cost(len: usize, capacity: usize) -> usize {
 }
 
 impl Queues {
+    /// Queues bounded by `agent` bytes in all: a user's share a quarter of it, a client's an
+    /// eighth, as the defaults (`spacetime agent --queue-mib`).
+    pub fn with_budget(agent: usize) -> Queues {
+        let q = Queues::default();
+        q.0.borrow_mut().limits = Limits {
+            client: agent / (AGENT_QUEUED_BYTES / MAX_QUEUED_BYTES),
+            user: agent / (AGENT_QUEUED_BYTES / USER_QUEUED_BYTES),
+            agent,
+        };
+        q
+    }
+
     /// A new, empty queue for a client of `principal` (`limited`: bound by its user's share).
     pub fn open(&self, principal: u32, limited: bool) -> QueueId {
         let mut s = self.0.borrow_mut();
