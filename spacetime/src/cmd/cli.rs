@@ -132,12 +132,24 @@ Examples:
         #[arg(value_enum)]
         shell: Shell,
     },
-    /// Print the manual page (roff) on stdout
+    /// Print a manual page (roff) on stdout: spacetime(1), which holds every subcommand, or
+    /// one subcommand's spacetime-NAME(1); or write them all into a directory
     #[command(after_help = "\
 Examples:
   spacetime man | man -l -
-  spacetime man > /usr/share/man/man1/spacetime.1")]
-    Man,
+  spacetime man trace | man -l -
+  spacetime man --dir /usr/share/man/man1")]
+    Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The subcommand whose page to print (spacetime-NAME(1)); none: spacetime(1)
+    #[arg(value_name = "NAME", value_parser = crate::cmd::man::PAGES)]
+    pub page: Option<String>,
+    /// Write spacetime.1 and every spacetime-NAME.1 into DIR instead, naming each on stderr
+    #[arg(long, value_name = "DIR", conflicts_with = "page", value_hint = clap::ValueHint::DirPath)]
+    pub dir: Option<PathBuf>,
 }
 
 /// Shells `spacetime completions` writes for.
@@ -160,49 +172,6 @@ pub fn write_completions(shell: Shell, out: &mut dyn std::io::Write) -> std::io:
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut cmd, "spacetime", &mut script);
     out.write_all(&script)
-}
-
-/// Writes the manual page: the top command's page followed by one section per subcommand
-/// (their options and examples), so `man spacetime` holds everything.
-pub fn write_man(out: &mut dyn std::io::Write) -> std::io::Result<()> {
-    let cmd = <Cli as clap::CommandFactory>::command();
-    let man = clap_mangen::Man::new(cmd.clone());
-    man.render_title(out)?;
-    man.render_name_section(out)?;
-    man.render_synopsis_section(out)?;
-    man.render_description_section(out)?;
-    man.render_options_section(out)?;
-    man.render_subcommands_section(out)?;
-    for sub in cmd.get_subcommands() {
-        write_subcommand_man(sub, out)?;
-    }
-    // The top command's after-help is the exit status paragraph.
-    let mut extra = Vec::new();
-    man.render_extra_section(&mut extra)?;
-    let extra = String::from_utf8_lossy(&extra).replace(".SH EXTRA", ".SH \"EXIT STATUS\"");
-    out.write_all(extra.replace("Exit status: ", "").as_bytes())?;
-    man.render_version_section(out)
-}
-
-fn write_subcommand_man(sub: &clap::Command, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-    let name = format!("spacetime {}", sub.get_name());
-    let sub = sub.clone().bin_name(name.clone());
-    writeln!(out, ".SH \"{}\"", name.to_uppercase())?;
-    let man = clap_mangen::Man::new(sub.clone());
-    // Each section of the subcommand's own page, one level down (.SS), without its .TH.
-    let mut page = Vec::new();
-    man.render_synopsis_section(&mut page)?;
-    man.render_description_section(&mut page)?;
-    man.render_options_section(&mut page)?;
-    man.render_extra_section(&mut page)?;
-    // A subcommand's after-help is its examples.
-    let page = String::from_utf8_lossy(&page)
-        .replace("\n.SH ", "\n.SS ")
-        .replace(".SS EXTRA\nExamples:\n", ".SS EXAMPLES\n");
-    let page = page
-        .strip_prefix(".SH ")
-        .map_or(page.clone(), |p| format!(".SS {p}"));
-    out.write_all(page.as_bytes())
 }
 
 /// A usage error made clearer where spacetime knows what was meant: a program named where a

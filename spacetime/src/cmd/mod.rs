@@ -8,6 +8,7 @@ pub mod bench;
 pub mod cli;
 pub mod diff;
 pub mod doctor;
+pub mod man;
 pub mod report;
 pub mod trace;
 pub mod watch;
