@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         Command::Report(args) => spacetime::cmd::report::main(args, cli.verbose),
         Command::Diff(args) => spacetime::cmd::diff::main(args),
         Command::Doctor(args) => spacetime::cmd::doctor::main(args),
-        Command::Completions { shell } => written(spacetime::cmd::cli::write_completions(
+        Command::Completions { shell } => written(spacetime::cmd::completions::write(
             shell,
             &mut std::io::stdout().lock(),
         )),

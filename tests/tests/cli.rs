@@ -118,6 +118,109 @@ fn bash_completion_script_is_valid_bash() {
     );
 }
 
+/// What bash offers for the last of `words` (the word being completed, maybe empty): the
+/// generated script sourced (and bash-completion's own library first, with `library`), the
+/// function `complete -p spacetime` names called as bash calls it, COMPREPLY printed.
+fn bash_complete(script: &std::path::Path, library: bool, words: &[&str]) -> Vec<String> {
+    const DRIVER: &str = r#"
+script="$1"; library="$2"; shift 2
+if [ "$library" = 1 ]; then source /usr/share/bash-completion/bash_completion; fi
+source "$script"
+COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+COMP_LINE="${COMP_WORDS[*]}"; COMP_POINT=${#COMP_LINE}
+spec=$(complete -p spacetime) || exit 3
+fn=${spec#*-F }; fn=${fn%% *}
+"$fn" spacetime "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}" 2>/dev/null
+printf '%s\n' "${COMPREPLY[@]}"
+"#;
+    let out = Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", DRIVER, "bash"])
+        .arg(script)
+        .arg(if library { "1" } else { "0" })
+        .args(words)
+        .output()
+        .expect("running bash");
+    assert!(
+        out.status.success(),
+        "bash: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// The command `trace` runs (after `--`, or where the options end) completes as commands, then
+/// as that command's arguments (files; its own completion where bash-completion is loaded);
+/// pids after `-p` and `--pid-tree`; `watch --events` its values, as a list; clap's own
+/// completion everywhere else.
+#[test]
+fn bash_completes_commands_pids_and_events() {
+    let dir = spacetime_tests::TempDir::new("completion-words");
+    let script = dir.path().join("spacetime.bash");
+    std::fs::write(&script, stdout(&["completions", "bash"])).expect("writing the script");
+    std::fs::write(dir.path().join("input-file"), "x").expect("a file");
+    let files = format!("{}/inp", dir.path().display());
+    let want_file = format!("{}/input-file", dir.path().display());
+    let me = std::process::id().to_string();
+    let library = std::path::Path::new("/usr/share/bash-completion/bash_completion").is_file();
+    for lib in [false, true].into_iter().filter(|&l| !l || library) {
+        let complete = |words: &[&str]| bash_complete(&script, lib, words);
+        for words in [
+            &["spacetime", "trace", "--", "ls"][..],
+            &["spacetime", "-v", "trace", "-q", "-o", "out.txt", "ls"][..],
+        ] {
+            let got = complete(words);
+            assert!(
+                got.iter().any(|w| w == "ls") && got.iter().all(|w| w.starts_with("ls")),
+                "{words:?} (bash-completion: {lib}): {got:?}"
+            );
+        }
+        let got = complete(&["spacetime", "trace", "--", "cat", &files]);
+        assert_eq!(got, [want_file.clone()], "the command's files ({lib})");
+        // An option's value is not the command: -o takes a file.
+        let got = complete(&["spacetime", "trace", "-o", &files]);
+        assert_eq!(got, [want_file.clone()], "-o's file ({lib})");
+        for words in [
+            &["spacetime", "trace", "-p", ""][..],
+            &["spacetime", "watch", "--pid-tree", ""][..],
+        ] {
+            let got = complete(words);
+            assert!(
+                got.contains(&me) && got.iter().all(|p| p.parse::<u32>().is_ok()),
+                "{words:?}: {got:?}"
+            );
+        }
+        let got = complete(&["spacetime", "trace", "--pid", "1,"]);
+        assert!(got.contains(&format!("1,{me}")), "a pid list: {got:?}");
+        assert!(!got.contains(&"1,1".to_string()), "a pid twice: {got:?}");
+        assert_eq!(
+            complete(&["spacetime", "watch", "--events", ""]),
+            ["exec", "exit"]
+        );
+        assert_eq!(
+            complete(&["spacetime", "watch", "--events", "exit,"]),
+            ["exit,exec"]
+        );
+        assert_eq!(
+            complete(&["spacetime", "trace", "--stop-on"]),
+            ["--stop-on-root-exit"]
+        );
+        assert_eq!(complete(&["spacetime", "wat"]), ["watch"]);
+    }
+    if library {
+        // ls's own completion (bash-completion's, from `ls --help`) after the command.
+        let got = bash_complete(
+            &script,
+            true,
+            &["spacetime", "trace", "--", "ls", "--almost"],
+        );
+        assert_eq!(got, ["--almost-all"], "ls's own completion");
+    }
+}
+
 #[test]
 fn man_page_is_roff_with_every_subcommand() {
     let page = stdout(&["man"]);

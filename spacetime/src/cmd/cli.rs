@@ -160,20 +160,6 @@ pub enum Shell {
     Fish,
 }
 
-/// Writes the completion script for `shell`, generated from the clap definitions.
-pub fn write_completions(shell: Shell, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-    let mut cmd = <Cli as clap::CommandFactory>::command();
-    let shell = match shell {
-        Shell::Bash => clap_complete::Shell::Bash,
-        Shell::Zsh => clap_complete::Shell::Zsh,
-        Shell::Fish => clap_complete::Shell::Fish,
-    };
-    // Generated in memory: clap_complete panics on a write error (a closed pipe).
-    let mut script = Vec::new();
-    clap_complete::generate(shell, &mut cmd, "spacetime", &mut script);
-    out.write_all(&script)
-}
-
 /// A usage error made clearer where spacetime knows what was meant: a program named where a
 /// subcommand goes (`spacetime make -j8`) gets the `spacetime trace -- make -j8` that traces
 /// it, and `trace` with neither CMD nor -p says both ways.
@@ -315,7 +301,8 @@ pub struct TraceArgs {
     #[arg(
         required_unless_present = "pid",
         trailing_var_arg = true,
-        value_name = "CMD"
+        value_name = "CMD",
+        value_hint = clap::ValueHint::CommandWithArguments
     )]
     pub command: Vec<OsString>,
 }

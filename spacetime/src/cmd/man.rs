@@ -316,10 +316,7 @@ mod tests {
             let mut page = Vec::new();
             write_sub(name, &mut page).expect("render");
             let page = String::from_utf8(page).expect("UTF-8");
-            assert!(
-                page.contains(&format!(".TH spacetime-{name} 1")),
-                "{page}"
-            );
+            assert!(page.contains(&format!(".TH spacetime-{name} 1")), "{page}");
             assert_eq!(page.matches(".ds Aq").count(), 2, "one preamble");
             assert!(page.contains(".SH \"SEE ALSO\""), "{page}");
         }

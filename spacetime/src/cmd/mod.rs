@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod bench;
 pub mod cli;
+pub mod completions;
 pub mod diff;
 pub mod doctor;
 pub mod man;
