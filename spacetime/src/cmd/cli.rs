@@ -226,8 +226,9 @@ pub struct TraceArgs {
     /// Print this instead of the summary, with every letter of GNU time's (`time -f`: %e %E
     /// %U %S %P %M %t %K %D %p %X %Z %F %R %W %I %O %r %s %k %C %x %c %w, %%, \n, \t) and
     /// spacetime's: %T tree-wide peak RSS KiB, %N processes, %Y max PSS KiB, %L events lost.
-    /// `verbose` prints `time -v`'s layout, `posix` `time -p`'s. As GNU time, a line says
-    /// first when CMD exited non-zero or was killed (not with -q)
+    /// `verbose` prints `time -v`'s layout, `posix` `time -p`'s, `default` GNU time's own
+    /// (without -f). As GNU time, a line says first when CMD exited non-zero or was killed
+    /// (not with -q, nor with `posix`, as `time -p`)
     #[arg(short = 'f', long, value_name = "FMT", value_parser = crate::report::format::parse)]
     pub format: Option<crate::report::format::Format>,
     /// Stop when CMD exits; report descendants still running instead of waiting for them
