@@ -213,7 +213,11 @@ fn io_blocks_and_status_lines_match_gnu_time() {
 fn layout(line: &str) -> String {
     let mut out = String::new();
     for c in line.chars() {
-        let c = if c.is_ascii_digit() || c == '?' { '9' } else { c };
+        let c = if c.is_ascii_digit() || c == '?' {
+            '9'
+        } else {
+            c
+        };
         if !(c == '9' && out.ends_with('9')) {
             out.push(c);
         }

@@ -40,7 +40,7 @@ const ENVIRONMENT: [(&str, &str); 11] = [
     (
         "NO_COLOR",
         "When set and not empty, no colour in the charts of trace and report, nor in bench's \
-         output (as bench --style nocolor).",
+         summary unless --style full or color asks for it (as hyperfine).",
     ),
     (
         "TERM",
