@@ -409,3 +409,72 @@ fn watch_dash_outputs_are_standard_output() {
     assert_eq!(lines[1]["stopped_by"], "count", "{text}");
     assert!(!dir.path().join("-").exists(), "a file named -");
 }
+
+/// The global `-v` comes after each subcommand's own options in its `--help` (only `-h`
+/// after it), not second among them.
+#[test]
+fn help_lists_verbose_after_the_subcommands_own_options() {
+    for sub in ["trace", "bench", "watch", "report"] {
+        let help = stdout(&[sub, "--help"]);
+        let options: Vec<&str> = help
+            .lines()
+            .map(|l| (l.len() - l.trim_start().len(), l.trim()))
+            // An option's own line is indented 2 (short) or 6 (long only); its text 10.
+            .filter(|(indent, l)| *indent <= 6 && l.starts_with('-'))
+            .map(|(_, l)| l)
+            .collect();
+        let at = options
+            .iter()
+            .position(|l| l.starts_with("-v, --verbose"))
+            .unwrap_or_else(|| panic!("{sub} --help has no -v:\n{help}"));
+        assert!(
+            options[at + 1..]
+                .iter()
+                .all(|l| l.starts_with("-h, --help")),
+            "{sub} --help lists {:?} after -v",
+            &options[at + 1..]
+        );
+        assert!(at > 3, "{sub} --help lists -v among the first: {options:?}");
+    }
+}
+
+/// `watch --duration` reads durations as people write them (`1h30m`): the watch runs, here
+/// until its first exit (`--count 1`), and exits 0; a duration it cannot read is a usage
+/// error (125) naming the forms it can.
+#[test]
+fn watch_duration_reads_1h30m() {
+    let mut child = Command::new(spacetime_bin())
+        .args([
+            "watch",
+            "--duration",
+            "1h30m",
+            "--count",
+            "1",
+            "-o",
+            "/dev/null",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start watch");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().expect("try_wait").is_none() {
+        assert!(std::time::Instant::now() < until, "watch did not stop");
+        let _ = Command::new("true").status();
+    }
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bad = Command::new(spacetime_bin())
+        .args(["watch", "--duration", "1h30"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("running watch");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(125), "{err}");
+    assert!(err.contains("1h30m"), "{err}");
+}

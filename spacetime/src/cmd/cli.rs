@@ -18,7 +18,7 @@ pub use crate::util::exit_code::EXIT_OWN_FAILURE;
 pub struct Cli {
     /// More detail: kernel mechanisms in use, per-image figures (-vv: debug logs, including
     /// the kernel programs' own)
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, display_order = 900)]
     pub verbose: u8,
     #[command(subcommand)]
     pub command: Command,
