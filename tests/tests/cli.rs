@@ -179,10 +179,10 @@ fn bash_completes_commands_pids_and_events() {
             );
         }
         let got = complete(&["spacetime", "trace", "--", "cat", &files]);
-        assert_eq!(got, [want_file.clone()], "the command's files ({lib})");
+        assert_eq!(got, [want_file.as_str()], "the command's files ({lib})");
         // An option's value is not the command: -o takes a file.
         let got = complete(&["spacetime", "trace", "-o", &files]);
-        assert_eq!(got, [want_file.clone()], "-o's file ({lib})");
+        assert_eq!(got, [want_file.as_str()], "-o's file ({lib})");
         for words in [
             &["spacetime", "trace", "-p", ""][..],
             &["spacetime", "watch", "--pid-tree", ""][..],

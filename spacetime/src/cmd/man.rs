@@ -223,7 +223,7 @@ pub fn write_main(out: &mut dyn Write) -> io::Result<()> {
     page.extend(subcommands(&cmd).as_bytes());
     for name in PAGES {
         let sub = subcommand(name)?;
-        write!(page, ".SH \"SPACETIME {}\"\n", name.to_uppercase())?;
+        writeln!(page, ".SH \"SPACETIME {}\"", name.to_uppercase())?;
         // Each section of the subcommand's own page, one level down (.SS).
         let body = String::from_utf8_lossy(&sub_body(&sub)?)
             .replace("\n.SH ", "\n.SS ")
