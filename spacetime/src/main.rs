@@ -31,13 +31,11 @@ fn main() -> ExitCode {
         Command::Report(args) => spacetime::cmd::report::main(args, cli.verbose),
         Command::Diff(args) => spacetime::cmd::diff::main(args),
         Command::Doctor(args) => spacetime::cmd::doctor::main(args),
-        Command::Completions { shell } => written(spacetime::cmd::cli::write_completions(
+        Command::Completions { shell } => written(spacetime::cmd::completions::write(
             shell,
             &mut std::io::stdout().lock(),
         )),
-        Command::Man => written(spacetime::cmd::cli::write_man(
-            &mut std::io::stdout().lock(),
-        )),
+        Command::Man(args) => man(args),
     };
     ExitCode::from(code.clamp(0, 255) as u8)
 }
@@ -52,6 +50,30 @@ fn fixed_mmap_threshold() {
     // SAFETY: an allocator setting, changed before any other thread exists.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+    }
+}
+
+/// `spacetime man`: a page on stdout, or every page into a directory.
+fn man(args: spacetime::cmd::cli::ManArgs) -> i32 {
+    use spacetime::cmd::man;
+    match (args.dir, args.page) {
+        (Some(dir), _) => match man::write_dir(&dir) {
+            Ok(paths) => {
+                for p in paths {
+                    eprintln!("{}", p.display());
+                }
+                0
+            }
+            Err(e) => {
+                eprintln!(
+                    "spacetime: writing the manual pages into {}: {e}",
+                    dir.display()
+                );
+                EXIT_OWN_FAILURE
+            }
+        },
+        (None, Some(page)) => written(man::write_sub(&page, &mut std::io::stdout().lock())),
+        (None, None) => written(man::write_main(&mut std::io::stdout().lock())),
     }
 }
 

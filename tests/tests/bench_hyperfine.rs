@@ -228,3 +228,112 @@ fn a_consumer_of_hyperfines_format_reads_the_export_and_it_matches_the_schema() 
         String::from_utf8_lossy(&check.stderr)
     );
 }
+
+/// A line's painted pieces: (SGR code, text with every figure as `9`), in order.
+fn painted(line: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = line;
+    while let Some(at) = rest.find("\x1b[") {
+        rest = &rest[at + 2..];
+        let Some(m) = rest.find('m') else { break };
+        let code = rest[..m].to_string();
+        rest = &rest[m + 1..];
+        if code == "0" {
+            continue;
+        }
+        let end = rest.find("\x1b[").unwrap_or(rest.len());
+        let mut text = String::new();
+        for c in rest[..end].chars() {
+            let c = if c.is_ascii_digit() { '9' } else { c };
+            if !(c == '9' && text.ends_with('9')) {
+                text.push(c);
+            }
+        }
+        out.push((code, text.trim().to_string()));
+    }
+    out
+}
+
+/// The painted pieces of the lines both print: `Benchmark N`, the time and range lines, the
+/// summary's first lines (hyperfine quotes the names, so those are compared by colour only).
+fn colours(stdout: &str) -> Vec<Vec<(String, String)>> {
+    let plain = |l: &str| {
+        let mut s = String::new();
+        let mut rest = l;
+        while let Some(at) = rest.find("\x1b[") {
+            s.push_str(&rest[..at]);
+            rest = rest[at..].split_once('m').map_or("", |(_, r)| r);
+        }
+        s + rest
+    };
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let p = plain(l);
+            let keep = ["Benchmark ", "  Time (", "  Range (", "Summary"]
+                .iter()
+                .any(|k| p.starts_with(k));
+            if keep {
+                Some(painted(l))
+            } else if p.ends_with(" ran") || p.contains(" times faster than ") {
+                Some(
+                    painted(l)
+                        .into_iter()
+                        .map(|(c, _)| (c, String::new()))
+                        .collect(),
+                )
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// `--style` as hyperfine's, beside it on the same commands (stdout a file, as in a script):
+/// colour where hyperfine colours, in its colours on the same words, none where it has none,
+/// and nothing at all with `none`; `NO_COLOR` does not undo an explicit `color`, as there.
+#[test]
+fn style_colours_what_hyperfine_colours() {
+    let commands = ["WL sleep 1", "WL sleep 20"];
+    for (style, no_color) in [
+        ("color", false),
+        ("full", false),
+        ("color", true),
+        ("basic", false),
+        ("nocolor", false),
+        ("auto", false),
+        ("none", false),
+    ] {
+        let mut h = Command::new("hyperfine");
+        h.args(["--style", style, "-N", "-r", "3"])
+            .args(commands.iter().map(|c| c.replace("WL", WL)));
+        if no_color {
+            h.env("NO_COLOR", "1");
+        }
+        let h = h.output().expect("running hyperfine");
+        assert!(h.status.success(), "hyperfine --style {style}");
+        let flags = ["--style", style, "-N", "-r", "3"];
+        // The bench inherits the environment (the tests run one at a time).
+        if no_color {
+            std::env::set_var("NO_COLOR", "1");
+        }
+        let s = bench(WL, "bench-style", &flags, &commands);
+        std::env::remove_var("NO_COLOR");
+        assert_eq!(s.code, 0, "{}", s.context());
+        let (hs, ss) = (
+            String::from_utf8_lossy(&h.stdout).into_owned(),
+            String::from_utf8_lossy(&s.stdout).into_owned(),
+        );
+        assert_eq!(
+            ss.contains('\x1b'),
+            hs.contains('\x1b'),
+            "--style {style} (NO_COLOR: {no_color}): colour in one, not the other:\n{hs}\n{ss}"
+        );
+        assert_eq!(ss.is_empty(), hs.is_empty(), "--style {style}:\n{hs}\n{ss}");
+        assert_eq!(
+            colours(&ss),
+            colours(&hs),
+            "--style {style}: spacetime\n{ss}\nhyperfine\n{hs}"
+        );
+    }
+}

@@ -156,6 +156,44 @@ fn at_least_ten_runs_and_three_seconds_within_min_and_max() {
     assert_eq!(ok(&out)["results"][0]["runs"], 2);
 }
 
+/// `--min-benchmarking-time SECS` replaces the 3 s: at most what fits in it at the first
+/// run's cost (which is at least the command's sleep), never fewer than -m, and -r wins.
+#[test]
+fn min_benchmarking_time_replaces_three_seconds() {
+    // 40 ms a run: 0.1 s holds at most 2 of them; -m 2 is the floor. (The 3 s rule would
+    // have asked for at least 10.)
+    let out = bench(
+        WL,
+        "bench-mintime",
+        &["-N", "-m", "2", "--min-benchmarking-time", "0.1"],
+        &["WL sleep 40"],
+    );
+    assert_eq!(ok(&out)["results"][0]["runs"], 2, "{}", out.context());
+    // A second's worth of a 300 ms command is at most 3 runs: -m 5 is the floor.
+    let out = bench(
+        WL,
+        "bench-mintime-min",
+        &["-N", "-m", "5", "--min-benchmarking-time", "1"],
+        &["WL sleep 300"],
+    );
+    assert_eq!(ok(&out)["results"][0]["runs"], 5, "{}", out.context());
+    let out = bench(
+        WL,
+        "bench-mintime-runs",
+        &["-N", "-r", "3", "--min-benchmarking-time", "0.01"],
+        &["WL sleep 1"],
+    );
+    assert_eq!(ok(&out)["results"][0]["runs"], 3, "{}", out.context());
+    // Not a time: a usage error before anything runs.
+    let out = bench(
+        WL,
+        "bench-mintime-bad",
+        &["--min-benchmarking-time", "0"],
+        &["WL sleep 1"],
+    );
+    assert_eq!(out.code, 125, "{}", out.context());
+}
+
 #[test]
 fn names_units_sort_and_reference() {
     let reference = format!("{WL} sleep 60");

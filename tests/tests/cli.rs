@@ -120,6 +120,109 @@ fn bash_completion_script_is_valid_bash() {
     );
 }
 
+/// What bash offers for the last of `words` (the word being completed, maybe empty): the
+/// generated script sourced (and bash-completion's own library first, with `library`), the
+/// function `complete -p spacetime` names called as bash calls it, COMPREPLY printed.
+fn bash_complete(script: &std::path::Path, library: bool, words: &[&str]) -> Vec<String> {
+    const DRIVER: &str = r#"
+script="$1"; library="$2"; shift 2
+if [ "$library" = 1 ]; then source /usr/share/bash-completion/bash_completion; fi
+source "$script"
+COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+COMP_LINE="${COMP_WORDS[*]}"; COMP_POINT=${#COMP_LINE}
+spec=$(complete -p spacetime) || exit 3
+fn=${spec#*-F }; fn=${fn%% *}
+"$fn" spacetime "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}" 2>/dev/null
+printf '%s\n' "${COMPREPLY[@]}"
+"#;
+    let out = Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", DRIVER, "bash"])
+        .arg(script)
+        .arg(if library { "1" } else { "0" })
+        .args(words)
+        .output()
+        .expect("running bash");
+    assert!(
+        out.status.success(),
+        "bash: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// The command `trace` runs (after `--`, or where the options end) completes as commands, then
+/// as that command's arguments (files; its own completion where bash-completion is loaded);
+/// pids after `-p` and `--pid-tree`; `watch --events` its values, as a list; clap's own
+/// completion everywhere else.
+#[test]
+fn bash_completes_commands_pids_and_events() {
+    let dir = spacetime_tests::TempDir::new("completion-words");
+    let script = dir.path().join("spacetime.bash");
+    std::fs::write(&script, stdout(&["completions", "bash"])).expect("writing the script");
+    std::fs::write(dir.path().join("input-file"), "x").expect("a file");
+    let files = format!("{}/inp", dir.path().display());
+    let want_file = format!("{}/input-file", dir.path().display());
+    let me = std::process::id().to_string();
+    let library = std::path::Path::new("/usr/share/bash-completion/bash_completion").is_file();
+    for lib in [false, true].into_iter().filter(|&l| !l || library) {
+        let complete = |words: &[&str]| bash_complete(&script, lib, words);
+        for words in [
+            &["spacetime", "trace", "--", "ls"][..],
+            &["spacetime", "-v", "trace", "-q", "-o", "out.txt", "ls"][..],
+        ] {
+            let got = complete(words);
+            assert!(
+                got.iter().any(|w| w == "ls") && got.iter().all(|w| w.starts_with("ls")),
+                "{words:?} (bash-completion: {lib}): {got:?}"
+            );
+        }
+        let got = complete(&["spacetime", "trace", "--", "cat", &files]);
+        assert_eq!(got, [want_file.as_str()], "the command's files ({lib})");
+        // An option's value is not the command: -o takes a file.
+        let got = complete(&["spacetime", "trace", "-o", &files]);
+        assert_eq!(got, [want_file.as_str()], "-o's file ({lib})");
+        for words in [
+            &["spacetime", "trace", "-p", ""][..],
+            &["spacetime", "watch", "--pid-tree", ""][..],
+        ] {
+            let got = complete(words);
+            assert!(
+                got.contains(&me) && got.iter().all(|p| p.parse::<u32>().is_ok()),
+                "{words:?}: {got:?}"
+            );
+        }
+        let got = complete(&["spacetime", "trace", "--pid", "1,"]);
+        assert!(got.contains(&format!("1,{me}")), "a pid list: {got:?}");
+        assert!(!got.contains(&"1,1".to_string()), "a pid twice: {got:?}");
+        assert_eq!(
+            complete(&["spacetime", "watch", "--events", ""]),
+            ["exec", "exit"]
+        );
+        assert_eq!(
+            complete(&["spacetime", "watch", "--events", "exit,"]),
+            ["exit,exec"]
+        );
+        assert_eq!(
+            complete(&["spacetime", "trace", "--stop-on"]),
+            ["--stop-on-root-exit"]
+        );
+        assert_eq!(complete(&["spacetime", "wat"]), ["watch"]);
+    }
+    if library {
+        // ls's own completion (bash-completion's, from `ls --help`) after the command.
+        let got = bash_complete(
+            &script,
+            true,
+            &["spacetime", "trace", "--", "ls", "--almost"],
+        );
+        assert_eq!(got, ["--almost-all"], "ls's own completion");
+    }
+}
+
 #[test]
 fn man_page_is_roff_with_every_subcommand() {
     let page = stdout(&["man"]);
@@ -141,7 +244,8 @@ fn man_page_is_roff_with_every_subcommand() {
     let path = dir.path().join("spacetime.1");
     std::fs::write(&path, &page).expect("writing the page");
     let out = Command::new("groff")
-        .args(["-man", "-Tutf8", "-ww"])
+        // Plain text: no overstrike for bold (the examples are bold).
+        .args(["-man", "-Tutf8", "-ww", "-P-cbu"])
         .arg(&path)
         .output()
         .expect("groff is installed (man-db depends on it)");
@@ -306,4 +410,73 @@ fn watch_dash_outputs_are_standard_output() {
     assert_eq!(lines[0]["event"], "exit", "{text}");
     assert_eq!(lines[1]["stopped_by"], "count", "{text}");
     assert!(!dir.path().join("-").exists(), "a file named -");
+}
+
+/// The global `-v` comes after each subcommand's own options in its `--help` (only `-h`
+/// after it), not second among them.
+#[test]
+fn help_lists_verbose_after_the_subcommands_own_options() {
+    for sub in ["trace", "bench", "watch", "report"] {
+        let help = stdout(&[sub, "--help"]);
+        let options: Vec<&str> = help
+            .lines()
+            .map(|l| (l.len() - l.trim_start().len(), l.trim()))
+            // An option's own line is indented 2 (short) or 6 (long only); its text 10.
+            .filter(|(indent, l)| *indent <= 6 && l.starts_with('-'))
+            .map(|(_, l)| l)
+            .collect();
+        let at = options
+            .iter()
+            .position(|l| l.starts_with("-v, --verbose"))
+            .unwrap_or_else(|| panic!("{sub} --help has no -v:\n{help}"));
+        assert!(
+            options[at + 1..]
+                .iter()
+                .all(|l| l.starts_with("-h, --help")),
+            "{sub} --help lists {:?} after -v",
+            &options[at + 1..]
+        );
+        assert!(at > 3, "{sub} --help lists -v among the first: {options:?}");
+    }
+}
+
+/// `watch --duration` reads durations as people write them (`1h30m`): the watch runs, here
+/// until its first exit (`--count 1`), and exits 0; a duration it cannot read is a usage
+/// error (125) naming the forms it can.
+#[test]
+fn watch_duration_reads_1h30m() {
+    let mut child = Command::new(spacetime_bin())
+        .args([
+            "watch",
+            "--duration",
+            "1h30m",
+            "--count",
+            "1",
+            "-o",
+            "/dev/null",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start watch");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().expect("try_wait").is_none() {
+        assert!(std::time::Instant::now() < until, "watch did not stop");
+        let _ = Command::new("true").status();
+    }
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bad = Command::new(spacetime_bin())
+        .args(["watch", "--duration", "1h30"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("running watch");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(125), "{err}");
+    assert!(err.contains("1h30m"), "{err}");
 }

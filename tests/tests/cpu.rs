@@ -228,3 +228,61 @@ fn watch_reports_short_exits_with_wait4_cpu() {
         assert_wait4(&format!("watch pid {pid}"), got, (user[i], sys[i]));
     }
 }
+
+/// `1.4 ms`, `978 µs`, `0 ns`, `2.01 s` in ns, and the step of its last digit in ns.
+fn shown_ns(value: &str, unit: &str) -> (f64, f64) {
+    let v: f64 = value.parse().unwrap_or_else(|_| panic!("{value:?}"));
+    let scale = match unit {
+        "ns" => 1.0,
+        "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        _ => panic!("unit {unit:?}"),
+    };
+    let decimals = value.split_once('.').map_or(0, |(_, d)| d.len()) as i32;
+    (v * scale, scale * 10f64.powi(-decimals))
+}
+
+/// `-v`'s detail line under each row says the row's CPU split (wait4's), not taskstats' tick
+/// samples, which are 0 for a process that ran under a tick while its CPU column said 1 ms.
+#[test]
+fn verbose_detail_lines_split_the_rows_cpu() {
+    let out = Trace::new(["sh", "-c", "/bin/true; /bin/true"])
+        .flag("-v")
+        .flag("-w")
+        .tag("cpu-detail")
+        .run();
+    out.assert_code(0);
+    let report: Value = serde_json::from_str(out.json.as_deref().expect("JSON")).expect("JSON");
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    let mut checked = 0;
+    for p in report["processes"].as_array().expect("processes") {
+        let ns = |k: &str| p[k].as_u64().unwrap_or_else(|| panic!("no {k} in {p}")) as f64;
+        let pid = p["pid"].as_u64().expect("pid").to_string();
+        let row = lines
+            .iter()
+            .position(|l| l.split_whitespace().next() == Some(pid.as_str()))
+            .unwrap_or_else(|| panic!("no row for {pid}: {}", out.context()));
+        let detail = lines[row + 1];
+        let words: Vec<&str> = detail.split_whitespace().collect();
+        let at = words
+            .iter()
+            .position(|w| *w == "user")
+            .unwrap_or_else(|| panic!("no detail line under {pid}: {detail}"));
+        assert_eq!(words[at + 3], "sys", "{detail}");
+        // The report's figure, to the last digit shown.
+        for ((shown, step), want) in [
+            (shown_ns(words[at + 1], words[at + 2]), ns("user_ns")),
+            (shown_ns(words[at + 4], words[at + 5]), ns("sys_ns")),
+        ] {
+            assert!(
+                (shown - want).abs() <= step,
+                "pid {pid}: {detail} against user_ns {} sys_ns {}",
+                ns("user_ns"),
+                ns("sys_ns")
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 3, "sh and its two children: {}", out.context());
+}

@@ -240,3 +240,56 @@ fn io_blocks_and_status_lines_match_gnu_time() {
     assert_eq!(sf[1], gf[1], "%O: GNU time writes nothing of its own here");
     assert_eq!((sf[2], gf[2]), (3, 3), "%x");
 }
+
+/// `line` with every figure as `9` (both print figures of their own; the layout is compared).
+fn layout(line: &str) -> String {
+    let mut out = String::new();
+    for c in line.chars() {
+        let c = if c.is_ascii_digit() || c == '?' {
+            '9'
+        } else {
+            c
+        };
+        if !(c == '9' && out.ends_with('9')) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `-f posix` is `time -p` and `-f default` GNU time given no format, line for line, when
+/// CMD exits non-zero and when a signal kills it (each run beside GNU time running the same
+/// command): `time -p` never says how CMD ended, GNU time's default says it first.
+#[test]
+fn posix_and_default_are_gnu_time_p_and_no_format() {
+    let dir = TempDir::new("gnu-named");
+    for (ending, code) in [("exit 3", 3), ("kill -TERM $$", 128 + 15)] {
+        for (name, gnu_flag) in [("posix", Some("-p")), ("default", None)] {
+            let st = dir.path().join(format!("{name}-{code}.txt"));
+            let out = Trace::new(["sh", "-c", ending])
+                .flag("-f")
+                .flag(name)
+                .flag("-o")
+                .flag(&st)
+                .tag("gnu-named")
+                .no_json()
+                .run();
+            assert_eq!(out.code(), code, "{}", out.context());
+            let gnu = std::process::Command::new(GNU_TIME)
+                .args(gnu_flag)
+                .args(["sh", "-c", ending])
+                .output()
+                .expect("running GNU time");
+            assert_eq!(gnu.status.code(), Some(code), "GNU time's status");
+            let ours = std::fs::read_to_string(&st).expect("spacetime's -o file");
+            let ours: Vec<String> = ours.lines().map(layout).collect();
+            let gnu: Vec<String> = String::from_utf8_lossy(&gnu.stderr)
+                .lines()
+                .map(layout)
+                .collect();
+            assert_eq!(ours, gnu, "-f {name} after `{ending}`: {}", out.context());
+            let said = ours.iter().any(|l| l.starts_with("Command "));
+            assert_eq!(said, name == "default", "-f {name}: {ours:?}");
+        }
+    }
+}

@@ -63,17 +63,7 @@ fn check_tree(root: &Path, prefix: &str) {
         let text = std::fs::read_to_string(root.join(f)).expect(f);
         assert!(text.contains("watch") && text.contains("trace"), "{f}");
     }
-    let man = root.join("share/man/man1/spacetime.1");
-    let rendered = run_ok(
-        Command::new("man")
-            .arg("-l")
-            .arg(&man)
-            .env("MANWIDTH", "80"),
-    );
-    assert!(
-        rendered.contains("SPACETIME WATCH"),
-        "the manual: {rendered}"
-    );
+    check_manual(root, prefix);
     for f in ["LICENSE-MIT", "LICENSE-APACHE"] {
         assert!(root.join("share/doc/spacetime").join(f).is_file(), "{f}");
     }
@@ -95,6 +85,91 @@ fn check_tree(root: &Path, prefix: &str) {
         )) && !agent.contains("@BINDIR@"),
         "the agent's unit runs another path: {agent}"
     );
+}
+
+/// Every page `man` finds by name under `root`: the sections of spacetime(1) render, and
+/// every page any of them refers to (SUBCOMMANDS, SEE ALSO) is installed beside it, as is
+/// every file its FILES section names under the prefix.
+fn check_manual(root: &Path, prefix: &str) {
+    let man_dir = root.join("share/man");
+    let man = |page: &str| {
+        // As a user types it, found through the manual's own search path (-M).
+        run_ok(
+            Command::new("man")
+                .arg("-M")
+                .arg(&man_dir)
+                .arg(page)
+                .env("MANWIDTH", "80")
+                .env("LC_ALL", "C"),
+        )
+    };
+    let main = man("spacetime");
+    for heading in [
+        "NAME",
+        "SYNOPSIS",
+        "SUBCOMMANDS",
+        "SPACETIME WATCH",
+        "ENVIRONMENT",
+        "FILES",
+        "EXIT STATUS",
+        "SEE ALSO",
+    ] {
+        assert!(
+            main.lines().any(|l| l == heading),
+            "spacetime(1) has no {heading} section:\n{main}"
+        );
+    }
+    for var in ["SPACETIME_SOCKET", "NO_COLOR", "COLUMNS"] {
+        let section = main.split("\nENVIRONMENT\n").nth(1).expect("ENVIRONMENT");
+        let section = section.split("\nFILES\n").next().expect("FILES");
+        assert!(
+            section.lines().any(|l| l.trim().starts_with(var)),
+            "ENVIRONMENT does not describe {var}:\n{section}"
+        );
+    }
+    let files = main.split("\nFILES\n").nth(1).expect("FILES");
+    let files = files.split("\nEXIT STATUS\n").next().expect("EXIT STATUS");
+    for path in files
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("/usr/"))
+    {
+        if prefix == "/usr" {
+            let installed = root.join(path.trim_start_matches("/usr/"));
+            assert!(installed.is_file(), "FILES names {path}, not installed");
+        }
+    }
+    let mut pages = vec![("spacetime".to_string(), main)];
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some((name, text)) = pages.pop() {
+        seen.insert(name.clone());
+        assert!(
+            !text.contains("space\u{2010}\n"),
+            "{name}: a hyphenated name"
+        );
+        for word in text.split(|c: char| c.is_whitespace() || c == ',') {
+            let Some(page) = word.strip_suffix("(1)") else {
+                continue;
+            };
+            if !page.starts_with("spacetime") || seen.contains(page) {
+                continue;
+            }
+            assert!(
+                man_dir.join(format!("man1/{page}.1")).is_file(),
+                "{name}(1) refers to {page}(1), which is not installed"
+            );
+            let text = man(page);
+            let words: Vec<&str> = text.split_whitespace().collect();
+            assert!(
+                words.windows(3).any(|w| w == ["NAME", page, "-"]) && text.contains("SEE ALSO"),
+                "{page}(1):\n{text}"
+            );
+            seen.insert(page.to_string());
+            pages.push((page.to_string(), text));
+        }
+    }
+    // spacetime(1) and one page per subcommand but help, each reached from the others.
+    assert_eq!(seen.len(), 10, "pages reached: {seen:?}");
 }
 
 #[test]

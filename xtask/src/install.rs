@@ -40,8 +40,10 @@ impl Options {
 
 /// Where each file goes, relative to the prefix, and its mode. zsh reads distribution
 /// packages' completions from vendor-completions under /usr (Debian's zsh has no
-/// /usr/share/zsh/site-functions in its fpath), site-functions elsewhere.
-fn layout(prefix: &Path) -> [(&'static str, &'static str, u32); 10] {
+/// /usr/share/zsh/site-functions in its fpath), site-functions elsewhere. The manual pages
+/// (spacetime.1 and one per subcommand) go to [`MAN_DIR`], as many as `spacetime man --dir`
+/// writes.
+fn layout(prefix: &Path) -> [(&'static str, &'static str, u32); 9] {
     let zsh = if prefix == Path::new("/usr") {
         "share/zsh/vendor-completions/_spacetime"
     } else {
@@ -56,7 +58,6 @@ fn layout(prefix: &Path) -> [(&'static str, &'static str, u32); 10] {
             "share/fish/vendor_completions.d/spacetime.fish",
             0o644,
         ),
-        ("man", "share/man/man1/spacetime.1", 0o644),
         ("unit", "lib/systemd/system/spacetime-watch.service", 0o644),
         (
             "agent-unit",
@@ -71,6 +72,57 @@ fn layout(prefix: &Path) -> [(&'static str, &'static str, u32); 10] {
         ("mit", "share/doc/spacetime/LICENSE-MIT", 0o644),
         ("apache", "share/doc/spacetime/LICENSE-APACHE", 0o644),
     ]
+}
+
+/// Where the manual pages go, relative to the prefix.
+const MAN_DIR: &str = "share/man/man1";
+
+/// The manual pages `bin` writes: (file name, roff), in name order.
+fn man_pages(bin: &Path) -> Result<Vec<(String, Vec<u8>)>> {
+    let dir = std::env::temp_dir().join(format!("spacetime-man.{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let written = Command::new(bin)
+        .args(["man", "--dir"])
+        .arg(&dir)
+        .output()
+        .with_context(|| format!("running {} man --dir", bin.display()));
+    let pages = written.and_then(|out| {
+        if !out.status.success() {
+            bail!(
+                "{} man --dir failed: {}",
+                bin.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let mut pages = Vec::new();
+        for entry in fs::read_dir(&dir)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            pages.push((name, fs::read(entry.path())?));
+        }
+        pages.sort();
+        Ok(pages)
+    });
+    let _ = fs::remove_dir_all(&dir);
+    let pages = pages?;
+    if !pages.iter().any(|(n, _)| n == "spacetime.1") {
+        bail!("{} man --dir wrote no spacetime.1", bin.display());
+    }
+    Ok(pages)
+}
+
+/// Writes `bytes` to `dst` with `mode`, beside and renamed: a running binary or a reader
+/// never sees half a file.
+fn put(dst: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    let dir = dst.parent().expect("every path has a directory");
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let tmp = dir.join(format!(".{}.tmp", std::process::id()));
+    fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))?;
+    fs::rename(&tmp, dst).with_context(|| format!("installing {}", dst.display()))?;
+    eprintln!("xtask: installed {}", dst.display());
+    Ok(())
 }
 
 /// stdout of `spacetime ARGS`.
@@ -95,7 +147,6 @@ fn content(what: &str, bin: &Path, prefix: &Path) -> Result<Vec<u8>> {
     Ok(match what {
         "bin" => fs::read(bin).with_context(|| format!("reading {}", bin.display()))?,
         "bash" | "zsh" | "fish" => generated(bin, &["completions", what])?,
-        "man" => generated(bin, &["man"])?,
         "unit" => {
             let unit = fs::read_to_string(root.join("dist/spacetime-watch.service"))
                 .context("reading dist/spacetime-watch.service")?;
@@ -142,16 +193,10 @@ pub fn install(opts: Options) -> Result<()> {
         }
     };
     for (what, rel, mode) in layout(&opts.prefix) {
-        let bytes = content(what, &bin, &opts.prefix)?;
-        let dst = stage(rel);
-        let dir = dst.parent().expect("every path has a directory");
-        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        // Written beside and renamed: a running binary or a reader never sees half a file.
-        let tmp = dir.join(format!(".{}.tmp", std::process::id()));
-        fs::write(&tmp, &bytes).with_context(|| format!("writing {}", tmp.display()))?;
-        fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))?;
-        fs::rename(&tmp, &dst).with_context(|| format!("installing {}", dst.display()))?;
-        eprintln!("xtask: installed {}", dst.display());
+        put(&stage(rel), &content(what, &bin, &opts.prefix)?, mode)?;
+    }
+    for (name, page) in man_pages(&bin)? {
+        put(&stage(&format!("{MAN_DIR}/{name}")), &page, 0o644)?;
     }
     if opts.destdir.is_none() {
         eprintln!(

@@ -136,12 +136,29 @@ pub fn check(deb: &Path) -> Result<()> {
 
 fn install_and_trace(deb: &Path, dir: &Path) -> Result<()> {
     eprintln!("xtask: apt-get install {}", deb.display());
-    crate::run(
-        Command::new("apt-get")
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .args(["-o", "DPkg::Lock::Timeout=300", "install", "-y", "-qq"])
-            .arg(deb.canonicalize()?),
-    )?;
+    let out = Command::new("apt-get")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .args(["-o", "DPkg::Lock::Timeout=300", "install", "-y", "-qq"])
+        .arg(deb.canonicalize()?)
+        .output()
+        .context("running apt-get install")?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprint!("{said}");
+    if !out.status.success() {
+        bail!("apt-get install failed with {}", out.status);
+    }
+    // Without systemd the socket cannot listen: what apt shows the user says so.
+    let systemd = Path::new("/run/systemd/system").is_dir();
+    let warned =
+        said.contains("spacetime: systemd is not running here") && said.contains("spacetime agent");
+    if !systemd && !warned {
+        bail!("apt-get install said nothing of the agent's socket, which cannot listen without systemd");
+    }
+    manual_pages()?;
     let own = trace(None, Path::new("/nonexistent/agent.sock"), dir)?;
     if own != "own" {
         bail!("root's trace with the installed binary said programs {own:?}");
@@ -153,6 +170,45 @@ fn install_and_trace(deb: &Path, dir: &Path) -> Result<()> {
         bail!("nobody's trace said programs {through:?}, not through the agent");
     }
     eprintln!("xtask: the installed spacetime traced as root (own programs) and as nobody (through the socket-activated agent)");
+    Ok(())
+}
+
+/// `man` finds every spacetime page that spacetime(1) and the others refer to, installed.
+fn manual_pages() -> Result<()> {
+    let out = Command::new("man")
+        .args(["-w", "spacetime"])
+        .output()
+        .context("running man -w")?;
+    if !out.status.success() {
+        bail!("man finds no spacetime(1) once the package is installed");
+    }
+    let rendered = Command::new("man")
+        .arg("spacetime")
+        .env("MANWIDTH", "200")
+        .env("LC_ALL", "C")
+        .output()
+        .context("running man spacetime")?;
+    let text = String::from_utf8_lossy(&rendered.stdout);
+    let mut pages: Vec<&str> = text
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter_map(|w| w.strip_suffix("(1)"))
+        .filter(|p| p.starts_with("spacetime-"))
+        .collect();
+    pages.sort_unstable();
+    pages.dedup();
+    if pages.is_empty() {
+        bail!("spacetime(1) refers to no subcommand's page: {text}");
+    }
+    for page in &pages {
+        let found = Command::new("man").args(["-w", page]).output()?;
+        if !found.status.success() {
+            bail!("spacetime(1) refers to {page}(1), which the package does not install");
+        }
+    }
+    eprintln!(
+        "xtask: man finds spacetime(1) and the {} pages it refers to",
+        pages.len()
+    );
     Ok(())
 }
 

@@ -134,6 +134,7 @@ pub fn ensure_test_tools() -> Result<()> {
             "fonts-dejavu-core",
             "python3",
             "openjdk-17-jdk-headless",
+            "bash-completion",
         ],
         "the metrics tests scrape `watch --metrics` with a real Prometheus and lint it with \
          promtool; the terminal tests run spacetime in an 80-column tmux pane; the timeline \
@@ -141,7 +142,7 @@ pub fn ensure_test_tools() -> Result<()> {
          /usr/bin/time and `bench --export-json` and the bench's wall with hyperfine's; the HTML tests load the \
          reports in headless Chromium, the SVG tests render the pictures with it and with \
          rsvg-convert; the PSS tests read a Python fork pool's and a JVM's own \
-         Pss",
+         Pss; the completion tests hand `trace`'s command to bash-completion's",
     )
 }
 

@@ -18,7 +18,7 @@ pub use crate::util::exit_code::EXIT_OWN_FAILURE;
 pub struct Cli {
     /// More detail: kernel mechanisms in use, per-image figures (-vv: debug logs, including
     /// the kernel programs' own)
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, display_order = 900)]
     pub verbose: u8,
     #[command(subcommand)]
     pub command: Command,
@@ -134,12 +134,24 @@ Examples:
         #[arg(value_enum)]
         shell: Shell,
     },
-    /// Print the manual page (roff) on stdout
+    /// Print a manual page (roff) on stdout: spacetime(1), which holds every subcommand, or
+    /// one subcommand's spacetime-NAME(1); or write them all into a directory
     #[command(after_help = "\
 Examples:
   spacetime man | man -l -
-  spacetime man > /usr/share/man/man1/spacetime.1")]
-    Man,
+  spacetime man trace | man -l -
+  spacetime man --dir /usr/share/man/man1")]
+    Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The subcommand whose page to print (spacetime-NAME(1)); none: spacetime(1)
+    #[arg(value_name = "NAME", value_parser = crate::cmd::man::PAGES)]
+    pub page: Option<String>,
+    /// Write spacetime.1 and every spacetime-NAME.1 into DIR instead, naming each on stderr
+    #[arg(long, value_name = "DIR", conflicts_with = "page", value_hint = clap::ValueHint::DirPath)]
+    pub dir: Option<PathBuf>,
 }
 
 /// Shells `spacetime completions` writes for.
@@ -148,63 +160,6 @@ pub enum Shell {
     Bash,
     Zsh,
     Fish,
-}
-
-/// Writes the completion script for `shell`, generated from the clap definitions.
-pub fn write_completions(shell: Shell, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-    let mut cmd = <Cli as clap::CommandFactory>::command();
-    let shell = match shell {
-        Shell::Bash => clap_complete::Shell::Bash,
-        Shell::Zsh => clap_complete::Shell::Zsh,
-        Shell::Fish => clap_complete::Shell::Fish,
-    };
-    // Generated in memory: clap_complete panics on a write error (a closed pipe).
-    let mut script = Vec::new();
-    clap_complete::generate(shell, &mut cmd, "spacetime", &mut script);
-    out.write_all(&script)
-}
-
-/// Writes the manual page: the top command's page followed by one section per subcommand
-/// (their options and examples), so `man spacetime` holds everything.
-pub fn write_man(out: &mut dyn std::io::Write) -> std::io::Result<()> {
-    let cmd = <Cli as clap::CommandFactory>::command();
-    let man = clap_mangen::Man::new(cmd.clone());
-    man.render_title(out)?;
-    man.render_name_section(out)?;
-    man.render_synopsis_section(out)?;
-    man.render_description_section(out)?;
-    man.render_options_section(out)?;
-    man.render_subcommands_section(out)?;
-    for sub in cmd.get_subcommands() {
-        write_subcommand_man(sub, out)?;
-    }
-    // The top command's after-help is the exit status paragraph.
-    let mut extra = Vec::new();
-    man.render_extra_section(&mut extra)?;
-    let extra = String::from_utf8_lossy(&extra).replace(".SH EXTRA", ".SH \"EXIT STATUS\"");
-    out.write_all(extra.replace("Exit status: ", "").as_bytes())?;
-    man.render_version_section(out)
-}
-
-fn write_subcommand_man(sub: &clap::Command, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-    let name = format!("spacetime {}", sub.get_name());
-    let sub = sub.clone().bin_name(name.clone());
-    writeln!(out, ".SH \"{}\"", name.to_uppercase())?;
-    let man = clap_mangen::Man::new(sub.clone());
-    // Each section of the subcommand's own page, one level down (.SS), without its .TH.
-    let mut page = Vec::new();
-    man.render_synopsis_section(&mut page)?;
-    man.render_description_section(&mut page)?;
-    man.render_options_section(&mut page)?;
-    man.render_extra_section(&mut page)?;
-    // A subcommand's after-help is its examples.
-    let page = String::from_utf8_lossy(&page)
-        .replace("\n.SH ", "\n.SS ")
-        .replace(".SS EXTRA\nExamples:\n", ".SS EXAMPLES\n");
-    let page = page
-        .strip_prefix(".SH ")
-        .map_or(page.clone(), |p| format!(".SS {p}"));
-    out.write_all(page.as_bytes())
 }
 
 /// A usage error made clearer where spacetime knows what was meant: a program named where a
@@ -273,8 +228,9 @@ pub struct TraceArgs {
     /// Print this instead of the summary, with every letter of GNU time's (`time -f`: %e %E
     /// %U %S %P %M %t %K %D %p %X %Z %F %R %W %I %O %r %s %k %C %x %c %w, %%, \n, \t) and
     /// spacetime's: %T tree-wide peak RSS KiB, %N processes, %Y max PSS KiB, %L events lost.
-    /// `verbose` prints `time -v`'s layout, `posix` `time -p`'s. As GNU time, a line says
-    /// first when CMD exited non-zero or was killed (not with -q)
+    /// `verbose` prints `time -v`'s layout, `posix` `time -p`'s, `default` GNU time's own
+    /// (without -f). As GNU time, a line says first when CMD exited non-zero or was killed
+    /// (not with -q, nor with `posix`, as `time -p`)
     #[arg(short = 'f', long, value_name = "FMT", value_parser = crate::report::format::parse)]
     pub format: Option<crate::report::format::Format>,
     /// Stop when CMD exits; report descendants still running instead of waiting for them
@@ -353,7 +309,8 @@ pub struct TraceArgs {
     #[arg(
         required_unless_present = "pid",
         trailing_var_arg = true,
-        value_name = "CMD"
+        value_name = "CMD",
+        value_hint = clap::ValueHint::CommandWithArguments
     )]
     pub command: Vec<OsString>,
 }

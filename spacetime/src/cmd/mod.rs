@@ -6,8 +6,10 @@
 pub mod agent;
 pub mod bench;
 pub mod cli;
+pub mod completions;
 pub mod diff;
 pub mod doctor;
+pub mod man;
 pub mod report;
 pub mod trace;
 pub mod watch;

@@ -175,9 +175,7 @@ fn render(
 ) -> String {
     if let Some(f) = &args.format {
         // GNU time's line about an abnormal end comes first, unless -q (as `time -q`).
-        let status = (!args.quiet)
-            .then(|| crate::report::format::status_line(report))
-            .flatten();
+        let status = (!args.quiet).then(|| f.status_line(report)).flatten();
         return status.unwrap_or_default() + &f.render(report);
     }
     // Colours only on a terminal: not in a file of `-o`.

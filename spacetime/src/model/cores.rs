@@ -125,6 +125,14 @@ impl CpuSeries {
         }
     }
 
+    /// [`CpuSeries::label`] in a few words, for a title that must fit 80 columns.
+    pub fn short_label(&self) -> String {
+        match self.method {
+            Method::Ticks => format!("sampled at {TICK_HZ} Hz, total exact"),
+            Method::Spread => "approximate, spread over each life".into(),
+        }
+    }
+
     pub fn total_ns(&self) -> u64 {
         self.cpu_ns.iter().sum()
     }

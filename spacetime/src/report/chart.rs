@@ -35,10 +35,8 @@ impl Style {
     /// What suits the output: color only on a terminal and without `NO_COLOR` (or
     /// `TERM=dumb`); Unicode unless the locale is not UTF-8 ([`crate::util::term::ascii`]).
     pub fn detect(is_terminal: bool) -> Style {
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let no_color = env("NO_COLOR").is_some() || env("TERM").is_some_and(|t| t == "dumb");
         Style {
-            color: is_terminal && !no_color,
+            color: is_terminal && !crate::util::term::no_color(),
             unicode: !crate::util::term::ascii(),
         }
     }

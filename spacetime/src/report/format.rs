@@ -1,7 +1,9 @@
 //! `--format FMT`: the summary as lines a script reads, with every letter of GNU time's
 //! (`time -f`, GNU time 1.9) and spacetime's own. Parsed when the arguments are, so a bad
 //! format stops spacetime before CMD runs. `verbose` is `time -v`'s layout (same labels, same
-//! order) and `posix` `time -p`'s, with spacetime's figures.
+//! order), `posix` `time -p`'s and `default` GNU time's own when given no format, with
+//! spacetime's figures. As GNU time, a line says first how CMD ended when it did not exit 0,
+//! except in `posix` (`time -p` never prints it).
 //!
 //! Each letter means what it means in GNU time, printed as GNU time prints it (seconds
 //! truncated to hundredths, not rounded; `%P` an integer). The differences are in where the
@@ -34,7 +36,20 @@ enum Piece {
 
 /// A parsed `--format`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Format(Vec<Piece>);
+pub struct Format {
+    pieces: Vec<Piece>,
+    ending: Ending,
+}
+
+/// Whether the line about an abnormal end (`Command exited with non-zero status N`) comes
+/// before the format, as GNU time decides it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// Every format but `time -p`'s.
+    Said,
+    /// `time -p` prints its three lines and nothing else.
+    Unsaid,
+}
 
 /// GNU time's letters, then spacetime's.
 const LETTERS: &str = "eEUSPMtKDpXZFRWIOrskCxcwTNYL";
@@ -67,17 +82,26 @@ const VERBOSE: &str = "\tCommand being timed: \"%C\"\n\
 /// `time -p`'s.
 const POSIX: &str = "real %e\nuser %U\nsys %S";
 
-/// Parses FMT (for clap): `verbose`, `posix`, or a format of letters. Unknown letters and a
-/// dangling `%` are errors.
+/// GNU time's (1.9) when given no format.
+const DEFAULT: &str = "%Uuser %Ssystem %Eelapsed %PCPU (%Xavgtext+%Davgdata %Mmaxresident)k\n\
+%Iinputs+%Ooutputs (%Fmajor+%Rminor)pagefaults %Wswaps";
+
+/// Parses FMT (for clap): `verbose`, `posix`, `default`, or a format of letters. Unknown
+/// letters and a dangling `%` are errors.
 pub fn parse(s: &str) -> Result<Format, String> {
-    match s {
-        "verbose" => parse_letters(VERBOSE),
-        "posix" => parse_letters(POSIX),
-        _ => parse_letters(s),
-    }
+    let (letters, ending) = match s {
+        "verbose" => (VERBOSE, Ending::Said),
+        "posix" => (POSIX, Ending::Unsaid),
+        "default" => (DEFAULT, Ending::Said),
+        _ => (s, Ending::Said),
+    };
+    Ok(Format {
+        pieces: parse_letters(letters)?,
+        ending,
+    })
 }
 
-fn parse_letters(s: &str) -> Result<Format, String> {
+fn parse_letters(s: &str) -> Result<Vec<Piece>, String> {
     let mut pieces = Vec::new();
     let mut text = String::new();
     let mut chars = s.chars();
@@ -93,7 +117,7 @@ fn parse_letters(s: &str) -> Result<Format, String> {
                 }
                 Some(l) => {
                     return Err(format!(
-                        "unknown format letter %{l} (known: %{}; or `verbose`, `posix`)",
+                        "unknown format letter %{l} (known: %{}; or `verbose`, `posix`, `default`)",
                         LETTERS
                             .chars()
                             .map(String::from)
@@ -120,7 +144,7 @@ fn parse_letters(s: &str) -> Result<Format, String> {
     if !text.is_empty() {
         pieces.push(Piece::Text(text));
     }
-    Ok(Format(pieces))
+    Ok(pieces)
 }
 
 /// Seconds as GNU time prints them: whole hundredths, truncated.
@@ -201,37 +225,40 @@ fn field(out: &mut String, l: char, r: &Report) {
     out.push_str(&s);
 }
 
-/// GNU time's line before the format when CMD did not exit 0: `Command exited with non-zero
-/// status N` or `Command terminated by signal N` (None when it exited 0, or with no status:
-/// an attached trace).
-pub fn status_line(r: &Report) -> Option<String> {
-    match r.exit?.0 {
-        crate::model::tree::ExitStatus::Code(0) => None,
-        crate::model::tree::ExitStatus::Code(c) => {
-            Some(format!("Command exited with non-zero status {c}\n"))
+impl Format {
+    /// GNU time's line before the format when CMD did not exit 0: `Command exited with
+    /// non-zero status N` or `Command terminated by signal N` (None when it exited 0, with no
+    /// status (an attached trace), or for `posix`, as `time -p`).
+    pub fn status_line(&self, r: &Report) -> Option<String> {
+        if self.ending == Ending::Unsaid {
+            return None;
         }
-        crate::model::tree::ExitStatus::Signal { signal, .. } => {
-            Some(format!("Command terminated by signal {signal}\n"))
+        match r.exit?.0 {
+            crate::model::tree::ExitStatus::Code(0) => None,
+            crate::model::tree::ExitStatus::Code(c) => {
+                Some(format!("Command exited with non-zero status {c}\n"))
+            }
+            crate::model::tree::ExitStatus::Signal { signal, .. } => {
+                Some(format!("Command terminated by signal {signal}\n"))
+            }
         }
     }
-}
 
-impl Format {
     /// Whether a letter needs the tree-wide RSS over time (`%T`), which the kernel follows
     /// with its rss_stat programs.
     pub fn needs_rss_over_time(&self) -> bool {
-        self.0.contains(&Piece::Field('T'))
+        self.pieces.contains(&Piece::Field('T'))
     }
 
     /// Whether a letter needs PSS (`%Y`), which only sampled rounds read.
     pub fn needs_pss(&self) -> bool {
-        self.0.contains(&Piece::Field('Y'))
+        self.pieces.contains(&Piece::Field('Y'))
     }
 
     /// The lines for this report, ending with a newline as `time -f` does.
     pub fn render(&self, r: &Report) -> String {
         let mut out = String::new();
-        for p in &self.0 {
+        for p in &self.pieces {
             match p {
                 Piece::Text(t) => {
                     let _ = write!(out, "{t}");

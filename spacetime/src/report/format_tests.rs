@@ -4,7 +4,7 @@ use super::*;
 fn parsing() {
     let f = parse("%e s\\t%M%%\\n").expect("valid");
     assert_eq!(
-        f.0,
+        f.pieces,
         [
             Piece::Field('e'),
             Piece::Text(" s\t".into()),
@@ -16,7 +16,7 @@ fn parsing() {
     assert!(parse("50%").is_err());
     // An unknown escape is printed as GNU time prints it.
     assert_eq!(
-        parse("a\\qb").expect("valid").0,
+        parse("a\\qb").expect("valid").pieces,
         [Piece::Text("a?\\qb".into())]
     );
 }
@@ -50,20 +50,32 @@ fn elapsed_like_gnu_time() {
 fn verbose_is_time_v_layout() {
     let f = parse("verbose").expect("verbose");
     // 23 lines, each a tab, a label, ": " and one figure.
-    let fields: Vec<char> =
-        f.0.iter()
-            .filter_map(|p| match p {
-                Piece::Field(l) => Some(*l),
-                Piece::Text(_) => None,
-            })
-            .collect();
+    let fields: Vec<char> = f
+        .pieces
+        .iter()
+        .filter_map(|p| match p {
+            Piece::Field(l) => Some(*l),
+            Piece::Text(_) => None,
+        })
+        .collect();
     assert_eq!(fields.iter().collect::<String>(), "CUSPEXDpKMtFRwcWIOsrkZx");
     assert_eq!(VERBOSE.lines().count(), 23);
     assert!(VERBOSE
         .lines()
         .all(|l| l.starts_with('\t') && l.contains(": ")));
+    let posix = parse("posix").expect("posix");
+    let same = parse("real %e\\nuser %U\\nsys %S").expect("same");
+    assert_eq!(posix.pieces, same.pieces);
+    // `time -p` says nothing of how CMD ended; the same letters given as a format do.
+    assert_eq!((posix.ending, same.ending), (Ending::Unsaid, Ending::Said));
+    let default = parse("default").expect("default");
+    assert_eq!(default.ending, Ending::Said);
     assert_eq!(
-        parse("posix").expect("posix"),
-        parse("real %e\\nuser %U\\nsys %S").expect("same")
+        default
+            .pieces
+            .iter()
+            .filter(|p| matches!(p, Piece::Field(_)))
+            .count(),
+        12
     );
 }

@@ -46,8 +46,17 @@ pub fn buffer_size(s: &str) -> Result<u32, String> {
     size_between(s, 4096, 1 << 30).map(|b| b as u32)
 }
 
-/// A duration.
+/// A duration: a number of seconds (`2`, `0.5`), one decimal number and its unit (`1.5m`,
+/// `250ms`, `100µs`), or what humantime reads (`1h30m`, `2min 10s`, `1day`).
 pub fn duration(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s.trim()) {
+        Ok(d) => Ok(d),
+        Err(_) => number_and_unit(s),
+    }
+}
+
+/// One decimal number and its unit (humantime reads whole numbers only).
+fn number_and_unit(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let split = t
         .find(|c: char| c.is_ascii_alphabetic() || c == 'µ')
@@ -60,7 +69,11 @@ pub fn duration(s: &str) -> Result<Duration, String> {
         "ns" => 1e-9,
         "m" | "min" => 60.0,
         "h" => 3600.0,
-        u => return Err(format!("unknown duration unit {u:?} (use ms, s, m or h)")),
+        u => {
+            return Err(format!(
+                "{s:?} is not a duration (e.g. 250ms, 30s, 1.5m, 1h30m; unknown unit {u:?})"
+            ))
+        }
     };
     let n: f64 = num
         .trim()
@@ -108,7 +121,12 @@ mod tests {
         assert_eq!(duration("100us"), Ok(Duration::from_micros(100)));
         assert_eq!(duration("100µs"), Ok(Duration::from_micros(100)));
         assert_eq!(duration("1h"), Ok(Duration::from_secs(3600)));
-        assert!(duration("3 weeks").is_err());
+        assert_eq!(duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(duration("1h 30m 15s"), Ok(Duration::from_secs(5415)));
+        assert_eq!(duration("2min"), Ok(Duration::from_secs(120)));
+        assert_eq!(duration("0.5"), Ok(Duration::from_millis(500)));
+        assert!(duration("3 fortnights").is_err());
+        assert!(duration("1h30").is_err());
         assert!(duration("-1s").is_err());
     }
 

@@ -280,6 +280,31 @@ fn units(s: &str) -> impl DoubleEndedIterator<Item = (&str, usize)> {
     })
 }
 
+/// Whether the environment asks for no colour: `NO_COLOR` set and not empty, or `TERM=dumb`.
+pub fn no_color() -> bool {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    env("NO_COLOR").is_some() || env("TERM").is_some_and(|t| t == "dumb")
+}
+
+/// The columns `s` takes on a terminal, its colour sequences (`ESC [ … m`) taking none.
+pub fn visible_width(s: &str) -> usize {
+    if !s.contains('\x1b') {
+        return width(s);
+    }
+    let mut plain = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find("\x1b[") {
+        plain.push_str(&rest[..at]);
+        rest = &rest[at..];
+        match rest.find('m') {
+            Some(end) => rest = &rest[end + 1..],
+            None => break,
+        }
+    }
+    plain.push_str(rest);
+    width(&plain)
+}
+
 /// Display width (terminal columns) of escaped or own text.
 pub fn width(s: &str) -> usize {
     if s.is_ascii() {

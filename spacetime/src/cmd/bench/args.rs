@@ -17,6 +17,10 @@ pub struct BenchArgs {
     /// At most N runs of each command (default: no limit)
     #[arg(short = 'M', long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_runs: Option<u32>,
+    /// Run each command for at least SECS (default 3, as hyperfine): the run count is what
+    /// fits in it at the first run's cost, within -m and -M (-r overrides it)
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    pub min_benchmarking_time: Option<std::time::Duration>,
     /// Untraced runs of each command before the measured ones (to warm caches)
     #[arg(short = 'w', long, value_name = "N", default_value_t = 0)]
     pub warmup: u32,
@@ -123,6 +127,13 @@ pub struct BenchArgs {
     /// No progress bar and no notices (the summary and errors are still shown)
     #[arg(short, long)]
     pub quiet: bool,
+    /// Output style, as hyperfine's: auto (full when the summary goes to a terminal, else
+    /// basic), basic (no colour, no progress bar), full (colour even off a terminal, the
+    /// progress bar on one), nocolor (the progress bar without colour), color (colour
+    /// without the progress bar), none (no summary nor progress: exports and errors only).
+    /// auto has no colour when NO_COLOR is set or TERM is dumb
+    #[arg(long, value_name = "TYPE", value_enum, default_value_t = Style::Auto)]
+    pub style: Style,
     /// Run every measured run in a memory cgroup of its own and report the tree's
     /// distinct-page peak (pages shared after fork counted once, page cache included) beside
     /// the summed-RSS tree peak
@@ -134,6 +145,53 @@ pub struct BenchArgs {
     /// The commands to compare, each one argument (quote it)
     #[arg(required = true, value_name = "CMD")]
     pub commands: Vec<OsString>,
+}
+
+/// `--style`, hyperfine's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Style {
+    Auto,
+    Basic,
+    Full,
+    Nocolor,
+    Color,
+    None,
+}
+
+impl Style {
+    /// Whether the summary is coloured; `terminal`: it goes to a terminal.
+    pub fn color(self, terminal: bool) -> bool {
+        match self {
+            Style::Auto => terminal && !crate::util::term::no_color(),
+            Style::Full | Style::Color => true,
+            Style::Basic | Style::Nocolor | Style::None => false,
+        }
+    }
+
+    /// Whether the progress bar is drawn; `terminal`: stderr is a terminal (off one, it
+    /// would be lines of carriage returns: hyperfine draws none there either).
+    pub fn progress(self, terminal: bool) -> bool {
+        match self {
+            Style::Auto | Style::Full | Style::Nocolor => terminal,
+            Style::Basic | Style::Color | Style::None => false,
+        }
+    }
+
+    /// Whether the summary is printed at all.
+    pub fn summary(self) -> bool {
+        self != Style::None
+    }
+}
+
+/// `--min-benchmarking-time`: seconds, a decimal number above 0.
+fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    std::time::Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{s}: the time must be above 0 s"))
 }
 
 /// `-u/--time-unit`.

@@ -133,9 +133,11 @@ impl Correction {
     }
 }
 
-/// Where the summary goes: stdout, or stderr when an export is written to stdout.
+/// Where the summary goes: stdout, or stderr when an export is written to stdout; nowhere
+/// with `--style none`.
 struct Out {
     stderr: bool,
+    shown: bool,
     layout: Layout,
 }
 
@@ -158,15 +160,20 @@ impl Out {
         };
         Out {
             stderr,
+            shown: plan.args.style.summary(),
             layout: Layout {
                 width,
                 cut: terminal,
                 unit: plan.args.time_unit,
+                color: plan.args.style.color(terminal),
             },
         }
     }
 
     fn print(&self, text: &str) {
+        if !self.shown {
+            return;
+        }
         let text = crate::util::term::localize(text);
         let _ = match self.stderr {
             true => write_all(&mut std::io::stderr().lock(), &text),
@@ -183,7 +190,7 @@ fn write_all(w: &mut dyn Write, text: &str) -> std::io::Result<()> {
 /// Runs the plan through `tracer`; returns spacetime's exit status.
 pub fn run(mut plan: Plan, tracer: &mut dyn Tracer) -> i32 {
     let out = Out::new(&plan);
-    let progress = Progress::new(plan.args.quiet);
+    let progress = Progress::new(plan.args.quiet, plan.args.style);
     let mut results: Vec<CommandResult> = Vec::new();
     let mut status = 0;
     let correction = match super::calibrate::shell(&mut plan, tracer, &progress) {
@@ -256,9 +263,9 @@ pub fn run(mut plan: Plan, tracer: &mut dyn Tracer) -> i32 {
 }
 
 /// How many runs: hyperfine's rule from the first run's cost (the command, its prepare and
-/// conclude): enough to fill 3 s, within the bounds.
-fn run_count(bounds: &RunBounds, first: Duration) -> u32 {
-    let fit = (MIN_BENCHMARKING.as_nanos() / first.as_nanos().max(1)).min(u32::MAX as u128);
+/// conclude): enough to fill `min_time` (`--min-benchmarking-time`, 3 s), within the bounds.
+fn run_count(bounds: &RunBounds, first: Duration, min_time: Duration) -> u32 {
+    let fit = (min_time.as_nanos() / first.as_nanos().max(1)).min(u32::MAX as u128);
     let n = (fit as u32).max(bounds.min);
     bounds.max.map_or(n, |m| n.min(m))
 }
@@ -315,7 +322,8 @@ fn command_runs(
             return end;
         }
         if count.is_none() {
-            count = Some(run_count(&plan.bounds, t.elapsed()));
+            let min_time = plan.args.min_benchmarking_time.unwrap_or(MIN_BENCHMARKING);
+            count = Some(run_count(&plan.bounds, t.elapsed(), min_time));
         }
         n += 1;
     }
@@ -412,14 +420,18 @@ mod tests {
     fn three_second_rule_within_bounds() {
         let b = RunBounds { min: 10, max: None };
         let ms = Duration::from_millis;
-        assert_eq!(run_count(&b, ms(1)), 3000);
-        assert_eq!(run_count(&b, ms(1000)), 10, "at least 10");
-        assert_eq!(run_count(&b, ms(100)), 30);
+        let three = MIN_BENCHMARKING;
+        assert_eq!(run_count(&b, ms(1), three), 3000);
+        assert_eq!(run_count(&b, ms(1000), three), 10, "at least 10");
+        assert_eq!(run_count(&b, ms(100), three), 30);
         let capped = RunBounds {
             min: 2,
             max: Some(5),
         };
-        assert_eq!(run_count(&capped, ms(1)), 5);
-        assert_eq!(run_count(&capped, Duration::from_secs(10)), 2);
+        assert_eq!(run_count(&capped, ms(1), three), 5);
+        assert_eq!(run_count(&capped, Duration::from_secs(10), three), 2);
+        // --min-benchmarking-time 0.5: what fits in half a second.
+        assert_eq!(run_count(&b, ms(10), ms(500)), 50);
+        assert_eq!(run_count(&capped, ms(200), ms(500)), 2);
     }
 }

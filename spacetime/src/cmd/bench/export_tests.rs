@@ -6,6 +6,7 @@ fn layout() -> Layout {
         width: 80,
         cut: false,
         unit: None,
+        color: false,
     }
 }
 

@@ -8,9 +8,9 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Shown when stderr is a terminal and not `--quiet`.
-    pub fn new(quiet: bool) -> Progress {
-        let on = !quiet && std::io::stderr().is_terminal();
+    /// Shown when `--style` asks for it (auto: when stderr is a terminal), not `--quiet`.
+    pub fn new(quiet: bool, style: super::args::Style) -> Progress {
+        let on = !quiet && style.progress(std::io::stderr().is_terminal());
         let cols = crate::util::term::columns(Some(std::io::stderr()), false).unwrap_or(80);
         Progress {
             on,

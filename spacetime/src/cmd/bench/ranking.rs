@@ -8,26 +8,20 @@ use std::fmt::Write;
 use super::{
     compare::{Comparison, Metric, Relative},
     model::CommandResult,
-    summary::Layout,
+    summary::{Layout, Paint},
 };
 
 /// The comparison; `by_time`: the others ordered by mean time (else as given).
 pub fn render(results: &[CommandResult], c: &Comparison, by_time: bool, layout: &Layout) -> String {
     let mut s = String::new();
     if by_time {
-        let _ = writeln!(s, "Summary");
-        let _ = writeln!(s, "  {} ran", name(results, c.wall_ns.reference, layout, 6));
+        let _ = writeln!(s, "{}", layout.paint("Summary", Paint::Bold));
+        let reference = name(results, c.wall_ns.reference, layout, 6);
+        let _ = writeln!(s, "  {} ran", layout.paint(&reference, Paint::Cyan));
         for i in order(&c.wall_ns, results, true) {
             let rel = &c.wall_ns.relative[i];
-            let (ratio, word) = faster_slower(rel);
-            line(
-                &mut s,
-                &format!("{ratio} times {word} than"),
-                results,
-                i,
-                rel,
-                layout,
-            );
+            let ratio = faster_slower(rel);
+            line(&mut s, &ratio, " times", results, i, rel, layout);
         }
     } else {
         let _ = writeln!(s, "Relative speed comparison");
@@ -61,22 +55,12 @@ pub fn render(results: &[CommandResult], c: &Comparison, by_time: bool, layout: 
             continue;
         }
         let what = if single { "Peak RSS" } else { what };
-        let _ = writeln!(
-            s,
-            "  {what}: {}",
-            name(results, m.reference, layout, what.len() + 4)
-        );
+        let reference = name(results, m.reference, layout, what.len() + 4);
+        let _ = writeln!(s, "  {what}: {}", layout.paint(&reference, Paint::Cyan));
         for i in order(m, results, by_time) {
             let rel = &m.relative[i];
-            let (ratio, word) = smaller_larger(rel);
-            line(
-                &mut s,
-                &format!("{ratio}× {word} than"),
-                results,
-                i,
-                rel,
-                layout,
-            );
+            let ratio = smaller_larger(rel);
+            line(&mut s, &ratio, "×", results, i, rel, layout);
         }
     }
     s
@@ -103,33 +87,51 @@ fn order(m: &Metric, results: &[CommandResult], by_mean: bool) -> Vec<usize> {
     v
 }
 
-/// How the reference compares: the ratio ≥ 1 and its word.
-fn faster_slower(rel: &Relative) -> (String, &'static str) {
+/// How the reference compares with another command: the ratio ≥ 1 (in 8 columns), its
+/// uncertainty (if known) and the word.
+struct Ratio {
+    value: String,
+    uncertainty: Option<String>,
+    word: &'static str,
+}
+
+fn faster_slower(rel: &Relative) -> Ratio {
     flip(rel, "faster", "slower")
 }
 
-fn smaller_larger(rel: &Relative) -> (String, &'static str) {
+fn smaller_larger(rel: &Relative) -> Ratio {
     flip(rel, "smaller", "larger")
 }
 
 /// `rel.ratio` is the other over the reference: above 1 the reference is "less" (faster,
 /// smaller) by that much; below, "more" by its inverse.
-fn flip(rel: &Relative, less: &'static str, more: &'static str) -> (String, &'static str) {
+fn flip(rel: &Relative, less: &'static str, more: &'static str) -> Ratio {
     let Some(r) = rel.ratio else {
-        return ("∞".into(), less);
+        return Ratio {
+            value: format!("{:>8}", "∞"),
+            uncertainty: None,
+            word: less,
+        };
     };
     let (v, word) = if r >= 1.0 { (r, less) } else { (1.0 / r, more) };
     // The uncertainty scales with the ratio it is given for.
-    let u = rel.uncertainty.map_or(String::new(), |u| {
-        format!(" ± {:.2}", if r >= 1.0 { u } else { u / (r * r) })
-    });
-    (format!("{v:8.2}{u}"), word)
+    let uncertainty = rel
+        .uncertainty
+        .map(|u| format!("{:.2}", if r >= 1.0 { u } else { u / (r * r) }));
+    Ratio {
+        value: format!("{v:8.2}"),
+        uncertainty,
+        word,
+    }
 }
 
-/// `RATIO WORDS NAME` and whether the difference is significant, on one line when it fits.
+/// `RATIO[ ± U]{times} WORD than NAME` and whether the difference is significant, on one
+/// line when it fits; painted as hyperfine's (the ratio bold green, the other command
+/// magenta), measured unpainted.
 fn line(
     s: &mut String,
-    words: &str,
+    ratio: &Ratio,
+    times: &str,
     results: &[CommandResult],
     i: usize,
     rel: &Relative,
@@ -140,13 +142,28 @@ fn line(
         Some(p) => format!("(not significant, {})", p_text(p)),
         None => "(significance unknown: one run)".into(),
     };
-    let left = format!("{words} ");
+    let tail = format!("{times} {} than ", ratio.word);
+    let plus_minus = |u: String| {
+        ratio
+            .uncertainty
+            .as_ref()
+            .map_or(String::new(), |_| format!(" ± {u}"))
+    };
+    let u = ratio.uncertainty.clone().unwrap_or_default();
+    let left = format!("{}{}{tail}", ratio.value, plus_minus(u.clone()));
     let who = name(results, i, layout, left.len());
     let one = format!("{left}{who}  {sig}");
-    if crate::util::term::width(&one) <= layout.width {
-        let _ = writeln!(s, "{one}");
+    let fits = crate::util::term::width(&one) <= layout.width;
+    let painted = format!(
+        "{}{}{tail}{}",
+        layout.paint(&ratio.value, Paint::BoldGreen),
+        plus_minus(layout.paint(&u, Paint::Green)),
+        layout.paint(&who, Paint::Magenta)
+    );
+    if fits {
+        let _ = writeln!(s, "{painted}  {sig}");
     } else {
-        let _ = writeln!(s, "{left}{who}");
+        let _ = writeln!(s, "{painted}");
         let _ = writeln!(s, "{:12}{sig}", "");
     }
 }
@@ -169,6 +186,7 @@ mod tests {
             width: 80,
             cut: false,
             unit: None,
+            color: false,
         }
     }
 

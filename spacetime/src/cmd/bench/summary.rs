@@ -17,12 +17,73 @@ pub struct Layout {
     pub cut: bool,
     /// `-u`: the unit of every time; else each command's mean chooses.
     pub unit: Option<TimeUnit>,
+    /// hyperfine's colours (`--style`, `NO_COLOR`).
+    pub color: bool,
+}
+
+/// hyperfine's colours, each where hyperfine puts it.
+#[derive(Debug, Clone, Copy)]
+pub enum Paint {
+    /// `Benchmark N`, `Summary`.
+    Bold,
+    /// The mean and its name.
+    BoldGreen,
+    /// The standard deviation and σ; a ratio's uncertainty.
+    Green,
+    /// User and system time.
+    Blue,
+    /// The minimum; the reference command.
+    Cyan,
+    /// The maximum; the commands compared with it.
+    Magenta,
+    /// The run count.
+    Dim,
+    /// `Warning`.
+    Yellow,
+}
+
+impl Paint {
+    fn sgr(self) -> &'static str {
+        match self {
+            Paint::Bold => "1",
+            Paint::BoldGreen => "1;32",
+            Paint::Green => "32",
+            Paint::Blue => "34",
+            Paint::Cyan => "36",
+            Paint::Magenta => "35",
+            Paint::Dim => "2",
+            Paint::Yellow => "33",
+        }
+    }
 }
 
 /// Column where figures start, as hyperfine's.
 const LABEL: usize = 21;
 
 impl Layout {
+    /// `text` in `paint` when colour is on.
+    pub fn paint(&self, text: &str, paint: Paint) -> String {
+        match self.color {
+            true => format!("\x1b[{}m{text}\x1b[0m", paint.sgr()),
+            false => text.to_string(),
+        }
+    }
+
+    /// A label of pieces, each painted or not, padded to the figures' column.
+    fn label(&self, pieces: &[(&str, Option<Paint>)]) -> String {
+        let mut out = String::from("  ");
+        let mut cols = 0;
+        for (text, paint) in pieces {
+            cols += crate::util::term::width(text);
+            match paint {
+                Some(p) => out.push_str(&self.paint(text, *p)),
+                None => out.push_str(text),
+            }
+        }
+        out.push_str(&" ".repeat(LABEL.saturating_sub(cols)));
+        out
+    }
+
     fn command(&self, shown: &str, room: usize) -> String {
         match self.cut {
             true => crate::util::term::fit_command(shown, self.width.saturating_sub(room)),
@@ -34,7 +95,7 @@ impl Layout {
     /// figures.
     fn pair(&self, s: &mut String, left: &str, right: &str) {
         let one = format!("{left}    {right}");
-        if crate::util::term::width(&one) <= self.width {
+        if crate::util::term::visible_width(&one) <= self.width {
             let _ = writeln!(s, "{one}");
         } else {
             let _ = writeln!(s, "{left}");
@@ -47,12 +108,24 @@ impl Layout {
             let _ = writeln!(s, "{l}");
         }
     }
+
+    /// `  Warning: TEXT`, wrapped, `Warning` in yellow.
+    fn warning(&self, s: &mut String, text: &str) {
+        let mut w = String::new();
+        self.prose(&mut w, &format!("  Warning: {text}"));
+        s.push_str(&w.replacen("Warning", &self.paint("Warning", Paint::Yellow), 1));
+    }
 }
 
 /// `Benchmark N: COMMAND`, printed as its runs start.
 pub fn header(index: usize, shown: &str, layout: &Layout) -> String {
-    let head = format!("Benchmark {index}: ");
-    format!("{head}{}", layout.command(shown, head.len()))
+    let room = format!("Benchmark {index}: ").len();
+    format!(
+        "{}{}: {}",
+        layout.paint("Benchmark ", Paint::Bold),
+        layout.paint(&index.to_string(), Paint::Bold),
+        layout.command(shown, room)
+    )
 }
 
 fn label(l: &str) -> String {
@@ -64,26 +137,50 @@ pub fn block(r: &CommandResult, warnings: &[Warning], layout: &Layout) -> String
     let mut s = String::new();
     let h = &r.hyperfine;
     let unit = layout.unit.unwrap_or(TimeUnit::auto(h.mean));
-    let t = |v: f64| unit.show(v);
-    let cpu = format!("[User: {}, System: {}]", t(h.user), t(h.system));
+    let t = |v: f64, p: Paint| layout.paint(&format!("{:>8}", unit.show(v)), p);
+    let cpu = format!(
+        "[User: {}, System: {}]",
+        layout.paint(&unit.show(h.user), Paint::Blue),
+        layout.paint(&unit.show(h.system), Paint::Blue)
+    );
     if r.runs == 1 {
-        let left = format!("{}{:>8}", label("Time (abs ≡):"), t(h.mean));
+        let label = layout.label(&[
+            ("Time (", None),
+            ("abs", Some(Paint::BoldGreen)),
+            (" ", None),
+            ("≡", Some(Paint::Green)),
+            ("):", None),
+        ]);
+        let left = format!("{label}{}", t(h.mean, Paint::BoldGreen));
         layout.pair(&mut s, &left, &cpu);
     } else {
+        let label = layout.label(&[
+            ("Time (", None),
+            ("mean", Some(Paint::BoldGreen)),
+            (" ± ", None),
+            ("σ", Some(Paint::Green)),
+            ("):", None),
+        ]);
         let left = format!(
-            "{}{:>8} ± {:>8}",
-            label("Time (mean ± σ):"),
-            t(h.mean),
-            t(h.stddev.unwrap_or(0.0))
+            "{label}{} ± {}",
+            t(h.mean, Paint::BoldGreen),
+            t(h.stddev.unwrap_or(0.0), Paint::Green)
         );
         layout.pair(&mut s, &left, &cpu);
+        let label = layout.label(&[
+            ("Range (", None),
+            ("min", Some(Paint::Cyan)),
+            (" … ", None),
+            ("max", Some(Paint::Magenta)),
+            ("):", None),
+        ]);
         let left = format!(
-            "{}{:>8} … {:>8}",
-            label("Range (min … max):"),
-            t(h.min),
-            t(h.max)
+            "{label}{} … {}",
+            t(h.min, Paint::Cyan),
+            t(h.max, Paint::Magenta)
         );
-        layout.pair(&mut s, &left, &format!("{} runs", r.runs));
+        let runs = layout.paint(&format!("{} runs", r.runs), Paint::Dim);
+        layout.pair(&mut s, &left, &runs);
     }
     memory(&mut s, r, layout);
     let p = &r.processes;
@@ -93,10 +190,10 @@ pub fn block(r: &CommandResult, warnings: &[Warning], layout: &Layout) -> String
     };
     let _ = writeln!(s, "{}{procs}", label("Processes:"));
     if r.failed_runs() > 0 {
-        layout.prose(
+        layout.warning(
             &mut s,
             &format!(
-                "  Warning: {} of {} runs exited non-zero (exit codes: {})",
+                "{} of {} runs exited non-zero (exit codes: {})",
                 r.failed_runs(),
                 r.runs,
                 codes(&r.exit_codes)
@@ -110,16 +207,16 @@ pub fn block(r: &CommandResult, warnings: &[Warning], layout: &Layout) -> String
             .iter()
             .map(|i| (i + 1).to_string())
             .collect();
-        layout.prose(
+        layout.warning(
             &mut s,
             &format!(
-                "  Warning: runs {} lost {lost} records: their figures may miss processes",
+                "runs {} lost {lost} records: their figures may miss processes",
                 runs.join(", ")
             ),
         );
     }
     for w in warnings {
-        layout.prose(&mut s, &format!("  Warning: {}", w.text()));
+        layout.warning(&mut s, &w.text());
     }
     s
 }
@@ -128,13 +225,18 @@ pub fn block(r: &CommandResult, warnings: &[Warning], layout: &Layout) -> String
 /// largest process's and the whole tree's; the cgroup's with `--cgroup-peak`.
 fn memory(s: &mut String, r: &CommandResult, layout: &Layout) {
     let line = |s: &mut String, name: &str, st: &Stats| {
+        let b = |v: u64, p: Paint| layout.paint(&format!("{:>8}", bytes(v)), p);
         let left = format!(
-            "{}{:>8} ± {:>8}",
+            "{}{} ± {}",
             label(name),
-            bytes(st.mean.round() as u64),
-            bytes(st.sd().round() as u64)
+            b(st.mean.round() as u64, Paint::BoldGreen),
+            b(st.sd().round() as u64, Paint::Green)
         );
-        let right = format!("[{} … {}]", bytes(st.min), bytes(st.max));
+        let right = format!(
+            "[{} … {}]",
+            layout.paint(&bytes(st.min), Paint::Cyan),
+            layout.paint(&bytes(st.max), Paint::Magenta)
+        );
         layout.pair(s, &left, &right);
     };
     match &r.tree_peak_rss_bytes {

@@ -6,6 +6,7 @@ fn layout(width: usize) -> Layout {
         width,
         cut: true,
         unit: None,
+        color: false,
     }
 }
 

@@ -107,6 +107,9 @@ pub struct WatchArgs {
     pub argv_budget: u64,
 }
 
+/// The events `--events` lists, as spelt there.
+pub const EVENT_NAMES: [&str; 2] = ["exec", "exit"];
+
 /// Which events `--events` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Events {

@@ -58,7 +58,7 @@ pub(super) fn both(out: &mut String, r: &Report, width: usize, style: Style) {
     let flat = single && (cpu.method == Method::Spread || r.wall_ns < SHORT_NS);
     if !flat && cpu.total_ns() > 0 && r.wall_ns > 0 {
         let mean = r.analysis.parallelism(r.wall_ns).unwrap_or(0.0);
-        let title = format!("CPU in cores, {} · mean {mean:.2}", cpu.label());
+        let title = cpu_title(cpu, mean, width);
         let values = |w: usize| -> Vec<u64> {
             cpu.columns(r.wall_ns, w)
                 .into_iter()
@@ -79,5 +79,35 @@ pub(super) fn both(out: &mut String, r: &Report, width: usize, style: Style) {
         };
         out.push('\n');
         out.push_str(&chart::render_columns(max, &values, &spec));
+    }
+}
+
+/// The CPU chart's title: how the series was made in full when it fits `width`, else in a
+/// few words (a title is never cut).
+fn cpu_title(cpu: &crate::model::cores::CpuSeries, mean: f64, width: usize) -> String {
+    let full = format!("CPU in cores, {} · mean {mean:.2}", cpu.label());
+    if crate::util::term::width(&full) <= width {
+        return full;
+    }
+    format!("CPU in cores, {} · mean {mean:.2}", cpu.short_label())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::cores::{CpuSeries, Method};
+
+    #[test]
+    fn the_cpu_title_fits_80_columns() {
+        for method in [Method::Ticks, Method::Spread] {
+            let cpu = CpuSeries {
+                method,
+                ..CpuSeries::default()
+            };
+            let t = super::cpu_title(&cpu, 12.34, 80);
+            assert!(crate::util::term::width(&t) <= 80, "{t}");
+            assert!(t.ends_with("· mean 12.34"), "{t}");
+            // Wide enough, the whole label.
+            assert!(super::cpu_title(&cpu, 1.0, 200).contains(&cpu.label()));
+        }
     }
 }

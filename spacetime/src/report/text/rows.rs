@@ -146,13 +146,15 @@ fn detail(out: &mut String, indent: &str, text: &str, r: &Report, width: usize) 
     }
 }
 
-/// A process's taskstats figures on one line (-v).
+/// A process's taskstats figures on one line (-v). Its user and system time are the row's CPU
+/// split as wait4 splits it, not taskstats' own: those are tick samples (both 0 for a process
+/// that ran less than a tick, under a CPU column that says 1.2 ms); the JSON keeps them.
 fn taskstats_line(p: &ProcessReport, delays: bool) -> Option<String> {
     let t = p.taskstats()?;
     let mut s = format!(
         "user {} sys {} · faults {} minor {} major · switches {} voluntary {} involuntary · read {} write {} ({} / {} syscalls)",
-        duration_ns(t.utime_us * 1000),
-        duration_ns(t.stime_us * 1000),
+        duration_ns(p.user_ns()),
+        duration_ns(p.sys_ns()),
         t.minflt,
         t.majflt,
         t.nvcsw,

@@ -158,8 +158,18 @@ pub(super) fn programs(out: &mut String, r: &Report, width: usize, top: usize) {
 /// Most steps of the critical path listed; the others are counted.
 const PATH_STEPS: usize = 6;
 
-/// The critical path: its time by program, then its longest steps in time order, each with
-/// its share of the wall.
+/// The indices of the `n` longest of `lens` (the earlier of equals), in index order: the
+/// steps of a chain shown in the order they ran.
+fn longest_in_order(lens: &[u64], n: usize) -> Vec<usize> {
+    let mut longest: Vec<usize> = (0..lens.len()).collect();
+    longest.sort_by_key(|&i| std::cmp::Reverse(lens[i]));
+    longest.truncate(n);
+    longest.sort_unstable();
+    longest
+}
+
+/// The critical path: its time by program, then its longest steps in the order they ran
+/// (under a title that says so when some are left out), each with its share of the wall.
 pub(super) fn critical_path(out: &mut String, r: &Report, width: usize, wide: bool) {
     let path = &r.analysis.critical_path;
     if r.processes.len() < 2 || path.is_empty() || r.wall_ns == 0 {
@@ -192,12 +202,15 @@ pub(super) fn critical_path(out: &mut String, r: &Report, width: usize, wide: bo
     for l in term::wrap(&line, width, 4) {
         let _ = writeln!(out, "{l}");
     }
-    let mut longest: Vec<usize> = (0..path.len()).collect();
-    longest.sort_by_key(|&i| std::cmp::Reverse(path[i].len_ns()));
-    longest.truncate(PATH_STEPS);
-    longest.sort_unstable();
-    if path.len() > PATH_STEPS {
-        let _ = writeln!(out, "  the longest steps, in order:");
+    let lens: Vec<u64> = path.iter().map(|s| s.len_ns()).collect();
+    let longest = longest_in_order(&lens, PATH_STEPS);
+    if path.len() > longest.len() {
+        // A chain reads in the order it ran: the title says these are not the longest first.
+        let _ = writeln!(
+            out,
+            "  its {} longest steps, in the order they ran:",
+            longest.len()
+        );
     }
     for &i in &longest {
         let s = &path[i];
@@ -228,5 +241,18 @@ pub(super) fn critical_path(out: &mut String, r: &Report, width: usize, wide: bo
                 "steps"
             }
         );
+    }
+}
+
+#[cfg(test)]
+mod path_tests {
+    #[test]
+    fn the_longest_steps_are_listed_in_the_order_they_ran() {
+        // Steps 1, 3 and 4 are the three longest; they are shown as they ran, not by length.
+        assert_eq!(
+            super::longest_in_order(&[5, 90, 10, 70, 80, 1], 3),
+            [1, 3, 4]
+        );
+        assert_eq!(super::longest_in_order(&[3, 2, 1], 6), [0, 1, 2]);
     }
 }
