@@ -324,6 +324,12 @@ pub fn max_pss_uncertain(m: &MaxPss) -> String {
 
 /// The summary's words for a maximum PSS that is not a figure: why, in a few words.
 pub fn max_pss_withheld_short(m: &MaxPss) -> String {
+    format!("max PSS {}", max_pss_withheld_words(m))
+}
+
+/// Why a maximum PSS is not a figure, in a few words, after the words "max PSS" (the
+/// summary's line and the page's chip).
+pub fn max_pss_withheld_words(m: &MaxPss) -> String {
     use crate::model::pss_sum::Withheld;
     let bytes = crate::util::units::bytes;
     let why = match m.withheld() {
@@ -336,10 +342,7 @@ pub fn max_pss_withheld_short(m: &MaxPss) -> String {
             "its programs ended before a PSS read could see them".to_string()
         }
     };
-    format!(
-        "max PSS unknown: {why} (about {} estimated)",
-        bytes(m.bytes)
-    )
+    format!("unknown: {why} (about {} estimated)", bytes(m.bytes))
 }
 
 #[derive(Debug, Serialize)]
