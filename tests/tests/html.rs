@@ -128,7 +128,7 @@ fn the_max_pss_on_the_page_is_the_reports() {
 fn a_page_without_pss_rounds_says_why() {
     let dir = TempDir::new("html-nopss");
     let page = dir.path().join("nopss.html");
-    let out = Trace::new(&[WL, "pss-touch", "8", "0"])
+    let out = Trace::new([WL, "pss-touch", "8", "0"])
         .tag("nopss")
         .flag("-q")
         .flag("--pss-interval")
