@@ -107,3 +107,67 @@ fn cores_follow_the_phases_and_add_up_to_wait4() {
         "{unsampled} of {total} ns placed by no tick\n{cpu}"
     );
 }
+
+/// The CPUs the kernel lists as online (/sys/devices/system/cpu/online: "0-1,4").
+fn online_cpus() -> u64 {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").expect("online CPUs");
+    text.trim()
+        .split(',')
+        .map(|r| match r.split_once('-') {
+            Some((a, b)) => b.parse::<u64>().expect("cpu") - a.parse::<u64>().expect("cpu") + 1,
+            None => 1,
+        })
+        .sum()
+}
+
+/// A Python spawn pool of twice as many busy workers as CPUs, each spawned for two short busy
+/// loops and replaced: every
+/// bucket of the series holds at most what the online CPUs could run in it, and the
+/// integral is still user + sys.
+#[test]
+fn cpu_over_time_never_exceeds_the_online_cpus() {
+    let cpus = online_cpus();
+    let workers = (2 * cpus).to_string();
+    let script = "import multiprocessing as mp, sys\n\
+                  def busy(n):\n    x = 0\n    for i in range(n): x += i\n    return x\n\
+                  if __name__ == '__main__':\n\
+                  \x20   mp.set_start_method('spawn')\n\
+                  \x20   with mp.Pool(int(sys.argv[1]), maxtasksperchild=2) as p: p.map(busy, [200000] * 64, 1)\n";
+    // A file: spawned workers import the pool's module to find `busy`.
+    let dir = spacetime_tests::TempDir::new("cpu-bound");
+    let file = dir.path().join("pool.py");
+    std::fs::write(&file, script).expect("write pool.py");
+    let file = file.to_string_lossy();
+    for run in 0..spacetime_tests::repetitions(3, 1) {
+        let out = Trace::new(["/usr/bin/python3", &file, &workers])
+            .tag("cpu-bound")
+            .run();
+        out.assert_code(0);
+        let v = out.json_value();
+        let ctx = out.context();
+        let cpu = &v["timeline"]["cpu"];
+        assert_eq!(cpu["online_cpus"].as_u64(), Some(cpus), "{cpu}\n{ctx}");
+        let width = int(cpu, "bucket_ns");
+        let buckets: Vec<u64> = cpu["cpu_ns"]
+            .as_array()
+            .expect("cpu_ns")
+            .iter()
+            .map(|x| x.as_u64().expect("ns"))
+            .collect();
+        let top = buckets.iter().copied().max().unwrap_or(0);
+        eprintln!(
+            "run {run}: {} buckets of {width} ns, the fullest {:.3} of {cpus} CPUs, {} ns unsampled",
+            buckets.len(),
+            top as f64 / width as f64,
+            int(cpu, "unsampled_cpu_ns")
+        );
+        for (k, &b) in buckets.iter().enumerate() {
+            assert!(
+                b <= width * cpus,
+                "bucket {k}: {b} ns of CPU in {width} ns on {cpus} CPUs\n{cpu}\n{ctx}"
+            );
+        }
+        let total = int(&v, "user_ns") + int(&v, "sys_ns");
+        assert_eq!(buckets.iter().sum::<u64>(), total, "the integral\n{ctx}");
+    }
+}

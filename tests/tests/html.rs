@@ -1,6 +1,6 @@
 //! The HTML reports in a real browser: headless Chromium loads each page offline, and what it
 //! rendered is checked against the JSON report of the same run — the peak label against
-//! `tree_peak_rss_bytes`, the failed count, a timeline bar for every process — with no
+//! `tree_peak_rss_bytes`, the max PSS against `max_pss_bytes` (or its reason), the failed count, a timeline bar for every process — with no
 //! script error and a screenshot that shows something. Real builds (make -j2 of a C project
 //! with a broken file, cargo build of a crate), a bench, a 1 000-process build under 2 MB and
 //! a 100 000-process report that still opens.
@@ -49,6 +49,7 @@ fn check_against(r: &Rendered, v: &Value) {
     );
     let shown = r.text("id=\"tree-peak\"").expect("peak text");
     assert!(shown.ends_with("iB") || shown.ends_with(" B"), "{shown}");
+    check_max_pss(r, v);
     let procs = v["processes"].as_array().expect("processes");
     // A report written by spacetime lists them; a synthetic one has only the exits.
     let failed = v["failures"].as_array().map_or_else(
@@ -79,6 +80,68 @@ fn check_against(r: &Rendered, v: &Value) {
     if failed > 0 {
         assert!(r.dom.contains("id=\"failures\""), "the failures table");
     }
+}
+
+/// The max PSS chip: the JSON's `totals.max_pss_bytes` when it is a figure, else why not
+/// (the report's reason when nothing was read, the summary's few words when it is withheld).
+/// Returns what it shows.
+fn check_max_pss(r: &Rendered, v: &Value) -> String {
+    let shown = r.text("id=\"max-pss\"").expect("max PSS chip");
+    let figure = v["totals"]["max_pss_bytes"].as_u64();
+    assert_eq!(
+        r.attr("id=\"max-pss\"", "data-bytes"),
+        Some(figure.map_or(String::new(), |b| b.to_string())),
+        "the max PSS chip's figure"
+    );
+    match (figure, v["totals"]["max_pss_unknown_reason"].as_str()) {
+        (Some(_), _) => assert!(shown.ends_with("iB") || shown.ends_with(" B"), "{shown}"),
+        (None, Some(why)) => assert!(
+            shown == why || (shown.starts_with("unknown: ") && shown.ends_with(" estimated)")),
+            "max PSS null ({why}), the page shows {shown:?}"
+        ),
+        (None, None) => assert_eq!(shown, "?"),
+    }
+    shown
+}
+
+/// A process that holds 64 MiB: the page's max PSS is the JSON's, to the byte (tests/pss.rs
+/// checks the figure against the processes' own PSS). The figure is
+/// given only when a PSS round read the tree at its peak, so the hold doubles until one did.
+#[test]
+fn the_max_pss_on_the_page_is_the_reports() {
+    let dir = TempDir::new("html-pss");
+    let mut hold = 300;
+    for _ in 0..5 {
+        let (v, page) = traced_page(&dir, "pss", &[WL, "pss-touch", "64", &hold.to_string()]);
+        let r = render(&page, dir.path(), 1280, 1200);
+        check_against(&r, &v);
+        if v["totals"]["max_pss_bytes"].as_u64().is_some() {
+            return;
+        }
+        hold *= 2;
+    }
+    panic!("max PSS unknown after five holds up to {} ms", hold / 2);
+}
+
+/// With PSS sampling off the page says so, in the report's words.
+#[test]
+fn a_page_without_pss_rounds_says_why() {
+    let dir = TempDir::new("html-nopss");
+    let page = dir.path().join("nopss.html");
+    let out = Trace::new([WL, "pss-touch", "8", "0"])
+        .tag("nopss")
+        .flag("-q")
+        .flag("--pss-interval")
+        .flag("0")
+        .flag("--html")
+        .flag(&page)
+        .run();
+    let v = out.json_value();
+    assert!(v["totals"]["max_pss_bytes"].is_null(), "{}", out.context());
+    let r = render(&page, dir.path(), 1280, 1200);
+    check_against(&r, &v);
+    let why = v["totals"]["max_pss_unknown_reason"].as_str().expect("why");
+    assert_eq!(check_max_pss(&r, &v), why);
 }
 
 #[test]

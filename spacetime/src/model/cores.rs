@@ -11,6 +11,12 @@
 //! done in whole nanoseconds so that the buckets add up to the total exactly: the series'
 //! integral is the report's CPU time, to the nanosecond (sampled run time that exceeds the
 //! reported CPU is scaled down to it).
+//!
+//! No bucket holds more than the online CPUs could run in it (`bucket_ns` × CPUs): spreading
+//! evenly is a guess, and many processes' guesses, or clocks a tick apart, can stack above the
+//! machine. What a full bucket cannot take goes to the buckets of the same segment or life
+//! that have room, in proportion to it; the ticks' segments are placed first, so CPU no tick
+//! placed fills the room they left.
 
 use serde::{ser::SerializeMap, Serialize, Serializer};
 
@@ -56,6 +62,8 @@ pub struct CpuSeries {
     /// [`Method::Ticks`]: ticks not kept (past the bound on segments): their CPU went to the
     /// thread's next point, coarser, not lost.
     pub ticks_dropped: u64,
+    /// The online CPUs that bound every bucket (unknown: no bound).
+    pub cpus: Option<u32>,
 }
 
 /// A process's CPU and its life, with its threads' sampled segments (times relative to the
@@ -85,34 +93,56 @@ pub fn bucket_for(wall_ns: u64) -> u64 {
 }
 
 impl CpuSeries {
-    /// The series over `[0, wall_ns]`.
-    pub fn of(uses: impl IntoIterator<Item = Use>, wall_ns: u64) -> CpuSeries {
+    /// The series over `[0, wall_ns]`, each bucket bounded by `cpus` online CPUs.
+    pub fn of(uses: impl IntoIterator<Item = Use>, wall_ns: u64, cpus: Option<u32>) -> CpuSeries {
         let bucket_ns = bucket_for(wall_ns);
         let n = (wall_ns / bucket_ns + 1) as usize;
-        let mut cpu_ns = vec![0u64; n];
-        for u in uses {
-            spread(&mut cpu_ns, bucket_ns, u);
-        }
-        CpuSeries {
+        let mut series = CpuSeries {
             bucket_ns,
-            cpu_ns,
+            cpu_ns: vec![0u64; n],
+            cpus,
             ..CpuSeries::default()
+        };
+        let mut b = series.buckets();
+        for u in uses {
+            b.spread(u);
         }
+        series
     }
 
     /// The series over `[0, wall_ns]` from sampled run time; segment times are CLOCK_MONOTONIC,
-    /// `t0_ns` the series' start.
+    /// `t0_ns` the series' start. Every process's segments are placed before the CPU no tick
+    /// placed, which goes where they left room.
     pub fn sampled<'a>(
         procs: impl IntoIterator<Item = Sampled<'a>>,
         t0_ns: u64,
         wall_ns: u64,
+        cpus: Option<u32>,
     ) -> CpuSeries {
-        let mut series = CpuSeries::of([], wall_ns);
+        let mut series = CpuSeries::of([], wall_ns, cpus);
         series.method = Method::Ticks;
-        for p in procs {
-            series.unsampled_ns += place(&mut series.cpu_ns, series.bucket_ns, p, t0_ns);
+        let mut b = series.buckets();
+        let rests: Vec<Use> = procs
+            .into_iter()
+            .filter_map(|p| b.place(p, t0_ns))
+            .collect();
+        let unsampled_ns = rests_total(&rests);
+        for u in rests {
+            b.spread(u);
         }
+        series.unsampled_ns = unsampled_ns;
         series
+    }
+
+    fn buckets(&mut self) -> Buckets<'_> {
+        let cap_ns = self
+            .cpus
+            .map_or(u64::MAX, |c| self.bucket_ns.saturating_mul(c.max(1) as u64));
+        Buckets {
+            v: &mut self.cpu_ns,
+            bucket_ns: self.bucket_ns,
+            cap_ns,
+        }
     }
 
     /// How the series was made, for the charts' titles.
@@ -175,9 +205,13 @@ impl CpuSeries {
 impl Serialize for CpuSeries {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let ticks = self.method == Method::Ticks;
-        let mut m = s.serialize_map(Some(if ticks { 8 } else { 5 }))?;
+        let n = if ticks { 8 } else { 5 } + usize::from(self.cpus.is_some());
+        let mut m = s.serialize_map(Some(n))?;
         m.serialize_entry("method", self.method.name())?;
         m.serialize_entry("approximate", &!ticks)?;
+        if let Some(c) = self.cpus {
+            m.serialize_entry("online_cpus", &c)?;
+        }
         if ticks {
             m.serialize_entry("tick_hz", &TICK_HZ)?;
             m.serialize_entry("unsampled_cpu_ns", &self.unsampled_ns)?;
@@ -190,66 +224,122 @@ impl Serialize for CpuSeries {
     }
 }
 
-/// Adds a process's CPU: its segments where they were sampled, the rest over its life; when
-/// the segments hold more than its CPU, they are scaled down to it (whole nanoseconds whose
-/// running sums telescope to the CPU exactly). Returns the CPU spread over its life.
-fn place(buckets: &mut [u64], bucket_ns: u64, p: Sampled, t0_ns: u64) -> u64 {
-    let total = p.life.cpu_ns;
-    let sampled: u64 = p.segments.iter().map(|s| s.cpu_ns).sum();
-    let mut at = |s: &Segment, cpu_ns: u64| {
-        let u = Use {
-            start_ns: s.from_ns.saturating_sub(t0_ns),
-            end_ns: s.to_ns.saturating_sub(t0_ns),
-            cpu_ns,
-        };
-        spread(buckets, bucket_ns, u);
-    };
-    if sampled <= total {
-        for s in p.segments {
-            at(s, s.cpu_ns);
-        }
-        let rest = total - sampled;
-        spread(
-            buckets,
-            bucket_ns,
-            Use {
-                cpu_ns: rest,
-                ..p.life
-            },
-        );
-        return rest;
-    }
-    let scaled = |sum: u64| (total as u128 * sum as u128 / sampled as u128) as u64;
-    let mut sum = 0u64;
-    for s in p.segments {
-        let before = scaled(sum);
-        sum += s.cpu_ns;
-        at(s, scaled(sum) - before);
-    }
-    0
+fn rests_total(rests: &[Use]) -> u64 {
+    rests.iter().map(|u| u.cpu_ns).sum()
 }
 
-/// Adds `u`'s CPU to the buckets its life overlaps, in proportion; the amounts telescope, so
-/// they add up to `u.cpu_ns` exactly.
-fn spread(buckets: &mut [u64], bucket_ns: u64, u: Use) {
-    let last = buckets.len() - 1;
-    let at = |t: u64| ((t / bucket_ns) as usize).min(last);
-    let (s, e) = (u.start_ns, u.end_ns.max(u.start_ns));
-    if e == s || at(s) == at(e) {
-        buckets[at(s)] += u.cpu_ns;
-        return;
-    }
-    let life = (e - s) as u128;
-    let done = |t: u64| (u.cpu_ns as u128 * (t - s) as u128 / life) as u64;
-    let mut prev = 0;
-    for (k, slot) in buckets.iter_mut().enumerate().take(at(e) + 1).skip(at(s)) {
-        let upto = if k == at(e) {
-            u.cpu_ns
-        } else {
-            done(((k as u64 + 1) * bucket_ns).min(e))
+/// The series' buckets while CPU is added, each holding at most `cap_ns`.
+struct Buckets<'a> {
+    v: &'a mut [u64],
+    bucket_ns: u64,
+    cap_ns: u64,
+}
+
+impl Buckets<'_> {
+    /// Adds a process's sampled segments; when they hold more than its CPU, they are scaled
+    /// down to it (whole nanoseconds whose running sums telescope to the CPU exactly).
+    /// Returns its CPU no segment placed, to spread over its life once every segment is in.
+    fn place(&mut self, p: Sampled, t0_ns: u64) -> Option<Use> {
+        let total = p.life.cpu_ns;
+        let sampled: u64 = p.segments.iter().map(|s| s.cpu_ns).sum();
+        let scaled = |sum: u64| match sampled <= total {
+            true => sum,
+            false => (total as u128 * sum as u128 / sampled as u128) as u64,
         };
-        *slot += upto - prev;
-        prev = upto;
+        let mut sum = 0u64;
+        for s in p.segments {
+            let before = scaled(sum);
+            sum += s.cpu_ns;
+            self.spread(Use {
+                start_ns: s.from_ns.saturating_sub(t0_ns),
+                end_ns: s.to_ns.saturating_sub(t0_ns),
+                cpu_ns: scaled(sum) - before,
+            });
+        }
+        (sampled < total).then_some(Use {
+            cpu_ns: total - sampled,
+            ..p.life
+        })
+    }
+
+    /// Adds `u`'s CPU to the buckets its life overlaps, in proportion; the amounts telescope,
+    /// so they add up to `u.cpu_ns` exactly. What a full bucket cannot take goes to the
+    /// others of `u`'s life with room ([`Self::fill`]), and past them to the nearest buckets
+    /// with room ([`Self::spill`]).
+    fn spread(&mut self, u: Use) {
+        let last = self.v.len() - 1;
+        let at = |t: u64| ((t / self.bucket_ns) as usize).min(last);
+        let (s, e) = (u.start_ns, u.end_ns.max(u.start_ns));
+        // Its life is [s, e): a bucket starting at e holds none of it.
+        let (first, end) = (at(s), at(e.saturating_sub(1).max(s)));
+        let mut left = 0;
+        if first == end {
+            left = self.add(first, u.cpu_ns);
+        } else {
+            let life = (e - s) as u128;
+            let done = |t: u64| (u.cpu_ns as u128 * (t - s) as u128 / life) as u64;
+            let mut prev = 0;
+            for k in first..=end {
+                let upto = match k == end {
+                    true => u.cpu_ns,
+                    false => done(((k as u64 + 1) * self.bucket_ns).min(e)),
+                };
+                left += self.add(k, upto - prev);
+                prev = upto;
+            }
+        }
+        if left > 0 {
+            left = self.fill(first, end, left);
+        }
+        if left > 0 {
+            self.spill(first, end, left);
+        }
+    }
+
+    /// Adds up to `ns` to bucket `k`, as far as it has room; returns what did not fit.
+    fn add(&mut self, k: usize, ns: u64) -> u64 {
+        let put = ns.min(self.cap_ns.saturating_sub(self.v[k]));
+        self.v[k] += put;
+        ns - put
+    }
+
+    /// Shares `ns` among buckets `first..=end` in proportion to their room (the shares
+    /// telescope, and none exceeds its room); returns what exceeds their room.
+    fn fill(&mut self, first: usize, end: usize, ns: u64) -> u64 {
+        let room = |v: u64| self.cap_ns.saturating_sub(v) as u128;
+        let total: u128 = self.v[first..=end].iter().map(|&v| room(v)).sum();
+        if total == 0 {
+            return ns;
+        }
+        let put = (ns as u128).min(total);
+        let (mut seen, mut prev) = (0u128, 0u128);
+        for k in first..=end {
+            seen += room(self.v[k]);
+            let upto = put * seen / total;
+            self.v[k] += (upto - prev) as u64;
+            prev = upto;
+        }
+        ns - put as u64
+    }
+
+    /// More CPU than the machine could run over a life (times a tick apart, or clocks that
+    /// disagree): the nearest buckets outside it with room take it; a series full everywhere
+    /// keeps it at the life's start, so the integral stays exact.
+    fn spill(&mut self, first: usize, end: usize, mut ns: u64) {
+        for d in 1..self.v.len() {
+            for k in [first.checked_sub(d), end.checked_add(d)]
+                .into_iter()
+                .flatten()
+            {
+                if ns > 0 && k < self.v.len() {
+                    ns = self.add(k, ns);
+                }
+            }
+            if ns == 0 {
+                return;
+            }
+        }
+        self.v[first] += ns;
     }
 }
 
@@ -278,7 +368,7 @@ mod tests {
                 cpu_ns: 699 * MS + 3,
             },
         ];
-        let s = CpuSeries::of(uses, 1_700 * MS);
+        let s = CpuSeries::of(uses, 1_700 * MS, None);
         assert_eq!(s.bucket_ns, 2 * MS);
         assert_eq!(s.total_ns(), 987_654_321 + 11 + 699 * MS + 3);
         assert_eq!(s.cpu_ns.len(), 851);
@@ -299,7 +389,7 @@ mod tests {
                 cpu_ns: 10 * MS,
             },
         ];
-        let s = CpuSeries::of(uses, 20 * MS);
+        let s = CpuSeries::of(uses, 20 * MS, None);
         assert_eq!(s.bucket_ns, MS);
         assert_eq!(s.cpu_ns[0], MS / 2);
         assert_eq!(s.cpu_ns[5], MS + MS / 2);
@@ -346,6 +436,7 @@ mod tests {
             ],
             t0,
             20 * MS,
+            None,
         );
         assert_eq!((s.method, s.unsampled_ns), (Method::Ticks, MS));
         assert_eq!(s.total_ns(), 31 * MS);
@@ -360,6 +451,7 @@ mod tests {
             }],
             t0,
             20 * MS,
+            None,
         );
         assert_eq!((over.total_ns(), over.unsampled_ns), (7 * MS + 1, 0));
         assert!(
@@ -367,6 +459,125 @@ mod tests {
             "{:?}",
             over.cpu_ns
         );
+    }
+
+    #[test]
+    fn a_full_bucket_passes_its_excess_to_the_rest_of_the_life() {
+        // One CPU. A fills 2..4 ms; B, 4 ms of CPU over 0..8 ms, would put 1 ms in each
+        // 2 ms bucket: its share of 2..4 goes to 0..2, 4..6 and 6..8, in proportion to room.
+        let uses = [
+            Use {
+                start_ns: 2 * MS,
+                end_ns: 4 * MS,
+                cpu_ns: 2 * MS,
+            },
+            Use {
+                start_ns: 0,
+                end_ns: 8 * MS,
+                cpu_ns: 4 * MS,
+            },
+        ];
+        let s = CpuSeries::of(uses, 1_999 * MS, Some(1));
+        assert_eq!(s.bucket_ns, 2 * MS);
+        assert_eq!(s.total_ns(), 6 * MS);
+        assert_eq!(
+            &s.cpu_ns[..5],
+            [4 * MS / 3, 2 * MS, 4 * MS / 3, 4 * MS / 3 + 1, 0]
+        );
+        // With no bound the even spread stacks above one CPU.
+        let free = CpuSeries::of(uses, 1_999 * MS, None);
+        assert_eq!(free.cpu_ns[1], 3 * MS);
+    }
+
+    #[test]
+    fn a_life_without_room_spills_to_the_nearest_buckets_that_have_some() {
+        // One CPU, 1 ms buckets, 0..5 ms full; 2 ms more within 2..3 ms: buckets 5 and 6.
+        let busy = Use {
+            start_ns: 0,
+            end_ns: 5 * MS,
+            cpu_ns: 5 * MS,
+        };
+        let late = Use {
+            start_ns: 2 * MS,
+            end_ns: 3 * MS - 1,
+            cpu_ns: 2 * MS,
+        };
+        let s = CpuSeries::of([busy, late], 20 * MS, Some(1));
+        assert_eq!(&s.cpu_ns[..8], [MS, MS, MS, MS, MS, MS, MS, 0]);
+        assert_eq!(s.total_ns(), 7 * MS);
+        // A series full everywhere keeps the rest where it was spent: the integral holds.
+        let s = CpuSeries::of([busy, late], MS / 2, Some(1));
+        assert_eq!((s.cpu_ns.len(), s.total_ns()), (1, 7 * MS));
+    }
+
+    #[test]
+    fn cpu_no_tick_placed_goes_where_the_segments_left_room() {
+        // One CPU: ticks placed 10 ms in 0..10 ms; 10 ms more, unsampled, over 0..20 ms
+        // goes to 10..20 ms, not over the full half.
+        let t0 = 1_000 * MS;
+        let segs = [Segment {
+            from_ns: t0,
+            to_ns: t0 + 10 * MS,
+            cpu_ns: 10 * MS,
+        }];
+        let life = Use {
+            start_ns: 0,
+            end_ns: 20 * MS,
+            cpu_ns: 20 * MS,
+        };
+        // The life first in the input: the segments are still placed before it.
+        let other = Sampled {
+            life: Use { cpu_ns: 0, ..life },
+            segments: &[],
+        };
+        let s = CpuSeries::sampled(
+            [
+                other,
+                Sampled {
+                    life,
+                    segments: &segs,
+                },
+            ],
+            t0,
+            20 * MS,
+            Some(1),
+        );
+        assert_eq!((s.unsampled_ns, s.total_ns()), (10 * MS, 20 * MS));
+        assert!(s.cpu_ns[..20].iter().all(|&v| v == MS), "{:?}", s.cpu_ns);
+    }
+
+    #[test]
+    fn many_short_lives_on_two_cpus_never_exceed_them() {
+        // 2 000 processes of up to 3 ms each, each one core busy: 2 CPUs' worth overall,
+        // stacked unevenly; every bucket within 2 CPUs, the integral exact.
+        let mut x = 12345u64;
+        let mut next = |m: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        let wall = 1_000 * MS;
+        let uses: Vec<Use> = (0..2_000)
+            .map(|_| {
+                let start_ns = next(wall - 3 * MS);
+                let life = 1 + next(3 * MS);
+                Use {
+                    start_ns,
+                    end_ns: start_ns + life,
+                    cpu_ns: life / 2,
+                }
+            })
+            .collect();
+        let want: u64 = uses.iter().map(|u| u.cpu_ns).sum();
+        let s = CpuSeries::of(uses.iter().copied(), wall, Some(2));
+        assert_eq!(s.total_ns(), want);
+        assert!(
+            s.cpu_ns.iter().all(|&v| v <= 2 * s.bucket_ns),
+            "{:?}",
+            s.cpu_ns
+        );
+        assert!(CpuSeries::of(uses, wall, None).peak_cores() > 2.0);
     }
 
     #[test]

@@ -40,6 +40,8 @@ struct Last {
 pub struct CpuTicks {
     /// The kernel program is attached: ticks come.
     pub enabled: bool,
+    /// The CPUs online as the trace ran (the most CPU a moment can hold): unknown, no bound.
+    pub online_cpus: Option<u32>,
     /// Each live thread's last point, by thread id.
     last: FxHashMap<u32, Last>,
     segments: FxHashMap<Key, Vec<Segment>>,

@@ -66,8 +66,13 @@ pub struct ProgramStat {
 
 impl Analysis {
     /// `ticks`: the threads' sampled run time and the trace's start (CLOCK_MONOTONIC), when
-    /// the kernel's CPU clock program ran.
-    pub fn of(procs: &[ProcessReport], wall_ns: u64, ticks: Option<(&CpuTicks, u64)>) -> Analysis {
+    /// the kernel's CPU clock program ran; `cpus`: the online CPUs, which bound CPU over time.
+    pub fn of(
+        procs: &[ProcessReport],
+        wall_ns: u64,
+        ticks: Option<(&CpuTicks, u64)>,
+        cpus: Option<u32>,
+    ) -> Analysis {
         // Each label from the naming image's own bytes: nothing of argv is copied.
         let labels = label_all(procs.iter().map(|p| match p.naming_image() {
             Some(img) => Run {
@@ -95,9 +100,10 @@ impl Analysis {
                     }),
                     t0_ns,
                     wall_ns,
+                    cpus,
                 )
             },
-            None => CpuSeries::of(procs.iter().map(life), wall_ns),
+            None => CpuSeries::of(procs.iter().map(life), wall_ns, cpus),
         };
         let parents = parents(procs);
         let node = |i: usize| Node {

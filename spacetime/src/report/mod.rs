@@ -324,6 +324,12 @@ pub fn max_pss_uncertain(m: &MaxPss) -> String {
 
 /// The summary's words for a maximum PSS that is not a figure: why, in a few words.
 pub fn max_pss_withheld_short(m: &MaxPss) -> String {
+    format!("max PSS {}", max_pss_withheld_words(m))
+}
+
+/// Why a maximum PSS is not a figure, in a few words, after the words "max PSS" (the
+/// summary's line and the page's chip).
+pub fn max_pss_withheld_words(m: &MaxPss) -> String {
     use crate::model::pss_sum::Withheld;
     let bytes = crate::util::units::bytes;
     let why = match m.withheld() {
@@ -336,10 +342,7 @@ pub fn max_pss_withheld_short(m: &MaxPss) -> String {
             "its programs ended before a PSS read could see them".to_string()
         }
     };
-    format!(
-        "max PSS unknown: {why} (about {} estimated)",
-        bytes(m.bytes)
-    )
+    format!("unknown: {why} (about {} estimated)", bytes(m.bytes))
 }
 
 #[derive(Debug, Serialize)]
@@ -490,7 +493,12 @@ impl<'a> Report<'a> {
         let totals = totals(&processes, &meta.memory, t0);
         let wall_ns = meta.end_ns.saturating_sub(t0);
         let cpu = &meta.memory.timeline.cpu;
-        let analysis = Analysis::of(&processes, wall_ns, cpu.enabled.then_some((cpu, t0)));
+        let analysis = Analysis::of(
+            &processes,
+            wall_ns,
+            cpu.enabled.then_some((cpu, t0)),
+            cpu.online_cpus,
+        );
         // The timeline lists the processes in the report's order.
         let timeline = meta
             .memory
@@ -549,10 +557,11 @@ impl<'a> Report<'a> {
                 pos,
             })
             .collect();
-        let mut analysis = Analysis::of(&processes, doc.wall_ns, None);
         let t = &doc.taskstats;
         let memory: saved::SavedTimeline =
             serde_json::from_str(doc.timeline.get()).unwrap_or_default();
+        let cpus = memory.cpu.as_ref().and_then(|c| c.online_cpus);
+        let mut analysis = Analysis::of(&processes, doc.wall_ns, None, cpus);
         // A series the kernel sampled cannot be derived again: it is kept as written.
         let total = doc.user_ns.saturating_add(doc.sys_ns);
         if let Some(cpu) = memory.cpu.as_ref().and_then(|c| c.sampled(total)) {

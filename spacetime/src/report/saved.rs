@@ -89,6 +89,8 @@ pub struct SavedCpu {
     pub bucket_ns: u64,
     pub unsampled_cpu_ns: u64,
     pub ticks_dropped: u64,
+    /// The online CPUs that bounded its buckets (absent: unknown, or an older report).
+    pub online_cpus: Option<u32>,
     pub cpu_ns: Vec<u64>,
 }
 
@@ -107,6 +109,7 @@ impl SavedCpu {
                 method: crate::model::cores::Method::Ticks,
                 unsampled_ns: self.unsampled_cpu_ns,
                 ticks_dropped: self.ticks_dropped,
+                cpus: self.online_cpus,
             }
         })
     }

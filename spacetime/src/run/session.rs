@@ -298,6 +298,7 @@ impl Session {
             page_size: self.page_size,
         });
         memory.timeline.cpu.enabled = self.kernel.cpu_ticks();
+        memory.timeline.cpu.online_cpus = crate::kernel::loader::online_cpus();
         let mut status = StatusLine::stderr(opts.quiet);
         if root.learned.level > 0 && crate::kernel::pidns::proc_has_own_pids() {
             memory.proc_by_shown_pids();

@@ -202,6 +202,15 @@ pub fn possible_cpus() -> Result<u32, LoadError> {
     Ok(max + 1)
 }
 
+/// Number of online CPUs, as the kernel lists them (/sys/devices/system/cpu/online); None
+/// when unreadable.
+pub fn online_cpus() -> Option<u32> {
+    aya::util::online_cpus()
+        .ok()
+        .and_then(|c| u32::try_from(c.len()).ok())
+        .filter(|&n| n > 0)
+}
+
 /// The most processes that can live at once: each holds a pid below pid_max. Maps keyed by
 /// process need no more room than that; preallocated, a hash map's creation costs about 30
 /// ns per entry (MM_STATE and TRACKED at 65 536 entries took 3.7 ms of start-up, at 32 768,

@@ -26,6 +26,8 @@
     chip("parallelism", D.parallelism === null ? "?" : D.parallelism.toFixed(2) + " cores"),
     chip("tree-wide peak RSS", el("span", { id: "tree-peak", "data-bytes": D.tree_peak_rss_bytes === null ? "" : D.tree_peak_rss_bytes },
       D.tree_peak_rss_bytes === null ? "?" : fmtBytes(D.tree_peak_rss_bytes))),
+    chip("max PSS", el("span", { id: "max-pss", "data-bytes": D.max_pss_bytes === null ? "" : D.max_pss_bytes },
+      D.max_pss_bytes !== null ? fmtBytes(D.max_pss_bytes) : D.max_pss_note === null ? "?" : D.max_pss_note)),
     chip("largest process", (peakIdx === null ? "" : label(peakIdx) + " · ") + fmtBytes(D.peak_rss_bytes)),
     chip("processes", el("span", { id: "processes", "data-count": D.processes }, String(D.processes))),
     chip("failed", el("span", { id: "failed", "data-count": D.failures.length }, String(D.failures.length)),

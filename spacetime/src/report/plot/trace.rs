@@ -108,6 +108,10 @@ pub struct TraceData {
     pub(crate) processes: u64,
     pub(crate) tree_peak_rss_bytes: Option<u64>,
     pub(crate) tree_peak_at_ns: Option<u64>,
+    /// The largest tree-wide PSS, when it is a figure (the JSON's `totals.max_pss_bytes`).
+    pub(crate) max_pss_bytes: Option<u64>,
+    /// Why there is no max PSS, in a few words (null when there is one).
+    pub(crate) max_pss_note: Option<String>,
     pub(crate) peak_rss_bytes: u64,
     /// Index of the process with the largest peak.
     pub(crate) peak_index: Option<usize>,
@@ -155,6 +159,17 @@ fn decimate(series: &[Point], max: usize) -> Vec<(u64, u64)> {
         }
     }
     out
+}
+
+/// Why the page shows no max PSS: the summary's few words when the estimate is withheld,
+/// the report's reason when nothing was read.
+fn max_pss_note(r: &Report) -> Option<String> {
+    use crate::model::pss_sum::MaxPssFigure;
+    match r.totals.max_pss {
+        MaxPssFigure::Trusted(_) => None,
+        MaxPssFigure::Uncertain(m) => Some(crate::report::max_pss_withheld_words(&m)),
+        MaxPssFigure::NotSampled => r.totals.max_pss_unknown_reason.clone(),
+    }
 }
 
 /// One column per process field, strings interned in `strings`.
@@ -225,6 +240,8 @@ impl TraceData {
             processes: r.totals.processes,
             tree_peak_rss_bytes: r.totals.tree_peak_rss_bytes,
             tree_peak_at_ns: r.totals.tree_peak_at_ns,
+            max_pss_bytes: r.totals.max_pss_bytes,
+            max_pss_note: max_pss_note(r),
             peak_rss_bytes: r.totals.peak_rss_bytes,
             peak_index,
             lost_events: r.lost_events,
