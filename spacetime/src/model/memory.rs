@@ -99,7 +99,6 @@ impl Memory {
                 let ts = r.hdr.ts_ns;
                 let bytes = r.rss_pages * self.page_size;
                 let anon = Some(r.anon_pages * self.page_size);
-                // The tree's sum first: the ceiling of the PSS estimate the point moves.
                 self.timeline
                     .record_tree_rss(Point::new(ts, r.tree_rss_pages * self.page_size));
                 self.timeline

@@ -22,11 +22,13 @@
 //! most 5 % of it.
 //!
 //! The kernel's exact tree-wide RSS bounds all of it: no page counts more than once in a PSS,
-//! so the tree's PSS never exceeds its RSS at the same moment. A process's own points may come
-//! after the tree's sum already holds their change (the kernel holds some back), so an
-//! estimate may run above that RSS for a while: what the series shows, and the bound, are
-//! never above it; and a maximum where the estimate ran above it by more than 5 % is not
-//! trusted (it was built on figures the kernel had already contradicted).
+//! so the tree's PSS never exceeds its RSS at the same moment, nor the tree's peak RSS up to
+//! then. The kernel sends RSS points at a bounded rate, but every new maximum of the tree,
+//! dated when it happened: once every record is in, the tree's peak up to any moment is
+//! exact, and no point of the series is left above it. A process's own points may come
+//! after the tree's sum already holds their change, so an estimate can run above it; a
+//! maximum that ran above it by more than 5 % is not trusted (it was built on figures the
+//! kernel contradicts).
 
 use super::{
     proc_read::Usage,
@@ -48,7 +50,7 @@ pub struct MaxPss {
     pub unseen_bytes: u64,
     /// Of `bytes`, file pages of images not read yet, counted at a guessed ratio.
     pub guessed_bytes: u64,
-    /// How far the estimate ran above the tree's exact RSS there (`bytes` is that RSS then).
+    /// How far the estimate ran above the tree's peak RSS up to then (`bytes` is that peak).
     pub over_rss_bytes: u64,
 }
 
@@ -153,8 +155,8 @@ pub struct PssSum {
     series: Series,
     cap: usize,
     max: Option<MaxPss>,
-    /// The kernel's exact tree-wide RSS, its latest point (time, bytes): the ceiling.
-    tree_rss: Option<(u64, u64)>,
+    /// Once every record is in: the tree's peak RSS, which no PSS of it exceeds.
+    peak_rss: Option<u64>,
 }
 
 impl PssSum {
@@ -175,23 +177,16 @@ impl PssSum {
             series: Series::default(),
             cap,
             max: None,
-            tree_rss: None,
+            peak_rss: None,
         }
     }
 
-    /// The kernel's exact tree-wide RSS at `ts_ns` (a point held back, older than the latest,
-    /// changes nothing now). Comes before the process points of the same record.
-    pub fn tree_rss(&mut self, ts_ns: u64, bytes: u64) {
-        if self.tree_rss.is_none_or(|(t, _)| ts_ns >= t) {
-            self.tree_rss = Some((ts_ns, bytes));
-        }
-    }
-
-    /// Every record is in: each point no higher than the tree's exact RSS at its time, the
-    /// points the kernel held back included (they arrive after the estimates they precede
-    /// were drawn), and the maximum found again on what is left.
+    /// Every record is in: each point no higher than the tree's peak RSS up to its time (the
+    /// maxima the kernel held back included: they arrive after the estimates they bound were
+    /// drawn), and the maximum found again on what is left.
     pub fn settle(&mut self, tree_rss: &Series) {
-        let lowered = self.series.ceil_to(tree_rss);
+        let lowered = self.series.ceil_to_peak_of(tree_rss);
+        self.peak_rss = tree_rss.max().map(|p| p.bytes);
         let Some(online) = self.max else {
             return;
         };
@@ -217,11 +212,6 @@ impl PssSum {
         }
     }
 
-    /// `v` no higher than the tree's RSS now.
-    fn ceiled(&self, v: u64) -> u64 {
-        self.tree_rss.map_or(v, |(_, rss)| v.min(rss))
-    }
-
     /// The tree-wide series: one point per change.
     pub fn series(&self) -> &Series {
         &self.series
@@ -241,6 +231,7 @@ impl PssSum {
             return MaxPssFigure::NotSampled;
         };
         let bound = self.bound.max(self.window.bound);
+        let bound = self.peak_rss.map_or(bound, |peak| bound.min(peak));
         let m = MaxPss {
             unseen_bytes: bound.saturating_sub(max.bytes),
             ..max
@@ -401,17 +392,16 @@ impl PssSum {
             Some(l) if ts_ns <= l.ts_ns => l.ts_ns + 1,
             _ => ts_ns,
         };
-        let value = self.ceiled(self.sum);
-        self.series.push(Point::new(ts, value), self.cap);
-        let bound = self.ceiled(self.sum + self.uncertain + self.exit_risk);
+        self.series.push(Point::new(ts, self.sum), self.cap);
+        let bound = self.sum + self.uncertain + self.exit_risk;
         self.window.bound = self.window.bound.max(bound);
-        if self.max.is_none_or(|m| value > m.bytes) {
+        if self.max.is_none_or(|m| self.sum > m.bytes) {
             self.max = Some(MaxPss {
                 ts_ns: ts,
-                bytes: value,
+                bytes: self.sum,
                 unseen_bytes: 0,
-                guessed_bytes: self.guessed.min(value),
-                over_rss_bytes: self.sum - value,
+                guessed_bytes: self.guessed,
+                over_rss_bytes: 0,
             });
         }
     }

@@ -226,51 +226,17 @@ fn a_failed_read_is_not_summed_with_fresher_ones() {
 }
 
 #[test]
-fn the_tree_rss_of_the_same_moment_caps_the_series_and_the_maximum() {
+fn no_point_stays_above_the_trees_peak_rss_up_to_then() {
     let mut s = PssSum::new(1 << 10);
-    s.tree_rss(10, 300);
     s.read(key(1), 10, usage(150, 150, 150, 150));
     s.read(key(2), 10, usage(150, 150, 150, 150));
     s.round_done(11);
-    // Process 1 freed 100 (the tree's sum says so) before its own point came; process 2
-    // grew 50 meanwhile: the estimate says 350 for a tree of 250.
-    s.tree_rss(20, 250);
+    // Process 1 freed 100 before its own point came; process 2 grew 50 meanwhile: the
+    // estimate says 350 where the tree never held more than 310.
     s.rss(key(2), 20, 200, 200);
-    assert_eq!(s.series().last().map(|p| p.bytes), Some(250));
-    let m = trusted(&s);
-    assert_eq!(
-        (m.bytes, m.over_rss_bytes),
-        (300, 0),
-        "the round's 300 stays the max"
-    );
-    // Process 2 grows 50 more and the tree's RSS with it: 400 estimated for a tree of 310,
-    // a maximum built on figures the kernel contradicts.
-    s.tree_rss(30, 310);
-    s.rss(key(2), 30, 250, 250);
-    let m = s.figure();
-    let MaxPssFigure::Uncertain(m) = m else {
-        panic!("an estimate a third above the tree's RSS is trusted: {m:?}")
-    };
-    assert_eq!((m.bytes, m.over_rss_bytes), (310, 90));
-    assert_eq!(m.withheld(), Some(Withheld::OverRss));
-    // Its own point comes: the estimate is back under the tree's RSS.
-    s.rss(key(1), 31, 50, 50);
-    assert_eq!(s.series().last().map(|p| p.bytes), Some(300));
-}
-
-#[test]
-fn a_held_back_tree_point_lowers_the_points_it_precedes_at_the_end() {
-    let mut s = PssSum::new(1 << 10);
-    s.tree_rss(10, 400);
-    s.read(key(1), 10, usage(400, 400, 400, 400));
-    s.round_done(11);
-    s.rss(key(1), 25, 380, 380);
-    s.tree_rss(30, 420);
-    s.rss(key(1), 30, 420, 420);
-    // The kernel held back a point: from 20 the tree held 100 (its other process's pages
-    // gone), which came after the estimate at 25 was drawn.
+    s.rss(key(1), 30, 50, 50);
     let mut tree = Series::default();
-    for (t, b) in [(10, 400), (20, 100), (30, 420)] {
+    for (t, b) in [(10, 300), (20, 310), (30, 250)] {
         tree.insert(Point::new(t, b), 1 << 10);
     }
     s.settle(&tree);
@@ -280,7 +246,30 @@ fn a_held_back_tree_point_lowers_the_points_it_precedes_at_the_end() {
         .iter()
         .map(|p| (p.ts_ns, p.bytes))
         .collect();
-    assert!(pts.contains(&(25, 100)), "{pts:?}");
+    assert!(
+        pts.contains(&(20, 310)) && pts.contains(&(30, 250)),
+        "{pts:?}"
+    );
+    let m = s.figure();
+    let MaxPssFigure::Uncertain(m) = m else {
+        panic!("a maximum built 40 MiB above the tree's peak is trusted: {m:?}")
+    };
+    assert_eq!((m.bytes, m.over_rss_bytes), (310, 40));
+    assert_eq!(m.withheld(), Some(Withheld::OverRss));
+}
+
+#[test]
+fn growth_the_kernel_has_not_sent_yet_is_not_cut() {
+    // A read sees what the tree's rate-limited points have not said yet: the peak's point
+    // comes later, dated when it happened, and the read stands.
+    let mut s = PssSum::new(1 << 10);
+    s.read(key(1), 50, usage(400, 390, 400, 390));
+    s.round_done(51);
+    let mut tree = Series::default();
+    for (t, b) in [(10, 100), (45, 400)] {
+        tree.insert(Point::new(t, b), 1 << 10);
+    }
+    s.settle(&tree);
     let m = trusted(&s);
-    assert_eq!(m.bytes, 420);
+    assert_eq!((m.bytes, m.over_rss_bytes), (390, 0));
 }

@@ -81,25 +81,20 @@ impl Series {
         }
     }
 
-    /// Lowers each point to `ceiling`'s value at its time (a step series: each value holds
-    /// until its next point); points before the ceiling's first are left. Returns by how much
-    /// each point was lowered. A compacted ceiling (min/max per bucket) is no step series:
-    /// nothing is done.
-    pub fn ceil_to(&mut self, ceiling: &Series) -> Vec<u64> {
+    /// Lowers each point to the largest value `ceiling` had up to its time; points before
+    /// the ceiling's first are left. Returns by how much each point was lowered. A compacted
+    /// ceiling keeps its extremes, so its running maximum is still its own.
+    pub fn ceil_to_peak_of(&mut self, ceiling: &Series) -> Vec<u64> {
         let c = ceiling.points();
-        if ceiling.compacted() || c.is_empty() {
-            return vec![0; self.points.len()];
-        }
         let mut i = 0;
+        let mut peak: Option<u64> = None;
         let mut lowered = Vec::with_capacity(self.points.len());
         for p in &mut self.points {
-            while i + 1 < c.len() && c[i + 1].ts_ns <= p.ts_ns {
+            while i < c.len() && c[i].ts_ns <= p.ts_ns {
+                peak = Some(peak.map_or(c[i].bytes, |m| m.max(c[i].bytes)));
                 i += 1;
             }
-            let cut = match c[i].ts_ns <= p.ts_ns {
-                true => p.bytes.saturating_sub(c[i].bytes),
-                false => 0,
-            };
+            let cut = peak.map_or(0, |m| p.bytes.saturating_sub(m));
             p.bytes -= cut;
             lowered.push(cut);
         }

@@ -210,7 +210,6 @@ impl Timeline {
     /// A tree-wide RSS value from the kernel, exact at its time (which may be earlier than
     /// the last point's: a point the kernel held back).
     pub fn record_tree_rss(&mut self, p: Point) {
-        self.pss.tree_rss(p.ts_ns, p.bytes);
         self.tree_rss.insert(p, self.limits.tree_points);
     }
 
