@@ -115,12 +115,12 @@ const HOST_ONLY: [&str; 22] = [
 
 /// Single tests skipped in the guest, and why: two need make (one a C compiler too); one a
 /// disk-backed file system; one systemd's socket activation; one Python's jsonschema; one a
-/// Python interpreter, one a JDK; three run a copy of
+/// Python interpreter (three), one a JDK; three run a copy of
 /// /bin/true under another name, and the guest's /bin/true is busybox, which picks its
 /// applet by that name. What those check (non-UTF-8 names in the report, escaping) is done
 /// in userspace; the kernel's reading of argv bytes is tested in the guest by the processes
 /// tests.
-const HOST_TOOLS_TESTS: [(&str, &str); 10] = [
+const HOST_TOOLS_TESTS: [(&str, &str); 12] = [
     (
         "an_attach_report_matches_the_schema",
         "no python3 with jsonschema in the guest",
@@ -160,6 +160,14 @@ const HOST_TOOLS_TESTS: [(&str, &str); 10] = [
     (
         "a_jvm_with_a_256_mib_heap",
         "no JDK in the guest: PSS rounds are tested there on st-workload's forks",
+    ),
+    (
+        "the_tree_pss_never_exceeds_the_trees_peak_rss_up_to_then",
+        "no python3 in the guest: a spawn pool's workers",
+    ),
+    (
+        "cpu_over_time_never_exceeds_the_online_cpus",
+        "no python3 in the guest: a spawn pool's workers",
     ),
 ];
 
