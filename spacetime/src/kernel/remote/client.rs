@@ -19,8 +19,12 @@ use super::{
 };
 use crate::kernel::taskstats::{ListenerStats, TaskstatsRecord};
 
-/// How long a client waits for an answer the agent owes it (tracking, a flush, the end).
+/// How long a client waits for an answer the agent owes it (tracking, a flush, the end)
+/// while the agent does no work: an agent that spends CPU meanwhile is serving, only slowly
+/// (a machine whose CPU others keep busy), and is waited for up to [`BUSY_ANSWER_TIMEOUT`].
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest wait for an answer from an agent that keeps working.
+const BUSY_ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often, while waiting, the client looks whether the agent is stopped.
 const STOPPED_CHECK: Duration = Duration::from_millis(100);
 /// The first wait for an answer, ms, before the first look whether the agent is stopped
@@ -34,7 +38,11 @@ pub enum Gone {
     Closed,
     #[error("it is stopped (SIGSTOP, or held by a debugger): nothing it owes comes while it is")]
     Stopped,
-    #[error("it did not answer within {} s", ANSWER_TIMEOUT.as_secs())]
+    #[error(
+        "it did not answer within {} s idle, or {} s working",
+        ANSWER_TIMEOUT.as_secs(),
+        BUSY_ANSWER_TIMEOUT.as_secs()
+    )]
     Silent,
     #[error("it is stopping: {0}")]
     Stopping(String),
@@ -450,23 +458,31 @@ impl AgentConn {
 
     /// Whether the agent process is stopped (its state in /proc: `T` or `t`).
     fn agent_stopped(&self) -> bool {
+        self.agent_stat()
+            .is_some_and(|(state, _)| matches!(state, b'T' | b't'))
+    }
+
+    /// The agent's state letter and CPU time (clock ticks, user + system), from its
+    /// /proc/PID/stat (readable by every user).
+    fn agent_stat(&self) -> Option<(u8, u64)> {
         if self.agent_pid == 0 {
-            return false;
+            return None;
         }
-        std::fs::read(format!("/proc/{}/stat", self.agent_pid))
-            .ok()
-            .and_then(|stat| {
-                let close = stat.iter().rposition(|&b| b == b')')?;
-                stat.get(close + 2).copied()
-            })
-            .is_some_and(|state| matches!(state, b'T' | b't'))
+        let stat = std::fs::read(format!("/proc/{}/stat", self.agent_pid)).ok()?;
+        let close = stat.iter().rposition(|&b| b == b')')?;
+        let rest = std::str::from_utf8(stat.get(close + 2..)?).ok()?;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+        Some((*f.first()?.as_bytes().first()?, tick(11)? + tick(12)?))
     }
 
     /// One message, waiting until `deadline`; None when the agent is gone, stopped (told at
     /// once, not after the deadline) or silent. An answer that comes within
     /// [`FIRST_WAIT_MS`] (most do) costs no look at the agent's state.
-    fn recv_blocking(&mut self, deadline: Instant) -> Option<Msg> {
+    fn recv_blocking(&mut self, mut deadline: Instant) -> Option<Msg> {
         let mut waited = false;
+        let latest = Instant::now() + BUSY_ANSWER_TIMEOUT;
+        let mut cpu = None;
         while self.gone.is_none() {
             match self.recv() {
                 Ok(Some(m)) => return Some(m),
@@ -480,10 +496,21 @@ impl AgentConn {
                 self.lost(Gone::Stopped);
                 break;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
+            if waited && cpu.is_none() {
+                cpu = self.agent_stat().map(|(_, t)| t);
+            }
+            let mut left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                self.lost(Gone::Silent);
-                break;
+                // Silent, unless it worked meanwhile: then it is owed more time.
+                let now_cpu = self.agent_stat().map(|(_, t)| t);
+                if now_cpu > cpu && Instant::now() < latest {
+                    cpu = now_cpu;
+                    deadline = (Instant::now() + ANSWER_TIMEOUT).min(latest);
+                    left = deadline.saturating_duration_since(Instant::now());
+                } else {
+                    self.lost(Gone::Silent);
+                    break;
+                }
             }
             let wait = match waited {
                 false => FIRST_WAIT_MS,
