@@ -120,7 +120,7 @@ const HOST_ONLY: [&str; 22] = [
 /// applet by that name. What those check (non-UTF-8 names in the report, escaping) is done
 /// in userspace; the kernel's reading of argv bytes is tested in the guest by the processes
 /// tests.
-const HOST_TOOLS_TESTS: [(&str, &str); 12] = [
+const HOST_TOOLS_TESTS: [(&str, &str); 13] = [
     (
         "an_attach_report_matches_the_schema",
         "no python3 with jsonschema in the guest",
@@ -168,6 +168,10 @@ const HOST_TOOLS_TESTS: [(&str, &str); 12] = [
     (
         "cpu_over_time_never_exceeds_the_online_cpus",
         "no python3 in the guest: a spawn pool's workers",
+    ),
+    (
+        "verbose_detail_lines_split_the_rows_cpu",
+        "busybox sh execs its last command: two processes where dash makes three",
     ),
 ];
 
