@@ -5,7 +5,6 @@
 mod clients;
 mod daemon;
 mod finish;
-mod hidden;
 mod listen;
 mod queues;
 mod ready;

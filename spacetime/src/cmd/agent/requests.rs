@@ -139,8 +139,7 @@ impl Agent {
             Err((code, why)) => return refuse(&mut self.clients[i], code, &why),
         };
         if want == proto::want::WATCH {
-            let owner = Caller::of(self.clients[i].peer.pid, uid, self.clients[i].peer.gid);
-            match self.watchers.join(owner, principal) {
+            match self.watchers.join(uid, principal) {
                 Ok(ready) => {
                     self.clients[i].session = Some(s);
                     self.clients[i].seat = Some(Seat {
@@ -154,9 +153,7 @@ impl Agent {
                 }
                 Err(e) => {
                     let code = match e {
-                        NoWatch::OtherUid { .. } | NoWatch::OtherCredentials { .. } => {
-                            Refusal::UserLimit
-                        }
+                        NoWatch::OtherUid { .. } => Refusal::UserLimit,
                         NoWatch::Full(_) => Refusal::Busy,
                     };
                     refuse(&mut self.clients[i], code, &e.to_string())

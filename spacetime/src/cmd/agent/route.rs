@@ -149,9 +149,13 @@ impl Agent {
                     log::debug!("a datagram of another uid for session {:?}", c.session);
                 }
             }
-            watchers.offer(d, &records);
+            for c in clients.iter_mut() {
+                let seat = c.seat.filter(|s| s.baseline.is_some());
+                if seat.is_some_and(|s| watchers.may_see(s.uid, &records)) {
+                    c.taskstats(d);
+                }
+            }
         }
-        watchers.deliver_taskstats(clients);
         owners.end_pass();
     }
 }
