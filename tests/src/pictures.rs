@@ -94,3 +94,21 @@ pub fn write_report(path: &Path, extra: usize, fail: bool) {
     });
     std::fs::write(path, doc.to_string()).expect("write the report");
 }
+
+/// `spacetime report JSON FLAG OUT` (FLAG: `--html` or `--svg`): draws a saved report again;
+/// panics unless it exits 0.
+pub fn report_to(json: &Path, flag: &str, out: &Path) {
+    let st = std::process::Command::new(crate::spacetime_bin())
+        .arg("report")
+        .arg(json)
+        .arg(flag)
+        .arg(out)
+        .status()
+        .unwrap_or_else(|e| panic!("spacetime report {flag}: {e}"));
+    assert!(
+        st.success(),
+        "spacetime report {} {flag} {}: {st}",
+        json.display(),
+        out.display()
+    );
+}

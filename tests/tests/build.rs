@@ -271,14 +271,7 @@ fn a_saved_report_is_drawn_again_as_it_ran() {
     assert!(again.status.success(), "{again:?}");
     assert_eq!(String::from_utf8_lossy(&again.stdout), text);
     let page = dir.path().join("again.html");
-    let st = std::process::Command::new(spacetime_bin())
-        .arg("report")
-        .arg(&json)
-        .arg("--html")
-        .arg(&page)
-        .status()
-        .expect("spacetime report --html");
-    assert!(st.success());
+    spacetime_tests::pictures::report_to(&json, "--html", &page);
     assert_eq!(
         std::fs::read(&page).expect("page"),
         std::fs::read(&html).expect("the run's page"),

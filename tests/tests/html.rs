@@ -229,14 +229,7 @@ fn a_bench_page_draws_every_run() {
     r.assert_screenshot_drawn();
     // The saved bench report gives the same page.
     let again = dir.path().join("again.html");
-    let st = Command::new(spacetime_bin())
-        .arg("report")
-        .arg(&json)
-        .arg("--html")
-        .arg(&again)
-        .status()
-        .expect("spacetime report");
-    assert!(st.success());
+    spacetime_tests::pictures::report_to(&json, "--html", &again);
     let read = |p: &Path| std::fs::read_to_string(p).expect("page");
     assert!(
         read(&again) == read(&page),
@@ -274,14 +267,7 @@ fn a_parameter_scan_is_drawn_as_curves() {
         "interrupted": false, "results": results, "comparison": null});
     std::fs::write(&json, report.to_string()).expect("write");
     let page = dir.path().join("scan.html");
-    let st = Command::new(spacetime_bin())
-        .arg("report")
-        .arg(&json)
-        .arg("--html")
-        .arg(&page)
-        .status()
-        .expect("spacetime report");
-    assert!(st.success());
+    spacetime_tests::pictures::report_to(&json, "--html", &page);
     let r = render(&page, dir.path(), 1200, 2400);
     r.assert_ran();
     for fig in ["wall", "peak", "tree"] {
@@ -333,14 +319,7 @@ fn a_hundred_thousand_process_report_opens() {
     let json = dir.path().join("big.json");
     write_big_report(&json, 100_000);
     let page = dir.path().join("big.html");
-    let st = Command::new(spacetime_bin())
-        .arg("report")
-        .arg(&json)
-        .arg("--html")
-        .arg(&page)
-        .status()
-        .expect("spacetime report");
-    assert!(st.success());
+    spacetime_tests::pictures::report_to(&json, "--html", &page);
     let v: Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("json");
     let r = render(&page, dir.path(), 1280, 1200);

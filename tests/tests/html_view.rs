@@ -4,13 +4,13 @@
 //! figures under the pointer. The report is synthetic (figures known exactly:
 //! spacetime_tests::pictures), drawn by `spacetime report --html`.
 
-use std::{path::PathBuf, process::Command};
+use std::path::PathBuf;
 
 use serde_json::Value;
 use spacetime_tests::{
     chromium::{probe, probed},
     pictures::{write_report, PEAK_BYTES},
-    spacetime_bin, TempDir,
+    TempDir,
 };
 
 /// The page of the synthetic report with `extra` more programs.
@@ -18,14 +18,7 @@ fn page(dir: &TempDir, extra: usize, fail: bool) -> PathBuf {
     let json = dir.path().join("r.json");
     write_report(&json, extra, fail);
     let page = dir.path().join("r.html");
-    let st = Command::new(spacetime_bin())
-        .arg("report")
-        .arg(&json)
-        .arg("--html")
-        .arg(&page)
-        .status()
-        .expect("spacetime report");
-    assert!(st.success());
+    spacetime_tests::pictures::report_to(&json, "--html", &page);
     page
 }
 

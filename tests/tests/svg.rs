@@ -280,14 +280,7 @@ fn a_bench_is_drawn_run_by_run_with_its_means() {
     assert_renders_alike(&svg, dir.path(), w, h);
     // The saved bench report gives the same picture.
     let again = dir.path().join("again.svg");
-    let st = Command::new(spacetime_bin())
-        .arg("report")
-        .arg(dir.path().join("b.json"))
-        .arg("--svg")
-        .arg(&again)
-        .status()
-        .expect("spacetime report");
-    assert!(st.success());
+    spacetime_tests::pictures::report_to(&dir.path().join("b.json"), "--svg", &again);
     assert!(
         std::fs::read(&again).expect("again") == text.as_bytes(),
         "the saved report's picture differs from the bench's"
