@@ -93,6 +93,10 @@ pub mod flags {
     /// figures are not read): the record lets userspace forget the process (its uid or cgroup may have changed since it
     /// was let through) and match the exit's taskstats record; it is not reported.
     pub const EXIT_FILTERED: u32 = 1 << 3;
+    /// EXIT (with [`EXIT_FILTERED`]): the process passed the uid filter but its watcher could
+    /// not ptrace it at its exit ([`super::filter_flags::READABLE`]): a setuid, setgid or
+    /// capability program, or one not dumpable. A bare marker, comm and cgroup left zero.
+    pub const EXIT_HIDDEN: u32 = 1 << 4;
     /// REAP: a kernel read failed; the fields it would have filled are 0.
     pub const REAP_READ_FAILED: u32 = 1 << 0;
     /// RSS: a point the rate limit held back, sent late: `hdr.ts_ns` is still when it happened.
@@ -196,6 +200,11 @@ pub mod filter_flags {
     /// Tree mode used as a filter (`watch --pid-tree`): records of untracked processes are
     /// counted as filtered.
     pub const COUNT_UNTRACKED: u32 = 1 << 2;
+    /// Only processes the watcher (`owner_*`) could ptrace: their real, effective and saved
+    /// uids and gids are its, they hold no permitted capability it lacks, they are dumpable.
+    /// An exec into anything else sends no exec record; an exit, an
+    /// [`super::flags::EXIT_HIDDEN`] marker. An agent's non-root watch.
+    pub const READABLE: u32 = 1 << 3;
 }
 
 /// A cgroup v2 directory: its id (inode number) and depth below the root (level 0).
@@ -222,6 +231,10 @@ pub struct KernelFilter {
     pub n_cgroups: u32,
     pub _pad: u32,
     pub cgroups: [CgroupRef; FILTER_MAX_CGROUPS],
+    /// The watcher, for [`filter_flags::READABLE`].
+    pub owner_uid: u32,
+    pub owner_gid: u32,
+    pub owner_caps: u64,
 }
 
 /// Start of every record. `tgid` and `leader_start_ns` identify the process: pids are reused,
@@ -638,7 +651,9 @@ const _: () = {
     assert!(size_of::<ImageEndEvent>() == 88);
     assert!(size_of::<ExitEvent>() == 192);
     assert!(EXEC_EVENT_FIXED == 32 + 24 + TASK_COMM_LEN + FILENAME_LEN);
-    assert!(size_of::<KernelFilter>() == 8 + 4 * FILTER_MAX_UIDS + 8 + 16 * FILTER_MAX_CGROUPS);
+    assert!(
+        size_of::<KernelFilter>() == 8 + 4 * FILTER_MAX_UIDS + 8 + 16 * FILTER_MAX_CGROUPS + 16
+    );
     assert!(ARGS_EVENT_FIXED == 40);
     assert!(size_of::<KernelOffsets>() == 61 * 4);
     assert!(size_of::<Config>() == 24 + 61 * 4 + 8);

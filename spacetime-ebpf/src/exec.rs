@@ -53,6 +53,12 @@ pub fn image_end(task: &Task, tgid: u32, pid: u32, mm: u64, session: u16) -> Res
     if mm == 0 {
         return Ok(());
     }
+    // An image its watcher could not ptrace (a setuid program execing another): its figures
+    // are not told (filter.rs).
+    if conf!(mode) == mode::SYSTEM && filter::hidden(task, mm) {
+        count(session, stat::FILTERED);
+        return Ok(());
+    }
     let mut slot = core::mem::MaybeUninit::uninit();
     let ev: &mut ImageEndEvent = crate::zero::zeroed(&mut slot);
     ev.hdr = header(kind::IMAGE_END, session, task, tgid, pid)?;
@@ -111,6 +117,11 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     let mm = task.mm()?;
     if conf!(mode) == mode::TREE && creds::left(session, &task, mm) {
         return leave(ev, tgid, session);
+    }
+    // A watcher that could not ptrace the new program is not told of it (filter.rs).
+    if conf!(mode) == mode::SYSTEM && filter::hidden(&task, mm) {
+        count(session, stat::FILTERED);
+        return Ok(());
     }
     let arg_start = read::<u64>(mm, conf!(off.mm_arg_start))?;
     let arg_end = read::<u64>(mm, conf!(off.mm_arg_end))?;

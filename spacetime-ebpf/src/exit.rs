@@ -80,6 +80,8 @@ fn exit(
     }
     let sess = sess.unwrap_or(0);
     let filtered = !tracked || (filter::active() != 0 && !filter::passes(filter::active()));
+    // Passed the filter, but its watcher could not ptrace it now: a marker all the same.
+    let hidden = !filtered && filter::hidden(task, mm);
     // From here on every path sends the record and cleans up: a failed read leaves 0 and
     // flags the record (`err` collects the helpers' results, see `read_or_zero`).
     let mut err: i64 = if bad { -1 } else { 0 };
@@ -116,8 +118,18 @@ fn exit(
         // SAFETY: plain helper call.
         ev.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     }
-    zero::current_comm(&mut ev.comm);
     ev.hdr.pid = pid;
+    if hidden {
+        // Nothing of it but the header: not even its name.
+        ev.cgroup_id = 0;
+        ev.hdr.flags = flags::EXIT_FILTERED | flags::EXIT_HIDDEN;
+        if last {
+            ev.hdr.flags |= flags::EXIT_GROUP_DEAD;
+        }
+        output(ev, sess);
+        return Ok(());
+    }
+    zero::current_comm(&mut ev.comm);
     if filtered {
         // A marker: userspace reads its header only. The same record as below, not a second
         // one (two would not fit 6.1's 512-byte stack).

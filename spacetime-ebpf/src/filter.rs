@@ -7,7 +7,11 @@
 use aya_ebpf::helpers::{bpf_get_current_uid_gid, generated::bpf_get_current_ancestor_cgroup_id};
 use spacetime_common::{filter_flags, stat, KernelFilter, FILTER_MAX_CGROUPS, FILTER_MAX_UIDS};
 
-use crate::{count, task::traced};
+use crate::{
+    conf, count,
+    creds::{foreign, Owner},
+    task::{traced, Task},
+};
 
 /// Written by userspace before load (`EbpfLoader::override_global`); all zero: no filter.
 #[no_mangle]
@@ -48,6 +52,25 @@ pub fn passes(flags: u32) -> bool {
         return false;
     }
     flags & filter_flags::CGROUP == 0 || cgroup_passes()
+}
+
+/// Whether the watcher could not ptrace `task` (with `mm`, 0 if gone) when only such
+/// processes are shown ([`filter_flags::READABLE`]: an agent's non-root watch).
+#[inline(always)]
+pub fn hidden(task: &Task, mm: u64) -> bool {
+    if filt!(flags) & filter_flags::READABLE == 0 {
+        return false;
+    }
+    // Credentials the kernel does not describe: nothing can be shown safely.
+    if conf!(off.task_real_cred) == 0 {
+        return true;
+    }
+    let owner = Owner {
+        uid: filt!(owner_uid),
+        gid: filt!(owner_gid),
+        caps: filt!(owner_caps),
+    };
+    foreign(0, task, mm, &owner)
 }
 
 /// Tree mode used as a filter (`watch --pid-tree`).

@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 use spacetime_tests::agent::Agent;
 use spacetime_tests::attack::{root_process_on, Client, Victims, ATTACKER};
+use spacetime_tests::watch::{token, Watch};
 use spacetime_tests::{spacetime_bin, TempDir, Trace};
 
 const CLIENT: &str = env!("CARGO_BIN_EXE_st-agent-client");
@@ -473,6 +474,119 @@ fn a_client_in_another_pid_namespace_is_refused() {
         said.contains("refused the client runs in another PID namespace"),
         "{said}{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    agent.stop();
+}
+
+/// A non-root watch through the agent sees what its user could ptrace at the exit, as ptrace
+/// decides (the audit: `passwd`, `chfn` and `su` exits with their I/O counters, which
+/// /proc/PID/io withholds from their user). A user of its own (no other test runs as it)
+/// runs a setuid-root copy of the workload, which execs the workload again, between two
+/// ordinary runs: both watches, the raw client's and `spacetime watch`'s, get the ordinary
+/// execs and exits with their taskstats records, and of the setuid one only a bare hidden
+/// marker (no exec record, no taskstats record); the watch counts it as hidden in its
+/// summary.
+#[test]
+fn a_non_root_watch_does_not_see_setuid_programs() {
+    const USER: u32 = 60177;
+    let agent = Agent::start("attack-watch-setuid");
+    let dir = suid_dir().join(format!("spacetime-watch-suid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let suid = dir.join("suid-workload");
+    std::fs::copy(WL, &suid).expect("copy the workload");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod the directory");
+    std::fs::set_permissions(&suid, std::os::unix::fs::PermissionsExt::from_mode(0o4755))
+        .expect("make it setuid root");
+    let as_user = [
+        format!("--reuid={USER}"),
+        format!("--regid={USER}"),
+        "--clear-groups".into(),
+        "--".into(),
+    ];
+    let mut raw = Client::start(CLIENT, agent.socket(), USER, &["watch-exits"]);
+    raw.until("welcomed", Duration::from_secs(60));
+    let watch = Watch::new()
+        .env("SPACETIME_SOCKET", agent.socket())
+        .flag("--json")
+        .under(
+            ["setpriv"]
+                .iter()
+                .copied()
+                .chain(as_user.iter().map(String::as_str)),
+        )
+        .start();
+    let (before, hidden, after) = (token("before"), token("hidden"), token("after"));
+    let run = |prog: &std::path::Path, args: &[&str]| {
+        let mut c = std::process::Command::new("setpriv")
+            .args(&as_user)
+            .arg(prog)
+            .args(args)
+            .spawn()
+            .expect("setpriv runs");
+        let pid = c.id();
+        let st = c.wait().expect("reap");
+        (pid, st.code())
+    };
+    let wl = std::path::Path::new(WL);
+    let a = run(wl, &["quiet-exit", "3", &before]);
+    let b = run(&suid, &["grow-exec", "1", WL, "quiet-exit", "5", &hidden]);
+    let c = run(wl, &["quiet-exit", "4", &after]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        (a.1, b.1, c.1),
+        (Some(3), Some(5), Some(4)),
+        "the three runs"
+    );
+    watch.wait_until(
+        "the watch sees the run after the setuid one",
+        Duration::from_secs(30),
+        |out| out.contains(&after),
+    );
+    let out = watch.interrupt();
+    drop(raw.stdin.take());
+    raw.until("flushed", Duration::from_secs(60));
+    let said = raw.end();
+    let has = |l: String| said.contains(&l);
+    eprintln!("raw watch of uid {USER}: {said:?}");
+    for (pid, what) in [(a.0, "before"), (c.0, "after")] {
+        assert!(
+            has(format!("exit {pid} shown")),
+            "{what}: exit shown\n{said:?}"
+        );
+        assert!(
+            has(format!("taskstats {pid}")),
+            "{what}: taskstats\n{said:?}"
+        );
+        assert!(has(format!("exec {pid}")), "{what}: exec\n{said:?}");
+    }
+    let pid = b.0;
+    assert!(!has(format!("exec {pid}")), "setuid: exec\n{said:?}");
+    assert!(
+        has(format!("exit {pid} hidden")),
+        "setuid: hidden marker\n{said:?}"
+    );
+    assert!(
+        !has(format!("exit {pid} shown")),
+        "setuid: exit shown\n{said:?}"
+    );
+    assert!(
+        !has(format!("taskstats {pid}")),
+        "setuid: taskstats leaked\n{said:?}"
+    );
+    // `spacetime watch`: the ordinary exits, not the setuid one, counted as hidden.
+    assert_eq!(out.exits_with(&before).len(), 1, "{}", out.context());
+    assert_eq!(out.exits_with(&after).len(), 1, "{}", out.context());
+    assert!(out.exits_with(&hidden).is_empty(), "{}", out.context());
+    let line = out
+        .stderr
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("hidden:"))
+        .unwrap_or_else(|| panic!("no hidden line in the summary\n{}", out.context()));
+    assert!(
+        line.trim_start().starts_with("1 exits"),
+        "one exit hidden: {line}\n{}",
+        out.context()
     );
     agent.stop();
 }

@@ -5,6 +5,7 @@
 mod clients;
 mod daemon;
 mod finish;
+mod hidden;
 mod listen;
 mod queues;
 mod ready;

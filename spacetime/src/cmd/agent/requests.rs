@@ -139,7 +139,8 @@ impl Agent {
             Err((code, why)) => return refuse(&mut self.clients[i], code, &why),
         };
         if want == proto::want::WATCH {
-            match self.watchers.join(uid, principal) {
+            let owner = Caller::of(self.clients[i].peer.pid, uid, self.clients[i].peer.gid);
+            match self.watchers.join(owner, principal) {
                 Ok(ready) => {
                     self.clients[i].session = Some(s);
                     self.clients[i].seat = Some(Seat {
@@ -153,7 +154,9 @@ impl Agent {
                 }
                 Err(e) => {
                     let code = match e {
-                        NoWatch::OtherUid { .. } => Refusal::UserLimit,
+                        NoWatch::OtherUid { .. } | NoWatch::OtherCredentials { .. } => {
+                            Refusal::UserLimit
+                        }
                         NoWatch::Full(_) => Refusal::Busy,
                     };
                     refuse(&mut self.clients[i], code, &e.to_string())

@@ -149,13 +149,9 @@ impl Agent {
                     log::debug!("a datagram of another uid for session {:?}", c.session);
                 }
             }
-            for c in clients.iter_mut() {
-                let seat = c.seat.filter(|s| s.baseline.is_some());
-                if seat.is_some_and(|s| watchers.may_see(s.uid, &records)) {
-                    c.taskstats(d);
-                }
-            }
+            watchers.offer(d, &records);
         }
+        watchers.deliver_taskstats(clients);
         owners.end_pass();
     }
 }

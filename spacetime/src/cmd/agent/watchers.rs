@@ -22,8 +22,9 @@ use std::{
 use crate::kernel::ring::Ring;
 use spacetime_common::{filter_flags, mode, KernelFilter};
 
-use super::clients::Client;
+use super::{clients::Client, hidden::Held};
 use crate::kernel::{
+    creds::Caller,
     loader::{KernelCounters, LoadError, LoadOptions, Probes},
     taskstats::TaskstatsRecord,
 };
@@ -64,6 +65,8 @@ impl Exited {
             return false;
         };
         match k {
+            // Its own process, hidden from it: the bare marker lets it forget the process.
+            kind::EXIT if f & flags::EXIT_HIDDEN != 0 => true,
             kind::EXIT if f & flags::EXIT_FILTERED != 0 => false,
             kind::EXIT if f & flags::EXIT_GROUP_DEAD != 0 => {
                 if self.0.len() < EXITED_KEPT {
@@ -84,17 +87,25 @@ pub(super) struct Watching {
     /// None: root, every exit.
     uid: Option<u32>,
     exited: Exited,
+    /// Its taskstats datagrams, until their exits say whether they may go.
+    held: Held,
+    /// Datagrams that may go to its watches.
+    ready: Vec<Vec<u8>>,
 }
 
 impl Watching {
-    /// Loads system-mode programs for a client of `uid` (its exits only unless root).
-    pub fn load(uid: u32) -> Result<Watching, LoadError> {
+    /// Loads system-mode programs for a watch of `owner` (root: every exit; else the exits
+    /// of processes it could ptrace).
+    pub fn load(owner: Caller) -> Result<Watching, LoadError> {
         let mut filter = KernelFilter::default();
-        let only = (uid != 0).then_some(uid);
+        let only = (owner.uid != 0).then_some(owner.uid);
         if let Some(u) = only {
-            filter.flags |= filter_flags::UID;
+            filter.flags |= filter_flags::UID | filter_flags::READABLE;
             filter.n_uids = 1;
             filter.uids[0] = u;
+            filter.owner_uid = u;
+            filter.owner_gid = owner.gid;
+            filter.owner_caps = owner.cap_permitted;
         }
         let mut probes = Probes::load(&LoadOptions {
             mode: mode::SYSTEM,
@@ -107,14 +118,18 @@ impl Watching {
             probes,
             uid: only,
             exited: Exited::default(),
+            held: Held::default(),
+            ready: Vec::new(),
         })
     }
 
-    /// Whether a taskstats datagram (its records) may go to this uid's watches.
-    pub fn may_see(&self, records: &[TaskstatsRecord]) -> bool {
+    /// Takes a taskstats datagram (its records) for this uid's watches: root's go, another
+    /// uid's do not, the watcher's own wait for their exits (see `hidden`).
+    fn offer(&mut self, datagram: &[u8], records: &[TaskstatsRecord]) {
         match self.uid {
-            None => true,
-            Some(u) => super::route::of_uid(records, u),
+            None => self.ready.push(datagram.to_vec()),
+            Some(u) if super::route::of_uid(records, u) => self.held.datagram(datagram, records),
+            Some(_) => {}
         }
     }
 }
@@ -145,6 +160,8 @@ pub enum NoWatch {
     OtherUid { principal: u32, uid: u32 },
     #[error("the agent serves watches for {0} users already, the most it serves at once")]
     Full(usize),
+    #[error("uid {uid} already watches as gid {gid} (or with other capabilities): one set of credentials per uid at a time")]
+    OtherCredentials { uid: u32, gid: u32 },
 }
 
 /// Every uid's set, and the one load under way.
@@ -154,6 +171,9 @@ pub(super) struct Watchers {
     queue: VecDeque<(u32, u32)>,
     loading: Option<(u32, u32, mpsc::Receiver<Loaded>)>,
     last_load: HashMap<u32, Instant>,
+    /// The credentials each uid's set is loaded (or to be) for: what it may show is what
+    /// they could ptrace.
+    owners: HashMap<u32, Caller>,
     wake_rx: UnixStream,
     wake_tx: UnixStream,
 }
@@ -167,6 +187,7 @@ impl Watchers {
             queue: VecDeque::new(),
             loading: None,
             last_load: HashMap::new(),
+            owners: HashMap::new(),
             wake_rx,
             wake_tx,
         })
@@ -177,9 +198,19 @@ impl Watchers {
         self.wake_rx.as_fd()
     }
 
-    /// Takes a seat for a watch of `uid` (`principal`'s): Ok(true) when its set is there,
+    /// Takes a seat for a watch of `owner` (`principal`'s): Ok(true) when its set is there,
     /// Ok(false) when it is being loaded (the client is answered by [`Watchers::finished`]).
-    pub fn join(&mut self, uid: u32, principal: u32) -> Result<bool, NoWatch> {
+    pub fn join(&mut self, owner: Caller, principal: u32) -> Result<bool, NoWatch> {
+        let uid = owner.uid;
+        // Root's set shows everything: who asks does not matter.
+        let owner = match uid {
+            0 => Caller {
+                uid: 0,
+                gid: 0,
+                cap_permitted: 0,
+            },
+            _ => owner,
+        };
         if principal != 0 {
             let other = self
                 .sets
@@ -194,6 +225,16 @@ impl Watchers {
             self.sets
                 .retain(|&u, s| u == uid || s.principal != principal);
         }
+        if let Some(&o) = self.owners.get(&uid).filter(|&&o| o != owner) {
+            let used = self.sets.get(&uid).is_some_and(|s| s.watches > 0)
+                || self.pending().any(|(u, _)| u == uid);
+            if used {
+                return Err(NoWatch::OtherCredentials { uid, gid: o.gid });
+            }
+            // An idle set for other credentials: loaded again for these.
+            self.sets.remove(&uid);
+        }
+        self.owners.insert(uid, owner);
         if let Some(s) = self.sets.get_mut(&uid) {
             s.watches += 1;
             s.idle_since = None;
@@ -277,10 +318,15 @@ impl Watchers {
                 return;
             }
         };
+        let owner = self.owners.get(&uid).copied().unwrap_or(Caller {
+            uid,
+            gid: u32::MAX,
+            cap_permitted: 0,
+        });
         std::thread::spawn(move || {
             // Below the agent's loop: the load may take a CPU, the loop must not wait.
             let _ = rustix::process::setpriority_process(None, 10);
-            let _ = tx.send((uid, Watching::load(uid).map_err(|e| e.to_string())));
+            let _ = tx.send((uid, Watching::load(owner).map_err(|e| e.to_string())));
             let _ = wake.write_all(&[1]);
         });
         self.loading = Some((uid, principal, rx));
@@ -321,6 +367,10 @@ impl Watchers {
         self.start_due();
         self.sets
             .retain(|_, s| s.idle_since.is_none_or(|t| t.elapsed() < KEEP_IDLE));
+        let kept: Vec<u32> = self.pending().map(|(u, _)| u).collect();
+        let sets = &self.sets;
+        self.owners
+            .retain(|u, _| sets.contains_key(u) || kept.contains(u));
     }
 
     /// What the welcome of a watch of `uid` tells: the set's figures.
@@ -336,6 +386,9 @@ impl Watchers {
             let filtered = s.w.uid.is_some();
             let end = s.w.ring.written();
             while let Some(item) = s.w.ring.next_record_before(end) {
+                if filtered {
+                    s.w.held.exit(&item);
+                }
                 if (filtered && !s.w.exited.passes(&item)) || s.watches == 0 {
                     continue;
                 }
@@ -352,9 +405,23 @@ impl Watchers {
         }
     }
 
-    /// Whether a taskstats datagram may go to the watches of `uid`.
-    pub fn may_see(&self, uid: u32, records: &[TaskstatsRecord]) -> bool {
-        self.sets.get(&uid).is_some_and(|s| s.w.may_see(records))
+    /// Offers a taskstats datagram to every set (see [`Watching::offer`]).
+    pub fn offer(&mut self, datagram: &[u8], records: &[TaskstatsRecord]) {
+        for s in self.sets.values_mut() {
+            s.w.offer(datagram, records);
+        }
+    }
+
+    /// Ends a routing pass: each set's datagrams that may go now go to its watches.
+    pub fn deliver_taskstats(&mut self, clients: &mut [Client]) {
+        for (&uid, s) in self.sets.iter_mut() {
+            s.w.held.end_pass(&mut s.w.ready);
+            for d in s.w.ready.drain(..) {
+                for c in clients.iter_mut().filter(|c| seated(c, uid)) {
+                    c.taskstats(&d);
+                }
+            }
+        }
     }
 }
 

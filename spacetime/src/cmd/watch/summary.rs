@@ -71,6 +71,9 @@ pub struct Json<'a> {
     /// Records the kernel-side filter kept from being sent (fork, exec with argv, image end
     /// of processes that do not pass `--uid`, `--cgroup` or `--pid-tree`).
     pub kernel_filtered: u64,
+    /// Exits of the watched uid's processes the watcher could not ptrace at their exit
+    /// (a non-root watch through the agent): not reported.
+    pub hidden: u64,
     /// argv cut to keep the live table within `--argv-budget`.
     pub argv_evicted: u64,
     /// Exec lines written (`--events exec`).
@@ -121,6 +124,7 @@ pub fn json<'a>(f: &'a Final, stopped_by: &'a str, own: &'a OwnCost) -> Json<'a>
         reported: m.reported,
         lost_events: lost_events(m),
         kernel_filtered: m.kernel_filtered,
+        hidden: m.hidden,
         argv_evicted: f.table.argv_evicted,
         execs_reported: m.execs_reported,
         loss: Loss {
@@ -277,6 +281,14 @@ fn table_lines(f: &Final, o: &mut String) {
             m.kernel_filtered
         );
     }
+    if m.hidden > 0 {
+        let _ = writeln!(
+            o,
+            "  hidden:        {} exits of processes this user could not ptrace at their exit \
+             (setuid, setgid or capability programs, or not dumpable)",
+            m.hidden
+        );
+    }
     if t.argv_evicted > 0 {
         let _ = writeln!(
             o,
@@ -347,7 +359,7 @@ mod tests {
                 "process_exits": 12, "thread_exits": 3, "reported": 5, "lost_events": 3,
                 "loss": {"ringbuf_lost": 2, "agent_queue_full": 0, "agent_gone": null,
                          "decode_errors": 1, "read_failures": 4, "enobufs": 7},
-                "kernel_filtered": 9, "argv_evicted": 8, "execs_reported": 6,
+                "kernel_filtered": 9, "hidden": 0, "argv_evicted": 8, "execs_reported": 6,
                 "taskstats": {"available": true, "matched": 11, "bpf_only": 1, "taskstats_only": 0},
                 "spacetime": {"user_ns": 0, "sys_ns": 0, "peak_rss_bytes": 0,
                               "bpf_stats_enabled": false, "kernel_programs": [],

@@ -429,6 +429,9 @@ impl Watch {
             return;
         }
         self.metrics.seen_processes += 1;
+        if x.hdr.flags & flags::EXIT_HIDDEN != 0 {
+            self.metrics.hidden += 1;
+        }
         self.table.forget(x);
         if let Some(c) = self
             .coverage

@@ -14,7 +14,7 @@
 //!   sessions N   open N sessions at once (hello on N connections); print the last answer
 //!
 //! The attack routes: `reuse` (reuse.rs), `flush-flood`, `records-flood`, `slow-storm`, `hold`, `idle`,
-//! `share` (floods.rs), `watch-leak`, `watch-flood`, `watch-hoard` (watches.rs).
+//! `share` (floods.rs), `watch-leak`, `watch-exits`, `watch-flood`, `watch-hoard` (watches.rs).
 
 mod floods;
 mod reuse;
@@ -171,6 +171,7 @@ fn main() {
         "idle" => return floods::idle(socket_path, num(3), num(4) as u64),
         "share" => return floods::share(socket_path, num(3), num(4)),
         "watch-leak" => return watches::leak(socket_path, num(3) as u64),
+        "watch-exits" => return watches::exits(socket_path),
         "watch-flood" => return watches::flood(socket_path, num(3) as u64),
         "watch-hoard" => return watches::hoard(socket_path, num(3)),
         _ => {}

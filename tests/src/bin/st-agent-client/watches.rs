@@ -8,6 +8,10 @@
 //!                        image record of a process of another uid; a taskstats record of
 //!                        another uid), each on a `foreign-item` line; `unverified U`: records
 //!                        of processes gone before /proc could say whose they were
+//!   watch-exits          one watch read until stdin closes, then flushed: prints
+//!                        `welcomed`, then `exit PID hidden|shown` for each group exit,
+//!                        `exec PID` and `image-end PID` for each exec and image end, and
+//!                        `taskstats PID` for each taskstats record of a thread
 //!   watch-flood SECS     hello and close, as fast as the agent answers, for SECS s; prints
 //!                        `hellos N welcomed W`
 //!   watch-hoard N        N watch sessions held until stdin closes; prints `welcomed W
@@ -173,6 +177,70 @@ pub fn leak(socket: &Path, secs: u64) {
     println!("unverified {}", l.unverified);
     println!("reaps-unseen {}", l.reaps_unseen);
     println!("foreign {}", l.foreign.len());
+}
+
+/// Prints what one message of a watch says of exits and taskstats records.
+fn say_exits(m: Msg) {
+    match m {
+        Msg::Records(rs) => {
+            for rec in rs {
+                let x = match decode(&rec) {
+                    Ok(Event::Exit(x)) => x,
+                    Ok(Event::Exec(e)) => {
+                        println!("exec {}", e.hdr.tgid);
+                        continue;
+                    }
+                    Ok(Event::ImageEnd(e)) => {
+                        println!("image-end {}", e.hdr.tgid);
+                        continue;
+                    }
+                    _ => continue,
+                };
+                if x.hdr.flags & flags::EXIT_GROUP_DEAD == 0 {
+                    continue;
+                }
+                let seen = match x.hdr.flags & flags::EXIT_HIDDEN {
+                    0 => "shown",
+                    _ => "hidden",
+                };
+                println!("exit {} {seen}", x.hdr.tgid);
+            }
+        }
+        Msg::Taskstats(ds) => {
+            for d in &ds {
+                for (pid, _) in proto::datagram_identities(d) {
+                    if pid != 0 {
+                        println!("taskstats {pid}");
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+pub fn exits(socket: &Path) {
+    let (mut r, _) = Raw::session(socket, want::WATCH).unwrap_or_else(|e| fail(&e));
+    println!("welcomed");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d = done.clone();
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut sink);
+        d.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+        match r.recv(Duration::from_millis(50)) {
+            Got::Msg(m) => say_exits(m),
+            Got::Timeout => {}
+            other => fail(&format!("the watch ended: {other:?}")),
+        }
+    }
+    // Everything the kernel wrote before stdin closed, and the datagrams that waited for it.
+    for m in r.flush(1).unwrap_or_else(|e| fail(&e)) {
+        say_exits(m);
+    }
+    println!("flushed");
 }
 
 pub fn flood(socket: &Path, secs: u64) {

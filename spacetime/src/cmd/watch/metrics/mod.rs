@@ -166,6 +166,9 @@ pub struct Metrics {
     pub cpu_at_exit: u64,
     /// Records the kernel-side filter kept from being sent (fork, exec with argv, image end).
     pub kernel_filtered: u64,
+    /// Processes of the watched uid not shown: through an agent, a non-root watch sees only
+    /// what it could ptrace at the exit (not a setuid program, say).
+    pub hidden: u64,
     /// argv cut to keep the live table within `--argv-budget`.
     pub argv_evicted: u64,
     /// Exec lines written (`--events exec`).
@@ -216,6 +219,7 @@ impl Metrics {
             cpu_released: 0,
             cpu_at_exit: 0,
             kernel_filtered: 0,
+            hidden: 0,
             argv_evicted: 0,
             execs_reported: 0,
             by_identity: Vec::new(),
