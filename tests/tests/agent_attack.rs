@@ -118,6 +118,21 @@ fn a_non_root_watch_learns_nothing_of_other_users() {
     let mut c = Client::start(CLIENT, agent.socket(), ATTACKER, &["watch-leak", "6"]);
     let sees = c.number("sees-uid", Duration::from_secs(30));
     let before = victims.ran();
+    // The attacker's own setuid run: shown to its watch only as a bare marker.
+    let (dir, suid) = setuid_workload("watch-leak");
+    let st = std::process::Command::new("setpriv")
+        .args([
+            &format!("--reuid={ATTACKER}"),
+            &format!("--regid={ATTACKER}"),
+        ])
+        .args(["--clear-groups", "--"])
+        .arg(&suid)
+        .args(["exit", "0"])
+        .status()
+        .expect("setpriv runs");
+    assert!(st.success(), "the setuid run: {st:?}");
+    drop(dir);
+    drop(c.stdin.take());
     let records = c.number("records", Duration::from_secs(60));
     // Root's processes that began and ended while the watch was open.
     let during = victims.ran().saturating_sub(before.saturating_add(1));
@@ -125,11 +140,14 @@ fn a_non_root_watch_learns_nothing_of_other_users() {
     let own = c.number("own-exits", Duration::from_secs(60));
     let unverified = c.number("unverified", Duration::from_secs(60));
     let unseen = c.number("reaps-unseen", Duration::from_secs(60));
+    // Bare markers of the attacker's own processes it could not ptrace at their exit: the
+    // setuid run above (and those of tests run as the same user meanwhile).
+    let hidden = c.number("hidden", Duration::from_secs(60));
     let foreign = c.number("foreign", Duration::from_secs(60));
     let said = c.end();
     let ran = victims.stop();
     eprintln!(
-        "watch attack: {records} records ({reaps} free records, {unseen} of exits not shown, {own} own exits, {unverified} of processes gone unchecked) while root ran {during} processes ({ran} in all)"
+        "watch attack: {records} records ({reaps} free records, {unseen} of exits not shown, {own} own exits, {hidden} hidden, {unverified} of processes gone unchecked) while root ran {during} processes ({ran} in all)"
     );
     // Free records of exits the watch was not shown can only be of its own processes that
     // exited just before it began: a handful, where other users' would be thousands.
@@ -148,6 +166,7 @@ fn a_non_root_watch_learns_nothing_of_other_users() {
         "no root process ran while the watch was open ({ran} in all): nothing judged"
     );
     assert!(own > 0, "the watch saw none of its own exits");
+    assert!(hidden >= 1, "the setuid run's exit was not marked hidden");
     assert_eq!(foreign, 0, "other users' records:\n{}", said.join("\n"));
 }
 
@@ -205,6 +224,28 @@ fn suid_dir() -> std::path::PathBuf {
     .expect("a directory not mounted nosuid")
 }
 
+/// A root-owned setuid copy of the workload in a directory of its own (`tag`), removed with
+/// the returned guard.
+fn setuid_workload(tag: &str) -> (SuidDir, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = suid_dir().join(format!("spacetime-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let suid = dir.join("suid-workload");
+    std::fs::copy(WL, &suid).expect("copy the workload");
+    std::fs::set_permissions(&dir, PermissionsExt::from_mode(0o755)).expect("chmod the directory");
+    std::fs::set_permissions(&suid, PermissionsExt::from_mode(0o4755))
+        .expect("make it setuid root");
+    (SuidDir(dir), suid)
+}
+
+struct SuidDir(std::path::PathBuf);
+
+impl Drop for SuidDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A traced process that execs a setuid program (a root-owned setuid copy of the workload)
 /// leaves the trace there: the report says so (state "left"), with no argv of the new
 /// program and nothing after (no exit, no taskstats record); what the command ran before and
@@ -212,14 +253,7 @@ fn suid_dir() -> std::path::PathBuf {
 #[test]
 fn a_setuid_exec_leaves_the_trace() {
     let agent = Agent::start("attack-setuid");
-    let dir = suid_dir().join(format!("spacetime-suid-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let suid = dir.join("suid-workload");
-    std::fs::copy(WL, &suid).expect("copy the workload");
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod the directory");
-    std::fs::set_permissions(&suid, std::os::unix::fs::PermissionsExt::from_mode(0o4755))
-        .expect("make it setuid root");
+    let (dir, suid) = setuid_workload("suid");
     let suid = suid.to_str().expect("utf-8").to_string();
     let script = format!("{WL} touch 1; {suid} exit 0; {WL} touch 1");
     let out = Trace::new(["sh", "-c", &script])
@@ -227,7 +261,7 @@ fn a_setuid_exec_leaves_the_trace() {
         .as_nobody()
         .tag("attack-setuid")
         .run();
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     out.assert_code(0);
     let v = out.json_value();
     let procs = processes(&v);
@@ -490,14 +524,7 @@ fn a_client_in_another_pid_namespace_is_refused() {
 fn a_non_root_watch_does_not_see_setuid_programs() {
     const USER: u32 = 60177;
     let agent = Agent::start("attack-watch-setuid");
-    let dir = suid_dir().join(format!("spacetime-watch-suid-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let suid = dir.join("suid-workload");
-    std::fs::copy(WL, &suid).expect("copy the workload");
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod the directory");
-    std::fs::set_permissions(&suid, std::os::unix::fs::PermissionsExt::from_mode(0o4755))
-        .expect("make it setuid root");
+    let (dir, suid) = setuid_workload("watch-suid");
     let as_user = [
         format!("--reuid={USER}"),
         format!("--regid={USER}"),
@@ -532,7 +559,7 @@ fn a_non_root_watch_does_not_see_setuid_programs() {
     let a = run(wl, &["quiet-exit", "3", &before]);
     let b = run(&suid, &["grow-exec", "1", WL, "quiet-exit", "5", &hidden]);
     let c = run(wl, &["quiet-exit", "4", &after]);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     assert_eq!(
         (a.1, b.1, c.1),
         (Some(3), Some(5), Some(4)),

@@ -1,13 +1,16 @@
 //! Watches through the agent, as a user who is not root.
 //!
-//!   watch-leak SECS      one watch read for SECS s while others run processes; prints
+//!   watch-leak SECS      one watch read for SECS s and until stdin closes, then flushed,
+//!                        while others run processes; prints
 //!                        `records N`, `reaps R`, `own-exits E`, `reaps-unseen S` (free
 //!                        records of processes whose exit the watch was not shown: another
 //!                        user's, or ours that exited just before) and `foreign F` (records
 //!                        about a process not of our uid: another uid's exec or exit, a fork, argv or
 //!                        image record of a process of another uid; a taskstats record of
 //!                        another uid), each on a `foreign-item` line; `unverified U`: records
-//!                        of processes gone before /proc could say whose they were
+//!                        of processes gone before /proc could say whose they were;
+//!                        `hidden H`: bare markers of its own processes it could not ptrace at
+//!                        their exit (a marker carrying more than its header is foreign)
 //!   watch-exits          one watch read until stdin closes, then flushed: prints
 //!                        `welcomed`, then `exit PID hidden|shown` for each group exit,
 //!                        `exec PID` and `image-end PID` for each exec and image end, and
@@ -26,7 +29,7 @@ use spacetime::kernel::{
     events::{decode, Event},
     remote::proto::{self, want, Msg},
 };
-use spacetime_common::flags;
+use spacetime_common::{flags, EventHeader};
 use spacetime_tests::raw::{Got, Raw};
 
 fn fail(why: &str) -> ! {
@@ -46,6 +49,8 @@ struct Leak {
     unverified: u64,
     /// Free records of processes whose exit the watch was not shown.
     reaps_unseen: u64,
+    /// Bare markers of processes of ours we could not ptrace at their exit (a setuid program).
+    hidden: u64,
     foreign: Vec<String>,
 }
 
@@ -62,11 +67,21 @@ fn real_uid(pid: u32) -> Option<u32> {
 }
 
 impl Leak {
-    fn record(&mut self, ev: Event) {
+    fn record(&mut self, rec: &[u8], ev: Event) {
         self.records += 1;
         let h = *ev.header();
         let key = (h.tgid, h.leader_start_ns);
         match ev {
+            // Says only that a process of ours ended: nothing past the header.
+            Event::Exit(x) if x.hdr.flags & flags::EXIT_HIDDEN != 0 => {
+                let past = rec.get(std::mem::size_of::<EventHeader>()..).unwrap_or(&[]);
+                if past.iter().all(|&b| b == 0) {
+                    self.hidden += 1;
+                } else {
+                    self.foreign
+                        .push(format!("a hidden marker of tgid {} with content", h.tgid));
+                }
+            }
             Event::Exec(e) if e.uid != self.uid => self
                 .foreign
                 .push(format!("exec of tgid {} uid {}", h.tgid, e.uid)),
@@ -116,6 +131,25 @@ impl Leak {
         }
     }
 
+    fn message(&mut self, m: Msg) {
+        match m {
+            Msg::Records(rs) => {
+                for rec in rs {
+                    match decode(&rec) {
+                        Ok(ev) => self.record(&rec, ev),
+                        Err(e) => self.foreign.push(format!("undecodable: {e}")),
+                    }
+                }
+            }
+            Msg::Taskstats(ds) => {
+                for d in &ds {
+                    self.taskstats(d);
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn taskstats(&mut self, d: &[u8]) {
         for (pid, uid) in proto::datagram_identities(d) {
             if pid != 0 && uid != self.uid {
@@ -140,33 +174,27 @@ pub fn leak(socket: &Path, secs: u64) {
         own_exits: 0,
         unverified: 0,
         reaps_unseen: 0,
+        hidden: 0,
         foreign: Vec::new(),
     };
+    let done = stdin_closed();
     let end = Instant::now() + Duration::from_secs(secs);
     let mut next_own = Instant::now();
-    while Instant::now() < end {
+    while Instant::now() < end || !done.load(std::sync::atomic::Ordering::Relaxed) {
         // Our own processes now and then: they must be seen.
         if Instant::now() >= next_own {
             next_own += Duration::from_millis(200);
             let _ = std::process::Command::new("/bin/true").status();
         }
         match r.recv(Duration::from_millis(50)) {
-            Got::Msg(Msg::Records(rs)) => {
-                for rec in rs {
-                    match decode(&rec) {
-                        Ok(ev) => l.record(ev),
-                        Err(e) => l.foreign.push(format!("undecodable: {e}")),
-                    }
-                }
-            }
-            Got::Msg(Msg::Taskstats(ds)) => {
-                for d in &ds {
-                    l.taskstats(d);
-                }
-            }
-            Got::Msg(_) | Got::Timeout => {}
+            Got::Msg(m) => l.message(m),
+            Got::Timeout => {}
             other => fail(&format!("the watch ended: {other:?}")),
         }
+    }
+    // Everything the kernel wrote before stdin closed, and the datagrams that waited for it.
+    for m in r.flush(1).unwrap_or_else(|e| fail(&e)) {
+        l.message(m);
     }
     for f in &l.foreign {
         println!("foreign-item {f}");
@@ -176,7 +204,20 @@ pub fn leak(socket: &Path, secs: u64) {
     println!("own-exits {}", l.own_exits);
     println!("unverified {}", l.unverified);
     println!("reaps-unseen {}", l.reaps_unseen);
+    println!("hidden {}", l.hidden);
     println!("foreign {}", l.foreign.len());
+}
+
+/// Set once stdin is closed (the test's word that what it ran has ended).
+fn stdin_closed() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d = done.clone();
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut sink);
+        d.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    done
 }
 
 /// Prints what one message of a watch says of exits and taskstats records.
@@ -222,13 +263,7 @@ fn say_exits(m: Msg) {
 pub fn exits(socket: &Path) {
     let (mut r, _) = Raw::session(socket, want::WATCH).unwrap_or_else(|e| fail(&e));
     println!("welcomed");
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let d = done.clone();
-    std::thread::spawn(move || {
-        let mut sink = Vec::new();
-        let _ = std::io::stdin().read_to_end(&mut sink);
-        d.store(true, std::sync::atomic::Ordering::Relaxed);
-    });
+    let done = stdin_closed();
     while !done.load(std::sync::atomic::Ordering::Relaxed) {
         match r.recv(Duration::from_millis(50)) {
             Got::Msg(m) => say_exits(m),
