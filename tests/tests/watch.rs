@@ -244,7 +244,7 @@ fn filter_min_rss() {
 fn filter_min_runtime() {
     const FLAGS: [&str; 2] = ["--min-runtime", "200ms"];
     let all = Watch::new().flag("--json").start();
-    let filtered = Watch::new().flag("--json").flags(&FLAGS).start();
+    let filtered = Watch::new().flag("--json").flags(FLAGS).start();
     let (neg, mut quick) = quiet(0, "rt-neg");
     let pos = token("rt-pos");
     run(&mut quick);

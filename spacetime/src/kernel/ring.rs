@@ -7,6 +7,18 @@
 //! buffer of the consumer's. The protocol is the kernel's (kernel/bpf/ringbuf.c): an 8-byte
 //! header (length, busy and discard bits) before each record, positions that only grow, the
 //! consumer position written back once a record is used.
+//!
+//! Memory orderings, paired with the kernel's (kernel/bpf/ringbuf.c):
+//! - `__bpf_ringbuf_reserve` writes a record's header (length | BUSY) and then publishes it with
+//!   `smp_store_release(&rb->producer_pos, ...)`: our Acquire load of the producer position
+//!   makes that header visible before we read it.
+//! - `bpf_ringbuf_commit` clears BUSY (or sets DISCARD) with `xchg(&hdr->len, ...)`, a full
+//!   barrier after the record's bytes were written: our Acquire load of the header makes the
+//!   bytes visible once BUSY is clear.
+//! - `__bpf_ringbuf_reserve` reads the consumer position with `smp_load_acquire` before reusing
+//!   space: our Release store of it comes after every read of the record it frees.
+//!
+//! These are the orderings of libbpf's consumer (tools/lib/bpf/ringbuf.c) and aya's.
 
 use std::ops::Deref;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};

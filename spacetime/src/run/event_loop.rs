@@ -266,7 +266,7 @@ pub async fn run<C: Consumer>(io: &mut Io<'_>, c: &mut C, extra: &mut C::Extra) 
             }
             guard = sig.readable() => {
                 let mut guard = guard?;
-                let signals = read_signals(io.sigfd);
+                let signals = crate::util::signals::read_signals(io.sigfd);
                 // Through an agent, records wait in its ring until fetched: a stop signal is
                 // forwarded to every process the kernel has recorded until now, a fork of the
                 // last milliseconds included. Not for SIGCHLD, which comes with every exit.
@@ -301,22 +301,4 @@ pub async fn run<C: Consumer>(io: &mut Io<'_>, c: &mut C, extra: &mut C::Extra) 
         }
     }
     Ok(())
-}
-
-/// Pending signals: (number, sent by a process rather than by the kernel or the terminal).
-pub fn read_signals(fd: libc::c_int) -> Vec<(libc::c_int, bool)> {
-    let mut out = Vec::new();
-    loop {
-        // SAFETY: signalfd_siginfo is plain C integers: all-zero is a value.
-        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<libc::signalfd_siginfo>();
-        // SAFETY: reads one siginfo into a properly sized buffer.
-        let n = unsafe { libc::read(fd, (&mut info as *mut libc::signalfd_siginfo).cast(), size) };
-        if n != size as isize {
-            return out;
-        }
-        // SI_USER, SI_QUEUE, SI_TKILL are <= 0; the terminal's signals come as SI_KERNEL and
-        // already reached CMD's process group.
-        out.push((info.ssi_signo as libc::c_int, info.ssi_code <= 0));
-    }
 }

@@ -308,6 +308,14 @@ fn read_4(fd: &OwnedFd) -> ([u8; 4], usize) {
 }
 
 /// The child side: restore signals, become the target user, wait for release, exec.
+///
+/// # Safety
+///
+/// Called only in the child of a `fork` of a multi-threaded process, before it execs or
+/// exits: it must do async-signal-safe work only (raw libc calls on memory allocated before
+/// the fork; no allocation, no lock, no panic). `hold` and `err` are open pipe ends of the
+/// parent's, `path` and `argv` (null-terminated) stay alive until the exec, as they were
+/// allocated before the fork and the child never frees them.
 unsafe fn child(
     hold: libc::c_int,
     err: libc::c_int,

@@ -14,7 +14,6 @@ use std::{
 
 use super::{
     delayacct::DelayAcct,
-    event_loop,
     run_loop::{self, LoopOptions, Sink},
     source::{agent::AgentSource, own::OwnSource, KernelSource},
 };
@@ -356,7 +355,7 @@ impl Session {
     /// one command after another asks here whether it was told to stop; a signal left
     /// pending would otherwise reach the next run (and be forwarded to its command).
     pub fn signals_between_runs(&mut self) -> Vec<libc::c_int> {
-        event_loop::read_signals(self.sigfd.as_raw_fd())
+        crate::util::signals::read_signals(self.sigfd.as_raw_fd())
             .into_iter()
             .map(|(signo, _)| signo)
             .filter(|&signo| signo != libc::SIGCHLD)

@@ -26,6 +26,24 @@ pub fn signal_fd(signals: &[libc::c_int]) -> io::Result<OwnedFd> {
     }
 }
 
+/// Pending signals: (number, sent by a process rather than by the kernel or the terminal).
+pub fn read_signals(fd: libc::c_int) -> Vec<(libc::c_int, bool)> {
+    let mut out = Vec::new();
+    loop {
+        // SAFETY: signalfd_siginfo is plain C integers: all-zero is a value.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: reads one siginfo into a properly sized buffer.
+        let n = unsafe { libc::read(fd, (&mut info as *mut libc::signalfd_siginfo).cast(), size) };
+        if n != size as isize {
+            return out;
+        }
+        // SI_USER, SI_QUEUE, SI_TKILL are <= 0; the terminal's signals come as SI_KERNEL and
+        // already reached CMD's process group.
+        out.push((info.ssi_signo as libc::c_int, info.ssi_code <= 0));
+    }
+}
+
 /// A signal's name as `kill -l` spells it with its prefix (`SIGKILL`); `SIG64` for one
 /// without a name of its own (the real-time range).
 pub fn name(sig: i32) -> String {

@@ -310,7 +310,7 @@ impl Agent {
             let ready = self.wait(listener, sigfd)?;
             const FIRST_CLIENT: usize = 4;
             if !ready[1].is_empty() {
-                let signals = crate::run::event_loop::read_signals(sigfd.as_raw_fd());
+                let signals = crate::util::signals::read_signals(sigfd.as_raw_fd());
                 if let Some((signo, _)) = signals.first() {
                     log::info!("spacetime agent: signal {signo}: stopping");
                     return Ok(());
