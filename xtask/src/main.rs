@@ -63,11 +63,14 @@ enum Cmd {
     /// the bench builds itself (needs root); prints a Markdown table, writes JSON under
     /// target/bench/ and keeps the latest table in BENCHMARKS.md
     Bench(bench::Options),
-    /// Build, then run every integration test inside a Debian 6.1 guest (qemu, TCG); fetches
-    /// and caches the kernel package with apt
+    /// Build, then run every integration test inside a Debian guest (qemu, TCG), 6.1 unless
+    /// told; fetches and caches the kernel package with apt
     VmTest {
-        /// Boot this kernel image instead of Debian's 6.1 cloud kernel
-        #[arg(long)]
+        /// Boot this Debian release's cloud kernel: 11 (Linux 5.10), 12 (6.1) or 13 (6.12)
+        #[arg(long, value_enum, default_value = "12")]
+        debian: vm::Debian,
+        /// Boot this kernel image instead of Debian's cloud kernel
+        #[arg(long, conflicts_with = "debian")]
         kernel: Option<PathBuf>,
         /// Time limit for the guest, in seconds: twice what the whole suite takes (docs/building.md
         /// has the figures); one hung test binary is stopped at its own limit
@@ -249,6 +252,7 @@ fn main() -> Result<()> {
         }
         Cmd::Test { args } => test(&args),
         Cmd::VmTest {
+            debian,
             kernel,
             timeout,
             all,
@@ -259,6 +263,7 @@ fn main() -> Result<()> {
             doctor_with,
             args,
         } => vm::vm_test(vm::Options {
+            debian,
             kernel,
             timeout: std::time::Duration::from_secs(timeout),
             all,

@@ -1,4 +1,5 @@
-//! `cargo xtask vm-test`: the whole integration suite inside a Debian 6.1 guest.
+//! `cargo xtask vm-test`: the whole integration suite inside a Debian guest (6.1 unless
+//! `--debian 11` (5.10) or `--debian 13` (6.12) says otherwise).
 //!
 //! Most servers still run 6.1, which differs from recent kernels exactly where spacetime is
 //! delicate (the exit tracepoint fires after the mm is gone, no `sched_prepare_exec`, atomic RSS
@@ -6,31 +7,31 @@
 //! with an initramfs holding busybox, the release `spacetime`, `st-workload` and the integration
 //! test binaries, runs every test binary in the guest and reads the verdict from the console.
 //!
-//! The kernel package is fetched with apt by name (the newest `linux-image-6.1.0-*-cloud-amd64-
-//! unsigned` apt offers) and cached under `<target>/vm/`, so a second run downloads nothing.
+//! The kernel package is fetched with apt by name (the newest `linux-image-*-cloud-amd64-unsigned`
+//! of the release that apt offers, `vm/kernel.rs`) and cached under `<target>/vm/debian-N/`, so a
+//! second run downloads nothing.
 
 use std::{
     ffi::OsString,
     fs,
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
+    path::PathBuf,
+    process::Stdio,
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
 
-use crate::{run, target_dir, toolchain};
+use crate::{target_dir, toolchain};
 
 mod console;
 mod guest;
+mod kernel;
 use console::boot;
 use guest::make_initramfs;
+pub use kernel::Debian;
 
 /// Host packages the VM test needs: qemu, a static busybox for the guest, cpio for the archive.
 const HOST_PACKAGES: [&str; 4] = ["qemu-system-x86", "busybox-static", "cpio", "hyperfine"];
-/// The Debian kernel package, by name: `linux-image-6.1.0-<abi>-cloud-amd64-unsigned`.
-const KERNEL_PREFIX: &str = "linux-image-6.1.0-";
-const KERNEL_SUFFIX: &str = "-cloud-amd64-unsigned";
 /// Printed by the guest's /init as its last line before powering off.
 const MARKER: &str = "SPACETIME-VM-RESULT:";
 /// Where the guest finds things.
@@ -48,7 +49,9 @@ const APPLETS: [&str; 17] = [
 ];
 
 pub struct Options {
-    /// A kernel image to boot instead of Debian's 6.1.
+    /// The Debian release whose cloud kernel the guest boots.
+    pub debian: Debian,
+    /// A kernel image to boot instead of Debian's.
     pub kernel: Option<PathBuf>,
     /// Limit for the guest's whole run.
     pub timeout: Duration,
@@ -182,7 +185,10 @@ pub fn vm_test(opts: Options) -> Result<()> {
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let kernel = match &opts.kernel {
         Some(k) => k.clone(),
-        None => debian_kernel(&dir)?,
+        None => kernel::debian_kernel(
+            opts.debian,
+            &dir.join(format!("debian-{}", opts.debian.number())),
+        )?,
     };
     if !kernel.is_file() {
         bail!("kernel image {} does not exist", kernel.display());
@@ -261,104 +267,8 @@ pub fn vm_test(opts: Options) -> Result<()> {
 fn ensure_host_packages() -> Result<()> {
     toolchain::apt_install(
         &HOST_PACKAGES,
-        "the VM test boots a 6.1 guest under qemu; the guest gets hyperfine, the truth of the bench's wall",
+        "the VM test boots a Debian guest under qemu; the guest gets hyperfine, the truth of the bench's wall",
     )
-}
-
-/// The ABI number of a kernel package or .deb name (`linux-image-6.1.0-<abi>-cloud-…`).
-fn kernel_abi(name: &str) -> Option<u32> {
-    let rest = name.strip_prefix(KERNEL_PREFIX)?;
-    let (abi, tail) = rest.split_once('-')?;
-    tail.starts_with(&KERNEL_SUFFIX[1..])
-        .then(|| abi.parse().ok())
-        .flatten()
-}
-
-/// The newest Debian 6.1 cloud kernel package apt offers.
-fn newest_kernel_package() -> Result<String> {
-    let search = || -> Result<Vec<String>> {
-        let out = Command::new("apt-cache")
-            .args([
-                "search",
-                "--names-only",
-                r"^linux-image-6\.1\.0-[0-9]+-cloud-amd64-unsigned$",
-            ])
-            .output()
-            .context("running apt-cache search")?;
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.split_whitespace().next())
-            .filter(|n| n.ends_with(KERNEL_SUFFIX) && kernel_abi(n).is_some())
-            .map(str::to_owned)
-            .collect())
-    };
-    let mut names = search()?;
-    if names.is_empty() {
-        eprintln!("xtask: no Debian 6.1 cloud kernel in apt's lists; running apt-get update");
-        run(Command::new("apt-get").args(["update", "-qq"]))?;
-        names = search()?;
-    }
-    names
-        .into_iter()
-        .max_by_key(|n| kernel_abi(n))
-        .context("apt offers no linux-image-6.1.0-*-cloud-amd64-unsigned package")
-}
-
-/// Debian's 6.1 cloud kernel, downloaded once and unpacked under `dir`; returns the vmlinuz.
-fn debian_kernel(dir: &Path) -> Result<PathBuf> {
-    let cached = |dir: &Path| -> Option<PathBuf> {
-        fs::read_dir(dir)
-            .ok()?
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                name.ends_with(".deb") && kernel_abi(name).is_some()
-            })
-            .max_by_key(|p| kernel_abi(p.file_name()?.to_str()?))
-    };
-    let deb = match cached(dir) {
-        Some(deb) => {
-            eprintln!("xtask: using the cached kernel package {}", deb.display());
-            deb
-        }
-        None => {
-            let package = newest_kernel_package()?;
-            eprintln!(
-                "xtask: downloading {package} with apt-get (cached in {})",
-                dir.display()
-            );
-            run(Command::new("apt-get").current_dir(dir).args([
-                "-o",
-                "APT::Sandbox::User=root",
-                "download",
-                &package,
-            ]))?;
-            cached(dir).context("apt-get download left no .deb")?
-        }
-    };
-    let stem = deb
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .context("kernel .deb name")?;
-    let unpacked = dir.join(stem);
-    if !unpacked.join("boot").is_dir() {
-        let partial = dir.join(format!("{stem}.partial"));
-        let _ = fs::remove_dir_all(&partial);
-        run(Command::new("dpkg").arg("-x").arg(&deb).arg(&partial))?;
-        fs::rename(&partial, &unpacked)?;
-    }
-    let boot = unpacked.join("boot");
-    fs::read_dir(&boot)
-        .with_context(|| format!("reading {}", boot.display()))?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("vmlinuz-"))
-        })
-        .with_context(|| format!("no vmlinuz-* in {}", boot.display()))
 }
 
 /// What the guest runs.
@@ -448,20 +358,6 @@ fn build_tests(spacetime: PathBuf) -> Result<Built> {
 mod tests {
     use super::guest::sh_quote;
     use super::*;
-
-    #[test]
-    fn kernel_abi_from_names() {
-        assert_eq!(
-            kernel_abi("linux-image-6.1.0-54-cloud-amd64-unsigned"),
-            Some(54)
-        );
-        assert_eq!(
-            kernel_abi("linux-image-6.1.0-54-cloud-amd64-unsigned_6.1.190-1_amd64.deb"),
-            Some(54)
-        );
-        assert_eq!(kernel_abi("linux-image-6.1.0-54-amd64-unsigned"), None);
-        assert_eq!(kernel_abi("linux-image-6.1.0-x-cloud-amd64-unsigned"), None);
-    }
 
     #[test]
     fn quoting_for_the_guest_shell() {

@@ -1,0 +1,250 @@
+//! Debian's cloud kernels, by release: found with apt by name, downloaded once, unpacked.
+//!
+//! Each release's suite is read through a list of its own (`Dir::Etc::sourcelist`), so the
+//! machine's apt sources are never touched and any Debian host reaches all three.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, Result};
+
+use crate::run;
+
+/// Where apt finds Debian (the mirror the machines' own sources use).
+const MIRROR: &str = "http://deb.debian.org/debian";
+const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
+const SUFFIX: &str = "-cloud-amd64-unsigned";
+
+/// A Debian release whose cloud kernel a guest boots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Debian {
+    /// Debian 11 (bullseye): Linux 5.10.
+    #[value(name = "11")]
+    Bullseye,
+    /// Debian 12 (bookworm): Linux 6.1.
+    #[value(name = "12")]
+    Bookworm,
+    /// Debian 13 (trixie): Linux 6.12.
+    #[value(name = "13")]
+    Trixie,
+}
+
+impl Debian {
+    pub fn number(self) -> u8 {
+        match self {
+            Debian::Bullseye => 11,
+            Debian::Bookworm => 12,
+            Debian::Trixie => 13,
+        }
+    }
+
+    fn suite(self) -> &'static str {
+        match self {
+            Debian::Bullseye => "bullseye",
+            Debian::Bookworm => "bookworm",
+            Debian::Trixie => "trixie",
+        }
+    }
+
+    /// The package name up to the number that orders its revisions (`linux-image-5.10.0-32-…`,
+    /// `linux-image-6.12.117+deb13-…`), and what must follow that number.
+    fn prefix(self) -> (&'static str, &'static str) {
+        match self {
+            Debian::Bullseye => ("linux-image-5.10.0-", "-cloud"),
+            Debian::Bookworm => ("linux-image-6.1.0-", "-cloud"),
+            Debian::Trixie => ("linux-image-6.12.", "+deb13-cloud"),
+        }
+    }
+
+    /// The kernel series, as said in messages.
+    pub fn linux(self) -> &'static str {
+        match self {
+            Debian::Bullseye => "5.10",
+            Debian::Bookworm => "6.1",
+            Debian::Trixie => "6.12",
+        }
+    }
+
+    /// The revision of a package or .deb name of this release's cloud kernel (the ABI for
+    /// 11 and 12, the patch level for 13); None for any other name.
+    pub fn revision(self, name: &str) -> Option<u32> {
+        let (prefix, then) = self.prefix();
+        let rest = name.strip_prefix(prefix)?;
+        let digits = rest.find(|c: char| !c.is_ascii_digit())?;
+        let tail = &rest[digits..];
+        let unsigned = tail.strip_prefix(then)?;
+        (format!("-cloud{unsigned}").starts_with(SUFFIX))
+            .then(|| rest[..digits].parse().ok())
+            .flatten()
+    }
+}
+
+/// apt with a list of `release`'s suite only, its state under `dir`.
+fn apt(release: Debian, dir: &Path, program: &str) -> Result<Command> {
+    let state = dir.join("apt");
+    for sub in ["lists/partial", "cache/archives/partial"] {
+        fs::create_dir_all(state.join(sub))
+            .with_context(|| format!("creating {}", state.join(sub).display()))?;
+    }
+    let list = state.join("sources.list");
+    fs::write(
+        &list,
+        format!(
+            "deb [signed-by={KEYRING}] {MIRROR} {} main\n",
+            release.suite()
+        ),
+    )
+    .with_context(|| format!("writing {}", list.display()))?;
+    let mut c = Command::new(program);
+    let opt = |k: &str, v: &Path| format!("{k}={}", v.display());
+    c.args(["-o", &opt("Dir::Etc::sourcelist", &list)])
+        .args(["-o", "Dir::Etc::sourceparts=/dev/null"])
+        .args(["-o", &opt("Dir::State::lists", &state.join("lists"))])
+        .args(["-o", &opt("Dir::Cache", &state.join("cache"))])
+        .args(["-o", "APT::Sandbox::User=root"]);
+    Ok(c)
+}
+
+/// The newest cloud kernel package of `release` that apt offers.
+fn newest_package(release: Debian, dir: &Path) -> Result<String> {
+    let search = || -> Result<Vec<String>> {
+        let out = apt(release, dir, "apt-cache")?
+            .args([
+                "search",
+                "--names-only",
+                "^linux-image-.*-cloud-amd64-unsigned$",
+            ])
+            .output()
+            .context("running apt-cache search")?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|n| release.revision(n).is_some())
+            .map(str::to_owned)
+            .collect())
+    };
+    let mut names = search()?;
+    if names.is_empty() {
+        eprintln!("xtask: reading Debian {}'s package lists", release.number());
+        run(apt(release, dir, "apt-get")?.args(["update", "-qq"]))?;
+        names = search()?;
+    }
+    names
+        .into_iter()
+        .max_by_key(|n| release.revision(n))
+        .with_context(|| {
+            format!(
+                "apt offers no Linux {} cloud kernel of Debian {}",
+                release.linux(),
+                release.number()
+            )
+        })
+}
+
+/// `release`'s cloud kernel, downloaded once and unpacked under `dir`; returns the vmlinuz.
+pub fn debian_kernel(release: Debian, dir: &Path) -> Result<PathBuf> {
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let cached = |dir: &Path| -> Option<PathBuf> {
+        fs::read_dir(dir)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                name.ends_with(".deb") && release.revision(name).is_some()
+            })
+            .max_by_key(|p| release.revision(p.file_name()?.to_str()?))
+    };
+    let deb = match cached(dir) {
+        Some(deb) => {
+            eprintln!("xtask: using the cached kernel package {}", deb.display());
+            deb
+        }
+        None => {
+            let package = newest_package(release, dir)?;
+            eprintln!(
+                "xtask: downloading {package} with apt-get (cached in {})",
+                dir.display()
+            );
+            run(apt(release, dir, "apt-get")?
+                .current_dir(dir)
+                .args(["download", &package]))?;
+            cached(dir).context("apt-get download left no .deb")?
+        }
+    };
+    unpack(&deb, dir)
+}
+
+/// Unpacks a kernel .deb once (beside it) and returns its vmlinuz.
+fn unpack(deb: &Path, dir: &Path) -> Result<PathBuf> {
+    let stem = deb
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .context("kernel .deb name")?;
+    let unpacked = dir.join(stem);
+    if !unpacked.join("boot").is_dir() {
+        let partial = dir.join(format!("{stem}.partial"));
+        let _ = fs::remove_dir_all(&partial);
+        run(Command::new("dpkg").arg("-x").arg(deb).arg(&partial))?;
+        fs::rename(&partial, &unpacked)?;
+    }
+    let boot = unpacked.join("boot");
+    fs::read_dir(&boot)
+        .with_context(|| format!("reading {}", boot.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("vmlinuz-"))
+        })
+        .with_context(|| format!("no vmlinuz-* in {}", boot.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Debian;
+
+    #[test]
+    fn revisions_from_names() {
+        let r = |d: Debian, n: &str| d.revision(n);
+        let b = Debian::Bookworm;
+        assert_eq!(r(b, "linux-image-6.1.0-54-cloud-amd64-unsigned"), Some(54));
+        assert_eq!(
+            r(
+                b,
+                "linux-image-6.1.0-54-cloud-amd64-unsigned_6.1.190-1_amd64.deb"
+            ),
+            Some(54)
+        );
+        assert_eq!(r(b, "linux-image-6.1.0-54-amd64-unsigned"), None);
+        assert_eq!(r(b, "linux-image-6.1.0-x-cloud-amd64-unsigned"), None);
+        // Debian 11's backport of 6.1 is not its own kernel.
+        assert_eq!(
+            r(b, "linux-image-6.1.0-0.deb11.52-cloud-amd64-unsigned"),
+            None
+        );
+        let o = Debian::Bullseye;
+        assert_eq!(r(o, "linux-image-5.10.0-32-cloud-amd64-unsigned"), Some(32));
+        assert_eq!(
+            r(o, "linux-image-6.1.0-0.deb11.52-cloud-amd64-unsigned"),
+            None
+        );
+        let t = Debian::Trixie;
+        assert_eq!(
+            r(t, "linux-image-6.12.117+deb13-cloud-amd64-unsigned"),
+            Some(117)
+        );
+        assert_eq!(
+            r(
+                t,
+                "linux-image-6.12.117+deb13-cloud-amd64-unsigned_6.12.117-1_amd64.deb"
+            ),
+            Some(117)
+        );
+        assert_eq!(r(t, "linux-image-6.12.117+deb13-amd64-unsigned"), None);
+    }
+}
