@@ -519,7 +519,10 @@ fn cpu_clock_ticks_reach_only_the_session_of_their_process() {
         "300 ms of CPU and no tick reached its session:\n{}",
         said.join("\n")
     );
-    assert_eq!(unasked, 0, "ticks reached a session that did not ask for them");
+    assert_eq!(
+        unasked, 0,
+        "ticks reached a session that did not ask for them"
+    );
     assert_eq!(
         foreign,
         0,

@@ -64,7 +64,8 @@ fn through_an_agent_cores_follow_the_phases_and_add_up_to_wait4() {
         out.context()
     );
     assert!(
-        out.stderr.contains("sampled by the agent's CPU clock at 100 Hz"),
+        out.stderr
+            .contains("sampled by the agent's CPU clock at 100 Hz"),
         "-v names the agent's CPU clock\n{}",
         out.context()
     );

@@ -47,8 +47,8 @@ mod ticks;
 
 pub use own_pid::{run_own_pid, LearnedPid};
 pub use sessions::SessionId;
-pub use ticks::CpuClock;
 pub use stats::{parse_sysctl_flag, KernelProgramStats, ProgramStats};
+pub use ticks::CpuClock;
 
 use plan::{attach_raw, Plan};
 

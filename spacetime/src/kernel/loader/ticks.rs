@@ -105,7 +105,8 @@ impl Probes {
     /// untraced task costs one hash lookup. Err: why it cannot run (not loaded, or the
     /// attach failed: then it stays detached).
     pub fn set_cpu_ticking(&mut self, on: bool) -> Result<usize, String> {
-        if on == !self.tick_links.is_empty() {
+        let attached = !self.tick_links.is_empty();
+        if on == attached {
             return Ok(self.tick_links.len());
         }
         if on {
