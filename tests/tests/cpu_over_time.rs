@@ -69,6 +69,12 @@ fn through_an_agent_cores_follow_the_phases_and_add_up_to_wait4() {
         "-v names the agent's CPU clock\n{}",
         out.context()
     );
+    // The summary's chart says what it is, as with the programs loaded by spacetime itself.
+    assert!(
+        out.stderr.contains("CPU in cores, sampled at 100 Hz"),
+        "the chart's title says sampled\n{}",
+        out.context()
+    );
     assert_phases_sampled(&out);
     agent.stop();
 }
