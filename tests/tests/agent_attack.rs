@@ -617,3 +617,58 @@ fn a_non_root_watch_does_not_see_setuid_programs() {
     );
     agent.stop();
 }
+
+/// The agent's CPU clock samples every traced thread of every session that shows CPU over
+/// time, and its ticks go to the session of the process they are about, like every other
+/// record. The attacker's two sessions (one asking for CPU over time, one not) each trace a
+/// child of theirs that spins for 300 ms of CPU, while root traces a CPU-bound workload
+/// through the same agent: root's report is sampled from the ticks of its processes, the
+/// attacker's asking session gets its own child's ticks and nothing of root's, and the other
+/// session no tick at all.
+#[test]
+fn cpu_clock_ticks_reach_only_the_session_of_their_process() {
+    let agent = Agent::start("attack-ticks");
+    let mut c = Client::start(CLIENT, agent.socket(), ATTACKER, &["ticks", "300"]);
+    let clock = c.until("cpu-clock", Duration::from_secs(60));
+    assert!(
+        clock.starts_with("ticking "),
+        "the welcome of a session asking for CPU over time: {clock}"
+    );
+    c.until("ready", Duration::from_secs(60));
+    let out = Trace::new([WL, "cpu-phases", "300"])
+        .through(&agent)
+        .tag("attack-ticks")
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    let cpu = &v["timeline"]["cpu"];
+    assert_eq!(cpu["method"], "ticks", "{cpu}\n{}", out.context());
+    let total = v["user_ns"].as_u64().unwrap_or(0) + v["sys_ns"].as_u64().unwrap_or(0);
+    let unsampled = cpu["unsampled_cpu_ns"].as_u64().unwrap_or(u64::MAX);
+    assert!(
+        unsampled < total / 10,
+        "root's run was sampled: {unsampled} of {total} ns placed by no tick\n{cpu}"
+    );
+    c.say("go");
+    let own = c.number("own-ticks", Duration::from_secs(120));
+    let unasked = c.number("unasked-ticks", Duration::from_secs(60));
+    let foreign = c.number("foreign", Duration::from_secs(60));
+    let said = c.end();
+    eprintln!("ticks: {own} of the attacker's own child, {unasked} to the session that did not ask, {foreign} foreign");
+    assert!(
+        own > 0,
+        "300 ms of CPU and no tick reached its session:\n{}",
+        said.join("\n")
+    );
+    assert_eq!(
+        unasked, 0,
+        "ticks reached a session that did not ask for them"
+    );
+    assert_eq!(
+        foreign,
+        0,
+        "records about processes the attacker did not start:\n{}",
+        said.join("\n")
+    );
+    agent.stop();
+}

@@ -2,8 +2,9 @@
 //! linger after the last one. Attached again within a grace period of its detach, a
 //! tracepoint's first probe waits for that grace period (15-25 ms that the agent served no
 //! one: every back-to-back trace paid it). Once the agent is idle it goes: no program runs
-//! on every RSS change of a machine nobody traces. Seen from the kernel: the agent's own
-//! link descriptors, as /proc/PID/fdinfo names them.
+//! on every RSS change of a machine nobody traces. The CPU clock program (CPU over time) is
+//! attached while a session that shows CPU over time is open, with no linger. Seen from the
+//! kernel: the agent's own link and perf event descriptors, as /proc/PID/fd{,info} names them.
 
 use std::time::Duration;
 
@@ -239,5 +240,53 @@ fn beside_a_session_with_memory_a_time_format_sessions_mms_are_not_followed() {
         "the tree's peak is the 16 MiB touched\n{}",
         out.context()
     );
+    agent.stop();
+}
+
+/// The agent's perf event links now: its CPU clock program's, one per online CPU while
+/// attached.
+fn perf_events(pid: i32) -> usize {
+    fdinfos(pid)
+        .into_iter()
+        .filter(|(_, text)| fdinfo_field(text, "link_type:") == Some("perf"))
+        .count()
+}
+
+/// The CPU clock program runs only while a trace session that shows CPU over time is open:
+/// not before, not for a `time -f` session, on every online CPU once however many sessions
+/// want it, and not after the last (no linger: attaching it again takes about 0.1 ms).
+#[test]
+fn the_cpu_clock_ticks_only_while_a_session_shows_cpu_over_time() {
+    let agent = Agent::start("cpu-clock");
+    assert_eq!(perf_events(agent.pid()), 0, "ticking before any session");
+    let without = Blocked::start(&agent, &["-f", "%e"], "clock-without");
+    assert_eq!(
+        perf_events(agent.pid()),
+        0,
+        "only a `-f %e` trace runs, and the CPU clock ticks"
+    );
+    let with = Blocked::start(&agent, &[], "clock-with");
+    let ticking = perf_events(agent.pid());
+    let second = Blocked::start(&agent, &[], "clock-second");
+    assert_eq!(
+        perf_events(agent.pid()),
+        ticking,
+        "a second session attached the CPU clock again"
+    );
+    second.release().assert_code(0);
+    let out = with.release();
+    out.assert_code(0);
+    let cpu = &out.json_value()["timeline"]["cpu"];
+    assert_eq!(cpu["method"], "ticks", "{cpu}\n{}", out.context());
+    assert_eq!(
+        Some(ticking as u64),
+        cpu["online_cpus"].as_u64(),
+        "perf events while it ran, against the CPUs online\n{cpu}"
+    );
+    // The JSON sessions are gone: the `-f` one alone is open.
+    spacetime_tests::poll::wait_until("the CPU clock detached", LINGER * 30, || {
+        perf_events(agent.pid()) == 0
+    });
+    without.release().assert_code(0);
     agent.stop();
 }

@@ -2,9 +2,12 @@
 //! its own wall, read by the workload) and the report's CPU, which wait4 vouches for.
 
 use serde_json::Value;
-use spacetime_tests::Trace;
+use spacetime_tests::agent::Agent;
+use spacetime_tests::{Outcome, Trace};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+/// Each phase of `cpu-phases`, ms.
+const PHASE_MS: &str = "300";
 /// The CPU clock program's period: a thread's CPU is placed to within about this much.
 const TICK_NS: u64 = 10_000_000;
 /// How far a phase's mean cores may be from its truth: the CPU misplaced across its two
@@ -37,10 +40,48 @@ fn mean_cores(cpu: &Value, from: u64, to: u64) -> f64 {
 
 #[test]
 fn cores_follow_the_phases_and_add_up_to_wait4() {
-    let ms = 300;
-    let out = Trace::new([WL, "rusage-of", WL, "cpu-phases", &ms.to_string()])
+    let out = Trace::new([WL, "rusage-of", WL, "cpu-phases", PHASE_MS])
         .tag("cpu-phases")
         .run();
+    assert_phases_sampled(&out);
+}
+
+/// Through an agent of the test's own (the suite's agent pass runs the test above through
+/// its agent too): the agent attaches the CPU clock for the session, so the series is the
+/// sampled kind, with the same bounds as the programs loaded by spacetime itself.
+#[test]
+fn through_an_agent_cores_follow_the_phases_and_add_up_to_wait4() {
+    let agent = Agent::start("cpu-phases");
+    let out = Trace::new([WL, "rusage-of", WL, "cpu-phases", PHASE_MS])
+        .through(&agent)
+        .flag("-v")
+        .tag("cpu-phases-agent")
+        .run();
+    assert_eq!(
+        out.json_value()["programs"],
+        "agent",
+        "traced through the agent\n{}",
+        out.context()
+    );
+    assert!(
+        out.stderr
+            .contains("sampled by the agent's CPU clock at 100 Hz"),
+        "-v names the agent's CPU clock\n{}",
+        out.context()
+    );
+    // The summary's chart says what it is, as with the programs loaded by spacetime itself.
+    assert!(
+        out.stderr.contains("CPU in cores, sampled at 100 Hz"),
+        "the chart's title says sampled\n{}",
+        out.context()
+    );
+    assert_phases_sampled(&out);
+    agent.stop();
+}
+
+/// The report of `cpu-phases` under `rusage-of`: a sampled series that shows each phase's
+/// cores to within [`CORES_TOLERANCE`] and adds up to the report's CPU, itself wait4's.
+fn assert_phases_sampled(out: &Outcome) {
     out.assert_code(0);
     let v = out.json_value();
     let ctx = out.context();

@@ -15,10 +15,11 @@ use anyhow::{Context, Result};
 use crate::tally::Tally;
 
 /// The test files run through the agent.
-const FILES: [&str; 10] = [
+const FILES: [&str; 11] = [
     "memory",
     "processes",
     "cpu",
+    "cpu_over_time",
     "exit",
     "bench",
     "attach",

@@ -5,7 +5,7 @@ use std::io::{self, IsTerminal};
 
 use crate::{
     cmd::cli::TraceArgs,
-    kernel::loader::LoadOptions,
+    kernel::loader::{CpuClock, LoadOptions},
     report::{self, chart, export::perfetto},
     run::{
         launch,
@@ -156,7 +156,10 @@ fn session_options(args: &TraceArgs, verbose: u8) -> SessionOptions {
             ring_buffer_bytes: args.ring_buffer,
             max_tracked: args.max_processes,
             track_rss: memory_over_time(args),
-            track_cpu: cpu_over_time(args),
+            cpu_clock: match cpu_over_time(args) {
+                true => CpuClock::Attached,
+                false => CpuClock::Off,
+            },
             rss_interval_ns: args.rss_interval.saturating_mul(1_000_000),
             ..LoadOptions::default()
         },

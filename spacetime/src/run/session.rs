@@ -202,7 +202,11 @@ impl Session {
             } else {
                 want::NO_MEMORY
             };
-            want::TRACE | delayacct | memory
+            let cpu = match opts.load.cpu_clock {
+                crate::kernel::loader::CpuClock::Off => 0,
+                _ => want::CPU_OVER_TIME,
+            };
+            want::TRACE | delayacct | memory | cpu
         };
         let max = opts.load.max_tracked;
         let why = match crate::kernel::remote::client::AgentConn::connect_for(&path, want, max) {

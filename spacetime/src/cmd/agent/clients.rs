@@ -54,6 +54,9 @@ pub(super) struct Client {
     /// Its runs show memory over time (not a `time -f` format): rss_stat runs for them, and
     /// the kernel follows their processes' mms.
     pub memory: bool,
+    /// Its runs show CPU over time: the CPU clock program runs while its session is open,
+    /// and the ticks of its processes go to it (none go to a client that did not ask).
+    pub cpu: bool,
     /// Its runs' own limit on processes tracked at once (0: none), from its hello.
     pub max_processes: u32,
     /// When it last sent a message or read one of ours.
@@ -83,6 +86,7 @@ impl Client {
             seat: None,
             delayacct: false,
             memory: true,
+            cpu: false,
             max_processes: 0,
             active: Instant::now(),
             queues,

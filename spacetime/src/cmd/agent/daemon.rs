@@ -23,7 +23,7 @@ use super::{
     watchers::Watchers,
 };
 use crate::kernel::{
-    loader::{KernelLogger, LoadOptions, Probes},
+    loader::{CpuClock, KernelLogger, LoadOptions, Probes},
     remote::{
         proto::{self, Msg, Refusal, TaskstatsState, Welcome},
         sock,
@@ -150,6 +150,8 @@ fn serve_on(
     let mut probes = Probes::load(&LoadOptions {
         ring_buffer_bytes: 16 << 20,
         track_rss: true,
+        // Attached while a session shows CPU over time (`follow_ticks`).
+        cpu_clock: CpuClock::Loaded,
         ..LoadOptions::default()
     })?;
     probes.set_rss_following(false)?;
@@ -178,6 +180,7 @@ fn serve_on(
             .map(|m| m.clone().into_bytes())
             .collect(),
         sees_uid: proto::SEES_ALL,
+        cpu_clock: proto::CpuClockState::NotAsked,
     };
     let limits = super::ready::Limits {
         sessions_per_user: super::requests::SESSIONS_PER_USER,
@@ -485,6 +488,7 @@ impl Agent {
         }
         if !closed.is_empty() {
             self.follow_rss();
+            let _ = self.follow_ticks();
             self.update_delayacct();
             self.share_tracking_map();
         }

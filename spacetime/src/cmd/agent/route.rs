@@ -206,7 +206,10 @@ fn route_record(bytes: &[u8], clients: &mut [Client], owners: &mut Owners, cpu_a
         }
     }
     if let Some(c) = client_of(clients, session) {
-        c.record(bytes);
+        // Ticks go only to a session that asked for them (the program runs for another).
+        if ty != kind::TICK || c.cpu {
+            c.record(bytes);
+        }
     }
 }
 

@@ -48,6 +48,7 @@ mod ticks;
 pub use own_pid::{run_own_pid, LearnedPid};
 pub use sessions::SessionId;
 pub use stats::{parse_sysctl_flag, KernelProgramStats, ProgramStats};
+pub use ticks::CpuClock;
 
 use plan::{attach_raw, Plan};
 
@@ -132,8 +133,9 @@ pub struct LoadOptions {
     /// Send each cgroup's path the first time a process execs in it (`watch`'s identity,
     /// read while the cgroup exists).
     pub cgroup_names: bool,
-    /// Sample the traced threads' run time on a CPU clock tick (CPU over time).
-    pub track_cpu: bool,
+    /// Sample the traced threads' run time on a CPU clock tick (CPU over time): the
+    /// program attached now, loaded only, or neither.
+    pub cpu_clock: CpuClock,
 }
 
 impl Default for LoadOptions {
@@ -149,7 +151,7 @@ impl Default for LoadOptions {
             rss_interval_ns: 5_000_000,
             filter: spacetime_common::KernelFilter::default(),
             cgroup_names: false,
-            track_cpu: false,
+            cpu_clock: CpuClock::Off,
         }
     }
 }
@@ -180,9 +182,11 @@ pub struct Probes {
     /// aya parsed the kernel's BTF for its loader (the thread that builds it could not hide
     /// it: see startup.rs); that costs ~10 ms of start-up and nothing else.
     pub aya_btf_parsed: bool,
-    /// The CPU clock program runs (CPU over time from the threads' run time); else why not
-    /// (`None`: not asked for).
-    pub cpu_ticks: Option<Result<usize, String>>,
+    /// The CPU clock program is loaded (CPU over time from the threads' run time); else why
+    /// not (`None`: not asked for). Whether it runs now is [`Probes::cpu_ticking`].
+    pub cpu_clock: Option<Result<(), String>>,
+    /// Its links while it is attached, one per CPU.
+    tick_links: Vec<aya::programs::perf_event::PerfEventLinkId>,
 }
 
 /// The kernel programs' own diagnostics (aya-log), forwarded to the `log` crate.
@@ -398,16 +402,19 @@ impl Probes {
             "start-up: raw tracepoints attached in {:.1} ms",
             ms(started.elapsed() - attach_started)
         );
-        let cpu_ticks = opts.track_cpu.then(|| {
-            let at = started.elapsed();
-            let r = ticks::attach(&mut ebpf);
+        let at = started.elapsed();
+        let (cpu_clock, tick_links) = ticks::start(&mut ebpf, opts.cpu_clock);
+        if opts.cpu_clock != CpuClock::Off {
             log::debug!(
                 "start-up: CPU clock program {} in {:.1} ms",
-                if r.is_ok() { "attached" } else { "failed" },
+                match (&cpu_clock, tick_links.len()) {
+                    (Some(Err(_)), _) => "failed",
+                    (_, 0) => "loaded",
+                    _ => "attached",
+                },
                 ms(started.elapsed() - at)
             );
-            r
-        });
+        }
         let mechanisms::Described {
             lines: mut mechanisms,
             refused,
@@ -418,15 +425,15 @@ impl Probes {
             nr_cpus,
             opts.track_rss,
         );
-        match &cpu_ticks {
-            Some(Ok(cpus)) => mechanisms.push(format!(
+        match (&cpu_clock, tick_links.len()) {
+            (Some(Ok(())), 0) | (None, _) => {}
+            (Some(Ok(())), cpus) => mechanisms.push(format!(
                 "CPU over time: threads' run time sampled by a CPU clock at {} Hz on {cpus} CPUs",
                 spacetime_common::CPU_TICK_HZ
             )),
-            Some(Err(why)) => mechanisms.push(format!(
+            (Some(Err(why)), _) => mechanisms.push(format!(
                 "CPU over time: each process's CPU spread over its life (no CPU clock program: {why})"
             )),
-            None => {}
         }
         let logger = aya_log::EbpfLogger::init(&mut ebpf)
             .inspect_err(|e| log::debug!("kernel-side logging unavailable: {e}"))
@@ -444,7 +451,8 @@ impl Probes {
             cpu_at_release: plan.cpu_at_release,
             load_us,
             aya_btf_parsed: !built.btf_hidden,
-            cpu_ticks,
+            cpu_clock,
+            tick_links,
         })
     }
 

@@ -1,6 +1,7 @@
 //! The protocol's typed answers: why the agent refused ([`Refusal`]), whether its taskstats
-//! records come ([`TaskstatsState`]); and what a client can read of a taskstats datagram.
-//! Each travels as one byte beside the words for people.
+//! records come ([`TaskstatsState`]), whether its CPU clock runs for a session
+//! ([`CpuClockState`]); and what a client can read of a taskstats datagram. Each travels as
+//! one byte beside the words for people.
 
 /// Why the agent refused: what a client may decide on (the text beside it is for people).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +62,34 @@ impl TaskstatsState {
             0 => TaskstatsState::Available,
             1 => TaskstatsState::OtherNetNamespace,
             _ => TaskstatsState::Failed,
+        }
+    }
+}
+
+/// Whether the agent's CPU clock program samples a session's threads (CPU over time from
+/// their run time, as with a trace's own programs), as its welcome says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CpuClockState {
+    /// The session did not ask for CPU over time.
+    #[default]
+    NotAsked,
+    /// It runs on this many CPUs, and stays attached while the session is open.
+    Ticking { cpus: u32 },
+    /// It cannot run (why, for people): CPU over time is each process's CPU spread over its
+    /// life.
+    Failed(Vec<u8>),
+}
+
+impl CpuClockState {
+    pub(super) const NOT_ASKED: u8 = 0;
+    pub(super) const TICKING: u8 = 1;
+    pub(super) const FAILED: u8 = 2;
+
+    pub(super) fn code(&self) -> u8 {
+        match self {
+            CpuClockState::NotAsked => Self::NOT_ASKED,
+            CpuClockState::Ticking { .. } => Self::TICKING,
+            CpuClockState::Failed(_) => Self::FAILED,
         }
     }
 }

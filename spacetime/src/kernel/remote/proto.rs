@@ -12,10 +12,10 @@
 
 use crate::kernel::counters::KernelCounters;
 
-pub use super::codes::{datagram_identities, Refusal, TaskstatsState};
+pub use super::codes::{datagram_identities, CpuClockState, Refusal, TaskstatsState};
 
 /// The protocol's version: a change to any message's layout changes it.
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 128 << 10;
@@ -33,7 +33,10 @@ pub mod want {
     /// Watch every exit on the system (a non-root client: its own uid's only).
     pub const WATCH: u8 = 2;
     /// The bits above that say what.
-    pub const KIND: u8 = 0x3f;
+    pub const KIND: u8 = 0x1f;
+    /// A flag beside TRACE: the runs show CPU over time: the agent's CPU clock program
+    /// samples their threads while the session is open ([`super::CpuClockState`]).
+    pub const CPU_OVER_TIME: u8 = 0x20;
     /// A flag beside TRACE: the runs show no memory over time (a `time -f` format): the
     /// kernel follows none of their processes' mms, and rss_stat need not run for them.
     pub const NO_MEMORY: u8 = 0x40;
@@ -63,6 +66,8 @@ pub struct Welcome {
     /// Whose processes the session sees: a watch of a user who is not root sees that uid's
     /// only; [`SEES_ALL`] otherwise.
     pub sees_uid: u32,
+    /// Whether the CPU clock program samples the session's threads.
+    pub cpu_clock: CpuClockState,
 }
 
 /// [`Welcome::sees_uid`] of a session that sees every process it asks for.
@@ -507,6 +512,12 @@ fn encode_welcome(w: &Welcome) -> Vec<u8> {
         .u32(w.sees_uid)
         .u8(w.taskstats as u8)
         .bytes(&w.taskstats_error, MAX_TEXT);
+    let (cpus, why): (u32, &[u8]) = match &w.cpu_clock {
+        CpuClockState::NotAsked => (0, b""),
+        CpuClockState::Ticking { cpus } => (*cpus, b""),
+        CpuClockState::Failed(why) => (0, why),
+    };
+    out.u8(w.cpu_clock.code()).u32(cpus).bytes(why, MAX_TEXT);
     let n = w.mechanisms.len().min(MAX_MECHANISMS);
     out.u32(n as u32);
     for m in &w.mechanisms[..n] {
@@ -527,6 +538,20 @@ fn parse_welcome(r: &mut Reader<'_>) -> Result<Welcome, ProtoError> {
         taskstats: TaskstatsState::from_u8(r.u8("taskstats state")?),
         taskstats_error: r.bytes(MAX_TEXT, "taskstats error")?.to_vec(),
         mechanisms: Vec::new(),
+        cpu_clock: CpuClockState::NotAsked,
+    };
+    let (code, cpus) = (r.u8("cpu clock")?, r.u32("cpu clock cpus")?);
+    let why = r.bytes(MAX_TEXT, "cpu clock failure")?;
+    w.cpu_clock = match code {
+        CpuClockState::NOT_ASKED => CpuClockState::NotAsked,
+        CpuClockState::TICKING => CpuClockState::Ticking { cpus },
+        CpuClockState::FAILED => CpuClockState::Failed(why.to_vec()),
+        _ => {
+            return Err(ProtoError::Invalid {
+                ty: r.ty,
+                what: "cpu clock state",
+            })
+        }
     };
     let n = r.u32("mechanism count")? as usize;
     if n > MAX_MECHANISMS {

@@ -52,6 +52,12 @@ fn samples() -> Vec<Msg> {
             taskstats_error: b"no netlink".to_vec(),
             mechanisms: vec![b"raw tracepoints".to_vec(), b"\x1b[31mx\xff".to_vec()],
             sees_uid: 1000,
+            cpu_clock: super::CpuClockState::Failed(b"no perf events".to_vec()),
+        }),
+        Msg::Welcome(Welcome {
+            session: 4,
+            cpu_clock: super::CpuClockState::Ticking { cpus: 64 },
+            ..Welcome::default()
         }),
         Msg::Refused {
             code: super::Refusal::NotProven,

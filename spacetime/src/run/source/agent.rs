@@ -81,9 +81,11 @@ impl KernelSource for AgentSource {
     }
 
     fn cpu_ticks(&self) -> bool {
-        // The agent does not run the CPU clock program: CPU over time is each process's CPU
-        // spread over its life.
-        false
+        // Attached by the agent before its welcome, and kept while the session is open.
+        matches!(
+            self.conn.welcome.cpu_clock,
+            proto::CpuClockState::Ticking { cpus } if cpus > 0
+        )
     }
 
     fn cpu_at_release(&self) -> bool {
@@ -109,6 +111,19 @@ impl KernelSource for AgentSource {
                 .iter()
                 .map(|l| String::from_utf8_lossy(l).into_owned()),
         );
+        match &w.cpu_clock {
+            proto::CpuClockState::NotAsked => {}
+            proto::CpuClockState::Ticking { cpus } => m.push(format!(
+                "CPU over time: threads' run time sampled by the agent's CPU clock at {} Hz on \
+                 {cpus} CPUs (attached while a session shows CPU over time)",
+                spacetime_common::CPU_TICK_HZ
+            )),
+            proto::CpuClockState::Failed(why) => m.push(format!(
+                "CPU over time: each process's CPU spread over its life (the agent's CPU clock \
+                 program cannot run: {})",
+                String::from_utf8_lossy(why)
+            )),
+        }
         if !self.memory {
             m.push(
                 "this session asked for no memory over time: the kernel follows none of its \

@@ -64,7 +64,7 @@ impl KernelSource for OwnSource {
     }
 
     fn cpu_ticks(&self) -> bool {
-        matches!(self.probes.cpu_ticks, Some(Ok(_)))
+        self.probes.cpu_ticking() > 0
     }
 
     fn cpu_at_release(&self) -> bool {

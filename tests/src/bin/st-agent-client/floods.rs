@@ -81,7 +81,7 @@ pub fn flush_rtt(socket: &Path, n: u32) {
 
 /// Forks a held child that, once its pipe gives a byte, runs `work` and exits; returns its
 /// pid and the pipe's write end.
-fn held(work: impl FnOnce()) -> (i32, std::os::fd::OwnedFd) {
+pub(crate) fn held(work: impl FnOnce()) -> (i32, std::os::fd::OwnedFd) {
     let mut fds = [0; 2];
     // SAFETY: a valid array of two fds.
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
@@ -105,7 +105,7 @@ fn held(work: impl FnOnce()) -> (i32, std::os::fd::OwnedFd) {
     }
 }
 
-fn go(pipe: &std::os::fd::OwnedFd) {
+pub(crate) fn go(pipe: &std::os::fd::OwnedFd) {
     // SAFETY: one byte on our own pipe.
     unsafe {
         libc::write(

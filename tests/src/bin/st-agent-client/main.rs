@@ -14,10 +14,12 @@
 //!   sessions N   open N sessions at once (hello on N connections); print the last answer
 //!
 //! The attack routes: `reuse` (reuse.rs), `flush-flood`, `records-flood`, `slow-storm`, `hold`, `idle`,
-//! `share` (floods.rs), `watch-leak`, `watch-exits`, `watch-flood`, `watch-hoard` (watches.rs).
+//! `share` (floods.rs), `watch-leak`, `watch-exits`, `watch-flood`, `watch-hoard` (watches.rs),
+//! `ticks` (ticks.rs).
 
 mod floods;
 mod reuse;
+mod ticks;
 mod watches;
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
@@ -174,6 +176,7 @@ fn main() {
         "watch-exits" => return watches::exits(socket_path),
         "watch-flood" => return watches::flood(socket_path, num(3) as u64),
         "watch-hoard" => return watches::hoard(socket_path, num(3)),
+        "ticks" => return ticks::run(socket_path, num(3) as u64),
         _ => {}
     }
     let mut keep = Vec::new();
