@@ -3,10 +3,13 @@
 //! adopted by spacetime, the subreaper), reports the rest as running, and reads the figures of
 //! the end so that they never contradict each other while a survivor keeps growing.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::{
+    collections::HashSet,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
 use serde_json::Value;
-use spacetime_tests::{Trace, MIB, PAGE};
+use spacetime_tests::{assert_rss, Trace, MIB, PAGE};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 
@@ -181,6 +184,104 @@ fn dates(v: &Value) -> Vec<(String, u64)> {
         }
     }
     out
+}
+
+/// Double forks whose middle processes exit as CMD does (not waited for), in 16 rows of
+/// exits from CMD's exit on: across the end of the trace, some exit before spacetime's last
+/// drain of the run, some between it and its read of the memory the kernel follows (their
+/// last records then in the ring only), some after. Each process gets one answer: exited
+/// with its exact peak, or running at the stop (CMD's exit) with its peak so far; never
+/// running with no peak while its RSS is in the timeline and the tree's peak.
+#[test]
+fn double_forks_ending_with_cmd_give_every_process_one_answer() {
+    let n = spacetime_tests::storm_size(300, 60);
+    for run in 0..spacetime_tests::repetitions(6, 1) {
+        let out = Trace::new([WL, "daemon-race", &n.to_string(), "16", "1", "0"])
+            .flag("--stop-on-root-exit")
+            .tag("stop-race")
+            .run();
+        out.assert_code(0);
+        let ctx = out.context();
+        let v = out.json_value();
+        let procs = v["processes"].as_array().expect("processes");
+        assert_eq!(
+            procs.len(),
+            1 + 2 * n,
+            "run {run}: CMD, its {n} middles and their grandchildren\n{ctx}"
+        );
+        let tree_peak = v["totals"]["tree_peak_rss_bytes"]
+            .as_u64()
+            .expect("tree peak");
+        // Processes whose memory the timeline counts (in the tree's sum too).
+        let followed: HashSet<i64> = v["timeline"]["processes"]
+            .as_array()
+            .expect("timeline.processes")
+            .iter()
+            .filter(|s| s["rss"].as_array().is_some_and(|r| !r.is_empty()))
+            .filter_map(|s| s["pid"].as_i64())
+            .collect();
+        for p in procs {
+            one_answer(p, &followed, tree_peak, &format!("run {run}"), &ctx);
+        }
+        // Their peaks are exact whatever their state: each recorded its VmHWM once its
+        // memory stopped changing, before CMD's exit.
+        let truth = out.truth_of("daemon-race");
+        let mut exited = 0;
+        for t in truth
+            .iter()
+            .filter(|t| matches!(t.str("role"), "middle" | "root"))
+        {
+            let p = process(&v, i64::from(t.pid()));
+            exited += usize::from(p["state"] == "exited");
+            let peak = p["peak_rss_bytes"].as_u64().unwrap_or(0);
+            let what = format!(
+                "run {run}: {} pid {} ({})",
+                t.str("role"),
+                t.pid(),
+                p["state"]
+            );
+            assert_rss(&what, peak, t.vmhwm_bytes());
+        }
+        assert_eq!(truth.len(), 1 + n, "run {run}: truth lines\n{ctx}");
+        eprintln!(
+            "race run {run}: {} of {} with truth exited, the rest running at the stop",
+            exited,
+            1 + n
+        );
+    }
+}
+
+/// One process's answer: its state, end, exit and peak agree, and memory the timeline
+/// counts has a figure, within the tree's peak.
+fn one_answer(p: &Value, followed: &HashSet<i64>, tree_peak: u64, run: &str, ctx: &str) {
+    let pid = p["pid"].as_i64().expect("pid");
+    let state = p["state"].as_str().unwrap_or("?");
+    let peak = p["peak_rss_bytes"].as_u64();
+    let (end, exit) = (&p["end_ns"], &p["exit"]);
+    match state {
+        "exited" => assert!(
+            end.is_u64() && !exit.is_null() && peak.is_some(),
+            "{run}: pid {pid} exited: end_ns {end}, exit {exit}, peak {peak:?}\n{ctx}"
+        ),
+        "running" => assert!(
+            end.is_null() && exit.is_null(),
+            "{run}: pid {pid} running: end_ns {end}, exit {exit}\n{ctx}"
+        ),
+        _ => panic!("{run}: pid {pid}: state {state}\n{ctx}"),
+    }
+    match peak {
+        Some(b) => assert!(
+            b <= tree_peak,
+            "{run}: pid {pid}'s peak {b} above the tree's {tree_peak}\n{ctx}"
+        ),
+        None => assert!(
+            p["peak_rss_unknown_reason"].is_string() && !followed.contains(&pid),
+            "{run}: pid {pid} ({state}) has no peak (why: {}), yet its RSS is in the \
+             timeline: {}\n{ctx}",
+            p["peak_rss_unknown_reason"],
+            followed.contains(&pid)
+        ),
+    }
 }
 
 #[test]

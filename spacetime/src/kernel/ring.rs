@@ -215,6 +215,11 @@ impl Ring {
         self.next_record()
     }
 
+    /// Whether every record that begins before `end` (from [`Ring::written`]) was used.
+    pub fn taken_to(&self, end: u64) -> bool {
+        self.pos >= end
+    }
+
     fn release(&mut self, next: u64) {
         self.pos = next;
         self.consumer_pos().store(next, Ordering::Release);

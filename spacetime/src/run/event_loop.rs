@@ -104,6 +104,14 @@ pub trait Records {
     }
     /// taskstats records that came with the records (an agent's), appended to `out`.
     fn take_taskstats(&mut self, _out: &mut Vec<TaskstatsRecord>) {}
+    /// Hands `each` the records that begin before `end` (a ring's position, from
+    /// [`Ring::written`]), in order, while it returns true; returns whether every one was
+    /// handed on (false: one is still being written). A source without positions (an
+    /// agent's connection) hands on what it holds.
+    fn each_record_before(&mut self, _end: u64, each: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        self.each_record(each);
+        true
+    }
 }
 
 impl Records for Ring {
@@ -117,6 +125,15 @@ impl Records for Ring {
 
     fn wait_fd(&self) -> Option<RawFd> {
         Some(self.as_raw_fd())
+    }
+
+    fn each_record_before(&mut self, end: u64, each: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        while let Some(item) = self.next_record_before(end) {
+            if !each(&item) {
+                break;
+            }
+        }
+        self.taken_to(end)
     }
 }
 
@@ -206,18 +223,45 @@ impl Io<'_> {
 /// Hands every record in the ring buffer to `c`, while it takes them.
 pub fn drain<C: Consumer>(ring: &mut dyn Records, c: &mut C) {
     if c.taking() {
-        ring.each_record(&mut |item| {
-            match decode(item) {
-                Ok(ev) => c.event(ev),
-                Err(e) => {
-                    *c.decode_errors() += 1;
-                    log::debug!("undecodable record: {e}");
-                }
-            }
-            c.taking()
-        });
+        ring.each_record(&mut |item| hand(item, c));
     }
     c.drained();
+}
+
+/// Longest [`drain_before`] waits for a record another CPU is still writing: its program runs
+/// between the record's reserve and its commit for microseconds, unless its CPU is taken
+/// away meanwhile.
+const WRITING_GRACE: Duration = Duration::from_millis(100);
+
+/// Hands `c` every record that begins before `end` (a ring's position, from
+/// [`Ring::written`]), none after: one still being written is waited for (bounded).
+pub fn drain_before<C: Consumer>(ring: &mut dyn Records, c: &mut C, end: u64) {
+    let since = std::time::Instant::now();
+    while c.taking() {
+        let all = ring.each_record_before(end, &mut |item| hand(item, c));
+        if all || since.elapsed() >= WRITING_GRACE {
+            if !all {
+                log::debug!(
+                    "a record before the end was still being written after {WRITING_GRACE:?}"
+                );
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(20));
+    }
+    c.drained();
+}
+
+/// One record to `c`, decoded (or counted as undecodable); whether `c` takes more.
+fn hand<C: Consumer>(item: &[u8], c: &mut C) -> bool {
+    match decode(item) {
+        Ok(ev) => c.event(ev),
+        Err(e) => {
+            *c.decode_errors() += 1;
+            log::debug!("undecodable record: {e}");
+        }
+    }
+    c.taking()
 }
 
 /// Throws away what the ring buffer holds; returns how many records.

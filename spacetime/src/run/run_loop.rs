@@ -43,6 +43,8 @@ pub(super) struct Outcome {
     /// Processes whose exit came after the stop (running then).
     pub exited_after: FxHashSet<Key>,
     pub decode_errors: u64,
+    /// The stop as records are judged against it (see [`TracedRun::cutoff`]).
+    cutoff: Option<u64>,
 }
 
 /// Where decoded records go.
@@ -57,6 +59,7 @@ pub(super) struct Sink<'a> {
     pub decode_errors: u64,
 }
 
+#[derive(Clone, Copy)]
 pub(super) struct LoopOptions {
     /// The root as spacetime's PID namespace numbers it: our child.
     pub root_pid: u32,
@@ -270,7 +273,36 @@ pub(super) async fn consume(
         end_ns,
         exited_after: std::mem::take(&mut run.exited_after),
         decode_errors: run.sink.decode_errors,
+        cutoff: run.cutoff,
     })
+}
+
+/// Takes the records the kernel had written when the end's figures were read (up to `end`,
+/// from [`crate::run::source::EndFigures::records_end`]), judged as the loop judged them. A
+/// process that stopped being followed between the loop's last drain and the read of the
+/// followed mms (one that exited right after a stop) has its last records there and nowhere
+/// else: without them it would have neither its peak nor its mm.
+pub(super) fn take_written(
+    opts: LoopOptions,
+    sink: &mut Sink<'_>,
+    ring: &mut dyn Records,
+    outcome: &mut Outcome,
+    end: u64,
+) {
+    let mut run = TracedRun {
+        sink,
+        opts,
+        root_status: outcome.root_status,
+        no_children: false,
+        stop_signal: outcome.stop_signal,
+        stopped: None,
+        cutoff: outcome.cutoff,
+        exited_after: std::mem::take(&mut outcome.exited_after),
+    };
+    event_loop::drain_before(ring, &mut run, end);
+    outcome.exited_after = std::mem::take(&mut run.exited_after);
+    outcome.decode_errors = run.sink.decode_errors;
+    outcome.cutoff = run.cutoff;
 }
 
 /// Processes still running (`--stop-on-root-exit`): their peak so far, held-back point and

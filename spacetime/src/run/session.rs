@@ -325,19 +325,17 @@ impl Session {
             decode_errors: 0,
         };
         let io = self.kernel.io(self.sigfd.as_raw_fd());
-        let outcome = self
+        let mut outcome = self
             .rt
             .block_on(run_loop::consume(loop_opts, &mut sink, io))?;
         // The status line goes before anything of the end is printed.
-        status.finish();
-        if let Some(a) = &root.attached {
-            tree.settle_adopted();
-            a.peaks_so_far(&mut tree, self.page_size);
-        }
+        sink.status.finish();
+        let figures = self.read_end(loop_opts, &mut sink, &mut outcome, &root, &baseline);
         let ends = end::Ends {
             outcome,
             cgroup,
             baseline,
+            figures,
         };
         let run = self.finish(tree, memory, collector, ends, root, mechanisms);
         let run = run.map(|r| Run { command, ..r });

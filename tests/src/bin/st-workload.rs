@@ -98,6 +98,9 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
                                grandchild exits at once and the root exits once it is a zombie;
                                else the grandchild exits MS ms after the root. Records {role,
                                ..., exit_unix_ns}
+  daemon-race N K MIB MS       N double forks whose middles touch MIB MiB and exit in K rows
+                               from the root's exit on (none waited for); each grandchild MS ms
+                               after its middle. Records {role, ...}
   grow-at-stop START CAP       fork a grower that touches START MiB, lets the root exit, then
                                touches a MiB per ms up to CAP MiB; records {role, mib}
   pss-touch MIB MS             touch MIB MiB, read its own PSS there, hold MS ms; record
@@ -658,6 +661,12 @@ fn main() {
         ),
         "attach-grow" => attach_grow(&mut rec, parse(&args, 2, "N"), parse(&args, 3, "M")),
         "double-fork" => truth::double_fork(&mut rec, parse(&args, 2, "MS")),
+        "daemon-race" => truth::daemon_race(
+            &mut rec,
+            [parse(&args, 2, "N"), parse(&args, 3, "K")],
+            parse(&args, 4, "MIB"),
+            parse(&args, 5, "MS"),
+        ),
         "grow-at-stop" => {
             truth::grow_at_stop(&mut rec, parse(&args, 2, "START"), parse(&args, 3, "CAP"))
         }

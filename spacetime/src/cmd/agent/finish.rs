@@ -114,23 +114,30 @@ impl Agent {
 
     /// Ends client `i`'s run: every record sent, then the figures only the agent reads.
     fn end_run(&mut self, i: usize, s: SessionId) {
-        let Some(run) = self.clients[i].run.take() else {
+        let Some(baseline) = self.clients[i].run.as_ref().map(|r| r.baseline) else {
             // Nothing tracked (the track was refused): an empty end.
             return self.clients[i].control(&proto::Msg::End(proto::End::default()));
         };
         // The mms before the tree's sum: a process growing between the two reads raises the
         // tree's peak past its own, never its own past the tree's.
         let mms = self.probes.followed_mms_of(s).unwrap_or_default();
+        // A process no longer followed at that read wrote its last records (its peak, its
+        // exit) before it: they end here, marked before the tree's sum, which covers them.
+        let written = self.ring.written();
         let tree_rss = self.probes.tree_rss_of(s).unwrap_or_default();
         let counters = self
             .probes
             .counters_of(s)
-            .map(|c| c.since(&run.baseline))
+            .map(|c| c.since(&baseline))
             .unwrap_or_default();
-        // What the kernel wrote since the last drain. The answer goes before the untracking
-        // (map walks, 0.1-0.3 ms here): what a process still running writes meanwhile is past
-        // the run's end, which its client would not take.
-        self.route();
+        // What the kernel wrote from the last drain to that mark, while the run is still the
+        // client's (records of a session with no run go nowhere). The answer goes before the
+        // untracking (map walks, 0.1-0.3 ms here): what a process still running writes
+        // meanwhile is past the run's end, which its client would not take.
+        self.route_to(Some(written));
+        let Some(run) = self.clients[i].run.take() else {
+            return;
+        };
         let enobufs = self.taskstats_stats().enobufs - run.enobufs_at_start;
         let c = &mut self.clients[i];
         // What did not fit the queues' bounds (`queues`), the records sent just before

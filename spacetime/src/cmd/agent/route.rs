@@ -109,6 +109,12 @@ impl Owners {
 impl Agent {
     /// Sends every waiting record and taskstats datagram to its session's client.
     pub(super) fn route(&mut self) {
+        self.route_to(None);
+    }
+
+    /// [`Agent::route`], the ring's records only up to `until` (a position from
+    /// [`crate::kernel::ring::Ring::written`]) when given.
+    pub(super) fn route_to(&mut self, until: Option<u64>) {
         // taskstats first: a datagram read now has its process's fork in the ring (or
         // already routed), so its tgid is known when it is routed below.
         let mut datagrams = Vec::new();
@@ -128,7 +134,7 @@ impl Agent {
         } = self;
         // What was written when the drain began, at most a ring's worth: storms that write
         // as fast as the agent reads never keep it from its other clients.
-        let end = ring.written();
+        let end = until.unwrap_or_else(|| ring.written());
         while let Some(item) = ring.next_record_before(end) {
             route_record(&item, clients, owners, cpu_at_release);
         }

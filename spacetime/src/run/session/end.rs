@@ -1,7 +1,12 @@
 //! The end of a run: the figures read once its loop ended, in an order that keeps them
 //! consistent with each other while processes still run, and the taskstats cross-check.
 
-use super::{run_loop, Baseline, Root, Run, RunError, Session};
+use std::os::fd::AsRawFd;
+
+use super::{
+    run_loop::{self, LoopOptions, Outcome, Sink},
+    Baseline, Root, Run, RunError, Session,
+};
 use crate::{
     kernel::taskstats::{ListenerStats, Unavailable},
     model::{
@@ -11,7 +16,10 @@ use crate::{
         tree::Tree,
     },
     report::{self, TaskstatsMeta},
-    run::{delayacct::delayacct_on, source::TaskstatsFeed},
+    run::{
+        delayacct::delayacct_on,
+        source::{EndFigures, TaskstatsFeed},
+    },
 };
 
 /// How the run's loop ended, and what is left to read at the end.
@@ -20,9 +28,40 @@ pub(super) struct Ends {
     /// The run's memory cgroup, its peak read after the kernel's figures.
     pub cgroup: Option<crate::run::cgroup_peak::Run>,
     pub baseline: Baseline,
+    /// What the kernel side read at the end ([`Session::read_end`]).
+    pub figures: EndFigures,
 }
 
 impl Session {
+    /// The kernel side's figures of the run's end, read once its loop ended, then the records
+    /// the kernel had written by that read.
+    pub(super) fn read_end(
+        &mut self,
+        opts: LoopOptions,
+        sink: &mut Sink<'_>,
+        outcome: &mut Outcome,
+        root: &Root,
+        baseline: &Baseline,
+    ) -> EndFigures {
+        if let Some(a) = &root.attached {
+            sink.tree.settle_adopted();
+            a.peaks_so_far(sink.tree, self.page_size);
+        }
+        // With processes still running (--stop-on-root-exit, a stopped attach) the figures of
+        // the end keep moving: read the mms, then the tree's sum, then the cgroup's peak, and
+        // end the run after the last read. Each later figure then covers the earlier ones (the
+        // tree's peak every process's, the cgroup's too), and nothing is dated after the end.
+        let live = self.kernel.rss_tracking() && sink.tree.live() > 0;
+        let figures = self.kernel.end_run(&baseline.counters, live);
+        // A process that exited between the loop's last drain and the read of the mms is in
+        // neither: its last records are in the ring, before the read's mark.
+        if let Some(end) = figures.records_end {
+            let io = self.kernel.io(self.sigfd.as_raw_fd());
+            run_loop::take_written(opts, sink, io.ring, outcome, end);
+        }
+        figures
+    }
+
     /// The run's figures once its loop ended.
     pub(super) fn finish(
         &mut self,
@@ -37,15 +76,9 @@ impl Session {
             outcome,
             cgroup,
             baseline,
+            figures: end,
         } = ends;
         let rss_tracking = self.kernel.rss_tracking();
-        // With processes still running (--stop-on-root-exit, a stopped attach) the figures of
-        // the end keep moving: read the mms, then the tree's sum, then the cgroup's peak, and
-        // end the run after the last read. Each later figure then covers the earlier ones (the
-        // tree's peak every process's, the cgroup's too), and nothing is dated after the end.
-        let end = self
-            .kernel
-            .end_run(&baseline.counters, rss_tracking && tree.live() > 0);
         let agent_gone = self.kernel.gone();
         if let Some(why) = &agent_gone {
             mechanisms.push(format!(

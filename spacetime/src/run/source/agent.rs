@@ -254,6 +254,8 @@ impl KernelSource for AgentSource {
             counters,
             tree_rss: end.end.map(|e| e.tree_rss),
             mms,
+            // The agent sent what the kernel wrote until after its read, before its answer.
+            records_end: None,
         }
     }
 

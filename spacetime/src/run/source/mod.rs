@@ -38,6 +38,10 @@ pub struct EndFigures {
     pub tree_rss: Option<spacetime_common::TreeRss>,
     /// The followed mms of processes still running (read only when some are).
     pub mms: Result<Vec<spacetime_common::MmState>, String>,
+    /// Where the records the kernel had written when the mms were read end (a ring's
+    /// position): the run takes them after the read, the last records of a process no longer
+    /// followed then among them. None: they came with the end (an agent's answer).
+    pub records_end: Option<u64>,
 }
 
 /// A kernel side: what a session or a watch asks of the programs, wherever they run.

@@ -168,6 +168,10 @@ impl KernelSource for OwnSource {
             true => self.probes.followed_mms().map_err(|e| e.to_string()),
             false => Ok(Vec::new()),
         };
+        // A process that stopped being followed before the read above wrote its last records
+        // (its peak, its exit) before it: they end here. Marked before the tree's sum is
+        // read, which then covers every peak they carry.
+        let records_end = Some(self.ring.written());
         EndFigures {
             counters: self
                 .counters()
@@ -175,6 +179,7 @@ impl KernelSource for OwnSource {
                 .unwrap_or_default(),
             tree_rss: self.probes.tree_rss().ok(),
             mms,
+            records_end,
         }
     }
 

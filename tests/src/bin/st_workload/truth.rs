@@ -136,6 +136,105 @@ pub fn double_fork(rec: &mut Recorder, ms: u64) -> ! {
     super::exit(0)
 }
 
+/// N daemons' double forks whose middle processes end in a row from the root's exit on: the
+/// root forks N middles; each touches MIB MiB, records, forks a grandchild and says it is
+/// ready (a byte on a pipe); the root exits once all are, waiting for none. Middle i exits at
+/// the end of file of a relay pipe whose write end only the root (i < K) or middle i - K
+/// holds: K chains of exits, each exit at the one before, across the end of a trace that
+/// stops at the root's exit, whatever the speed. Each grandchild waits for its middle's exit
+/// the same way, sleeps MS ms and exits. Records: middle {role, mib, grandchild}; root
+/// {role, middles}.
+pub fn daemon_race(rec: &mut Recorder, [n, k]: [usize; 2], mib: usize, ms: u64) -> ! {
+    let [ready_r, ready_w] = super::pipe_pair();
+    let relay: Vec<[libc::c_int; 2]> = (0..n).map(|_| super::pipe_pair()).collect();
+    let mut middles = Vec::with_capacity(n);
+    for i in 0..n {
+        let middle = super::fork();
+        if middle == 0 {
+            // Keeps its relay's read end and the next one's write end.
+            let hold = relay.get(i + k).map(|p| p[1]);
+            for (j, p) in relay.iter().enumerate() {
+                if j != i {
+                    close(&[p[0]]);
+                }
+                if Some(p[1]) != hold {
+                    close(&[p[1]]);
+                }
+            }
+            close(&[ready_r]);
+            daemon_middle(rec, [relay[i][0], ready_w], hold, mib, ms);
+        }
+        middles.push(i64::from(middle));
+    }
+    // Keeps the first K relays' write ends: their middles' end of file is the root's exit.
+    for (j, p) in relay.iter().enumerate() {
+        close(&[p[0]]);
+        if j >= k {
+            close(&[p[1]]);
+        }
+    }
+    close(&[ready_w]);
+    for _ in 0..n {
+        super::recv_byte(ready_r);
+    }
+    rec.begin("daemon-race")
+        .str("role", "root")
+        .ints("middles", &middles)
+        .finish();
+    super::exit(0)
+}
+
+/// A middle of [`daemon_race`]: exits at the end of file of `wait`, holding `hold` until then.
+fn daemon_middle(
+    rec: &mut Recorder,
+    [wait, ready]: [libc::c_int; 2],
+    hold: Option<libc::c_int>,
+    mib: usize,
+    ms: u64,
+) -> ! {
+    let [middle_gone, middle_holds] = super::pipe_pair();
+    let grandchild = super::fork();
+    if grandchild == 0 {
+        close(&[middle_holds, wait, ready]);
+        close(hold.as_slice());
+        wait_eof(middle_gone);
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        super::exit(0)
+    }
+    close(&[middle_gone]);
+    // SAFETY: a system call without pointers into memory it could misuse.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let p = map_anon(mib << 20);
+    for off in (0..mib << 20).step_by(page) {
+        // SAFETY: within the mapping made above: every offset is below its length.
+        unsafe { std::ptr::write_volatile(p.add(off), 1) };
+    }
+    // Its peak is reached: recorded now, so that its exit follows the one before at once.
+    rec.begin("daemon-race")
+        .str("role", "middle")
+        .int("mib", mib as i64)
+        .int("grandchild", i64::from(grandchild))
+        .finish();
+    super::send_byte(ready);
+    wait_eof(wait);
+    super::exit(0)
+}
+
+/// Closes descriptors this process owns and does not use after.
+fn close(fds: &[libc::c_int]) {
+    for &fd in fds {
+        // SAFETY: closes a descriptor this process owns and does not use after.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Returns at the end of file: once every other holder of the write end has exited.
+fn wait_eof(fd: libc::c_int) {
+    let mut b = [0u8; 1];
+    // SAFETY: reads into a buffer valid for the length given.
+    while unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) } > 0 {}
+}
+
 /// The root forks a grower and exits once it holds START MiB; the grower keeps touching a new
 /// MiB every millisecond up to CAP MiB, then exits: it is still growing when a trace that
 /// stops at the root's exit reads its figures. Records: grower {role: started, mib,
