@@ -227,7 +227,8 @@ pub struct TraceArgs {
     pub append: bool,
     /// Print this instead of the summary, with every letter of GNU time's (`time -f`: %e %E
     /// %U %S %P %M %t %K %D %p %X %Z %F %R %W %I %O %r %s %k %C %x %c %w, %%, \n, \t) and
-    /// spacetime's: %T tree-wide peak RSS KiB, %N processes, %Y max PSS KiB, %L events lost.
+    /// spacetime's: %T tree-wide peak RSS KiB, %N processes, %Y max PSS KiB, %L events lost,
+    /// %A mean RSS on CPU KiB.
     /// `verbose` prints `time -v`'s layout, `posix` `time -p`'s, `default` GNU time's own
     /// (without -f). As GNU time, a line says first when CMD exited non-zero or was killed
     /// (not with -q, nor with `posix`, as `time -p`)

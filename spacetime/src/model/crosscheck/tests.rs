@@ -113,7 +113,12 @@ fn merged_sums_equal_added_records() {
     merged.merge(&ProcessTaskstats::of(&b));
     // Counts add; the peaks (400 and 500 KiB) keep the larger.
     assert_eq!(
-        (merged.utime_us, merged.nvcsw, merged.write_bytes, merged.minflt),
+        (
+            merged.utime_us,
+            merged.nvcsw,
+            merged.write_bytes,
+            merged.minflt
+        ),
         (7, 2, 4096, 20)
     );
     assert_eq!((merged.hiwater_rss_kib, merged.records), (500, 2));
