@@ -185,6 +185,26 @@ fn table_figure(r: &Report, f: &Figure) -> String {
     }
 }
 
+/// `--format`'s help: GNU time's letters, spacetime's, and the figures table's, each with
+/// what it prints.
+pub fn help() -> String {
+    let mut own =
+        String::from("%T tree-wide peak RSS KiB, %N processes, %Y max PSS KiB, %L events lost");
+    for f in figures::FIGURES {
+        if let Some(l) = f.letter.filter(|&l| !LETTERS.contains(l)) {
+            let unit = if f.unit == Unit::Bytes { " KiB" } else { "" };
+            let _ = write!(own, ", %{l} {}{unit}", f.title);
+        }
+    }
+    format!(
+        "Print this instead of the summary, with every letter of GNU time's (`time -f`: %e %E \
+         %U %S %P %M %t %K %D %p %X %Z %F %R %W %I %O %r %s %k %C %x %c %w, %%, \\n, \\t) and \
+         spacetime's: {own}. `verbose` prints `time -v`'s layout, `posix` `time -p`'s, \
+         `default` GNU time's own (without -f). As GNU time, a line says first when CMD exited \
+         non-zero or was killed (not with -q, nor with `posix`, as `time -p`)"
+    )
+}
+
 /// Every letter, GNU time's first.
 fn letters() -> impl Iterator<Item = char> {
     let table = figures::FIGURES.iter().filter_map(|f| f.letter);
