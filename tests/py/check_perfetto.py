@@ -29,6 +29,8 @@ out = {
     "unknown_fields": 0,
     # Double-valued counter tracks: name -> [[ts, value], ...] (the CPU counter).
     "double_counters": {},
+    # Unsigned debug annotations of the slices: name -> [value, ...].
+    "uint_annotations": {},
 }
 names = {}
 for p in trace.packet:
@@ -56,6 +58,9 @@ for p in trace.packet:
     if p.HasField("track_event"):
         out["track_events"] += 1
         e = p.track_event
+        for a in e.debug_annotations:
+            if a.HasField("uint_value"):
+                out["uint_annotations"].setdefault(a.name, []).append(a.uint_value)
         if e.HasField("double_counter_value"):
             name, unit = names.get(e.track_uuid, ("?", None))
             c = out["double_counters"].setdefault(name, {"unit": unit, "points": []})

@@ -50,6 +50,7 @@ fn check_against(r: &Rendered, v: &Value) {
     let shown = r.text("id=\"tree-peak\"").expect("peak text");
     assert!(shown.ends_with("iB") || shown.ends_with(" B"), "{shown}");
     check_max_pss(r, v);
+    check_mean_rss_on_cpu(r, v);
     let procs = v["processes"].as_array().expect("processes");
     // A report written by spacetime lists them; a synthetic one has only the exits.
     let failed = v["failures"].as_array().map_or_else(
@@ -102,6 +103,45 @@ fn check_max_pss(r: &Rendered, v: &Value) -> String {
         (None, None) => assert_eq!(shown, "?"),
     }
     shown
+}
+
+/// The mean RSS on CPU chip: the JSON's `totals.mean_rss_on_cpu_bytes`, else its reason; the
+/// programs table has its column. Returns what the chip shows.
+fn check_mean_rss_on_cpu(r: &Rendered, v: &Value) -> String {
+    let chip = "id=\"figure-mean_rss_on_cpu_bytes\"";
+    let shown = r.text(chip).expect("mean RSS on CPU chip");
+    let figure = v["totals"]["mean_rss_on_cpu_bytes"].as_u64();
+    assert_eq!(
+        r.attr(chip, "data-value"),
+        Some(figure.map_or(String::new(), |b| b.to_string())),
+        "the mean RSS on CPU chip's figure"
+    );
+    match (
+        figure,
+        v["totals"]["mean_rss_on_cpu_unknown_reason"].as_str(),
+    ) {
+        (Some(_), _) => assert!(shown.ends_with("iB") || shown.ends_with(" B"), "{shown}"),
+        (None, Some(why)) => assert_eq!(shown, why, "null, the page says why"),
+        // A synthetic report without the key: derived again, with its reason.
+        (None, None) => assert!(!shown.is_empty() && shown != "?", "{shown:?}"),
+    }
+    assert!(
+        r.dom.contains("mean RSS on CPU</th>"),
+        "the programs table's column"
+    );
+    shown
+}
+
+/// A process that holds 64 MiB while it burns CPU: the page's mean RSS on CPU is the JSON's,
+/// to the byte (tests/taskstats.rs checks the figure against the process's own VmRSS).
+#[test]
+fn the_mean_rss_on_cpu_on_the_page_is_the_reports() {
+    let dir = TempDir::new("html-mean-rss");
+    let (v, page) = traced_page(&dir, "hold", &[WL, "hold-burn", "64", "300"]);
+    let r = render(&page, dir.path(), 1280, 1200);
+    check_against(&r, &v);
+    let shown = check_mean_rss_on_cpu(&r, &v);
+    assert!(shown.ends_with("MiB"), "{shown}");
 }
 
 /// A process that holds 64 MiB: the page's max PSS is the JSON's, to the byte (tests/pss.rs

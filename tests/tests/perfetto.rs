@@ -124,6 +124,31 @@ fn perfetto_names_processes_and_threads_and_carries_clocks() {
     clocks(&got, &report);
 }
 
+/// A process that held 64 MiB while it burned CPU: its last slice carries the JSON's mean RSS
+/// on CPU (tests/taskstats.rs checks the figure against its own VmRSS).
+#[test]
+fn a_process_slice_carries_its_mean_rss_on_cpu() {
+    let dir = TempDir::new("perfetto-mean");
+    let path = dir.path().join("trace.pftrace");
+    let out = Trace::new([WL, "hold-burn", "64", "300"])
+        .flag("--perfetto")
+        .flag(&path)
+        .tag("pf-mean")
+        .run();
+    out.assert_code(0);
+    let report = out.json_value();
+    let want = report["processes"][0]["mean_rss_on_cpu_bytes"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no figure: {}", report["processes"][0]));
+    let got = decode(&path);
+    assert_eq!(
+        got["uint_annotations"]["mean_rss_on_cpu_bytes"],
+        serde_json::json!([want]),
+        "{}",
+        got["uint_annotations"]
+    );
+}
+
 /// The CPU counter: cores in use, whose integral is the report's CPU.
 fn cpu_counter(got: &serde_json::Value, report: &serde_json::Value) {
     let counters = got["double_counters"].as_object().expect("double counters");

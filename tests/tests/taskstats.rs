@@ -59,6 +59,17 @@ fn every_exit_of_a_storm_is_confirmed() {
             ts["minflt"].as_u64().unwrap_or(0) > 0,
             "pid {pid}: a process faults at least once: {ts}"
         );
+        // A mean RSS on CPU wherever taskstats counted CPU time, else null and why.
+        let cpu_us = u64_of(ts, "utime_us") + u64_of(ts, "stime_us");
+        let mean = &p["mean_rss_on_cpu_bytes"];
+        let why = p["mean_rss_on_cpu_unknown_reason"].as_str();
+        match cpu_us {
+            0 => assert!(
+                mean.is_null() && why.is_some_and(|w| w.contains("no CPU time")),
+                "pid {pid}: {p}"
+            ),
+            _ => assert!(mean.as_u64().is_some() && why.is_none(), "pid {pid}: {p}"),
+        }
     }
 }
 
@@ -99,6 +110,101 @@ fn figures_agree_with_the_process_own_view() {
         Some(1),
         "pid {}: one thread, one record: {ts}",
         p.pid
+    );
+}
+
+/// A process that holds 96 MiB (its own VmRSS) while it burns 1 s of CPU: its mean RSS on
+/// CPU is 96 MiB within 10 %, per process, for its program, for the tree and under `%A`. The
+/// kernel adds RSS × CPU time at each tick; the touch before the burn takes a few of them.
+#[test]
+fn mean_rss_on_cpu_is_what_the_process_held() {
+    let out = Trace::new([WL, "hold-burn", "96", "1000"])
+        .flag("-f")
+        .flag("A=%A")
+        .tag("ts-mean-rss")
+        .run();
+    out.assert_code(0);
+    let truth = out.truth_one("hold-burn");
+    let held = truth.int("held_kib") as u64 * 1024;
+    assert!(
+        held >= 96 * MIB && truth.int("end_kib") as u64 * 1024 >= 96 * MIB,
+        "the workload held its 96 MiB through the burn: {held}"
+    );
+    assert!(truth.int("cpu_ns") >= 1_000_000_000, "it burned 1 s of CPU");
+    let v = out.json_value();
+    let within = |what: &str, got: Option<u64>| {
+        let got = got.unwrap_or_else(|| panic!("{what}: no mean_rss_on_cpu_bytes"));
+        let err = got as f64 / held as f64 - 1.0;
+        println!("{what}: {got} B vs VmRSS {held} B ({:+.1} %)", err * 100.0);
+        assert!(err.abs() <= 0.10, "{what}: {got} vs {held}");
+    };
+    let p = v["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["pid"].as_i64() == Some(i64::from(truth.pid())))
+        .expect("the holder");
+    within("process", p["mean_rss_on_cpu_bytes"].as_u64());
+    within("tree", v["totals"]["mean_rss_on_cpu_bytes"].as_u64());
+    let program = v["by_program"]
+        .as_array()
+        .expect("by_program")
+        .iter()
+        .find(|g| g["exe"].as_str() == Some(WL))
+        .expect("st-workload's program");
+    within("program", program["mean_rss_on_cpu_bytes"].as_u64());
+    let kib = out
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("A="))
+        .unwrap_or_else(|| panic!("no %A line:\n{}", out.stderr));
+    within("%A", kib.parse::<u64>().ok().map(|k| k * 1024));
+}
+
+/// `diff` compares the mean RSS on CPU of two runs, the tree's and each program's: 32 MiB
+/// held against 96 MiB held reads +200 % (within the figure's 10 % on each side).
+#[test]
+fn diff_compares_the_mean_rss_on_cpu() {
+    let dir = spacetime_tests::TempDir::new("ts-mean-diff");
+    let saved = |mib: &str| {
+        let out = Trace::new([WL, "hold-burn", mib, "500"])
+            .tag("ts-mean-diff")
+            .run();
+        out.assert_code(0);
+        let path = dir.path().join(format!("{mib}.json"));
+        std::fs::write(&path, out.json.as_deref().expect("JSON report")).expect("write");
+        path
+    };
+    let (a, b) = (saved("32"), saved("96"));
+    let out = std::process::Command::new(spacetime_tests::spacetime_bin())
+        .arg("diff")
+        .args([&a, &b])
+        .output()
+        .expect("spacetime diff");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let change = |line: &str| -> f64 {
+        let pct = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix('+')?.strip_suffix('%')?.parse().ok());
+        pct.unwrap_or_else(|| panic!("no change in {line:?}"))
+    };
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("mean RSS on CPU"))
+        .unwrap_or_else(|| panic!("no mean RSS on CPU row:\n{text}"));
+    let (lo, hi) = (
+        100.0 * (3.0 * 0.9 / 1.1 - 1.0),
+        100.0 * (3.0 * 1.1 / 0.9 - 1.0),
+    );
+    let got = change(row);
+    assert!(
+        lo <= got && got <= hi,
+        "{got} % not in {lo:.0}..{hi:.0} %:\n{text}"
+    );
+    assert!(
+        text.contains("mean RSS on CPU by program"),
+        "each program's too:\n{text}"
     );
 }
 
@@ -161,6 +267,13 @@ fn missing_taskstats_is_explained_not_fatal() {
     let _ = std::fs::remove_dir_all(&dir);
     let t = taskstats(&v);
     assert_eq!(t["available"], Value::Bool(false), "{t}");
+    let totals = &v["totals"];
+    assert!(totals["mean_rss_on_cpu_bytes"].is_null(), "{totals}");
+    assert_eq!(
+        totals["mean_rss_on_cpu_unknown_reason"].as_str(),
+        Some("taskstats unavailable"),
+        "{totals}"
+    );
     let reason = t["unavailable_reason"].as_str().unwrap_or_default();
     assert!(
         reason.contains("network namespace"),

@@ -225,13 +225,15 @@ pub struct TraceArgs {
     /// With -o, append to FILE instead of overwriting it
     #[arg(short = 'a', long, requires = "output")]
     pub append: bool,
-    /// Print this instead of the summary, with every letter of GNU time's (`time -f`: %e %E
-    /// %U %S %P %M %t %K %D %p %X %Z %F %R %W %I %O %r %s %k %C %x %c %w, %%, \n, \t) and
-    /// spacetime's: %T tree-wide peak RSS KiB, %N processes, %Y max PSS KiB, %L events lost.
-    /// `verbose` prints `time -v`'s layout, `posix` `time -p`'s, `default` GNU time's own
-    /// (without -f). As GNU time, a line says first when CMD exited non-zero or was killed
-    /// (not with -q, nor with `posix`, as `time -p`)
-    #[arg(short = 'f', long, value_name = "FMT", value_parser = crate::report::format::parse)]
+    /// The summary as GNU time's `-f` prints it (its help names every letter, the figures
+    /// table's too: [`crate::report::format::help`])
+    #[arg(
+        short = 'f',
+        long,
+        value_name = "FMT",
+        value_parser = crate::report::format::parse,
+        help = crate::report::format::help()
+    )]
     pub format: Option<crate::report::format::Format>,
     /// Stop when CMD exits; report descendants still running instead of waiting for them
     #[arg(long)]

@@ -105,6 +105,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
         end_ns: run.end_ns,
         page_size: run.page_size,
         cpu: Some(&report.analysis.cpu),
+        sums: Some(&run.per_process),
     };
     outputs.write(&report, &summary, |w| {
         perfetto::write_to(

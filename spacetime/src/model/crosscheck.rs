@@ -10,6 +10,9 @@
 //! per-process CPU, fault, context-switch, I/O and delay figures.
 
 mod packed;
+mod sums;
+
+pub use sums::ProcessTaskstats;
 
 use std::{collections::HashMap, time::Instant};
 
@@ -24,114 +27,6 @@ use crate::{
     },
 };
 use rustc_hash::FxHashSet;
-
-/// Summed taskstats figures of one process (all its threads).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct ProcessTaskstats {
-    pub utime_us: u64,
-    pub stime_us: u64,
-    pub minflt: u64,
-    pub majflt: u64,
-    pub nvcsw: u64,
-    pub nivcsw: u64,
-    pub read_char: u64,
-    pub write_char: u64,
-    pub read_syscalls: u64,
-    pub write_syscalls: u64,
-    pub read_bytes: u64,
-    pub write_bytes: u64,
-    /// Bytes written and then truncated away before reaching storage (what `getrusage`
-    /// subtracts from the blocks written).
-    pub cancelled_write_bytes: u64,
-    /// `hiwater_rss` of the record of the group's last thread, KiB.
-    pub hiwater_rss_kib: u64,
-    pub hiwater_vm_kib: u64,
-    pub delays: Delays,
-    /// Thread records summed.
-    pub records: u32,
-}
-
-/// Delay-accounting totals in nanoseconds (zero when `kernel.task_delayacct` is off).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct Delays {
-    pub cpu_ns: u64,
-    pub blkio_ns: u64,
-    pub swapin_ns: u64,
-    pub reclaim_ns: u64,
-    pub thrashing_ns: u64,
-    pub compact_ns: u64,
-    pub wpcopy_ns: u64,
-    pub irq_ns: u64,
-}
-
-impl ProcessTaskstats {
-    /// One record's figures.
-    fn of(r: &TaskstatsRecord) -> ProcessTaskstats {
-        let mut s = ProcessTaskstats::default();
-        s.add(r);
-        s
-    }
-
-    /// Sums another sum into this one (peaks: the larger).
-    fn merge(&mut self, o: &ProcessTaskstats) {
-        self.utime_us += o.utime_us;
-        self.stime_us += o.stime_us;
-        self.minflt += o.minflt;
-        self.majflt += o.majflt;
-        self.nvcsw += o.nvcsw;
-        self.nivcsw += o.nivcsw;
-        self.read_char += o.read_char;
-        self.write_char += o.write_char;
-        self.read_syscalls += o.read_syscalls;
-        self.write_syscalls += o.write_syscalls;
-        self.read_bytes += o.read_bytes;
-        self.write_bytes += o.write_bytes;
-        self.cancelled_write_bytes += o.cancelled_write_bytes;
-        self.hiwater_rss_kib = self.hiwater_rss_kib.max(o.hiwater_rss_kib);
-        self.hiwater_vm_kib = self.hiwater_vm_kib.max(o.hiwater_vm_kib);
-        let (d, e) = (&mut self.delays, &o.delays);
-        d.cpu_ns += e.cpu_ns;
-        d.blkio_ns += e.blkio_ns;
-        d.swapin_ns += e.swapin_ns;
-        d.reclaim_ns += e.reclaim_ns;
-        d.thrashing_ns += e.thrashing_ns;
-        d.compact_ns += e.compact_ns;
-        d.wpcopy_ns += e.wpcopy_ns;
-        d.irq_ns += e.irq_ns;
-        self.records += o.records;
-    }
-
-    fn add(&mut self, r: &TaskstatsRecord) {
-        let o = |v: Option<u64>| v.unwrap_or(0);
-        self.utime_us += r.ac_utime_us;
-        self.stime_us += r.ac_stime_us;
-        self.minflt += r.ac_minflt;
-        self.majflt += r.ac_majflt;
-        self.nvcsw += o(r.nvcsw);
-        self.nivcsw += o(r.nivcsw);
-        self.read_char += r.read_char;
-        self.write_char += r.write_char;
-        self.read_syscalls += r.read_syscalls;
-        self.write_syscalls += r.write_syscalls;
-        self.read_bytes += o(r.read_bytes);
-        self.write_bytes += o(r.write_bytes);
-        self.cancelled_write_bytes += o(r.cancelled_write_bytes);
-        self.hiwater_rss_kib = self.hiwater_rss_kib.max(r.hiwater_rss_kib);
-        self.hiwater_vm_kib = self.hiwater_vm_kib.max(r.hiwater_vm_kib);
-        let d = &mut self.delays;
-        d.cpu_ns += r.cpu_delay_total;
-        d.blkio_ns += r.blkio_delay_total;
-        d.swapin_ns += r.swapin_delay_total;
-        d.reclaim_ns += o(r.freepages_delay_total);
-        d.thrashing_ns += o(r.thrashing_delay_total);
-        d.compact_ns += o(r.compact_delay_total);
-        d.wpcopy_ns += o(r.wpcopy_delay_total);
-        d.irq_ns += o(r.irq_delay_total);
-        self.records += 1;
-    }
-}
 
 /// How the traced exits and the taskstats records compare.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]

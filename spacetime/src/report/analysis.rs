@@ -5,7 +5,11 @@
 
 use serde::{ser::SerializeSeq, Serialize, Serializer};
 
-use super::{lossless::Lossy, ProcessReport};
+use super::{
+    figures::{Json, Place, Sums},
+    lossless::Lossy,
+    ProcessReport,
+};
 use crate::{
     model::{
         cores::{CpuSeries, Sampled, Use},
@@ -62,6 +66,8 @@ pub struct ProgramStat {
     /// The process with that peak (its position).
     pub peak_pos: Option<usize>,
     pub cpu_ns: u64,
+    /// The table's figures over the same processes as its CPU ([`super::figures`]).
+    pub figures: Sums,
 }
 
 impl Analysis {
@@ -188,6 +194,7 @@ fn programs(procs: &[ProcessReport]) -> Vec<ProgramStat> {
                 peak_rss_bytes: 0,
                 peak_pos: None,
                 cpu_ns: 0,
+                figures: Sums::default(),
             });
             e.runs += 1;
             let peak = img.peak_rss_bytes().unwrap_or(0);
@@ -199,6 +206,7 @@ fn programs(procs: &[ProcessReport]) -> Vec<ProgramStat> {
         }
         if let Some(e) = last.and_then(|exe| by_exe.get_mut(exe)) {
             e.cpu_ns += p.cpu_ns();
+            e.figures.add(p.taskstats().as_ref());
             e.failed += u64::from(p.failed());
         }
     }
@@ -385,6 +393,8 @@ struct ProgramJson<'r> {
     peak_rss_bytes: u64,
     peak_pid: Option<u32>,
     cpu_ns: u64,
+    #[serde(flatten)]
+    figures: Json,
 }
 
 impl Serialize for ProgramsJson<'_, '_> {
@@ -397,6 +407,10 @@ impl Serialize for ProgramsJson<'_, '_> {
             peak_rss_bytes: g.peak_rss_bytes,
             peak_pid: g.peak_pos.map(|i| self.procs[i].pid()),
             cpu_ns: g.cpu_ns,
+            figures: Json {
+                sums: Ok(g.figures.clone()),
+                place: Place::Program,
+            },
         }))
     }
 }

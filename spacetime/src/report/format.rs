@@ -20,12 +20,17 @@
 //!   Linux's getrusage never fills them, and GNU time prints 0 for them there: so does this.
 //!
 //! spacetime's letters: `%T` tree-wide peak RSS in KiB, `%N` processes, `%Y` max PSS in KiB
-//! (`?` when it is not a figure to print), `%L` events lost. `%%`, `\n`, `\t`, `\\`; another backslash is printed as GNU
-//! time prints it (`?\` and the character).
+//! (`?` when it is not a figure to print), `%L` events lost, and the letters of the figures
+//! table ([`figures::FIGURES`]: the tree's figure, KiB for bytes, `?` when it is null).
+//! `%%`, `\n`, `\t`, `\\`; another backslash is printed as GNU time prints it (`?\` and the
+//! character).
 
 use std::fmt::Write as _;
 
-use crate::report::Report;
+use crate::report::{
+    figures::{self, Figure, Unit},
+    Report,
+};
 
 /// One piece of a parsed format.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +56,8 @@ enum Ending {
     Unsaid,
 }
 
-/// GNU time's letters, then spacetime's.
+/// GNU time's letters, then spacetime's; the figures table adds its own
+/// ([`figures::FIGURES`]: `%F %R %I %O %c %w` are GNU time's among them).
 const LETTERS: &str = "eEUSPMtKDpXZFRWIOrskCxcwTNYL";
 
 /// `time -v`'s layout (GNU time 1.9): a tab, the label, the figure.
@@ -109,7 +115,7 @@ fn parse_letters(s: &str) -> Result<Vec<Piece>, String> {
         match c {
             '%' => match chars.next() {
                 Some('%') => text.push('%'),
-                Some(l) if LETTERS.contains(l) => {
+                Some(l) if known(l) => {
                     if !text.is_empty() {
                         pieces.push(Piece::Text(std::mem::take(&mut text)));
                     }
@@ -118,11 +124,7 @@ fn parse_letters(s: &str) -> Result<Vec<Piece>, String> {
                 Some(l) => {
                     return Err(format!(
                         "unknown format letter %{l} (known: %{}; or `verbose`, `posix`, `default`)",
-                        LETTERS
-                            .chars()
-                            .map(String::from)
-                            .collect::<Vec<_>>()
-                            .join(" %")
+                        letters().map(String::from).collect::<Vec<_>>().join(" %")
                     ))
                 }
                 None => return Err("the format ends with a lone %".into()),
@@ -174,25 +176,50 @@ fn percent(r: &Report) -> String {
     format!("{}%", (ms(r.user_ns) + ms(r.sys_ns)) * 100 / wall)
 }
 
-/// Sum of a taskstats figure over the confirmed processes (None without taskstats).
-fn summed(
-    r: &Report,
-    f: impl Fn(&crate::model::crosscheck::ProcessTaskstats) -> u64,
-) -> Option<u64> {
-    r.taskstats.available.then(|| {
-        r.processes
-            .iter()
-            .filter_map(|p| p.taskstats())
-            .map(|t| f(&t))
-            .sum()
-    })
+/// A letter of the figures table: the tree's figure, KiB for bytes, `?` when it is null.
+fn table_figure(r: &Report, f: &Figure) -> String {
+    match (figures::tree_value(r, f), f.unit) {
+        (Ok(v), Unit::Bytes) => (v / 1024).to_string(),
+        (Ok(v), Unit::Count) => v.to_string(),
+        (Err(_), _) => "?".into(),
+    }
+}
+
+/// `--format`'s help: GNU time's letters, spacetime's, and the figures table's, each with
+/// what it prints.
+pub fn help() -> String {
+    let mut own =
+        String::from("%T tree-wide peak RSS KiB, %N processes, %Y max PSS KiB, %L events lost");
+    for f in figures::FIGURES {
+        if let Some(l) = f.letter.filter(|&l| !LETTERS.contains(l)) {
+            let unit = if f.unit == Unit::Bytes { " KiB" } else { "" };
+            let _ = write!(own, ", %{l} {}{unit}", f.title);
+        }
+    }
+    format!(
+        "Print this instead of the summary, with every letter of GNU time's (`time -f`: %e %E \
+         %U %S %P %M %t %K %D %p %X %Z %F %R %W %I %O %r %s %k %C %x %c %w, %%, \\n, \\t) and \
+         spacetime's: {own}. `verbose` prints `time -v`'s layout, `posix` `time -p`'s, \
+         `default` GNU time's own (without -f). As GNU time, a line says first when CMD exited \
+         non-zero or was killed (not with -q, nor with `posix`, as `time -p`)"
+    )
+}
+
+/// Every letter, GNU time's first.
+fn letters() -> impl Iterator<Item = char> {
+    let table = figures::FIGURES.iter().filter_map(|f| f.letter);
+    LETTERS
+        .chars()
+        .chain(table.filter(|&l| !LETTERS.contains(l)))
+}
+
+/// Whether `l` is a letter: GNU time's, spacetime's, or one of the figures table's.
+fn known(l: char) -> bool {
+    LETTERS.contains(l) || Figure::by_letter(l).is_some()
 }
 
 fn field(out: &mut String, l: char, r: &Report) {
     let kib = |b: Option<u64>| b.map_or("?".into(), |b| (b / 1024).to_string());
-    let opt = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
-    // 512-byte blocks, as getrusage's ru_inblock and ru_oublock count storage I/O.
-    let blocks = |b: u64| b / 512;
     let s = match l {
         'e' => secs(r.wall_ns),
         'E' => elapsed(r.wall_ns),
@@ -203,24 +230,19 @@ fn field(out: &mut String, l: char, r: &Report) {
         // Linux's getrusage never fills these; GNU time prints 0 for them there.
         't' | 'K' | 'D' | 'p' | 'X' | 'W' | 'r' | 's' | 'k' => "0".into(),
         'Z' => r.kernel.page_size.to_string(),
-        'F' => opt(summed(r, |t| t.majflt)),
-        'R' => opt(summed(r, |t| t.minflt)),
-        'I' => opt(summed(r, |t| blocks(t.read_bytes))),
-        'O' => opt(summed(r, |t| {
-            blocks(t.write_bytes.saturating_sub(t.cancelled_write_bytes))
-        })),
         'x' => r.exit.map_or("?".into(), |e| match e.0 {
             crate::model::tree::ExitStatus::Code(c) => c.to_string(),
             crate::model::tree::ExitStatus::Signal { .. } => "0".into(),
         }),
         'C' => crate::util::term::join(r.command.iter()),
-        'c' => opt(summed(r, |t| t.nivcsw)),
-        'w' => opt(summed(r, |t| t.nvcsw)),
         'T' => kib(r.totals.tree_peak_rss_bytes),
         'N' => r.totals.processes.to_string(),
         'Y' => kib(r.totals.max_pss_bytes),
         'L' => r.lost_events.to_string(),
-        _ => format!("%{l}"),
+        _ => match Figure::by_letter(l) {
+            Some(f) => table_figure(r, f),
+            None => format!("%{l}"),
+        },
     };
     out.push_str(&s);
 }

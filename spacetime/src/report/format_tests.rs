@@ -79,3 +79,19 @@ fn verbose_is_time_v_layout() {
         12
     );
 }
+
+#[test]
+fn the_help_names_every_letter_and_each_parses() {
+    let help = help();
+    for l in letters() {
+        assert!(
+            help.contains(&format!("%{l}")),
+            "%{l} missing from the help"
+        );
+        assert!(parse(&format!("%{l}")).is_ok(), "%{l}");
+    }
+    // The figures table's own: its title and unit after the letter.
+    assert!(help.contains("%A mean RSS on CPU KiB"), "{help}");
+    let err = parse("%Q").unwrap_err();
+    assert!(err.contains(" %L %A;"), "{err}");
+}

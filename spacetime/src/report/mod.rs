@@ -7,6 +7,7 @@ pub(crate) mod analysis;
 pub(crate) mod bench_text;
 pub(crate) mod chart;
 pub(crate) mod export;
+pub(crate) mod figures;
 pub(crate) mod format;
 pub(crate) mod html;
 pub(crate) mod lossless;
@@ -189,7 +190,7 @@ struct ReportJson<'r, 'a> {
     lost_events: u64,
     /// CPU over wall: the cores used on average.
     parallelism: Option<f64>,
-    totals: &'r Totals,
+    totals: figures::With<'r, Totals>,
     processes: analysis::ProcessesJson<'r, 'a>,
     failures: analysis::FailuresJson<'r, 'a>,
     critical_path: analysis::PathJson<'r, 'a>,
@@ -219,7 +220,13 @@ impl Serialize for Report<'_> {
             sys_ns: self.sys_ns,
             lost_events: self.lost_events,
             parallelism: a.parallelism(self.wall_ns),
-            totals: &self.totals,
+            totals: figures::With {
+                inner: &self.totals,
+                figures: figures::Json {
+                    sums: figures::tree(self),
+                    place: figures::Place::Tree,
+                },
+            },
             processes: analysis::ProcessesJson {
                 procs,
                 labels: &a.labels,

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
+    figures,
     lossless::{argv_b64, exe_b64, Argv, ArgvB64, Lossy, B64},
     saved::{SavedImage, SavedProcess},
     Exit,
@@ -406,6 +407,8 @@ struct ProcessJson<'a> {
     ru_maxrss_bytes: Option<u64>,
     images: ImagesJson<'a>,
     taskstats: Option<ProcessTaskstats>,
+    #[serde(flatten)]
+    figures: figures::Json,
 }
 
 struct ImagesJson<'a>(ProcessReport<'a>);
@@ -418,6 +421,9 @@ impl Serialize for ImagesJson<'_> {
 
 impl Serialize for ProcessReport<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let taskstats = self.taskstats();
+        let mut sums = figures::Sums::default();
+        sums.add(taskstats.as_ref());
         ProcessJson {
             pid: self.pid(),
             ppid: self.ppid(),
@@ -436,7 +442,11 @@ impl Serialize for ProcessReport<'_> {
             cpu_final: self.cpu_final(),
             ru_maxrss_bytes: self.ru_maxrss_bytes(),
             images: ImagesJson(*self),
-            taskstats: self.taskstats(),
+            taskstats,
+            figures: figures::Json {
+                sums: Ok(sums),
+                place: figures::Place::Process,
+            },
         }
         .serialize(s)
     }

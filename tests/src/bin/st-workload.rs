@@ -92,6 +92,7 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
   page-cache FILE              drop FILE from the page cache, read it, record {file_bytes,
                                cached_before_bytes, cached_after_bytes} (mincore)
   cpu-phases MS                one thread burns MS ms of CPU, then two threads MS ms each at once
+  hold-burn MIB MS             touches MIB MiB and holds them while it burns MS ms of CPU
   peak-sleep MIB MS            touch MIB MiB, print a line, sleep MS ms, touch 16 pages more (an
                                exit's text); record {touched_unix_ns, held_kib, woke_unix_ns}
   double-fork MS               fork a child that forks a grandchild and exits; MS = 0: the
@@ -686,6 +687,7 @@ fn main() {
             )
         }
         "cpu-phases" => truth::cpu_phases(&mut rec, parse(&args, 2, "MS")),
+        "hold-burn" => truth::hold_burn(&mut rec, parse(&args, 2, "MIB"), parse(&args, 3, "MS")),
         "peak-sleep" => truth::peak_sleep(&mut rec, parse(&args, 2, "MIB"), parse(&args, 3, "MS")),
         "page-cache" => page_cache(&mut rec, args.get(2).unwrap_or_else(|| die("missing FILE"))),
         other => die(&format!("unknown mode {other:?}")),

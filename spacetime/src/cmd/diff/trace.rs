@@ -1,22 +1,43 @@
 //! Two trace reports: the totals (gated by `--fail-on`), then each program's peak RSS and CPU
-//! (programs by exe; one that ran on one side only is `new` or `gone`).
+//! (programs by exe; one that ran on one side only is `new` or `gone`), then each figure of
+//! the figures table that `diff` compares, the tree's among the totals and each program's.
 
 use std::collections::BTreeMap;
 
 use super::table::{Figure, Row, Section, Unit};
 use crate::{
     model::labels::basename,
-    report::{analysis::ProgramStat, saved::SavedReport, Report},
+    report::{analysis::ProgramStat, figures, saved::SavedReport, Report},
     util::term,
 };
+
+/// How `diff` shows a figure of the table.
+fn unit(f: &figures::Figure) -> Unit {
+    match f.unit {
+        figures::Unit::Bytes => Unit::Bytes,
+        figures::Unit::Count => Unit::Count,
+    }
+}
+
+/// The figures table's that `diff` compares ([`figures::FIGURES`]).
+fn compared() -> impl Iterator<Item = &'static figures::Figure> {
+    figures::FIGURES.iter().filter(|f| f.diff)
+}
 
 fn totals(a: &Report, b: &Report) -> Section {
     let row = |name: &str, f: Figure, get: &dyn Fn(&Report) -> Option<f64>| {
         Row::new(name, Some(f), f.unit()).values(get(a), get(b))
     };
+    // Neither side's figure (reports written before it): no row.
+    let table = compared()
+        .map(|f| {
+            let get = |r: &Report| figures::tree_value(r, f).ok().map(|v| v as f64);
+            Row::new(f.title, None, unit(f)).values(get(a), get(b))
+        })
+        .filter(|r| r.a.is_some() || r.b.is_some());
     Section {
         title: "totals".into(),
-        rows: vec![
+        rows: [
             row("wall", Figure::Wall, &|r| Some(r.wall_ns as f64)),
             row("CPU", Figure::Cpu, &|r| Some((r.user_ns + r.sys_ns) as f64)),
             row("peak RSS (largest process)", Figure::Peak, &|r| {
@@ -31,7 +52,10 @@ fn totals(a: &Report, b: &Report) -> Section {
             row("failed", Figure::Failures, &|r| {
                 Some(r.analysis.failures.len() as f64)
             }),
-        ],
+        ]
+        .into_iter()
+        .chain(table)
+        .collect(),
         gated: true,
         gate_prefix: String::new(),
     }
@@ -58,7 +82,7 @@ fn names<'a>(
         .collect()
 }
 
-fn programs(a: &Report, b: &Report) -> [Section; 2] {
+fn programs(a: &Report, b: &Report) -> Vec<Section> {
     let by = |r: &Report| -> BTreeMap<Vec<u8>, ProgramStat> {
         r.analysis
             .programs
@@ -86,37 +110,45 @@ fn programs(a: &Report, b: &Report) -> [Section; 2] {
     let runs = |m: &BTreeMap<Vec<u8>, ProgramStat>, e: &[u8]| {
         m.get(e).map_or("–".to_string(), |g| g.runs.to_string())
     };
-    let rows = |get: fn(&ProgramStat) -> u64, unit: Unit| -> Vec<Row> {
+    let rows = |get: &dyn Fn(&ProgramStat) -> Option<u64>, unit: Unit| -> Vec<Row> {
         exes.iter()
             .map(|&e| {
                 let mut r = Row::new(names[e].clone(), None, unit).values(
-                    pa.get(e).map(|g| get(g) as f64),
-                    pb.get(e).map(|g| get(g) as f64),
+                    pa.get(e).and_then(get).map(|v| v as f64),
+                    pb.get(e).and_then(get).map(|v| v as f64),
                 );
                 r.note = format!("runs {} → {}", runs(&pa, e), runs(&pb, e));
                 r
             })
             .collect()
     };
-    [
-        Section {
-            title: "peak RSS by program (the largest run of each)".into(),
-            rows: rows(|g| g.peak_rss_bytes, Unit::Bytes),
-            gated: false,
-            gate_prefix: String::new(),
-        },
-        Section {
-            title: "CPU by program".into(),
-            rows: rows(|g| g.cpu_ns, Unit::Ns),
-            gated: false,
-            gate_prefix: String::new(),
-        },
-    ]
+    let section = |title: String, rows: Vec<Row>| Section {
+        title,
+        rows,
+        gated: false,
+        gate_prefix: String::new(),
+    };
+    let mut list = vec![
+        section(
+            "peak RSS by program (the largest run of each)".into(),
+            rows(&|g| Some(g.peak_rss_bytes), Unit::Bytes),
+        ),
+        section("CPU by program".into(), rows(&|g| Some(g.cpu_ns), Unit::Ns)),
+    ];
+    for f in compared() {
+        let get = |g: &ProgramStat| g.figures.value(f).ok();
+        let rows = rows(&get, unit(f));
+        if rows.iter().any(|r| r.a.is_some() || r.b.is_some()) {
+            list.push(section(format!("{} by program", f.title), rows));
+        }
+    }
+    list
 }
 
 /// The sections comparing two saved trace reports.
 pub fn compare(a: &SavedReport, b: &SavedReport) -> Vec<Section> {
     let (a, b) = (Report::from_saved(a), Report::from_saved(b));
-    let [peak, cpu] = programs(&a, &b);
-    vec![totals(&a, &b), peak, cpu]
+    let mut sections = vec![totals(&a, &b)];
+    sections.extend(programs(&a, &b));
+    sections
 }

@@ -1,100 +1,112 @@
-//! Taskstats figures packed as LEB128 varints in one byte buffer. Most of a record's 24
-//! figures are small or zero, so a record takes ~30 bytes instead of 192; a 100k-process
-//! trace keeps one per exit until the cross-check, and one sum per process after it.
+//! Taskstats figures packed as LEB128 varints in one byte buffer. Most of a record's figures
+//! are small or zero, so a record takes ~30 bytes instead of 192; a 100k-process trace keeps
+//! one per exit until the cross-check, and one sum per process after it. Which figures, in
+//! which order, is the declaration's (`sums.rs`): nothing here names one.
 
-use super::{Delays, ProcessTaskstats};
+use super::ProcessTaskstats;
 
-const FIELDS: usize = 24;
-
-fn fields(s: &ProcessTaskstats) -> [u64; FIELDS] {
-    let d = &s.delays;
-    [
-        s.utime_us,
-        s.stime_us,
-        s.minflt,
-        s.majflt,
-        s.nvcsw,
-        s.nivcsw,
-        s.read_char,
-        s.write_char,
-        s.read_syscalls,
-        s.write_syscalls,
-        s.read_bytes,
-        s.write_bytes,
-        s.hiwater_rss_kib,
-        s.hiwater_vm_kib,
-        d.cpu_ns,
-        d.blkio_ns,
-        d.swapin_ns,
-        d.reclaim_ns,
-        d.thrashing_ns,
-        d.compact_ns,
-        d.wpcopy_ns,
-        d.irq_ns,
-        u64::from(s.records),
-        s.cancelled_write_bytes,
-    ]
+/// How two sums of one figure combine.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum How {
+    Add,
+    /// A peak: the larger.
+    Max,
 }
 
-fn from_fields(f: [u64; FIELDS]) -> ProcessTaskstats {
-    ProcessTaskstats {
-        utime_us: f[0],
-        stime_us: f[1],
-        minflt: f[2],
-        majflt: f[3],
-        nvcsw: f[4],
-        nivcsw: f[5],
-        read_char: f[6],
-        write_char: f[7],
-        read_syscalls: f[8],
-        write_syscalls: f[9],
-        read_bytes: f[10],
-        write_bytes: f[11],
-        hiwater_rss_kib: f[12],
-        hiwater_vm_kib: f[13],
-        delays: Delays {
-            cpu_ns: f[14],
-            blkio_ns: f[15],
-            swapin_ns: f[16],
-            reclaim_ns: f[17],
-            thrashing_ns: f[18],
-            compact_ns: f[19],
-            wpcopy_ns: f[20],
-            irq_ns: f[21],
-        },
-        records: f[22] as u32,
-        cancelled_write_bytes: f[23],
+/// One figure's value: how it combines and packs.
+pub(super) trait Value: Copy {
+    fn combine(&mut self, o: Self, how: How);
+    fn pack(self, out: &mut Vec<u8>);
+    fn unpack(from: &mut std::slice::Iter<'_, u8>) -> Self;
+}
+
+fn put(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn take(from: &mut std::slice::Iter<'_, u8>) -> u64 {
+    let (mut v, mut shift) = (0u64, 0);
+    for &b in from.by_ref() {
+        v |= u64::from(b & 0x7f) << shift;
+        shift += 7;
+        if b & 0x80 == 0 {
+            break;
+        }
+    }
+    v
+}
+
+impl Value for u64 {
+    fn combine(&mut self, o: u64, how: How) {
+        match how {
+            How::Add => *self += o,
+            How::Max => *self = (*self).max(o),
+        }
+    }
+
+    fn pack(self, out: &mut Vec<u8>) {
+        put(out, self);
+    }
+
+    fn unpack(from: &mut std::slice::Iter<'_, u8>) -> u64 {
+        take(from)
+    }
+}
+
+impl Value for u32 {
+    fn combine(&mut self, o: u32, how: How) {
+        match how {
+            How::Add => *self += o,
+            How::Max => *self = (*self).max(o),
+        }
+    }
+
+    fn pack(self, out: &mut Vec<u8>) {
+        put(out, u64::from(self));
+    }
+
+    fn unpack(from: &mut std::slice::Iter<'_, u8>) -> u32 {
+        take(from) as u32
+    }
+}
+
+/// A figure some records (or older reports) lack: absent on one side, the other's.
+impl Value for Option<u64> {
+    fn combine(&mut self, o: Option<u64>, how: How) {
+        match (self.as_mut(), o) {
+            (Some(a), Some(b)) => a.combine(b, how),
+            (None, b) => *self = b,
+            (Some(_), None) => {}
+        }
+    }
+
+    /// A presence byte, then the value.
+    fn pack(self, out: &mut Vec<u8>) {
+        put(out, u64::from(self.is_some()));
+        if let Some(v) = self {
+            put(out, v);
+        }
+    }
+
+    fn unpack(from: &mut std::slice::Iter<'_, u8>) -> Option<u64> {
+        (take(from) != 0).then(|| take(from))
     }
 }
 
 /// Appends `s` to `buf`; returns where it starts.
 pub fn pack(buf: &mut Vec<u8>, s: &ProcessTaskstats) -> usize {
     let at = buf.len();
-    for mut v in fields(s) {
-        while v >= 0x80 {
-            buf.push(v as u8 | 0x80);
-            v >>= 7;
-        }
-        buf.push(v as u8);
-    }
+    s.pack_into(buf);
     at
 }
 
 /// The figures packed at `at` by [`pack`].
 pub fn unpack(buf: &[u8], at: usize) -> ProcessTaskstats {
-    let mut f = [0u64; FIELDS];
-    let mut bytes = buf[at..].iter();
-    for v in &mut f {
-        let mut shift = 0;
-        for &b in bytes.by_ref() {
-            *v |= u64::from(b & 0x7f) << shift;
-            shift += 7;
-            if b & 0x80 == 0 {
-                break;
-            }
-        }
-    }
-    from_fields(f)
+    ProcessTaskstats::unpack_from(&mut buf[at..].iter())
 }
 
 #[cfg(test)]
@@ -108,6 +120,7 @@ mod tests {
             minflt: 87,
             read_char: 3072,
             hiwater_rss_kib: 1 << 40,
+            coremem_mib_us: Some(u64::MAX),
             records: u32::MAX,
             cancelled_write_bytes: 4096,
             ..ProcessTaskstats::default()
@@ -117,8 +130,10 @@ mod tests {
         let mut buf = vec![9];
         let a = pack(&mut buf, &ProcessTaskstats::default());
         let b = pack(&mut buf, &s);
-        assert_eq!((a, b), (1, 1 + FIELDS));
+        let c = pack(&mut buf, &ProcessTaskstats::default());
+        assert_eq!(a, 1);
         assert_eq!(unpack(&buf, a), ProcessTaskstats::default());
         assert_eq!(unpack(&buf, b), s);
+        assert_eq!(unpack(&buf, c), ProcessTaskstats::default());
     }
 }

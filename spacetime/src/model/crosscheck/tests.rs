@@ -107,12 +107,22 @@ fn merged_sums_equal_added_records() {
     let mut b = record(8, 1010, 1_000, false, 500);
     b.ac_utime_us = 4;
     b.write_bytes = Some(4096);
-    let mut added = ProcessTaskstats::default();
-    added.add(&a);
-    added.add(&b);
+    a.coremem = 6;
+    b.coremem = 7;
     let mut merged = ProcessTaskstats::of(&a);
     merged.merge(&ProcessTaskstats::of(&b));
-    assert_eq!(merged, added);
+    // Counts add; the peaks (400 and 500 KiB) keep the larger.
+    assert_eq!(
+        (
+            merged.utime_us,
+            merged.nvcsw,
+            merged.write_bytes,
+            merged.minflt
+        ),
+        (7, 2, 4096, 20)
+    );
+    assert_eq!((merged.hiwater_rss_kib, merged.records), (500, 2));
+    assert_eq!((merged.coremem_mib_us, merged.delays.cpu_ns), (Some(13), 9));
 }
 
 #[test]

@@ -24,6 +24,7 @@ use super::protobuf::Msg;
 use crate::{
     model::{
         cores::CpuSeries,
+        crosscheck::PerProcess,
         timeline::{Point, RssSource, Timeline},
         tree::{Image, Key, Process, Tree},
     },
@@ -132,6 +133,9 @@ pub struct Options<'a> {
     pub page_size: u64,
     /// CPU over time (the report's), drawn as a counter of cores in use.
     pub cpu: Option<&'a CpuSeries>,
+    /// The processes' taskstats sums, indexed like the tree's: the figures table's per-process
+    /// figures ([`crate::report::figures`]) annotate each process's last slice.
+    pub sums: Option<&'a PerProcess>,
 }
 
 /// Longest slice or track name; the full argv is in the slice's arguments.
@@ -340,6 +344,19 @@ impl Builder<'_> {
         }
     }
 
+    /// The figures table's per-process figures that have a value, as annotations.
+    fn figures(&self, mut begin: Msg, i: usize) -> Msg {
+        use crate::report::figures::{Place, Sums};
+        let mut sums = Sums::default();
+        sums.add(self.opts.sums.and_then(|s| s.get(i)).as_ref());
+        for (f, v) in sums.at(Place::Process) {
+            if let Ok(v) = v {
+                begin = begin.msg(field::EVENT_DEBUG_ANNOTATIONS, annotation_uint(f.key, v));
+            }
+        }
+        begin
+    }
+
     fn process(&mut self, p: &Process, i: usize, parent: Option<u64>, rank: i64, tl: &Timeline) {
         let uuid = process_track(i);
         let name = format!("{} {}", p.pid, cut(&process_command(p), NAME_CHARS));
@@ -389,6 +406,7 @@ impl Builder<'_> {
                 );
             }
             if k + 1 == p.images.len() {
+                begin = self.figures(begin, i);
                 if let Some(exit) = p.exit {
                     begin = begin.msg(
                         field::EVENT_DEBUG_ANNOTATIONS,

@@ -204,6 +204,7 @@ fn write_sample(test: &str) -> Vec<u8> {
         end_ns: 60_000,
         page_size: 4096,
         cpu: None,
+        sums: None,
     };
     let path =
         std::env::temp_dir().join(format!("spacetime-{}-{test}.pftrace", std::process::id()));

@@ -14,6 +14,8 @@
   // A program's colour comes with the data; none is the failures' red.
   const colourOf = (k) => (k >= 0 && k < D.programs.length ? D.programs[k].colour : NO_PROGRAM);
   const color = (i) => colourOf(P.program[i]);
+  // A figure of the table, as its unit reads.
+  const figText = (f, v) => (v === null ? "?" : f.bytes ? fmtBytes(v) : String(v));
 
   // Headline.
   const bad = D.exit_code !== null && D.exit_code !== 0;
@@ -29,6 +31,8 @@
     chip("max PSS", el("span", { id: "max-pss", "data-bytes": D.max_pss_bytes === null ? "" : D.max_pss_bytes },
       D.max_pss_bytes !== null ? fmtBytes(D.max_pss_bytes) : D.max_pss_note === null ? "?" : D.max_pss_note)),
     chip("largest process", (peakIdx === null ? "" : label(peakIdx) + " · ") + fmtBytes(D.peak_rss_bytes)),
+    ...D.figures.map((f) => chip(f.title, el("span", { id: "figure-" + f.key, "data-value": f.tree === null ? "" : f.tree },
+      f.tree === null ? f.tree_note : figText(f, f.tree)))),
     chip("processes", el("span", { id: "processes", "data-count": D.processes }, String(D.processes))),
     chip("failed", el("span", { id: "failed", "data-count": D.failures.length }, String(D.failures.length)),
       D.failures.length ? { class: "chip bad" } : {}));
@@ -224,6 +228,7 @@
         "from " + fmtNs(P.start[i]) + " to " + (P.end[i] === null ? "the end (still running)" : fmtNs(P.end[i])) + " · " + fmtNs(endOf(i) - P.start[i]),
         "peak RSS " + fmtBytes(P.peak[i]) + " · CPU " + fmtNs(P.cpu[i]) + " · exit " + (P.exit[i] === null ? "?" : P.exit[i]),
         S[P.exe[i]]];
+      D.figures.forEach((f) => { if (f.processes[i] !== null) lines.push(f.title + " " + figText(f, f.processes[i])); });
       if (onPath.has(i)) lines.push("on the critical path");
       showTip(ev, lines);
       tip.dataset.process = String(i);
@@ -317,9 +322,11 @@
 
   // Programs, and the top processes.
   app.append(el("h2", {}, "Programs (" + D.programs.length + "), by peak RSS"));
-  app.append(el("div", { id: "programs" }, table(["program", "runs", "failed", "peak RSS", "CPU"], D.programs.slice(0, 200).map((g) => ({
-    bad: g.failed > 0, mono: [true], cells: [g.exe, String(g.runs), String(g.failed), fmtBytes(g.peak_rss_bytes), fmtNs(g.cpu_ns)],
-  })), [false, true, true, true, true])));
+  app.append(el("div", { id: "programs" }, table(["program", "runs", "failed", "peak RSS", "CPU"].concat(D.figures.map((f) => f.title)),
+    D.programs.slice(0, 200).map((g, k) => ({
+      bad: g.failed > 0, mono: [true], cells: [g.exe, String(g.runs), String(g.failed), fmtBytes(g.peak_rss_bytes), fmtNs(g.cpu_ns)]
+        .concat(D.figures.map((f) => figText(f, f.programs[k]))),
+    })), [false, true, true, true, true].concat(D.figures.map(() => true)))));
   const idx = Array.from({ length: N }, (_, i) => i);
   const topBy = (f) => idx.slice().sort((a, b) => f(b) - f(a) || P.start[a] - P.start[b]).slice(0, 10);
   app.append(el("div", { class: "two" },

@@ -127,6 +127,8 @@ pub struct TraceData {
     pub(crate) path_programs: Vec<PathProgram>,
     pub(crate) memory: Vec<(u64, u64)>,
     pub(crate) cpu: Cpu,
+    /// The figures table's, each with its tree's, processes' and programs' values.
+    pub(crate) figures: Vec<crate::report::figures::Page>,
 }
 
 /// At most `max` points of a step series, each slice of time keeping its lowest and highest
@@ -288,6 +290,7 @@ impl TraceData {
                 total_ns: a.cpu.total_ns(),
                 label: a.cpu.label(),
             },
+            figures: crate::report::figures::Page::of(r),
         }
     }
 }

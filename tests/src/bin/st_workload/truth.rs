@@ -299,6 +299,34 @@ fn process_cpu_ns() -> i64 {
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
+/// Touches MIB MiB and holds them while it burns MS ms of CPU. Records {held_kib (VmRSS once
+/// touched), end_kib (VmRSS after the burn), cpu_ns (the process's CPU over the burn)}: the
+/// RSS it held while it ran, read by itself.
+pub fn hold_burn(rec: &mut Recorder, mib: usize, ms: u64) -> ! {
+    // SAFETY: a system call without pointers into memory it could misuse.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let len = mib << 20;
+    let p = map_anon(len);
+    for off in (0..len).step_by(page) {
+        // SAFETY: within the mapping made above: every offset is below its length.
+        unsafe { std::ptr::write_volatile(p.add(off), 1) };
+    }
+    rec.warm_up();
+    let n = rec.read_status();
+    let held = status_kib(&rec.status[..n], b"VmRSS:");
+    let c0 = process_cpu_ns();
+    super::burn_cpu_us(ms * 1000);
+    let cpu = process_cpu_ns() - c0;
+    let n = rec.read_status();
+    let end = status_kib(&rec.status[..n], b"VmRSS:");
+    rec.begin("hold-burn")
+        .int("held_kib", held)
+        .int("end_kib", end)
+        .int("cpu_ns", cpu)
+        .finish();
+    super::exit(0)
+}
+
 /// Two phases of different parallelism: one thread burns MS ms of CPU, then two threads burn
 /// MS ms each at once. Records each phase's bounds (CLOCK_REALTIME) and the process's CPU over
 /// it: {p1_start_unix_ns, p1_end_unix_ns, p1_cpu_ns, p2_…}. The cores a phase used are its CPU
