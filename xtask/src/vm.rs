@@ -357,7 +357,6 @@ fn build_tests(spacetime: PathBuf) -> Result<Built> {
 #[cfg(test)]
 mod tests {
     use super::guest::sh_quote;
-    use super::*;
 
     #[test]
     fn quoting_for_the_guest_shell() {
