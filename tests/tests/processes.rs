@@ -267,7 +267,7 @@ fn storm_fork_exec_nothing_lost() {
 /// are a few MiB at most, far below spacetime's). A slope, not a size: what every trace
 /// holds (programs, ring) cancels out, and the figure does not depend on how fast the machine
 /// runs the storm. Both storms are past the point (about 5000 such processes) where the
-/// tree-wide series reach their bound and stop growing. Was 1.2 KiB a process, 0.75 now.
+/// tree-wide series reach their bound and stop growing. Was 1.2 KiB a process, 0.8 now.
 #[test]
 fn own_memory_per_exec_storm_process_is_bounded() {
     if std::env::var_os(spacetime_tests::EMULATED_ENV).is_some() {
