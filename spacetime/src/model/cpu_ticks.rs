@@ -6,6 +6,7 @@
 //! trace) is left to [`crate::model::cores`], which spreads it over the process's life.
 
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 use spacetime_common::flags;
 
 use crate::{kernel::events::Event, model::process::Key};
@@ -44,7 +45,9 @@ pub struct CpuTicks {
     pub online_cpus: Option<u32>,
     /// Each live thread's last point, by thread id.
     last: FxHashMap<u32, Last>,
-    segments: FxHashMap<Key, Vec<Segment>>,
+    /// Most processes of a big trace have one segment (their exit): inline, not a list of
+    /// four (96 bytes of heap) each.
+    segments: FxHashMap<Key, SmallVec<[Segment; 1]>>,
     kept: usize,
     /// Tick records received, and those dropped past [`MAX_SEGMENTS`].
     pub ticks: u64,

@@ -108,7 +108,7 @@ impl From<MemStats> for EndMem {
 /// What an image ran, shared (behind an `Arc`) by a forked child's inherited image with its
 /// parent's instead of copied: a 100k-process fork storm would hold 100k copies. Bytes exactly
 /// as the kernel had them: neither paths nor arguments need be UTF-8.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Names {
     /// The path passed to execve (for an inherited image, the parent's; for a process found
     /// in /proc, /proc/PID/exe).

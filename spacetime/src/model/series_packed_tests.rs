@@ -72,3 +72,29 @@ fn a_long_series_leaves_its_packing_and_is_compacted_like_a_plain_one() {
     plain.compact();
     assert_eq!(packed.points().as_ref(), plain.points());
 }
+
+#[test]
+fn an_exec_sized_series_stays_packed_on_the_heap() {
+    // A `/bin/true` exec's nine points, as a storm records them: past the room in place.
+    let updates: Vec<(bool, Point)> = [
+        (24_034_921, 339_968),
+        (28_101_029, 540_672),
+        (28_272_672, 16_384),
+        (29_078_514, 233_472),
+        (29_166_166, 319_488),
+        (29_197_222, 446_464),
+        (29_287_164, 970_752),
+        (29_311_971, 1_146_880),
+        (29_333_144, 0),
+    ]
+    .iter()
+    .map(|&(t, b)| (true, pt(5_000_000_000_000 + t, b)))
+    .collect();
+    let s = same(&updates, 4096);
+    assert!(matches!(&s.0, Repr::Heap(b) if b.len() <= 48), "{s:?}");
+    // Past HEAP_POINTS: a plain series, the same points.
+    let many: Vec<(bool, Point)> = (0..HEAP_POINTS as u64 + 1)
+        .map(|i| (false, pt(1_000 + i * 1_000_000, (i + 1) * 4096)))
+        .collect();
+    assert!(matches!(same(&many, 4096).0, Repr::Full(_)));
+}

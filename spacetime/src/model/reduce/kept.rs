@@ -2,8 +2,13 @@
 //! first process seen with the root's pid; inside a PID namespace the pids shown are the
 //! namespace's, from the fork records (the keys stay the kernel's).
 
+use std::sync::Arc;
+
 use super::{adopt::Adoptions, Process, Store};
-use crate::model::{key_index::KeyIndex, process::Key};
+use crate::model::{
+    key_index::KeyIndex,
+    process::{Key, Names},
+};
 use rustc_hash::FxHashSet;
 
 #[derive(Debug, Default)]
@@ -19,7 +24,10 @@ pub(super) struct Kept {
     root: Option<usize>,
     /// Processes that predate an attach, by tgid, until a record names them.
     pub(super) adopted: Adoptions,
-    /// [`Store::settle`]d: `index` and `tgids` are gone.
+    /// Every distinct set of names an exec gave, once: a build runs the same program with the
+    /// same arguments thousands of times (144 bytes of heap each, kept apart).
+    names: FxHashSet<Arc<Names>>,
+    /// [`Store::settle`]d: `index`, `tgids` and `names` are gone.
     settled: bool,
 }
 
@@ -72,6 +80,21 @@ impl Kept {
     }
 }
 
+impl Kept {
+    /// The one shared copy of these names. Only whole names are shared: an image whose argv
+    /// is still streaming in changes its own.
+    pub(super) fn intern(&mut self, names: Names) -> Arc<Names> {
+        if let Some(n) = self.names.get(&names) {
+            return Arc::clone(n);
+        }
+        let n = Arc::new(names);
+        if !self.settled {
+            self.names.insert(Arc::clone(&n));
+        }
+        n
+    }
+}
+
 /// A kept process's key (every process the index files has one).
 fn key_of(p: &Process) -> Key {
     p.key.unwrap_or(Key {
@@ -119,13 +142,14 @@ impl Store {
     }
 
     /// The run ended and no record comes any more: what taking records needs goes before the
-    /// report is built (the index by key and the tgids, 37 bytes a process; the list's room to
-    /// grow). Looking a process up still works, by a scan.
+    /// report is built (the index by key and the tgids, 37 bytes a process; the names' set; the
+    /// list's room to grow). Looking a process up still works, by a scan.
     pub fn settle(&mut self) {
         let k = &mut self.kept;
         k.settled = true;
         k.index = KeyIndex::default();
         k.tgids = FxHashSet::default();
+        k.names = FxHashSet::default();
         k.procs.shrink_to_fit();
     }
 

@@ -248,26 +248,31 @@ impl Store {
         if let Some(l) = self.live.as_deref_mut() {
             l.charge_argv(e.args_len as usize, &mut self.stats);
         }
-        let Some(mut s) = self.find(Key::of(&e.hdr), true) else {
+        let hdr = e.hdr;
+        let (names, pending_args) = exec_names(e);
+        let names = match pending_args.is_none() && self.live.is_none() {
+            true => self.kept.intern(names),
+            false => Arc::new(names),
+        };
+        let Some(mut s) = self.find(Key::of(&hdr), true) else {
             return;
         };
         let p = s.p();
         if let Some(open) = p.open_image() {
-            open.end_ns = Some(e.hdr.ts_ns);
+            open.end_ns = Some(hdr.ts_ns);
         }
         // No continuation reaches an image once another started: what came of it stays.
         if let Some(last) = p.images.last_mut() {
             publish_partial(&mut last.pending_args, &mut last.names, true);
         }
-        let (start_ns, exec_flags) = (e.hdr.ts_ns, e.hdr.flags);
+        let (start_ns, exec_flags) = (hdr.ts_ns, hdr.flags);
         if exec_flags & flags::EXEC_LEFT != 0 {
             // Nothing of it comes any more, its exit neither: it is not waited for.
             p.left = true;
             p.untracked = true;
         }
-        let (names, pending_args) = exec_names(e);
         let img = Image {
-            names: Arc::new(names),
+            names,
             start_ns,
             // Out of order: the exit may already be known; the image then ended with it.
             end_ns: p.end_ns,

@@ -420,3 +420,41 @@ fn an_untracked_child_is_not_waited_for() {
         .expect("the untracked child is in the tree");
     assert!(untracked.untracked && untracked.end_ns.is_none());
 }
+
+#[test]
+fn execs_with_the_same_names_share_them_and_streaming_argv_stays_its_own() {
+    let mut all = Store::keep_all(5, 1);
+    all.apply(exec((5, 50), 51, "/bin/make", b"make\0", 5));
+    for (i, tgid) in (10..13u32).enumerate() {
+        let ts = 100 + i as u64 * 10;
+        all.apply(fork((5, 50), (tgid, ts), 0));
+        all.apply(exec((tgid, ts), ts + 1, "/bin/true", b"/bin/true\0", 10));
+    }
+    // One still streaming: its own names, completed in place.
+    all.apply(fork((5, 50), (20, 200), 0));
+    all.apply(exec((20, 200), 201, "/bin/true", b"/bin/true\0", 12));
+    all.apply(args((20, 200), 202, 10, b"x\0"));
+    let names = |tgid: u32| {
+        let p = all.get(&Key {
+            tgid,
+            start_ns: if tgid == 20 {
+                200
+            } else {
+                100 + (tgid as u64 - 10) * 10
+            },
+        });
+        Arc::clone(&p.expect("traced").images[1].names)
+    };
+    assert!(Arc::ptr_eq(&names(10), &names(11)) && Arc::ptr_eq(&names(11), &names(12)));
+    assert_eq!(names(10).argv().collect::<Vec<_>>(), [b"/bin/true"]);
+    assert!(!Arc::ptr_eq(&names(10), &names(20)));
+    assert_eq!(
+        names(20).argv().collect::<Vec<_>>(),
+        [&b"/bin/true"[..], b"x"]
+    );
+    assert_eq!(
+        names(10).argv().count(),
+        1,
+        "the shared names were not changed"
+    );
+}
