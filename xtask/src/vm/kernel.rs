@@ -15,6 +15,7 @@ use crate::run;
 
 /// Where apt finds Debian (the mirror the machines' own sources use).
 const MIRROR: &str = "http://deb.debian.org/debian";
+const SECURITY: &str = "http://deb.debian.org/debian-security";
 const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
 const SUFFIX: &str = "-cloud-amd64-unsigned";
 
@@ -46,6 +47,21 @@ impl Debian {
             Debian::Bullseye => "bullseye",
             Debian::Bookworm => "bookworm",
             Debian::Trixie => "trixie",
+        }
+    }
+
+    /// The suites its kernels come from: the release's own, and for 12 its updates and security
+    /// suites as the machines' own sources list them (the newest 6.1 revisions are there; the
+    /// mirror serves only part of 11's security pool, so 11 and 13 take the release's own).
+    fn lists(self) -> String {
+        let main = |s: &str| format!("deb [signed-by={KEYRING}] {MIRROR} {s} main\n");
+        match self {
+            Debian::Bookworm => format!(
+                "{}{}deb [signed-by={KEYRING}] {SECURITY} bookworm-security main\n",
+                main("bookworm"),
+                main("bookworm-updates")
+            ),
+            _ => main(self.suite()),
         }
     }
 
@@ -90,14 +106,7 @@ fn apt(release: Debian, dir: &Path, program: &str) -> Result<Command> {
             .with_context(|| format!("creating {}", state.join(sub).display()))?;
     }
     let list = state.join("sources.list");
-    fs::write(
-        &list,
-        format!(
-            "deb [signed-by={KEYRING}] {MIRROR} {} main\n",
-            release.suite()
-        ),
-    )
-    .with_context(|| format!("writing {}", list.display()))?;
+    fs::write(&list, release.lists()).with_context(|| format!("writing {}", list.display()))?;
     let mut c = Command::new(program);
     let opt = |k: &str, v: &Path| format!("{k}={}", v.display());
     c.args(["-o", &opt("Dir::Etc::sourcelist", &list)])
