@@ -6,7 +6,7 @@
 use serde_json::Value;
 use spacetime_stats::{welch_p, Stats};
 
-use super::table::{Figure, Row, Section};
+use super::table::{Gated, Row, Section};
 use crate::util::term;
 
 /// A figure's per-run values (`{…, "values": [...]}`), as the bench's statistics.
@@ -38,7 +38,7 @@ fn failures(result: &Value) -> Option<Stats> {
     Stats::of(&[codes.iter().sum()])
 }
 
-fn row(name: &str, figure: Figure, a: Option<Stats>, b: Option<Stats>) -> Row {
+fn row(name: &str, figure: Gated, a: Option<Stats>, b: Option<Stats>) -> Row {
     let mut r = Row::new(name, Some(figure), figure.unit())
         .values(a.as_ref().map(|s| s.mean), b.as_ref().map(|s| s.mean));
     if let (Some(a), Some(b)) = (&a, &b) {
@@ -83,12 +83,8 @@ pub fn compare(a: &Value, b: &Value) -> Vec<Section> {
             let (pa, pb) = pair(|v| stats(v, "peak_rss_bytes"));
             let (ta, tb) = pair(|v| stats(v, "tree_peak_rss_bytes"));
             let (fa, fb) = pair(failures);
-            let mut failed = Row::new(
-                "failed runs",
-                Some(Figure::Failures),
-                Figure::Failures.unit(),
-            )
-            .values(fa.map(|s| s.mean), fb.map(|s| s.mean));
+            let mut failed = Row::new("failed runs", Some(Gated::Failures), Gated::Failures.unit())
+                .values(fa.map(|s| s.mean), fb.map(|s| s.mean));
             failed.note = format!(
                 "of {} → {} runs",
                 other
@@ -105,10 +101,10 @@ pub fn compare(a: &Value, b: &Value) -> Vec<Section> {
                     _ => name.clone(),
                 },
                 rows: vec![
-                    row("wall (mean)", Figure::Wall, wa, wb),
-                    row("CPU (mean)", Figure::Cpu, ca, cb),
-                    row("peak RSS (mean)", Figure::Peak, pa, pb),
-                    row("tree peak RSS (mean)", Figure::TreePeak, ta, tb),
+                    row("wall (mean)", Gated::Wall, wa, wb),
+                    row("CPU (mean)", Gated::Cpu, ca, cb),
+                    row("peak RSS (mean)", Gated::Peak, pa, pb),
+                    row("tree peak RSS (mean)", Gated::TreePeak, ta, tb),
                     failed,
                 ],
                 gated: true,

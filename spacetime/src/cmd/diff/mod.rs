@@ -13,7 +13,7 @@ use std::{io::Write, path::PathBuf};
 use clap::{Args, ValueEnum};
 
 use crate::{report::saved, util::exit_code::EXIT_OWN_FAILURE};
-pub use table::{Figure, Row, Section, Unit};
+pub use table::{Gated, Row, Section, Unit};
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
@@ -56,7 +56,7 @@ pub enum Limit {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Thresholds(pub Vec<(Figure, Limit)>);
+pub struct Thresholds(pub Vec<(Gated, Limit)>);
 
 fn parse_thresholds(s: &str) -> Result<Thresholds, String> {
     let mut out = Vec::new();
@@ -64,7 +64,7 @@ fn parse_thresholds(s: &str) -> Result<Thresholds, String> {
         let (name, limit) = part
             .split_once(':')
             .ok_or_else(|| format!("{part:?}: expected FIGURE:+N% or FIGURE:+N"))?;
-        let figure = Figure::named(name.trim()).ok_or_else(|| {
+        let figure = Gated::named(name.trim()).ok_or_else(|| {
             format!("unknown figure {name:?} (wall, cpu, peak, tree-peak, processes, failures)")
         })?;
         let v = limit.trim().trim_start_matches('+');
@@ -144,8 +144,8 @@ pub fn crossed(sections: &[Section], t: &Thresholds) -> Vec<Crossed> {
 /// failures themselves (a CI gate that passed a build that newly fails was the defect).
 pub fn gates(asked: Option<Thresholds>) -> Thresholds {
     let mut t = asked.map(|t| t.0).unwrap_or_default();
-    if !t.iter().any(|&(f, _)| f == Figure::Failures) {
-        t.push((Figure::Failures, Limit::Absolute(0.0)));
+    if !t.iter().any(|&(f, _)| f == Gated::Failures) {
+        t.push((Gated::Failures, Limit::Absolute(0.0)));
     }
     Thresholds(t)
 }
@@ -202,13 +202,10 @@ mod tests {
     fn thresholds_parse_and_cross() {
         let t = parse_thresholds("peak:+5%, cpu:+10%,tree-peak:+1M,failures:+0,wall:250ms")
             .expect("parse");
-        assert_eq!(t.0[0], (Figure::Peak, Limit::Percent(5.0)));
-        assert_eq!(
-            t.0[2],
-            (Figure::TreePeak, Limit::Absolute((1 << 20) as f64))
-        );
-        assert_eq!(t.0[3], (Figure::Failures, Limit::Absolute(0.0)));
-        assert_eq!(t.0[4], (Figure::Wall, Limit::Absolute(250e6)));
+        assert_eq!(t.0[0], (Gated::Peak, Limit::Percent(5.0)));
+        assert_eq!(t.0[2], (Gated::TreePeak, Limit::Absolute((1 << 20) as f64)));
+        assert_eq!(t.0[3], (Gated::Failures, Limit::Absolute(0.0)));
+        assert_eq!(t.0[4], (Gated::Wall, Limit::Absolute(250e6)));
         assert!(parse_thresholds("size:+5%").is_err());
         assert!(parse_thresholds("peak").is_err());
         assert!(parse_thresholds("").is_err());
@@ -223,17 +220,17 @@ mod tests {
 
     #[test]
     fn new_failures_gate_unless_failures_are_named() {
-        let zero = (Figure::Failures, Limit::Absolute(0.0));
+        let zero = (Gated::Failures, Limit::Absolute(0.0));
         assert_eq!(gates(None).0, [zero]);
         let peak = parse_thresholds("peak:+5%").expect("parse");
         assert_eq!(
             gates(Some(peak)).0,
-            [(Figure::Peak, Limit::Percent(5.0)), zero]
+            [(Gated::Peak, Limit::Percent(5.0)), zero]
         );
         let loose = parse_thresholds("failures:+3").expect("parse");
         assert_eq!(
             gates(Some(loose)).0,
-            [(Figure::Failures, Limit::Absolute(3.0))]
+            [(Gated::Failures, Limit::Absolute(3.0))]
         );
     }
 }

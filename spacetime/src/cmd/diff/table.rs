@@ -10,7 +10,7 @@ use crate::util::{
 
 /// The figures a threshold can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Figure {
+pub enum Gated {
     Wall,
     Cpu,
     /// The largest single process's peak RSS.
@@ -20,35 +20,35 @@ pub enum Figure {
     Failures,
 }
 
-impl Figure {
-    pub fn named(s: &str) -> Option<Figure> {
+impl Gated {
+    pub fn named(s: &str) -> Option<Gated> {
         Some(match s {
-            "wall" => Figure::Wall,
-            "cpu" => Figure::Cpu,
-            "peak" => Figure::Peak,
-            "tree-peak" | "tree_peak" | "tree" => Figure::TreePeak,
-            "processes" => Figure::Processes,
-            "failures" | "failed" => Figure::Failures,
+            "wall" => Gated::Wall,
+            "cpu" => Gated::Cpu,
+            "peak" => Gated::Peak,
+            "tree-peak" | "tree_peak" | "tree" => Gated::TreePeak,
+            "processes" => Gated::Processes,
+            "failures" | "failed" => Gated::Failures,
             _ => return None,
         })
     }
 
     pub fn name(self) -> &'static str {
         match self {
-            Figure::Wall => "wall",
-            Figure::Cpu => "cpu",
-            Figure::Peak => "peak",
-            Figure::TreePeak => "tree-peak",
-            Figure::Processes => "processes",
-            Figure::Failures => "failures",
+            Gated::Wall => "wall",
+            Gated::Cpu => "cpu",
+            Gated::Peak => "peak",
+            Gated::TreePeak => "tree-peak",
+            Gated::Processes => "processes",
+            Gated::Failures => "failures",
         }
     }
 
     pub fn unit(self) -> Unit {
         match self {
-            Figure::Wall | Figure::Cpu => Unit::Ns,
-            Figure::Peak | Figure::TreePeak => Unit::Bytes,
-            Figure::Processes | Figure::Failures => Unit::Count,
+            Gated::Wall | Gated::Cpu => Unit::Ns,
+            Gated::Peak | Gated::TreePeak => Unit::Bytes,
+            Gated::Processes | Gated::Failures => Unit::Count,
         }
     }
 }
@@ -77,7 +77,7 @@ pub struct Row {
     /// The figure's name, or a program's.
     pub name: String,
     /// What a threshold names it by (None: not gated).
-    pub figure: Option<Figure>,
+    pub figure: Option<Gated>,
     pub unit: Unit,
     /// Absent on a side that does not have it (a program that ran on one side only).
     pub a: Option<f64>,
@@ -90,7 +90,7 @@ pub struct Row {
 }
 
 impl Row {
-    pub fn new(name: impl Into<String>, figure: Option<Figure>, unit: Unit) -> Row {
+    pub fn new(name: impl Into<String>, figure: Option<Gated>, unit: Unit) -> Row {
         Row {
             name: name.into(),
             figure,

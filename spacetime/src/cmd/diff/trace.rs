@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::table::{Figure, Row, Section, Unit};
+use super::table::{Gated, Row, Section, Unit};
 use crate::{
     model::labels::basename,
     report::{analysis::ProgramStat, figures, saved::SavedReport, Report},
@@ -25,7 +25,7 @@ fn compared() -> impl Iterator<Item = &'static figures::Figure> {
 }
 
 fn totals(a: &Report, b: &Report) -> Section {
-    let row = |name: &str, f: Figure, get: &dyn Fn(&Report) -> Option<f64>| {
+    let row = |name: &str, f: Gated, get: &dyn Fn(&Report) -> Option<f64>| {
         Row::new(name, Some(f), f.unit()).values(get(a), get(b))
     };
     // Neither side's figure (reports written before it): no row.
@@ -38,18 +38,18 @@ fn totals(a: &Report, b: &Report) -> Section {
     Section {
         title: "totals".into(),
         rows: [
-            row("wall", Figure::Wall, &|r| Some(r.wall_ns as f64)),
-            row("CPU", Figure::Cpu, &|r| Some((r.user_ns + r.sys_ns) as f64)),
-            row("peak RSS (largest process)", Figure::Peak, &|r| {
+            row("wall", Gated::Wall, &|r| Some(r.wall_ns as f64)),
+            row("CPU", Gated::Cpu, &|r| Some((r.user_ns + r.sys_ns) as f64)),
+            row("peak RSS (largest process)", Gated::Peak, &|r| {
                 Some(r.totals.peak_rss_bytes as f64)
             }),
-            row("tree-wide peak RSS", Figure::TreePeak, &|r| {
+            row("tree-wide peak RSS", Gated::TreePeak, &|r| {
                 r.totals.tree_peak_rss_bytes.map(|b| b as f64)
             }),
-            row("processes", Figure::Processes, &|r| {
+            row("processes", Gated::Processes, &|r| {
                 Some(r.totals.processes as f64)
             }),
-            row("failed", Figure::Failures, &|r| {
+            row("failed", Gated::Failures, &|r| {
                 Some(r.analysis.failures.len() as f64)
             }),
         ]

@@ -6,9 +6,9 @@
 use serde::Serialize;
 use serde_json::Value;
 
-/// One figure over a command's runs, as the bench computed it.
+/// One figure's statistics over a command's runs, as the bench computed them.
 #[derive(Serialize, Default)]
-pub(crate) struct Figure {
+pub(crate) struct RunStats {
     pub(crate) mean: Option<f64>,
     pub(crate) stddev: Option<f64>,
     pub(crate) median: Option<f64>,
@@ -17,11 +17,11 @@ pub(crate) struct Figure {
     pub(crate) values: Vec<f64>,
 }
 
-impl Figure {
-    fn of(v: Option<&Value>) -> Option<Figure> {
+impl RunStats {
+    fn of(v: Option<&Value>) -> Option<RunStats> {
         let v = v.filter(|v| v.is_object())?;
         let num = |k: &str| v.get(k).and_then(Value::as_f64);
-        Some(Figure {
+        Some(RunStats {
             mean: num("mean"),
             stddev: num("stddev"),
             median: num("median"),
@@ -42,11 +42,11 @@ pub(crate) struct Result {
     /// `{"name": "value"}` of a parameter scan (empty without).
     pub(crate) parameters: serde_json::Map<String, Value>,
     pub(crate) runs: u64,
-    pub(crate) wall: Option<Figure>,
-    pub(crate) user: Option<Figure>,
-    pub(crate) sys: Option<Figure>,
-    pub(crate) peak: Option<Figure>,
-    pub(crate) tree: Option<Figure>,
+    pub(crate) wall: Option<RunStats>,
+    pub(crate) user: Option<RunStats>,
+    pub(crate) sys: Option<RunStats>,
+    pub(crate) peak: Option<RunStats>,
+    pub(crate) tree: Option<RunStats>,
     pub(crate) failed_runs: u64,
     /// Its colour in every picture ([`super::colour`]).
     pub(crate) colour: String,
@@ -86,7 +86,7 @@ impl BenchData {
 }
 
 fn result(k: usize, r: &Value) -> Result {
-    let fig = |k: &str| Figure::of(r.get(k));
+    let fig = |k: &str| RunStats::of(r.get(k));
     let parameters = match r.get("parameters") {
         Some(Value::Object(m)) => m.clone(),
         _ => serde_json::Map::new(),

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use super::{cut, escape, Anchor, Doc, Scale, GRID, MONO, MUTED, WIDTH};
 use crate::{
     report::plot::{
-        bench::{BenchData, Figure, Result},
+        bench::{BenchData, Result, RunStats},
         FAILURE,
     },
     util::units::bytes,
@@ -46,7 +46,7 @@ fn fmt_bytes(v: f64) -> String {
     bytes(v.max(0.0).round() as u64)
 }
 
-fn figure<'a>(r: &'a Result, key: &str) -> Option<&'a Figure> {
+fn figure<'a>(r: &'a Result, key: &str) -> Option<&'a RunStats> {
     match key {
         "wall" => r.wall.as_ref(),
         "peak" => r.peak.as_ref(),
@@ -155,7 +155,7 @@ fn command_row(
     doc: &mut Doc,
     r: &Result,
     k: usize,
-    f: Option<&Figure>,
+    f: Option<&RunStats>,
     (x, y, fmt): (&Scale, f64, Format),
 ) {
     let failed = r.failed_runs > 0;
