@@ -270,12 +270,6 @@ fn storm_fork_exec_nothing_lost() {
 /// tree-wide series reach their bound and stop growing. Was 1.2 KiB a process, 0.8 now.
 #[test]
 fn own_memory_per_exec_storm_process_is_bounded() {
-    if std::env::var_os(spacetime_tests::EMULATED_ENV).is_some() {
-        // Thousands of processes take an emulated CPU too long; the bound is not the
-        // kernel's to change.
-        eprintln!("skipped in the emulated guest: the storms are too long there");
-        return;
-    }
     const BOUND_PER_PROCESS: u64 = 1000;
     let (small, big) = (6000u64, 12000u64);
     let dir = spacetime_tests::TempDir::new("own-mem");

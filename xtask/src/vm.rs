@@ -74,11 +74,18 @@ pub struct Options {
 
 /// Tests skipped by default (`--all` runs them): sized for a real CPU, they cannot finish in
 /// time on qemu's emulated one (about 12 fork+exec per second here, 100 times slower).
-const SLOW_UNDER_TCG: [(&str, &str); 1] = [(
-    "watch_sees_every_exit_of_a_burst",
-    "1000 fork+exec, about 85 s of an emulated CPU, for what the host's run checks: the watch's \
-     matching and output, the same on every kernel",
-)];
+const SLOW_UNDER_TCG: [(&str, &str); 2] = [
+    (
+        "watch_sees_every_exit_of_a_burst",
+        "1000 fork+exec, about 85 s of an emulated CPU, for what the host's run checks: the \
+         watch's matching and output, the same on every kernel",
+    ),
+    (
+        "own_memory_per_exec_storm_process_is_bounded",
+        "18 000 fork+exec for spacetime's own memory per process, which userspace decides, the \
+         same on every kernel",
+    ),
+];
 
 /// Test binaries left out of the guest: they check the CLI, the docs, the file formats, the
 /// metrics, what a terminal shows and the build view with host tools the busybox guest lacks
