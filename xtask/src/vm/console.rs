@@ -33,6 +33,11 @@ pub(super) struct Verdict {
     /// Tests not run (see [`super::SLOW_UNDER_TCG`]).
     pub(super) skipped: Vec<&'static str>,
     timed_out: bool,
+    /// (binary::test, host seconds) of each test: the time from the line before its result
+    /// to its result (one test at a time in the guest, so that is the test's own run).
+    tests: Vec<(String, f64)>,
+    /// When the last whole line arrived.
+    last_line: Instant,
 }
 
 impl Verdict {
@@ -46,6 +51,12 @@ impl Verdict {
         }
         eprintln!("xtask: the slowest test binaries in the guest (guest seconds):");
         for (name, s) in self.tally.slowest(8) {
+            eprintln!("xtask:   {s:7.1}  {name}");
+        }
+        eprintln!("xtask: the slowest tests in the guest (host seconds):");
+        let mut tests = self.tests.clone();
+        tests.sort_by(|a, b| b.1.total_cmp(&a.1));
+        for (name, s) in tests.iter().take(12) {
             eprintln!("xtask:   {s:7.1}  {name}");
         }
         println!("vm-test: {}", self.tally.line());
@@ -67,6 +78,15 @@ impl Verdict {
         if let Some(name) = line.split("spacetime-vm: running ").nth(1) {
             self.running = name.trim().to_owned();
         }
+        let now = Instant::now();
+        if let Some((test, _)) = line
+            .strip_prefix("test ")
+            .and_then(|l| l.split_once(" ... "))
+        {
+            let took = now.duration_since(self.last_line).as_secs_f64();
+            self.tests.push((format!("{}::{test}", self.running), took));
+        }
+        self.last_line = now;
         let running = self.running.clone();
         if self.tally.result_line(line, &running) {
             let at = line.find("test result:").unwrap_or(0);
@@ -172,6 +192,8 @@ pub(super) fn boot(kernel: &Path, initrd: &Path, timeout: Duration, cpus: u32) -
         running: String::new(),
         skipped: Vec::new(),
         timed_out: false,
+        tests: Vec::new(),
+        last_line: Instant::now(),
     };
     let mut console = Console {
         rx,
