@@ -2,7 +2,8 @@
 //! traces at once each with its own figures, the refusals of its security model, a client
 //! that outlives the agent, and the fallbacks when there is no agent.
 
-use std::process::Command;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -356,36 +357,62 @@ fn unprivileged_attach_through_the_agent() {
     nobody_can_run_the_binaries();
     let agent = Agent::start("attach-own");
     let dir = TempDir::new("agent-attach");
+    // The target waits for a byte on its stdin, sent once spacetime says it attached: it
+    // outlives the attach at any speed.
     let mut target = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .args([WL, "sleep", "1500"])
+        .args([WL, "attach-grow", "1", "1"])
         .env("ST_TRUTH", dir.path().join("truth.jsonl"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
         .spawn()
         .expect("start the target as nobody");
     let pid = target.id() as i32;
     // setpriv execs the workload: attach once the process runs it.
     spacetime_tests::attack::wait_exec(pid as u32, WL);
     let report = dir.path().join("report.json");
-    let out = Command::new("setpriv")
+    let mut trace = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg(spacetime_bin())
         .args(["trace", "--json"])
         .arg(&report)
         .args(["-p", &pid.to_string()])
         .env("SPACETIME_SOCKET", agent.socket())
-        .output()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("setpriv runs spacetime");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let mut err = BufReader::new(trace.stderr.take().expect("piped stderr"));
+    let mut said = String::new();
+    while !said.contains("spacetime: attached to pid") {
+        let mut line = String::new();
+        if err.read_line(&mut line).expect("read spacetime's stderr") == 0 {
+            let _ = target.kill();
+            let _ = target.wait();
+            panic!("spacetime ended before attaching: {said}");
+        }
+        said.push_str(&line);
+    }
+    target
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(b"x")
+        .expect("release the target");
     let status = target.wait().expect("reap the target");
     assert_eq!(status.code(), Some(0), "the target's own status");
+    err.read_to_string(&mut said)
+        .expect("the rest of spacetime's stderr");
+    let st = trace.wait().expect("wait for spacetime");
     assert_eq!(
-        out.status.code(),
+        st.code(),
         Some(0),
-        "trace -p exits with the root's status: {err}"
+        "trace -p exits with the root's status: {said}"
     );
     let v: Value =
         serde_json::from_slice(&std::fs::read(&report).expect("the report")).expect("JSON report");
-    assert_eq!(programs(&v), "agent", "{err}");
+    assert_eq!(programs(&v), "agent", "{said}");
     let p = v["processes"]
         .as_array()
         .and_then(|a| a.iter().find(|p| p["pid"].as_i64() == Some(pid as i64)))

@@ -15,13 +15,23 @@ use spacetime_tests::{TempDir, Trace};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 
+/// The report's one process with `pid` (the workload's children live at once with no other
+/// process of the tree, so a pid names one process).
 fn process(report: &Value, pid: i64) -> &Value {
-    report["processes"]
+    let found: Vec<&Value> = report["processes"]
         .as_array()
         .expect("processes array")
         .iter()
-        .find(|p| p["pid"].as_i64() == Some(pid))
-        .unwrap_or_else(|| panic!("pid {pid} missing from the report"))
+        .filter(|p| p["pid"].as_i64() == Some(pid))
+        .collect();
+    match found[..] {
+        [p] => p,
+        [] => panic!("pid {pid} missing from the report"),
+        _ => panic!(
+            "pid {pid} is {} processes in the report: {found:?}",
+            found.len()
+        ),
+    }
 }
 
 fn us(v: &Value, key: &str) -> i64 {
@@ -67,7 +77,7 @@ fn each_process_cpu_is_what_wait4_returned() {
         );
         let got = (us(p, "user_ns"), us(p, "sys_ns"));
         assert_wait4(
-            &format!("pid {pid} ({} µs burnt)", spins[i]),
+            &format!("pid {pid} ({} µs burnt; {p})", spins[i]),
             got,
             (user[i], sys[i]),
         );

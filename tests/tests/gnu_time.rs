@@ -197,8 +197,7 @@ fn io_blocks_and_status_lines_match_gnu_time() {
          dd if={d} of=/dev/null bs=1M iflag=direct 2>/dev/null; rm -f {d}; exit 3",
         d = data.display()
     );
-    // GNU time writes to its stderr (a pipe here): no file of its own whose pages it dirties,
-    // so its own share of the output blocks is nothing.
+    // GNU time writes to its stderr (a pipe here): no file of its own whose pages it dirties.
     let cmd = [GNU_TIME, "-f", "%I %O %x", "sh", "-c", &script];
     let out = Trace::new(cmd)
         .flag("-f")
@@ -235,9 +234,11 @@ fn io_blocks_and_status_lines_match_gnu_time() {
         gf[0] >= 16384 && gf[1] >= 16384,
         "8 MiB read and written: {g}"
     );
-    // The same counters, and GNU time's own: the pages of its binary if they were not cached.
+    // The same counters, and GNU time's own (spacetime's tree holds GNU time; GNU time reports
+    // its children): the pages of its binary if they were not cached, and for writes at most a
+    // page (it writes to a pipe; CI once saw one page, 8 blocks, under a loaded disk).
     within("%I", sf[0] as f64, gf[0] as f64, 0.0, 256.0);
-    assert_eq!(sf[1], gf[1], "%O: GNU time writes nothing of its own here");
+    within("%O", sf[1] as f64, gf[1] as f64, 0.0, 8.0);
     assert_eq!((sf[2], gf[2]), (3, 3), "%x");
 }
 
