@@ -24,7 +24,6 @@ const ALLOWED: &[(&str, &str)] = &[
     ("Store", "being split"),
     ("LiveSet", "being split"),
     ("Probes", "being split"),
-    ("Watch", "being split"),
 ];
 
 /// Each type with inherent impl blocks (its name, and where it is defined when that is found
