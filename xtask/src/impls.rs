@@ -21,8 +21,6 @@ pub const MAX_FILES: usize = 2;
 const ALLOWED: &[(&str, &str)] = &[
     // cmd/agent/'s daemon is being split into types that each own their state.
     ("Agent", "being split"),
-    ("Store", "being split"),
-    ("LiveSet", "being split"),
     ("Probes", "being split"),
 ];
 
