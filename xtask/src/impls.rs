@@ -21,7 +21,6 @@ pub const MAX_FILES: usize = 2;
 const ALLOWED: &[(&str, &str)] = &[
     // cmd/agent/'s daemon is being split into types that each own their state.
     ("Agent", "being split"),
-    ("Probes", "being split"),
 ];
 
 /// Each type with inherent impl blocks (its name, and where it is defined when that is found
