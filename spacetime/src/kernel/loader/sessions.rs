@@ -21,7 +21,7 @@ pub type SessionId = u16;
 const UNTRACK_PASSES: usize = 16;
 
 /// The maps that say which process is whose, and each session's figures, limits and
-/// counters (taken out of the loaded object: nothing else writes them).
+/// counters, taken out of the loaded object: no other part of userspace reads or writes them.
 pub(super) struct Sessions {
     /// Also cleared between runs (runs.rs).
     pub(super) maps: Maps,
@@ -31,7 +31,7 @@ pub(super) fn map_err(name: &'static str) -> impl Fn(MapError) -> LoadError {
     move |source| LoadError::Map { name, source }
 }
 
-pub(super) fn hash_mut<'a, K: Pod, V: Pod>(
+fn hash_mut<'a, K: Pod, V: Pod>(
     ebpf: &'a mut Maps,
     name: &'static str,
 ) -> Result<HashMap<&'a mut MapData, K, V>, LoadError> {
