@@ -83,7 +83,7 @@ pub struct Stats {
 
 /// The reducer: records into the processes its storage holds. What the storage answers
 /// besides (the tree's processes, the live set's rows) is read through it (`Deref`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Store<S> {
     storage: S,
     pub stats: Stats,
