@@ -99,7 +99,7 @@ pub fn check(src: &Path) -> Result<Findings> {
     Ok(out)
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+pub(crate) fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
         let path = entry?.path();
         if path.is_dir() {
@@ -272,7 +272,7 @@ fn count_unsafe(code: &str) -> (usize, usize) {
 
 /// The code with comments and the insides of string and char literals blanked (newlines
 /// kept, so line numbers hold).
-fn strip_comments_and_strings(src: &str) -> String {
+pub(crate) fn strip_comments_and_strings(src: &str) -> String {
     let b = src.as_bytes();
     let mut out = String::with_capacity(src.len());
     let mut i = 0;

@@ -3,6 +3,7 @@
 
 mod agent_pass;
 mod bench;
+mod impls;
 mod install;
 mod layers;
 mod package;
@@ -323,6 +324,7 @@ fn test(args: &[OsString]) -> Result<()> {
 fn lint() -> Result<()> {
     toolchain::ensure()?;
     layers::lint(&root().join("spacetime/src"))?;
+    impls::lint(&root().join("spacetime/src"))?;
     let long = layers::long_files(
         &root(),
         &[

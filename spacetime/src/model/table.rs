@@ -1,5 +1,5 @@
-//! The live process table: the store of processes bounded to the live ones
-//! ([`crate::model::reduce`], [`Store::bounded`]): every running process with its current
+//! The live process table: the store over the storage bounded to the live processes
+//! ([`crate::model::reduce`], [`LiveSet`]): every running process with its current
 //! program image (exe, argv, comm), parent, thread count and the peaks of the images it already
 //! left. Seeded from /proc at start, then kept from fork/exec/exit records; a process leaves on
 //! exit, as the [`Entry`] its row is written from.
@@ -17,7 +17,7 @@ pub use crate::model::process::Names;
 pub use crate::model::reduce::{Ancestor, Stats as TableStats, KEEP_BYTES};
 use crate::{
     kernel::events::{Args, Exec},
-    model::reduce::{LiveOptions, Store, Tracked},
+    model::reduce::{LiveOptions, LiveSet, Store, Tracked},
 };
 use rustc_hash::FxHashMap;
 
@@ -149,7 +149,7 @@ pub struct TableOptions {
 const ENDED_WITH_THREADS: usize = 1024;
 
 pub struct Table {
-    store: Store,
+    store: Store<LiveSet>,
     opts: TableOptions,
     thread_starts: FxHashMap<u32, u64>,
     ended_with_threads: VecDeque<Live>,
@@ -157,8 +157,8 @@ pub struct Table {
 
 /// The store's counters and queries (`stats`, `chain`, `ghost_count`, `argv_bytes`).
 impl Deref for Table {
-    type Target = Store;
-    fn deref(&self) -> &Store {
+    type Target = Store<LiveSet>;
+    fn deref(&self) -> &Store<LiveSet> {
         &self.store
     }
 }
@@ -166,25 +166,26 @@ impl Deref for Table {
 impl Table {
     pub fn new(opts: TableOptions) -> Table {
         Table {
-            store: Store::bounded(LiveOptions {
+            store: Store::with(LiveSet::new(LiveOptions {
                 max_processes: opts.max_processes,
                 ancestry: opts.ancestry,
                 images: opts.images,
-            }),
+            })),
             opts,
             thread_starts: FxHashMap::default(),
             ended_with_threads: VecDeque::new(),
         }
     }
 
-    /// See [`Store::set_attached`].
+    /// See [`LiveSet::set_attached`].
     pub fn set_attached(&mut self, ns: u64) {
         self.store.set_attached(ns);
     }
 
-    /// See [`Store::verify_early`].
+    /// See [`LiveSet::verify_early`].
     pub fn verify_early(&mut self, alive: impl Fn(u32) -> Option<u64>) {
-        self.store.verify_early(alive);
+        let (live, stats) = self.store.parts();
+        live.verify_early(alive, stats);
     }
 
     /// Live processes in the table.
@@ -248,14 +249,16 @@ impl Table {
         self.store.set_argv_budget(bytes);
     }
 
-    /// argv bytes /proc gave at start: see [`Store::charge_argv`].
+    /// argv bytes /proc gave at start: see [`LiveSet::charge_argv`].
     pub fn charge_argv(&mut self, len: usize) {
-        self.store.charge_argv(len);
+        let (live, stats) = self.store.parts();
+        live.charge_argv(len, stats);
     }
 
     /// Over budget: cuts the largest argv until three quarters of it are used.
     pub fn enforce_argv_budget(&mut self) {
-        self.store.enforce_argv_budget();
+        let (live, stats) = self.store.parts();
+        live.enforce_argv_budget(stats);
     }
 
     pub fn fork(&mut self, f: &ForkEvent) {

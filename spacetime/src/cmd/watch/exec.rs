@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::{identity::Identity, watcher::Watch};
-use crate::model::table::{Ancestor, Names};
+use crate::model::table::{Ancestor, Names, Table};
 
 /// An exec line, borrowed from the table entry.
 pub struct ExecView<'a> {
@@ -30,13 +30,27 @@ pub struct Pending {
     cgroup_id: u64,
 }
 
-impl Watch {
+/// The exec lines waiting for their argv (`--events exec`; off: none ever waits).
+#[derive(Debug, Default)]
+pub(super) struct ExecLines {
+    on: bool,
+    pending: Vec<Pending>,
+}
+
+impl ExecLines {
+    pub(super) fn new(on: bool) -> ExecLines {
+        ExecLines {
+            on,
+            pending: Vec::new(),
+        }
+    }
+
     /// An exec record was applied to the table: its line waits for its argv.
-    pub(super) fn exec_seen(&mut self, tgid: u32, start_ns: u64, uid: u32, cgroup_id: u64) {
-        if !self.events.exec {
+    pub(super) fn seen(&mut self, tgid: u32, start_ns: u64, uid: u32, cgroup_id: u64) {
+        if !self.on {
             return;
         }
-        self.exec_pending.push(Pending {
+        self.pending.push(Pending {
             tgid,
             start_ns,
             uid,
@@ -44,19 +58,25 @@ impl Watch {
         });
     }
 
-    /// Writes the exec lines whose argv is complete; all of them with `all`, or those of
-    /// process `only` (it is ending: its argv will not grow).
-    pub(super) fn write_execs(&mut self, all: bool, only: Option<u32>) {
-        if self.exec_pending.is_empty() {
-            return;
+    /// The lines ready to be written, in the order their execs came: whose argv is complete,
+    /// all of them with `all`, or those of process `only` (it is ending: its argv will not
+    /// grow). The others wait on.
+    fn take_ready(&mut self, all: bool, only: Option<u32>, table: &Table) -> Vec<Pending> {
+        if self.pending.is_empty() {
+            return Vec::new();
         }
-        let pending = std::mem::take(&mut self.exec_pending);
-        for p in pending {
-            let ready = all || only == Some(p.tgid) || !self.table.argv_pending(p.tgid);
-            if !ready {
-                self.exec_pending.push(p);
-                continue;
-            }
+        let (ready, waiting) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| all || only == Some(p.tgid) || !table.argv_pending(p.tgid));
+        self.pending = waiting;
+        ready
+    }
+}
+
+impl Watch {
+    /// Writes the exec lines whose argv is complete (see [`ExecLines::take_ready`]).
+    pub(super) fn write_execs(&mut self, all: bool, only: Option<u32>) {
+        for p in self.exec_lines.take_ready(all, only, &self.table) {
             if self.stop.is_none() {
                 self.write_exec(p);
             }

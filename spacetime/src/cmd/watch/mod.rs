@@ -36,10 +36,7 @@ use crate::{
         loader::{LoadOptions, Probes},
         taskstats::Unavailable,
     },
-    model::{
-        matcher::Coverage,
-        table::{Table, TableOptions},
-    },
+    model::table::{Table, TableOptions},
     run::{
         outputs::Dest,
         source::{KernelSource, TaskstatsFeed},
@@ -48,7 +45,6 @@ use crate::{
 };
 use cgroup::Cgroups;
 use filter::Filter;
-use metrics::Metrics;
 use output::Output;
 use watcher::{Io, Watch};
 
@@ -413,50 +409,4 @@ fn open_ends(
         .transpose()
         .context("--summary-json")?;
     Ok((out, metrics_listener, summary_file))
-}
-
-impl Watch {
-    /// The watch before its first record; `taskstats`: a listener is open; `reaps`: release
-    /// records come.
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        args: &WatchArgs,
-        table: Table,
-        filter: Filter,
-        out: Output,
-        cgroups: Cgroups,
-        taskstats: bool,
-        taskstats_since_ns: u64,
-        reaps: bool,
-    ) -> Watch {
-        let mut metrics = Metrics::new(taskstats, args.metrics_comm_limit);
-        metrics.histograms = args.metrics_histograms;
-        for label in &args.metrics_label {
-            metrics.by_identity.push(metrics::identity::ByIdentity::new(
-                *label,
-                args.metrics_comm_limit,
-            ));
-        }
-        Watch {
-            metrics,
-            coverage: taskstats.then(Coverage::default),
-            table,
-            filter,
-            out,
-            cgroups,
-            peaks: summary::Peaks::default(),
-            ancestry: Vec::new(),
-            wall_offset_ns: crate::util::clock::realtime_offset_ns(),
-            page: crate::util::clock::page_size(),
-            threads: args.threads,
-            count: args.count,
-            stop: None,
-            late: false,
-            taskstats_since_ns,
-            waiting: reap::Waiting::default(),
-            reaps,
-            events: args.events,
-            exec_pending: Vec::new(),
-        }
-    }
 }

@@ -12,7 +12,9 @@ use std::{
 use spacetime_common::{flags, ExitEvent, ReapEvent};
 
 use super::{
+    args::WatchArgs,
     cgroup::Cgroups,
+    exec::ExecLines,
     exit::{comm_bytes, last_image_peak_pages, ns_pid, process_times, ExitView},
     filter::Filter,
     metrics::{self, Metrics},
@@ -71,10 +73,8 @@ pub(super) struct Watch {
     pub(super) waiting: reap::Waiting,
     /// The kernel sends release records (fentry release_task attached).
     pub(super) reaps: bool,
-    /// `--events`.
-    pub(super) events: super::args::Events,
-    /// Exec lines waiting for their argv (`--events exec`).
-    pub(super) exec_pending: Vec<super::exec::Pending>,
+    /// `--events exec`: the lines waiting for their argv.
+    pub(super) exec_lines: ExecLines,
 }
 
 /// The metrics listener: accepts unless paused after an accept() error.
@@ -163,7 +163,7 @@ impl Consumer for Looping<'_> {
                 // A waiting exec line of this process is for the image this one ends.
                 w.write_execs(false, Some(tgid));
                 w.table.exec(e);
-                w.exec_seen(tgid, start, uid, cgroup_id);
+                w.exec_lines.seen(tgid, start, uid, cgroup_id);
             }
             Event::Args(a) => w.table.args(a),
             Event::ImageEnd(m) => w.table.image_end(&m),
@@ -249,6 +249,49 @@ impl Consumer for Looping<'_> {
 }
 
 impl Watch {
+    /// The watch before its first record; `taskstats`: a listener is open; `reaps`: release
+    /// records come.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        args: &WatchArgs,
+        table: Table,
+        filter: Filter,
+        out: Output,
+        cgroups: Cgroups,
+        taskstats: bool,
+        taskstats_since_ns: u64,
+        reaps: bool,
+    ) -> Watch {
+        let mut metrics = Metrics::new(taskstats, args.metrics_comm_limit);
+        metrics.histograms = args.metrics_histograms;
+        for label in &args.metrics_label {
+            metrics.by_identity.push(metrics::identity::ByIdentity::new(
+                *label,
+                args.metrics_comm_limit,
+            ));
+        }
+        Watch {
+            metrics,
+            coverage: taskstats.then(Coverage::default),
+            table,
+            filter,
+            out,
+            cgroups,
+            peaks: summary::Peaks::default(),
+            ancestry: Vec::new(),
+            wall_offset_ns: crate::util::clock::realtime_offset_ns(),
+            page: crate::util::clock::page_size(),
+            threads: args.threads,
+            count: args.count,
+            stop: None,
+            late: false,
+            taskstats_since_ns,
+            waiting: reap::Waiting::default(),
+            reaps,
+            exec_lines: ExecLines::new(args.events.exec),
+        }
+    }
+
     pub(super) async fn consume(
         &mut self,
         mut io: Io,

@@ -6,7 +6,7 @@
 
 use std::{path::Path, time::Instant};
 
-use aya::{programs::raw_trace_point::RawTracePointLinkId, Ebpf, EbpfLoader};
+use aya::{Ebpf, EbpfLoader};
 use spacetime_common::{mode, Config};
 
 use crate::kernel::{
@@ -36,9 +36,12 @@ const REAPING_ENTRIES: u32 = 4096;
 const EXITED_ENTRIES: u32 = 16384;
 
 mod adopt;
+mod facade;
+mod maps;
 mod mechanisms;
 mod own_pid;
 mod plan;
+mod rss;
 mod runs;
 mod sessions;
 mod startup;
@@ -50,7 +53,12 @@ pub use sessions::SessionId;
 pub use stats::{parse_sysctl_flag, KernelProgramStats, ProgramStats};
 pub use ticks::CpuClock;
 
+use own_pid::OwnPid;
 use plan::{attach_raw, Plan};
+use rss::RssFollowing;
+use sessions::Sessions;
+use stats::LoadTimes;
+use ticks::CpuTicks;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -158,8 +166,10 @@ impl Default for LoadOptions {
 
 pub use crate::kernel::counters::KernelCounters;
 
-/// The loaded and attached programs.
+/// The loaded and attached programs. What it answers (facade.rs) is each part's: the
+/// sessions' maps, RSS following, the CPU clock, the programs' costs, `own_pid`.
 pub struct Probes {
+    /// The programs, and the maps no part took.
     ebpf: Ebpf,
     logger: Option<KernelLogger>,
     /// Which kernel mechanisms are in use, for `-v`.
@@ -172,21 +182,18 @@ pub struct Probes {
     /// RSS changes can be followed in the kernel (the kmem:rss_stat programs are loaded);
     /// whether they are now is [`Probes::rss_following`].
     pub rss_tracking: bool,
-    /// The kmem:rss_stat program's link while it is attached.
-    rss_link: Option<RawTracePointLinkId>,
     /// Release records come (sched_process_free attached, and sched_switch where the
     /// kernel allows): CPU figures as wait4's.
     pub cpu_at_release: bool,
-    /// Each raw-tracepoint program's load time (µs), verification included.
-    load_us: Vec<(String, u64)>,
     /// aya parsed the kernel's BTF for its loader (the thread that builds it could not hide
     /// it: see startup.rs); that costs ~10 ms of start-up and nothing else.
     pub aya_btf_parsed: bool,
-    /// The CPU clock program is loaded (CPU over time from the threads' run time); else why
-    /// not (`None`: not asked for). Whether it runs now is [`Probes::cpu_ticking`].
-    pub cpu_clock: Option<Result<(), String>>,
-    /// Its links while it is attached, one per CPU.
-    tick_links: Vec<aya::programs::perf_event::PerfEventLinkId>,
+    sessions: Sessions,
+    rss: RssFollowing,
+    /// The CPU clock program (CPU over time from the threads' run time).
+    ticks: CpuTicks,
+    load_times: LoadTimes,
+    own_pid: OwnPid,
 }
 
 /// The kernel programs' own diagnostics (aya-log), forwarded to the `log` crate.
@@ -403,11 +410,11 @@ impl Probes {
             ms(started.elapsed() - attach_started)
         );
         let at = started.elapsed();
-        let (cpu_clock, tick_links) = ticks::start(&mut ebpf, opts.cpu_clock);
+        let ticks = CpuTicks::start(&mut ebpf, opts.cpu_clock);
         if opts.cpu_clock != CpuClock::Off {
             log::debug!(
                 "start-up: CPU clock program {} in {:.1} ms",
-                match (&cpu_clock, tick_links.len()) {
+                match (ticks.loaded(), ticks.ticking()) {
                     (Some(Err(_)), _) => "failed",
                     (_, 0) => "loaded",
                     _ => "attached",
@@ -425,19 +432,13 @@ impl Probes {
             nr_cpus,
             opts.track_rss,
         );
-        match (&cpu_clock, tick_links.len()) {
-            (Some(Ok(())), 0) | (None, _) => {}
-            (Some(Ok(())), cpus) => mechanisms.push(format!(
-                "CPU over time: threads' run time sampled by a CPU clock at {} Hz on {cpus} CPUs",
-                spacetime_common::CPU_TICK_HZ
-            )),
-            (Some(Err(why)), _) => mechanisms.push(format!(
-                "CPU over time: each process's CPU spread over its life (no CPU clock program: {why})"
-            )),
-        }
+        mechanisms.extend(ticks.mechanism());
         let logger = aya_log::EbpfLogger::init(&mut ebpf)
             .inspect_err(|e| log::debug!("kernel-side logging unavailable: {e}"))
             .ok();
+        let sessions = Sessions::take(&mut ebpf)?;
+        let rss = RssFollowing::take(&mut ebpf, rss_link)?;
+        let own_pid = OwnPid::take(&mut ebpf)?;
         log::debug!("start-up: done at {:.1} ms", ms(started.elapsed()));
         Ok(Probes {
             ebpf,
@@ -447,12 +448,13 @@ impl Probes {
             load_ms: started.elapsed().as_secs_f64() * 1e3,
             ring_buffer_bytes: ring,
             rss_tracking: plan.rss,
-            rss_link,
             cpu_at_release: plan.cpu_at_release,
-            load_us,
             aya_btf_parsed: !built.btf_hidden,
-            cpu_clock,
-            tick_links,
+            sessions,
+            rss,
+            ticks,
+            load_times: LoadTimes(load_us),
+            own_pid,
         })
     }
 

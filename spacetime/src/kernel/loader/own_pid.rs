@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use aya::{programs::RawTracePoint, Ebpf};
 use spacetime_common::pidns_slot;
 
-use super::{LoadError, Probes};
+use super::{maps::Maps, LoadError};
 
 /// The `own_pid` program (never attached; see [`run_own_pid`]). Without it spacetime still
 /// works in the initial PID namespace, so a failure is only logged.
@@ -49,8 +49,8 @@ struct TestRunAttr {
 
 /// Runs the `own_pid` program (fd `prog`) once in the calling task's context: a raw
 /// tracepoint's test run executes in the caller, so the program records the caller's kernel
-/// pid and PID-namespace level (see [`Probes::learned_pid`]). Returns 0 or an errno. Only a
-/// system call: safe between fork and exec.
+/// pid and PID-namespace level (see [`super::Probes::learned_pid`]). Returns 0 or an errno.
+/// Only a system call: safe between fork and exec.
 pub fn run_own_pid(prog: RawFd) -> i32 {
     const BPF_PROG_TEST_RUN: libc::c_long = 10;
     let attr = TestRunAttr {
@@ -83,18 +83,31 @@ pub struct LearnedPid {
     pub level: u32,
 }
 
-impl Probes {
-    /// The `own_pid` program, to be run by a child with [`run_own_pid`]; None when it did not
-    /// load.
-    pub fn own_pid_program(&self) -> Option<RawFd> {
-        let prog: &RawTracePoint = self.ebpf.program(OWN_PID)?.try_into().ok()?;
-        Some(prog.fd().ok()?.as_fd().as_raw_fd())
+/// The `own_pid` program, to be run by a child with [`run_own_pid`]; None when it did not
+/// load.
+pub(super) fn program(ebpf: &Ebpf) -> Option<RawFd> {
+    let prog: &RawTracePoint = ebpf.program(OWN_PID)?.try_into().ok()?;
+    Some(prog.fd().ok()?.as_fd().as_raw_fd())
+}
+
+/// What `own_pid` records (`PIDNS`, taken out of the loaded object).
+pub(super) struct OwnPid {
+    maps: Maps,
+}
+
+const PIDNS: &str = "PIDNS";
+
+impl OwnPid {
+    pub(super) fn take(ebpf: &mut Ebpf) -> Result<OwnPid, LoadError> {
+        Ok(OwnPid {
+            maps: Maps::take(ebpf, &[PIDNS])?,
+        })
     }
 
     /// What the last run of `own_pid` recorded; None when it never ran.
-    pub fn learned_pid(&self) -> Result<Option<LearnedPid>, LoadError> {
-        const NAME: &str = "PIDNS";
-        let map = self.ebpf.map(NAME).ok_or(LoadError::MissingMap(NAME))?;
+    pub(super) fn learned(&self) -> Result<Option<LearnedPid>, LoadError> {
+        const NAME: &str = PIDNS;
+        let map = self.maps.map(NAME).ok_or(LoadError::MissingMap(NAME))?;
         let arr: aya::maps::Array<_, u32> = aya::maps::Array::try_from(map)
             .map_err(|source| LoadError::Map { name: NAME, source })?;
         let get = |i| {
@@ -106,5 +119,24 @@ impl Probes {
             kernel_pid,
             level: get(pidns_slot::LEVEL)?,
         }))
+    }
+
+    /// Forgets the pid the last run learnt, so the next run's is its own.
+    pub(super) fn forget(&mut self) -> Result<(), LoadError> {
+        let map = self
+            .maps
+            .map_mut(PIDNS)
+            .ok_or(LoadError::MissingMap(PIDNS))?;
+        let mut pidns: aya::maps::Array<_, u32> =
+            aya::maps::Array::try_from(map).map_err(|source| LoadError::Map {
+                name: PIDNS,
+                source,
+            })?;
+        pidns
+            .set(pidns_slot::KERNEL_PID, 0, 0)
+            .map_err(|source| LoadError::Map {
+                name: PIDNS,
+                source,
+            })
     }
 }

@@ -4,37 +4,32 @@
 
 use aya::{
     maps::{Array, HashMap},
-    Ebpf, Pod,
+    Pod,
 };
-use spacetime_common::{pidns_slot, MmState, SessionCount, SessionLimit, Tracked};
+use spacetime_common::{MmState, SessionCount, SessionLimit, Tracked};
 
-use super::{LoadError, Probes};
+use super::{maps::Maps, sessions::Sessions, LoadError};
 
-impl Probes {
+impl Sessions {
     /// Stops tracing every process: `TRACKED` is emptied first, so no fork or exec adds to
     /// the rest afterwards, then the followed mms; session 0's live count and roots are back
     /// to none. Programs loaded for one command or bench serve session 0 alone (an agent's
     /// sessions end one by one, `untrack_session`): resetting the other 63 cost two map
     /// writes and a read each, every run. Processes still running (a run stopped at its
     /// root's exit) go on untraced. Returns how many processes were still tracked.
-    pub fn untrack_all(&mut self) -> Result<usize, LoadError> {
-        let tracked = clear::<u32, Tracked>(&mut self.ebpf, "TRACKED")?;
-        clear::<u64, MmState>(&mut self.ebpf, "MM_STATE")?;
+    pub(super) fn untrack_all(&mut self) -> Result<usize, LoadError> {
+        let maps = &mut self.maps;
+        let tracked = clear::<u32, Tracked>(maps, "TRACKED")?;
+        clear::<u64, MmState>(maps, "MM_STATE")?;
         const COUNTS: &str = "SESSIONS";
         const LIMITS: &str = "SESSION_LIMITS";
         let err = |name| move |source| LoadError::Map { name, source };
-        let map = self
-            .ebpf
-            .map_mut(COUNTS)
-            .ok_or(LoadError::MissingMap(COUNTS))?;
+        let map = maps.map_mut(COUNTS).ok_or(LoadError::MissingMap(COUNTS))?;
         let mut counts: Array<_, SessionCount> = Array::try_from(map).map_err(err(COUNTS))?;
         counts
             .set(0, SessionCount::default(), 0)
             .map_err(err(COUNTS))?;
-        let map = self
-            .ebpf
-            .map_mut(LIMITS)
-            .ok_or(LoadError::MissingMap(LIMITS))?;
+        let map = maps.map_mut(LIMITS).ok_or(LoadError::MissingMap(LIMITS))?;
         let mut limits: Array<_, SessionLimit> = Array::try_from(map).map_err(err(LIMITS))?;
         let l = limits.get(&0, 0).map_err(err(LIMITS))?;
         limits
@@ -42,33 +37,11 @@ impl Probes {
             .map_err(err(LIMITS))?;
         Ok(tracked)
     }
-
-    /// Zeroes session 0's tree-wide RSS (sum, peak, its time) and counters, and the pid
-    /// `own_pid` learnt, so a run's figures are its own. Call with nothing tracked (after
-    /// [`Probes::untrack_all`]).
-    pub fn reset_run_state(&mut self) -> Result<(), LoadError> {
-        self.reset_session(0)?;
-        const PIDNS: &str = "PIDNS";
-        let map = self
-            .ebpf
-            .map_mut(PIDNS)
-            .ok_or(LoadError::MissingMap(PIDNS))?;
-        let mut pidns: Array<_, u32> = Array::try_from(map).map_err(|source| LoadError::Map {
-            name: PIDNS,
-            source,
-        })?;
-        pidns
-            .set(pidns_slot::KERNEL_PID, 0, 0)
-            .map_err(|source| LoadError::Map {
-                name: PIDNS,
-                source,
-            })
-    }
 }
 
 /// Removes every entry of a hash map; returns how many there were. An entry the kernel
 /// removes meanwhile (its process exited) is no error.
-fn clear<K: Pod, V: Pod>(ebpf: &mut Ebpf, name: &'static str) -> Result<usize, LoadError> {
+fn clear<K: Pod, V: Pod>(ebpf: &mut Maps, name: &'static str) -> Result<usize, LoadError> {
     let map = ebpf.map_mut(name).ok_or(LoadError::MissingMap(name))?;
     let mut m: HashMap<_, K, V> =
         HashMap::try_from(map).map_err(|source| LoadError::Map { name, source })?;

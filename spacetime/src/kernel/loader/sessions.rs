@@ -8,10 +8,10 @@ use aya::{
     Ebpf, Pod,
 };
 use spacetime_common::{
-    stat, switch, MmState, Reaping, SessionCount, SessionLimit, Tracked, TreeRss, MAX_SESSIONS,
+    stat, MmState, Reaping, SessionCount, SessionLimit, Tracked, TreeRss, MAX_SESSIONS,
 };
 
-use super::{attach_raw, possible_cpus, KernelCounters, LoadError, Probes};
+use super::{maps::Maps, possible_cpus, KernelCounters, LoadError};
 
 /// A session of the loaded programs: 0 standalone, `1..MAX_SESSIONS` handed out by an agent.
 pub type SessionId = u16;
@@ -20,12 +20,19 @@ pub type SessionId = u16;
 /// with one pass adds a child the next pass removes.
 const UNTRACK_PASSES: usize = 16;
 
-fn map_err(name: &'static str) -> impl Fn(MapError) -> LoadError {
+/// The maps that say which process is whose, and each session's figures, limits and
+/// counters, taken out of the loaded object: no other part of userspace reads or writes them.
+pub(super) struct Sessions {
+    /// Also cleared between runs (runs.rs).
+    pub(super) maps: Maps,
+}
+
+pub(super) fn map_err(name: &'static str) -> impl Fn(MapError) -> LoadError {
     move |source| LoadError::Map { name, source }
 }
 
 fn hash_mut<'a, K: Pod, V: Pod>(
-    ebpf: &'a mut Ebpf,
+    ebpf: &'a mut Maps,
     name: &'static str,
 ) -> Result<HashMap<&'a mut MapData, K, V>, LoadError> {
     let map = ebpf.map_mut(name).ok_or(LoadError::MissingMap(name))?;
@@ -33,15 +40,15 @@ fn hash_mut<'a, K: Pod, V: Pod>(
 }
 
 fn hash<'a, K: Pod, V: Pod>(
-    ebpf: &'a Ebpf,
+    ebpf: &'a Maps,
     name: &'static str,
 ) -> Result<HashMap<&'a MapData, K, V>, LoadError> {
     let map = ebpf.map(name).ok_or(LoadError::MissingMap(name))?;
     HashMap::try_from(map).map_err(map_err(name))
 }
 
-fn array_mut<'a, V: Pod>(
-    ebpf: &'a mut Ebpf,
+pub(super) fn array_mut<'a, V: Pod>(
+    ebpf: &'a mut Maps,
     name: &'static str,
 ) -> Result<Array<&'a mut MapData, V>, LoadError> {
     let map = ebpf.map_mut(name).ok_or(LoadError::MissingMap(name))?;
@@ -49,7 +56,7 @@ fn array_mut<'a, V: Pod>(
 }
 
 fn array<'a, V: Pod>(
-    ebpf: &'a Ebpf,
+    ebpf: &'a Maps,
     name: &'static str,
 ) -> Result<Array<&'a MapData, V>, LoadError> {
     let map = ebpf.map(name).ok_or(LoadError::MissingMap(name))?;
@@ -74,20 +81,32 @@ fn is_eexist(e: &MapError) -> bool {
     matches!(e, MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::EEXIST))
 }
 
-impl Probes {
-    /// Starts tracing the process `tgid` and everything it forks from now on, in session 0.
-    pub fn track(&mut self, tgid: u32) -> Result<(), LoadError> {
-        self.track_in(tgid, 0)
+impl Sessions {
+    /// Takes the session maps out of the loaded object.
+    pub(super) fn take(ebpf: &mut Ebpf) -> Result<Sessions, LoadError> {
+        let maps = Maps::take(
+            ebpf,
+            &[
+                "TRACKED",
+                "MM_STATE",
+                "REAPING",
+                "SESSIONS",
+                "SESSION_LIMITS",
+                "TREE_RSS",
+                "STATS",
+            ],
+        )?;
+        Ok(Sessions { maps })
     }
 
     /// Starts tracing the process `tgid` and everything it forks from now on in `session`.
     /// It counts against the session's process limit. A process already traced in the same
     /// session (a tracked parent forked it meanwhile) stays as it is; in another session it
     /// is an error.
-    pub fn track_in(&mut self, tgid: u32, session: SessionId) -> Result<(), LoadError> {
+    pub(super) fn track_in(&mut self, tgid: u32, session: SessionId) -> Result<(), LoadError> {
         const NAME: &str = "TRACKED";
         let slot = index(session)?;
-        let mut tracked = hash_mut::<u32, Tracked>(&mut self.ebpf, NAME)?;
+        let mut tracked = hash_mut::<u32, Tracked>(&mut self.maps, NAME)?;
         let t = Tracked {
             mm: 0,
             session: slot,
@@ -113,9 +132,9 @@ impl Probes {
 
     /// Stops tracing `tgid` (a process attached to that was gone before it was proven
     /// tracked: its pid must not make a later holder traced). Absent is not an error.
-    pub fn untrack(&mut self, tgid: u32) -> Result<(), LoadError> {
+    pub(super) fn untrack(&mut self, tgid: u32) -> Result<(), LoadError> {
         const NAME: &str = "TRACKED";
-        let mut tracked = hash_mut::<u32, Tracked>(&mut self.ebpf, NAME)?;
+        let mut tracked = hash_mut::<u32, Tracked>(&mut self.maps, NAME)?;
         let session = match tracked.get(&tgid, 0) {
             Ok(t) => t.session as SessionId,
             Err(e) if is_enoent(&e) => return Ok(()),
@@ -133,27 +152,30 @@ impl Probes {
     /// while forks add children), then its followed mms and its processes waiting for their
     /// free record. Processes still running go on untraced. Returns how many processes were
     /// still tracked. Other sessions are untouched.
-    pub fn untrack_session(&mut self, session: SessionId) -> Result<usize, LoadError> {
+    pub(super) fn untrack_session(&mut self, session: SessionId) -> Result<usize, LoadError> {
         let slot = index(session)?;
         let mut removed = 0;
         for _ in 0..UNTRACK_PASSES {
-            let n = remove_where::<u32, Tracked>(&mut self.ebpf, "TRACKED", |t| t.session == slot)?;
+            let n = remove_where::<u32, Tracked>(&mut self.maps, "TRACKED", |t| t.session == slot)?;
             removed += n;
             if n == 0 {
                 break;
             }
         }
-        remove_where::<u64, MmState>(&mut self.ebpf, "MM_STATE", |m| m.session == slot)?;
-        remove_where::<u32, Reaping>(&mut self.ebpf, "REAPING", |r| r.session == slot)?;
+        remove_where::<u64, MmState>(&mut self.maps, "MM_STATE", |m| m.session == slot)?;
+        remove_where::<u32, Reaping>(&mut self.maps, "REAPING", |r| r.session == slot)?;
         self.zero_count(slot)?;
         Ok(removed)
     }
 
     /// The processes of `session` whose exit the kernel saw and whose final CPU record has
     /// not gone yet (their `REAPING` entries): tgid and leader start.
-    pub fn awaiting_release(&self, session: SessionId) -> Result<Vec<(u32, u64)>, LoadError> {
+    pub(super) fn awaiting_release(
+        &self,
+        session: SessionId,
+    ) -> Result<Vec<(u32, u64)>, LoadError> {
         let slot = index(session)?;
-        let reaping = hash::<u32, Reaping>(&self.ebpf, "REAPING")?;
+        let reaping = hash::<u32, Reaping>(&self.maps, "REAPING")?;
         Ok(reaping
             .iter()
             .filter_map(Result::ok)
@@ -164,8 +186,8 @@ impl Probes {
 
     /// Whether the process (`tgid`, its leader started at `start_ns`) still waits for its
     /// final CPU record (false when that cannot be read).
-    pub fn awaits_release(&self, tgid: u32, start_ns: u64) -> bool {
-        hash::<u32, Reaping>(&self.ebpf, "REAPING")
+    pub(super) fn awaits_release(&self, tgid: u32, start_ns: u64) -> bool {
+        hash::<u32, Reaping>(&self.maps, "REAPING")
             .ok()
             .and_then(|m| m.get(&tgid, 0).ok())
             .is_some_and(|r| r.leader_start_ns == start_ns)
@@ -173,17 +195,17 @@ impl Probes {
 
     /// Sets `session`'s tree-wide RSS (sum, peak, its time), live process count and loss
     /// counters back to zero, before a run. Call it with nothing of the session tracked
-    /// (after [`Probes::untrack_session`]). Its process limit stays.
-    pub fn reset_session(&mut self, session: SessionId) -> Result<(), LoadError> {
+    /// (after [`Sessions::untrack_session`]). Its process limit stays.
+    pub(super) fn reset_session(&mut self, session: SessionId) -> Result<(), LoadError> {
         let slot = index(session)?;
-        array_mut::<TreeRss>(&mut self.ebpf, "TREE_RSS")?
+        array_mut::<TreeRss>(&mut self.maps, "TREE_RSS")?
             .set(slot, TreeRss::default(), 0)
             .map_err(map_err("TREE_RSS"))?;
         self.zero_count(slot)?;
         const STATS: &str = "STATS";
         let cpus = possible_cpus()? as usize;
         let map = self
-            .ebpf
+            .maps
             .map_mut(STATS)
             .ok_or(LoadError::MissingMap(STATS))?;
         let mut stats: PerCpuArray<_, u64> = PerCpuArray::try_from(map).map_err(map_err(STATS))?;
@@ -202,7 +224,7 @@ impl Probes {
 
     /// The session's live count back to nothing tracked (its processes were just forgotten).
     fn zero_count(&mut self, slot: u32) -> Result<(), LoadError> {
-        array_mut::<SessionCount>(&mut self.ebpf, "SESSIONS")?
+        array_mut::<SessionCount>(&mut self.maps, "SESSIONS")?
             .set(slot, SessionCount::default(), 0)
             .map_err(map_err("SESSIONS"))?;
         self.update_limit(slot as SessionId, |l| l.roots = 0)
@@ -210,7 +232,7 @@ impl Probes {
 
     /// Most processes `session` may have traced at once (0: no limit). A fork beyond it is
     /// reported but its child is not traced (`FORK_UNTRACKED`, counted as `session_limit`).
-    pub fn set_session_limit(
+    pub(super) fn set_session_limit(
         &mut self,
         session: SessionId,
         max_processes: u32,
@@ -221,7 +243,7 @@ impl Probes {
     /// Whether the kernel follows the mms of `session`'s processes (memory over time): an
     /// agent's client with a `time -f` format asks for none, and its processes then cost
     /// `rss_stat` a lookup that misses.
-    pub fn set_session_memory(
+    pub(super) fn set_session_memory(
         &mut self,
         session: SessionId,
         follow: bool,
@@ -232,7 +254,7 @@ impl Probes {
     /// Whose session `session` is: a user who is not root (`Some`) has every exec of its
     /// processes checked against these credentials in the kernel, and a process that takes
     /// others leaves the session (`EXEC_LEFT`); `None`: no check.
-    pub fn set_session_owner(
+    pub(super) fn set_session_owner(
         &mut self,
         session: SessionId,
         owner: Option<crate::kernel::creds::Caller>,
@@ -252,9 +274,9 @@ impl Probes {
     }
 
     /// Whether `tgid` is tracked now, and in which session.
-    pub fn tracked_in(&self, tgid: u32) -> Result<Option<SessionId>, LoadError> {
+    pub(super) fn tracked_in(&self, tgid: u32) -> Result<Option<SessionId>, LoadError> {
         const NAME: &str = "TRACKED";
-        match hash::<u32, Tracked>(&self.ebpf, NAME)?.get(&tgid, 0) {
+        match hash::<u32, Tracked>(&self.maps, NAME)?.get(&tgid, 0) {
             Ok(t) => Ok(Some(t.session as SessionId)),
             Err(e) if is_enoent(&e) => Ok(None),
             Err(source) => Err(LoadError::Map { name: NAME, source }),
@@ -270,45 +292,35 @@ impl Probes {
     ) -> Result<(), LoadError> {
         const NAME: &str = "SESSION_LIMITS";
         let slot = index(session)?;
-        let mut limits = array_mut::<SessionLimit>(&mut self.ebpf, NAME)?;
+        let mut limits = array_mut::<SessionLimit>(&mut self.maps, NAME)?;
         let mut l = limits.get(&slot, 0).map_err(map_err(NAME))?;
         change(&mut l);
         limits.set(slot, l, 0).map_err(map_err(NAME))
     }
 
     /// Processes `session` has traced now, as its limit counts them.
-    pub fn live_processes_of(&self, session: SessionId) -> Result<i64, LoadError> {
+    pub(super) fn live_processes_of(&self, session: SessionId) -> Result<i64, LoadError> {
         let slot = index(session)?;
-        let count = array::<SessionCount>(&self.ebpf, "SESSIONS")?
+        let count = array::<SessionCount>(&self.maps, "SESSIONS")?
             .get(&slot, 0)
             .map_err(map_err("SESSIONS"))?;
-        let limit = array::<SessionLimit>(&self.ebpf, "SESSION_LIMITS")?
+        let limit = array::<SessionLimit>(&self.maps, "SESSION_LIMITS")?
             .get(&slot, 0)
             .map_err(map_err("SESSION_LIMITS"))?;
         Ok(count.forked + i64::from(limit.roots))
     }
 
-    /// Session 0's tree-wide RSS as the kernel followed it: current sum, peak and when.
-    pub fn tree_rss(&self) -> Result<TreeRss, LoadError> {
-        self.tree_rss_of(0)
-    }
-
     /// `session`'s tree-wide RSS as the kernel followed it: current sum, peak and when.
-    pub fn tree_rss_of(&self, session: SessionId) -> Result<TreeRss, LoadError> {
-        array::<TreeRss>(&self.ebpf, "TREE_RSS")?
+    pub(super) fn tree_rss_of(&self, session: SessionId) -> Result<TreeRss, LoadError> {
+        array::<TreeRss>(&self.maps, "TREE_RSS")?
             .get(&index(session)?, 0)
             .map_err(map_err("TREE_RSS"))
     }
 
-    /// The mms the kernel still follows for session 0 (processes running now).
-    pub fn followed_mms(&self) -> Result<Vec<MmState>, LoadError> {
-        self.followed_mms_of(0)
-    }
-
     /// The mms the kernel still follows for `session` (its processes running now).
-    pub fn followed_mms_of(&self, session: SessionId) -> Result<Vec<MmState>, LoadError> {
+    pub(super) fn followed_mms_of(&self, session: SessionId) -> Result<Vec<MmState>, LoadError> {
         let slot = u32::from(session);
-        let states = hash::<u64, MmState>(&self.ebpf, "MM_STATE")?;
+        let states = hash::<u64, MmState>(&self.maps, "MM_STATE")?;
         // An entry removed while the walk runs is skipped, not an error.
         Ok(states
             .iter()
@@ -320,9 +332,12 @@ impl Probes {
 
     /// Loss and failure counters of every session together, and the programs' recursion
     /// misses.
-    pub fn counters(&self) -> Result<KernelCounters, LoadError> {
+    pub(super) fn counters(
+        &self,
+        recursion_misses: impl FnOnce() -> u64,
+    ) -> Result<KernelCounters, LoadError> {
         let mut sum = KernelCounters {
-            recursion_misses: self.recursion_misses(),
+            recursion_misses: recursion_misses(),
             ..KernelCounters::default()
         };
         let stats = self.stats_map()?;
@@ -341,67 +356,22 @@ impl Probes {
 
     /// `session`'s own loss and failure counters. Loss that belongs to no session (a kernel
     /// read with no process to charge, a program run the kernel skipped) is session 0's.
-    pub fn counters_of(&self, session: SessionId) -> Result<KernelCounters, LoadError> {
+    pub(super) fn counters_of(
+        &self,
+        session: SessionId,
+        recursion_misses: impl FnOnce() -> u64,
+    ) -> Result<KernelCounters, LoadError> {
         let mut c = read_counters(&self.stats_map()?, index(session)?)?;
         if session == 0 {
-            c.recursion_misses = self.recursion_misses();
+            c.recursion_misses = recursion_misses();
         }
         Ok(c)
     }
 
     fn stats_map(&self) -> Result<PerCpuArray<&MapData, u64>, LoadError> {
         const NAME: &str = "STATS";
-        let map = self.ebpf.map(NAME).ok_or(LoadError::MissingMap(NAME))?;
+        let map = self.maps.map(NAME).ok_or(LoadError::MissingMap(NAME))?;
         PerCpuArray::try_from(map).map_err(map_err(NAME))
-    }
-
-    /// Whether the kernel follows RSS changes now (`rss_stat` attached).
-    pub fn rss_following(&self) -> bool {
-        self.rss_link.is_some()
-    }
-
-    /// Attaches or detaches the `rss_stat` program (a no-op when already so): with no session
-    /// following RSS, no program runs on every RSS change of the machine. While detached,
-    /// forks and execs start following no new mm (its figures would go stale). An mm followed
-    /// from before keeps its last figures, and misses the peaks of the pause; its next change
-    /// once attached again sets it right (each change reads the counter's exact value).
-    pub fn set_rss_following(&mut self, on: bool) -> Result<(), LoadError> {
-        if on == self.rss_following() {
-            return Ok(());
-        }
-        if !self.rss_tracking {
-            return if on {
-                Err(LoadError::RssUnavailable)
-            } else {
-                Ok(())
-            };
-        }
-        const PAUSED: &str = "SWITCHES";
-        if on {
-            self.rss_link = Some(attach_raw(&mut self.ebpf, "rss_stat", "rss_stat")?);
-            array_mut::<u32>(&mut self.ebpf, PAUSED)?
-                .set(switch::RSS_PAUSED, 0, 0)
-                .map_err(map_err(PAUSED))?;
-            return Ok(());
-        }
-        // Paused first: no mm starts being followed once nothing keeps it current.
-        array_mut::<u32>(&mut self.ebpf, PAUSED)?
-            .set(switch::RSS_PAUSED, 1, 0)
-            .map_err(map_err(PAUSED))?;
-        let err = |source| LoadError::Attach {
-            tracepoint: "rss_stat",
-            source,
-        };
-        let prog: &mut aya::programs::RawTracePoint = self
-            .ebpf
-            .program_mut("rss_stat")
-            .ok_or(LoadError::MissingProgram("rss_stat"))?
-            .try_into()
-            .map_err(err)?;
-        if let Some(link) = self.rss_link.take() {
-            prog.detach(link).map_err(err)?;
-        }
-        Ok(())
     }
 }
 
@@ -432,8 +402,8 @@ fn read_counters(
 
 /// Removes the entries of hash map `name` whose value `matches`; returns how many. An entry
 /// the kernel removes meanwhile (its process exited) is no error.
-pub(super) fn remove_where<K: Pod, V: Pod>(
-    ebpf: &mut Ebpf,
+fn remove_where<K: Pod, V: Pod>(
+    ebpf: &mut Maps,
     name: &'static str,
     matches: impl Fn(&V) -> bool,
 ) -> Result<usize, LoadError> {
@@ -448,12 +418,4 @@ pub(super) fn remove_where<K: Pod, V: Pod>(
         let _ = m.remove(k);
     }
     Ok(keys.len())
-}
-
-impl crate::kernel::counters::CounterSource for Probes {
-    fn current(&self) -> Option<KernelCounters> {
-        self.counters()
-            .map_err(|e| log::warn!("cannot read the kernel counters: {e}"))
-            .ok()
-    }
 }

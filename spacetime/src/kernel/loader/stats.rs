@@ -1,7 +1,7 @@
 //! What the loaded programs cost in the kernel: run counts and run time, as the kernel keeps
 //! them while `kernel.bpf_stats_enabled` is on.
 
-use super::Probes;
+use aya::Ebpf;
 
 /// Where the kernel says whether it counts BPF program runs and their time.
 const BPF_STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
@@ -98,37 +98,40 @@ fn prog_recursion_misses(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<u64
     Ok(u64::from_ne_bytes(v))
 }
 
-impl Probes {
-    /// Runs of every loaded program that the kernel skipped (see `prog_recursion_misses`).
-    pub(super) fn recursion_misses(&self) -> u64 {
-        use std::os::fd::AsFd;
-        self.ebpf
-            .programs()
-            .filter_map(|(name, prog)| {
-                let fd = prog.fd().ok()?;
-                prog_recursion_misses(fd.as_fd())
-                    .inspect_err(|e| log::debug!("program {name}: no recursion count: {e}"))
-                    .ok()
-            })
-            .sum()
-    }
+/// Runs of every loaded program of `ebpf` that the kernel skipped (see
+/// `prog_recursion_misses`).
+pub(super) fn recursion_misses(ebpf: &Ebpf) -> u64 {
+    use std::os::fd::AsFd;
+    ebpf.programs()
+        .filter_map(|(name, prog)| {
+            let fd = prog.fd().ok()?;
+            prog_recursion_misses(fd.as_fd())
+                .inspect_err(|e| log::debug!("program {name}: no recursion count: {e}"))
+                .ok()
+        })
+        .sum()
+}
 
-    /// Run counts and times of every loaded program, and whether the kernel is counting them.
-    /// Never fails: a program whose figures cannot be read is left out (and logged).
-    pub fn program_stats(&self) -> KernelProgramStats {
+/// Each raw-tracepoint program's load time (µs), verification included, measured at load.
+pub(super) struct LoadTimes(pub(super) Vec<(String, u64)>);
+
+impl LoadTimes {
+    /// Run counts and times of every program loaded in `ebpf`, and whether the kernel is
+    /// counting them. Never fails: a program whose figures cannot be read is left out (and
+    /// logged).
+    pub(super) fn program_stats(&self, ebpf: &Ebpf) -> KernelProgramStats {
         let stats_enabled = std::fs::read_to_string(BPF_STATS_SYSCTL)
             .inspect_err(|e| log::debug!("reading {BPF_STATS_SYSCTL}: {e}"))
             .ok()
             .and_then(|t| parse_sysctl_flag(&t))
             .unwrap_or(false);
-        let mut programs: Vec<ProgramStats> = self
-            .ebpf
+        let mut programs: Vec<ProgramStats> = ebpf
             .programs()
             // A program not loaded on this kernel (no fentry target, no rss_stat) has no info.
             .filter_map(|(name, prog)| match prog.info() {
                 Ok(info) => Some(ProgramStats {
                     verified_insns: info.verified_instruction_count(),
-                    load_us: self.load_us.iter().find(|(n, _)| n == name).map(|p| p.1),
+                    load_us: self.0.iter().find(|(n, _)| n == name).map(|p| p.1),
                     ..ProgramStats::new(
                         name.to_string(),
                         info.run_count(),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use super::{Image, Process, Store};
+use super::{Image, Kept, Process};
 use crate::model::process::{same_start, Key, Names};
 
 /// What /proc said of a running process when spacetime attached to it.
@@ -78,39 +78,39 @@ impl Adoptions {
     }
 }
 
-impl Store {
+impl Kept {
     /// Keeps what /proc said of a process that predates the attach.
     pub fn adopt(&mut self, a: Adopted) {
-        self.kept.tgids.insert(a.tgid);
-        self.kept.adopted.insert(a);
+        self.tgids.insert(a.tgid);
+        self.adopted.insert(a);
     }
 
     /// Adopted processes no record has named yet.
     pub fn pending_adoptions(&self) -> usize {
-        self.kept.adopted.len()
+        self.adopted.len()
     }
 
     /// Gives every adopted process no record named an entry (keyed by its /proc start time):
     /// still running at the end, or gone with its records lost.
     pub fn settle_adopted(&mut self) {
-        let pending = self.kept.adopted.drain();
+        let pending = self.adopted.drain();
         for a in pending {
             let key = Key {
                 tgid: a.tgid,
                 start_ns: a.start_ns,
             };
-            let i = self.kept.entry(key);
-            a.fill(&mut self.kept.procs[i]);
+            let i = self.entry(key);
+            a.fill(&mut self.procs[i]);
         }
     }
 
     /// The peak so far of a process still running at the end that predates the attach (the
     /// kernel followed its mm from the attach only): its VmHWM, read then, if higher.
     pub fn set_peak_so_far(&mut self, key: Key, pages: u64) {
-        let Some(i) = self.kept.index_of(&key) else {
+        let Some(i) = self.indexed(&key) else {
             return;
         };
-        if let Some(img) = self.kept.procs[i].images.last_mut() {
+        if let Some(img) = self.procs[i].images.last_mut() {
             let so_far = img.followed_peak_pages.unwrap_or(0).max(pages);
             img.followed_peak_pages = Some(so_far);
         }

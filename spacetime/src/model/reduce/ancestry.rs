@@ -2,14 +2,15 @@
 //! while some of its children still run stays as a small ghost (pid, start, image) that still
 //! counts as its own parent's child, until its last child exits; ghosts are bounded.
 
-use std::sync::Arc;
+use std::{collections::VecDeque, sync::Arc};
 
-use super::{live::LiveSet, Stats, Store, Tracked};
-use crate::model::process::Names;
+use super::{live::Processes, Stats, Tracked};
+use crate::model::process::{proc_start_slack_ns, Names};
+use rustc_hash::FxHashMap;
 
 /// A process that exited while children of its still run, kept for their ancestry.
 #[derive(Debug)]
-pub(super) struct Ghost {
+struct Ghost {
     start_ns: u64,
     ppid: u32,
     image: Arc<Names>,
@@ -25,11 +26,48 @@ pub struct Ancestor {
     pub exited: bool,
 }
 
-impl LiveSet {
+/// The ghosts, and the parent chain of the process that ended last. The live processes are
+/// the live set's: each step up a chain looks there first.
+#[derive(Debug)]
+pub(super) struct Ancestry {
+    ghosts: FxHashMap<u32, Ghost>,
+    /// (pid, start) of the ghosts, oldest first; entries of ghosts gone are dropped lazily.
+    ghost_order: VecDeque<(u32, u64)>,
+    /// The parent chain of the last process that ended.
+    chain: Vec<Ancestor>,
+    /// [`proc_start_slack_ns`], read once (it asks sysconf).
+    slack_ns: u64,
+}
+
+impl Ancestry {
+    pub(super) fn new() -> Ancestry {
+        Ancestry {
+            ghosts: FxHashMap::default(),
+            ghost_order: VecDeque::new(),
+            chain: Vec::new(),
+            slack_ns: proc_start_slack_ns(),
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn ghost_count(&self) -> usize {
+        self.ghosts.len()
+    }
+
+    /// Moves the parent chain of the process that ended last into `out`.
+    pub(super) fn take_chain(&mut self, out: &mut Vec<Ancestor>) {
+        std::mem::swap(out, &mut self.chain);
+    }
+
     /// The parent of a process started at `child_start`: live, or a ghost.
-    fn parent(&self, ppid: u32, child_start: u64) -> Option<(u64, u32, &Arc<Names>, bool)> {
+    fn parent<'a>(
+        &'a self,
+        live: &'a Processes,
+        ppid: u32,
+        child_start: u64,
+    ) -> Option<(u64, u32, &'a Arc<Names>, bool)> {
         let limit = child_start.saturating_add(self.slack_ns);
-        if let Some(p) = self.map.get(&ppid).filter(|p| p.start_ns <= limit) {
+        if let Some(p) = live.get(&ppid).filter(|p| p.start_ns <= limit) {
             return Some((p.start_ns, p.ppid, p.image(), false));
         }
         self.ghosts
@@ -39,9 +77,15 @@ impl LiveSet {
     }
 
     /// Fills `out` with the parent chain of a process (parent first), up to 64 steps.
-    pub(super) fn chain_of(&self, mut ppid: u32, mut start: u64, out: &mut Vec<Ancestor>) {
+    pub(super) fn chain_of(
+        &self,
+        live: &Processes,
+        mut ppid: u32,
+        mut start: u64,
+        out: &mut Vec<Ancestor>,
+    ) {
         while ppid != 0 && out.len() < 64 {
-            let Some((pstart, pppid, image, exited)) = self.parent(ppid, start) else {
+            let Some((pstart, pppid, image, exited)) = self.parent(live, ppid, start) else {
                 break;
             };
             out.push(Ancestor {
@@ -56,11 +100,33 @@ impl LiveSet {
         }
     }
 
+    /// A process left the live set: its parent chain is kept; it stays as a ghost while
+    /// children of its live (`ghosts_cap` at most), else its parent has a live child less.
+    pub(super) fn ended(
+        &mut self,
+        live: &mut Processes,
+        t: &Tracked,
+        ghosts_cap: usize,
+        stats: &mut Stats,
+    ) {
+        let mut chain = std::mem::take(&mut self.chain);
+        chain.clear();
+        self.chain_of(live, t.ppid, t.start_ns, &mut chain);
+        self.chain = chain;
+        // A ghost still counts as its parent's child: the whole chain above a live process
+        // stays until that process is gone.
+        if t.live_children > 0 {
+            self.add_ghost(live, t, ghosts_cap, stats);
+        } else if t.known {
+            self.release_parent(live, t.ppid, t.start_ns);
+        }
+    }
+
     /// A child of `ppid` exited: a ghost whose last child it was goes, and so on up.
-    pub(super) fn release_parent(&mut self, mut ppid: u32, mut start: u64) {
+    fn release_parent(&mut self, live: &mut Processes, mut ppid: u32, mut start: u64) {
         for _ in 0..64 {
             let limit = start.saturating_add(self.slack_ns);
-            if let Some(p) = self.map.get_mut(&ppid).filter(|p| p.start_ns <= limit) {
+            if let Some(p) = live.get_mut(&ppid).filter(|p| p.start_ns <= limit) {
                 p.live_children = p.live_children.saturating_sub(1);
                 return;
             }
@@ -76,8 +142,7 @@ impl LiveSet {
         }
     }
 
-    pub(super) fn add_ghost(&mut self, e: &Tracked, stats: &mut Stats) {
-        let cap = (self.opts.max_processes / 4).max(64);
+    fn add_ghost(&mut self, live: &mut Processes, e: &Tracked, cap: usize, stats: &mut Stats) {
         while self.ghosts.len() >= cap {
             let Some((pid, start)) = self.ghost_order.pop_front() else {
                 break;
@@ -85,7 +150,7 @@ impl LiveSet {
             if self.ghosts.get(&pid).is_some_and(|g| g.start_ns == start) {
                 let g = self.ghosts.remove(&pid).expect("present");
                 stats.ghosts_evicted += 1;
-                self.release_parent(g.ppid, g.start_ns);
+                self.release_parent(live, g.ppid, g.start_ns);
             }
         }
         self.ghosts.insert(
@@ -103,15 +168,6 @@ impl LiveSet {
             let ghosts = &self.ghosts;
             self.ghost_order
                 .retain(|(pid, start)| ghosts.get(pid).is_some_and(|g| g.start_ns == *start));
-        }
-    }
-}
-
-impl Store {
-    /// Fills `out` with the parent chain of a process (parent first), up to 64 steps.
-    pub fn chain(&self, ppid: u32, start: u64, out: &mut Vec<Ancestor>) {
-        if let Some(l) = self.live.as_deref() {
-            l.chain_of(ppid, start, out);
         }
     }
 }

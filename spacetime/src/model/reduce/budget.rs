@@ -9,7 +9,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use super::{live::LiveSet, Stats, Store};
+use super::{live::Processes, Stats};
 use crate::model::process::Names;
 
 /// Bytes of argv an evicted image keeps (its program and first arguments, mostly).
@@ -17,8 +17,10 @@ pub const KEEP_BYTES: usize = 256;
 /// Default budget: 32 MiB of argv.
 pub const DEFAULT_ARGV_BUDGET: u64 = 32 << 20;
 
+/// The argv budget: its limit, and what arrived since it was last checked. The processes are
+/// the live set's, handed to each check.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Budget {
+pub(super) struct Budget {
     limit: usize,
     /// argv bytes announced by exec records since the last check.
     added: usize,
@@ -33,22 +35,27 @@ impl Default for Budget {
     }
 }
 
-impl LiveSet {
+impl Budget {
+    /// Sets the budget in bytes (at least a page).
+    pub(super) fn set_limit(&mut self, bytes: u64) {
+        self.limit = usize::try_from(bytes).unwrap_or(usize::MAX).max(4096);
+    }
+
     /// An exec announced `len` bytes of argv (or /proc gave them): checks the budget every
     /// eighth of it.
-    pub(super) fn charge_argv(&mut self, len: usize, stats: &mut Stats) {
-        self.budget.added = self.budget.added.saturating_add(len);
-        if self.budget.added >= (self.budget.limit / 8).max(64 << 10) {
-            self.budget.added = 0;
-            self.enforce_argv_budget(stats);
+    pub(super) fn charge(&mut self, live: &mut Processes, len: usize, stats: &mut Stats) {
+        self.added = self.added.saturating_add(len);
+        if self.added >= (self.limit / 8).max(64 << 10) {
+            self.added = 0;
+            self.enforce(live, stats);
         }
     }
 
     /// (total bytes, (size, image) of each distinct image).
-    fn argv_holders(&self) -> (usize, Vec<(usize, *const Names)>) {
+    pub(super) fn holders(live: &Processes) -> (usize, Vec<(usize, *const Names)>) {
         let mut seen = HashMap::new();
         let mut total = 0usize;
-        for e in self.map.values() {
+        for e in live.values() {
             for img in &e.images {
                 let ptr = Arc::as_ptr(&img.names);
                 if seen.insert(ptr, ()).is_none() {
@@ -60,7 +67,7 @@ impl LiveSet {
             }
         }
         let mut sizes: Vec<(usize, *const Names)> = Vec::with_capacity(seen.len());
-        for e in self.map.values() {
+        for e in live.values() {
             for img in &e.images {
                 let ptr = Arc::as_ptr(&img.names);
                 if seen.remove(&ptr).is_some() && img.names.args.len() > KEEP_BYTES {
@@ -72,12 +79,12 @@ impl LiveSet {
     }
 
     /// Over budget: cuts the largest argv until three quarters of it are used.
-    fn enforce_argv_budget(&mut self, stats: &mut Stats) {
-        let (mut total, mut sizes) = self.argv_holders();
-        if total <= self.budget.limit {
+    pub(super) fn enforce(&self, live: &mut Processes, stats: &mut Stats) {
+        let (mut total, mut sizes) = Budget::holders(live);
+        if total <= self.limit {
             return;
         }
-        let target = self.budget.limit / 4 * 3;
+        let target = self.limit / 4 * 3;
         sizes.sort_unstable_by_key(|&(len, _)| std::cmp::Reverse(len));
         let mut cut: HashMap<*const Names, Option<Arc<Names>>> = HashMap::new();
         for (len, ptr) in sizes {
@@ -87,7 +94,7 @@ impl LiveSet {
             total -= len - KEEP_BYTES;
             cut.insert(ptr, None);
         }
-        for e in self.map.values_mut() {
+        for e in live.values_mut() {
             for img in e.process.images.iter_mut().map(|i| &mut i.names) {
                 let Some(slot) = cut.get_mut(&Arc::as_ptr(img)) else {
                     continue;
@@ -100,35 +107,6 @@ impl LiveSet {
                 *img = small.clone();
             }
         }
-    }
-}
-
-impl Store {
-    /// Sets the argv budget in bytes (at least a page).
-    pub fn set_argv_budget(&mut self, bytes: u64) {
-        if let Some(l) = self.live.as_deref_mut() {
-            l.budget.limit = usize::try_from(bytes).unwrap_or(usize::MAX).max(4096);
-        }
-    }
-
-    /// argv bytes announced (an exec, or /proc at start): checks the budget every eighth of
-    /// it.
-    pub fn charge_argv(&mut self, len: usize) {
-        if let Some(l) = self.live.as_deref_mut() {
-            l.charge_argv(len, &mut self.stats);
-        }
-    }
-
-    /// Over budget: cuts the largest argv until three quarters of it are used.
-    pub fn enforce_argv_budget(&mut self) {
-        if let Some(l) = self.live.as_deref_mut() {
-            l.enforce_argv_budget(&mut self.stats);
-        }
-    }
-
-    /// argv bytes held now: each distinct image once, partial argv included.
-    pub fn argv_bytes(&self) -> usize {
-        self.live.as_deref().map_or(0, |l| l.argv_holders().0)
     }
 }
 

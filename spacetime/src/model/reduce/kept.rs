@@ -2,17 +2,20 @@
 //! first process seen with the root's pid; inside a PID namespace the pids shown are the
 //! namespace's, from the fork records (the keys stay the kernel's).
 
-use std::sync::Arc;
+use std::{convert::Infallible, sync::Arc};
 
-use super::{adopt::Adoptions, Process, Store};
+use spacetime_common::ExitEvent;
+
+use super::{adopt::Adoptions, Process, Stats, Storage};
 use crate::model::{
     key_index::KeyIndex,
     process::{Key, Names},
 };
 use rustc_hash::FxHashSet;
 
+/// Every process and image a trace saw (a [`super::Store`] over it is `trace`'s tree).
 #[derive(Debug, Default)]
-pub(super) struct Kept {
+pub struct Kept {
     pub(super) procs: Vec<Process>,
     pub(super) index: KeyIndex,
     /// Every tgid seen, for filtering other sources (taskstats) by process.
@@ -27,12 +30,13 @@ pub(super) struct Kept {
     /// Every distinct set of names an exec gave, once: a build runs the same program with the
     /// same arguments thousands of times (144 bytes of heap each, kept apart).
     names: FxHashSet<Arc<Names>>,
-    /// [`Store::settle`]d: `index`, `tgids` and `names` are gone.
+    /// [`Kept::settle`]d: `index`, `tgids` and `names` are gone.
     settled: bool,
 }
 
 impl Kept {
-    pub(super) fn new(root_pid: u32, root_ppid: u32) -> Kept {
+    /// Rooted at the first process seen with `root_pid`, started by `root_ppid`.
+    pub fn new(root_pid: u32, root_ppid: u32) -> Kept {
         Kept {
             root_pid,
             root_ppid,
@@ -42,7 +46,7 @@ impl Kept {
 
     /// The process with this key, made when unknown.
     pub(super) fn entry(&mut self, key: Key) -> usize {
-        if let Some(i) = self.index_of(&key) {
+        if let Some(i) = self.indexed(&key) {
             return i;
         }
         if self.settled {
@@ -78,9 +82,7 @@ impl Kept {
         }
         i
     }
-}
 
-impl Kept {
     /// The one shared copy of these names. Only whole names are shared: an image whose argv
     /// is still streaming in changes its own.
     pub(super) fn intern(&mut self, names: Names) -> Arc<Names> {
@@ -93,59 +95,46 @@ impl Kept {
         }
         n
     }
-}
 
-/// A kept process's key (every process the index files has one).
-fn key_of(p: &Process) -> Key {
-    p.key.unwrap_or(Key {
-        tgid: 0,
-        start_ns: 0,
-    })
-}
-
-impl Kept {
     /// Where the process with this key is, while the index lives (until settled).
-    pub(super) fn index_of(&self, key: &Key) -> Option<usize> {
+    pub(super) fn indexed(&self, key: &Key) -> Option<usize> {
         let procs = &self.procs;
         self.index.get(key, |s| key_of(&procs[s as usize]))
     }
-}
 
-impl Store {
     /// spacetime runs inside a PID namespace, where the root is `root_ns_pid` (the root pid
-    /// given to [`Store::keep_all`] is the kernel's): pids shown are the namespace's, from the
-    /// fork records.
-    pub fn in_namespace(mut self, root_ns_pid: u32) -> Store {
-        self.kept.root_ns_pid = Some(root_ns_pid);
-        self
+    /// given to [`Kept::new`] is the kernel's): pids shown are the namespace's, from the fork
+    /// records.
+    pub fn set_namespace_root(&mut self, root_ns_pid: u32) {
+        self.root_ns_pid = Some(root_ns_pid);
     }
 
-    /// Every process kept, in the order first seen (none with a live set).
+    /// Every process kept, in the order first seen.
     pub fn processes(&self) -> &[Process] {
-        &self.kept.procs
+        &self.procs
     }
 
     pub fn root(&self) -> Option<&Process> {
-        self.kept.root.map(|i| &self.kept.procs[i])
+        self.root.map(|i| &self.procs[i])
     }
 
-    /// Where the process is in [`processes`](Store::processes).
+    /// Where the process is in [`processes`](Kept::processes).
     pub fn index_of(&self, key: &Key) -> Option<usize> {
-        match self.kept.settled {
-            false => self.kept.index_of(key),
-            true => self.kept.procs.iter().position(|p| p.key == Some(*key)),
+        match self.settled {
+            false => self.indexed(key),
+            true => self.procs.iter().position(|p| p.key == Some(*key)),
         }
     }
 
     pub fn get(&self, key: &Key) -> Option<&Process> {
-        self.index_of(key).map(|i| &self.kept.procs[i])
+        self.index_of(key).map(|i| &self.procs[i])
     }
 
     /// The run ended and no record comes any more: what taking records needs goes before the
     /// report is built (the index by key and the tgids, 37 bytes a process; the names' set; the
     /// list's room to grow). Looking a process up still works, by a scan.
     pub fn settle(&mut self) {
-        let k = &mut self.kept;
+        let k = self;
         k.settled = true;
         k.index = KeyIndex::default();
         k.tgids = FxHashSet::default();
@@ -156,21 +145,16 @@ impl Store {
     /// Processes that have not exited, among those the kernel tracks (an untracked one's
     /// exit never comes: an attached run waiting for it would never end).
     pub fn live(&self) -> usize {
-        match self.live.as_deref() {
-            Some(l) => l.len(),
-            None => self
-                .kept
-                .procs
-                .iter()
-                .filter(|p| p.end_ns.is_none() && !p.untracked)
-                .count(),
-        }
+        self.procs
+            .iter()
+            .filter(|p| p.end_ns.is_none() && !p.untracked)
+            .count()
     }
 
     /// Whether any process with this tgid is (or was) in the tree; the root's pid counts from
     /// the start.
     pub fn knows_tgid(&self, tgid: u32) -> bool {
-        let k = &self.kept;
+        let k = self;
         tgid == k.root_pid
             || match k.settled {
                 false => k.tgids.contains(&tgid),
@@ -179,5 +163,80 @@ impl Store {
                     .iter()
                     .any(|p| p.key.is_some_and(|k| k.tgid == tgid)),
             }
+    }
+}
+
+/// A kept process's key (every process the index files has one).
+fn key_of(p: &Process) -> Key {
+    p.key.unwrap_or(Key {
+        tgid: 0,
+        start_ns: 0,
+    })
+}
+
+impl Storage for Kept {
+    type Held = Process;
+    /// Nothing leaves: every process stays in the tree.
+    type Ended = Infallible;
+
+    fn find(&mut self, key: Key, _create: bool, _stats: &mut Stats) -> Option<&mut Process> {
+        let i = self.entry(key);
+        Some(&mut self.procs[i])
+    }
+
+    fn knows(&mut self, key: Key, _stats: &mut Stats) -> bool {
+        self.index_of(&key).is_some()
+    }
+
+    fn has_room(&self, _tgid: u32) -> bool {
+        true
+    }
+
+    fn counts_children(&self) -> bool {
+        false
+    }
+
+    fn forked(&mut self, tgid: u32) {
+        self.adopted.forget(tgid);
+    }
+
+    fn namespace_pids(&self) -> bool {
+        self.root_ns_pid.is_some()
+    }
+
+    /// Most processes have one or two images: without this the first insert reserves four
+    /// (864 bytes, the largest allocation per process in a 100k-process trace).
+    fn child_images(&self) -> usize {
+        1
+    }
+
+    /// Whole names are shared (see [`Kept::intern`]).
+    fn exec_names(
+        &mut self,
+        names: Names,
+        whole: bool,
+        _args_len: usize,
+        _stats: &mut Stats,
+    ) -> Arc<Names> {
+        match whole {
+            true => self.intern(names),
+            false => Arc::new(names),
+        }
+    }
+
+    fn keeps_images(&self) -> bool {
+        true
+    }
+
+    fn publishes_partial_argv(&self) -> bool {
+        true
+    }
+
+    fn unknown_exit(&mut self, _x: &ExitEvent, _stats: &mut Stats) -> Option<Infallible> {
+        None
+    }
+
+    fn ended(&mut self, _tgid: u32, _stats: &mut Stats) -> Option<Infallible> {
+        None
     }
 }

@@ -1,6 +1,7 @@
-//! One store of processes, built from decoded records, for `trace` (keeps every process and
-//! image: [`Store::keep_all`]) and `watch` (a bounded set of the live ones: [`Store::live`]).
-//! One place for the rules both follow:
+//! One store of processes, built from decoded records: one reducer ([`Store`]) over two
+//! storages ([`Storage`]): `trace`'s keeps every process and image ([`Kept`]), `watch`'s a
+//! bounded set of the live ones ([`LiveSet`]). The reducer is the one place for the rules
+//! both follow; each storage owns what it holds and what only it needs:
 //!
 //! - identity: a process is (tgid, start time of its group leader); a record whose start time
 //!   does not match the process known by that tgid is for another process that reused the pid
@@ -20,7 +21,10 @@
 //! unknown one and a later fork fills in where it came from; `watch` makes one only for a fork
 //! or an exec, within its bound.
 
-use std::sync::Arc;
+use std::{
+    ops::{Deref, DerefMut},
+    sync::Arc,
+};
 
 use spacetime_common::{flags, ExitEvent, ForkEvent, ImageEndEvent, ReapEvent, RssEvent};
 
@@ -29,7 +33,7 @@ use crate::{
     model::{
         argv::{append_args, exec_names, publish_partial, Appended},
         cputime,
-        process::{end_peak_pages, EndMem, ExitStatus, Key},
+        process::{EndMem, ExitStatus, Key},
     },
 };
 
@@ -39,15 +43,17 @@ mod budget;
 mod kept;
 mod live;
 mod model;
+mod storage;
+mod tracked;
 
 pub use adopt::Adopted;
 pub use ancestry::Ancestor;
 pub use budget::{evicted, KEEP_BYTES};
-pub use live::{LiveOptions, Tracked};
+pub use kept::Kept;
+pub use live::{LiveOptions, LiveSet};
 pub use model::{Image, Process};
-
-use kept::Kept;
-use live::LiveSet;
+pub use storage::{Held, Storage};
+pub use tracked::Tracked;
 
 /// What the store counts of records it could not take as they came.
 #[derive(Debug, Clone, Copy, Default)]
@@ -75,52 +81,44 @@ pub struct Stats {
     pub argv_evicted_bytes: u64,
 }
 
-/// The store: every process ([`Store::keep_all`]) or the live ones ([`Store::bounded`]).
-#[derive(Debug, Default)]
-pub struct Store {
-    /// Every process, when keeping all.
-    kept: Kept,
-    /// The live set, when bounded.
-    live: Option<Box<LiveSet>>,
+/// The reducer: records into the processes its storage holds. What the storage answers
+/// besides (the tree's processes, the live set's rows) is read through it (`Deref`).
+#[derive(Debug)]
+pub struct Store<S> {
+    storage: S,
     pub stats: Stats,
 }
 
-/// A process the store holds, as a record reaches it.
-enum Slot<'a> {
-    Kept(&'a mut Process),
-    Live(&'a mut Tracked),
-}
-
-impl Slot<'_> {
-    fn p(&mut self) -> &mut Process {
-        match self {
-            Slot::Kept(p) => p,
-            Slot::Live(t) => &mut t.process,
-        }
+impl<S> Deref for Store<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.storage
     }
 }
 
-impl Store {
-    /// Keeps every process and image: `trace`'s tree, rooted at the first process seen with
-    /// `root_pid`, started by `root_ppid`.
-    pub fn keep_all(root_pid: u32, root_ppid: u32) -> Store {
+impl<S> DerefMut for Store<S> {
+    fn deref_mut(&mut self) -> &mut S {
+        &mut self.storage
+    }
+}
+
+impl<S: Storage> Store<S> {
+    /// A store over `storage`, with nothing counted yet.
+    pub fn with(storage: S) -> Store<S> {
         Store {
-            kept: Kept::new(root_pid, root_ppid),
-            ..Store::default()
+            storage,
+            stats: Stats::default(),
         }
     }
 
-    /// Keeps the live processes only, within `opts`' bounds: `watch`'s table.
-    pub fn bounded(opts: LiveOptions) -> Store {
-        Store {
-            live: Some(Box::new(LiveSet::new(opts))),
-            ..Store::default()
-        }
+    /// The storage and the counters apart, for the storage's own work that counts.
+    pub fn parts(&mut self) -> (&mut S, &mut Stats) {
+        (&mut self.storage, &mut self.stats)
     }
 
-    /// Takes one record. With a live set, a process's end returns it (it leaves the set):
-    /// `None` for a duplicate end record.
-    pub fn apply(&mut self, ev: Event) -> Option<Tracked> {
+    /// Takes one record. A process's end returns it when the storage lets processes go (the
+    /// live set): `None` for a duplicate end record.
+    pub fn apply(&mut self, ev: Event) -> Option<S::Ended> {
         match ev {
             Event::Fork(f) => self.fork(&f),
             Event::Exec(e) => self.exec(e),
@@ -139,50 +137,31 @@ impl Store {
         None
     }
 
-    /// The process a record is about. Keeping all, made when unknown; in the live set, found
-    /// by the identity rule, and made (within the bound) only with `create`.
-    fn find(&mut self, key: Key, create: bool) -> Option<Slot<'_>> {
-        match self.live.as_deref_mut() {
-            None => {
-                let i = self.kept.entry(key);
-                Some(Slot::Kept(&mut self.kept.procs[i]))
-            }
-            Some(l) => l.find(key, create, &mut self.stats).map(Slot::Live),
-        }
+    /// The process a record is about (see [`Storage::find`]).
+    fn find(&mut self, key: Key, create: bool) -> Option<&mut S::Held> {
+        self.storage.find(key, create, &mut self.stats)
     }
 
     /// Whether a record for `key` reaches a process the store holds (applies the identity
     /// rule: a stale live entry for the tgid goes).
     pub fn knows(&mut self, key: Key) -> bool {
-        match self.live.as_deref_mut() {
-            None => self.index_of(&key).is_some(),
-            Some(l) => l.find(key, false, &mut self.stats).is_some(),
-        }
+        self.storage.knows(key, &mut self.stats)
     }
 
     pub fn fork(&mut self, f: &ForkEvent) {
         let parent_key = Key::of(&f.hdr);
         if f.hdr.flags & flags::FORK_THREAD != 0 {
-            if let Some(mut s) = self.find(parent_key, false) {
-                s.p().threads += 1;
+            if let Some(h) = self.find(parent_key, false) {
+                h.process().threads += 1;
             }
             return;
         }
-        let fits = self.live.as_ref().is_none_or(|l| l.has_room(f.child_tgid));
-        let ancestry = self.live.as_ref().is_some_and(|l| l.opts.ancestry);
+        let fits = self.storage.has_room(f.child_tgid);
+        let count = self.storage.counts_children() && fits;
         let (names, ppid, in_tree) = match self.find(parent_key, false) {
-            Some(mut s) => {
-                let in_tree = match &mut s {
-                    Slot::Live(t) => {
-                        // A ghost counts its children: only those it will see exit.
-                        if ancestry && fits {
-                            t.live_children += 1;
-                        }
-                        t.in_tree
-                    }
-                    Slot::Kept(_) => false,
-                };
-                let p = s.p();
+            Some(h) => {
+                let in_tree = h.forked_child(count);
+                let p = h.process();
                 let names = p.image_at(f.hdr.ts_ns).map(|i| Arc::clone(&i.names));
                 (names, p.pid, in_tree)
             }
@@ -192,26 +171,18 @@ impl Store {
             self.stats.full += 1;
             return;
         }
-        self.kept.adopted.forget(f.child_tgid);
-        let ns_pids = self.kept.root_ns_pid.is_some();
-        let live = self.live.is_some();
+        self.storage.forked(f.child_tgid);
+        let ns_pids = self.storage.namespace_pids();
+        let reserve = self.storage.child_images();
         let child_key = Key {
             tgid: f.child_tgid,
             start_ns: f.child_start_ns,
         };
-        let Some(mut s) = self.find(child_key, true) else {
+        let Some(h) = self.find(child_key, true) else {
             return;
         };
-        if let Slot::Live(t) = &mut s {
-            t.in_tree |= in_tree;
-            // Forked after the programs were attached, found in /proc too: as for an adopted
-            // process, the records say everything (an exec /proc already showed is still to
-            // come), so the /proc reading goes.
-            if std::mem::take(&mut t.seeded) {
-                t.process.images.clear();
-            }
-        }
-        let child = s.p();
+        h.fork_record(in_tree);
+        let child = h.process();
         if child.fork_seen {
             return;
         }
@@ -226,10 +197,7 @@ impl Store {
         child.start_ns = f.child_start_ns;
         // The inherited image runs from the fork until the first exec (or the exit).
         let end_ns = child.images.first().map(|i| i.start_ns).or(child.end_ns);
-        // Most processes have one or two images: without this the first insert reserves
-        // four (864 bytes, the largest allocation per process in a 100k-process trace). A live
-        // set is bounded: room for the exec that mostly follows saves a reallocation.
-        child.images.reserve_exact(if live { 2 } else { 1 });
+        child.images.reserve_exact(reserve);
         let mut img = Image {
             start_ns: f.child_start_ns,
             end_ns,
@@ -244,20 +212,16 @@ impl Store {
     }
 
     pub fn exec(&mut self, e: Exec) {
-        let keep_images = self.live.as_ref().is_some_and(|l| l.opts.images);
-        if let Some(l) = self.live.as_deref_mut() {
-            l.charge_argv(e.args_len as usize, &mut self.stats);
-        }
-        let hdr = e.hdr;
+        let keep_images = self.storage.keeps_images();
+        let (hdr, args_len) = (e.hdr, e.args_len as usize);
         let (names, pending_args) = exec_names(e);
-        let names = match pending_args.is_none() && self.live.is_none() {
-            true => self.kept.intern(names),
-            false => Arc::new(names),
-        };
-        let Some(mut s) = self.find(Key::of(&hdr), true) else {
+        let names =
+            self.storage
+                .exec_names(names, pending_args.is_none(), args_len, &mut self.stats);
+        let Some(h) = self.find(Key::of(&hdr), true) else {
             return;
         };
-        let p = s.p();
+        let p = h.process();
         if let Some(open) = p.open_image() {
             open.end_ns = Some(hdr.ts_ns);
         }
@@ -282,18 +246,14 @@ impl Store {
         };
         p.images.reserve_exact(1);
         p.images.push(img);
-        if let Slot::Live(t) = s {
-            t.trim_images(keep_images);
-        }
+        h.exec_done(keep_images);
     }
 
     pub fn args(&mut self, a: Args) {
-        // A trace reports whatever arrived (each record's bytes count at once); watch shows
-        // argv once every byte came, or the image ended.
-        let publish = self.live.is_none();
+        let publish = self.storage.publishes_partial_argv();
         let gap = match self.find(Key::of(&a.hdr), false) {
             None => true,
-            Some(mut s) => match s.p().images.iter_mut().rev().find(|i| !i.inherited) {
+            Some(h) => match h.process().images.iter_mut().rev().find(|i| !i.inherited) {
                 None => true,
                 Some(img) => {
                     match append_args(&mut img.pending_args, &mut img.names, a.offset, &a.data) {
@@ -313,10 +273,10 @@ impl Store {
     }
 
     pub fn image_end(&mut self, m: &ImageEndEvent) {
-        let Some(mut s) = self.find(Key::of(&m.hdr), false) else {
+        let Some(h) = self.find(Key::of(&m.hdr), false) else {
             return;
         };
-        let p = s.p();
+        let p = h.process();
         let shared_mm = p.images.last().is_some_and(|i| i.shared_mm);
         // The root's first exec ends no image of its own: its images start at CMD's exec.
         if let Some(img) = p.open_image() {
@@ -325,21 +285,17 @@ impl Store {
                 img.mem = Some(mem);
             }
         }
-        if let Slot::Live(t) = s {
-            if let Some(pages) = end_peak_pages(&m.mem, shared_mm) {
-                t.left_peak_pages = t.left_peak_pages.max(pages);
-            }
-        }
+        h.image_ended(m, shared_mm);
     }
 
     /// The exact peak of an mm the kernel followed since `hdr.ts_ns`: it belongs to the image
     /// that was running then.
     pub fn mm_peak(&mut self, r: &RssEvent) {
-        let Some(mut s) = self.find(Key::of(&r.hdr), false) else {
+        let Some(h) = self.find(Key::of(&r.hdr), false) else {
             return;
         };
         let ts = r.hdr.ts_ns;
-        let images = &mut s.p().images;
+        let images = &mut h.process().images;
         let at = images
             .iter()
             .rposition(|img| img.start_ns <= ts)
@@ -352,27 +308,29 @@ impl Store {
     /// The process was released: its CPU figures are final, as its parent's wait4 saw them.
     pub fn reap(&mut self, r: &ReapEvent) {
         // A release of a process never seen (its exit was lost) still tells its CPU.
-        let Some(mut s) = self.find(Key::of(&r.hdr), false) else {
+        let Some(h) = self.find(Key::of(&r.hdr), false) else {
             return;
         };
-        let p = s.p();
+        let p = h.process();
         let cpu = cputime::at_release(r);
         p.user_ns = cpu.user_ns;
         p.sys_ns = cpu.sys_ns;
         p.cpu_final = true;
     }
 
-    /// A thread exited, or (`EXIT_GROUP_DEAD`) the process. With a live set, the process
-    /// leaves it and is returned (made up, not `known`, when the set did not hold it); `None`
-    /// for a thread or a duplicate end record.
-    pub fn exit(&mut self, x: &ExitEvent) -> Option<Tracked> {
+    /// A thread exited, or (`EXIT_GROUP_DEAD`) the process. When the storage lets processes
+    /// go, the process leaves it and is returned (made up, not `known`, when it did not hold
+    /// it); `None` for a thread or a duplicate end record.
+    pub fn exit(&mut self, x: &ExitEvent) -> Option<S::Ended> {
         let key = Key::of(&x.hdr);
         let group = x.hdr.flags & flags::EXIT_GROUP_DEAD != 0;
-        let Some(mut s) = self.find(key, false) else {
-            let l = self.live.as_deref_mut()?;
-            return group.then(|| l.unknown_exit(x, &mut self.stats)).flatten();
+        let Some(h) = self.find(key, false) else {
+            return match group {
+                true => self.storage.unknown_exit(x, &mut self.stats),
+                false => None,
+            };
         };
-        let p = s.p();
+        let p = h.process();
         let duplicate = group && p.end_ns.is_some();
         // Out of order: the release already gave the final figures.
         if !p.cpu_final {
@@ -394,20 +352,14 @@ impl Store {
                 publish_partial(&mut last.pending_args, &mut last.names, true);
             }
         }
-        let live = match s {
-            Slot::Live(t) => {
-                t.runtime_ns += x.runtime_ns;
-                true
-            }
-            Slot::Kept(_) => false,
-        };
+        h.thread_exited(x.runtime_ns);
         if duplicate {
             self.stats.duplicate_exits += 1;
         }
-        if !group || duplicate || !live {
+        if !group || duplicate {
             return None;
         }
-        self.live.as_deref_mut()?.evict(key.tgid, &mut self.stats)
+        self.storage.ended(key.tgid, &mut self.stats)
     }
 }
 

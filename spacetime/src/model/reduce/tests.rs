@@ -81,12 +81,26 @@ fn exit(p: P, ts: u64, code: u32, pages: u64, group: bool, runtime_ns: u64) -> E
     })
 }
 
-fn live(max: usize) -> Store {
-    Store::bounded(LiveOptions {
+/// Runs `body` on both stores in turn (they are two types).
+macro_rules! for_both {
+    ($s:ident in [$a:ident, $b:ident] $body:block) => {{
+        {
+            let $s = &mut $a;
+            $body
+        }
+        {
+            let $s = &mut $b;
+            $body
+        }
+    }};
+}
+
+fn live(max: usize) -> Store<LiveSet> {
+    Store::with(LiveSet::new(LiveOptions {
         max_processes: max,
         ancestry: true,
         images: true,
-    })
+    }))
 }
 
 /// An image's facts: exe, argv, argv complete, peak pages, on its parent's memory (vfork).
@@ -147,7 +161,7 @@ fn stream() -> Vec<Event> {
 
 #[test]
 fn both_retentions_build_the_same_facts() {
-    let mut all = Store::keep_all(10, 1);
+    let mut all = Store::with(Kept::new(10, 1));
     let mut bounded = live(100);
     let mut ended = Vec::new();
     for ev in stream() {
@@ -235,7 +249,7 @@ fn a_reused_pid_is_another_process() {
         fork((1, 1), new, 0),
         exec(new, 31, "/bin/new", b"new\0", 4),
     ];
-    let mut all = Store::keep_all(1, 0);
+    let mut all = Store::with(Kept::new(1, 0));
     let mut bounded = live(100);
     for ev in events {
         all.apply(ev.clone());
@@ -295,7 +309,7 @@ fn one_group_exit_per_process() {
         exit(p, 80, 1 << 8, 5, true, 100),
         exit(p, 81, 9, 6, true, 40),
     ];
-    let mut all = Store::keep_all(7, 1);
+    let mut all = Store::with(Kept::new(7, 1));
     let mut bounded = live(100);
     let mut ended = Vec::new();
     for ev in events {
@@ -318,12 +332,12 @@ fn one_group_exit_per_process() {
 #[test]
 fn argv_over_records_shows_partial_in_trace_whole_in_watch() {
     let p = (5, 50);
-    let mut all = Store::keep_all(5, 1);
+    let mut all = Store::with(Kept::new(5, 1));
     let mut bounded = live(100);
-    for s in [&mut all, &mut bounded] {
+    for_both!(s in [all, bounded] {
         s.apply(exec(p, 51, "/bin/cc", b"cc\0-o", 12));
         s.apply(args(p, 52, 5, b"\0a.out"));
-    }
+    });
     let argv = |i: &Image| i.argv().map(<[u8]>::to_vec).collect::<Vec<_>>();
     // Trace shows what arrived; watch waits for every byte.
     assert_eq!(
@@ -333,11 +347,11 @@ fn argv_over_records_shows_partial_in_trace_whole_in_watch() {
     assert_eq!(argv(&bounded.live_get(5).expect("cc").images[0]).len(), 2);
     assert!(bounded.live_get(5).expect("cc").argv_pending());
     // A record out of place is a gap, in both.
-    for s in [&mut all, &mut bounded] {
+    for_both!(s in [all, bounded] {
         s.apply(args(p, 53, 99, b"x"));
         assert_eq!(s.stats.args_gaps, 1);
         s.apply(args(p, 54, 11, b"\0"));
-    }
+    });
     let whole = [b"cc".to_vec(), b"-o".to_vec(), b"a.out".to_vec()];
     assert_eq!(argv(&all.root().expect("root").images[0]), whole);
     let t = bounded.live_get(5).expect("cc");
@@ -401,7 +415,7 @@ fn a_seeded_process_takes_the_exact_start_and_its_records_say_the_rest() {
 #[test]
 fn an_untracked_child_is_not_waited_for() {
     let root = (7, 70);
-    let mut all = Store::keep_all(7, 1);
+    let mut all = Store::with(Kept::new(7, 1));
     all.apply(exec(root, 71, "/bin/sh", b"sh\0", 3));
     all.apply(fork(root, (8, 80), 0));
     all.apply(fork(root, (9, 90), flags::FORK_UNTRACKED));
@@ -423,7 +437,7 @@ fn an_untracked_child_is_not_waited_for() {
 
 #[test]
 fn execs_with_the_same_names_share_them_and_streaming_argv_stays_its_own() {
-    let mut all = Store::keep_all(5, 1);
+    let mut all = Store::with(Kept::new(5, 1));
     all.apply(exec((5, 50), 51, "/bin/make", b"make\0", 5));
     for (i, tgid) in (10..13u32).enumerate() {
         let ts = 100 + i as u64 * 10;
