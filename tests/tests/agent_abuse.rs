@@ -204,7 +204,7 @@ fn watches_are_shared_and_a_hello_flood_costs_others_nothing() {
 
     let flood = Client::start(CLIENT, agent.socket(), ATTACKER, &["watch-flood", "120"]);
     let (mut quiet, mut flooded) = (Vec::new(), Vec::new());
-    for _ in 0..12 {
+    for _ in 0..5 {
         // SAFETY: signalling our own child (setpriv exec'd the client).
         unsafe { libc::kill(flood.pid(), libc::SIGSTOP) };
         quiet.push(trace_true_as(OTHER_USER, agent.socket()));
@@ -268,7 +268,7 @@ fn one_users_runs_share_the_tracking_map() {
 }
 
 /// Four users whose sessions never read while they trace exec storms with 128 KiB argvs,
-/// eight sessions each, until the agent drops their records (the audit: a fifth user's trace
+/// two sessions each, until the agent drops their records (the audit: a fifth user's trace
 /// lost 30 271 records to the agent's queue, 19 of its 2001 processes reported; its `trace
 /// --agent` was not answered within 5 s). A fifth user's trace of a fork+exec storm, meanwhile,
 /// is answered and complete: every process, nothing dropped for it. The slow users' loss is
@@ -282,10 +282,10 @@ fn slow_users_lose_their_own_records_only() {
     let prompt_uid = OTHER_USER + 3;
     let mut slow: Vec<Client> = slow_uids
         .iter()
-        .map(|&u| Client::start(CLIENT, agent.socket(), u, &["slow-storm", "8"]))
+        .map(|&u| Client::start(CLIENT, agent.socket(), u, &["slow-storm", "2"]))
         .collect();
     for c in &mut slow {
-        assert_eq!(c.number("storming", Duration::from_secs(60)), 8);
+        assert_eq!(c.number("storming", Duration::from_secs(60)), 2);
     }
     // Each slow user holds its share of the agent's queues once the agent drops its records.
     for uid in slow_uids {
@@ -295,7 +295,9 @@ fn slow_users_lose_their_own_records_only() {
             "the agent never said `{said}`"
         );
     }
-    let n = storm_size(1000, 200);
+    // The audit's fifth user had 19 of its 2001 processes reported: a storm of a few hundred
+    // shows a shared queue as well, beside eight storms that never stop while it runs.
+    let n = storm_size(300, 200);
     let uid = format!("{prompt_uid}");
     let out = Trace::new([WL, "storm", &n.to_string(), WL, "noop"])
         .tag("fair")
@@ -314,7 +316,7 @@ fn slow_users_lose_their_own_records_only() {
     for mut c in slow {
         drop(c.stdin.take());
         dropped.push(c.number("dropped", Duration::from_secs(120)));
-        c.until("ended 8", Duration::from_secs(120));
+        c.until("ended 2", Duration::from_secs(120));
         c.end();
     }
     eprintln!(
