@@ -12,8 +12,8 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 use super::{
-    Built, APPLETS, GUEST_DOCTOR_TEST, GUEST_DOCTOR_WITH, GUEST_SPACETIME, GUEST_TESTS, HYPERFINE,
-    MARKER, SETPRIV,
+    Built, APPLETS, GUEST_DOCTOR_TEST, GUEST_DOCTOR_WITH, GUEST_SPACETIME, GUEST_TESTS, MARKER,
+    SETPRIV,
 };
 
 /// Copies `src` (symlinks followed) to `root` + `guest_path`, executable bits kept.
@@ -221,7 +221,6 @@ pub(super) fn make_initramfs(
         bail!("{SETPRIV} is missing: install util-linux (the agent tests run clients as nobody)");
     }
     binaries.push((PathBuf::from(SETPRIV), PathBuf::from("/bin/setpriv")));
-    binaries.push((PathBuf::from(HYPERFINE), PathBuf::from(HYPERFINE)));
     for (name, path) in &built.tests {
         binaries.push((path.clone(), Path::new(GUEST_TESTS).join(name)));
     }
