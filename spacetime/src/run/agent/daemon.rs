@@ -13,13 +13,7 @@ use crate::kernel::ring::Ring;
 use rustix::event::{PollFd, PollFlags, Timespec};
 
 use super::{
-    clients::Client,
-    listen::Listener,
-    queues::{Queues, AGENT_QUEUED_BYTES},
-    requests::RSS_LINGER,
-    route::Owners,
-    users::Users,
-    verify::Peer,
+    clients::Client, listen::Listener, queues::Queues, route::Owners, users::Users, verify::Peer,
     watchers::Watchers,
 };
 use crate::kernel::{
@@ -46,51 +40,25 @@ const READS_PER_ROUND: usize = 64;
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// A session with nothing traced, or a client that reads nothing of what waits for it, is
 /// closed after this long without a sign of life (`--idle-timeout`).
-const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// `spacetime agent [--socket PATH]`.
-#[derive(Debug, clap::Args)]
-pub struct AgentArgs {
-    /// Where to listen (default: $SPACETIME_SOCKET, else /run/spacetime/agent.sock); its
-    /// directory must be root's and writable by no one else
-    #[arg(long, value_name = "PATH")]
+/// What the agent is told at start (the command line's `spacetime agent` options).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where to listen (None: $SPACETIME_SOCKET, else /run/spacetime/agent.sock).
     pub socket: Option<PathBuf>,
-    /// Most processes one non-root session may have traced at once (the kernel refuses to
-    /// trace forks beyond it, and the client's report counts them); one user's sessions
-    /// together may have this many too
-    #[arg(long, value_name = "N", default_value_t = PROCESSES_PER_SESSION,
-          value_parser = clap::value_parser!(u32).range(1..))]
+    /// Most processes one non-root session (and one user's sessions together) may have
+    /// traced at once.
     pub session_limit: u32,
-    /// Seconds a connection may hold a session with nothing traced, or a watch leave what
-    /// waits for it unread, before the agent closes it
-    #[arg(long, value_name = "SECS", default_value_t = IDLE_TIMEOUT.as_secs(),
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub idle_timeout: u64,
-    /// Seconds the rss_stat program stays attached after the last session that shows memory
-    /// over time: a trace that starts meanwhile need not wait for the kernel to attach it
-    /// again (15-25 ms); 0 detaches it at once
-    #[arg(long, value_name = "SECS", default_value_t = RSS_LINGER.as_secs())]
-    pub rss_linger: u64,
-    /// MiB of records the agent may hold for clients that have not read them yet, all
-    /// together (a user's share is a quarter, one connection's an eighth); beyond it the
-    /// records of the user holding the most are dropped first, and counted as that user's
-    #[arg(long, value_name = "MIB", default_value_t = (AGENT_QUEUED_BYTES >> 20) as u64,
-          value_parser = clap::value_parser!(u64).range(8..=65536))]
-    pub queue_mib: u64,
+    /// How long a session with nothing traced, or a watch that reads nothing, is kept.
+    pub idle_timeout: Duration,
+    /// How long rss_stat stays attached after the last session that shows memory.
+    pub rss_linger: Duration,
+    /// Bytes of records held for clients that have not read them, all together.
+    pub queued_bytes: usize,
 }
 
-/// Entry point of the subcommand: 0 after a SIGTERM, SIGINT or SIGHUP, 125 when it cannot
-/// serve.
-pub fn main(args: AgentArgs) -> i32 {
-    match serve(&args) {
-        Ok(()) => 0,
-        Err(e) => {
-            crate::errln!("spacetime agent: {e:#}");
-            crate::util::exit_code::EXIT_OWN_FAILURE
-        }
-    }
-}
-
+/// Serves until a SIGTERM, SIGINT or SIGHUP (Ok), or fails to start or to go on.
 pub(super) struct Agent {
     pub probes: Probes,
     pub ring: Ring,
@@ -117,7 +85,7 @@ pub(super) struct Agent {
     accept: AcceptBackoff,
 }
 
-fn serve(args: &AgentArgs) -> anyhow::Result<()> {
+pub fn serve(args: &Config) -> anyhow::Result<()> {
     use anyhow::Context;
     if !rustix::process::geteuid().is_root() {
         anyhow::bail!("the agent loads the kernel programs for every user: run it as root (with CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN and CAP_SYS_PTRACE)");
@@ -141,7 +109,7 @@ fn serve(args: &AgentArgs) -> anyhow::Result<()> {
 
 /// Loads the programs and serves on `listener` until a signal says stop.
 fn serve_on(
-    args: &AgentArgs,
+    args: &Config,
     path: &std::path::Path,
     listener: &Listener,
     sigfd: BorrowedFd<'_>,
@@ -206,15 +174,15 @@ fn serve_on(
         taskstats: taskstats.ok(),
         welcome,
         session_limit: args.session_limit,
-        idle_timeout: Duration::from_secs(args.idle_timeout),
+        idle_timeout: args.idle_timeout,
         clients: Vec::new(),
         owners: Owners::default(),
         rss_following: false,
         rss_unwanted_since: None,
-        rss_linger: Duration::from_secs(args.rss_linger),
+        rss_linger: args.rss_linger,
         delayacct: None,
         users: Users::new(),
-        queues: Queues::with_budget((args.queue_mib as usize) << 20),
+        queues: Queues::with_budget(args.queued_bytes),
         watchers: Watchers::new().context("the watch loader's wake-up")?,
         accept: AcceptBackoff::default(),
     };

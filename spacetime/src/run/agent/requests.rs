@@ -30,7 +30,7 @@ pub const SESSIONS_PER_USER: usize = 8;
 /// How long rss_stat stays attached after the last session that needed it (see
 /// [`Agent::follow_rss`]): a program that finds no followed mm on every RSS change of the
 /// machine meanwhile.
-pub(super) const RSS_LINGER: Duration = Duration::from_secs(2);
+pub const RSS_LINGER: Duration = Duration::from_secs(2);
 /// Sessions kept for users who hold few: once fewer than this many are free, a user who
 /// holds [`FEW_SESSIONS`] or more is refused another.
 const RESERVED_SESSIONS: usize = 16;
