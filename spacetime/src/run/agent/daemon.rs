@@ -1,7 +1,9 @@
 //! The agent's one loop: `poll` over its listening socket, its signalfd, the ring buffer, the
 //! watch loader's wake-up and every client; the ring drained on each wake-up (and every
 //! 50 ms) and routed ([`super::route`]); each client's requests answered by
-//! [`super::requests`]; connections accepted within their limits, idle ones closed.
+//! [`super::requests`]; connections accepted within their limits ([`super::registry`]), idle
+//! ones closed. [`Agent`] is the pieces together: the registry of clients and sessions, the
+//! router of records, the finisher of runs, the kernel programs and the watches' sets.
 
 use std::{
     os::fd::{AsFd, AsRawFd, BorrowedFd},
@@ -9,35 +11,33 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::kernel::ring::Ring;
 use rustix::event::{PollFd, PollFlags, Timespec};
 
 use super::{
-    clients::Client, listen::Listener, queues::Queues, route::Owners, users::Users, verify::Peer,
+    finish::Finisher,
+    listen::{AcceptBackoff, Listener},
+    programs::Programs,
+    queues::Queues,
+    registry::{ClientId, Registry, CONNECTIONS_PER_USER, MAX_CLIENTS, SESSIONS_PER_USER},
+    route::Router,
+    verify::Peer,
     watchers::Watchers,
 };
 use crate::kernel::{
-    loader::{CpuClock, KernelLogger, LoadOptions, Probes},
+    loader::{CpuClock, KernelLogger, LoadOptions, Probes, SessionId},
     remote::{
-        proto::{self, Msg, Refusal, TaskstatsState, Welcome},
+        proto::{self, Msg, TaskstatsState, Welcome},
         sock,
     },
-    taskstats::{ListenerStats, TaskstatsListener, Unavailable},
+    taskstats::{TaskstatsListener, Unavailable},
 };
 
 /// How often the ring is drained when nothing wakes the agent.
 const TICK_MS: i64 = 50;
 /// Processes one non-root session may have tracked at once.
 pub const PROCESSES_PER_SESSION: u32 = 16384;
-/// Connections at once (each holds a session or is about to).
-const MAX_CLIENTS: usize = 256;
-/// Connections one non-root user may hold at once (with or without a session), so that no
-/// user takes every connection.
-const CONNECTIONS_PER_USER: usize = 16;
 /// Messages read from one client per round of the loop: one client cannot starve the others.
 const READS_PER_ROUND: usize = 64;
-/// A connection that has not said hello by then is closed.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// A session with nothing traced, or a client that reads nothing of what waits for it, is
 /// closed after this long without a sign of life (`--idle-timeout`).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -58,33 +58,24 @@ pub struct Config {
     pub queued_bytes: usize,
 }
 
-/// Serves until a SIGTERM, SIGINT or SIGHUP (Ok), or fails to start or to go on.
 pub(super) struct Agent {
-    pub probes: Probes,
-    pub ring: Ring,
-    logger: Option<KernelLogger>,
-    pub taskstats: Option<TaskstatsListener>,
-    pub welcome: Welcome,
-    /// Processes per non-root session, and per non-root user.
-    pub session_limit: u32,
-    idle_timeout: Duration,
-    pub clients: Vec<Client>,
-    /// Which session each traced process belongs to, for taskstats datagrams.
-    pub owners: Owners,
-    pub rss_following: bool,
-    /// Since when no session needs rss_stat while it is still attached (it lingers).
-    pub rss_unwanted_since: Option<Instant>,
-    /// `--rss-linger`.
-    pub rss_linger: Duration,
-    /// Delay accounting switched on for clients (restored when dropped).
-    pub delayacct: Option<crate::run::delayacct::DelayAcct>,
-    pub users: Users,
-    /// What waits for every client.
-    pub queues: Queues,
+    /// The kernel programs, and what is switched in them for the clients.
+    pub programs: Programs,
+    /// The ring, the taskstats listener, and which session owns each process.
+    pub router: Router,
+    /// The clients and their sessions.
+    pub clients: Registry,
+    /// Finishes held back for final CPU records.
+    pub finisher: Finisher,
+    /// The watches' program sets.
     pub watchers: Watchers,
+    /// What every welcome says of the programs.
+    pub welcome: Welcome,
+    logger: Option<KernelLogger>,
     accept: AcceptBackoff,
 }
 
+/// Serves until a SIGTERM, SIGINT or SIGHUP (Ok), or fails to start or to go on.
 pub fn serve(args: &Config) -> anyhow::Result<()> {
     use anyhow::Context;
     if !rustix::process::geteuid().is_root() {
@@ -126,7 +117,45 @@ fn serve_on(
     let taskstats = crate::kernel::taskstats::open_listener(16 << 20);
     // An agent killed before may have left delay accounting on for its clients.
     crate::run::delayacct::repair_left();
-    let welcome = Welcome {
+    let welcome = welcome(&probes, &taskstats);
+    let limits = super::ready::Limits {
+        sessions_per_user: SESSIONS_PER_USER,
+        connections_per_user: CONNECTIONS_PER_USER,
+        connections: MAX_CLIENTS,
+        processes_per_session: args.session_limit,
+    };
+    // Ours was bound through /proc/self/fd (see listen.rs): the kernel names it so.
+    let shown = match listener.by_systemd() {
+        true => super::ready::listening_path(&listener.fd, path),
+        false => path.to_path_buf(),
+    };
+    super::ready::announce(&super::ready::start_line(
+        &shown,
+        listener.by_systemd(),
+        &limits,
+        probes.load_ms,
+    ));
+    let ring = probes.take_events()?;
+    let logger = probes.take_logger();
+    let cpu_at_release = probes.cpu_at_release;
+    let mut agent = Agent {
+        programs: Programs::new(probes, args.rss_linger, args.session_limit),
+        router: Router::new(ring, taskstats.ok(), cpu_at_release),
+        clients: Registry::new(Queues::with_budget(args.queued_bytes), args.idle_timeout),
+        finisher: Finisher::default(),
+        watchers: Watchers::new().context("the watch loader's wake-up")?,
+        welcome,
+        logger,
+        accept: AcceptBackoff::default(),
+    };
+    let result = agent.run(listener.fd.as_fd(), sigfd);
+    agent.shutdown();
+    result
+}
+
+/// What every welcome says of the agent's programs and its taskstats listener.
+fn welcome(probes: &Probes, taskstats: &Result<TaskstatsListener, Unavailable>) -> Welcome {
+    Welcome {
         session: 0,
         rss_tracking: probes.rss_tracking,
         cpu_at_release: probes.cpu_at_release,
@@ -149,98 +178,22 @@ fn serve_on(
             .collect(),
         sees_uid: proto::SEES_ALL,
         cpu_clock: proto::CpuClockState::NotAsked,
-    };
-    let limits = super::ready::Limits {
-        sessions_per_user: super::requests::SESSIONS_PER_USER,
-        connections_per_user: CONNECTIONS_PER_USER,
-        connections: MAX_CLIENTS,
-        processes_per_session: args.session_limit,
-    };
-    // Ours was bound through /proc/self/fd (see listen.rs): the kernel names it so.
-    let shown = match listener.by_systemd() {
-        true => super::ready::listening_path(&listener.fd, path),
-        false => path.to_path_buf(),
-    };
-    super::ready::announce(&super::ready::start_line(
-        &shown,
-        listener.by_systemd(),
-        &limits,
-        probes.load_ms,
-    ));
-    let mut agent = Agent {
-        ring: probes.take_events()?,
-        logger: probes.take_logger(),
-        probes,
-        taskstats: taskstats.ok(),
-        welcome,
-        session_limit: args.session_limit,
-        idle_timeout: args.idle_timeout,
-        clients: Vec::new(),
-        owners: Owners::default(),
-        rss_following: false,
-        rss_unwanted_since: None,
-        rss_linger: args.rss_linger,
-        delayacct: None,
-        users: Users::new(),
-        queues: Queues::with_budget(args.queued_bytes),
-        watchers: Watchers::new().context("the watch loader's wake-up")?,
-        accept: AcceptBackoff::default(),
-    };
-    let result = agent.run(listener.fd.as_fd(), sigfd);
-    agent.shutdown();
-    result
+    }
 }
 
-/// `accept()` failing for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM)
-/// leaves the connection waiting, so the listener stays readable: polled at once again, it
-/// would spin. The listener is left out of the poll for a while instead (doubling up to a
-/// second), and the failure is said at most once per [`AcceptBackoff::SAY_EVERY`], with the
-/// count since.
-#[derive(Default)]
-struct AcceptBackoff {
-    until: Option<Instant>,
-    delay: Duration,
-    failures: u64,
-    said: Option<Instant>,
-}
-
-impl AcceptBackoff {
-    const FIRST: Duration = Duration::from_millis(10);
-    const MAX: Duration = Duration::from_secs(1);
-    const SAY_EVERY: Duration = Duration::from_secs(10);
-
-    fn listening(&self) -> bool {
-        self.until.is_none_or(|t| Instant::now() >= t)
-    }
-
-    fn failed(&mut self, e: &std::io::Error) {
-        self.failures += 1;
-        self.delay = (self.delay * 2).clamp(Self::FIRST, Self::MAX);
-        self.until = Some(Instant::now() + self.delay);
-        if self.said.is_none_or(|t| t.elapsed() >= Self::SAY_EVERY) {
-            log::warn!(
-                "spacetime agent: accepting a connection: {e} ({} failures so far); waiting {:?} before the next",
-                self.failures,
-                self.delay
-            );
-            self.said = Some(Instant::now());
-        }
-    }
-
-    fn accepted(&mut self) {
-        self.delay = Duration::ZERO;
-    }
+/// What woke the loop.
+struct Ready {
+    listener: bool,
+    signals: bool,
+    watch_loaded: bool,
+    /// The clients with something to read (or a hang-up to see).
+    clients: Vec<ClientId>,
 }
 
 impl Agent {
     /// Waits up to [`TICK_MS`] (less while a finish is held back) for any descriptor the loop
-    /// serves; what each has to say, in the order: listener, signals, ring, watch loader,
-    /// then every client.
-    fn wait(
-        &self,
-        listener: BorrowedFd<'_>,
-        sigfd: BorrowedFd<'_>,
-    ) -> std::io::Result<Vec<PollFlags>> {
+    /// serves: the listener, signals, ring, watch loader, then every client.
+    fn wait(&self, listener: BorrowedFd<'_>, sigfd: BorrowedFd<'_>) -> std::io::Result<Ready> {
         let listen = match self.accept.listening() {
             true => PollFlags::IN,
             false => PollFlags::empty(),
@@ -248,10 +201,11 @@ impl Agent {
         let mut pfds = vec![
             PollFd::new(&listener, listen),
             PollFd::new(&sigfd, PollFlags::IN),
-            PollFd::new(&self.ring, PollFlags::IN),
+            PollFd::new(self.router.ring(), PollFlags::IN),
             PollFd::from_borrowed_fd(self.watchers.wake_fd(), PollFlags::IN),
         ];
-        for c in &self.clients {
+        const FIRST_CLIENT: usize = 4;
+        for c in self.clients.iter() {
             let out = match c.wants_to_write() {
                 true => PollFlags::OUT,
                 false => PollFlags::empty(),
@@ -259,7 +213,7 @@ impl Agent {
             pfds.push(PollFd::new(&c.fd, PollFlags::IN | out));
         }
         // A finish held back looks for its records at short steps.
-        let wait_ns = match self.finishing() {
+        let wait_ns = match self.finisher.holding() {
             true => super::finish::FINISH_POLL.as_nanos() as i64,
             false => TICK_MS * 1_000_000,
         };
@@ -271,7 +225,18 @@ impl Agent {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(e.into()),
         }
-        Ok(pfds.iter().map(PollFd::revents).collect())
+        let readable = PollFlags::IN | PollFlags::HUP | PollFlags::ERR;
+        let clients = (self.clients.ids().into_iter())
+            .zip(&pfds[FIRST_CLIENT..])
+            .filter(|(_, p)| p.revents().intersects(readable))
+            .map(|(id, _)| id)
+            .collect();
+        Ok(Ready {
+            listener: pfds[0].revents().contains(PollFlags::IN),
+            signals: !pfds[1].revents().is_empty(),
+            watch_loaded: !pfds[3].revents().is_empty(),
+            clients,
+        })
     }
 
     fn run(&mut self, listener: BorrowedFd<'_>, sigfd: BorrowedFd<'_>) -> anyhow::Result<()> {
@@ -279,35 +244,32 @@ impl Agent {
         let mut shared = Instant::now();
         loop {
             let ready = self.wait(listener, sigfd)?;
-            const FIRST_CLIENT: usize = 4;
-            if !ready[1].is_empty() {
+            if ready.signals {
                 let signals = crate::util::signals::read_signals(sigfd.as_raw_fd());
                 if let Some((signo, _)) = signals.first() {
                     log::info!("spacetime agent: signal {signo}: stopping");
                     return Ok(());
                 }
             }
-            if ready[0].contains(PollFlags::IN) {
+            if ready.listener {
                 self.accept(listener);
             }
-            if !ready[3].is_empty() {
+            if ready.watch_loaded {
                 self.watch_loaded();
             }
             self.watchers.tick();
             self.route();
             self.advance_finishing();
-            for (i, r) in ready[FIRST_CLIENT..].iter().enumerate() {
-                if r.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
-                    self.read_client(i, &mut buf);
-                }
+            for id in ready.clients {
+                self.read_client(id, &mut buf);
             }
-            for c in &mut self.clients {
+            for c in self.clients.iter_mut() {
                 c.seal();
                 c.write();
             }
-            self.close_idle();
+            self.clients.close_idle();
             self.remove_closed();
-            if self.rss_unwanted_since.is_some() {
+            if self.programs.rss_lingering() {
                 self.follow_rss();
             }
             // Runs that shrank give their room back to the others of their user.
@@ -340,54 +302,31 @@ impl Agent {
                 uid: cred.uid,
                 gid: cred.gid,
             };
-            let principal = self.users.principal(peer.uid);
-            let mut c = Client::new(fd, peer, principal, self.queues.clone());
-            let of_user = self
-                .clients
-                .iter()
-                .filter(|c| c.principal == principal)
-                .count();
-            if self.clients.len() >= MAX_CLIENTS {
-                refuse(
-                    &mut c,
-                    Refusal::Busy,
-                    "the agent serves as many connections as it can; try again later",
-                );
-            } else if principal != 0 && of_user >= CONNECTIONS_PER_USER {
-                let why = format!(
-                    "user {principal} already has {CONNECTIONS_PER_USER} connections to the agent, the most one user may have"
-                );
-                refuse(&mut c, Refusal::UserLimit, &why);
-            }
-            log::debug!(
-                "client pid {} uid {} (user {principal}) connected",
-                peer.pid,
-                peer.uid
-            );
-            self.clients.push(c);
+            self.clients.admit(fd, peer);
         }
     }
 
-    /// Reads and handles every message client `i` sent.
-    fn read_client(&mut self, i: usize, buf: &mut [u8]) {
+    /// Reads and handles every message client `id` sent.
+    fn read_client(&mut self, id: ClientId, buf: &mut [u8]) {
         for _ in 0..READS_PER_ROUND {
-            if self.clients[i].closed {
+            let c = &mut self.clients[id];
+            if c.closed {
                 return;
             }
-            let r = match sock::recv(self.clients[i].fd.as_fd(), buf, false) {
+            let r = match sock::recv(c.fd.as_fd(), buf, false) {
                 Ok(r) => r,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) => {
-                    log::debug!("client {}: {e}", self.clients[i].peer.pid);
-                    self.clients[i].closed = true;
+                    log::debug!("client {}: {e}", c.peer.pid);
+                    c.closed = true;
                     return;
                 }
             };
             if r.len == 0 {
-                self.clients[i].closed = true;
+                c.closed = true;
                 return;
             }
-            self.clients[i].active = Instant::now();
+            c.active = Instant::now();
             let msg = match (r.truncated, Msg::parse(&buf[..r.len])) {
                 (false, Ok(m)) => m,
                 (_, parsed) => {
@@ -395,54 +334,21 @@ impl Agent {
                         .err()
                         .map_or("too large".to_string(), |e| e.to_string());
                     let why = format!("a malformed message: {why}");
-                    refuse(&mut self.clients[i], Refusal::Protocol, &why);
+                    c.refuse(proto::Refusal::Protocol, &why);
                     return;
                 }
             };
-            self.handle(i, msg, r.fd);
+            self.handle(id, msg, r.fd);
         }
     }
 
-    /// Closes the connections that hold a slot without using it: no hello in time, a
-    /// session with nothing traced and no message for `--idle-timeout`, or a watch whose
-    /// records wait unread for as long.
-    fn close_idle(&mut self) {
-        let now = Instant::now();
-        let idle = self.idle_timeout;
-        for c in self.clients.iter_mut().filter(|c| !c.closed) {
-            let quiet = now.duration_since(c.active);
-            let why = if c.session.is_none() && quiet >= HELLO_TIMEOUT {
-                "it said no hello in time"
-            } else if c.session.is_some() && c.run.is_none() && c.seat.is_none() && quiet >= idle {
-                "its session was idle"
-            } else if c.seat.is_some() && c.wants_to_write() && quiet >= idle {
-                // A watch holds one of few program sets: it must use it. A trace that is
-                // not read (its client stopped, Ctrl-Z) keeps its session: its queue is
-                // bounded, what does not fit is counted as its loss.
-                "the watch read nothing of what waits for it"
-            } else {
-                continue;
-            };
-            log::info!(
-                "client pid {} uid {}: closed: {why} for {} s",
-                c.peer.pid,
-                c.peer.uid,
-                quiet.as_secs()
-            );
-            let reason = format!("the agent closed the session: {why}").into_bytes();
-            c.control(&Msg::Shutdown { reason });
-            c.write();
-            c.closed = true;
-        }
-    }
-
+    /// Ends and drops the closed clients: a run cut short is untracked, a watch leaves its
+    /// set, a finish held back is forgotten, and what they held goes back.
     fn remove_closed(&mut self) {
-        let closed: Vec<usize> = (0..self.clients.len())
-            .filter(|&i| self.clients[i].closed)
-            .collect();
+        let closed = self.clients.take_closed();
         let mut freed = 0;
-        for &i in closed.iter().rev() {
-            let c = self.clients.swap_remove(i);
+        for (id, c) in &closed {
+            self.finisher.forget(*id);
             if let (Some(s), Some(_)) = (c.session, &c.run) {
                 // A client gone (or dead) mid-run: its session ends at once.
                 self.end_session_run(s);
@@ -455,6 +361,8 @@ impl Agent {
             log::debug!("client pid {} gone ({held} bytes queued)", c.peer.pid);
         }
         if !closed.is_empty() {
+            // Its queues back (the clients dropped) before the trim below.
+            drop(closed);
             self.follow_rss();
             let _ = self.follow_ticks();
             self.update_delayacct();
@@ -472,32 +380,52 @@ impl Agent {
         let _ = freed;
     }
 
-    pub(super) fn taskstats_stats(&self) -> ListenerStats {
-        self.taskstats
-            .as_ref()
-            .map(|t| t.stats())
-            .unwrap_or_default()
-    }
-
     /// Tells every client the agent stops, and ends their sessions.
     fn shutdown(&mut self) {
-        for c in &mut self.clients {
-            c.control(&Msg::Shutdown {
-                reason: b"the agent was told to stop".to_vec(),
-            });
-            c.write();
-            c.closed = true;
-        }
+        self.clients.close_all();
         self.remove_closed();
     }
-}
 
-/// Tells the client why not, and closes the connection once that is sent.
-pub(super) fn refuse(c: &mut Client, code: Refusal, why: &str) {
-    c.control(&Msg::Refused {
-        code,
-        reason: why.as_bytes().to_vec(),
-    });
-    c.write();
-    c.closed = true;
+    /// Sends every waiting record and taskstats datagram to its session's client.
+    pub(super) fn route(&mut self) {
+        self.router
+            .route(&mut self.clients, &mut self.watchers, None);
+    }
+
+    /// Answers every held-back finish whose records went (routed just before), or whose
+    /// wait is over.
+    fn advance_finishing(&mut self) {
+        for (id, s) in self.finisher.due(&self.programs.probes) {
+            // What the kernel wrote since the loop's drain.
+            self.route();
+            self.end_run(id, s);
+        }
+    }
+
+    /// Forgets every process of session `s` in the kernel and here.
+    pub(super) fn end_session_run(&mut self, s: SessionId) {
+        self.programs.untrack(s);
+        self.router.forget_session(s);
+    }
+
+    /// rss_stat on or off as the clients want it now (see [`Programs::follow_rss`]).
+    pub(super) fn follow_rss(&mut self) {
+        self.programs.follow_rss(self.clients.want_rss());
+    }
+
+    /// The CPU clock on or off as the clients want it now (see [`Programs::follow_ticks`]).
+    pub(super) fn follow_ticks(&mut self) -> Result<usize, String> {
+        self.programs.follow_ticks(self.clients.want_ticks())
+    }
+
+    /// Delay accounting on while some client asked for it.
+    pub(super) fn update_delayacct(&mut self) {
+        self.programs
+            .follow_delayacct(self.clients.want_delayacct());
+    }
+
+    /// Each session's share of the tracking map, again.
+    pub(super) fn share_tracking_map(&mut self) {
+        self.programs.share_tracking_map(&self.clients, None);
+    }
 }

@@ -7,8 +7,10 @@ mod daemon;
 mod finish;
 mod hidden;
 mod listen;
+mod programs;
 mod queues;
 mod ready;
+mod registry;
 mod requests;
 mod route;
 mod users;
@@ -16,8 +18,8 @@ pub(crate) mod verify;
 mod watchers;
 
 pub use daemon::{serve, Config, IDLE_TIMEOUT, PROCESSES_PER_SESSION};
+pub use programs::RSS_LINGER;
 pub use queues::AGENT_QUEUED_BYTES;
 pub(crate) use ready::who_may_connect;
-pub use requests::RSS_LINGER;
 
 pub use crate::kernel::remote::{socket_path, DEFAULT_SOCKET, SOCKET_ENV};
