@@ -16,7 +16,7 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use super::{
     finish::Finisher,
     listen::{AcceptBackoff, Listener},
-    programs::Programs,
+    programs::AgentPrograms,
     queues::Queues,
     registry::{ClientId, Registry, CONNECTIONS_PER_USER, MAX_CLIENTS, SESSIONS_PER_USER},
     route::Router,
@@ -58,9 +58,10 @@ pub struct Config {
     pub queued_bytes: usize,
 }
 
+/// The agent: its pieces, each owning its state, served by one loop.
 pub(super) struct Agent {
     /// The kernel programs, and what is switched in them for the clients.
-    pub programs: Programs,
+    pub programs: AgentPrograms,
     /// The ring, the taskstats listener, and which session owns each process.
     pub router: Router,
     /// The clients and their sessions.
@@ -139,7 +140,7 @@ fn serve_on(
     let logger = probes.take_logger();
     let cpu_at_release = probes.cpu_at_release;
     let mut agent = Agent {
-        programs: Programs::new(probes, args.rss_linger, args.session_limit),
+        programs: AgentPrograms::new(probes, args.rss_linger, args.session_limit),
         router: Router::new(ring, taskstats.ok(), cpu_at_release),
         clients: Registry::new(Queues::with_budget(args.queued_bytes), args.idle_timeout),
         finisher: Finisher::default(),
@@ -408,12 +409,12 @@ impl Agent {
         self.router.forget_session(s);
     }
 
-    /// rss_stat on or off as the clients want it now (see [`Programs::follow_rss`]).
+    /// rss_stat on or off as the clients want it now (see [`AgentPrograms::follow_rss`]).
     pub(super) fn follow_rss(&mut self) {
         self.programs.follow_rss(self.clients.want_rss());
     }
 
-    /// The CPU clock on or off as the clients want it now (see [`Programs::follow_ticks`]).
+    /// The CPU clock on or off as the clients want it now (see [`AgentPrograms::follow_ticks`]).
     pub(super) fn follow_ticks(&mut self) -> Result<usize, String> {
         self.programs.follow_ticks(self.clients.want_ticks())
     }

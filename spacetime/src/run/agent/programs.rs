@@ -16,11 +16,13 @@ use crate::{
 };
 
 /// How long rss_stat stays attached after the last session that needed it (see
-/// [`Programs::follow_rss`]): a program that finds no followed mm on every RSS change of the
+/// [`AgentPrograms::follow_rss`]): a program that finds no followed mm on every RSS change of the
 /// machine meanwhile.
 pub const RSS_LINGER: Duration = Duration::from_secs(2);
 
-pub(super) struct Programs {
+/// The agent's one set of programs, which every trace session shares, and what is switched
+/// in it for them.
+pub(super) struct AgentPrograms {
     pub probes: Probes,
     rss_following: bool,
     /// Since when no session needs rss_stat while it is still attached (it lingers).
@@ -33,9 +35,9 @@ pub(super) struct Programs {
     session_limit: u32,
 }
 
-impl Programs {
-    pub fn new(probes: Probes, rss_linger: Duration, session_limit: u32) -> Programs {
-        Programs {
+impl AgentPrograms {
+    pub fn new(probes: Probes, rss_linger: Duration, session_limit: u32) -> AgentPrograms {
+        AgentPrograms {
             probes,
             rss_following: false,
             rss_unwanted_since: None,
