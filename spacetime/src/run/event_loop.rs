@@ -86,7 +86,7 @@ impl Source for NoSource {
 }
 
 /// Where kernel records come from: the ring buffer of programs loaded here, or an agent's
-/// connection carrying the same records (see [`crate::cmd::agent`]).
+/// connection carrying the same records (see [`crate::run::agent`]).
 pub trait Records {
     /// Hands records to `each`, in order, while it returns true.
     fn each_record(&mut self, each: &mut dyn FnMut(&[u8]) -> bool);

@@ -5,6 +5,7 @@
 //! before it is signalled, [`outputs`] opens the files a trace writes before CMD starts,
 //! [`cgroup_peak`] and [`delayacct`] are the optional kernel accounting a run switches on.
 
+pub mod agent;
 pub mod attach;
 pub(crate) mod cgroup_peak;
 pub(crate) mod delayacct;

@@ -150,7 +150,7 @@ fn cgroup_layout() -> String {
 /// opened a session (a trace can go through it).
 pub fn agent(path: &Path, needed: bool) -> (Check, bool) {
     let shown = escape(path.as_os_str().as_encoded_bytes());
-    let who = crate::cmd::agent::who_may_connect(path);
+    let who = crate::run::agent::who_may_connect(path);
     let absent = |why: String| {
         let status = if needed { Status::No } else { Status::Skipped };
         let fix = if needed {

@@ -22,7 +22,7 @@ use std::{
 use crate::kernel::ring::Ring;
 use spacetime_common::{filter_flags, mode, KernelFilter};
 
-use super::{clients::Client, hidden::Held};
+use super::{clients::Client, hidden::Held, registry::Registry};
 use crate::kernel::{
     creds::Caller,
     loader::{KernelCounters, LoadError, LoadOptions, Probes},
@@ -381,7 +381,7 @@ impl Watchers {
     /// Sends each set's records to its watches (a non-root set's filtered exits, bare
     /// markers of other users' processes, to none), and each watch its counters when they
     /// changed. A set no watch uses is drained all the same.
-    pub fn drain(&mut self, clients: &mut [Client]) {
+    pub fn drain(&mut self, clients: &mut Registry) {
         for (&uid, s) in self.sets.iter_mut() {
             let filtered = s.w.uid.is_some();
             let end = s.w.ring.written();
@@ -413,7 +413,7 @@ impl Watchers {
     }
 
     /// Ends a routing pass: each set's datagrams that may go now go to its watches.
-    pub fn deliver_taskstats(&mut self, clients: &mut [Client]) {
+    pub fn deliver_taskstats(&mut self, clients: &mut Registry) {
         for (&uid, s) in self.sets.iter_mut() {
             s.w.held.end_pass(&mut s.w.ready);
             for d in s.w.ready.drain(..) {

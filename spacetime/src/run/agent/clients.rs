@@ -18,9 +18,9 @@ use super::{
     verify::Peer,
 };
 use crate::kernel::{
-    loader::KernelCounters,
+    loader::{KernelCounters, SessionId},
     remote::{
-        proto::{self, Msg},
+        proto::{self, Msg, Refusal},
         sock,
     },
 };
@@ -43,10 +43,8 @@ pub(super) struct Client {
     /// The user its limits count against (see `users`).
     pub principal: u32,
     /// Given at the hello.
-    pub session: Option<u16>,
+    pub session: Option<SessionId>,
     pub run: Option<RunState>,
-    /// Its run's finish, held back for final CPU records.
-    pub finishing: Option<super::finish::Finishing>,
     /// A watch client's seat at its uid's programs.
     pub seat: Option<super::watchers::Seat>,
     /// It asked for delay accounting.
@@ -82,7 +80,6 @@ impl Client {
             principal,
             session: None,
             run: None,
-            finishing: None,
             seat: None,
             delayacct: false,
             memory: true,
@@ -157,6 +154,16 @@ impl Client {
         if self.queues.push(self.queue, msg.encode(), kind) {
             self.unread_answers += 1;
         }
+    }
+
+    /// Tells the client why not, and closes the connection once that is sent.
+    pub fn refuse(&mut self, code: Refusal, why: &str) {
+        self.control(&Msg::Refused {
+            code,
+            reason: why.as_bytes().to_vec(),
+        });
+        self.write();
+        self.closed = true;
     }
 
     /// Queues a watch's counters; an unsent earlier one is replaced, not added to.

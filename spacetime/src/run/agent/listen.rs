@@ -15,6 +15,7 @@ use std::{
     os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd},
     os::unix::fs::DirBuilderExt,
     path::{Path, PathBuf},
+    time::{Duration, Instant},
 };
 
 use rustix::fs::{self, AtFlags, FileType, Mode, OFlags, CWD};
@@ -170,6 +171,47 @@ fn activated_socket() -> Option<OwnedFd> {
     let _ = fs::fcntl_setfl(fd.as_fd(), flags | OFlags::NONBLOCK);
     let _ = rustix::io::fcntl_setfd(fd.as_fd(), rustix::io::FdFlags::CLOEXEC);
     Some(fd)
+}
+
+/// `accept()` failing for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM)
+/// leaves the connection waiting, so the listener stays readable: polled at once again, it
+/// would spin. The listener is left out of the poll for a while instead (doubling up to a
+/// second), and the failure is said at most once per [`AcceptBackoff::SAY_EVERY`], with the
+/// count since.
+#[derive(Default)]
+pub(super) struct AcceptBackoff {
+    until: Option<Instant>,
+    delay: Duration,
+    failures: u64,
+    said: Option<Instant>,
+}
+
+impl AcceptBackoff {
+    const FIRST: Duration = Duration::from_millis(10);
+    const MAX: Duration = Duration::from_secs(1);
+    const SAY_EVERY: Duration = Duration::from_secs(10);
+
+    pub fn listening(&self) -> bool {
+        self.until.is_none_or(|t| Instant::now() >= t)
+    }
+
+    pub fn failed(&mut self, e: &std::io::Error) {
+        self.failures += 1;
+        self.delay = (self.delay * 2).clamp(Self::FIRST, Self::MAX);
+        self.until = Some(Instant::now() + self.delay);
+        if self.said.is_none_or(|t| t.elapsed() >= Self::SAY_EVERY) {
+            log::warn!(
+                "spacetime agent: accepting a connection: {e} ({} failures so far); waiting {:?} before the next",
+                self.failures,
+                self.delay
+            );
+            self.said = Some(Instant::now());
+        }
+    }
+
+    pub fn accepted(&mut self) {
+        self.delay = Duration::ZERO;
+    }
 }
 
 #[cfg(test)]

@@ -14,11 +14,12 @@ use std::collections::HashMap;
 
 use spacetime_common::{flags, kind};
 
-use super::{clients::Client, daemon::Agent};
+use super::{registry::Registry, watchers::Watchers};
 use crate::kernel::{
     events::Event,
     loader::SessionId,
-    taskstats::{ListenerStats, RecordKind, TaskstatsRecord},
+    ring::Ring,
+    taskstats::{ListenerStats, RecordKind, TaskstatsListener, TaskstatsRecord},
 };
 
 /// A traced process, as the agent routes its taskstats records.
@@ -35,7 +36,7 @@ struct Owner {
 
 /// Which session owns each traced process (by tgid).
 #[derive(Default)]
-pub(super) struct Owners {
+struct Owners {
     map: HashMap<u32, Owner>,
     pass: u64,
 }
@@ -106,37 +107,65 @@ impl Owners {
     }
 }
 
-impl Agent {
-    /// Sends every waiting record and taskstats datagram to its session's client.
-    pub(super) fn route(&mut self) {
-        self.route_to(None);
+/// The agent's routing: its ring buffer, its taskstats listener, and which session owns
+/// each traced process.
+pub(super) struct Router {
+    ring: Ring,
+    taskstats: Option<TaskstatsListener>,
+    owners: Owners,
+    /// The programs send each process's final CPU at its release (see `route_record`).
+    cpu_at_release: bool,
+}
+
+impl Router {
+    pub fn new(ring: Ring, taskstats: Option<TaskstatsListener>, cpu_at_release: bool) -> Router {
+        Router {
+            ring,
+            taskstats,
+            owners: Owners::default(),
+            cpu_at_release,
+        }
     }
 
-    /// [`Agent::route`], the ring's records only up to `until` (a position from
-    /// [`crate::kernel::ring::Ring::written`]) when given.
-    pub(super) fn route_to(&mut self, until: Option<u64>) {
+    /// What the loop polls for records.
+    pub fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// Where the kernel has written to in the ring (see [`Ring::written`]).
+    pub fn written(&self) -> u64 {
+        self.ring.written()
+    }
+
+    /// The taskstats listener's figures (zero without one).
+    pub fn taskstats_stats(&self) -> ListenerStats {
+        self.taskstats
+            .as_ref()
+            .map(|t| t.stats())
+            .unwrap_or_default()
+    }
+
+    /// `tgid`, started at `start_ns`, is traced in `session` from now on.
+    pub fn learn(&mut self, tgid: u32, start_ns: u64, session: SessionId) {
+        self.owners.learn(tgid, start_ns, session);
+    }
+
+    /// Forgets every process of `session` (its run ended).
+    pub fn forget_session(&mut self, session: SessionId) {
+        self.owners.forget_session(session);
+    }
+
+    /// Sends every waiting record and taskstats datagram to its session's client, the
+    /// ring's records only up to `until` (a position from [`Router::written`]) when given.
+    pub fn route(&mut self, clients: &mut Registry, watchers: &mut Watchers, until: Option<u64>) {
         // taskstats first: a datagram read now has its process's fork in the ring (or
         // already routed), so its tgid is known when it is routed below.
-        let mut datagrams = Vec::new();
-        if let Some(t) = self.taskstats.as_mut() {
-            if let Err(e) = t.drain_datagrams(&mut |d| datagrams.push(d.to_vec())) {
-                log::warn!("spacetime agent: taskstats: {e}; no more exit records");
-                self.taskstats = None;
-            }
-        }
-        let cpu_at_release = self.probes.cpu_at_release;
-        let Agent {
-            ring,
-            clients,
-            owners,
-            watchers,
-            ..
-        } = self;
+        let datagrams = self.drain_taskstats();
         // What was written when the drain began, at most a ring's worth: storms that write
         // as fast as the agent reads never keep it from its other clients.
-        let end = until.unwrap_or_else(|| ring.written());
-        while let Some(item) = ring.next_record_before(end) {
-            route_record(&item, clients, owners, cpu_at_release);
+        let end = until.unwrap_or_else(|| self.ring.written());
+        while let Some(item) = self.ring.next_record_before(end) {
+            route_record(&item, clients, &mut self.owners, self.cpu_at_release);
         }
         watchers.drain(clients);
         let mut records = Vec::new();
@@ -147,8 +176,8 @@ impl Agent {
                 &mut records,
                 &mut ListenerStats::default(),
             );
-            let session = owners.session_of(&records);
-            if let Some(c) = session.and_then(|s| client_of(clients, s)) {
+            let session = self.owners.session_of(&records);
+            if let Some(c) = session.and_then(|s| clients.running_mut(s)) {
                 if c.peer.uid == 0 || of_uid(&records, c.peer.uid) {
                     c.taskstats(d);
                 } else {
@@ -158,7 +187,19 @@ impl Agent {
             watchers.offer(d, &records);
         }
         watchers.deliver_taskstats(clients);
-        owners.end_pass();
+        self.owners.end_pass();
+    }
+
+    /// The datagrams the listener holds (none more after it fails).
+    fn drain_taskstats(&mut self) -> Vec<Vec<u8>> {
+        let mut datagrams = Vec::new();
+        if let Some(t) = self.taskstats.as_mut() {
+            if let Err(e) = t.drain_datagrams(&mut |d| datagrams.push(d.to_vec())) {
+                log::warn!("spacetime agent: taskstats: {e}; no more exit records");
+                self.taskstats = None;
+            }
+        }
+        datagrams
     }
 }
 
@@ -178,16 +219,10 @@ fn record_tgid(r: &TaskstatsRecord) -> u32 {
     }
 }
 
-fn client_of(clients: &mut [Client], s: SessionId) -> Option<&mut Client> {
-    clients
-        .iter_mut()
-        .find(|c| c.session == Some(s) && c.run.is_some())
-}
-
 /// One ring record to its session's client; what it says of processes' lives updates the
 /// owners: a tracked child joins, a reaped process goes (or, without free records, one whose
 /// group exited), one that left the trace goes at once.
-fn route_record(bytes: &[u8], clients: &mut [Client], owners: &mut Owners, cpu_at_release: bool) {
+fn route_record(bytes: &[u8], clients: &mut Registry, owners: &mut Owners, cpu_at_release: bool) {
     let Some(head) = bytes.get(..4) else { return };
     let ty = u16::from_le_bytes([head[0], head[1]]);
     let session = u16::from_le_bytes([head[2], head[3]]);
@@ -211,7 +246,7 @@ fn route_record(bytes: &[u8], clients: &mut [Client], owners: &mut Owners, cpu_a
             _ => {}
         }
     }
-    if let Some(c) = client_of(clients, session) {
+    if let Some(c) = clients.running_mut(session) {
         // Ticks go only to a session that asked for them (the program runs for another).
         if ty != kind::TICK || c.cpu {
             c.record(bytes);
