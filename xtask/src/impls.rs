@@ -17,12 +17,6 @@ use crate::layers::{strip_comments_and_strings, walk};
 /// Most files a type's inherent impl blocks may sit in.
 pub const MAX_FILES: usize = 2;
 
-/// Types let past the check, each with why. Keep it empty but for work under way.
-const ALLOWED: &[(&str, &str)] = &[
-    // cmd/agent/'s daemon is being split into types that each own their state.
-    ("Agent", "being split"),
-];
-
 /// Each type with inherent impl blocks (its name, and where it is defined when that is found
 /// in `src`), and the files they sit in (relative to `src`).
 pub fn inherent_impls(src: &Path) -> Result<BTreeMap<String, Vec<String>>> {
@@ -99,10 +93,7 @@ fn definition_of<'a>(defs: &[&'a str], at: &str) -> Option<&'a str> {
 pub fn spread(src: &Path) -> Result<Vec<(String, Vec<String>)>> {
     Ok(inherent_impls(src)?
         .into_iter()
-        .filter(|(ty, files)| {
-            let name = ty.split(' ').next().unwrap_or(ty);
-            files.len() > MAX_FILES && !ALLOWED.iter().any(|(a, _)| *a == name)
-        })
+        .filter(|(_, files)| files.len() > MAX_FILES)
         .collect())
 }
 
@@ -249,9 +240,6 @@ mod tests {
                 "model/c.rs",
                 "impl<T> Wide<T> { fn c() {} }\nimpl Clone for Narrow {}\n",
             ),
-            ("cmd/d.rs", "impl Agent {}"),
-            ("cmd/e.rs", "impl Agent {}"),
-            ("cmd/f.rs", "impl Agent {}"),
         ];
         for (p, text) in files {
             let p = d.join(p);
