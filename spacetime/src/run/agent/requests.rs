@@ -12,13 +12,13 @@ use super::{
     daemon::Agent,
     finish::Finisher,
     registry::ClientId,
-    verify,
+    verify::{self, Peer},
     watchers::{NoWatch, Seat},
 };
 use crate::{
     kernel::{
         creds::Caller,
-        loader::SessionId,
+        loader::{KernelCounters, LoadError, SessionId},
         remote::proto::{self, CpuClockState, Msg, Refusal, Welcome},
     },
     run::attach::AttachError,
@@ -210,6 +210,15 @@ impl Agent {
         }
     }
 
+    /// Sets session `s` up for a run of `peer` ([`super::programs::AgentPrograms::prepare_run`])
+    /// once the ring's waiting records are routed: the session has no run then, so what an
+    /// earlier run of it left there (a release record written between that run's last read
+    /// and its untracking) goes nowhere, never into this run as a process it did not have.
+    fn prepare_run(&mut self, peer: Peer, s: SessionId) -> Result<KernelCounters, LoadError> {
+        self.route();
+        self.programs.prepare_run(peer, s, &self.clients)
+    }
+
     fn track(&mut self, id: ClientId, s: SessionId, pidfd: OwnedFd) {
         let peer = self.clients[id].peer;
         if self.clients[id].run.is_some() {
@@ -229,7 +238,7 @@ impl Agent {
             Ok(p) => p,
             Err(why) => return refused(&mut self.clients[id], Refusal::NotProven, why.to_string()),
         };
-        let baseline = match self.programs.prepare_run(peer, s, &self.clients) {
+        let baseline = match self.prepare_run(peer, s) {
             Ok(b) => b,
             Err(e) => {
                 let why = format!("the agent could not track the process: {e}");
@@ -286,7 +295,7 @@ impl Agent {
             return self.clients[id].control(&Msg::Refused { code, reason });
         }
         let caller = (peer.uid != 0).then(|| Caller::of(peer.pid, peer.uid, peer.gid));
-        let baseline = match self.programs.prepare_run(peer, s, &self.clients) {
+        let baseline = match self.prepare_run(peer, s) {
             Ok(b) => b,
             Err(e) => {
                 let reason = format!("the agent could not attach: {e}").into_bytes();
