@@ -8,8 +8,6 @@ use aya::programs::Iter;
 
 use super::{LoadError, Probes};
 
-const ADOPT: &str = "adopt_mms";
-
 impl Probes {
     /// Runs the iterator once over every task: each tracked process whose mm is not followed
     /// yet is followed from now on, its RSS now its first point. Call it after every process
@@ -24,10 +22,11 @@ impl Probes {
         };
         let started = std::time::Instant::now();
         let btf = aya::Btf::from_sys_fs().map_err(LoadError::KernelBtf)?;
+        let adopt = self.atomics.program("adopt_mms");
         let prog: &mut Iter = self
             .ebpf
-            .program_mut(ADOPT)
-            .ok_or(LoadError::MissingProgram(ADOPT))?
+            .program_mut(adopt)
+            .ok_or(LoadError::MissingProgram(adopt))?
             .try_into()
             .map_err(err)?;
         prog.load("task", &btf).map_err(err)?;

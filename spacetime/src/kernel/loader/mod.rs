@@ -36,6 +36,7 @@ const REAPING_ENTRIES: u32 = 4096;
 const EXITED_ENTRIES: u32 = 16384;
 
 mod adopt;
+mod atomics;
 mod mechanisms;
 mod own_pid;
 mod plan;
@@ -45,6 +46,7 @@ mod startup;
 mod stats;
 mod ticks;
 
+pub use atomics::Atomics;
 pub use own_pid::{run_own_pid, LearnedPid};
 pub use sessions::SessionId;
 pub use stats::{parse_sysctl_flag, KernelProgramStats, ProgramStats};
@@ -166,6 +168,8 @@ pub struct Probes {
     pub mechanisms: Vec<String>,
     /// Those of `mechanisms` the kernel refused (an fentry program): each costs its figure.
     pub refused: Vec<String>,
+    /// Which builds of the programs load here (see [`Atomics`]).
+    pub atomics: Atomics,
     /// Time spent resolving offsets and loading, for `-v`.
     pub load_ms: f64,
     pub ring_buffer_bytes: u32,
@@ -366,10 +370,12 @@ impl Probes {
         }
         let nr_cpus = possible_cpus()?;
         let ring = opts.ring_buffer_bytes.max(4096).next_power_of_two();
+        let atomics = Atomics::probe();
         let plan = Plan::new(
             &resolved,
             opts.track_rss && btf.has_typedef("btf_trace_rss_stat"),
             opts.cgroup_names && resolved.off.cgroup_kn != 0,
+            atomics,
         );
         let config = config(opts, &resolved, nr_cpus, ring, plan.rss);
         let built = aya_loader
@@ -424,6 +430,7 @@ impl Probes {
             &plan,
             nr_cpus,
             opts.track_rss,
+            atomics,
         );
         match (&cpu_clock, tick_links.len()) {
             (Some(Ok(())), 0) | (None, _) => {}
@@ -444,6 +451,7 @@ impl Probes {
             logger,
             mechanisms,
             refused,
+            atomics,
             load_ms: started.elapsed().as_secs_f64() * 1e3,
             ring_buffer_bytes: ring,
             rss_tracking: plan.rss,

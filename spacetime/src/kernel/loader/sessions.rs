@@ -378,7 +378,8 @@ impl Probes {
         }
         const PAUSED: &str = "SWITCHES";
         if on {
-            self.rss_link = Some(attach_raw(&mut self.ebpf, "rss_stat", "rss_stat")?);
+            let program = self.atomics.program("rss_stat");
+            self.rss_link = Some(attach_raw(&mut self.ebpf, program, "rss_stat")?);
             array_mut::<u32>(&mut self.ebpf, PAUSED)?
                 .set(switch::RSS_PAUSED, 0, 0)
                 .map_err(map_err(PAUSED))?;
@@ -392,10 +393,11 @@ impl Probes {
             tracepoint: "rss_stat",
             source,
         };
+        let program = self.atomics.program("rss_stat");
         let prog: &mut aya::programs::RawTracePoint = self
             .ebpf
-            .program_mut("rss_stat")
-            .ok_or(LoadError::MissingProgram("rss_stat"))?
+            .program_mut(program)
+            .ok_or(LoadError::MissingProgram(program))?
             .try_into()
             .map_err(err)?;
         if let Some(link) = self.rss_link.take() {
