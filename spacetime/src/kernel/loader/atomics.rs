@@ -7,6 +7,11 @@
 
 use std::os::fd::{FromRawFd, OwnedFd};
 
+/// How the sentence that says the kernel lacks fetch atomics begins (`-v`, the report's
+/// `kernel.mechanisms`, `doctor`): what a report reads to label the figures it costs.
+pub const NO_FETCH_ATOMICS: &str =
+    "this kernel's BPF lacks atomic fetch instructions (Linux 5.12+)";
+
 /// What the kernel's BPF can do with atomics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Atomics {
@@ -55,15 +60,15 @@ impl Atomics {
     pub fn limits(self) -> Option<&'static str> {
         match self {
             Atomics::Fetch => None,
-            Atomics::AddOnly => Some(
-                "this kernel's BPF lacks atomic fetch instructions (Linux 5.12+); using the \
-                 programs built without them: the tree-wide RSS peak (tree_peak_rss) is \
+            Atomics::AddOnly => Some(concat!(
+                "this kernel's BPF lacks atomic fetch instructions (Linux 5.12+)",
+                "; using the programs built without them: the tree-wide RSS peak (tree_peak_rss) is \
                  approximate (two processes raising it at once can leave the lower value), the \
                  tree-wide RSS over time can be off while two threads of one process change \
                  their memory at the same moment (until that process's next change); a \
                  session's process limit still holds, but forks racing for its last slots may \
                  all be refused",
-            ),
+            )),
         }
     }
 }
@@ -165,8 +170,68 @@ mod tests {
         );
         assert_eq!(Atomics::Fetch.program("rss_stat"), "rss_stat");
         assert!(Atomics::Fetch.limits().is_none());
+        let said = Atomics::AddOnly.limits().unwrap_or_default();
+        assert!(said.starts_with(NO_FETCH_ATOMICS), "{said}");
         for name in ["rss_stat", "adopt_mms", "sched_process_exit"] {
             assert_eq!(program_of(Atomics::AddOnly.program(name)), name);
+        }
+    }
+
+    /// Every build without fetch atomics is in the embedded object, and none holds an atomic
+    /// with a non-zero operation field (what 5.10's verifier refuses); the usual builds do hold
+    /// them (the scan finds what it looks for).
+    #[cfg(spacetime_ebpf)]
+    #[test]
+    fn the_builds_without_fetch_atomics_hold_none() {
+        use object::{Object, ObjectSection, ObjectSymbol};
+        let bytes = super::super::OBJECT.expect("the embedded eBPF object");
+        let file = object::File::parse(bytes).expect("an ELF object");
+        // BPF_STX | BPF_ATOMIC, 64 and 32 bits; the immediate is the operation (0: plain add).
+        let fetching = |build: &str| -> usize {
+            let sym = file
+                .symbol_by_name(build)
+                .unwrap_or_else(|| panic!("{build} is not in the object"));
+            let index = sym.section_index().expect("a section");
+            let data = file
+                .section_by_index(index)
+                .and_then(|s| s.data())
+                .expect("its data");
+            let (at, len) = (sym.address() as usize, sym.size() as usize);
+            assert!(len > 0 && at + len <= data.len(), "{build}: {at}+{len}");
+            data[at..at + len]
+                .chunks_exact(8)
+                .filter(|i| matches!(i[0], 0xdb | 0xc3) && i[4..8] != [0, 0, 0, 0])
+                .count()
+        };
+        for program in [
+            "sched_process_fork",
+            "sched_process_exec",
+            "sched_prepare_exec",
+            "rss_exec",
+            "rss_stat",
+            "rss_exit",
+            "exit_mm_release",
+            "exec_mm_release",
+            "adopt_mms",
+        ] {
+            let build = Atomics::AddOnly.program(program);
+            assert_ne!(
+                build, program,
+                "{program} has a build without fetch atomics"
+            );
+            assert_eq!(fetching(build), 0, "{build} holds fetch atomics");
+            assert!(
+                fetching(program) > 0,
+                "{program}: the scan found no fetch atomic"
+            );
+        }
+        for shared in [
+            "sched_process_exit",
+            "exec_args",
+            "dead_switch",
+            "sched_process_free",
+        ] {
+            assert_eq!(fetching(shared), 0, "{shared} is loaded on every kernel");
         }
     }
 }

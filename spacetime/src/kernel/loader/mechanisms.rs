@@ -95,8 +95,8 @@ pub(super) fn attach_fentries_and_describe(
     plan: &Plan,
     nr_cpus: u32,
     rss_asked: bool,
-    atomics: Atomics,
 ) -> Described {
+    let atomics = plan.atomics;
     let mut lines = vec![
         "raw tracepoints sched_process_fork, sched_process_exec, sched_process_exit".to_string(),
         format!("kernel field offsets from {BTF_PATH}"),

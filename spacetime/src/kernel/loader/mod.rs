@@ -46,7 +46,7 @@ mod startup;
 mod stats;
 mod ticks;
 
-pub use atomics::Atomics;
+pub use atomics::{Atomics, NO_FETCH_ATOMICS};
 pub use own_pid::{run_own_pid, LearnedPid};
 pub use sessions::SessionId;
 pub use stats::{parse_sysctl_flag, KernelProgramStats, ProgramStats};
@@ -370,12 +370,10 @@ impl Probes {
         }
         let nr_cpus = possible_cpus()?;
         let ring = opts.ring_buffer_bytes.max(4096).next_power_of_two();
-        let atomics = Atomics::probe();
         let plan = Plan::new(
             &resolved,
             opts.track_rss && btf.has_typedef("btf_trace_rss_stat"),
             opts.cgroup_names && resolved.off.cgroup_kn != 0,
-            atomics,
         );
         let config = config(opts, &resolved, nr_cpus, ring, plan.rss);
         let built = aya_loader
@@ -430,7 +428,6 @@ impl Probes {
             &plan,
             nr_cpus,
             opts.track_rss,
-            atomics,
         );
         match (&cpu_clock, tick_links.len()) {
             (Some(Ok(())), 0) | (None, _) => {}
@@ -451,7 +448,7 @@ impl Probes {
             logger,
             mechanisms,
             refused,
-            atomics,
+            atomics: plan.atomics,
             load_ms: started.elapsed().as_secs_f64() * 1e3,
             ring_buffer_bytes: ring,
             rss_tracking: plan.rss,
