@@ -13,7 +13,7 @@ use crate::{
     TRACKED,
 };
 
-pub fn try_adopt(ctx: *mut c_void) -> Result<(), i32> {
+pub fn try_adopt<const FETCH: bool>(ctx: *mut c_void) -> Result<(), i32> {
     // struct bpf_iter__task { struct bpf_iter_meta *meta; struct task_struct *task; }
     // SAFETY: the iterator's context; the task is null once, after the last task.
     let task = unsafe { *(ctx as *const u64).add(1) };
@@ -32,13 +32,13 @@ pub fn try_adopt(ctx: *mut c_void) -> Result<(), i32> {
     if task.pid()? != tgid {
         return Ok(());
     }
-    rss::adopt(task.0, task.mm()?, tgid, task.leader_start_ns()?, session)?;
+    rss::adopt::<FETCH>(task.0, task.mm()?, tgid, task.leader_start_ns()?, session)?;
     // A process whose last thread began exiting meanwhile may have passed the point where
     // its exit stops following its mm (rss_exit, exit_mm_release) before the claim above:
     // stop it here (`forget` claims the mm once, whichever comes first). `live` drops to 0
     // before either point.
     if read::<i32>(task.signal()?, conf!(off.signal_live))? == 0 {
-        rss::forget(tgid);
+        rss::forget::<FETCH>(tgid);
     }
     Ok(())
 }

@@ -27,14 +27,14 @@ use crate::{
 /// Upper bound of argv records per exec, whatever the configuration says (256 KiB).
 const MAX_CHUNKS: u32 = 64;
 
-pub fn try_prepare_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
+pub fn try_prepare_exec<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
     // The task is the current one.
     let (pid, tgid) = current_ids();
     let Some(session) = filter::wanted(tgid) else {
         return Ok(());
     };
-    rss::forget(tgid);
+    rss::forget::<FETCH>(tgid);
     let r = task
         .mm()
         .and_then(|mm| image_end(&task, tgid, pid, mm, session));
@@ -87,7 +87,7 @@ fn output_bytes(data: *mut c_void, len: usize, session: u16) {
 
 // Inlined into its program: a BPF-to-BPF call in a program that tail-calls needs Linux 5.10.
 #[inline(always)]
-pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
+pub fn try_exec<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
     // The task is the current one (after de_thread, with its new pid).
     let (pid, tgid) = current_ids();
@@ -116,7 +116,7 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
 
     let mm = task.mm()?;
     if conf!(mode) == mode::TREE && creds::left(session, &task, mm) {
-        return leave(ev, tgid, session);
+        return leave::<FETCH>(ev, tgid, session);
     }
     // A watcher that could not ptrace the new program is not told of it (filter.rs).
     if conf!(mode) == mode::SYSTEM && filter::hidden(&task, mm) {
@@ -235,8 +235,8 @@ pub fn try_exec_args(ctx: &RawTracePointContext) -> Result<(), i32> {
 /// The process took credentials its session's owner lacks (creds.rs): it stops being traced
 /// here, before its new image runs; the record says so, without the new image's argv.
 #[inline(always)]
-fn leave(ev: &mut ExecEvent, tgid: u32, session: u16) -> Result<(), i32> {
-    rss::forget(tgid);
+fn leave<const FETCH: bool>(ev: &mut ExecEvent, tgid: u32, session: u16) -> Result<(), i32> {
+    rss::forget::<FETCH>(tgid);
     if TRACKED.remove(tgid).is_ok() {
         crate::session::release(session);
     }

@@ -29,7 +29,7 @@ pub struct ExitMm {
     pub known: u32,
 }
 
-pub fn try_exit_mm_release(ctx: &FEntryContext) -> Result<(), i32> {
+pub fn try_exit_mm_release<const FETCH: bool>(ctx: &FEntryContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(0));
     let tgid = task.tgid()?;
     let Some(session) = traced(tgid) else {
@@ -62,7 +62,7 @@ pub fn try_exit_mm_release(ctx: &FEntryContext) -> Result<(), i32> {
     // The mm is released right after: following its RSS ends while the address is still its
     // own (a new mm may get it once freed).
     if last {
-        rss::forget(tgid);
+        rss::forget::<FETCH>(tgid);
     }
     Ok(())
 }

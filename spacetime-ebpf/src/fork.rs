@@ -10,7 +10,7 @@ use crate::{
     TRACKED,
 };
 
-pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
+pub fn try_fork<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
     let parent = Task(ctx.arg::<u64>(0));
     let child = Task(ctx.arg::<u64>(1));
     // The parent is the current task.
@@ -37,14 +37,14 @@ pub fn try_fork(ctx: &RawTracePointContext) -> Result<(), i32> {
         if mm != 0 && mm == parent.mm()? {
             hdr.flags |= flags::FORK_SHARED_MM;
         }
-        if conf!(mode) == mode::TREE && !track_child(child_tgid, sess) {
+        if conf!(mode) == mode::TREE && !track_child::<FETCH>(child_tgid, sess) {
             hdr.flags |= flags::FORK_UNTRACKED;
             // An entry left for this pid (a stale one) must not trace the child either.
             forget_stale(child_tgid);
         }
         if hdr.flags & (flags::FORK_SHARED_MM | flags::FORK_UNTRACKED) == 0 {
             // A failure (counted) leaves the child's RSS unfollowed, not the child untraced.
-            let _ = rss::follow(child.0, mm, child_tgid, child_start_ns, sess);
+            let _ = rss::follow::<FETCH>(child.0, mm, child_tgid, child_start_ns, sess);
         }
     }
     let ev = ForkEvent {
@@ -93,8 +93,8 @@ fn forget_stale(tgid: u32) {
 /// whether it is tracked. A refusal is counted for the session, not logged: a log call here
 /// doubled the instructions the verifier walks for this program (4.8 k of 8.4 k).
 #[inline(always)]
-fn track_child(child_tgid: u32, sess: u16) -> bool {
-    if !session::admit(sess) {
+fn track_child<const FETCH: bool>(child_tgid: u32, sess: u16) -> bool {
+    if !session::admit::<FETCH>(sess) {
         count(sess, stat::SESSION_LIMIT);
         return false;
     }

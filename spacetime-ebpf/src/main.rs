@@ -9,10 +9,13 @@
 #![no_std]
 #![no_main]
 // Atomic read-modify-write on map values (the bpfel target's core has no CAS-based atomics).
+// The programs that use the fetching ones come twice: `NAME` and `NAME_nofetch`, the same
+// code built without them for kernels before 5.12 (see `atomics`); userspace loads one.
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
 mod adopt;
+mod atomics;
 mod cgroup;
 mod cpu_tick;
 mod creds;
@@ -153,7 +156,7 @@ fn count(session: u16, index: u32) {
 
 #[raw_tracepoint(tracepoint = "sched_process_fork")]
 pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
-    match fork::try_fork(&ctx) {
+    match fork::try_fork::<true>(&ctx) {
         Ok(()) => 0,
         Err(e) => {
             // Rare by construction; reaches userspace with -vv / RUST_LOG=debug.
@@ -165,7 +168,7 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
 
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
-    match exec::try_exec(&ctx) {
+    match exec::try_exec::<true>(&ctx) {
         Ok(()) => 0,
         Err(e) => {
             // Rare by construction; reaches userspace with -vv / RUST_LOG=debug.
@@ -178,7 +181,7 @@ pub fn sched_process_exec(ctx: RawTracePointContext) -> i32 {
 /// Fires at exec's point of no return, while the old image's mm is still in place (6.10+).
 #[raw_tracepoint(tracepoint = "sched_prepare_exec")]
 pub fn sched_prepare_exec(ctx: RawTracePointContext) -> i32 {
-    match exec::try_prepare_exec(&ctx) {
+    match exec::try_prepare_exec::<true>(&ctx) {
         Ok(()) => 0,
         Err(e) => {
             // Rare by construction; reaches userspace with -vv / RUST_LOG=debug.
@@ -210,7 +213,7 @@ pub fn cgroup_exec(ctx: RawTracePointContext) -> i32 {
 /// A second program on sched_process_exec: follows the new image's RSS (see `rss`).
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn rss_exec(ctx: RawTracePointContext) -> i32 {
-    match rss::try_exec(&ctx) {
+    match rss::try_exec::<true>(&ctx) {
         Ok(()) => 0,
         Err(e) => e,
     }
@@ -219,7 +222,7 @@ pub fn rss_exec(ctx: RawTracePointContext) -> i32 {
 /// Fires whenever an mm's RSS counter changes.
 #[raw_tracepoint(tracepoint = "rss_stat")]
 pub fn rss_stat(ctx: RawTracePointContext) -> i32 {
-    match rss::try_rss_stat(&ctx) {
+    match rss::try_rss_stat::<true>(&ctx) {
         Ok(()) => 0,
         Err(e) => e,
     }
@@ -230,7 +233,7 @@ pub fn rss_stat(ctx: RawTracePointContext) -> i32 {
 /// the verifier walks that code once instead of once per path of the exit record.
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn rss_exit(ctx: RawTracePointContext) -> i32 {
-    match rss::try_exit(&ctx) {
+    match rss::try_exit::<true>(&ctx) {
         Ok(()) => 0,
         Err(e) => e,
     }
@@ -252,7 +255,7 @@ pub fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
 /// and its final image figures, read before the mm is released, for its exit record.
 #[fentry(function = "exit_mm_release")]
 pub fn exit_mm_release(ctx: FEntryContext) -> i32 {
-    match exit_mm::try_exit_mm_release(&ctx) {
+    match exit_mm::try_exit_mm_release::<true>(&ctx) {
         Ok(()) => 0,
         Err(e) => {
             // Rare by construction; reaches userspace with -vv / RUST_LOG=debug.
@@ -300,7 +303,7 @@ pub fn taskstats_exit(ctx: FEntryContext) -> i32 {
 /// read from the old mm after the point of no return.
 #[fentry(function = "exec_mm_release")]
 pub fn exec_mm_release(ctx: FEntryContext) -> i32 {
-    match exec_mm::try_exec_mm_release(&ctx) {
+    match exec_mm::try_exec_mm_release::<true>(&ctx) {
         Ok(()) => 0,
         Err(e) => {
             // Rare by construction; reaches userspace with -vv / RUST_LOG=debug.
@@ -333,7 +336,82 @@ pub fn own_pid(_ctx: RawTracePointContext) -> i32 {
 #[no_mangle]
 #[link_section = "iter/task"]
 pub fn adopt_mms(ctx: *mut core::ffi::c_void) -> i32 {
-    let _ = adopt::try_adopt(ctx);
+    let _ = adopt::try_adopt::<true>(ctx);
+    0
+}
+
+// The same programs without fetch atomics (kernels before 5.12, see `atomics`). They log no
+// error: LLVM spills the logged error from paths where it is undefined, a register the
+// verifier refuses to read (seen in exec_mm_release on 5.10).
+
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn sched_process_fork_nofetch(ctx: RawTracePointContext) -> i32 {
+    match fork::try_fork::<false>(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn sched_process_exec_nofetch(ctx: RawTracePointContext) -> i32 {
+    match exec::try_exec::<false>(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+#[raw_tracepoint(tracepoint = "sched_prepare_exec")]
+pub fn sched_prepare_exec_nofetch(ctx: RawTracePointContext) -> i32 {
+    match exec::try_prepare_exec::<false>(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn rss_exec_nofetch(ctx: RawTracePointContext) -> i32 {
+    match rss::try_exec::<false>(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+#[raw_tracepoint(tracepoint = "rss_stat")]
+pub fn rss_stat_nofetch(ctx: RawTracePointContext) -> i32 {
+    match rss::try_rss_stat::<false>(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn rss_exit_nofetch(ctx: RawTracePointContext) -> i32 {
+    match rss::try_exit::<false>(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+#[fentry(function = "exit_mm_release")]
+pub fn exit_mm_release_nofetch(ctx: FEntryContext) -> i32 {
+    match exit_mm::try_exit_mm_release::<false>(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+#[fentry(function = "exec_mm_release")]
+pub fn exec_mm_release_nofetch(ctx: FEntryContext) -> i32 {
+    match exec_mm::try_exec_mm_release::<false>(&ctx) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+#[no_mangle]
+#[link_section = "iter/task"]
+pub fn adopt_mms_nofetch(ctx: *mut core::ffi::c_void) -> i32 {
+    let _ = adopt::try_adopt::<false>(ctx);
     0
 }
 

@@ -5,18 +5,13 @@
 //! happened: when growth stops, before a later point of the mm, or when following ends. An
 //! untracked mm costs one hash lookup.
 
-use core::intrinsics::{
-    atomic_cxchg, atomic_xadd, atomic_xchg,
-    AtomicOrdering::{Relaxed, SeqCst},
-};
-
 use aya_ebpf::{helpers::bpf_ktime_get_ns, programs::RawTracePointContext};
 use spacetime_common::{
     flags, kind, mode, rss_layout, stat, switch, EventHeader, MmState, RssEvent, MAX_EXACT_CPUS,
 };
 
 use crate::{
-    conf, count, exit_mm, mem, output,
+    atomics, conf, count, exit_mm, mem, output,
     task::{current_ids, read, traced, Task},
     zero::zeroed,
     MM_STATE, SESSION_LIMITS, SWITCHES, TRACKED, TREE_RSS,
@@ -59,17 +54,17 @@ pub fn counter_pages(mm: u64, member: u32) -> Result<i64, i32> {
 }
 
 /// Adds `delta` pages to the tree-wide RSS of `session`; returns the new sum and whether it
-/// is a new peak (then recorded with its time and process).
+/// is a new peak (then recorded with its time and process). Without `FETCH` the peak is
+/// raised by a read and a store: two CPUs raising it at once can leave the lower (the figure
+/// is then approximate, and said so).
 #[inline(always)]
-fn tree_add(session: u32, delta: i64, now: u64, tgid: u32) -> (i64, bool) {
+fn tree_add<const FETCH: bool>(session: u32, delta: i64, now: u64, tgid: u32) -> (i64, bool) {
     let Some(t) = TREE_RSS.get_ptr_mut(session) else {
         return (0, false);
     };
     // SAFETY: fields of our own map value, updated with atomics (several CPUs at once).
     unsafe {
-        // SeqCst, not Relaxed: for a relaxed add LLVM's BPF backend emits the legacy XADD,
-        // which returns nothing, even when the old value is used.
-        let sum = atomic_xadd::<i64, i64, { SeqCst }>(&raw mut (*t).rss_pages, delta) + delta;
+        let sum = atomics::add_and_read::<FETCH>(&raw mut (*t).rss_pages, delta);
         let peak = &raw mut (*t).peak_pages;
         // An aligned 64-bit load is atomic; BPF has no separate atomic load.
         let mut cur = core::ptr::read_volatile(peak);
@@ -78,13 +73,15 @@ fn tree_add(session: u32, delta: i64, now: u64, tgid: u32) -> (i64, bool) {
             if sum <= cur {
                 return (sum, false);
             }
-            let (seen, ok) = atomic_cxchg::<i64, { Relaxed }, { Relaxed }>(peak, cur, sum);
-            if ok {
-                (*t).peak_ts_ns = now;
-                (*t).peak_tgid = tgid;
-                return (sum, true);
+            if !FETCH {
+                core::ptr::write_volatile(peak, sum);
+            } else if let Err(seen) = atomics::compare_exchange(peak, cur, sum) {
+                cur = seen;
+                continue;
             }
-            cur = seen;
+            (*t).peak_ts_ns = now;
+            (*t).peak_tgid = tgid;
+            return (sum, true);
         }
         (sum, false)
     }
@@ -138,7 +135,29 @@ fn flush_held(st: &mut MmState) {
     }
 }
 
-pub fn try_rss_stat(ctx: &RawTracePointContext) -> Result<(), i32> {
+/// Without fetch atomics: the mm's three counters read again (each exact), so its total is
+/// exact at every change whatever ran on other CPUs; what is added to `total_pages` (and so
+/// to the tree's sum) is the difference from what it held. Two threads of one mm changing it
+/// at once can both add from the same old total: the tree's sum is then off until the mm's
+/// next change, which adds the difference back. Returns (delta, exact total).
+#[inline(always)]
+fn recount(mm: u64, st: &mut MmState) -> Result<(i64, i64), i32> {
+    let file = counter_pages(mm, conf!(off.rss_file_idx))?;
+    let anon = counter_pages(mm, conf!(off.rss_anon_idx))?;
+    let shmem = counter_pages(mm, conf!(off.rss_shmem_idx))?;
+    // SAFETY: aligned fields of our own map value; each store is whole.
+    unsafe {
+        core::ptr::write_volatile(&raw mut st.rss_pages, [file, anon, shmem]);
+        let total = file + anon + shmem;
+        let delta = total - core::ptr::read_volatile(&raw const st.total_pages);
+        if delta != 0 {
+            atomics::add(&raw mut st.total_pages, delta);
+        }
+        Ok((delta, total))
+    }
+}
+
+pub fn try_rss_stat<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
     let mm = ctx.arg::<u64>(0);
     let Some(st) = MM_STATE.get_ptr_mut(mm) else {
         return Ok(());
@@ -150,15 +169,20 @@ pub fn try_rss_stat(ctx: &RawTracePointContext) -> Result<(), i32> {
     let value = counter_pages(mm, member)?;
     // SAFETY: our own map value; concurrent updates of one mm go through the atomics.
     let st = unsafe { &mut *st };
-    // SAFETY: a valid pointer into that map value, swapped atomically.
-    let old = unsafe { atomic_xchg::<i64, { Relaxed }>(&raw mut st.rss_pages[slot], value) };
-    let delta = value - old;
+    let (delta, total) = if FETCH {
+        // SAFETY: a valid pointer into that map value, swapped atomically.
+        let old = unsafe { atomics::swap(&raw mut st.rss_pages[slot], value) };
+        let delta = value - old;
+        // SAFETY: as above, added to atomically.
+        (delta, unsafe {
+            atomics::add_and_read::<FETCH>(&raw mut st.total_pages, delta)
+        })
+    } else {
+        recount(mm, st)?
+    };
     if delta == 0 {
         return Ok(());
     }
-    // SAFETY: as above, added to atomically.
-    let total =
-        unsafe { atomic_xadd::<i64, i64, { SeqCst }>(&raw mut st.total_pages, delta) } + delta;
     // The mm's own maximum: the exact peak of the image running on it (hiwater_rss is only
     // raised lazily, from the counters' approximate shared parts).
     let new_peak = total > st.peak_pages;
@@ -167,7 +191,7 @@ pub fn try_rss_stat(ctx: &RawTracePointContext) -> Result<(), i32> {
     }
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_ns() };
-    let (tree_pages, tree_peak) = tree_add(st.session, delta, now, st.tgid);
+    let (tree_pages, tree_peak) = tree_add::<FETCH>(st.session, delta, now, st.tgid);
     st.last_ns = now;
     st.last_tree_pages = tree_pages;
     // Points go at a bounded rate (a record per change would be one per page fault while
@@ -203,7 +227,7 @@ pub fn try_rss_stat(ctx: &RawTracePointContext) -> Result<(), i32> {
 
 /// sched_process_exec: follow the new image's mm. A program of its own on the tracepoint, so
 /// the verifier explores its CPU loop apart from the argv loop of the exec record.
-pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
+pub fn try_exec<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
     if conf!(track_rss) == 0 {
         return Ok(());
     }
@@ -213,14 +237,14 @@ pub fn try_exec(ctx: &RawTracePointContext) -> Result<(), i32> {
     let Some(session) = traced(tgid) else {
         return Ok(());
     };
-    follow(task.0, task.mm()?, tgid, task.leader_start_ns()?, session)
+    follow::<FETCH>(task.0, task.mm()?, tgid, task.leader_start_ns()?, session)
 }
 
 /// sched_process_exit, before the exit record: the last thread's exit ends the process's
 /// mm, which stops being followed (where the tracepoint fires after exit_mm(), before 6.16,
 /// exit_mm_release has already done it, while the mm was still the process's). The last thread is told as exit.rs tells it: the
 /// tracepoint's `group_dead` (6.16+), else what exit_mm_release found, else `signal->live`.
-pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
+pub fn try_exit<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
     if conf!(track_rss) == 0 {
         return Ok(());
     }
@@ -240,7 +264,7 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
         read::<i32>(task.signal()?, conf!(off.signal_live))? == 0
     };
     if last {
-        forget(tgid);
+        forget::<FETCH>(tgid);
     }
     Ok(())
 }
@@ -249,21 +273,27 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
 /// replacing the mm it had. Its pages so far (an exec's stack, a fork's copied counters) come
 /// from one read.
 #[inline(always)]
-pub fn follow(
+pub fn follow<const FETCH: bool>(
     task: u64,
     mm: u64,
     tgid: u32,
     leader_start_ns: u64,
     session: u16,
 ) -> Result<(), i32> {
-    start_following(task, mm, (tgid, leader_start_ns, session), false)
+    start_following::<FETCH>(task, mm, (tgid, leader_start_ns, session), false)
 }
 
 /// Starts following `mm` for a process that predates the attach (adopt.rs), only if no mm of
 /// it is followed yet: a fork or exec that got there first has the newer mm.
 #[inline(always)]
-pub fn adopt(task: u64, mm: u64, tgid: u32, leader_start_ns: u64, session: u16) -> Result<(), i32> {
-    start_following(task, mm, (tgid, leader_start_ns, session), true)
+pub fn adopt<const FETCH: bool>(
+    task: u64,
+    mm: u64,
+    tgid: u32,
+    leader_start_ns: u64,
+    session: u16,
+) -> Result<(), i32> {
+    start_following::<FETCH>(task, mm, (tgid, leader_start_ns, session), true)
 }
 
 /// Whether new mms are followed: `rss_stat` may be detached while the programs stay loaded
@@ -274,7 +304,7 @@ fn rss_paused() -> bool {
 }
 
 #[inline(always)]
-fn start_following(
+fn start_following<const FETCH: bool>(
     task: u64,
     mm: u64,
     (tgid, leader_start_ns, session): (u32, u64, u16),
@@ -290,7 +320,7 @@ fn start_following(
         return Ok(());
     }
     if !only_unfollowed {
-        forget(tgid);
+        forget::<FETCH>(tgid);
     }
     // The new mm's first read must not take what `forget` stashed for the old one.
     mem::stash_clear();
@@ -335,20 +365,33 @@ fn start_following(
         let _ = MM_STATE.remove(mm);
         return Ok(());
     };
+    // SAFETY: an aligned u64 of our own map value.
+    let followed = unsafe { &raw mut (*slot).mm };
     if only_unfollowed {
-        // The claim: an exec or fork that started following meanwhile keeps its mm.
-        // SAFETY: an aligned u64 of our own map value.
-        let (_, ok) =
-            unsafe { atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(&raw mut (*slot).mm, 0, mm) };
+        // The claim: an exec or fork that started following meanwhile keeps its mm. Without
+        // fetch atomics a read then a store: an exec in between (one racing `trace -p`'s
+        // attach) would lose its mm to the older one.
+        // SAFETY: as above.
+        let ok = unsafe {
+            match FETCH {
+                true => atomics::claim_u64(followed, mm),
+                false if core::ptr::read_volatile(followed) == 0 => {
+                    core::ptr::write_volatile(followed, mm);
+                    true
+                }
+                false => false,
+            }
+        };
         if !ok {
             let _ = MM_STATE.remove(mm);
             return Ok(());
         }
     } else {
-        // SAFETY: an aligned u64 of our own map value, claimed by `forget` with an exchange.
-        unsafe { atomic_xchg::<u64, { Relaxed }>(&raw mut (*slot).mm, mm) };
+        // An aligned store is atomic; `forget` claims the value.
+        // SAFETY: as above.
+        unsafe { core::ptr::write_volatile(followed, mm) };
     }
-    let (tree_pages, peak) = tree_add(session as u32, total_pages, now, tgid);
+    let (tree_pages, peak) = tree_add::<FETCH>(session as u32, total_pages, now, tgid);
     if let Some(st) = MM_STATE.get_ptr_mut(mm) {
         // SAFETY: our own map value.
         unsafe { (*st).last_tree_pages = tree_pages };
@@ -360,45 +403,64 @@ fn start_following(
 /// Stops following the mm of `tgid` (exec replaced it, or the process exited): a point held
 /// back and the last value go out if they have not, then its pages leave the tree-wide sum.
 #[inline(always)]
-pub fn forget(tgid: u32) {
+pub fn forget<const FETCH: bool>(tgid: u32) {
     // Whatever an earlier event left is not this mm's (see `mem::MmStash`).
     mem::stash_clear();
     let Some(slot) = TRACKED.get_ptr_mut(tgid) else {
         return;
     };
     // Taking the mm out of the process's entry is the claim: two threads that both see
-    // themselves last (before 6.16) take its pages out of the tree's sum once.
+    // themselves last (before 6.16) take its pages out of the tree's sum once. Without fetch
+    // atomics the claim is the removal from MM_STATE below (atomic in the kernel).
     // SAFETY: an aligned u64 of our own map value.
-    let mm = unsafe { atomic_xchg::<u64, { Relaxed }>(&raw mut (*slot).mm, 0) };
+    let mm = unsafe {
+        let followed = &raw mut (*slot).mm;
+        if FETCH {
+            atomics::swap_u64(followed, 0)
+        } else {
+            let mm = core::ptr::read_volatile(followed);
+            core::ptr::write_volatile(followed, 0);
+            mm
+        }
+    };
     if mm == 0 {
         return;
     }
-    if let Some(st) = MM_STATE.get_ptr_mut(mm) {
-        // SAFETY: our own map value, about to be removed.
-        let st = unsafe { &mut *st };
-        flush_held(st);
-        if st.total_pages != st.sent_pages {
-            let pages = (st.total_pages, st.rss_pages[ANON]);
-            record(
-                st,
-                flags::RSS_HELD,
-                st.last_ns,
-                pages,
-                st.last_tree_pages,
-                0,
-            );
-        }
-        // SAFETY: plain helper call.
-        let now = unsafe { bpf_ktime_get_ns() };
-        let (tree_pages, _) = tree_add(st.session, -st.total_pages, now, tgid);
-        // Dated by when following began: userspace gives it to the image running then.
-        let pages = (st.peak_pages, 0);
-        record(st, flags::RSS_MM_PEAK, st.since_ns, pages, tree_pages, now);
-        // Exact while rss_stat is attached: every change of the counters ran it. (Paused, the
-        // agent follows no session's mms: their sessions ended and took them out.)
-        if !rss_paused() {
-            mem::stash(mm, &st.rss_pages);
-        }
+    let Some(st) = MM_STATE.get_ptr_mut(mm) else {
+        return;
+    };
+    // The value stays readable after its removal while this program runs: a preallocated
+    // map's freed element goes to this CPU's free list, which only this CPU takes from
+    // (another only when its own is empty: a full map).
+    if !FETCH && MM_STATE.remove(mm).is_err() {
+        return;
     }
-    let _ = MM_STATE.remove(mm);
+    // SAFETY: our own map value, about to be removed (or just removed, see above).
+    let st = unsafe { &mut *st };
+    flush_held(st);
+    if st.total_pages != st.sent_pages {
+        let pages = (st.total_pages, st.rss_pages[ANON]);
+        record(
+            st,
+            flags::RSS_HELD,
+            st.last_ns,
+            pages,
+            st.last_tree_pages,
+            0,
+        );
+    }
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let (tree_pages, _) = tree_add::<FETCH>(st.session, -st.total_pages, now, tgid);
+    // Dated by when following began: userspace gives it to the image running then.
+    let pages = (st.peak_pages, 0);
+    record(st, flags::RSS_MM_PEAK, st.since_ns, pages, tree_pages, now);
+    // Exact while rss_stat is attached: every change of the counters ran it. (Paused, the
+    // agent follows no session's mms: their sessions ended and took them out.)
+    if !rss_paused() {
+        mem::stash(mm, &st.rss_pages);
+    }
+    if FETCH {
+        let _ = MM_STATE.remove(mm);
+    }
 }

@@ -2,21 +2,22 @@
 //! child joins `TRACKED`, the group exit of a tracked process gives it back. The count is one
 //! atomic add each way: forks racing for the last slots are admitted in the order their adds
 //! land, so N+k forks against N free slots see exactly k refused.
+//!
+//! `FETCH` (see `atomics`): where the kernel has no fetching add (before 5.12), the slot is
+//! taken with a plain atomic add and the count read after it: the limit still holds, but
+//! forks racing for the last slots can all read the others' adds and all be refused.
 
-use core::intrinsics::{atomic_xadd, AtomicOrdering::SeqCst};
-
-use crate::{SESSIONS, SESSION_LIMITS};
+use crate::{atomics, SESSIONS, SESSION_LIMITS};
 
 /// Takes a slot of `session` for a new process; false (nothing taken) when the session is
 /// at its limit.
 #[inline(always)]
-pub fn admit(session: u16) -> bool {
+pub fn admit<const FETCH: bool>(session: u16) -> bool {
     let Some(count) = SESSIONS.get_ptr_mut(session as u32) else {
         return false;
     };
-    // SAFETY: an aligned i64 of our own map value, changed only with atomics. SeqCst: the
-    // BPF backend emits a fetching add only for it (see rss.rs's tree_add).
-    let forked = unsafe { atomic_xadd::<i64, i64, { SeqCst }>(&raw mut (*count).forked, 1) } + 1;
+    // SAFETY: an aligned i64 of our own map value, changed only with atomics.
+    let forked = unsafe { atomics::add_and_read::<FETCH>(&raw mut (*count).forked, 1) };
     // Written by userspace only, as a whole value.
     let Some(limit) = SESSION_LIMITS.get(session as u32) else {
         return true;
@@ -25,7 +26,7 @@ pub fn admit(session: u16) -> bool {
         return true;
     }
     // SAFETY: as above.
-    unsafe { atomic_xadd::<i64, i64, { SeqCst }>(&raw mut (*count).forked, -1) };
+    unsafe { atomics::add(&raw mut (*count).forked, -1) };
     false
 }
 
@@ -35,6 +36,6 @@ pub fn admit(session: u16) -> bool {
 pub fn release(session: u16) {
     if let Some(count) = SESSIONS.get_ptr_mut(session as u32) {
         // SAFETY: as in `admit`.
-        unsafe { atomic_xadd::<i64, i64, { SeqCst }>(&raw mut (*count).forked, -1) };
+        unsafe { atomics::add(&raw mut (*count).forked, -1) };
     }
 }

@@ -67,6 +67,28 @@ pub fn repetitions(host: usize, emulated: usize) -> usize {
     }
 }
 
+/// Whether the running kernel is Linux `major.minor` or later, from its release.
+pub fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_else(|e| panic!("reading the kernel release: {e}"));
+    let mut parts = release.trim().split(['.', '-']).map(|p| p.parse::<u32>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(ma)), Some(Ok(mi))) => (ma, mi) >= (major, minor),
+        _ => panic!("kernel release {release:?} is not MAJOR.MINOR"),
+    }
+}
+
+/// Whether the running kernel's BPF has the atomic instructions that return a value
+/// (fetch-and-add, exchange, compare-and-exchange), which came with Linux 5.12. Read from the
+/// kernel's release, a truth apart from spacetime's own probe of the verifier.
+pub fn kernel_has_fetch_atomics() -> bool {
+    kernel_at_least(5, 12)
+}
+
+/// The words `doctor` and `trace -v` use for a kernel without fetch atomics.
+pub const NO_FETCH_ATOMICS: &str =
+    "this kernel's BPF lacks atomic fetch instructions (Linux 5.12+)";
+
 /// How many processes a storm starts: `host`, or `emulated` in the VM test's guest. Both are
 /// sized so that what the test asserts holds (a ring that holds them all, or one they wrap).
 pub fn storm_size(host: usize, emulated: usize) -> usize {

@@ -11,7 +11,7 @@ use std::{
 
 use super::{Check, Status};
 use crate::kernel::{
-    loader::{LoadError, LoadOptions, Probes},
+    loader::{Atomics, LoadError, LoadOptions, Probes},
     remote::{
         client::{AgentConn, ConnectError},
         proto,
@@ -34,16 +34,24 @@ pub fn load(may_load: bool) -> (Check, bool) {
     match Probes::load(&LoadOptions::default()) {
         Ok(p) => {
             let ms = started.elapsed().as_secs_f64() * 1e3;
-            let check = match p.refused.first() {
-                None => Check::new(
+            // What the kernel forced: an fentry it refused, the builds without fetch atomics.
+            let limits: Vec<&str> = p
+                .refused
+                .first()
+                .map(String::as_str)
+                .into_iter()
+                .chain(p.atomics.limits())
+                .collect();
+            let check = match limits.is_empty() {
+                true => Check::new(
                     "programs",
                     Status::Ok,
                     format!("loaded and attached in {ms:.1} ms"),
                 ),
-                Some(f) => Check::new(
+                false => Check::new(
                     "programs",
                     Status::Limited,
-                    format!("loaded in {ms:.1} ms, but {f}"),
+                    format!("loaded in {ms:.1} ms, but {}", limits.join("; ")),
                 ),
             };
             (check, true)
@@ -52,8 +60,12 @@ pub fn load(may_load: bool) -> (Check, bool) {
     }
 }
 
+/// Why the programs did not load, and what this kernel's BPF lacks when that is known.
 fn load_error(e: &LoadError) -> String {
-    format!("cannot be loaded here: {e}")
+    match Atomics::probe().limits() {
+        None => format!("cannot be loaded here: {e}"),
+        Some(l) => format!("cannot be loaded here: {e} ({l})"),
+    }
 }
 
 /// Registers a taskstats listener and waits for the record of a process started here.

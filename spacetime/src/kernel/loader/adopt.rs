@@ -8,11 +8,10 @@ use aya::{programs::Iter, Ebpf};
 
 use super::LoadError;
 
-const ADOPT: &str = "adopt_mms";
-
-/// Runs the iterator of `ebpf` once over every task: each tracked process whose mm is not
+/// Runs the iterator `program` (`adopt_mms`, or its build for the kernel: see
+/// [`super::Atomics`]) of `ebpf` once over every task: each tracked process whose mm is not
 /// followed yet is followed from now on, its RSS now its first point.
-pub(super) fn adopt_running(ebpf: &mut Ebpf) -> Result<(), LoadError> {
+pub(super) fn adopt_running(ebpf: &mut Ebpf, program: &'static str) -> Result<(), LoadError> {
     let err = |source| LoadError::Attach {
         tracepoint: "iter/task",
         source,
@@ -20,8 +19,8 @@ pub(super) fn adopt_running(ebpf: &mut Ebpf) -> Result<(), LoadError> {
     let started = std::time::Instant::now();
     let btf = aya::Btf::from_sys_fs().map_err(LoadError::KernelBtf)?;
     let prog: &mut Iter = ebpf
-        .program_mut(ADOPT)
-        .ok_or(LoadError::MissingProgram(ADOPT))?
+        .program_mut(program)
+        .ok_or(LoadError::MissingProgram(program))?
         .try_into()
         .map_err(err)?;
     prog.load("task", &btf).map_err(err)?;

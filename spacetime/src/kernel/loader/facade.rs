@@ -184,7 +184,7 @@ impl Probes {
         if !self.rss_tracking {
             return Ok(false);
         }
-        adopt::adopt_running(&mut self.ebpf)?;
+        adopt::adopt_running(&mut self.ebpf, self.atomics.program("adopt_mms"))?;
         Ok(true)
     }
 }

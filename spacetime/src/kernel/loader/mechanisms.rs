@@ -4,7 +4,7 @@
 use aya::{programs::FEntry, Ebpf};
 use spacetime_common::{rss_layout, MAX_EXACT_CPUS};
 
-use super::{plan::Plan, LoadError, BTF_PATH};
+use super::{plan::Plan, Atomics, LoadError, BTF_PATH};
 use crate::kernel::offsets::{MemHook, Resolved};
 
 /// Which end of an image a memory hook serves, for the `-v` lines.
@@ -54,24 +54,27 @@ impl MemKind {
     }
 }
 
-/// Loads and attaches the fentry program named after kernel function `function`. aya resolves
-/// the target in the kernel's BTF with its own parser, loaded once, only when needed.
+/// Loads and attaches the fentry program named after kernel function `function` (its build
+/// for the kernel's `atomics`). aya resolves the target in the kernel's BTF with its own
+/// parser, loaded once, only when needed.
 fn attach_fentry(
     ebpf: &mut Ebpf,
     function: &'static str,
+    atomics: Atomics,
     kernel_btf: &mut Option<aya::Btf>,
 ) -> Result<(), LoadError> {
+    let program = atomics.program(function);
     let err = |source| LoadError::AttachFentry { function, source };
     if kernel_btf.is_none() {
         *kernel_btf = Some(aya::Btf::from_sys_fs().map_err(LoadError::KernelBtf)?);
     }
     let btf = kernel_btf.as_ref().ok_or(LoadError::NoBtf)?;
     let prog: &mut FEntry = ebpf
-        .program_mut(function)
-        .ok_or(LoadError::MissingProgram(function))?
+        .program_mut(program)
+        .ok_or(LoadError::MissingProgram(program))?
         .try_into()
         .map_err(err)?;
-    super::startup::retry_interrupted(function, || prog.load(function, btf)).map_err(err)?;
+    super::startup::retry_interrupted(program, || prog.load(function, btf)).map_err(err)?;
     prog.attach().map_err(err)?;
     Ok(())
 }
@@ -93,6 +96,7 @@ pub(super) fn attach_fentries_and_describe(
     nr_cpus: u32,
     rss_asked: bool,
 ) -> Described {
+    let atomics = plan.atomics;
     let mut lines = vec![
         "raw tracepoints sched_process_fork, sched_process_exec, sched_process_exit".to_string(),
         format!("kernel field offsets from {BTF_PATH}"),
@@ -107,6 +111,9 @@ pub(super) fn attach_fentries_and_describe(
             ),
         },
     ];
+    if let Some(limits) = atomics.limits() {
+        lines.push(limits.to_string());
+    }
     if plan.cgroup_names {
         lines.push("cgroup paths read from the kernel the first time each is seen".into());
     }
@@ -130,10 +137,12 @@ pub(super) fn attach_fentries_and_describe(
     };
     if let Some(function) = resolved.group_dead_hook {
         // Before exit_mm_release: it reads what this one stashed.
-        lines.push(match attach_fentry(ebpf, function, &mut kernel_btf) {
-            Ok(()) => format!("fentry {function}: the kernel's own group_dead (last thread)"),
-            Err(e) => refuse(format!("{e}: the last thread is told by signal->live")),
-        });
+        lines.push(
+            match attach_fentry(ebpf, function, atomics, &mut kernel_btf) {
+                Ok(()) => format!("fentry {function}: the kernel's own group_dead (last thread)"),
+                Err(e) => refuse(format!("{e}: the last thread is told by signal->live")),
+            },
+        );
     }
     for (hook, what) in [
         (resolved.exec_mem, MemKind::Exec),
@@ -141,10 +150,12 @@ pub(super) fn attach_fentries_and_describe(
     ] {
         lines.push(match hook {
             MemHook::Tracepoint => what.tracepoint_line().to_string(),
-            MemHook::Fentry(function) => match attach_fentry(ebpf, function, &mut kernel_btf) {
-                Ok(()) => what.fentry_line(function),
-                Err(e) => refuse(format!("{e}: {}", what.unavailable())),
-            },
+            MemHook::Fentry(function) => {
+                match attach_fentry(ebpf, function, atomics, &mut kernel_btf) {
+                    Ok(()) => what.fentry_line(function),
+                    Err(e) => refuse(format!("{e}: {}", what.unavailable())),
+                }
+            }
             MemHook::Unavailable => format!("{}: {}", what.no_hook(), what.unavailable()),
         });
     }

@@ -36,6 +36,7 @@ const REAPING_ENTRIES: u32 = 4096;
 const EXITED_ENTRIES: u32 = 16384;
 
 mod adopt;
+mod atomics;
 mod facade;
 mod maps;
 mod mechanisms;
@@ -48,6 +49,7 @@ mod startup;
 mod stats;
 mod ticks;
 
+pub use atomics::{Atomics, NO_FETCH_ATOMICS};
 pub use own_pid::{run_own_pid, LearnedPid};
 pub use sessions::SessionId;
 pub use stats::{parse_sysctl_flag, KernelProgramStats, ProgramStats};
@@ -176,6 +178,8 @@ pub struct Probes {
     pub mechanisms: Vec<String>,
     /// Those of `mechanisms` the kernel refused (an fentry program): each costs its figure.
     pub refused: Vec<String>,
+    /// Which builds of the programs load here (see [`Atomics`]).
+    pub atomics: Atomics,
     /// Time spent resolving offsets and loading, for `-v`.
     pub load_ms: f64,
     pub ring_buffer_bytes: u32,
@@ -437,7 +441,7 @@ impl Probes {
             .inspect_err(|e| log::debug!("kernel-side logging unavailable: {e}"))
             .ok();
         let sessions = Sessions::take(&mut ebpf)?;
-        let rss = RssFollowing::take(&mut ebpf, rss_link)?;
+        let rss = RssFollowing::take(&mut ebpf, rss_link, plan.atomics.program("rss_stat"))?;
         let own_pid = OwnPid::take(&mut ebpf)?;
         log::debug!("start-up: done at {:.1} ms", ms(started.elapsed()));
         Ok(Probes {
@@ -445,6 +449,7 @@ impl Probes {
             logger,
             mechanisms,
             refused,
+            atomics: plan.atomics,
             load_ms: started.elapsed().as_secs_f64() * 1e3,
             ring_buffer_bytes: ring,
             rss_tracking: plan.rss,

@@ -9,7 +9,7 @@ use aya::{
 };
 use spacetime_common::tail;
 
-use super::LoadError;
+use super::{Atomics, LoadError};
 use crate::kernel::offsets::Resolved;
 
 /// What the loader does with a verified program.
@@ -41,6 +41,8 @@ pub(super) struct Plan {
     pub dead_switch: bool,
     /// `watch`'s cgroup paths are read in the kernel (cgroup_exec).
     pub cgroup_names: bool,
+    /// Which build of each program (the fentry programs too).
+    pub atomics: Atomics,
 }
 
 impl Plan {
@@ -50,11 +52,15 @@ impl Plan {
     /// tracepoint runs its programs in attach order, and the RSS records of a process's end
     /// come before its exit record; likewise cgroup_exec before the exec record (a cgroup's
     /// path comes before the exec record that names it).
+    /// Each program is the build for the kernel's atomics (probed here, see [`Atomics`]).
     pub fn new(resolved: &Resolved, rss: bool, cgroup_names: bool) -> Plan {
+        let atomics = Atomics::probe();
         let cpu_at_release = resolved.off.signal_prev_utime != 0;
         let dead_switch = cpu_at_release && resolved.off.task_state != 0;
         let mut programs = Vec::with_capacity(12);
-        let mut attach = |name, tracepoint| programs.push((name, Role::Attach(tracepoint)));
+        let mut attach = |name, tracepoint| {
+            programs.push((atomics.program(name), Role::Attach(tracepoint)));
+        };
         if cpu_at_release {
             attach("sched_process_free", "sched_process_free");
         }
@@ -90,6 +96,7 @@ impl Plan {
             cpu_at_release,
             dead_switch,
             cgroup_names,
+            atomics,
         }
     }
 
@@ -109,7 +116,7 @@ impl Plan {
         for &(name, role) in &self.programs {
             if let Role::Attach(tracepoint) = role {
                 let link = attach_raw(ebpf, name, tracepoint)?;
-                if name == "rss_stat" {
+                if tracepoint == "rss_stat" {
                     rss_link = Some(link);
                 }
             }

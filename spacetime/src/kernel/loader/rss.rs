@@ -15,18 +15,22 @@ use super::{
 /// starts following an mm.
 pub(super) struct RssFollowing {
     link: Option<RawTracePointLinkId>,
+    /// `rss_stat`, or its build for the kernel (see [`super::Atomics`]).
+    program: &'static str,
     /// `SWITCHES`, taken out of the loaded object.
     switches: Maps,
 }
 
 impl RssFollowing {
-    /// `link`: attached at load.
+    /// `link`: `program`'s, attached at load.
     pub(super) fn take(
         ebpf: &mut Ebpf,
         link: Option<RawTracePointLinkId>,
+        program: &'static str,
     ) -> Result<RssFollowing, LoadError> {
         Ok(RssFollowing {
             link,
+            program,
             switches: Maps::take(ebpf, &["SWITCHES"])?,
         })
     }
@@ -55,7 +59,7 @@ impl RssFollowing {
         }
         const PAUSED: &str = "SWITCHES";
         if on {
-            self.link = Some(attach_raw(ebpf, "rss_stat", "rss_stat")?);
+            self.link = Some(attach_raw(ebpf, self.program, "rss_stat")?);
             array_mut::<u32>(&mut self.switches, PAUSED)?
                 .set(switch::RSS_PAUSED, 0, 0)
                 .map_err(map_err(PAUSED))?;
@@ -70,8 +74,8 @@ impl RssFollowing {
             source,
         };
         let prog: &mut aya::programs::RawTracePoint = ebpf
-            .program_mut("rss_stat")
-            .ok_or(LoadError::MissingProgram("rss_stat"))?
+            .program_mut(self.program)
+            .ok_or(LoadError::MissingProgram(self.program))?
             .try_into()
             .map_err(err)?;
         if let Some(link) = self.link.take() {

@@ -112,7 +112,11 @@ pub fn verify_all(
     if let Some(&(missing, _)) = hooks.iter().find(|(n, _)| !progs.iter().any(|p| p.0 == *n)) {
         return Err(LoadError::MissingProgram(missing));
     }
-    let rank = |name: &str| VERIFY_ORDER.iter().position(|n| *n == name);
+    // A build without fetch atomics costs what its usual build does.
+    let rank = |name: &str| {
+        let name = super::atomics::program_of(name);
+        VERIFY_ORDER.iter().position(|n| *n == name)
+    };
     progs.sort_by_key(|p| rank(p.0).unwrap_or(VERIFY_ORDER.len()));
     let workers = online_cpus().clamp(1, progs.len().max(1));
     let queue = Mutex::new(progs.into_iter());

@@ -10,7 +10,8 @@ const BPF_STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 /// `kernel.bpf_stats_enabled` is 1: both stay 0 otherwise).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProgramStats {
-    /// The program's name in the object (the kernel keeps 15 characters of it).
+    /// The program's name in the object (the kernel keeps 15 characters of it); a build
+    /// without fetch atomics goes by its program's name (see `Atomics`).
     pub name: String,
     pub run_cnt: u64,
     pub run_time_ns: u64,
@@ -133,7 +134,7 @@ impl LoadTimes {
                     verified_insns: info.verified_instruction_count(),
                     load_us: self.0.iter().find(|(n, _)| n == name).map(|p| p.1),
                     ..ProgramStats::new(
-                        name.to_string(),
+                        super::atomics::program_of(name).to_string(),
                         info.run_count(),
                         u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
                     )

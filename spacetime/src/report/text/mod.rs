@@ -194,9 +194,16 @@ fn header(out: &mut String, r: &Report, width: usize, wide: bool) {
     ));
     flow(out, &totals, width);
     if let (Some(peak), Some(at)) = (t.tree_peak_rss_bytes, t.tree_peak_at_ns) {
+        // Read and stored apart where the kernel lacks fetch atomics: said with the figure.
+        let approximate = r
+            .kernel
+            .mechanisms
+            .iter()
+            .any(|m| m.starts_with(crate::kernel::loader::NO_FETCH_ATOMICS));
         let mut parts = vec![format!(
-            "tree-wide peak RSS {} at {}",
+            "tree-wide peak RSS {}{} at {}",
             bytes(peak),
+            if approximate { " (approximate)" } else { "" },
             duration_ns(at)
         )];
         match t.max_pss {
