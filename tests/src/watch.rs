@@ -13,9 +13,7 @@ use serde_json::Value;
 
 use crate::{notify::Notify, reader, show_argv, spacetime_bin, Collector, TempDir};
 
-/// How long a watch may take to load its programs and read /proc: a bound for a failure only
-/// (an emulated CPU shared with other work has taken over a minute).
-pub const READY_TIMEOUT: Duration = Duration::from_secs(300);
+pub use crate::READY_TIMEOUT;
 
 /// A `spacetime watch` invocation.
 pub struct Watch {
