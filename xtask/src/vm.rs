@@ -264,16 +264,30 @@ pub fn vm_test(opts: Options) -> Result<()> {
         opts.timeout.as_secs()
     );
     let booted = Instant::now();
+    let cpu_before = children_cpu_s();
     let mut verdict = boot(&kernel, &initrd, opts.timeout, opts.cpus)?;
     if !opts.all {
         verdict.skipped = SLOW_UNDER_TCG.iter().map(|(name, _)| *name).collect();
     }
     eprintln!(
-        "xtask: guest ran for {:.0} s (whole vm-test {:.0} s)",
+        "xtask: guest ran for {:.0} s, qemu used {:.0} CPU seconds (whole vm-test {:.0} s)",
         booted.elapsed().as_secs_f64(),
+        children_cpu_s() - cpu_before,
         started.elapsed().as_secs_f64()
     );
     verdict.summarize()
+}
+
+/// User + system seconds of every child waited for so far (the boot's qemu, once it ends).
+fn children_cpu_s() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let ru = unsafe {
+        let mut ru = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
+        ru
+    };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    s(ru.ru_utime) + s(ru.ru_stime)
 }
 
 fn ensure_host_packages() -> Result<()> {
