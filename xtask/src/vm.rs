@@ -243,7 +243,14 @@ pub fn vm_test(opts: Options) -> Result<()> {
         }
         built.tests.retain(|(n, _)| n != name);
     }
-    let initrd = dir.join("initramfs.cpio");
+    // Each run's own archive: two guests prepared one after the other boot side by side (CI),
+    // and a guest reads its archive after its prepare said it was done.
+    let tag = std::process::id();
+    let scratch = Scratch(vec![
+        dir.join(format!("root-{tag}")),
+        dir.join(format!("initramfs-{tag}.cpio")),
+    ]);
+    let (root, initrd) = (&scratch.0[0], &scratch.0[1]);
     let mut test_args = opts.test_args.clone();
     for (name, why) in HOST_TOOLS_TESTS {
         eprintln!("xtask: {name} runs on the host only ({why})");
@@ -255,7 +262,8 @@ pub fn vm_test(opts: Options) -> Result<()> {
             test_args.extend(["--skip".into(), name.into()]);
         }
     }
-    make_initramfs(&dir.join("root"), &initrd, &built, &test_args)?;
+    make_initramfs(root, initrd, &built, &test_args)?;
+    let _ = fs::remove_dir_all(root);
     eprintln!(
         "xtask: prepared in {:.0} s; booting {} (qemu, TCG, {} vCPUs, time limit {} s)",
         started.elapsed().as_secs_f64(),
@@ -265,7 +273,7 @@ pub fn vm_test(opts: Options) -> Result<()> {
     );
     let booted = Instant::now();
     let cpu_before = children_cpu_s();
-    let mut verdict = boot(&kernel, &initrd, opts.timeout, opts.cpus)?;
+    let mut verdict = boot(&kernel, initrd, opts.timeout, opts.cpus)?;
     if !opts.all {
         verdict.skipped = SLOW_UNDER_TCG.iter().map(|(name, _)| *name).collect();
     }
@@ -276,6 +284,17 @@ pub fn vm_test(opts: Options) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     verdict.summarize()
+}
+
+/// Files and directories of one run, removed when it ends however it ends.
+struct Scratch(Vec<PathBuf>);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = fs::remove_dir_all(p).or_else(|_| fs::remove_file(p));
+        }
+    }
 }
 
 /// User + system seconds of every child waited for so far (the boot's qemu, once it ends).

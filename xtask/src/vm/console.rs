@@ -136,7 +136,7 @@ impl Console {
 
 /// Boots the guest, streams its console, and returns what it said.
 pub(super) fn boot(kernel: &Path, initrd: &Path, timeout: Duration, cpus: u32) -> Result<Verdict> {
-    let monitor = initrd.with_file_name("monitor.sock");
+    let monitor = initrd.with_extension("monitor");
     let _ = fs::remove_file(&monitor);
     let mut qemu = Command::new("qemu-system-x86_64");
     // One host thread runs every vCPU in turn. With a thread per vCPU (qemu 7.2's default)
