@@ -62,7 +62,7 @@ impl Agent {
                 }
             }
         });
-        let ready = notify.wait_ready(crate::READY_TIMEOUT, || {
+        let ready = notify.wait_ready(crate::poll::READY_TIMEOUT, || {
             matches!(child.try_wait(), Ok(None))
         });
         if let Err(why) = ready {

@@ -119,7 +119,7 @@ impl Drop for Client {
 /// Waits until process `pid` runs a program whose first argument is `argv0` (it exec'd).
 pub fn wait_exec(pid: u32, argv0: &str) {
     let what = format!("exec of {argv0} by pid {pid}");
-    crate::poll::wait_for(&what, crate::READY_TIMEOUT, || {
+    crate::poll::wait_for(&what, crate::poll::READY_TIMEOUT, || {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         cmdline.starts_with(argv0.as_bytes()).then_some(())
     });

@@ -45,11 +45,6 @@ pub const MIB: u64 = 1 << 20;
 /// Default time limit for one `spacetime trace` run.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// How long a daemon (a watch, an agent) may take to load its programs and say it is ready, or
-/// a process to exec: a bound for a failure only (an emulated CPU shared with other work has
-/// taken over a minute).
-pub const READY_TIMEOUT: Duration = Duration::from_secs(300);
-
 /// Set by the VM test's guest (`ST_EMULATED=1`): the CPU is emulated, about 100 times slower.
 pub const EMULATED_ENV: &str = "ST_EMULATED";
 

@@ -5,6 +5,11 @@
 use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
+/// How long a daemon (a watch, an agent) may take to load its programs and say it is ready, or
+/// a process to exec: a bound for a failure only (an emulated CPU shared with other work has
+/// taken over a minute).
+pub const READY_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// Polls `f` every `every` until it gives a value, or `timeout` has passed (`None`).
 pub fn poll<T>(timeout: Duration, every: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let until = Instant::now() + timeout;

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::{notify::Notify, reader, show_argv, spacetime_bin, Collector, TempDir};
 
-pub use crate::READY_TIMEOUT;
+pub use crate::poll::READY_TIMEOUT;
 
 /// A `spacetime watch` invocation.
 pub struct Watch {
