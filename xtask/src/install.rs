@@ -25,6 +25,10 @@ pub struct Options {
     /// Install this binary instead of building the release binary
     #[arg(long, value_name = "PATH")]
     bin: Option<PathBuf>,
+    /// A binary of the same source that runs here, to write the completions and manual pages
+    /// when `bin` is built for another architecture (the tarball for arm64).
+    #[arg(skip)]
+    writer: Option<PathBuf>,
 }
 
 impl Options {
@@ -34,6 +38,15 @@ impl Options {
             prefix: prefix.into(),
             destdir: Some(destdir.to_path_buf()),
             bin: Some(bin.to_path_buf()),
+            writer: None,
+        }
+    }
+
+    /// The same, with `writer` writing the generated files (`bin` does not run here).
+    pub fn staged_foreign(prefix: &str, destdir: &Path, bin: &Path, writer: &Path) -> Options {
+        Options {
+            writer: Some(writer.to_path_buf()),
+            ..Options::staged(prefix, destdir, bin)
         }
     }
 }
@@ -142,11 +155,11 @@ fn generated(bin: &Path, args: &[&str]) -> Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
-fn content(what: &str, bin: &Path, prefix: &Path) -> Result<Vec<u8>> {
+fn content(what: &str, bin: &Path, writer: &Path, prefix: &Path) -> Result<Vec<u8>> {
     let root = crate::root();
     Ok(match what {
         "bin" => fs::read(bin).with_context(|| format!("reading {}", bin.display()))?,
-        "bash" | "zsh" | "fish" => generated(bin, &["completions", what])?,
+        "bash" | "zsh" | "fish" => generated(writer, &["completions", what])?,
         "unit" => {
             let unit = fs::read_to_string(root.join("dist/spacetime-watch.service"))
                 .context("reading dist/spacetime-watch.service")?;
@@ -192,10 +205,15 @@ pub fn install(opts: Options) -> Result<()> {
             None => full,
         }
     };
+    let writer = opts.writer.clone().unwrap_or_else(|| bin.clone());
     for (what, rel, mode) in layout(&opts.prefix) {
-        put(&stage(rel), &content(what, &bin, &opts.prefix)?, mode)?;
+        put(
+            &stage(rel),
+            &content(what, &bin, &writer, &opts.prefix)?,
+            mode,
+        )?;
     }
-    for (name, page) in man_pages(&bin)? {
+    for (name, page) in man_pages(&writer)? {
         put(&stage(&format!("{MAN_DIR}/{name}")), &page, 0o644)?;
     }
     if opts.destdir.is_none() {

@@ -2,6 +2,7 @@
 //! pieces that are missing, and runs spacetime and its tests.
 
 mod agent_pass;
+mod arch;
 mod bench;
 mod impls;
 mod install;
@@ -43,7 +44,12 @@ enum Cmd {
     Deb(package::DebOptions),
     /// Build the static (musl) binary and a tarball with it, its completions, manual page,
     /// units and licences (target/dist/)
-    Dist,
+    Dist {
+        /// The static target: x86_64-unknown-linux-musl, or aarch64-unknown-linux-musl
+        /// (cross-linked with Debian's gcc-aarch64-linux-gnu)
+        #[arg(long, default_value = "x86_64-unknown-linux-musl")]
+        target: String,
+    },
     /// Build, then run the release binary with ARGS (as root)
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -70,6 +76,11 @@ enum Cmd {
         /// Boot this Debian release's cloud kernel: 11 (Linux 5.10), 12 (6.1) or 13 (6.12)
         #[arg(long, value_enum, default_value = "12")]
         debian: vm::Debian,
+        /// The guest's architecture: amd64, or arm64 (Debian's arm64 cloud kernel under
+        /// qemu-system-aarch64, the static aarch64 build, and only the tests of
+        /// `--test`, doctor and memory unless told)
+        #[arg(long, value_enum, default_value = "amd64")]
+        arch: arch::Arch,
         /// Boot this kernel image instead of Debian's cloud kernel
         #[arg(long, conflicts_with = "debian")]
         kernel: Option<PathBuf>,
@@ -237,7 +248,7 @@ fn main() -> Result<()> {
         Cmd::Build => build(),
         Cmd::Install(opts) => install::install(opts),
         Cmd::Deb(opts) => package::deb(opts),
-        Cmd::Dist => package::dist().map(|_| ()),
+        Cmd::Dist { target } => package::dist(arch::Arch::from_musl(&target)?).map(|_| ()),
         Cmd::Run { args } => {
             build()?;
             let bin = spacetime_bin();
@@ -254,6 +265,7 @@ fn main() -> Result<()> {
         Cmd::Test { args } => test(&args),
         Cmd::VmTest {
             debian,
+            arch,
             kernel,
             timeout,
             all,
@@ -265,6 +277,7 @@ fn main() -> Result<()> {
             args,
         } => vm::vm_test(vm::Options {
             debian,
+            arch,
             kernel,
             timeout: std::time::Duration::from_secs(timeout),
             all,

@@ -3,7 +3,8 @@
 //! command traced with it, the agent started through its socket unit (systemd) or as the unit
 //! would run it (no systemd), an unprivileged user tracing through it, then the package purged
 //! and nothing of it left. `cargo xtask dist`: a static (musl) binary in a tarball with the
-//! completions, manual page, units and licences.
+//! completions, manual page, units and licences (`--target aarch64-unknown-linux-musl`: the
+//! arm64 one, cross-linked).
 
 use std::{
     fs,
@@ -14,13 +15,11 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use crate::{root, run, target_dir, toolchain};
+use crate::{arch::Arch, root, run, target_dir, toolchain};
 
 /// The cargo-deb release `cargo xtask deb` installs when none is there (builds with Rust 1.95
 /// in about a minute on two cores).
 const CARGO_DEB_VERSION: &str = "3.8.0";
-/// The static build's target.
-pub const MUSL: &str = "x86_64-unknown-linux-musl";
 
 #[derive(Debug, clap::Args)]
 pub struct DebOptions {
@@ -50,12 +49,16 @@ fn ensure_cargo_deb() -> Result<()> {
     ]))
 }
 
-/// Stages the files with `install --prefix /usr --destdir DIR` from `bin`.
-fn stage(dir: &Path, bin: &Path) -> Result<()> {
+/// Stages the files with `install --prefix /usr --destdir DIR` from `bin`; `writer`, when
+/// `bin` does not run here, writes the completions and manual pages.
+fn stage(dir: &Path, bin: &Path, writer: Option<&Path>) -> Result<()> {
     if dir.exists() {
         fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
     }
-    crate::install::install(crate::install::Options::staged("/usr", dir, bin))
+    crate::install::install(match writer {
+        Some(w) => crate::install::Options::staged_foreign("/usr", dir, bin, w),
+        None => crate::install::Options::staged("/usr", dir, bin),
+    })
 }
 
 /// Builds the package; returns its path.
@@ -63,7 +66,7 @@ pub fn deb(opts: DebOptions) -> Result<()> {
     crate::build()?;
     ensure_cargo_deb()?;
     let staged = target_dir().join("release/deb-root");
-    stage(&staged, &crate::spacetime_bin())?;
+    stage(&staged, &crate::spacetime_bin(), None)?;
     changelog(&staged.join("usr/share/doc/spacetime"))?;
     // cargo-deb compresses no file under target/release (it takes them for build products).
     let man = staged.join("usr/share/man/man1");
@@ -191,17 +194,43 @@ fn lintian(deb: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `cargo xtask dist`: the static binary and its files in target/dist/NAME.tar.gz.
-pub fn dist() -> Result<PathBuf> {
+/// The static binary for `arch`, built (the eBPF object it embeds is the same for every
+/// architecture, built once by spacetime/build.rs); returns its path.
+pub fn build_static(arch: Arch) -> Result<PathBuf> {
     crate::toolchain::ensure()?;
-    toolchain::ensure_rust_target(MUSL)?;
-    eprintln!("xtask: building spacetime for {MUSL} (static)");
-    run(crate::cargo().args(["build", "--release", "-p", "spacetime", "--target", MUSL]))?;
-    let bin = target_dir().join(MUSL).join("release/spacetime");
-    let name = format!("spacetime-{}-x86_64-linux-musl", env!("CARGO_PKG_VERSION"));
+    let musl = arch.musl();
+    eprintln!("xtask: building spacetime for {musl} (static)");
+    run(arch
+        .cargo()?
+        .args(["build", "--release", "-p", "spacetime", "--target", musl]))?;
+    let bin = target_dir().join(musl).join("release/spacetime");
+    let head = fs::read(&bin).with_context(|| format!("reading {}", bin.display()))?;
+    if Arch::machine_of(&head) != Some(arch.elf_machine()) {
+        bail!("{} is not an {} ELF binary", bin.display(), arch.debian());
+    }
+    Ok(bin)
+}
+
+/// `cargo xtask dist`: the static binary for `arch` and its files in target/dist/NAME.tar.gz;
+/// returns the binary in the staged tree.
+pub fn dist(arch: Arch) -> Result<PathBuf> {
+    let bin = build_static(arch)?;
+    let name = format!(
+        "spacetime-{}-{}",
+        env!("CARGO_PKG_VERSION"),
+        arch.dist_name()
+    );
     let dist = target_dir().join("dist");
     let tree = dist.join(&name);
-    stage(&tree, &bin)?;
+    // The completions and manual pages are the same text for every architecture: another
+    // architecture's are written by the host's release build.
+    let writer = if arch.is_host() {
+        None
+    } else {
+        crate::build()?;
+        Some(crate::spacetime_bin())
+    };
+    stage(&tree, &bin, writer.as_deref())?;
     // The tarball unpacks to NAME/{bin,share,lib}: the staged /usr.
     let usr = tree.join("usr");
     for entry in fs::read_dir(&usr).with_context(|| format!("reading {}", usr.display()))? {
@@ -222,6 +251,14 @@ pub fn dist() -> Result<PathBuf> {
         size(&tarball)?,
         size(&bin)?
     );
+    if !arch.is_host() {
+        eprintln!(
+            "xtask: an {} binary does not run here: `cargo xtask vm-test --arch {}` runs it in a guest",
+            arch.debian(),
+            arch.debian()
+        );
+        return Ok(tree.join("bin/spacetime"));
+    }
     // It runs here as built, without the glibc it was not linked against.
     let started = Instant::now();
     let out = Command::new(tree.join("bin/spacetime"))

@@ -10,6 +10,11 @@
 //! The kernel package is fetched with apt by name (the newest `linux-image-*-cloud-amd64-unsigned`
 //! of the release that apt offers, `vm/kernel.rs`) and cached under `<target>/vm/debian-N/`, so a
 //! second run downloads nothing.
+//!
+//! `--arch arm64` boots the release's arm64 cloud kernel under qemu-system-aarch64 (virt, TCG)
+//! with the static aarch64 spacetime, aarch64 builds of the chosen test binaries (doctor and
+//! memory unless `--test` says), and Debian's arm64 busybox and setpriv (with its libraries),
+//! cached under `<target>/vm/debian-N-arm64/`.
 
 use std::{
     ffi::OsString,
@@ -21,7 +26,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use crate::{target_dir, toolchain};
+use crate::{arch::Arch, target_dir, toolchain};
 
 mod console;
 mod guest;
@@ -30,8 +35,14 @@ use console::boot;
 use guest::make_initramfs;
 pub use kernel::Debian;
 
-/// Host packages the VM test needs: qemu, a static busybox for the guest, cpio for the archive.
-const HOST_PACKAGES: [&str; 3] = ["qemu-system-x86", "busybox-static", "cpio"];
+/// Host packages the VM test needs besides qemu: a static busybox for an amd64 guest, cpio
+/// for the archive.
+const HOST_PACKAGES: [&str; 2] = ["busybox-static", "cpio"];
+/// The test binaries an arm64 guest runs unless `--test` names others: what the architecture
+/// could change (the kernel's features as doctor sees them; the exact RSS read through the
+/// per-CPU counters and their offsets) with the fewest cross-built binaries: an emulated arm64
+/// CPU is slower than an emulated x86-64 one, and every test binary is one more cross build.
+const ARM64_TESTS: [&str; 2] = ["doctor", "memory"];
 /// Printed by the guest's /init as its last line before powering off.
 const MARKER: &str = "SPACETIME-VM-RESULT:";
 /// Where the guest finds things.
@@ -51,6 +62,8 @@ const APPLETS: [&str; 17] = [
 pub struct Options {
     /// The Debian release whose cloud kernel the guest boots.
     pub debian: Debian,
+    /// The guest's architecture.
+    pub arch: Arch,
     /// A kernel image to boot instead of Debian's.
     pub kernel: Option<PathBuf>,
     /// Limit for the guest's whole run.
@@ -192,27 +205,35 @@ const HOST_TOOLS_TESTS: [(&str, &str); 13] = [
 
 pub fn vm_test(opts: Options) -> Result<()> {
     let started = Instant::now();
-    ensure_host_packages()?;
+    let arch = opts.arch;
+    ensure_host_packages(arch)?;
     let dir = target_dir().join("vm");
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let cache = match arch {
+        Arch::Amd64 => dir.join(format!("debian-{}", opts.debian.number())),
+        _ => dir.join(format!("debian-{}-{}", opts.debian.number(), arch.debian())),
+    };
     let kernel = match &opts.kernel {
         Some(k) => k.clone(),
-        None => kernel::debian_kernel(
-            opts.debian,
-            &dir.join(format!("debian-{}", opts.debian.number())),
-        )?,
+        None => kernel::debian_kernel(opts.debian, arch, &cache)?,
     };
     if !kernel.is_file() {
         bail!("kernel image {} does not exist", kernel.display());
     }
     let spacetime = match &opts.spacetime {
         Some(bin) => bin.clone(),
-        None => {
+        None if arch.is_host() => {
             crate::build()?;
             crate::spacetime_bin()
         }
+        None => crate::package::build_static(arch)?,
     };
-    let mut built = build_tests(spacetime)?;
+    let mut only = opts.only.clone();
+    if !arch.is_host() && only.is_empty() {
+        only = ARM64_TESTS.iter().map(|t| t.to_string()).collect();
+    }
+    let userland = guest::userland(arch, opts.debian, &cache)?;
+    let mut built = build_tests(arch, spacetime, &only, userland)?;
     if let Some(bin) = &opts.doctor_with {
         if !bin.is_file() {
             bail!("--doctor-with {}: no such file", bin.display());
@@ -231,10 +252,10 @@ pub fn vm_test(opts: Options) -> Result<()> {
         "xtask: not run in the guest (they need host tools; cargo xtask test runs them): {}",
         HOST_ONLY.join(", ")
     );
-    if !opts.only.is_empty() {
-        built.tests.retain(|(name, _)| opts.only.contains(name));
+    if !only.is_empty() {
+        built.tests.retain(|(name, _)| only.contains(name));
         if built.tests.is_empty() {
-            bail!("no integration test binary named {:?}", opts.only);
+            bail!("no integration test binary named {only:?}");
         }
     }
     for name in &opts.except {
@@ -273,7 +294,7 @@ pub fn vm_test(opts: Options) -> Result<()> {
     );
     let booted = Instant::now();
     let cpu_before = children_cpu_s();
-    let mut verdict = boot(&kernel, initrd, opts.timeout, opts.cpus)?;
+    let mut verdict = boot(arch, &kernel, initrd, opts.timeout, opts.cpus)?;
     if !opts.all {
         verdict.skipped = SLOW_UNDER_TCG.iter().map(|(name, _)| *name).collect();
     }
@@ -309,11 +330,10 @@ fn children_cpu_s() -> f64 {
     s(ru.ru_utime) + s(ru.ru_stime)
 }
 
-fn ensure_host_packages() -> Result<()> {
-    toolchain::apt_install(
-        &HOST_PACKAGES,
-        "the VM test boots a Debian guest under qemu",
-    )
+fn ensure_host_packages(arch: Arch) -> Result<()> {
+    let mut packages = vec![arch.qemu().package];
+    packages.extend(HOST_PACKAGES);
+    toolchain::apt_install(&packages, "the VM test boots a Debian guest under qemu")
 }
 
 /// What the guest runs.
@@ -329,15 +349,33 @@ struct Built {
     /// Another spacetime binary the doctor tests run with too (`--doctor-with`), and the
     /// doctor test binary (run whether or not `--test` chose it for the suite).
     doctor_with: Option<(PathBuf, PathBuf)>,
+    /// The guest's busybox, setpriv and the libraries setpriv loads.
+    userland: guest::Userland,
 }
 
-/// util-linux's setpriv: the tests run clients as `nobody` with it (busybox's lacks --reuid).
-const SETPRIV: &str = "/usr/bin/setpriv";
-
-/// Builds the integration tests (release) and finds their binaries in cargo's JSON messages.
-fn build_tests(spacetime: PathBuf) -> Result<Built> {
-    eprintln!("xtask: building the integration tests (release)");
-    let out = crate::cargo()
+/// Builds the integration tests (release; for another architecture, those of `only`, for its
+/// static target) and finds their binaries in cargo's JSON messages.
+fn build_tests(
+    arch: Arch,
+    spacetime: PathBuf,
+    only: &[String],
+    userland: guest::Userland,
+) -> Result<Built> {
+    let (mut cargo, mut cross) = (crate::cargo(), Vec::new());
+    if arch.is_host() {
+        eprintln!("xtask: building the integration tests (release)");
+    } else {
+        eprintln!(
+            "xtask: building the integration tests {only:?} for {} (release)",
+            arch.musl()
+        );
+        cargo = arch.cargo()?;
+        cross.extend(["--target", arch.musl()]);
+        for name in only {
+            cross.extend(["--test", name.as_str()]);
+        }
+    }
+    let out = cargo
         .args([
             "test",
             "--release",
@@ -346,6 +384,7 @@ fn build_tests(spacetime: PathBuf) -> Result<Built> {
             "--no-run",
             "--message-format=json",
         ])
+        .args(cross)
         .stderr(Stdio::inherit())
         .output()
         .context("running cargo test --no-run")?;
@@ -394,6 +433,7 @@ fn build_tests(spacetime: PathBuf) -> Result<Built> {
         workload: workload.context("cargo did not report the st-workload binary")?,
         agent_client: agent_client.context("cargo did not report the st-agent-client binary")?,
         doctor_with: None,
+        userland,
     })
 }
 

@@ -19,6 +19,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 use super::MARKER;
+use crate::arch::Arch;
 
 /// What the guest said.
 pub(super) struct Verdict {
@@ -135,10 +136,23 @@ impl Console {
 }
 
 /// Boots the guest, streams its console, and returns what it said.
-pub(super) fn boot(kernel: &Path, initrd: &Path, timeout: Duration, cpus: u32) -> Result<Verdict> {
+pub(super) fn boot(
+    arch: Arch,
+    kernel: &Path,
+    initrd: &Path,
+    timeout: Duration,
+    cpus: u32,
+) -> Result<Verdict> {
     let monitor = initrd.with_extension("monitor");
     let _ = fs::remove_file(&monitor);
-    let mut qemu = Command::new("qemu-system-x86_64");
+    let crate::arch::Qemu {
+        program,
+        machine,
+        console,
+        ..
+    } = arch.qemu();
+    let mut qemu = Command::new(program);
+    qemu.args(machine);
     // One host thread runs every vCPU in turn. With a thread per vCPU (qemu 7.2's default)
     // the guest locks up when spacetime detaches its sched_switch program: the kernel patches
     // the tracepoint's call in __schedule while another vCPU runs it with interrupts off, and
@@ -159,16 +173,18 @@ pub(super) fn boot(kernel: &Path, initrd: &Path, timeout: Duration, cpus: u32) -
     .arg(kernel)
     .arg("-initrd")
     .arg(initrd)
-    .args([
-        "-append",
-        "console=ttyS0 quiet panic=-1 sysrq_always_enabled",
-    ])
+    .arg("-append")
+    .arg(format!(
+        "console={console} quiet panic=-1 sysrq_always_enabled"
+    ))
     .arg("-monitor")
     .arg(format!("unix:{},server=on,wait=off", monitor.display()))
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
     .stderr(Stdio::inherit());
-    let mut child = qemu.spawn().context("starting qemu-system-x86_64")?;
+    let mut child = qemu
+        .spawn()
+        .with_context(|| format!("starting {program}"))?;
     let mut stdout = child.stdout.take().context("qemu stdout")?;
     let (tx, rx) = mpsc::channel::<Vec<u8>>();
     std::thread::spawn(move || {

@@ -12,9 +12,68 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 use super::{
+    kernel::{debian_package, Debian},
     Built, APPLETS, GUEST_DOCTOR_TEST, GUEST_DOCTOR_WITH, GUEST_SPACETIME, GUEST_TESTS, MARKER,
-    SETPRIV,
 };
+use crate::arch::Arch;
+
+/// The guest's own programs: a static busybox, util-linux's setpriv (the tests run clients as
+/// `nobody` with it; busybox's lacks --reuid) and what it loads, as (source, guest path).
+pub(super) struct Userland {
+    busybox: PathBuf,
+    setpriv: PathBuf,
+    /// Libraries at their guest paths; empty when the host's `ldd` finds them.
+    libs: Vec<(PathBuf, PathBuf)>,
+}
+
+/// The host's own busybox and setpriv for a guest of its architecture; for another, Debian's
+/// builds of `release` for `arch`, downloaded once into `cache`.
+pub(super) fn userland(arch: Arch, release: Debian, cache: &Path) -> Result<Userland> {
+    if arch.is_host() {
+        let setpriv = PathBuf::from("/usr/bin/setpriv");
+        if !setpriv.is_file() {
+            bail!("/usr/bin/setpriv is missing: install util-linux (the agent tests run clients as nobody)");
+        }
+        return Ok(Userland {
+            busybox: PathBuf::from("/bin/busybox"),
+            setpriv,
+            libs: Vec::new(),
+        });
+    }
+    let unpacked = |p: &str| debian_package(release, arch, cache, p);
+    // A file of an unpacked package, where it is (Debian 13 ships /bin and /lib under /usr).
+    let file = |tree: &Path, path: &str| {
+        let merged = tree.join("usr").join(path);
+        let found = [tree.join(path), merged.clone()]
+            .into_iter()
+            .find(|p| p.exists());
+        found.with_context(|| format!("{} is missing from Debian's package", merged.display()))
+    };
+    let busybox = file(&unpacked("busybox-static")?, "bin/busybox")?;
+    let setpriv = file(&unpacked("util-linux")?, "bin/setpriv")?;
+    let (libc, capng) = (unpacked("libc6")?, unpacked("libcap-ng0")?);
+    // The multiarch directory, and the dynamic loader binaries name (PT_INTERP).
+    let (triplet, interp) = match arch {
+        Arch::Arm64 => ("aarch64-linux-gnu", "/lib/ld-linux-aarch64.so.1"),
+        Arch::Amd64 => ("x86_64-linux-gnu", "/lib64/ld-linux-x86-64.so.2"),
+    };
+    let lib = |tree: &Path, name: &str| -> Result<(PathBuf, PathBuf)> {
+        let at = format!("lib/{triplet}/{name}");
+        Ok((file(tree, &at)?, Path::new("/").join(at)))
+    };
+    let loader_name = Path::new(interp).file_name().context("loader name")?;
+    let (loader, _) = lib(&libc, &loader_name.to_string_lossy())?;
+    let libs = vec![
+        lib(&libc, "libc.so.6")?,
+        lib(&capng, "libcap-ng.so.0")?,
+        (loader, PathBuf::from(interp)),
+    ];
+    Ok(Userland {
+        busybox,
+        setpriv,
+        libs,
+    })
+}
 
 /// Copies `src` (symlinks followed) to `root` + `guest_path`, executable bits kept.
 fn install(root: &Path, src: &Path, guest_path: &Path) -> Result<()> {
@@ -204,7 +263,7 @@ pub(super) fn make_initramfs(
     }
     fs::set_permissions(root.join("tmp"), fs::Permissions::from_mode(0o1777))?;
 
-    install(root, Path::new("/bin/busybox"), Path::new("/bin/busybox"))?;
+    install(root, &built.userland.busybox, Path::new("/bin/busybox"))?;
     for applet in APPLETS {
         symlink("busybox", root.join("bin").join(applet))?;
     }
@@ -217,10 +276,10 @@ pub(super) fn make_initramfs(
     binaries.push((built.workload.clone(), built.workload.clone()));
     binaries.push((built.agent_client.clone(), built.agent_client.clone()));
     // In /bin, ahead of busybox's applet of that name (`--install` keeps existing files).
-    if !Path::new(SETPRIV).is_file() {
-        bail!("{SETPRIV} is missing: install util-linux (the agent tests run clients as nobody)");
-    }
-    binaries.push((PathBuf::from(SETPRIV), PathBuf::from("/bin/setpriv")));
+    binaries.push((
+        built.userland.setpriv.clone(),
+        PathBuf::from("/bin/setpriv"),
+    ));
     for (name, path) in &built.tests {
         binaries.push((path.clone(), Path::new(GUEST_TESTS).join(name)));
     }
@@ -235,6 +294,9 @@ pub(super) fn make_initramfs(
     }
     for lib in &libs {
         install(root, lib, lib)?;
+    }
+    for (src, at) in &built.userland.libs {
+        install(root, src, at)?;
     }
 
     // root and nobody: the sudo test drops to nobody and compares with `id -G nobody`.

@@ -1,7 +1,10 @@
-//! Debian's cloud kernels, by release: found with apt by name, downloaded once, unpacked.
+//! Debian's cloud kernels, by release and architecture: found with apt by name, downloaded
+//! once, unpacked; and the few other packages an arm64 guest takes from Debian (busybox,
+//! setpriv and its libraries).
 //!
-//! Each release's suite is read through a list of its own (`Dir::Etc::sourcelist`), so the
-//! machine's apt sources are never touched and any Debian host reaches all three.
+//! Each release's suite is read through a list of its own (`Dir::Etc::sourcelist`) and state
+//! of its own, with the architecture as apt's only one, so the machine's apt sources and
+//! architectures are never touched and any Debian host reaches all three releases.
 
 use std::{
     fs,
@@ -11,13 +14,12 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use crate::run;
+use crate::{arch::Arch, run};
 
 /// Where apt finds Debian (the mirror the machines' own sources use).
 const MIRROR: &str = "http://deb.debian.org/debian";
 const SECURITY: &str = "http://deb.debian.org/debian-security";
 const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
-const SUFFIX: &str = "-cloud-amd64-unsigned";
 
 /// A Debian release whose cloud kernel a guest boots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -86,20 +88,21 @@ impl Debian {
 
     /// The revision of a package or .deb name of this release's cloud kernel (the ABI for
     /// 11 and 12, the patch level for 13); None for any other name.
-    pub fn revision(self, name: &str) -> Option<u32> {
+    pub fn revision(self, arch: Arch, name: &str) -> Option<u32> {
         let (prefix, then) = self.prefix();
         let rest = name.strip_prefix(prefix)?;
         let digits = rest.find(|c: char| !c.is_ascii_digit())?;
         let tail = &rest[digits..];
         let unsigned = tail.strip_prefix(then)?;
-        (format!("-cloud{unsigned}").starts_with(SUFFIX))
+        (format!("-cloud{unsigned}").starts_with(&format!("-cloud-{}-unsigned", arch.debian())))
             .then(|| rest[..digits].parse().ok())
             .flatten()
     }
 }
 
-/// apt with a list of `release`'s suite only, its state under `dir`.
-fn apt(release: Debian, dir: &Path, program: &str) -> Result<Command> {
+/// apt with a list of `release`'s suite only and `arch` its only architecture, its state
+/// under `dir`.
+fn apt(release: Debian, arch: Arch, dir: &Path, program: &str) -> Result<Command> {
     let state = dir.join("apt");
     for sub in ["lists/partial", "cache/archives/partial"] {
         fs::create_dir_all(state.join(sub))
@@ -113,37 +116,36 @@ fn apt(release: Debian, dir: &Path, program: &str) -> Result<Command> {
         .args(["-o", "Dir::Etc::sourceparts=/dev/null"])
         .args(["-o", &opt("Dir::State::lists", &state.join("lists"))])
         .args(["-o", &opt("Dir::Cache", &state.join("cache"))])
-        .args(["-o", "APT::Sandbox::User=root"]);
+        .args(["-o", "APT::Sandbox::User=root"])
+        .args(["-o", &format!("APT::Architecture={}", arch.debian())])
+        .args(["-o", &format!("APT::Architectures::={}", arch.debian())]);
     Ok(c)
 }
 
 /// The newest cloud kernel package of `release` that apt offers.
-fn newest_package(release: Debian, dir: &Path) -> Result<String> {
+fn newest_package(release: Debian, arch: Arch, dir: &Path) -> Result<String> {
     let search = || -> Result<Vec<String>> {
-        let out = apt(release, dir, "apt-cache")?
-            .args([
-                "search",
-                "--names-only",
-                "^linux-image-.*-cloud-amd64-unsigned$",
-            ])
+        let pattern = format!("^linux-image-.*-cloud-{}-unsigned$", arch.debian());
+        let out = apt(release, arch, dir, "apt-cache")?
+            .args(["search", "--names-only", &pattern])
             .output()
             .context("running apt-cache search")?;
         Ok(String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| l.split_whitespace().next())
-            .filter(|n| release.revision(n).is_some())
+            .filter(|n| release.revision(arch, n).is_some())
             .map(str::to_owned)
             .collect())
     };
     let mut names = search()?;
     if names.is_empty() {
         eprintln!("xtask: reading Debian {}'s package lists", release.number());
-        run(apt(release, dir, "apt-get")?.args(["update", "-qq"]))?;
+        run(apt(release, arch, dir, "apt-get")?.args(["update", "-qq"]))?;
         names = search()?;
     }
     names
         .into_iter()
-        .max_by_key(|n| release.revision(n))
+        .max_by_key(|n| release.revision(arch, n))
         .with_context(|| {
             format!(
                 "apt offers no Linux {} cloud kernel of Debian {}",
@@ -154,7 +156,7 @@ fn newest_package(release: Debian, dir: &Path) -> Result<String> {
 }
 
 /// `release`'s cloud kernel, downloaded once and unpacked under `dir`; returns the vmlinuz.
-pub fn debian_kernel(release: Debian, dir: &Path) -> Result<PathBuf> {
+pub fn debian_kernel(release: Debian, arch: Arch, dir: &Path) -> Result<PathBuf> {
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let cached = |dir: &Path| -> Option<PathBuf> {
         fs::read_dir(dir)
@@ -163,9 +165,9 @@ pub fn debian_kernel(release: Debian, dir: &Path) -> Result<PathBuf> {
             .map(|e| e.path())
             .filter(|p| {
                 let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                name.ends_with(".deb") && release.revision(name).is_some()
+                name.ends_with(".deb") && release.revision(arch, name).is_some()
             })
-            .max_by_key(|p| release.revision(p.file_name()?.to_str()?))
+            .max_by_key(|p| release.revision(arch, p.file_name()?.to_str()?))
     };
     let deb = match cached(dir) {
         Some(deb) => {
@@ -173,34 +175,18 @@ pub fn debian_kernel(release: Debian, dir: &Path) -> Result<PathBuf> {
             deb
         }
         None => {
-            let package = newest_package(release, dir)?;
+            let package = newest_package(release, arch, dir)?;
             eprintln!(
                 "xtask: downloading {package} with apt-get (cached in {})",
                 dir.display()
             );
-            run(apt(release, dir, "apt-get")?
+            run(apt(release, arch, dir, "apt-get")?
                 .current_dir(dir)
                 .args(["download", &package]))?;
             cached(dir).context("apt-get download left no .deb")?
         }
     };
-    unpack(&deb, dir)
-}
-
-/// Unpacks a kernel .deb once (beside it) and returns its vmlinuz.
-fn unpack(deb: &Path, dir: &Path) -> Result<PathBuf> {
-    let stem = deb
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .context("kernel .deb name")?;
-    let unpacked = dir.join(stem);
-    if !unpacked.join("boot").is_dir() {
-        let partial = dir.join(format!("{stem}.partial"));
-        let _ = fs::remove_dir_all(&partial);
-        run(Command::new("dpkg").arg("-x").arg(deb).arg(&partial))?;
-        fs::rename(&partial, &unpacked)?;
-    }
-    let boot = unpacked.join("boot");
+    let boot = unpack(&deb, dir)?.join("boot");
     fs::read_dir(&boot)
         .with_context(|| format!("reading {}", boot.display()))?
         .flatten()
@@ -213,13 +199,67 @@ fn unpack(deb: &Path, dir: &Path) -> Result<PathBuf> {
         .with_context(|| format!("no vmlinuz-* in {}", boot.display()))
 }
 
+/// `package` of `release` for `arch`, downloaded once (the version apt offers then) and
+/// unpacked under `dir`; returns the unpacked tree.
+pub fn debian_package(release: Debian, arch: Arch, dir: &Path, package: &str) -> Result<PathBuf> {
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let cached = |dir: &Path| -> Option<PathBuf> {
+        fs::read_dir(dir)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("{package}_")) && n.ends_with(".deb"))
+            })
+    };
+    let deb = match cached(dir) {
+        Some(deb) => deb,
+        None => {
+            eprintln!(
+                "xtask: downloading {package}:{} with apt-get (cached in {})",
+                arch.debian(),
+                dir.display()
+            );
+            let download = |d: &Path| {
+                run(apt(release, arch, d, "apt-get")?
+                    .current_dir(d)
+                    .args(["download", package]))
+            };
+            if download(dir).is_err() {
+                run(apt(release, arch, dir, "apt-get")?.args(["update", "-qq"]))?;
+                download(dir)?;
+            }
+            cached(dir).context("apt-get download left no .deb")?
+        }
+    };
+    unpack(&deb, dir)
+}
+
+/// Unpacks a .deb once (beside it) and returns the unpacked tree.
+fn unpack(deb: &Path, dir: &Path) -> Result<PathBuf> {
+    let stem = deb
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .context("kernel .deb name")?;
+    let unpacked = dir.join(stem);
+    if !unpacked.is_dir() {
+        let partial = dir.join(format!("{stem}.partial"));
+        let _ = fs::remove_dir_all(&partial);
+        run(Command::new("dpkg").arg("-x").arg(deb).arg(&partial))?;
+        fs::rename(&partial, &unpacked)?;
+    }
+    Ok(unpacked)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Debian;
+    use super::{Arch, Debian};
 
     #[test]
     fn revisions_from_names() {
-        let r = |d: Debian, n: &str| d.revision(n);
+        let r = |d: Debian, n: &str| d.revision(Arch::Amd64, n);
         let b = Debian::Bookworm;
         assert_eq!(r(b, "linux-image-6.1.0-54-cloud-amd64-unsigned"), Some(54));
         assert_eq!(
@@ -255,5 +295,9 @@ mod tests {
             Some(117)
         );
         assert_eq!(r(t, "linux-image-6.12.117+deb13-amd64-unsigned"), None);
+        let arm = |n: &str| b.revision(Arch::Arm64, n);
+        assert_eq!(arm("linux-image-6.1.0-57-cloud-arm64-unsigned"), Some(57));
+        assert_eq!(arm("linux-image-6.1.0-57-cloud-amd64-unsigned"), None);
+        assert_eq!(r(b, "linux-image-6.1.0-57-cloud-arm64-unsigned"), None);
     }
 }
