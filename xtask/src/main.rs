@@ -123,8 +123,11 @@ pub fn root() -> PathBuf {
 
 /// The cargo target directory: `CARGO_TARGET_DIR` if set, else the workspace's `target/`.
 pub fn target_dir() -> PathBuf {
+    // Relative, as cargo reads it: from the directory it was started in (xtask's own, since
+    // cargo runs it there); paths below are handed to commands that run elsewhere.
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
+        .map(|d| std::path::absolute(&d).unwrap_or(d))
         .unwrap_or_else(|| root().join("target"))
 }
 
