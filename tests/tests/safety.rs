@@ -3,6 +3,7 @@
 //! signal forwarded after CMD exits never reaches a stranger that reused a traced pid.
 
 use std::ffi::OsString;
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use base64::{engine::general_purpose::STANDARD, Engine as _};
 use serde_json::Value;
+use spacetime_tests::raw::pidfd_open;
 use spacetime_tests::watch::{token, Watch};
 use spacetime_tests::{TempDir, Trace};
 
@@ -212,6 +214,34 @@ fn gone(pid: i32) -> bool {
     }
 }
 
+/// A pidfd for `pid`, proven (after it is opened) to pin the `sleep 300` the script started
+/// (its fork may not have exec'd yet).
+fn pin_sleeper(pid: i32) -> OwnedFd {
+    let fd = pidfd_open(pid, 0).unwrap_or_else(|e| panic!("pidfd_open({pid}): {e}"));
+    wait_for("D to exec `sleep 300`", Duration::from_secs(60), || {
+        assert!(!exited(&fd), "D ({pid}) exited before the signal");
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == b"sleep\x00300\x00")
+    });
+    fd
+}
+
+/// Whether the process `pidfd` pins has exited: the kernel makes a pidfd readable then.
+fn exited(pidfd: &OwnedFd) -> bool {
+    let mut p = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    assert!(
+        n >= 0,
+        "poll on a pidfd: {}",
+        std::io::Error::last_os_error()
+    );
+    n == 1
+}
+
 /// Starts a process that holds `pid` (steered with the kernel's ns_last_pid; retried when
 /// another process took the pid first).
 fn stranger_at(pid: i32) -> Child {
@@ -239,9 +269,10 @@ fn forwarded_signal_spares_a_stranger_holding_a_traced_pid() {
     // With one tracking slot the root's children are seen forking but not exiting: C exits
     // unseen, then D outlives the root, keeping the trace running. C lives 200 ms: a pid
     // taken again within the tick (10 ms) its first holder started in cannot be told apart
-    // by /proc, and the kernel never recycles one that fast unless root steers it.
+    // by /proc, and the kernel never recycles one that fast unless root steers it. `r` is
+    // written whole (renamed into place): read while the shell wrote it, it was once empty.
     let script = format!(
-        "sh -c 'sleep 0.2' & echo $! > {c}; wait $!; sleep 300 & echo $! > {dd}; echo $$ > {r}",
+        "sh -c 'sleep 0.2' & echo $! > {c}; wait $!; sleep 300 & echo $! > {dd}; echo $$ > {r}.new; mv {r}.new {r}",
         c = d.join("c").display(),
         dd = d.join("d").display(),
         r = d.join("r").display()
@@ -257,6 +288,9 @@ fn forwarded_signal_spares_a_stranger_holding_a_traced_pid() {
     let c = read_pid(&d.join("c"));
     let dpid = read_pid(&d.join("d"));
     assert!(gone(c), "C ({c}) has exited");
+    // D is watched through a pidfd: steering the next pid to C's makes D's the next one
+    // handed out, and a kernel thread took it the moment D died (seen in a guest).
+    let d_pinned = pin_sleeper(dpid);
     let mut stranger = stranger_at(c);
     running.signal(libc::SIGTERM);
     let out = running.wait();
@@ -273,7 +307,7 @@ fn forwarded_signal_spares_a_stranger_holding_a_traced_pid() {
     wait_for(
         "D, proven ours, to die of the forwarded SIGTERM",
         Duration::from_secs(60),
-        || gone(dpid),
+        || exited(&d_pinned),
     );
     let v = out.json_value();
     let procs = v["processes"].as_array().expect("processes");
