@@ -462,10 +462,11 @@ fn start_up_cost_is_reported_per_program() {
 /// own): 300 forks, execs (argv included) and exits write more than 100 KB of records, so the
 /// ring wraps again and again and records straddle its end (the data is mapped once: such a
 /// record is put together from the area's end and its start). Each record read decodes, and
-/// each process read is whole, argv and exit. How much a ring this small loses depends on how
-/// soon the reader is scheduled, so loss is allowed here and must be counted: a process
-/// missing from the report means records said lost. (Asserting none lost failed in CI with the
-/// reader not scheduled for ~10 ms on a busy machine.)
+/// each part of a process read is whole, argv and exit. How much a ring this small loses
+/// depends on how soon the reader is scheduled, so loss is allowed here and must be counted: a
+/// process missing from the report, or a part of one, means records said lost. (Asserting none
+/// lost failed in CI with the reader not scheduled for ~10 ms on a busy machine; asserting
+/// every exit of a process whose exec arrived failed there too.)
 #[test]
 fn records_that_wrap_around_a_small_ring_decode_whole() {
     // 200 in the emulated guest: still more than the 133 that fill the ring twice.
@@ -500,8 +501,21 @@ fn records_that_wrap_around_a_small_ring_decode_whole() {
             continue;
         };
         present += 1;
-        assert_eq!(last["argv"], json!([WL, "noop"]), "pid {pid}: argv");
-        assert_eq!(p["exit"], json!({"code": 0}), "pid {pid}: exit");
+        // A record lost (counted) leaves its part unknown, never garbled: the exec's argv, or
+        // the fork's (the parent's) when the exec was lost; the exit, or none said unknown.
+        let storm_argv = json!([WL, "storm", n.to_string(), WL, "noop"]);
+        assert!(
+            last["argv"] == json!([WL, "noop"]) || (lost > 0 && last["argv"] == storm_argv),
+            "pid {pid}: argv {} ({lost} lost)",
+            last["argv"]
+        );
+        assert!(
+            p["exit"] == json!({"code": 0})
+                || (lost > 0 && p["exit"].is_null() && p["state"] == "unknown"),
+            "pid {pid}: exit {} state {} ({lost} lost)",
+            p["exit"],
+            p["state"]
+        );
     }
     let missing = n as u64 - present;
     assert!(
