@@ -158,34 +158,23 @@ fn newest_package(release: Debian, arch: Arch, dir: &Path) -> Result<String> {
 /// `release`'s cloud kernel, downloaded once and unpacked under `dir`; returns the vmlinuz.
 pub fn debian_kernel(release: Debian, arch: Arch, dir: &Path) -> Result<PathBuf> {
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let cached = |dir: &Path| -> Option<PathBuf> {
-        fs::read_dir(dir)
-            .ok()?
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                name.ends_with(".deb") && release.revision(arch, name).is_some()
-            })
-            .max_by_key(|p| release.revision(arch, p.file_name()?.to_str()?))
+    // The newest of this release's kernel packages in `dir`.
+    let pick = |debs: Vec<(PathBuf, String)>| {
+        debs.into_iter()
+            .filter_map(|(p, n)| Some((release.revision(arch, &n)?, p)))
+            .max_by(|a, b| a.0.cmp(&b.0))
+            .map(|(_, p)| p)
     };
-    let deb = match cached(dir) {
-        Some(deb) => {
-            eprintln!("xtask: using the cached kernel package {}", deb.display());
-            deb
-        }
-        None => {
-            let package = newest_package(release, arch, dir)?;
-            eprintln!(
-                "xtask: downloading {package} with apt-get (cached in {})",
-                dir.display()
-            );
-            run(apt(release, arch, dir, "apt-get")?
-                .current_dir(dir)
-                .args(["download", &package]))?;
-            cached(dir).context("apt-get download left no .deb")?
-        }
-    };
+    let deb = cached_deb(dir, pick, || {
+        let package = newest_package(release, arch, dir)?;
+        eprintln!(
+            "xtask: downloading {package} with apt-get (cached in {})",
+            dir.display()
+        );
+        run(apt(release, arch, dir, "apt-get")?
+            .current_dir(dir)
+            .args(["download", &package]))
+    })?;
     let boot = unpack(&deb, dir)?.join("boot");
     fs::read_dir(&boot)
         .with_context(|| format!("reading {}", boot.display()))?
@@ -203,38 +192,58 @@ pub fn debian_kernel(release: Debian, arch: Arch, dir: &Path) -> Result<PathBuf>
 /// unpacked under `dir`; returns the unpacked tree.
 pub fn debian_package(release: Debian, arch: Arch, dir: &Path, package: &str) -> Result<PathBuf> {
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let cached = |dir: &Path| -> Option<PathBuf> {
-        fs::read_dir(dir)
-            .ok()?
+    let prefix = format!("{package}_");
+    let pick = |debs: Vec<(PathBuf, String)>| {
+        debs.into_iter()
+            .find(|(_, n)| n.starts_with(&prefix))
+            .map(|(p, _)| p)
+    };
+    let deb = cached_deb(dir, pick, || {
+        eprintln!(
+            "xtask: downloading {package}:{} with apt-get (cached in {})",
+            arch.debian(),
+            dir.display()
+        );
+        let download = |d: &Path| {
+            run(apt(release, arch, d, "apt-get")?
+                .current_dir(d)
+                .args(["download", package]))
+        };
+        if download(dir).is_err() {
+            run(apt(release, arch, dir, "apt-get")?.args(["update", "-qq"]))?;
+            download(dir)?;
+        }
+        Ok(())
+    })?;
+    unpack(&deb, dir)
+}
+
+/// The .deb `pick` chooses among those in `dir` (path and file name), downloaded into `dir`
+/// by `fetch` the first time.
+fn cached_deb(
+    dir: &Path,
+    pick: impl Fn(Vec<(PathBuf, String)>) -> Option<PathBuf>,
+    fetch: impl FnOnce() -> Result<()>,
+) -> Result<PathBuf> {
+    let debs = || -> Vec<(PathBuf, String)> {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        entries
             .flatten()
             .map(|e| e.path())
-            .find(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(&format!("{package}_")) && n.ends_with(".deb"))
+            .filter_map(|p| {
+                let name = p.file_name()?.to_str()?.to_string();
+                name.ends_with(".deb").then_some((p, name))
             })
+            .collect()
     };
-    let deb = match cached(dir) {
-        Some(deb) => deb,
-        None => {
-            eprintln!(
-                "xtask: downloading {package}:{} with apt-get (cached in {})",
-                arch.debian(),
-                dir.display()
-            );
-            let download = |d: &Path| {
-                run(apt(release, arch, d, "apt-get")?
-                    .current_dir(d)
-                    .args(["download", package]))
-            };
-            if download(dir).is_err() {
-                run(apt(release, arch, dir, "apt-get")?.args(["update", "-qq"]))?;
-                download(dir)?;
-            }
-            cached(dir).context("apt-get download left no .deb")?
-        }
-    };
-    unpack(&deb, dir)
+    if let Some(deb) = pick(debs()) {
+        eprintln!("xtask: using the cached package {}", deb.display());
+        return Ok(deb);
+    }
+    fetch()?;
+    pick(debs()).context("apt-get download left no .deb")
 }
 
 /// Unpacks a .deb once (beside it) and returns the unpacked tree.
