@@ -94,7 +94,8 @@ pub struct Collector {
     /// 33 on a trace's largest structures' peak).
     matched: Vec<Pair>,
     clock: Clock,
-    /// Records set aside: other processes' on the machine, not the trace's.
+    /// Records of a tgid the trace knows set aside by their start: other processes' on the
+    /// machine that reused a traced pid.
     other_exits: u64,
 }
 
@@ -125,7 +126,10 @@ impl Collector {
             if r.kind != RecordKind::Pid {
                 continue;
             }
-            if !may_be_traced(tree, &r, self.clock) {
+            if !tree.knows_tgid(record_tgid(&r)) {
+                continue;
+            }
+            if !started_in_time(tree, &r, self.clock) {
                 self.other_exits += 1;
                 continue;
             }
@@ -174,7 +178,7 @@ impl Collector {
         (self.records.len() - 1) as u32
     }
 
-    /// Records set aside as other processes' (see [`may_be_traced`]).
+    /// Records of known tgids set aside as other processes' (see [`started_in_time`]).
     pub fn other_exits(&self) -> u64 {
         self.other_exits
     }
@@ -260,19 +264,15 @@ impl Clock {
 /// rounded down to a second (so 3 s), as [`belongs`] takes threads up to a second after.
 const AFTER_END_S: i128 = 3;
 
-/// Can record `r` be of a traced process (or one of its threads)? Its tgid must be one the
-/// tree knows and, when that tgid's latest traced process ended, the task must have started
-/// by then (within [`AFTER_END_S`]). Once pids wrap (pid_max is often 32 768) every pid is a
-/// tgid the trace has seen, and without the second test every exit on the machine was kept
-/// until the trace's end (about 100 bytes each, and a linear scan in the matcher's list of
-/// ends of a reused pid). A task that started before that latest process is an earlier
-/// holder's record, late: kept, as the filter by tgid alone did.
-fn may_be_traced(tree: &Tree, r: &TaskstatsRecord, clock: Clock) -> bool {
-    let tgid = record_tgid(r);
-    if !tree.knows_tgid(tgid) {
-        return false;
-    }
-    let Some(latest) = tree.latest_with_tgid(tgid) else {
+/// Can record `r`, of a tgid the tree knows, be of a traced process (or one of its threads)?
+/// When that tgid's latest traced process ended, the task must have started by then (within
+/// [`AFTER_END_S`]). Once pids wrap (pid_max is often 32 768) every pid is a tgid the trace
+/// has seen, and without this test every exit on the machine was kept until the trace's end
+/// (about 100 bytes each, and a linear scan in the matcher's list of a reused pid's ends). A
+/// task that started before that latest process is an earlier holder's, its record late:
+/// kept, as the filter by tgid alone did.
+fn started_in_time(tree: &Tree, r: &TaskstatsRecord, clock: Clock) -> bool {
+    let Some(latest) = tree.latest_with_tgid(record_tgid(r)) else {
         return true;
     };
     let b = r.ac_btime64.unwrap_or(r.ac_btime as u64) as i128;
