@@ -94,6 +94,9 @@ pub struct Collector {
     /// 33 on a trace's largest structures' peak).
     matched: Vec<Pair>,
     clock: Clock,
+    /// Records of a tgid the trace knows set aside by their start: other processes' on the
+    /// machine that reused a traced pid.
+    other_exits: u64,
 }
 
 fn record_tgid(r: &TaskstatsRecord) -> u32 {
@@ -111,19 +114,28 @@ impl Collector {
             matcher: Matcher::default(),
             matched: Vec::new(),
             clock,
+            other_exits: 0,
         }
     }
 
-    /// Keeps the records of thread groups the tree knows; call after draining the ring buffer
+    /// Keeps the records that can be a traced process's; call after draining the ring buffer
     /// (a process's fork is always in the ring before its exit record is sent).
     pub fn keep(&mut self, tree: &Tree, batch: &mut Vec<TaskstatsRecord>) {
         let now = Instant::now();
         for r in batch.drain(..) {
-            if r.kind == RecordKind::Pid && tree.knows_tgid(record_tgid(&r)) {
-                let i = self.push(&r);
-                if let Some((key, i)) = self.matcher.taskstats(&r, now, i) {
-                    self.matched.push(Pair::new(key, i));
-                }
+            if r.kind != RecordKind::Pid {
+                continue;
+            }
+            if !tree.knows_tgid(record_tgid(&r)) {
+                continue;
+            }
+            if !started_in_time(tree, &r, self.clock) {
+                self.other_exits += 1;
+                continue;
+            }
+            let i = self.push(&r);
+            if let Some((key, i)) = self.matcher.taskstats(&r, now, i) {
+                self.matched.push(Pair::new(key, i));
             }
         }
         self.matcher.expire_threads(now);
@@ -164,6 +176,11 @@ impl Collector {
             at,
         ));
         (self.records.len() - 1) as u32
+    }
+
+    /// Records of known tgids set aside as other processes' (see [`started_in_time`]).
+    pub fn other_exits(&self) -> u64 {
+        self.other_exits
     }
 
     pub fn records(&self) -> &[Kept] {
@@ -242,6 +259,29 @@ impl Clock {
     }
 }
 
+/// How many seconds after the end of its tgid's latest traced process a task may have started
+/// and its record still be of use: the matcher pairs ends up to 2.5 s apart, and `btime` is
+/// rounded down to a second (so 3 s), as [`belongs`] takes threads up to a second after.
+const AFTER_END_S: i128 = 3;
+
+/// Can record `r`, of a tgid the tree knows, be of a traced process (or one of its threads)?
+/// When that tgid's latest traced process ended, the task must have started by then (within
+/// [`AFTER_END_S`]). Once pids wrap (pid_max is often 32 768) every pid is a tgid the trace
+/// has seen, and without this test every exit on the machine was kept until the trace's end
+/// (about 100 bytes each, and a linear scan in the matcher's list of a reused pid's ends). A
+/// task that started before that latest process is an earlier holder's, its record late:
+/// kept, as the filter by tgid alone did.
+fn started_in_time(tree: &Tree, r: &TaskstatsRecord, clock: Clock) -> bool {
+    let Some(latest) = tree.latest_with_tgid(record_tgid(r)) else {
+        return true;
+    };
+    let b = r.ac_btime64.unwrap_or(r.ac_btime as u64) as i128;
+    match latest.end_ns {
+        Some(end) if b + 1 >= clock.wall_s(latest.start_ns) => b <= clock.wall_s(end) + AFTER_END_S,
+        _ => true,
+    }
+}
+
 /// Does record `r` describe a thread of process `p`? Start within a second of the process's
 /// start or later, and not after its end.
 fn belongs(r: &Kept, p: &Process, clock: Clock) -> bool {
@@ -258,6 +298,10 @@ pub fn cross_check(
     page_size: u64,
 ) -> (Coverage, PerProcess) {
     let clock = collector.clock;
+    log::debug!(
+        "taskstats: {} records of other processes set aside",
+        collector.other_exits()
+    );
     let unpaired = collector.matcher.expire(Instant::now(), true);
     // One pair per process: a key matched again keeps its latest record, as a map would.
     let mut matched = std::mem::take(&mut collector.matched);

@@ -273,3 +273,32 @@ fn namespace_pids_are_shown_kernel_pids_are_keys() {
     assert_eq!(l.pid, 0);
     assert!(t.knows_tgid(5000) && t.knows_tgid(5001));
 }
+
+/// The taskstats filter asks for a tgid's latest process: the one started last, whatever the
+/// order its records came in; an adopted tgid is known before it has a process.
+#[test]
+fn latest_with_tgid_is_the_last_started() {
+    let root = (100, 1);
+    let mut t = Tree::new(100, 0);
+    t.apply(exec(root, 2, "/bin/sh", b"sh\0"));
+    t.apply(fork(root, (7, 10), 10, 0));
+    t.apply(exit((7, 10), 11, 0, mem(1, 1)));
+    t.apply(fork(root, (7, 20), 20, 0));
+    // An earlier holder of pid 7 named late (its fork lost): not the latest.
+    t.apply(exit((7, 5), 6, 0, mem(1, 1)));
+    let latest = t.latest_with_tgid(7).expect("pid 7 traced");
+    assert_eq!((latest.start_ns, latest.end_ns), (20, None));
+    assert_eq!(t.latest_with_tgid(100).map(|p| p.start_ns), Some(1));
+    assert!(t.latest_with_tgid(8).is_none() && !t.knows_tgid(8));
+    t.adopt(Adopted {
+        tgid: 9,
+        ppid: 1,
+        start_ns: 3,
+        threads: 1,
+        names: Names::default(),
+        attach_ns: 4,
+    });
+    assert!(t.knows_tgid(9) && t.latest_with_tgid(9).is_none());
+    t.settle();
+    assert!(t.latest_with_tgid(7).is_none() && t.knows_tgid(7));
+}

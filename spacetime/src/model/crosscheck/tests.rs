@@ -230,3 +230,66 @@ fn thread_records_are_summed() {
     let s = stats.get(first).expect("its sums");
     assert_eq!((s.records, s.minflt, s.hiwater_rss_kib), (2, 20, 400));
 }
+
+/// Once pids wrap, every pid is a tgid the trace has seen: the records of other processes on
+/// the machine that reused a traced pid are set aside as they come (counted), not kept to the
+/// end; a traced process's own records, and those of a task that started within the window
+/// the matcher and the sums look at, are kept, and the figures are those of keeping them all.
+#[test]
+fn other_processes_records_are_set_aside() {
+    let t = tree_with_reused_pid();
+    let clock = Clock {
+        realtime_offset_ns: 1000 * S as i128,
+    };
+    // pid 7's latest traced process ran from 1020 s to 1020.009 s.
+    let mut thread = record(8, 1020, 1_000, false, 0);
+    thread.ac_tgid = Some(7);
+    let own = [
+        record(7, 1010, 5_000, true, 400),
+        thread,
+        record(7, 1020, 9_000, true, 388),
+    ];
+    // Started 3 s after that end: still kept (it could pair with an end 2.5 s away).
+    let near = record(7, 1023, 1, true, 1);
+    // Other processes that reused pid 7 later (one with a thread), set aside; a pid never
+    // traced is not kept either, as before.
+    let mut other_thread = record(12, 1030, 1, false, 1);
+    other_thread.ac_tgid = Some(7);
+    let others = [
+        record(7, 1024, 1, true, 1),
+        record(7, 1030, 2_000_000, true, 1),
+        other_thread,
+        record(99, 1015, 1, true, 1),
+    ];
+    let all: Vec<TaskstatsRecord> = own.iter().chain([&near]).chain(&others).cloned().collect();
+    let mut c = Collector::new(clock);
+    for x in &t.exits {
+        c.exit(x);
+    }
+    c.keep(&t.tree, &mut all.clone());
+    assert_eq!(
+        (c.records().len(), c.other_exits()),
+        (own.len() + 1, others.len() as u64 - 1),
+        "records kept and set aside"
+    );
+    let (cov, stats) = cross_check(&t.tree, c, 4096);
+    let kept: Vec<TaskstatsRecord> = own.iter().chain([&near]).cloned().collect();
+    let (cov_kept, stats_kept) = t.check(&kept, clock);
+    assert_eq!(
+        cov, cov_kept,
+        "coverage with and without the others' records"
+    );
+    assert_eq!((cov.matched, cov.bpf_only, cov.taskstats_only), (2, 0, 0));
+    for i in 0..t.tree.processes().len() {
+        assert_eq!(stats.get(i), stats_kept.get(i), "process {i}'s sums");
+    }
+    let second = t
+        .tree
+        .index_of(&Key {
+            tgid: 7,
+            start_ns: 20 * S,
+        })
+        .expect("second 7");
+    let s = stats.get(second).expect("its sums");
+    assert_eq!((s.records, s.hiwater_rss_kib), (2, 388));
+}

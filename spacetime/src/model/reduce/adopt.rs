@@ -81,7 +81,7 @@ impl Adoptions {
 impl Kept {
     /// Keeps what /proc said of a process that predates the attach.
     pub fn adopt(&mut self, a: Adopted) {
-        self.tgids.insert(a.tgid);
+        self.tgids.entry(a.tgid).or_insert(Kept::NO_SLOT);
         self.adopted.insert(a);
     }
 

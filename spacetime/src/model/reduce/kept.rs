@@ -11,15 +11,17 @@ use crate::model::{
     key_index::KeyIndex,
     process::{Key, Names},
 };
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Every process and image a trace saw (a [`super::Store`] over it is `trace`'s tree).
 #[derive(Debug, Default)]
 pub struct Kept {
     pub(super) procs: Vec<Process>,
     pub(super) index: KeyIndex,
-    /// Every tgid seen, for filtering other sources (taskstats) by process.
-    pub(super) tgids: FxHashSet<u32>,
+    /// Every tgid seen, and where its latest process is, for filtering other sources
+    /// (taskstats) by process: once pids wrap every pid is a tgid seen, and only the start
+    /// and end of its process tell a traced exit from another one on the machine.
+    pub(super) tgids: FxHashMap<u32, u32>,
     root_pid: u32,
     root_ppid: u32,
     /// spacetime runs inside a PID namespace: the root's pid there.
@@ -35,6 +37,9 @@ pub struct Kept {
 }
 
 impl Kept {
+    /// A tgid known before any of its processes (adopted): in `tgids`, without a slot.
+    pub(super) const NO_SLOT: u32 = u32::MAX;
+
     /// Rooted at the first process seen with `root_pid`, started by `root_ppid`.
     pub fn new(root_pid: u32, root_ppid: u32) -> Kept {
         Kept {
@@ -76,7 +81,12 @@ impl Kept {
         });
         let procs = &self.procs;
         self.index.insert(&key, i, |s| key_of(&procs[s as usize]));
-        self.tgids.insert(key.tgid);
+        let slot = u32::try_from(i).expect("fewer than 2^32 processes");
+        let latest = self.tgids.entry(key.tgid).or_insert(slot);
+        // Records come in time order, but an adopted process may be named late.
+        if *latest == Kept::NO_SLOT || self.procs[*latest as usize].start_ns <= key.start_ns {
+            *latest = slot;
+        }
         if let Some(a) = self.adopted.take(key) {
             a.fill(&mut self.procs[i]);
         }
@@ -137,9 +147,16 @@ impl Kept {
         let k = self;
         k.settled = true;
         k.index = KeyIndex::default();
-        k.tgids = FxHashSet::default();
+        k.tgids = FxHashMap::default();
         k.names = FxHashSet::default();
         k.procs.shrink_to_fit();
+    }
+
+    /// The latest process seen with this tgid (the one started last), while records come
+    /// (until settled).
+    pub fn latest_with_tgid(&self, tgid: u32) -> Option<&Process> {
+        let &i = self.tgids.get(&tgid)?;
+        self.procs.get(i as usize)
     }
 
     /// Processes that have not exited, among those the kernel tracks (an untracked one's
@@ -157,7 +174,7 @@ impl Kept {
         let k = self;
         tgid == k.root_pid
             || match k.settled {
-                false => k.tgids.contains(&tgid),
+                false => k.tgids.contains_key(&tgid),
                 true => k
                     .procs
                     .iter()
