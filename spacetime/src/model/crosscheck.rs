@@ -360,7 +360,7 @@ pub fn cross_check(
         let ts_kib = group_stats.hiwater_rss_kib;
         sum.hiwater_rss_kib = ts_kib;
         sum.hiwater_vm_kib = group_stats.hiwater_vm_kib;
-        if let Some(mem) = p.images.last().and_then(|i| i.mem) {
+        if let Some(mem) = p.images.last().and_then(|i| i.mem.end()) {
             let kib = |pages: u64| pages * page_size / 1024;
             cov.max_peak_diff_kib = cov
                 .max_peak_diff_kib

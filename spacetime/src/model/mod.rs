@@ -11,6 +11,7 @@ pub(crate) mod cpu_ticks;
 pub(crate) mod cputime;
 pub(crate) mod critical_path;
 pub(crate) mod crosscheck;
+pub(crate) mod image_mem;
 pub(crate) mod key_index;
 pub(crate) mod labels;
 pub(crate) mod matcher;

@@ -439,6 +439,9 @@ pub struct KernelReport {
     pub decode_errors: u64,
     /// argv continuations that did not follow on.
     pub args_gaps: u64,
+    /// Images' memory figures too large to keep (above 2^40 pages): shown as unknown.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub figures_out_of_range: u64,
     pub page_size: u64,
     pub ring_buffer_bytes: u32,
     pub mechanisms: Vec<String>,
@@ -534,6 +537,7 @@ impl<'a> Report<'a> {
                 counters: meta.counters,
                 decode_errors: meta.decode_errors,
                 args_gaps: tree.stats.args_gaps,
+                figures_out_of_range: tree.stats.figures_out_of_range,
                 page_size: page,
                 ring_buffer_bytes: meta.ring_buffer_bytes,
                 mechanisms: meta.mechanisms,
@@ -682,4 +686,8 @@ fn taskstats_report(meta: TaskstatsMeta) -> TaskstatsReport {
             rcvbuf_bytes: 0,
         },
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

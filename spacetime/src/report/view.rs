@@ -71,6 +71,9 @@ pub enum State {
 
 /// Why a process has no peak: one still running whose memory the kernel did not follow.
 pub const PEAK_UNKNOWN: &str = "still running, and its memory was not followed by the kernel";
+/// See [`crate::model::image_mem`].
+pub const PEAK_OUT_OF_RANGE: &str =
+    "an image's peak RSS was above 2^40 pages, more than spacetime keeps";
 
 impl<'a> ProcessReport<'a> {
     pub fn pos(&self) -> usize {
@@ -145,10 +148,14 @@ impl<'a> ProcessReport<'a> {
 
     /// Why a process has no peak at all, when it has none: one still running whose memory
     /// the kernel did not follow (its peak would read 0 for memory it may hold). A process
-    /// that ended always has its images' figures.
+    /// that ended always has its images' figures, unless one was out of range (then the
+    /// maximum over the others could be too low).
     pub fn peak_rss_unknown(&self) -> Option<&'static str> {
         match self.src {
             Src::Live { p, .. } => {
+                if p.images.iter().any(|i| i.mem.rss_out_of_range()) {
+                    return Some(PEAK_OUT_OF_RANGE);
+                }
                 let known = p.images.iter().any(|i| i.peak_rss_pages().is_some());
                 (p.end_ns.is_none() && !known).then_some(PEAK_UNKNOWN)
             }

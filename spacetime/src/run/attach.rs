@@ -377,7 +377,9 @@ impl Attached {
                 .filter(|p| p.images.last().is_some_and(|i| i.read_at_attach))
                 .find_map(|p| p.key.filter(|k| k.tgid == t.pid));
             if let (Some(key), Some(pages)) = (key, vmhwm_pages(t, page_size)) {
-                tree.set_peak_so_far(key, pages);
+                if !tree.set_peak_so_far(key, pages) {
+                    tree.stats.figures_out_of_range += 1;
+                }
             }
         }
     }

@@ -105,14 +105,16 @@ impl Kept {
     }
 
     /// The peak so far of a process still running at the end that predates the attach (the
-    /// kernel followed its mm from the attach only): its VmHWM, read then, if higher.
-    pub fn set_peak_so_far(&mut self, key: Key, pages: u64) {
+    /// kernel followed its mm from the attach only): its VmHWM, read then, if higher. False
+    /// when it did not fit the packed figures (see [`super::Stats::figures_out_of_range`]).
+    #[must_use]
+    pub fn set_peak_so_far(&mut self, key: Key, pages: u64) -> bool {
         let Some(i) = self.indexed(&key) else {
-            return;
+            return true;
         };
-        if let Some(img) = self.procs[i].images.last_mut() {
-            let so_far = img.followed_peak_pages.unwrap_or(0).max(pages);
-            img.followed_peak_pages = Some(so_far);
+        match self.procs[i].images.last_mut() {
+            Some(img) => img.mem.follow(pages),
+            None => true,
         }
     }
 }

@@ -79,6 +79,9 @@ pub struct Stats {
     /// argv cut to keep the live set within its argv budget, and the bytes that freed.
     pub argv_evicted: u64,
     pub argv_evicted_bytes: u64,
+    /// Memory figures of images that did not fit the packed form (above
+    /// [`crate::model::image_mem::MAX_PAGES`] pages): reported as unknown.
+    pub figures_out_of_range: u64,
 }
 
 /// The reducer: records into the processes its storage holds. What the storage answers
@@ -241,7 +244,6 @@ impl<S: Storage> Store<S> {
             // Out of order: the exit may already be known; the image then ended with it.
             end_ns: p.end_ns,
             pending_args,
-            exec_flags,
             ..Image::default()
         };
         p.images.reserve_exact(1);
@@ -278,14 +280,22 @@ impl<S: Storage> Store<S> {
         };
         let p = h.process();
         let shared_mm = p.images.last().is_some_and(|i| i.shared_mm);
+        let mut fit = true;
         // The root's first exec ends no image of its own: its images start at CMD's exec.
         if let Some(img) = p.open_image() {
             img.end_ns = Some(m.hdr.ts_ns);
             if let Some(mem) = EndMem::of_image(m.mem, img.shared_mm) {
-                img.mem = Some(mem);
+                fit = img.mem.set_end(mem);
             }
         }
         h.image_ended(m, shared_mm);
+        self.count_out_of_range(fit);
+    }
+
+    fn count_out_of_range(&mut self, fit: bool) {
+        if !fit {
+            self.stats.figures_out_of_range += 1;
+        }
     }
 
     /// The exact peak of an mm the kernel followed since `hdr.ts_ns`: it belongs to the image
@@ -301,7 +311,8 @@ impl<S: Storage> Store<S> {
             .rposition(|img| img.start_ns <= ts)
             .unwrap_or(0);
         if let Some(img) = images.get_mut(at).filter(|img| !img.shared_mm) {
-            img.followed_peak_pages = Some(img.followed_peak_pages.unwrap_or(0).max(r.rss_pages));
+            let fit = img.mem.follow(r.rss_pages);
+            self.count_out_of_range(fit);
         }
     }
 
@@ -332,6 +343,7 @@ impl<S: Storage> Store<S> {
         };
         let p = h.process();
         let duplicate = group && p.end_ns.is_some();
+        let mut fit = true;
         // Out of order: the release already gave the final figures.
         if !p.cpu_final {
             let (user, sys) = cputime::split_runtime(x.runtime_ns, x.utime_ns, x.stime_ns);
@@ -345,7 +357,7 @@ impl<S: Storage> Store<S> {
             if let Some(img) = p.open_image() {
                 img.end_ns = Some(x.hdr.ts_ns);
                 if let Some(mem) = EndMem::of_image(x.mem, img.shared_mm) {
-                    img.mem = Some(mem);
+                    fit = img.mem.set_end(mem);
                 }
             }
             if let Some(last) = p.images.last_mut() {
@@ -353,6 +365,7 @@ impl<S: Storage> Store<S> {
             }
         }
         h.thread_exited(x.runtime_ns);
+        self.count_out_of_range(fit);
         if duplicate {
             self.stats.duplicate_exits += 1;
         }

@@ -4,11 +4,11 @@
 use std::sync::{Arc, LazyLock};
 
 use smallvec::SmallVec;
-use spacetime_common::flags;
 
 use crate::model::{
     argv::PendingArgv,
-    process::{EndMem, ExitStatus, Key, Names},
+    image_mem::ImageMem,
+    process::{ExitStatus, Key, Names},
 };
 
 /// One program image of a process.
@@ -22,13 +22,12 @@ pub struct Image {
     /// Ran on the parent's address space (vfork/posix_spawn before exec): its memory figures
     /// are the parent's and are not counted for this process.
     pub shared_mm: bool,
-    /// Memory figures at the end of the image, when known.
-    pub mem: Option<EndMem>,
-    /// The exact maximum RSS of the image's mm, when the kernel followed every change of it.
-    pub followed_peak_pages: Option<u64>,
+    /// Memory figures at the end of the image, when known, and the exact maximum RSS of its
+    /// mm, when the kernel followed every change of it: packed, so that two images fit in
+    /// [`Process::images`] inline.
+    pub mem: ImageMem,
     /// argv while it is assembled from continuation records; dropped once every byte came.
     pub(super) pending_args: Option<Box<PendingArgv>>,
-    pub exec_flags: u32,
     /// Started before spacetime attached (`trace -p`): exe, argv and comm were read from
     /// /proc at the attach, not from an exec record.
     pub read_at_attach: bool,
@@ -44,10 +43,8 @@ impl Default for Image {
             end_ns: None,
             inherited: false,
             shared_mm: false,
-            mem: None,
-            followed_peak_pages: None,
+            mem: ImageMem::default(),
             pending_args: None,
-            exec_flags: 0,
             read_at_attach: false,
         }
     }
@@ -96,25 +93,18 @@ impl Image {
         if self.shared_mm {
             return Some(0);
         }
-        // The followed maximum is exact; the end-of-image figure may miss a peak that was
-        // freed before (hiwater_rss is raised lazily, from approximate counts).
-        match (self.mem.map(|m| m.peak_rss_pages), self.followed_peak_pages) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        }
+        self.mem.peak_rss()
     }
 
     pub fn peak_vm_pages(&self) -> Option<u64> {
         if self.shared_mm {
             return Some(0);
         }
-        self.mem.map(|m| m.peak_vm_pages)
+        self.mem.peak_vm()
     }
 
     pub fn exact(&self) -> bool {
-        self.shared_mm
-            || self.followed_peak_pages.is_some()
-            || self.mem.is_some_and(|m| m.flags & flags::MEM_EXACT != 0)
+        self.shared_mm || self.mem.exact()
     }
 }
 
@@ -137,9 +127,9 @@ pub struct Process {
     /// Every thread it ever had, the main thread included.
     pub threads: u32,
     pub exit: Option<ExitStatus>,
-    /// Inline while there is one (most processes of a big tree fork and exit without an
-    /// exec): not an allocation of its own each.
-    pub images: SmallVec<[Image; 1]>,
+    /// Inline while there are two at most (most processes of a big tree fork and exit, or
+    /// fork and exec once): not an allocation of their own each.
+    pub images: SmallVec<[Image; 2]>,
     /// CPU time: what wait4 reported for it once its release was seen (`cpu_final`); until
     /// then the sum over its exited threads, each read in the exit path (a thread's last
     /// slice is not yet counted there, so short processes read low).

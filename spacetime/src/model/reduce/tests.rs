@@ -472,3 +472,54 @@ fn execs_with_the_same_names_share_them_and_streaming_argv_stays_its_own() {
         "the shared names were not changed"
     );
 }
+
+/// A memory figure above what an image keeps (`image_mem::MAX_PAGES`: 2^40 pages, beyond any
+/// 4-level address space) reads as unknown and is counted; the figures that fit stay exact.
+#[test]
+fn figures_out_of_range_are_unknown_and_counted() {
+    use crate::model::image_mem::MAX_PAGES;
+    let (sh, big) = ((10, 100), (11, 200));
+    let vm = |p: P, ts: u64, vm: u64| {
+        let mut m = mem(7);
+        m.hiwater_vm_pages = vm;
+        Event::ImageEnd(ImageEndEvent {
+            hdr: EventHeader {
+                kind: kind::IMAGE_END,
+                ..hdr(p, ts)
+            },
+            mem: m,
+        })
+    };
+    let mut all = Store::with(Kept::new(10, 1));
+    let mut bounded = live(100);
+    for_both!(s in [all, bounded] {
+        for ev in [
+            exec(sh, 101, "/bin/sh", b"sh\0", 3),
+            fork(sh, big, 0),
+            vm(big, 205, MAX_PAGES),
+            exec(big, 206, "/bin/big", b"big\0", 4),
+            vm(big, 300, MAX_PAGES + 1),
+        ] {
+            s.apply(ev);
+        }
+        assert_eq!(s.stats.figures_out_of_range, 1, "one figure did not fit");
+    });
+    let p = all
+        .get(&Key {
+            tgid: big.0,
+            start_ns: big.1,
+        })
+        .expect("kept");
+    let (first, second) = (&p.images[0], &p.images[1]);
+    assert_eq!(
+        (first.peak_vm_pages(), first.peak_rss_pages()),
+        (Some(MAX_PAGES), Some(7))
+    );
+    assert_eq!(
+        second.peak_vm_pages(),
+        None,
+        "out of range reads as unknown"
+    );
+    assert_eq!(second.peak_rss_pages(), Some(7), "the RSS figures did fit");
+    assert!(!p.images.spilled(), "a fork+exec's two images are inline");
+}

@@ -416,6 +416,10 @@ fn completeness(r: &Report) -> String {
             r.kernel.decode_errors, r.kernel.args_gaps
         );
     }
+    if r.kernel.figures_out_of_range > 0 {
+        let n = r.kernel.figures_out_of_range;
+        let _ = write!(s, ", {n} memory figures too large to keep (shown unknown)");
+    }
     if c.read_failures > 0 {
         let _ = write!(s, ", {} kernel reads failed", c.read_failures);
     }
