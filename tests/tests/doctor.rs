@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 use spacetime_tests::{
-    agent::Agent, kernel_has_fetch_atomics, spacetime_bin, Trace, NO_FETCH_ATOMICS,
+    agent::Agent, kernel_at_least, kernel_has_fetch_atomics, spacetime_bin, Trace, NO_FETCH_ATOMICS,
 };
 
 /// No agent answers there (the machine's default socket is never used by the tests).
@@ -103,8 +103,25 @@ fn as_root_everything_is_tried_and_works() {
         d.assert_status(id, "ok");
     }
     // Before 5.12 the programs built without fetch atomics load, and doctor says what that
-    // costs.
-    if kernel_has_fetch_atomics() {
+    // costs. arm64 attaches fentry programs to kernel functions through ftrace direct calls,
+    // from 6.4 on: before, the kernel refuses those 6.1 needs, and doctor says so in the
+    // programs row and in the row of each hook refused (the BTF alone offers them).
+    let fentry_refused = cfg!(target_arch = "aarch64") && !kernel_at_least(6, 4);
+    if fentry_refused {
+        d.assert_status("programs", "limited");
+        let refused: Vec<&str> = ["exit_peaks", "exec_peaks", "last_thread"]
+            .into_iter()
+            .filter(|&id| {
+                let (status, summary) = d.check(id);
+                status == "limited" && summary.contains("refused by the kernel")
+            })
+            .collect();
+        assert!(
+            !refused.is_empty(),
+            "no hook row says its fentry was refused:\n{}",
+            d.text
+        );
+    } else if kernel_has_fetch_atomics() {
         d.assert_status("programs", "ok");
     } else {
         d.assert_status("programs", "limited");

@@ -71,9 +71,11 @@ fn bytes_shown(s: &str) -> (f64, f64) {
     };
     let digits = v.split_once('.').map_or(0, |(_, d)| d.len());
     let scale = (1u64 << shift) as f64;
+    // A value half-way between two shown ones may be shown as either (10.25 MiB as 10.2):
+    // the slack is half a last digit, and a hair more for the float arithmetic.
     (
         v.parse::<f64>().expect("a number") * scale,
-        0.5 * 10f64.powi(-(digits as i32)) * scale,
+        0.5 * 10f64.powi(-(digits as i32)) * scale * (1.0 + 1e-9),
     )
 }
 

@@ -7,7 +7,7 @@ use spacetime_common::{rss_layout, MAX_EXACT_CPUS};
 use super::{Check, Status};
 use crate::kernel::{
     btf::Btf,
-    loader::possible_cpus,
+    loader::{possible_cpus, FentryHook},
     offsets::{self, MemHook, Resolved},
 };
 use crate::util::caps::{self, Cap, CapSet};
@@ -86,9 +86,10 @@ pub fn lockdown() -> Option<Check> {
     })
 }
 
-/// The hooks the BTF says spacetime uses, one check each; one failing check when the
-/// kernel lacks a field the programs read.
-pub fn hooks() -> Vec<Check> {
+/// The hooks the BTF says spacetime uses, one check each (those of `refused` the kernel
+/// would not attach when the programs were loaded here); one failing check when the kernel
+/// lacks a field the programs read.
+pub fn hooks(refused: &[FentryHook]) -> Vec<Check> {
     let resolved = Btf::from_sys_fs()
         .map_err(|e| e.to_string())
         .and_then(|btf| {
@@ -96,7 +97,7 @@ pub fn hooks() -> Vec<Check> {
             Ok((r, btf.has_typedef("btf_trace_rss_stat")))
         });
     match resolved {
-        Ok((r, rss_stat)) => hook_checks(&r, rss_stat, possible_cpus().unwrap_or(0)),
+        Ok((r, rss_stat)) => hook_checks(&r, rss_stat, possible_cpus().unwrap_or(0), refused),
         Err(e) => vec![Check::new(
             "hooks",
             Status::No,
@@ -105,9 +106,16 @@ pub fn hooks() -> Vec<Check> {
     }
 }
 
-fn mem_hook(id: &'static str, hook: MemHook, tracepoint: &str, what: &str) -> Check {
+fn mem_hook(id: &'static str, hook: MemHook, tracepoint: &str, what: &str, refused: bool) -> Check {
     match hook {
         MemHook::Tracepoint => Check::new(id, Status::Ok, tracepoint.into()),
+        MemHook::Fentry(f) if refused => Check::new(
+            id,
+            Status::Limited,
+            format!(
+                "fentry on {f} refused by the kernel when attached: those images report no peak"
+            ),
+        ),
         MemHook::Fentry(f) => Check::new(
             id,
             Status::Ok,
@@ -121,7 +129,7 @@ fn mem_hook(id: &'static str, hook: MemHook, tracepoint: &str, what: &str) -> Ch
     }
 }
 
-fn hook_checks(r: &Resolved, rss_stat: bool, cpus: u32) -> Vec<Check> {
+fn hook_checks(r: &Resolved, rss_stat: bool, cpus: u32, refused: &[FentryHook]) -> Vec<Check> {
     let mut out = vec![Check::new(
         "hooks",
         Status::Ok,
@@ -132,18 +140,28 @@ fn hook_checks(r: &Resolved, rss_stat: bool, cpus: u32) -> Vec<Check> {
         r.exit_mem,
         "sched_process_exit fires before exit_mm() (6.16+)",
         offsets::EXIT_MM_RELEASE,
+        refused.contains(&FentryHook::ExitPeaks),
     ));
     out.push(mem_hook(
         "exec_peaks",
         r.exec_mem,
         "sched_prepare_exec (6.10+)",
         offsets::EXEC_MM_RELEASE,
+        refused.contains(&FentryHook::ExecPeaks),
     ));
     out.push(match (r.off.exit_tp_group_dead != 0, r.group_dead_hook) {
         (true, _) => Check::new(
             "last_thread",
             Status::Ok,
             "sched_process_exit passes group_dead (6.16+)".into(),
+        ),
+        (false, Some(f)) if refused.contains(&FentryHook::GroupDead) => Check::new(
+            "last_thread",
+            Status::Limited,
+            format!(
+                "fentry on {f} refused by the kernel when attached: signal->live, two threads \
+                 ending at once may both look last"
+            ),
         ),
         (false, Some(f)) => Check::new(
             "last_thread",
@@ -237,4 +255,54 @@ pub fn pid_namespace() -> Check {
          clients of its own namespace; the kernel takes no taskstats listener from here"
             .into(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spacetime_common::KernelOffsets;
+
+    /// 6.1's hooks: the three fentry programs, per-CPU counters.
+    fn six_one() -> Resolved {
+        Resolved {
+            off: KernelOffsets::default(),
+            rss_layout: rss_layout::ATOMIC_ARRAY,
+            nr_mm_counters: 4,
+            has_prepare_exec: false,
+            exit_mem: MemHook::Fentry("exit_mm_release"),
+            exec_mem: MemHook::Fentry("exec_mm_release"),
+            group_dead_hook: Some("taskstats_exit"),
+            has_task_rss_stat: false,
+            notes: Vec::new(),
+        }
+    }
+
+    fn status(checks: &[Check], id: &str) -> Status {
+        checks
+            .iter()
+            .find(|c| c.id == id)
+            .unwrap_or_else(|| panic!("no {id} row"))
+            .status
+    }
+
+    /// The BTF offers fentry on 6.1 arm64 too, where the kernel refuses to attach it (no
+    /// ftrace direct calls before 6.4): the rows say what loading found, not what BTF offers.
+    #[test]
+    fn a_refused_fentry_limits_its_row() {
+        let all = hook_checks(&six_one(), true, 2, &[]);
+        for id in ["exit_peaks", "exec_peaks", "last_thread"] {
+            assert_eq!(
+                status(&all, id),
+                Status::Ok,
+                "{id} with every fentry attached"
+            );
+        }
+        let refused = [FentryHook::ExitPeaks, FentryHook::GroupDead];
+        let some = hook_checks(&six_one(), true, 2, &refused);
+        assert_eq!(status(&some, "exit_peaks"), Status::Limited);
+        assert_eq!(status(&some, "last_thread"), Status::Limited);
+        assert_eq!(status(&some, "exec_peaks"), Status::Ok);
+        let row = some.iter().find(|c| c.id == "exit_peaks").expect("row");
+        assert!(row.summary.contains("refused"), "{}", row.summary);
+    }
 }

@@ -11,7 +11,7 @@ use std::{
 
 use super::{Check, Status};
 use crate::kernel::{
-    loader::{Atomics, LoadError, LoadOptions, Probes},
+    loader::{Atomics, FentryHook, LoadError, LoadOptions, Probes},
     remote::{
         client::{AgentConn, ConnectError},
         proto,
@@ -23,12 +23,34 @@ use crate::util::term::escape;
 /// How long a taskstats record may take to arrive for the test process.
 const RECORD_WAIT: Duration = Duration::from_secs(3);
 
-/// Loads and attaches the programs (detached again at once); `true` when they loaded. Nothing
-/// is tried when this process may not load them.
-pub fn load(may_load: bool) -> (Check, bool) {
+/// What loading the programs here told.
+pub struct Loaded {
+    pub check: Check,
+    /// They loaded.
+    pub own: bool,
+    /// The fentry hooks the kernel would not attach (their figures are lost here).
+    pub refused: Vec<FentryHook>,
+}
+
+/// Loads and attaches the programs (detached again at once). Nothing is tried when this
+/// process may not load them.
+pub fn load(may_load: bool) -> Loaded {
+    let (check, own, refused) = try_load(may_load);
+    Loaded {
+        check,
+        own,
+        refused,
+    }
+}
+
+fn try_load(may_load: bool) -> (Check, bool, Vec<FentryHook>) {
     if !may_load {
         let s = "not loaded here: this user may not (see capabilities)";
-        return (Check::new("programs", Status::Skipped, s.into()), false);
+        return (
+            Check::new("programs", Status::Skipped, s.into()),
+            false,
+            vec![],
+        );
     }
     let started = Instant::now();
     match Probes::load(&LoadOptions::default()) {
@@ -38,7 +60,7 @@ pub fn load(may_load: bool) -> (Check, bool) {
             let limits: Vec<&str> = p
                 .refused
                 .first()
-                .map(String::as_str)
+                .map(|r| r.line.as_str())
                 .into_iter()
                 .chain(p.atomics.limits())
                 .collect();
@@ -54,9 +76,13 @@ pub fn load(may_load: bool) -> (Check, bool) {
                     format!("loaded in {ms:.1} ms, but {}", limits.join("; ")),
                 ),
             };
-            (check, true)
+            (check, true, p.refused.iter().map(|r| r.hook).collect())
         }
-        Err(e) => (Check::new("programs", Status::No, load_error(&e)), false),
+        Err(e) => (
+            Check::new("programs", Status::No, load_error(&e)),
+            false,
+            vec![],
+        ),
     }
 }
 

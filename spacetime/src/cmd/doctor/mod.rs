@@ -131,9 +131,11 @@ pub fn examine() -> Report {
     let eff = CapSet::effective().unwrap_or_default();
     let mut checks = vec![checks::kernel(&release), checks::capabilities(uid, eff)];
     checks.extend(checks::lockdown());
-    checks.extend(checks::hooks());
-    let (programs, own) = live::load(eff.can_load());
-    checks.push(programs);
+    // Loaded first: an fentry hook the BTF offers may still be refused when attached.
+    let loaded = live::load(eff.can_load());
+    checks.extend(checks::hooks(&loaded.refused));
+    checks.push(loaded.check);
+    let own = loaded.own;
     checks.push(live::taskstats(eff.has(Cap::NetAdmin)));
     checks.push(checks::delayacct(eff));
     checks.push(live::cgroup());

@@ -15,6 +15,13 @@ enum MemKind {
 }
 
 impl MemKind {
+    fn hook(self) -> FentryHook {
+        match self {
+            MemKind::Exec => FentryHook::ExecPeaks,
+            MemKind::Exit => FentryHook::ExitPeaks,
+        }
+    }
+
     fn tracepoint_line(self) -> &'static str {
         match self {
             MemKind::Exec => "sched_prepare_exec: image peaks read at exec's point of no return",
@@ -79,11 +86,30 @@ fn attach_fentry(
     Ok(())
 }
 
+/// An fentry program of an older kernel's that the kernel would not attach: which figure it
+/// served, and the `-v` line that says so.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    pub hook: FentryHook,
+    pub line: String,
+}
+
+/// The fentry programs older kernels need, by the figure each serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FentryHook {
+    /// The last thread of a process (`taskstats_exit`'s group_dead).
+    GroupDead,
+    /// Peaks of images replaced by exec.
+    ExecPeaks,
+    /// Final image peaks at exit.
+    ExitPeaks,
+}
+
 /// The mechanisms in use, one line each, and those of them the kernel refused.
 pub(super) struct Described {
     pub lines: Vec<String>,
-    /// The lines of fentry programs the kernel refused: each costs its figure, not the trace.
-    pub refused: Vec<String>,
+    /// The fentry programs the kernel refused: each costs its figure, not the trace.
+    pub refused: Vec<Refused>,
 }
 
 /// Attaches the fentry programs this kernel needs (none from 6.16 on) and says, one line
@@ -130,9 +156,12 @@ pub(super) fn attach_fentries_and_describe(
     }
     let mut refused = Vec::new();
     let mut kernel_btf = None;
-    let mut refuse = |line: String| {
+    let mut refuse = |hook: FentryHook, line: String| {
         log::warn!("{line}");
-        refused.push(line.clone());
+        refused.push(Refused {
+            hook,
+            line: line.clone(),
+        });
         line
     };
     if let Some(function) = resolved.group_dead_hook {
@@ -140,7 +169,10 @@ pub(super) fn attach_fentries_and_describe(
         lines.push(
             match attach_fentry(ebpf, function, atomics, &mut kernel_btf) {
                 Ok(()) => format!("fentry {function}: the kernel's own group_dead (last thread)"),
-                Err(e) => refuse(format!("{e}: the last thread is told by signal->live")),
+                Err(e) => refuse(
+                    FentryHook::GroupDead,
+                    format!("{e}: the last thread is told by signal->live"),
+                ),
             },
         );
     }
@@ -153,7 +185,7 @@ pub(super) fn attach_fentries_and_describe(
             MemHook::Fentry(function) => {
                 match attach_fentry(ebpf, function, atomics, &mut kernel_btf) {
                     Ok(()) => what.fentry_line(function),
-                    Err(e) => refuse(format!("{e}: {}", what.unavailable())),
+                    Err(e) => refuse(what.hook(), format!("{e}: {}", what.unavailable())),
                 }
             }
             MemHook::Unavailable => format!("{}: {}", what.no_hook(), what.unavailable()),

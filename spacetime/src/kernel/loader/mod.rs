@@ -50,6 +50,7 @@ mod stats;
 mod ticks;
 
 pub use atomics::{Atomics, NO_FETCH_ATOMICS};
+pub use mechanisms::{FentryHook, Refused};
 pub use own_pid::{run_own_pid, LearnedPid};
 pub use sessions::SessionId;
 pub use stats::{parse_sysctl_flag, KernelProgramStats, ProgramStats};
@@ -177,7 +178,7 @@ pub struct Probes {
     /// Which kernel mechanisms are in use, for `-v`.
     pub mechanisms: Vec<String>,
     /// Those of `mechanisms` the kernel refused (an fentry program): each costs its figure.
-    pub refused: Vec<String>,
+    pub refused: Vec<Refused>,
     /// Which builds of the programs load here (see [`Atomics`]).
     pub atomics: Atomics,
     /// Time spent resolving offsets and loading, for `-v`.
