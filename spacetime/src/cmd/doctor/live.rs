@@ -35,18 +35,14 @@ pub struct Loaded {
 /// Loads and attaches the programs (detached again at once). Nothing is tried when this
 /// process may not load them.
 pub fn load(may_load: bool) -> Loaded {
-    let (check, own, refused) = try_load(may_load);
-    Loaded {
+    let loaded = |check, own, refused| Loaded {
         check,
         own,
         refused,
-    }
-}
-
-fn try_load(may_load: bool) -> (Check, bool, Vec<FentryHook>) {
+    };
     if !may_load {
         let s = "not loaded here: this user may not (see capabilities)";
-        return (
+        return loaded(
             Check::new("programs", Status::Skipped, s.into()),
             false,
             vec![],
@@ -76,9 +72,9 @@ fn try_load(may_load: bool) -> (Check, bool, Vec<FentryHook>) {
                     format!("loaded in {ms:.1} ms, but {}", limits.join("; ")),
                 ),
             };
-            (check, true, p.refused.iter().map(|r| r.hook).collect())
+            loaded(check, true, p.refused.iter().map(|r| r.hook).collect())
         }
-        Err(e) => (
+        Err(e) => loaded(
             Check::new("programs", Status::No, load_error(&e)),
             false,
             vec![],
