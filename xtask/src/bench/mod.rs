@@ -125,20 +125,30 @@ pub struct WorkloadResult {
     pub runners: Vec<Summary>,
 }
 
-/// What each run of `spacetime bench` costs beyond the command: one bench of one run against
-/// one of `runs`, interleaved.
+/// What each run of `spacetime bench` costs beyond the command, its start-up amortized:
+/// `spacetime bench -r RUNS /bin/true` whole, with its own programs and through the agent,
+/// interleaved, against RUNS times the bare command's wall.
 pub struct BenchRuns {
     pub runs: u32,
-    pub one: stats::Spread,
-    pub many: stats::Spread,
+    /// `spacetime bench --no-agent`'s whole wall.
+    pub own: stats::Spread,
+    /// `spacetime bench --agent`'s whole wall (none when the bench runs no agent).
+    pub agent: Option<stats::Spread>,
     /// The bare command's own wall (the true workload's median).
     pub bare_ns: f64,
-    /// Wall per further run, beyond the bare command's.
-    pub added_ns: f64,
 }
 
-/// Runs of the bench's many-run `spacetime bench`.
-const BENCH_RUNS: u32 = 21;
+impl BenchRuns {
+    /// Wall per run beyond the bare command's, start-up included: what a user of `bench
+    /// -r RUNS` waits for beyond RUNS runs of the command, over RUNS.
+    pub fn added_per_run(&self, whole: &stats::Spread) -> f64 {
+        let runs = f64::from(self.runs);
+        (whole.median - runs * self.bare_ns) / runs
+    }
+}
+
+/// Runs of each `spacetime bench` the bench times (the amortization).
+const BENCH_RUNS: u32 = 30;
 
 fn bench_runs(env: &Env, reps: usize, results: &[WorkloadResult]) -> Result<Option<BenchRuns>> {
     let bare = results
@@ -148,25 +158,25 @@ fn bench_runs(env: &Env, reps: usize, results: &[WorkloadResult]) -> Result<Opti
     let Some(bare) = bare else {
         return Ok(None);
     };
-    let (mut one, mut many) = (Vec::new(), Vec::new());
+    let (mut own, mut agent) = (Vec::new(), Vec::new());
     for rep in 0..reps.max(3) {
+        // Each pair in either order, so that neither always runs on what the other warmed.
         for k in 0..2 {
-            match (rep + k) % 2 {
-                0 => one.push(runners::bench_once(env, 1)?),
-                _ => many.push(runners::bench_once(env, BENCH_RUNS)?),
+            match ((rep + k) % 2, &env.agent) {
+                (0, _) => own.push(runners::bench_once(env, BENCH_RUNS, None)?),
+                (_, Some(a)) => agent.push(runners::bench_once(env, BENCH_RUNS, Some(a))?),
+                (_, None) => {}
             }
         }
     }
-    let (Some(one), Some(many)) = (stats::Spread::of(&one), stats::Spread::of(&many)) else {
+    let Some(own) = stats::Spread::of(&own) else {
         return Ok(None);
     };
-    let per_run = (many.median - one.median) / (BENCH_RUNS - 1) as f64;
     Ok(Some(BenchRuns {
         runs: BENCH_RUNS,
-        one,
-        many,
+        own,
+        agent: stats::Spread::of(&agent),
         bare_ns: bare.wall.median,
-        added_ns: per_run - bare.wall.median,
     }))
 }
 
@@ -300,7 +310,7 @@ pub fn bench(opts: Options) -> Result<()> {
     let with_trace = runners.contains(&Runner::Trace);
     let bench_runs = match with_trace {
         true => {
-            eprintln!("xtask: bench: spacetime bench, 1 run against {BENCH_RUNS}");
+            eprintln!("xtask: bench: spacetime bench -r {BENCH_RUNS}, own programs and agent");
             bench_runs(&env, opts.reps, &results)?
         }
         false => None,
@@ -350,7 +360,7 @@ fn rss_run(env: &Env, sizes: &Sizes, work: &Path) -> Result<Option<RssRun>> {
     let w = Workload {
         name: "rss",
         title: String::new(),
-        argv: workloads::storm_argv(work, sizes.rss_processes),
+        argv: workloads::exec_storm_argv(work, sizes.rss_processes),
         dir: work.to_path_buf(),
         processes: None,
         prepare: None,
@@ -358,7 +368,7 @@ fn rss_run(env: &Env, sizes: &Sizes, work: &Path) -> Result<Option<RssRun>> {
     let mut sample = runners::run_once(env, &w, Runner::Trace)?;
     sample.waited_maxrss = Some(runners::trace_maxrss(env, &w)?);
     Ok(Some(RssRun {
-        processes: sizes.rss_processes + 3,
+        processes: sizes.rss_processes + 1,
         sample,
     }))
 }

@@ -205,25 +205,31 @@ pub fn markdown(b: &Bench) -> String {
         workload_section(&mut o, w);
     }
     if let Some(r) = &b.bench_runs {
+        let per = |w: &Spread| {
+            format!(
+                "{} whole, +{} per run beyond the command",
+                spread(w),
+                ms(r.added_per_run(w))
+            )
+        };
         let _ = writeln!(
             o,
-            "\n### spacetime bench: each run beyond the command\n\n`spacetime bench --no-agent \
-             -N -q -r 1 /bin/true` against `-r {}`, interleaved: {} against {}; each further \
-             run adds {}, of which /bin/true's own wall is {}: +{} per run beyond the command.",
+            "\n### spacetime bench: each run beyond the command\n\n`spacetime bench -N -q -r {} \
+             /bin/true`, its start-up included, against {} bare runs of /bin/true ({} each): \
+             with its own programs (`--no-agent`) {}; through the agent (`--agent`) {}.",
             r.runs,
-            spread(&r.one),
-            spread(&r.many),
-            ms((r.many.median - r.one.median) / (r.runs - 1) as f64),
+            r.runs,
             ms(r.bare_ns),
-            ms(r.added_ns)
+            per(&r.own),
+            r.agent.as_ref().map_or("not measured".into(), per),
         );
     }
     if let Some(r) = &b.rss {
         let s = &r.sample;
         let _ = writeln!(
             o,
-            "\n### spacetime's own memory on a big trace\n\n`spacetime trace` of a fork storm \
-             of {} processes (each under 2 MiB): spacetime's peak RSS {} (GNU time's %M: its \
+            "\n### spacetime's own memory on a big trace\n\n`spacetime trace` of {} processes \
+             (fork+exec of /bin/true, one after another: a build's shape): spacetime's peak RSS {} (GNU time's %M: its \
              whole life, the report's building included; the report's own figure, read \
              before it is built, says {}), its CPU {}, wall {}, {} processes in the report, {} \
              lost.",
@@ -299,8 +305,11 @@ pub fn json(b: &Bench) -> Value {
             "lost_events": r.sample.lost,
         })),
         "bench_runs": b.bench_runs.as_ref().map(|r| json!({
-            "runs": r.runs, "wall_ns_one": spread_json(&r.one),
-            "wall_ns_many": spread_json(&r.many), "added_ns_per_run": r.added_ns,
+            "runs": r.runs, "bare_ns": r.bare_ns,
+            "wall_ns_own": spread_json(&r.own),
+            "added_ns_per_run_own": r.added_per_run(&r.own),
+            "wall_ns_agent": r.agent.as_ref().map(spread_json),
+            "added_ns_per_run_agent": r.agent.as_ref().map(|a| r.added_per_run(a)),
         })),
         "targets": targets(b).into_iter().map(|t| json!({
             "target": t.what, "measured": t.measured, "met": t.met,

@@ -456,10 +456,16 @@ pub fn trace_maxrss(env: &Env, w: &Workload) -> Result<u64> {
     Ok(kib * 1024)
 }
 
-/// Wall of one `spacetime bench` of `runs` runs of /bin/true (own programs, no shell).
-pub fn bench_once(env: &Env, runs: u32) -> Result<u64> {
+/// Wall of one `spacetime bench` of `runs` runs of /bin/true (no shell): with its own
+/// programs, or through `agent` only.
+pub fn bench_once(env: &Env, runs: u32, agent: Option<&AgentProcess>) -> Result<u64> {
     let mut cmd = Command::new(&env.spacetime);
-    cmd.args(["bench", "--no-agent", "-N", "-q", "-r"])
+    cmd.arg("bench");
+    match agent {
+        Some(a) => cmd.env("SPACETIME_SOCKET", &a.socket).arg("--agent"),
+        None => cmd.arg("--no-agent"),
+    };
+    cmd.args(["-N", "-q", "-r"])
         .arg(runs.to_string())
         .arg("/bin/true");
     let m = measure(quiet(&mut cmd, Stdio::null()))?;

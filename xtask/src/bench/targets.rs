@@ -65,92 +65,121 @@ fn wall_ratio(b: &Bench, workload: &str, r: Runner, limit: f64) -> (String, bool
     }
 }
 
-/// The costliest per-event program of `trace` on each workload but the start-up one (too
-/// few events to say): the median over repetitions of its ns per run, so one event that an
-/// interrupt or a preempted vCPU stretched does not stand for the rest.
+/// The costliest per-event program of `trace` on `w`, by the median over repetitions of its
+/// ns per run (one event an interrupt or a preempted vCPU stretched does not stand for the
+/// rest).
+fn costliest(w: &WorkloadResult) -> Option<(&str, f64)> {
+    let tr = w.runners.iter().find(|s| s.runner == Runner::Trace)?;
+    tr.programs
+        .iter()
+        .filter(|p| PER_EVENT.contains(&p.name.as_str()))
+        .map(|p| (p.name.as_str(), p.ns_per_run_median))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+/// The costliest per-event program on every workload but the start-up one, against the
+/// target; the start-up one's (each program's single, cold run) beside it, not counted.
 fn per_event(workloads: &[WorkloadResult]) -> (String, bool) {
     let mut parts = Vec::new();
     let mut met = true;
     for w in workloads.iter().filter(|w| w.name != "true") {
-        let Some(tr) = w.runners.iter().find(|s| s.runner == Runner::Trace) else {
-            continue;
-        };
-        let worst = tr
-            .programs
-            .iter()
-            .filter(|p| PER_EVENT.contains(&p.name.as_str()))
-            .max_by(|a, b| a.ns_per_run_median.total_cmp(&b.ns_per_run_median));
-        if let Some(p) = worst {
-            met &= p.ns_per_run_median <= PER_EVENT_NS;
-            parts.push(format!(
-                "{}: {} {:.2} µs",
-                w.name,
-                p.name,
-                p.ns_per_run_median / 1e3
-            ));
+        if let Some((name, ns)) = costliest(w) {
+            met &= ns <= PER_EVENT_NS;
+            parts.push(format!("{}: {name} {:.2} µs", w.name, ns / 1e3));
         }
     }
     if parts.is_empty() {
         return (unmeasured("no workload under trace"), false);
     }
+    let cold = workloads
+        .iter()
+        .find(|w| w.name == "true")
+        .and_then(costliest);
+    if let Some((name, ns)) = cold {
+        parts.push(format!(
+            "cold (each program's first run, /bin/true; not counted): {name} {:.2} µs",
+            ns / 1e3
+        ));
+    }
     (parts.join("; "), met)
 }
 
-/// The issue's targets, in its order.
+/// `spacetime bench -r 30`'s wall per run beyond the command, through the agent or not.
+fn bench_run(b: &Bench, agent: bool, limit_ns: f64) -> (String, bool) {
+    let Some(r) = &b.bench_runs else {
+        return (
+            unmeasured("needs the true workload and the trace runner"),
+            false,
+        );
+    };
+    let whole = match agent {
+        true => r.agent.as_ref(),
+        false => Some(&r.own),
+    };
+    match whole {
+        Some(w) => {
+            let added = r.added_per_run(w);
+            (format!("+{}", ms(added)), added <= limit_ns)
+        }
+        None => (unmeasured("no agent in this bench"), false),
+    }
+}
+
+/// spacetime's whole life's peak RSS on the exec storm, as wait4 tells it (GNU time's %M).
+fn own_memory(b: &Bench) -> (String, bool) {
+    match b.rss.as_ref().and_then(|r| r.sample.waited_maxrss) {
+        Some(x) => (
+            format!("{:.1} MiB", x as f64 / (1 << 20) as f64),
+            x <= 64 << 20,
+        ),
+        None => (unmeasured("a full bench of every workload"), false),
+    }
+}
+
+/// The targets, in the order of the issue that set them.
 pub fn targets(b: &Bench) -> Vec<Target> {
     let row = |what, (measured, met): (String, bool)| Target {
         what,
         measured,
         met,
     };
-    let bench_run = match &b.bench_runs {
-        Some(r) => (format!("+{}", ms(r.added_ns)), r.added_ns <= 2e6),
-        None => (
-            unmeasured("needs the true workload and the trace runner"),
-            false,
-        ),
-    };
-    // The whole process's peak, as wait4 tells it: what the report says is read before the
-    // report is built.
-    let rss = match b.rss.as_ref().and_then(|r| r.sample.waited_maxrss) {
-        Some(x) => (
-            format!("{:.1} MiB", x as f64 / (1 << 20) as f64),
-            x <= 64 << 20,
-        ),
-        None => (unmeasured("a full bench of every workload"), false),
-    };
     vec![
         row(
-            "`trace -q --no-chart -- /bin/true` through the agent: added wall ≤ 5 ms",
-            added_wall(b, Runner::TraceAgent, 5e6),
+            "`trace -f '%e %M' -- /bin/true` through the agent: added wall ≤ 1.0 ms",
+            added_wall(b, Runner::TraceAgentTime, 1e6),
         ),
         row(
-            "1000 fork+exec of /bin/true through the agent, wall (agent's CPU counted) ≤ 1.03×",
-            wall_ratio(b, "fork-exec", Runner::TraceAgent, 1.03),
+            "`trace -q --no-chart -- /bin/true` through the agent: added wall ≤ 2.0 ms",
+            added_wall(b, Runner::TraceAgent, 2e6),
         ),
         row(
-            "`--no-agent` start-up: added wall ≤ 40 ms",
-            added_wall(b, Runner::Trace, 40e6),
+            "1000 fork+exec of /bin/true through the agent, default figures, agent's CPU \
+             counted: wall ≤ 1.06× bare",
+            wall_ratio(b, "fork-exec", Runner::TraceAgent, 1.06),
         ),
         row(
-            "`--no-agent`, 1000 fork+exec ≤ 1.10×",
-            wall_ratio(b, "fork-exec", Runner::Trace, 1.10),
+            "`make -j2` of a C project through the agent, default figures: wall ≤ 1.06× bare",
+            wall_ratio(b, "make", Runner::TraceAgent, 1.06),
         ),
         row(
-            "`make -j2` (own programs) ≤ 1.02×",
-            wall_ratio(b, "make", Runner::Trace, 1.02),
-        ),
-        row(
-            "in-kernel per fork/exec/exit event, every workload of `cargo xtask bench` ≤ 2 µs",
+            "in-kernel cost per fork/exec/exit event, median of every program on every \
+             workload ≤ 2 µs",
             per_event(&b.workloads),
         ),
         row(
-            "each `bench` run beyond the command itself ≤ 2 ms",
-            bench_run,
+            "spacetime's own peak RSS (its whole life) tracing 100 000 fork+exec of /bin/true \
+             ≤ 64 MiB",
+            own_memory(b),
         ),
         row(
-            "spacetime's own peak RSS on a 100 003-process trace ≤ 64 MiB",
-            rss,
+            "`bench -r 30`, start-up amortized: each run beyond the command through the agent \
+             ≤ 1 ms",
+            bench_run(b, true, 1e6),
+        ),
+        row(
+            "`bench -r 30`, start-up amortized: each run beyond the command with its own \
+             programs ≤ 2 ms",
+            bench_run(b, false, 2e6),
         ),
     ]
 }

@@ -274,10 +274,12 @@ pub fn build(dir: &Path, sizes: &Sizes) -> Result<Vec<Workload>> {
     ])
 }
 
-/// The fork-only storm of `n` processes, for the spacetime-RSS run.
-pub fn storm_argv(dir: &Path, n: u64) -> Vec<String> {
+/// `n` fork+exec of /bin/true one after another, for the spacetime-RSS run: a build's shape
+/// (every process has an argv and an image), not a fork-only storm's.
+pub fn exec_storm_argv(dir: &Path, n: u64) -> Vec<String> {
     vec![
-        dir.join("storm").to_string_lossy().into_owned(),
+        dir.join("fork-exec").to_string_lossy().into_owned(),
         n.to_string(),
+        "/bin/true".into(),
     ]
 }
