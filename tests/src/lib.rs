@@ -33,6 +33,7 @@ pub mod prometheus;
 pub mod python;
 pub mod raw;
 mod report;
+pub mod sysctl;
 mod truth;
 pub mod watch;
 

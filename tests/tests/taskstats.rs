@@ -236,10 +236,10 @@ fn threads_are_summed_into_their_process() {
     );
 }
 
+/// Before 5.14 there is no sysctl to switch, and delay accounting is on from boot.
 #[test]
 fn delayacct_is_switched_on_and_restored() {
-    let path = "/proc/sys/kernel/task_delayacct";
-    let before = std::fs::read_to_string(path).expect("task_delayacct");
+    let before = spacetime_tests::sysctl::task_delayacct();
     let out = Trace::new([WL, "touch", "8"])
         .flag("--delayacct")
         .tag("ts-delayacct")
@@ -251,7 +251,7 @@ fn delayacct_is_switched_on_and_restored() {
         Value::Bool(true),
         "delay accounting was on during the trace"
     );
-    let after = std::fs::read_to_string(path).expect("task_delayacct");
+    let after = spacetime_tests::sysctl::task_delayacct();
     assert_eq!(before, after, "kernel.task_delayacct restored");
 }
 

@@ -74,17 +74,24 @@ impl Arch {
     /// Cargo for `self`'s musl target: the std added once, and off an arm64 host, Debian's
     /// cross gcc as the linker (it links the self-contained musl objects rustc passes it).
     pub fn cargo(self) -> Result<Command> {
-        toolchain::ensure_rust_target(self.musl())?;
+        Arch::cargo_for(&[self])
+    }
+
+    /// Cargo for the musl targets of `archs` at once, each set up as [`Arch::cargo`] does.
+    pub fn cargo_for(archs: &[Arch]) -> Result<Command> {
         let mut c = crate::cargo();
-        if self == Arch::Arm64 && !self.is_host() {
-            toolchain::apt_install(
-                &["gcc-aarch64-linux-gnu"],
-                "the linker of the aarch64 static build",
-            )?;
-            c.env(
-                "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER",
-                "aarch64-linux-gnu-gcc",
-            );
+        for &arch in archs {
+            toolchain::ensure_rust_target(arch.musl())?;
+            if arch == Arch::Arm64 && !arch.is_host() {
+                toolchain::apt_install(
+                    &["gcc-aarch64-linux-gnu"],
+                    "the linker of the aarch64 static build",
+                )?;
+                c.env(
+                    "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER",
+                    "aarch64-linux-gnu-gcc",
+                );
+            }
         }
         Ok(c)
     }

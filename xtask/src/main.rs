@@ -46,9 +46,9 @@ enum Cmd {
     /// units and licences (target/dist/)
     Dist {
         /// The static target: x86_64-unknown-linux-musl, or aarch64-unknown-linux-musl
-        /// (cross-linked with Debian's gcc-aarch64-linux-gnu)
-        #[arg(long, default_value = "x86_64-unknown-linux-musl")]
-        target: String,
+        /// (cross-linked with Debian's gcc-aarch64-linux-gnu); repeated, one build makes both
+        #[arg(long = "target", default_value = "x86_64-unknown-linux-musl")]
+        targets: Vec<String>,
     },
     /// Build, then run the release binary with ARGS (as root)
     Run {
@@ -251,7 +251,16 @@ fn main() -> Result<()> {
         Cmd::Build => build(),
         Cmd::Install(opts) => install::install(opts),
         Cmd::Deb(opts) => package::deb(opts),
-        Cmd::Dist { target } => package::dist(arch::Arch::from_musl(&target)?).map(|_| ()),
+        Cmd::Dist { targets } => {
+            let mut archs = Vec::new();
+            for t in &targets {
+                let a = arch::Arch::from_musl(t)?;
+                if !archs.contains(&a) {
+                    archs.push(a);
+                }
+            }
+            package::dist(&archs).map(|_| ())
+        }
         Cmd::Run { args } => {
             build()?;
             let bin = spacetime_bin();

@@ -194,27 +194,43 @@ fn lintian(deb: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The static binary for `arch`, built (the eBPF object it embeds is the same for every
-/// architecture, built once by spacetime/build.rs); returns its path.
-pub fn build_static(arch: Arch) -> Result<PathBuf> {
+/// The static binaries for `archs`, built by one cargo (the host's build scripts built once,
+/// both targets' crates side by side; the eBPF object they embed is the same for every
+/// architecture, built once by spacetime/build.rs); returns their paths, in order.
+pub fn build_static(archs: &[Arch]) -> Result<Vec<PathBuf>> {
     crate::toolchain::ensure()?;
-    let musl = arch.musl();
-    eprintln!("xtask: building spacetime for {musl} (static)");
-    run(arch
-        .cargo()?
-        .args(["build", "--release", "-p", "spacetime", "--target", musl]))?;
-    let bin = target_dir().join(musl).join("release/spacetime");
-    let head = fs::read(&bin).with_context(|| format!("reading {}", bin.display()))?;
-    if Arch::machine_of(&head) != Some(arch.elf_machine()) {
-        bail!("{} is not an {} ELF binary", bin.display(), arch.debian());
+    let mut cargo = Arch::cargo_for(archs)?;
+    cargo.args(["build", "--release", "-p", "spacetime"]);
+    for arch in archs {
+        eprintln!("xtask: building spacetime for {} (static)", arch.musl());
+        cargo.args(["--target", arch.musl()]);
     }
-    Ok(bin)
+    run(&mut cargo)?;
+    let mut bins = Vec::new();
+    for &arch in archs {
+        let bin = target_dir().join(arch.musl()).join("release/spacetime");
+        let head = fs::read(&bin).with_context(|| format!("reading {}", bin.display()))?;
+        if Arch::machine_of(&head) != Some(arch.elf_machine()) {
+            bail!("{} is not an {} ELF binary", bin.display(), arch.debian());
+        }
+        bins.push(bin);
+    }
+    Ok(bins)
 }
 
-/// `cargo xtask dist`: the static binary for `arch` and its files in target/dist/NAME.tar.gz;
-/// returns the binary in the staged tree.
-pub fn dist(arch: Arch) -> Result<PathBuf> {
-    let bin = build_static(arch)?;
+/// `cargo xtask dist`: the static binary for each of `archs` (one build) and its files in
+/// target/dist/NAME.tar.gz; returns the binaries in the staged trees.
+pub fn dist(archs: &[Arch]) -> Result<Vec<PathBuf>> {
+    let bins = build_static(archs)?;
+    archs
+        .iter()
+        .zip(bins)
+        .map(|(&arch, bin)| tarball(arch, &bin))
+        .collect()
+}
+
+/// `arch`'s static binary `bin` staged with its files, in a tarball; returns the staged binary.
+fn tarball(arch: Arch, bin: &Path) -> Result<PathBuf> {
     let name = format!(
         "spacetime-{}-{}",
         env!("CARGO_PKG_VERSION"),
@@ -230,7 +246,7 @@ pub fn dist(arch: Arch) -> Result<PathBuf> {
         crate::build()?;
         Some(crate::spacetime_bin())
     };
-    stage(&tree, &bin, writer.as_deref())?;
+    stage(&tree, bin, writer.as_deref())?;
     // The tarball unpacks to NAME/{bin,share,lib}: the staged /usr.
     let usr = tree.join("usr");
     for entry in fs::read_dir(&usr).with_context(|| format!("reading {}", usr.display()))? {
@@ -249,7 +265,7 @@ pub fn dist(arch: Arch) -> Result<PathBuf> {
         "xtask: {} ({:.1} MiB; the static binary {:.1} MiB)",
         tarball.display(),
         size(&tarball)?,
-        size(&bin)?
+        size(bin)?
     );
     if !arch.is_host() {
         eprintln!(

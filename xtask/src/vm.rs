@@ -226,7 +226,7 @@ pub fn vm_test(opts: Options) -> Result<()> {
             crate::build()?;
             crate::spacetime_bin()
         }
-        None => crate::package::build_static(arch)?,
+        None => crate::package::build_static(&[arch])?.remove(0),
     };
     let mut only = opts.only.clone();
     if !arch.is_host() && only.is_empty() {

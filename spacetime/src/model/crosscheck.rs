@@ -26,7 +26,7 @@ use crate::{
         tree::{Key, Process, Tree},
     },
 };
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// How the traced exits and the taskstats records compare.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -97,13 +97,12 @@ pub struct Collector {
     /// Records of a tgid the trace knows set aside by their start: other processes' on the
     /// machine that reused a traced pid.
     other_exits: u64,
-}
-
-fn record_tgid(r: &TaskstatsRecord) -> u32 {
-    match r.kind {
-        RecordKind::Tgid => r.id,
-        _ => r.ac_tgid.unwrap_or(r.ac_pid),
-    }
+    /// Each traced thread's tgid, by tid, until its record comes: a kernel before 5.19
+    /// (records before version 12) names no thread group in a record, and only the thread's
+    /// start says whose it is. Left empty once a record names its group.
+    thread_tgids: FxHashMap<u32, u32>,
+    /// A record named its thread group (version 12+).
+    records_name_tgid: bool,
 }
 
 impl Collector {
@@ -115,6 +114,31 @@ impl Collector {
             matched: Vec::new(),
             clock,
             other_exits: 0,
+            thread_tgids: FxHashMap::default(),
+            records_name_tgid: false,
+        }
+    }
+
+    /// A traced thread `tid` of `tgid` started (its BPF fork record, always in the ring
+    /// before the thread's exit record is sent).
+    pub fn thread_started(&mut self, tid: u32, tgid: u32) {
+        if !self.records_name_tgid {
+            self.thread_tgids.insert(tid, tgid);
+        }
+    }
+
+    /// The thread group record `r` is of: its own word (version 12+), or the tgid its thread
+    /// started in, or its pid (a process's main thread).
+    fn tgid_of(&mut self, r: &TaskstatsRecord) -> u32 {
+        match r.ac_tgid {
+            Some(t) if t != 0 => {
+                if !self.records_name_tgid {
+                    self.records_name_tgid = true;
+                    self.thread_tgids = FxHashMap::default();
+                }
+                t
+            }
+            _ => self.thread_tgids.remove(&r.ac_pid).unwrap_or(r.ac_pid),
         }
     }
 
@@ -126,14 +150,15 @@ impl Collector {
             if r.kind != RecordKind::Pid {
                 continue;
             }
-            if !tree.knows_tgid(record_tgid(&r)) {
+            let tgid = self.tgid_of(&r);
+            if !tree.knows_tgid(tgid) {
                 continue;
             }
-            if !started_in_time(tree, &r, self.clock) {
+            if !started_in_time(tree, tgid, &r, self.clock) {
                 self.other_exits += 1;
                 continue;
             }
-            let i = self.push(&r);
+            let i = self.push(tgid, &r);
             if let Some((key, i)) = self.matcher.taskstats(&r, now, i) {
                 self.matched.push(Pair::new(key, i));
             }
@@ -167,10 +192,10 @@ impl Collector {
     }
 
     /// Keeps one record; returns its index.
-    fn push(&mut self, r: &TaskstatsRecord) -> u32 {
+    fn push(&mut self, tgid: u32, r: &TaskstatsRecord) -> u32 {
         let at = packed::pack(&mut self.packed, &ProcessTaskstats::of(r));
         self.records.push(Kept::new(
-            record_tgid(r),
+            tgid,
             r.ac_flag & ac_flags::AGROUP != 0,
             r.ac_btime64.unwrap_or(r.ac_btime as u64),
             at,
@@ -271,8 +296,8 @@ const AFTER_END_S: i128 = 3;
 /// (about 100 bytes each, and a linear scan in the matcher's list of a reused pid's ends). A
 /// task that started before that latest process is an earlier holder's, its record late:
 /// kept, as the filter by tgid alone did.
-fn started_in_time(tree: &Tree, r: &TaskstatsRecord, clock: Clock) -> bool {
-    let Some(latest) = tree.latest_with_tgid(record_tgid(r)) else {
+fn started_in_time(tree: &Tree, tgid: u32, r: &TaskstatsRecord, clock: Clock) -> bool {
+    let Some(latest) = tree.latest_with_tgid(tgid) else {
         return true;
     };
     let b = r.ac_btime64.unwrap_or(r.ac_btime as u64) as i128;

@@ -21,6 +21,7 @@ use crate::{
     util::clock::monotonic_ns,
 };
 use rustc_hash::FxHashSet;
+use spacetime_common::flags;
 
 /// Longest a run waits at its end for the release records of processes that exited. Most
 /// come at their last context switch, microseconds after the exit; one the kernel side could
@@ -138,8 +139,12 @@ impl Consumer for TracedRun<'_, '_> {
         }
         let sink = &mut *self.sink;
         sink.memory.observe(&ev);
-        if let Event::Exit(x) = &ev {
-            sink.collector.exit(x);
+        match &ev {
+            Event::Exit(x) => sink.collector.exit(x),
+            Event::Fork(f) if f.hdr.flags & flags::FORK_THREAD != 0 => {
+                sink.collector.thread_started(f.child_pid, f.hdr.tgid)
+            }
+            _ => {}
         }
         sink.tree.apply(ev);
         if self.opts.stop_on_root_exit && self.cutoff.is_none() {

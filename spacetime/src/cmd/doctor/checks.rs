@@ -9,12 +9,12 @@ use crate::kernel::{
     btf::Btf,
     loader::{possible_cpus, FentryHook},
     offsets::{self, MemHook, Resolved},
+    taskstats::{delayacct_enabled, delayacct_switch, DelayAcctSwitch},
 };
 use crate::util::caps::{self, Cap, CapSet};
 
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 const LOCKDOWN: &str = "/sys/kernel/security/lockdown";
-const DELAYACCT: &str = "/proc/sys/kernel/task_delayacct";
 
 /// The kernel's release and whether it describes itself (BTF).
 pub fn kernel(release: &str) -> Check {
@@ -214,33 +214,48 @@ fn hook_checks(r: &Resolved, rss_stat: bool, cpus: u32, refused: &[FentryHook]) 
 
 /// Delay accounting: on or off, and whether `--delayacct` can switch it here.
 pub fn delayacct(eff: CapSet) -> Check {
-    let on = match std::fs::read_to_string(DELAYACCT) {
-        Ok(s) => s.trim() == "1",
+    let (how, on) = match delayacct_switch().and_then(|h| Ok((h, delayacct_enabled()?))) {
+        Ok(x) => x,
         Err(e) => {
             return Check::new(
                 "delays",
                 Status::No,
-                format!("{DELAYACCT}: {e} (a kernel without CONFIG_TASK_DELAY_ACCT)"),
+                format!("cannot tell whether the kernel accounts delays: {e}"),
             )
         }
     };
-    if on {
-        return Check::new(
-            "delays",
+    let (status, text) = match (how, on) {
+        (DelayAcctSwitch::Absent, _) => (
+            Status::No,
+            "the kernel has no delay accounting (no CONFIG_TASK_DELAY_ACCT): delays read 0".into(),
+        ),
+        (DelayAcctSwitch::Sysctl, true) => (
             Status::Ok,
             "delay accounting on (kernel.task_delayacct=1)".into(),
-        );
-    }
-    let how = if eff.has(Cap::SysAdmin) {
-        "--delayacct switches it on for a trace"
-    } else {
-        "switching it (--delayacct) needs CAP_SYS_ADMIN; an agent can if its unit allows"
+        ),
+        (DelayAcctSwitch::Boot, true) => (
+            Status::Ok,
+            "delay accounting on (set at boot: this kernel has no kernel.task_delayacct)".into(),
+        ),
+        (DelayAcctSwitch::Boot, false) => (
+            Status::Off,
+            "delay accounting off (`nodelayacct` at boot; this kernel cannot switch it on \
+             while running): delays read 0"
+                .into(),
+        ),
+        (DelayAcctSwitch::Sysctl, false) => {
+            let how = if eff.has(Cap::SysAdmin) {
+                "--delayacct switches it on for a trace"
+            } else {
+                "switching it (--delayacct) needs CAP_SYS_ADMIN; an agent can if its unit allows"
+            };
+            (
+                Status::Off,
+                format!("delay accounting off (kernel.task_delayacct=0): {how}"),
+            )
+        }
     };
-    Check::new(
-        "delays",
-        Status::Off,
-        format!("delay accounting off (kernel.task_delayacct=0): {how}"),
-    )
+    Check::new("delays", status, text)
 }
 
 /// Which PID namespace spacetime runs in, and what follows.

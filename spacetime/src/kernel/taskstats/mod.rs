@@ -16,6 +16,7 @@
 //! record.
 
 mod decode;
+mod delayacct;
 mod netlink;
 mod record;
 #[cfg(test)]
@@ -31,6 +32,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 pub use decode::parse_messages;
+pub use delayacct::{delayacct_enabled, delayacct_switch, set_delayacct, DelayAcctSwitch};
 #[cfg(test)]
 use record::min_size;
 pub use record::{flags, RecordKind, TaskstatsRecord};
@@ -51,7 +53,6 @@ pub const DEFAULT_RCVBUF_BYTES: usize = 8 << 20;
 const TASKSTATS_GENL_NAME: &[u8] = b"TASKSTATS\0";
 const TASKSTATS_GENL_VERSION: u8 = 1;
 const CPU_POSSIBLE: &str = "/sys/devices/system/cpu/possible";
-const DELAYACCT_SYSCTL: &str = "/proc/sys/kernel/task_delayacct";
 /// Largest datagram the receive buffer grows to after a truncated one.
 const MAX_DATAGRAM: usize = 1 << 20;
 
@@ -538,33 +539,5 @@ fn drain_socket(
             let new_slot = widest.next_power_of_two().min(MAX_DATAGRAM / BATCH);
             buf.resize(buf.len().max(new_slot * BATCH), 0);
         }
-    }
-}
-
-/// Whether delay accounting is on (`kernel.task_delayacct`). When off, the kernel leaves
-/// most delay fields (`blkio_*`, `swapin_*`, `freepages_*`, ...) of tasks started meanwhile
-/// at zero; `cpu_*` come from the scheduler and are filled either way.
-pub fn delayacct_enabled() -> io::Result<bool> {
-    parse_sysctl_bool(&std::fs::read_to_string(DELAYACCT_SYSCTL)?)
-}
-
-/// Turns delay accounting on or off (needs CAP_SYS_ADMIN); returns the previous state.
-/// Only tasks started after enabling it get delay data.
-pub fn set_delayacct(on: bool) -> io::Result<bool> {
-    let old = delayacct_enabled()?;
-    if old != on {
-        std::fs::write(DELAYACCT_SYSCTL, if on { "1\n" } else { "0\n" })?;
-    }
-    Ok(old)
-}
-
-fn parse_sysctl_bool(s: &str) -> io::Result<bool> {
-    match s.trim() {
-        "0" => Ok(false),
-        "1" => Ok(true),
-        other => Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{DELAYACCT_SYSCTL} holds {other:?}, expected 0 or 1"),
-        )),
     }
 }

@@ -362,10 +362,3 @@ fn taskstats_record_exit_status_helpers() {
     r.ac_exitcode = 255 << 8;
     assert_eq!(r.exit_code(), Some(255));
 }
-
-#[test]
-fn taskstats_sysctl_bool_parsing() {
-    assert!(!parse_sysctl_bool("0\n").unwrap());
-    assert!(parse_sysctl_bool("1\n").unwrap());
-    assert!(parse_sysctl_bool("2\n").is_err());
-}

@@ -231,6 +231,53 @@ fn thread_records_are_summed() {
     assert_eq!((s.records, s.minflt, s.hiwater_rss_kib), (2, 20, 400));
 }
 
+/// Before 5.19 (records before version 12) a record names no thread group: a thread's record
+/// goes to the process its thread started in (its BPF fork), not to the pid it carries.
+#[test]
+fn old_records_go_to_the_process_their_thread_started_in() {
+    let t = tree_with_reused_pid();
+    let clock = Clock {
+        realtime_offset_ns: 1000 * S as i128,
+    };
+    let old = |mut r: TaskstatsRecord| {
+        r.ac_tgid = None;
+        r.ac_flag = 0;
+        r.version = 10;
+        r
+    };
+    let recs = vec![
+        old(record(8, 1010, 1_000, false, 0)),
+        old(record(7, 1010, 5_000, true, 400)),
+    ];
+    let sums = |started: bool| {
+        let mut c = Collector::new(clock);
+        if started {
+            c.thread_started(8, 7);
+        }
+        for x in &t.exits {
+            c.exit(x);
+        }
+        c.keep(&t.tree, &mut recs.clone());
+        let (cov, stats) = cross_check(&t.tree, c, 4096);
+        assert_eq!(cov.matched, 1);
+        let first = t
+            .tree
+            .index_of(&Key {
+                tgid: 7,
+                start_ns: 10 * S,
+            })
+            .expect("first 7");
+        let s = stats.get(first).expect("its sums");
+        (s.records, s.minflt)
+    };
+    assert_eq!(sums(true), (2, 20), "the thread's record summed in");
+    assert_eq!(
+        sums(false),
+        (1, 10),
+        "without its start, pid 8 is no traced process"
+    );
+}
+
 /// Once pids wrap, every pid is a tgid the trace has seen: the records of other processes on
 /// the machine that reused a traced pid are set aside as they come (counted), not kept to the
 /// end; a traced process's own records, and those of a task that started within the window

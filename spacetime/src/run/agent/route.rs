@@ -39,6 +39,11 @@ struct Owner {
 struct Owners {
     map: HashMap<u32, Owner>,
     pass: u64,
+    /// Each traced thread's tgid, by tid, until its record comes: before 5.19 (records before
+    /// version 12) a thread's record names only its own pid. Left empty once a record names
+    /// its thread group.
+    threads: HashMap<u32, u32>,
+    records_name_tgid: bool,
 }
 
 impl Owners {
@@ -57,6 +62,29 @@ impl Owners {
     /// Forgets every process of `session` (its run ended).
     pub fn forget_session(&mut self, session: SessionId) {
         self.map.retain(|_, o| o.session != session);
+    }
+
+    /// Thread `tid` of `tgid` started (a tracked process's: its fork record).
+    fn thread_started(&mut self, tid: u32, tgid: u32) {
+        if !self.records_name_tgid && self.map.contains_key(&tgid) {
+            self.threads.insert(tid, tgid);
+        }
+    }
+
+    /// The process a datagram's record is about: its thread group as the record names it,
+    /// or as its thread's start said.
+    fn tgid_of(&mut self, r: &TaskstatsRecord) -> u32 {
+        match (r.kind, r.ac_tgid) {
+            (RecordKind::Tgid, _) => r.id,
+            (_, Some(t)) if t != 0 => {
+                if !self.records_name_tgid {
+                    self.records_name_tgid = true;
+                    self.threads = HashMap::new();
+                }
+                t
+            }
+            _ => self.threads.remove(&r.ac_pid).unwrap_or(r.ac_pid),
+        }
     }
 
     /// Forgets `tgid` at once if it is the process started at `start_ns`.
@@ -79,13 +107,16 @@ impl Owners {
         let pass = self.pass;
         self.map
             .retain(|_, o| o.reaped_in.is_none_or(|at| at + 1 > pass));
+        let map = &self.map;
+        self.threads.retain(|_, tgid| map.contains_key(tgid));
         self.pass += 1;
     }
 
     /// The session of the process a datagram's records are about, if the agent traces it
     /// and the records fit what it knows of it (its leader's start, to the second).
-    fn session_of(&self, records: &[TaskstatsRecord]) -> Option<SessionId> {
-        let tgid = records.iter().map(record_tgid).next()?;
+    fn session_of(&mut self, records: &[TaskstatsRecord]) -> Option<SessionId> {
+        let tgids: Vec<u32> = records.iter().map(|r| self.tgid_of(r)).collect();
+        let tgid = *tgids.first()?;
         let o = self.map.get(&tgid)?;
         let start_s =
             (o.start_ns as i64 + crate::util::clock::realtime_offset_ns()) / 1_000_000_000;
@@ -97,7 +128,7 @@ impl Owners {
                 // btime is the fill time less the elapsed seconds, each cut to the second.
                 (btime - start_s).abs() <= 2
             });
-        (fits && records.iter().all(|r| record_tgid(r) == tgid)).then_some(o.session)
+        (fits && tgids.iter().all(|&t| t == tgid)).then_some(o.session)
     }
 
     /// Processes known: bounded by the tracking map (each is tracked or was, one pass ago).
@@ -210,15 +241,6 @@ pub(super) fn of_uid(records: &[TaskstatsRecord], uid: u32) -> bool {
         && records.iter().all(|r| r.ac_pid == 0 || r.ac_uid == uid)
 }
 
-/// The process a taskstats record is about.
-fn record_tgid(r: &TaskstatsRecord) -> u32 {
-    match (r.kind, r.ac_tgid) {
-        (RecordKind::Tgid, _) => r.id,
-        (_, Some(t)) if t != 0 => t,
-        _ => r.ac_pid,
-    }
-}
-
 /// One ring record to its session's client; what it says of processes' lives updates the
 /// owners: a tracked child joins, a reaped process goes (or, without free records, one whose
 /// group exited), one that left the trace goes at once.
@@ -235,6 +257,9 @@ fn route_record(bytes: &[u8], clients: &mut Registry, owners: &mut Owners, cpu_a
                 if f.hdr.flags & (flags::FORK_THREAD | flags::FORK_UNTRACKED) == 0 =>
             {
                 owners.learn(f.child_tgid, f.child_start_ns, session)
+            }
+            Ok(Event::Fork(f)) if f.hdr.flags & flags::FORK_THREAD != 0 => {
+                owners.thread_started(f.child_pid, f.hdr.tgid)
             }
             Ok(Event::Reap(r)) => owners.reaped(r.hdr.tgid, r.hdr.leader_start_ns),
             Ok(Event::Exit(x)) if !cpu_at_release && x.hdr.flags & flags::EXIT_GROUP_DEAD != 0 => {
@@ -276,5 +301,43 @@ mod tests {
         o.learn(44, 5, 5);
         o.forget_session(4);
         assert_eq!(o.len(), 1);
+    }
+
+    /// Before 5.19 a thread's record names only its own pid: it goes to the session of the
+    /// process the thread started in, and once a record names its group, threads are no
+    /// longer remembered.
+    #[test]
+    fn an_old_threads_record_goes_to_its_process_session() {
+        let start_ns: u64 = 1_000_000_000_000;
+        let start_s = (start_ns as i64 + crate::util::clock::realtime_offset_ns()) / 1_000_000_000;
+        let rec = |pid: u32, tgid: Option<u32>| TaskstatsRecord {
+            kind: RecordKind::Pid,
+            id: pid,
+            ac_pid: pid,
+            ac_tgid: tgid,
+            ac_btime64: Some(start_s as u64),
+            ..TaskstatsRecord::default()
+        };
+        let mut o = Owners::default();
+        o.learn(42, start_ns, 3);
+        o.thread_started(43, 42);
+        o.thread_started(50, 77);
+        assert_eq!(
+            o.session_of(&[rec(43, None)]),
+            Some(3),
+            "the thread's process's"
+        );
+        assert_eq!(
+            o.session_of(&[rec(50, None)]),
+            None,
+            "a thread of no traced process"
+        );
+        assert_eq!(o.session_of(&[rec(42, Some(42))]), Some(3));
+        o.thread_started(44, 42);
+        assert_eq!(
+            o.session_of(&[rec(44, None)]),
+            None,
+            "records name their group now"
+        );
     }
 }
