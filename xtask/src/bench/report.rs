@@ -199,7 +199,9 @@ pub fn markdown(b: &Bench) -> String {
         "\nStart-up is the wall a trace adds to the bare command (median of each). The \
          agent's CPU is counted in its runs. Per event: the costliest of the programs that \
          run once per fork, exec or exit (or per dead task's last switch), as the median \
-         over repetitions of its ns per run, for every workload but /bin/true."
+         over repetitions of its ns per run, among those that ran at least 10 times a \
+         repetition; one that ran fewer (its first run is cold: the one process of /bin/true \
+         or touch) is shown beside, not counted."
     );
     for w in &b.workloads {
         workload_section(&mut o, w);
