@@ -22,6 +22,61 @@ impl Key {
     }
 }
 
+/// A [`Key`] or none, in 16 bytes where `Option<Key>` takes 24: every process keeps one.
+/// None is a start at `u64::MAX`, which no process has (see [`crate::model::opt_ns::OptNs`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct OptKey(Key);
+
+impl OptKey {
+    pub const NONE: OptKey = OptKey(Key {
+        tgid: 0,
+        start_ns: u64::MAX,
+    });
+
+    pub const fn get(self) -> Option<Key> {
+        match self.0.start_ns {
+            u64::MAX => None,
+            _ => Some(self.0),
+        }
+    }
+
+    pub const fn is_some(self) -> bool {
+        self.0.start_ns != u64::MAX
+    }
+}
+
+impl Default for OptKey {
+    fn default() -> OptKey {
+        OptKey::NONE
+    }
+}
+
+impl From<Option<Key>> for OptKey {
+    /// A key starting at `u64::MAX` (584 years of uptime) is kept one ns earlier.
+    fn from(key: Option<Key>) -> OptKey {
+        key.map_or(OptKey::NONE, |k| {
+            OptKey(Key {
+                tgid: k.tgid,
+                start_ns: k.start_ns.min(u64::MAX - 1),
+            })
+        })
+    }
+}
+
+impl PartialEq<Option<Key>> for OptKey {
+    fn eq(&self, other: &Option<Key>) -> bool {
+        self.get() == *other
+    }
+}
+
+impl std::fmt::Debug for OptKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+const _: () = assert!(size_of::<OptKey>() == 16);
+
 /// How far a start time read from /proc (whole clock ticks, converted against two clocks) may
 /// lie from the kernel's exact one and still be the same process.
 pub fn proc_start_slack_ns() -> u64 {
@@ -198,6 +253,27 @@ mod tests {
         let no_mm = MemStats { flags: 0, ..m };
         assert_eq!(EndMem::of_image(no_mm, false), None);
         assert_eq!(end_peak_pages(&no_mm, false), None);
+    }
+
+    #[test]
+    fn a_compact_key_reads_back_what_it_was_given() {
+        for (tgid, start_ns) in [(0, 0), (1, 5), (u32::MAX, u64::MAX - 1)] {
+            let key = Key { tgid, start_ns };
+            assert_eq!(OptKey::from(Some(key)).get(), Some(key), "{key:?}");
+            assert!(OptKey::from(Some(key)).is_some());
+        }
+        assert_eq!(OptKey::from(None).get(), None);
+        assert_eq!(OptKey::default(), None);
+        assert!(!OptKey::NONE.is_some());
+        // The one start kept for none is never a known key's.
+        let last = Key {
+            tgid: 7,
+            start_ns: u64::MAX,
+        };
+        assert_eq!(
+            OptKey::from(Some(last)).get().map(|k| k.start_ns),
+            Some(u64::MAX - 1)
+        );
     }
 
     #[test]

@@ -287,7 +287,7 @@ fn latest_with_tgid_is_the_last_started() {
     // An earlier holder of pid 7 named late (its fork lost): not the latest.
     t.apply(exit((7, 5), 6, 0, mem(1, 1)));
     let latest = t.latest_with_tgid(7).expect("pid 7 traced");
-    assert_eq!((latest.start_ns, latest.end_ns), (20, None));
+    assert_eq!((latest.start_ns, latest.end_ns.get()), (20, None));
     assert_eq!(t.latest_with_tgid(100).map(|p| p.start_ns), Some(1));
     assert!(t.latest_with_tgid(8).is_none() && !t.knows_tgid(8));
     t.adopt(Adopted {

@@ -145,7 +145,7 @@ impl Consumer for TracedRun<'_, '_> {
         if self.opts.stop_on_root_exit && self.cutoff.is_none() {
             // As the kernel dated the root's exit: deterministic, whatever the order in which
             // the other processes' records reach us.
-            self.cutoff = self.sink.tree.root().and_then(|r| r.end_ns);
+            self.cutoff = self.sink.tree.root().and_then(|r| r.end_ns.get());
         }
     }
 
@@ -263,7 +263,7 @@ pub(super) async fn consume(
             .sink
             .tree
             .root()
-            .and_then(|r| r.end_ns)
+            .and_then(|r| r.end_ns.get())
             .unwrap_or_else(monotonic_ns),
         (None, false) => loop_end_ns,
     };
@@ -323,7 +323,7 @@ pub(super) fn live_memory(
         .processes()
         .iter()
         .filter(|p| p.end_ns.is_none())
-        .filter_map(|p| p.key)
+        .filter_map(|p| p.key.get())
         .collect();
     for r in crate::model::memory::live_mm_records(&states) {
         let key = crate::model::tree::Key {
@@ -372,7 +372,7 @@ async fn wait_for_release_records(ring: &mut dyn Records, run: &mut TracedRun<'_
             .processes()
             .iter()
             .filter(|p| p.end_ns.is_some() && !p.cpu_final)
-            .filter_map(|p| p.key.map(|k| (p.pid, k)))
+            .filter_map(|p| p.key.get().map(|k| (p.pid, k)))
             .filter(|&(pid, k)| {
                 reaped.contains(&k) || {
                     let gone = crate::run::pidfd::reaped(pid, k.start_ns);
