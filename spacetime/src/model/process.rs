@@ -120,6 +120,38 @@ impl ExitStatus {
     }
 }
 
+/// How a process ended, or not yet, in 2 bytes where `Option<ExitStatus>` takes 8: the wait
+/// status's low 16 bits, all [`ExitStatus::from_wait`] reads. None is `u16::MAX`, which would
+/// read as signal 127: Linux has 64 signals, and a dead task's status is never a stopped
+/// one's (low byte 0x7f).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct OptExit(u16);
+
+impl OptExit {
+    pub const NONE: OptExit = OptExit(u16::MAX);
+
+    /// A dead task's `exit_code` (a wait status).
+    pub fn from_wait(status: u32) -> OptExit {
+        OptExit(status as u16)
+    }
+
+    pub fn get(self) -> Option<ExitStatus> {
+        (self != OptExit::NONE).then(|| ExitStatus::from_wait(u32::from(self.0)))
+    }
+}
+
+impl Default for OptExit {
+    fn default() -> OptExit {
+        OptExit::NONE
+    }
+}
+
+impl std::fmt::Debug for OptExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
 /// The end-of-image memory figures an image keeps of the kernel's [`MemStats`] (56 bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EndMem {
@@ -253,6 +285,25 @@ mod tests {
         let no_mm = MemStats { flags: 0, ..m };
         assert_eq!(EndMem::of_image(no_mm, false), None);
         assert_eq!(end_peak_pages(&no_mm, false), None);
+    }
+
+    #[test]
+    fn a_compact_exit_reads_back_every_exit_and_signal() {
+        for code in 0..=255u32 {
+            let status = code << 8;
+            assert_eq!(
+                OptExit::from_wait(status).get(),
+                Some(ExitStatus::Code(code as i32))
+            );
+        }
+        for signal in 1..=64u32 {
+            for core in [0, 0x80] {
+                let status = signal | core;
+                let got = OptExit::from_wait(status).get();
+                assert_eq!(got, Some(ExitStatus::from_wait(status)), "{status:#x}");
+            }
+        }
+        assert_eq!(OptExit::default().get(), None);
     }
 
     #[test]

@@ -64,7 +64,7 @@ fn exec_trap_keeps_one_entry_with_two_images() {
     assert_eq!(p.images[1].peak_rss_pages(), Some(300));
     assert_eq!(argv(&p.images[1]), ["small", "-x"]);
     assert_eq!(p.peak_rss_pages(), 76800);
-    assert_eq!(p.exit, Some(ExitStatus::Code(0)));
+    assert_eq!(p.exit.get(), Some(ExitStatus::Code(0)));
 }
 
 #[test]
@@ -91,8 +91,8 @@ fn pid_reuse_never_merges_processes() {
         .expect("second 50");
     assert_eq!(a.images.len(), 1);
     assert_eq!(b.images.len(), 2);
-    assert_eq!(a.exit, Some(ExitStatus::Code(0)));
-    assert_eq!(b.exit, Some(ExitStatus::Code(1)));
+    assert_eq!(a.exit.get(), Some(ExitStatus::Code(0)));
+    assert_eq!(b.exit.get(), Some(ExitStatus::Code(1)));
     assert_eq!(t.processes().len(), 3);
 }
 
@@ -138,7 +138,7 @@ fn events_out_of_order_still_build_the_process() {
     assert_eq!(c.images[0].end_ns, Some(6));
     assert_eq!(c.images[1].exe(), b"/bin/ls");
     assert_eq!(c.images[1].peak_rss_pages(), Some(12));
-    assert_eq!(c.exit, Some(ExitStatus::Code(2)));
+    assert_eq!(c.exit.get(), Some(ExitStatus::Code(2)));
 }
 
 #[test]

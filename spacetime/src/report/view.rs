@@ -117,7 +117,7 @@ impl<'a> ProcessReport<'a> {
 
     pub fn exit(&self) -> Option<Exit> {
         match self.src {
-            Src::Live { p, .. } => p.exit.map(Exit),
+            Src::Live { p, .. } => p.exit.get().map(Exit),
             Src::Saved(s) => s.exit,
         }
     }

@@ -254,7 +254,7 @@ pub(super) async fn consume(
     io.flush_log();
     if run.opts.attached {
         // Not our child: its status is the kernel's exit record's.
-        run.root_status = run.sink.tree.root().and_then(|r| r.exit);
+        run.root_status = run.sink.tree.root().and_then(|r| r.exit.get());
     }
     let end_ns = match (run.stopped, run.opts.stop_on_root_exit) {
         (Some(at), _) => at,

@@ -34,7 +34,7 @@ use crate::{
         argv::{append_args, exec_names, publish_partial, Appended},
         cputime,
         opt_ns::OptNs,
-        process::{EndMem, ExitStatus, Key},
+        process::{EndMem, Key, OptExit},
     },
 };
 
@@ -357,7 +357,7 @@ impl<S: Storage> Store<S> {
         }
         if group && !duplicate {
             p.end_ns = OptNs::some(x.hdr.ts_ns);
-            p.exit = Some(ExitStatus::from_wait(x.exit_code));
+            p.exit = OptExit::from_wait(x.exit_code);
             p.signal_maxrss_pages = x.signal_maxrss_pages;
             if let Some(img) = p.open_image() {
                 img.end_ns = OptNs::some(x.hdr.ts_ns);

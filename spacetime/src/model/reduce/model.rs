@@ -9,7 +9,7 @@ use crate::model::{
     argv::PendingArgv,
     image_mem::ImageMem,
     opt_ns::OptNs,
-    process::{ExitStatus, Key, Names, OptKey},
+    process::{Key, Names, OptExit, OptKey},
 };
 
 /// One program image of a process.
@@ -38,7 +38,7 @@ pub struct Image {
 // A 100 000-process trace holds 100 000 processes and two images each: see
 // `packs_into_21_bytes_and_two_images_fit_in_a_process` (model/image_mem.rs).
 const _: () = assert!(size_of::<Image>() <= 56);
-const _: () = assert!(size_of::<Process>() <= 216);
+const _: () = assert!(size_of::<Process>() <= 208);
 
 impl Default for Image {
     /// An image with no names yet: they point at one shared empty [`Names`] (a fork builds
@@ -134,7 +134,8 @@ pub struct Process {
     pub end_ns: OptNs,
     /// Every thread it ever had, the main thread included.
     pub threads: u32,
-    pub exit: Option<ExitStatus>,
+    /// 2 bytes, not an `Option`'s 8: see [`OptExit`].
+    pub exit: OptExit,
     /// Inline while there are two at most (most processes of a big tree fork and exit, or
     /// fork and exec once): not an allocation of their own each.
     pub images: SmallVec<[Image; 2]>,

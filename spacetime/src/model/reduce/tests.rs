@@ -7,7 +7,7 @@ use spacetime_common::{flags, kind, EventHeader, ExitEvent, ImageEndEvent, MemSt
 use super::*;
 use crate::{
     kernel::events::{records, Args, Comm, Exec},
-    model::process::Names,
+    model::process::{ExitStatus, Names},
 };
 
 type P = (u32, u64);
@@ -121,7 +121,7 @@ fn facts(p: &Process) -> Facts {
     Facts {
         ppid: p.ppid,
         threads: p.threads,
-        exit: p.exit,
+        exit: p.exit.get(),
         user_ns: p.user_ns,
         images: p
             .images
@@ -324,12 +324,12 @@ fn one_group_exit_per_process() {
     let r = all.root().expect("root");
     // The first end stands; the second is a thread's: its CPU counts.
     assert_eq!(
-        (r.end_ns.get(), r.exit),
+        (r.end_ns.get(), r.exit.get()),
         (Some(80), Some(ExitStatus::Code(1)))
     );
     assert_eq!(r.images[0].peak_rss_pages(), Some(5));
     assert_eq!(r.user_ns, 140);
-    assert_eq!(ended[0].exit, Some(ExitStatus::Code(1)));
+    assert_eq!(ended[0].exit.get(), Some(ExitStatus::Code(1)));
 }
 
 #[test]

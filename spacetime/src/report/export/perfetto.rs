@@ -407,7 +407,7 @@ impl Builder<'_> {
             }
             if k + 1 == p.images.len() {
                 begin = self.figures(begin, i);
-                if let Some(exit) = p.exit {
+                if let Some(exit) = p.exit.get() {
                     begin = begin.msg(
                         field::EVENT_DEBUG_ANNOTATIONS,
                         Msg::new()
