@@ -9,7 +9,10 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 use spacetime_common::flags;
 
-use crate::{kernel::events::Event, model::process::Key};
+use crate::{
+    kernel::events::Event,
+    model::{key_index::KeyIndex, process::Key},
+};
 
 /// The CPU clock's frequency (per CPU) the kernel program is attached with.
 pub use spacetime_common::CPU_TICK_HZ as TICK_HZ;
@@ -45,9 +48,12 @@ pub struct CpuTicks {
     pub online_cpus: Option<u32>,
     /// Each live thread's last point, by thread id.
     last: FxHashMap<u32, Last>,
-    /// Most processes of a big trace have one segment (their exit): inline, not a list of
-    /// four (96 bytes of heap) each.
-    segments: FxHashMap<Key, SmallVec<[Segment; 1]>>,
+    /// Each process's segments, in the order first seen. Most processes of a big trace have
+    /// one segment (their exit): inline, not a list of four (96 bytes of heap) each. A list
+    /// and an index of 4-byte slots, not a map: a map's table is all touched and, while it
+    /// grows, held twice (64 bytes a process at 100 000 where this takes 55).
+    segments: Vec<(Key, SmallVec<[Segment; 1]>)>,
+    index: KeyIndex,
     kept: usize,
     /// Tick records received, and those dropped past [`MAX_SEGMENTS`].
     pub ticks: u64,
@@ -112,7 +118,7 @@ impl CpuTicks {
         }
         let from_ns = prev.ts_ns.min(ts_ns);
         let mut cpu_ns = runtime_ns - prev.runtime_ns;
-        let segments = self.segments.entry(key).or_default();
+        let segments = CpuTicks::segments_of(&mut self.segments, &mut self.index, key);
         // A thread runs on one CPU at a time. More run time than wall time since its last
         // point is run time the previous point had not been told of yet (a task's total is
         // brought up to date at the scheduler's next update, not at the tick): it belongs to
@@ -136,7 +142,28 @@ impl CpuTicks {
 
     /// The segments of a process (absolute times).
     pub fn of(&self, key: &Key) -> &[Segment] {
-        self.segments.get(key).map_or(&[], |v| v.as_slice())
+        let list = &self.segments;
+        self.index
+            .get(key, |s| list[s as usize].0)
+            .map_or(&[], |slot| list[slot].1.as_slice())
+    }
+
+    /// A process's segments, an empty list when it had none yet.
+    fn segments_of<'a>(
+        list: &'a mut Vec<(Key, SmallVec<[Segment; 1]>)>,
+        index: &mut KeyIndex,
+        key: Key,
+    ) -> &'a mut SmallVec<[Segment; 1]> {
+        let slot = match index.get(&key, |s| list[s as usize].0) {
+            Some(slot) => slot,
+            None => {
+                list.push((key, SmallVec::new()));
+                let slot = list.len() - 1;
+                index.insert(&key, slot, |s| list[s as usize].0);
+                slot
+            }
+        };
+        &mut list[slot].1
     }
 }
 

@@ -301,7 +301,7 @@ fn started_in_time(tree: &Tree, tgid: u32, r: &TaskstatsRecord, clock: Clock) ->
         return true;
     };
     let b = r.ac_btime64.unwrap_or(r.ac_btime as u64) as i128;
-    match latest.end_ns {
+    match latest.end_ns.get() {
         Some(end) if b + 1 >= clock.wall_s(latest.start_ns) => b <= clock.wall_s(end) + AFTER_END_S,
         _ => true,
     }
@@ -310,7 +310,9 @@ fn started_in_time(tree: &Tree, tgid: u32, r: &TaskstatsRecord, clock: Clock) ->
 /// Does record `r` describe a thread of process `p`? Start within a second of the process's
 /// start or later, and not after its end.
 fn belongs(r: &Kept, p: &Process, clock: Clock) -> bool {
-    let Some(end) = p.end_ns else { return false };
+    let Some(end) = p.end_ns.get() else {
+        return false;
+    };
     let b = r.btime_s as i128;
     b + 1 >= clock.wall_s(p.start_ns) && b <= clock.wall_s(end) + 1
 }
@@ -360,7 +362,7 @@ pub fn cross_check(
     // are, after the collector's own, in its buffer.
     let mut merged_sums = Vec::new();
     for (pi, p) in tree.processes().iter().enumerate() {
-        let (Some(key), Some(_)) = (p.key, p.end_ns) else {
+        let (Some(key), Some(_)) = (p.key.get(), p.end_ns.get()) else {
             continue;
         };
         let Some(g) = matched_of(&key) else {
@@ -415,7 +417,7 @@ pub fn cross_check(
 fn missed_exits(tree: &Tree, records: &[Kept], unpaired: &[u32], clock: Clock) -> u64 {
     let mut open: HashMap<u32, Vec<u64>> = HashMap::new();
     for p in tree.processes().iter().filter(|p| p.end_ns.is_none()) {
-        if let Some(key) = p.key {
+        if let Some(key) = p.key.get() {
             open.entry(key.tgid).or_default().push(p.start_ns);
         }
     }

@@ -38,7 +38,7 @@ fn live_keys(tree: &Tree) -> impl Iterator<Item = Key> + '_ {
     tree.processes()
         .iter()
         .filter(|p| p.end_ns.is_none())
-        .filter_map(|p| p.key)
+        .filter_map(|p| p.key.get())
 }
 
 impl Memory {
@@ -158,7 +158,7 @@ impl Memory {
     pub fn sample(&mut self, now_ns: u64, tree: &Tree) {
         if self.proc_by_shown_pids {
             for p in tree.processes().iter().filter(|p| p.end_ns.is_none()) {
-                let Some(key) = p.key else { continue };
+                let Some(key) = p.key.get() else { continue };
                 if let Some(s) = self.pss.as_mut() {
                     s.set_proc_pid(key.tgid, p.pid);
                 }

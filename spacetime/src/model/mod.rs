@@ -16,6 +16,7 @@ pub(crate) mod key_index;
 pub(crate) mod labels;
 pub(crate) mod matcher;
 pub(crate) mod memory;
+pub(crate) mod opt_ns;
 pub(crate) mod proc_read;
 pub(crate) mod process;
 pub(crate) mod pss;

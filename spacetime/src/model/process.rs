@@ -22,6 +22,61 @@ impl Key {
     }
 }
 
+/// A [`Key`] or none, in 16 bytes where `Option<Key>` takes 24: every process keeps one.
+/// None is a start at `u64::MAX`, which no process has (see [`crate::model::opt_ns::OptNs`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct OptKey(Key);
+
+impl OptKey {
+    pub const NONE: OptKey = OptKey(Key {
+        tgid: 0,
+        start_ns: u64::MAX,
+    });
+
+    pub const fn get(self) -> Option<Key> {
+        match self.0.start_ns {
+            u64::MAX => None,
+            _ => Some(self.0),
+        }
+    }
+
+    pub const fn is_some(self) -> bool {
+        self.0.start_ns != u64::MAX
+    }
+}
+
+impl Default for OptKey {
+    fn default() -> OptKey {
+        OptKey::NONE
+    }
+}
+
+impl From<Option<Key>> for OptKey {
+    /// A key starting at `u64::MAX` (584 years of uptime) is kept one ns earlier.
+    fn from(key: Option<Key>) -> OptKey {
+        key.map_or(OptKey::NONE, |k| {
+            OptKey(Key {
+                tgid: k.tgid,
+                start_ns: k.start_ns.min(u64::MAX - 1),
+            })
+        })
+    }
+}
+
+impl PartialEq<Option<Key>> for OptKey {
+    fn eq(&self, other: &Option<Key>) -> bool {
+        self.get() == *other
+    }
+}
+
+impl std::fmt::Debug for OptKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+const _: () = assert!(size_of::<OptKey>() == 16);
+
 /// How far a start time read from /proc (whole clock ticks, converted against two clocks) may
 /// lie from the kernel's exact one and still be the same process.
 pub fn proc_start_slack_ns() -> u64 {
@@ -62,6 +117,38 @@ impl ExitStatus {
             ExitStatus::Code(c) => c,
             ExitStatus::Signal { signal, .. } => 128 + signal,
         }
+    }
+}
+
+/// How a process ended, or not yet, in 2 bytes where `Option<ExitStatus>` takes 8: the wait
+/// status's low 16 bits, all [`ExitStatus::from_wait`] reads. None is `u16::MAX`, which would
+/// read as signal 127: Linux has 64 signals, and a dead task's status is never a stopped
+/// one's (low byte 0x7f).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct OptExit(u16);
+
+impl OptExit {
+    pub const NONE: OptExit = OptExit(u16::MAX);
+
+    /// A dead task's `exit_code` (a wait status).
+    pub fn from_wait(status: u32) -> OptExit {
+        OptExit(status as u16)
+    }
+
+    pub fn get(self) -> Option<ExitStatus> {
+        (self != OptExit::NONE).then(|| ExitStatus::from_wait(u32::from(self.0)))
+    }
+}
+
+impl Default for OptExit {
+    fn default() -> OptExit {
+        OptExit::NONE
+    }
+}
+
+impl std::fmt::Debug for OptExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
     }
 }
 
@@ -198,6 +285,46 @@ mod tests {
         let no_mm = MemStats { flags: 0, ..m };
         assert_eq!(EndMem::of_image(no_mm, false), None);
         assert_eq!(end_peak_pages(&no_mm, false), None);
+    }
+
+    #[test]
+    fn a_compact_exit_reads_back_every_exit_and_signal() {
+        for code in 0..=255u32 {
+            let status = code << 8;
+            assert_eq!(
+                OptExit::from_wait(status).get(),
+                Some(ExitStatus::Code(code as i32))
+            );
+        }
+        for signal in 1..=64u32 {
+            for core in [0, 0x80] {
+                let status = signal | core;
+                let got = OptExit::from_wait(status).get();
+                assert_eq!(got, Some(ExitStatus::from_wait(status)), "{status:#x}");
+            }
+        }
+        assert_eq!(OptExit::default().get(), None);
+    }
+
+    #[test]
+    fn a_compact_key_reads_back_what_it_was_given() {
+        for (tgid, start_ns) in [(0, 0), (1, 5), (u32::MAX, u64::MAX - 1)] {
+            let key = Key { tgid, start_ns };
+            assert_eq!(OptKey::from(Some(key)).get(), Some(key), "{key:?}");
+            assert!(OptKey::from(Some(key)).is_some());
+        }
+        assert_eq!(OptKey::from(None).get(), None);
+        assert_eq!(OptKey::default(), None);
+        assert!(!OptKey::NONE.is_some());
+        // The one start kept for none is never a known key's.
+        let last = Key {
+            tgid: 7,
+            start_ns: u64::MAX,
+        };
+        assert_eq!(
+            OptKey::from(Some(last)).get().map(|k| k.start_ns),
+            Some(u64::MAX - 1)
+        );
     }
 
     #[test]

@@ -64,7 +64,7 @@ fn exec_trap_keeps_one_entry_with_two_images() {
     assert_eq!(p.images[1].peak_rss_pages(), Some(300));
     assert_eq!(argv(&p.images[1]), ["small", "-x"]);
     assert_eq!(p.peak_rss_pages(), 76800);
-    assert_eq!(p.exit, Some(ExitStatus::Code(0)));
+    assert_eq!(p.exit.get(), Some(ExitStatus::Code(0)));
 }
 
 #[test]
@@ -91,8 +91,8 @@ fn pid_reuse_never_merges_processes() {
         .expect("second 50");
     assert_eq!(a.images.len(), 1);
     assert_eq!(b.images.len(), 2);
-    assert_eq!(a.exit, Some(ExitStatus::Code(0)));
-    assert_eq!(b.exit, Some(ExitStatus::Code(1)));
+    assert_eq!(a.exit.get(), Some(ExitStatus::Code(0)));
+    assert_eq!(b.exit.get(), Some(ExitStatus::Code(1)));
     assert_eq!(t.processes().len(), 3);
 }
 
@@ -138,7 +138,7 @@ fn events_out_of_order_still_build_the_process() {
     assert_eq!(c.images[0].end_ns, Some(6));
     assert_eq!(c.images[1].exe(), b"/bin/ls");
     assert_eq!(c.images[1].peak_rss_pages(), Some(12));
-    assert_eq!(c.exit, Some(ExitStatus::Code(2)));
+    assert_eq!(c.exit.get(), Some(ExitStatus::Code(2)));
 }
 
 #[test]
@@ -287,7 +287,7 @@ fn latest_with_tgid_is_the_last_started() {
     // An earlier holder of pid 7 named late (its fork lost): not the latest.
     t.apply(exit((7, 5), 6, 0, mem(1, 1)));
     let latest = t.latest_with_tgid(7).expect("pid 7 traced");
-    assert_eq!((latest.start_ns, latest.end_ns), (20, None));
+    assert_eq!((latest.start_ns, latest.end_ns.get()), (20, None));
     assert_eq!(t.latest_with_tgid(100).map(|p| p.start_ns), Some(1));
     assert!(t.latest_with_tgid(8).is_none() && !t.knows_tgid(8));
     t.adopt(Adopted {

@@ -103,7 +103,7 @@ impl<'a> ProcessReport<'a> {
 
     pub fn end_ns(&self) -> Option<u64> {
         match self.src {
-            Src::Live { p, scale, .. } => p.end_ns.map(|e| scale.since(e)),
+            Src::Live { p, scale, .. } => p.end_ns.get().map(|e| scale.since(e)),
             Src::Saved(s) => s.end_ns,
         }
     }
@@ -117,7 +117,7 @@ impl<'a> ProcessReport<'a> {
 
     pub fn exit(&self) -> Option<Exit> {
         match self.src {
-            Src::Live { p, .. } => p.exit.map(Exit),
+            Src::Live { p, .. } => p.exit.get().map(Exit),
             Src::Saved(s) => s.exit,
         }
     }
@@ -129,7 +129,7 @@ impl<'a> ProcessReport<'a> {
 
     pub fn state(&self) -> State {
         match self.src {
-            Src::Live { p, gone, .. } => match (p.end_ns, p.key) {
+            Src::Live { p, gone, .. } => match (p.end_ns.get(), p.key.get()) {
                 (Some(_), _) => State::Exited,
                 (None, _) if p.left => State::Left,
                 (None, Some(k)) if gone.contains(&k) => State::Unknown,
@@ -195,7 +195,9 @@ impl<'a> ProcessReport<'a> {
     /// what it inherited), which is why it misleads after exec.
     pub fn ru_maxrss_bytes(&self) -> Option<u64> {
         match self.src {
-            Src::Live { p, scale, .. } => p.end_ns.map(|_| p.signal_maxrss_pages * scale.page),
+            Src::Live { p, scale, .. } => {
+                p.end_ns.get().map(|_| p.signal_maxrss_pages * scale.page)
+            }
             Src::Saved(s) => s.ru_maxrss_bytes,
         }
     }
@@ -234,7 +236,7 @@ impl<'a> ProcessReport<'a> {
     /// The process's key in the tree (a live report only).
     pub(super) fn key(&self) -> Option<Key> {
         match self.src {
-            Src::Live { p, .. } => p.key,
+            Src::Live { p, .. } => p.key.get(),
             Src::Saved(_) => None,
         }
     }
@@ -336,7 +338,7 @@ impl<'a> ImageReport<'a> {
 
     pub fn end_ns(&self) -> Option<u64> {
         match *self {
-            ImageReport::Live { img, scale } => img.end_ns.map(|e| scale.since(e)),
+            ImageReport::Live { img, scale } => img.end_ns.get().map(|e| scale.since(e)),
             ImageReport::Saved(s) => s.end_ns,
         }
     }

@@ -375,7 +375,7 @@ impl Attached {
                 .iter()
                 .filter(|p| p.end_ns.is_none())
                 .filter(|p| p.images.last().is_some_and(|i| i.read_at_attach))
-                .find_map(|p| p.key.filter(|k| k.tgid == t.pid));
+                .find_map(|p| p.key.get().filter(|k| k.tgid == t.pid));
             if let (Some(key), Some(pages)) = (key, vmhwm_pages(t, page_size)) {
                 if !tree.set_peak_so_far(key, pages) {
                     tree.stats.figures_out_of_range += 1;

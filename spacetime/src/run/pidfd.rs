@@ -224,7 +224,7 @@ pub fn gone_unseen(tree: &crate::model::tree::Tree) -> FxHashSet<crate::model::t
     tree.processes()
         .iter()
         .filter(|p| p.end_ns.is_none())
-        .filter_map(|p| p.key)
+        .filter_map(|p| p.key.get())
         .filter(|k| !alive(k.tgid, k.start_ns))
         .collect()
 }

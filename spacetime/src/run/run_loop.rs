@@ -150,7 +150,7 @@ impl Consumer for TracedRun<'_, '_> {
         if self.opts.stop_on_root_exit && self.cutoff.is_none() {
             // As the kernel dated the root's exit: deterministic, whatever the order in which
             // the other processes' records reach us.
-            self.cutoff = self.sink.tree.root().and_then(|r| r.end_ns);
+            self.cutoff = self.sink.tree.root().and_then(|r| r.end_ns.get());
         }
     }
 
@@ -259,7 +259,7 @@ pub(super) async fn consume(
     io.flush_log();
     if run.opts.attached {
         // Not our child: its status is the kernel's exit record's.
-        run.root_status = run.sink.tree.root().and_then(|r| r.exit);
+        run.root_status = run.sink.tree.root().and_then(|r| r.exit.get());
     }
     let end_ns = match (run.stopped, run.opts.stop_on_root_exit) {
         (Some(at), _) => at,
@@ -268,7 +268,7 @@ pub(super) async fn consume(
             .sink
             .tree
             .root()
-            .and_then(|r| r.end_ns)
+            .and_then(|r| r.end_ns.get())
             .unwrap_or_else(monotonic_ns),
         (None, false) => loop_end_ns,
     };
@@ -328,7 +328,7 @@ pub(super) fn live_memory(
         .processes()
         .iter()
         .filter(|p| p.end_ns.is_none())
-        .filter_map(|p| p.key)
+        .filter_map(|p| p.key.get())
         .collect();
     for r in crate::model::memory::live_mm_records(&states) {
         let key = crate::model::tree::Key {
@@ -377,7 +377,7 @@ async fn wait_for_release_records(ring: &mut dyn Records, run: &mut TracedRun<'_
             .processes()
             .iter()
             .filter(|p| p.end_ns.is_some() && !p.cpu_final)
-            .filter_map(|p| p.key.map(|k| (p.pid, k)))
+            .filter_map(|p| p.key.get().map(|k| (p.pid, k)))
             .filter(|&(pid, k)| {
                 reaped.contains(&k) || {
                     let gone = crate::run::pidfd::reaped(pid, k.start_ns);

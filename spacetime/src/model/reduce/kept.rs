@@ -71,7 +71,7 @@ impl Kept {
             Some(_) => 0,
         };
         self.procs.push(Process {
-            key: Some(key),
+            key: Some(key).into(),
             pid,
             start_ns: key.start_ns,
             ppid: if is_root { self.root_ppid } else { 0 },
@@ -178,14 +178,14 @@ impl Kept {
                 true => k
                     .procs
                     .iter()
-                    .any(|p| p.key.is_some_and(|k| k.tgid == tgid)),
+                    .any(|p| p.key.get().is_some_and(|k| k.tgid == tgid)),
             }
     }
 }
 
 /// A kept process's key (every process the index files has one).
 fn key_of(p: &Process) -> Key {
-    p.key.unwrap_or(Key {
+    p.key.get().unwrap_or(Key {
         tgid: 0,
         start_ns: 0,
     })

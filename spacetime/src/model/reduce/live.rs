@@ -18,6 +18,7 @@ use super::{
 };
 use crate::model::{
     cputime,
+    opt_ns::OptNs,
     process::{same_start, Key, Names},
 };
 use rustc_hash::FxHashMap;
@@ -260,7 +261,7 @@ impl LiveSet {
         t.process.user_ns = user;
         t.process.sys_ns = sys;
         t.runtime_ns = x.runtime_ns;
-        t.process.end_ns = Some(x.hdr.ts_ns);
+        t.process.end_ns = OptNs::some(x.hdr.ts_ns);
         Some(self.remember_end(t, stats))
     }
 

@@ -33,7 +33,8 @@ use crate::{
     model::{
         argv::{append_args, exec_names, publish_partial, Appended},
         cputime,
-        process::{EndMem, ExitStatus, Key},
+        opt_ns::OptNs,
+        process::{EndMem, Key, OptExit},
     },
 };
 
@@ -199,11 +200,15 @@ impl<S: Storage> Store<S> {
         child.parent_start_ns = parent_key.start_ns;
         child.start_ns = f.child_start_ns;
         // The inherited image runs from the fork until the first exec (or the exit).
-        let end_ns = child.images.first().map(|i| i.start_ns).or(child.end_ns);
+        let end_ns = child
+            .images
+            .first()
+            .map(|i| i.start_ns)
+            .or(child.end_ns.get());
         child.images.reserve_exact(reserve);
         let mut img = Image {
             start_ns: f.child_start_ns,
-            end_ns,
+            end_ns: end_ns.into(),
             inherited: true,
             shared_mm: f.hdr.flags & flags::FORK_SHARED_MM != 0,
             ..Image::default()
@@ -226,7 +231,7 @@ impl<S: Storage> Store<S> {
         };
         let p = h.process();
         if let Some(open) = p.open_image() {
-            open.end_ns = Some(hdr.ts_ns);
+            open.end_ns = OptNs::some(hdr.ts_ns);
         }
         // No continuation reaches an image once another started: what came of it stays.
         if let Some(last) = p.images.last_mut() {
@@ -283,7 +288,7 @@ impl<S: Storage> Store<S> {
         let mut fit = true;
         // The root's first exec ends no image of its own: its images start at CMD's exec.
         if let Some(img) = p.open_image() {
-            img.end_ns = Some(m.hdr.ts_ns);
+            img.end_ns = OptNs::some(m.hdr.ts_ns);
             if let Some(mem) = EndMem::of_image(m.mem, img.shared_mm) {
                 fit = img.mem.set_end(mem);
             }
@@ -351,11 +356,11 @@ impl<S: Storage> Store<S> {
             p.sys_ns += sys;
         }
         if group && !duplicate {
-            p.end_ns = Some(x.hdr.ts_ns);
-            p.exit = Some(ExitStatus::from_wait(x.exit_code));
+            p.end_ns = OptNs::some(x.hdr.ts_ns);
+            p.exit = OptExit::from_wait(x.exit_code);
             p.signal_maxrss_pages = x.signal_maxrss_pages;
             if let Some(img) = p.open_image() {
-                img.end_ns = Some(x.hdr.ts_ns);
+                img.end_ns = OptNs::some(x.hdr.ts_ns);
                 if let Some(mem) = EndMem::of_image(x.mem, img.shared_mm) {
                     fit = img.mem.set_end(mem);
                 }

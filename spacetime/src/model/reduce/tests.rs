@@ -7,7 +7,7 @@ use spacetime_common::{flags, kind, EventHeader, ExitEvent, ImageEndEvent, MemSt
 use super::*;
 use crate::{
     kernel::events::{records, Args, Comm, Exec},
-    model::process::Names,
+    model::process::{ExitStatus, Names},
 };
 
 type P = (u32, u64);
@@ -121,7 +121,7 @@ fn facts(p: &Process) -> Facts {
     Facts {
         ppid: p.ppid,
         threads: p.threads,
-        exit: p.exit,
+        exit: p.exit.get(),
         user_ns: p.user_ns,
         images: p
             .images
@@ -171,7 +171,7 @@ fn both_retentions_build_the_same_facts() {
     assert_eq!(ended.len(), 2, "two processes ended");
     assert_eq!(bounded.live(), 1, "the shell still runs");
     for t in &ended {
-        let key = t.key.expect("keyed");
+        let key = t.key.get().expect("keyed");
         let kept = all.get(&key).expect("kept by trace");
         assert!(t.known, "pid {} was in the live set", key.tgid);
         assert_eq!(facts(t), facts(kept), "pid {}", key.tgid);
@@ -323,10 +323,13 @@ fn one_group_exit_per_process() {
     assert_eq!(ended.len(), 1, "one end reported");
     let r = all.root().expect("root");
     // The first end stands; the second is a thread's: its CPU counts.
-    assert_eq!((r.end_ns, r.exit), (Some(80), Some(ExitStatus::Code(1))));
+    assert_eq!(
+        (r.end_ns.get(), r.exit.get()),
+        (Some(80), Some(ExitStatus::Code(1)))
+    );
     assert_eq!(r.images[0].peak_rss_pages(), Some(5));
     assert_eq!(r.user_ns, 140);
-    assert_eq!(ended[0].exit, Some(ExitStatus::Code(1)));
+    assert_eq!(ended[0].exit.get(), Some(ExitStatus::Code(1)));
 }
 
 #[test]

@@ -44,7 +44,7 @@ impl Tracked {
     pub(super) fn new(key: Key) -> Tracked {
         Tracked {
             process: Process {
-                key: Some(key),
+                key: Some(key).into(),
                 pid: key.tgid,
                 start_ns: key.start_ns,
                 threads: 1,
@@ -107,7 +107,8 @@ impl Tracked {
             p.key = Some(Key {
                 tgid: p.pid,
                 start_ns,
-            });
+            })
+            .into();
             self.start_exact = true;
         }
         true

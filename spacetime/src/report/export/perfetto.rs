@@ -365,12 +365,12 @@ impl Builder<'_> {
                 .uint(field::TRACK_CHILD_ORDERING, ORDER_EXPLICIT),
         );
         self.descriptors.extend(identity_descriptors(p, uuid));
-        let end = p.end_ns.unwrap_or(self.opts.end_ns);
+        let end = p.end_ns.get().unwrap_or(self.opts.end_ns);
         let mut from = p.start_ns;
         for (k, img) in p.images.iter().enumerate() {
             let next = p.images.get(k + 1).map(|n| n.start_ns);
             let start = img.start_ns.max(from);
-            let stop = img.end_ns.or(next).unwrap_or(end).max(start);
+            let stop = img.end_ns.get().or(next).unwrap_or(end).max(start);
             from = stop;
             let command = image_command(img);
             let label = if img.inherited {
@@ -407,7 +407,7 @@ impl Builder<'_> {
             }
             if k + 1 == p.images.len() {
                 begin = self.figures(begin, i);
-                if let Some(exit) = p.exit {
+                if let Some(exit) = p.exit.get() {
                     begin = begin.msg(
                         field::EVENT_DEBUG_ANNOTATIONS,
                         Msg::new()
@@ -424,7 +424,7 @@ impl Builder<'_> {
             self.event(p.start_ns, SLICE_BEGIN, uuid, name);
             self.event(end.max(p.start_ns), SLICE_END, uuid, Msg::new());
         }
-        let Some(series) = p.key.and_then(|k| tl.process(&k)) else {
+        let Some(series) = p.key.get().and_then(|k| tl.process(&k)) else {
             return;
         };
         if !series.rss.is_empty() {
@@ -502,7 +502,7 @@ pub fn encode(tree: &Tree, timeline: &Timeline, opts: &Options) -> Vec<Vec<u8>> 
     let index: HashMap<Key, usize> = procs
         .iter()
         .enumerate()
-        .filter_map(|(i, p)| Some((p.key?, i)))
+        .filter_map(|(i, p)| Some((p.key.get()?, i)))
         .collect();
     let mut order: Vec<usize> = (0..procs.len()).collect();
     order.sort_by_key(|&i| (procs[i].start_ns, procs[i].pid));

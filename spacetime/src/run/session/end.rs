@@ -196,7 +196,7 @@ fn end_of(tree: &Tree, timeline: &Timeline, stop_ns: u64) -> u64 {
         0 => tree
             .processes()
             .iter()
-            .filter_map(|p| p.end_ns)
+            .filter_map(|p| p.end_ns.get())
             .max()
             .unwrap_or(stop_ns),
         _ => latest_dated(tree, timeline).max(stop_ns),
@@ -207,8 +207,11 @@ fn end_of(tree: &Tree, timeline: &Timeline, stop_ns: u64) -> u64 {
 /// memory series.
 fn latest_dated(tree: &Tree, timeline: &Timeline) -> u64 {
     let processes = tree.processes().iter().flat_map(|p| {
-        let images = p.images.iter().flat_map(|i| [Some(i.start_ns), i.end_ns]);
-        [Some(p.start_ns), p.end_ns].into_iter().chain(images)
+        let images = p
+            .images
+            .iter()
+            .flat_map(|i| [Some(i.start_ns), i.end_ns.get()]);
+        [Some(p.start_ns), p.end_ns.get()].into_iter().chain(images)
     });
     let series = [timeline.tree_rss().last(), timeline.tree_pss().last()]
         .into_iter()
