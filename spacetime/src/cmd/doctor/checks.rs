@@ -16,23 +16,42 @@ use crate::util::caps::{self, Cap, CapSet};
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 const LOCKDOWN: &str = "/sys/kernel/security/lockdown";
 
-/// The kernel's release and whether it describes itself (BTF).
+/// The oldest kernel spacetime is tested on (Debian 11's 5.10): the README and the package say
+/// the same.
+pub const MIN_KERNEL: (u32, u32) = (5, 10);
+
+/// `MAJOR.MINOR` of a kernel release (`6.1.0-57-cloud-amd64`).
+fn major_minor(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(['.', '-']).map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next()??))
+}
+
+/// The kernel's release, whether it describes itself (BTF), and the oldest spacetime supports.
 pub fn kernel(release: &str) -> Check {
+    let (ma, mi) = MIN_KERNEL;
+    let old = major_minor(release).is_some_and(|v| v < MIN_KERNEL);
     match std::fs::metadata(BTF_PATH) {
         Ok(m) => Check::new(
             "kernel",
-            Status::Ok,
+            if old { Status::Limited } else { Status::Ok },
             format!(
-                "Linux {release} with BTF ({BTF_PATH}, {:.1} MiB)",
-                m.len() as f64 / (1 << 20) as f64
+                "Linux {release} with BTF ({BTF_PATH}, {:.1} MiB); {}",
+                m.len() as f64 / (1 << 20) as f64,
+                match old {
+                    true => format!(
+                        "older than {ma}.{mi}, the oldest spacetime is tested on: the programs \
+                         below say what loads"
+                    ),
+                    false => format!("spacetime supports {ma}.{mi} and later"),
+                }
             ),
         ),
         Err(e) => Check::new(
             "kernel",
             Status::No,
             format!(
-                "Linux {release} without BTF ({BTF_PATH}: {e}): spacetime needs a kernel built \
-                 with CONFIG_DEBUG_INFO_BTF=y"
+                "Linux {release} without BTF ({BTF_PATH}: {e}): spacetime needs Linux {ma}.{mi} \
+                 or later built with CONFIG_DEBUG_INFO_BTF=y"
             ),
         ),
     }
@@ -276,6 +295,21 @@ pub fn pid_namespace() -> Check {
 mod tests {
     use super::*;
     use spacetime_common::KernelOffsets;
+
+    /// The minimum the README and the package say, read from a release.
+    #[test]
+    fn the_minimum_is_read_from_the_release() {
+        assert_eq!(major_minor("6.1.0-57-cloud-amd64"), Some((6, 1)));
+        assert_eq!(major_minor("5.10.223"), Some((5, 10)));
+        assert_eq!(major_minor("weird"), None);
+        if std::path::Path::new(BTF_PATH).exists() {
+            let row = kernel("5.4.0-1-amd64");
+            assert_eq!(row.status, Status::Limited, "{}", row.summary);
+            let row = kernel("5.10.0-32-cloud-amd64");
+            assert_eq!(row.status, Status::Ok, "{}", row.summary);
+        }
+        assert!(kernel("6.18.0").summary.contains("5.10"));
+    }
 
     /// 6.1's hooks: the three fentry programs, per-CPU counters.
     fn six_one() -> Resolved {
