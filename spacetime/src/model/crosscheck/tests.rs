@@ -209,6 +209,16 @@ fn a_pid_reused_within_a_second_keeps_its_own_record() {
     }
 }
 
+/// The first process with pid 7 of [`tree_with_reused_pid`].
+fn first_seven(t: &Fixture) -> usize {
+    t.tree
+        .index_of(&Key {
+            tgid: 7,
+            start_ns: 10 * S,
+        })
+        .expect("first 7")
+}
+
 #[test]
 fn thread_records_are_summed() {
     let t = tree_with_reused_pid();
@@ -220,13 +230,7 @@ fn thread_records_are_summed() {
     let recs = vec![thread, record(7, 1010, 5_000, true, 400)];
     let (cov, stats) = t.check(&recs, clock);
     assert_eq!(cov.matched, 1);
-    let first = t
-        .tree
-        .index_of(&Key {
-            tgid: 7,
-            start_ns: 10 * S,
-        })
-        .expect("first 7");
+    let first = first_seven(&t);
     let s = stats.get(first).expect("its sums");
     assert_eq!((s.records, s.minflt, s.hiwater_rss_kib), (2, 20, 400));
 }
@@ -260,13 +264,7 @@ fn old_records_go_to_the_process_their_thread_started_in() {
         c.keep(&t.tree, &mut recs.clone());
         let (cov, stats) = cross_check(&t.tree, c, 4096);
         assert_eq!(cov.matched, 1);
-        let first = t
-            .tree
-            .index_of(&Key {
-                tgid: 7,
-                start_ns: 10 * S,
-            })
-            .expect("first 7");
+        let first = first_seven(&t);
         let s = stats.get(first).expect("its sums");
         (s.records, s.minflt)
     };
