@@ -20,13 +20,13 @@ use serde::Serialize;
 use spacetime_common::{flags, ExitEvent};
 
 use crate::{
-    kernel::taskstats::{flags as ac_flags, RecordKind, TaskstatsRecord},
+    kernel::taskstats::{flags as ac_flags, RecordKind, TaskstatsRecord, ThreadGroups},
     model::{
         matcher::{End, Matcher},
         tree::{Key, Process, Tree},
     },
 };
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 
 /// How the traced exits and the taskstats records compare.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -97,12 +97,8 @@ pub struct Collector {
     /// Records of a tgid the trace knows set aside by their start: other processes' on the
     /// machine that reused a traced pid.
     other_exits: u64,
-    /// Each traced thread's tgid, by tid, until its record comes: a kernel before 5.19
-    /// (records before version 12) names no thread group in a record, and only the thread's
-    /// start says whose it is. Left empty once a record names its group.
-    thread_tgids: FxHashMap<u32, u32>,
-    /// A record named its thread group (version 12+).
-    records_name_tgid: bool,
+    /// The thread group each record is about (before 5.19, from its thread's start).
+    groups: ThreadGroups,
 }
 
 impl Collector {
@@ -114,32 +110,14 @@ impl Collector {
             matched: Vec::new(),
             clock,
             other_exits: 0,
-            thread_tgids: FxHashMap::default(),
-            records_name_tgid: false,
+            groups: ThreadGroups::default(),
         }
     }
 
     /// A traced thread `tid` of `tgid` started (its BPF fork record, always in the ring
     /// before the thread's exit record is sent).
     pub fn thread_started(&mut self, tid: u32, tgid: u32) {
-        if !self.records_name_tgid {
-            self.thread_tgids.insert(tid, tgid);
-        }
-    }
-
-    /// The thread group record `r` is of: its own word (version 12+), or the tgid its thread
-    /// started in, or its pid (a process's main thread).
-    fn tgid_of(&mut self, r: &TaskstatsRecord) -> u32 {
-        match r.ac_tgid {
-            Some(t) if t != 0 => {
-                if !self.records_name_tgid {
-                    self.records_name_tgid = true;
-                    self.thread_tgids = FxHashMap::default();
-                }
-                t
-            }
-            _ => self.thread_tgids.remove(&r.ac_pid).unwrap_or(r.ac_pid),
-        }
+        self.groups.started(tid, tgid);
     }
 
     /// Keeps the records that can be a traced process's; call after draining the ring buffer
@@ -150,7 +128,7 @@ impl Collector {
             if r.kind != RecordKind::Pid {
                 continue;
             }
-            let tgid = self.tgid_of(&r);
+            let tgid = self.groups.of(&r);
             if !tree.knows_tgid(tgid) {
                 continue;
             }

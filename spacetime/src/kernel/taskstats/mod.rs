@@ -25,6 +25,7 @@ mod tests_live;
 mod tests_parse;
 #[cfg(test)]
 mod tests_support;
+mod thread_groups;
 
 use std::io;
 use std::time::{Duration, Instant};
@@ -36,6 +37,7 @@ pub use delayacct::{delayacct_enabled, delayacct_switch, set_delayacct, DelayAcc
 #[cfg(test)]
 use record::min_size;
 pub use record::{flags, RecordKind, TaskstatsRecord};
+pub use thread_groups::ThreadGroups;
 
 use decode::{
     TASKSTATS_CMD_ATTR_DEREGISTER_CPUMASK, TASKSTATS_CMD_ATTR_REGISTER_CPUMASK, TASKSTATS_CMD_GET,

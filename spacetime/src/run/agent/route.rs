@@ -19,7 +19,7 @@ use crate::kernel::{
     events::Event,
     loader::SessionId,
     ring::Ring,
-    taskstats::{ListenerStats, RecordKind, TaskstatsListener, TaskstatsRecord},
+    taskstats::{ListenerStats, RecordKind, TaskstatsListener, TaskstatsRecord, ThreadGroups},
 };
 
 /// A traced process, as the agent routes its taskstats records.
@@ -39,11 +39,9 @@ struct Owner {
 struct Owners {
     map: HashMap<u32, Owner>,
     pass: u64,
-    /// Each traced thread's tgid, by tid, until its record comes: before 5.19 (records before
-    /// version 12) a thread's record names only its own pid. Left empty once a record names
-    /// its thread group.
-    threads: HashMap<u32, u32>,
-    records_name_tgid: bool,
+    /// The thread group each datagram's records are about (before 5.19, from its thread's
+    /// start).
+    groups: ThreadGroups,
 }
 
 impl Owners {
@@ -66,24 +64,8 @@ impl Owners {
 
     /// Thread `tid` of `tgid` started (a tracked process's: its fork record).
     fn thread_started(&mut self, tid: u32, tgid: u32) {
-        if !self.records_name_tgid && self.map.contains_key(&tgid) {
-            self.threads.insert(tid, tgid);
-        }
-    }
-
-    /// The process a datagram's record is about: its thread group as the record names it,
-    /// or as its thread's start said.
-    fn tgid_of(&mut self, r: &TaskstatsRecord) -> u32 {
-        match (r.kind, r.ac_tgid) {
-            (RecordKind::Tgid, _) => r.id,
-            (_, Some(t)) if t != 0 => {
-                if !self.records_name_tgid {
-                    self.records_name_tgid = true;
-                    self.threads = HashMap::new();
-                }
-                t
-            }
-            _ => self.threads.remove(&r.ac_pid).unwrap_or(r.ac_pid),
+        if self.map.contains_key(&tgid) {
+            self.groups.started(tid, tgid);
         }
     }
 
@@ -108,15 +90,21 @@ impl Owners {
         self.map
             .retain(|_, o| o.reaped_in.is_none_or(|at| at + 1 > pass));
         let map = &self.map;
-        self.threads.retain(|_, tgid| map.contains_key(tgid));
+        self.groups.retain(|tgid| map.contains_key(&tgid));
         self.pass += 1;
     }
 
     /// The session of the process a datagram's records are about, if the agent traces it
     /// and the records fit what it knows of it (its leader's start, to the second).
     fn session_of(&mut self, records: &[TaskstatsRecord]) -> Option<SessionId> {
-        let tgids: Vec<u32> = records.iter().map(|r| self.tgid_of(r)).collect();
-        let tgid = *tgids.first()?;
+        // Each record's group read once (a thread's is forgotten as it is read), without a
+        // list per datagram.
+        let (mut first, mut same) = (None, true);
+        for r in records {
+            let t = self.groups.of(r);
+            same &= *first.get_or_insert(t) == t;
+        }
+        let tgid = first?;
         let o = self.map.get(&tgid)?;
         let start_s =
             (o.start_ns as i64 + crate::util::clock::realtime_offset_ns()) / 1_000_000_000;
@@ -128,7 +116,7 @@ impl Owners {
                 // btime is the fill time less the elapsed seconds, each cut to the second.
                 (btime - start_s).abs() <= 2
             });
-        (fits && tgids.iter().all(|&t| t == tgid)).then_some(o.session)
+        (fits && same).then_some(o.session)
     }
 
     /// Processes known: bounded by the tracking map (each is tracked or was, one pass ago).
