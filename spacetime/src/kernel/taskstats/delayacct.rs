@@ -2,7 +2,7 @@
 //! sysctl `kernel.task_delayacct` switches it (off by default); before, it is set at boot
 //! only: on unless the command line says `nodelayacct` (kernel/delayacct.c), with no sysctl.
 
-use std::io;
+use std::{io, sync::OnceLock};
 
 const SYSCTL: &str = "/proc/sys/kernel/task_delayacct";
 /// A function of kernel/delayacct.c (5.10 on), there when the kernel has delay accounting at
@@ -24,16 +24,24 @@ pub enum DelayAcctSwitch {
 pub fn delayacct_switch() -> io::Result<DelayAcctSwitch> {
     match std::fs::metadata(SYSCTL) {
         Ok(_) => Ok(DelayAcctSwitch::Sysctl),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            // Names are shown to every reader of kallsyms (only addresses are hidden).
-            let syms = std::fs::read_to_string("/proc/kallsyms")?;
-            Ok(match syms.contains(COMPILED_IN) {
-                true => DelayAcctSwitch::Boot,
-                false => DelayAcctSwitch::Absent,
-            })
-        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(match compiled_in()? {
+            true => DelayAcctSwitch::Boot,
+            false => DelayAcctSwitch::Absent,
+        }),
         Err(e) => Err(e),
     }
+}
+
+/// Whether the kernel has delay accounting at all, read from kallsyms once (about 10 MB; a
+/// trace asks at its end): what the kernel was built with does not change while it runs.
+fn compiled_in() -> io::Result<bool> {
+    static COMPILED: OnceLock<bool> = OnceLock::new();
+    if let Some(&known) = COMPILED.get() {
+        return Ok(known);
+    }
+    // Names are shown to every reader of kallsyms (only addresses are hidden).
+    let known = std::fs::read_to_string("/proc/kallsyms")?.contains(COMPILED_IN);
+    Ok(*COMPILED.get_or_init(|| known))
 }
 
 /// Whether delay accounting is on. When off, the kernel leaves most delay fields (`blkio_*`,
