@@ -81,11 +81,15 @@ fn each_process_cpu_is_what_wait4_returned() {
             got,
             (user[i], sys[i]),
         );
-        assert!(
-            got.0 + got.1 > 0,
-            "pid {pid}: a process never runs for 0 ns"
-        );
     }
+    // The truth is not vacuous: the 40 ms spinner ran for at least a tick of any clock. A
+    // child that exits at once may have 0 from wait4 itself: where the kernel found no usable
+    // TSC at boot (an emulated CPU under load), its scheduler clock counts in jiffies, and
+    // spacetime's figure is then wait4's 0, checked above.
+    assert!(
+        user.iter().zip(&sys).map(|(u, s)| u + s).sum::<i64>() >= 40_000 / 2,
+        "wait4's CPU of the children: user {user:?} sys {sys:?}"
+    );
     // The totals are the processes' sum.
     let sum: i64 = report["processes"]
         .as_array()
@@ -231,11 +235,9 @@ fn watch_reports_short_exits_with_wait4_cpu() {
             .unwrap_or_else(|| panic!("pid {pid} not reported\n{}", out.context()));
         assert_eq!(row["cpu_final"], Value::Bool(true), "pid {pid}: {row}");
         let got = (us(row, "user_ns"), us(row, "sys_ns"));
-        assert!(
-            got.0 + got.1 > 0,
-            "pid {pid}: 0 CPU for a short exit: {row}"
-        );
-        assert_wait4(&format!("watch pid {pid}"), got, (user[i], sys[i]));
+        // 0 where wait4 says 0 (a kernel whose scheduler clock counts in jiffies: see
+        // each_process_cpu_is_what_wait4_returned), never where it does not.
+        assert_wait4(&format!("watch pid {pid}: {row}"), got, (user[i], sys[i]));
     }
 }
 
