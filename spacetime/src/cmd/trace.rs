@@ -96,7 +96,8 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
     // Nothing comes from the kernel any more: its programs, maps and ring buffer (mapped,
     // so resident: 16 MiB by default) go before the report is built, not on top of it.
     drop(session);
-    let report = run.report();
+    let live = run.live();
+    let report = run.report(&live);
     let summary = render(&report, &args, outputs.summary.as_ref(), verbose);
     let title = report.command.lossy_line();
     let perfetto_opts = perfetto::Options {

@@ -317,6 +317,9 @@ impl Procs {
     /// No record comes any more: which processes are gone is no longer asked (all are).
     pub fn settle(&mut self) {
         self.gone = Vec::new();
+        // The list grew by doubling: up to half of it (1.5 MB of a 100 000-process trace)
+        // would stay empty under the report built next.
+        self.list.shrink_to_fit();
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&Key, &ProcessSeries)> {

@@ -165,7 +165,7 @@ fn path_programs(procs: &[ProcessReport], path: &[Segment]) -> Vec<PathProgram> 
     let mut by: FxHashMap<&[u8], PathProgram> = FxHashMap::default();
     for s in path {
         let name = s
-            .node
+            .node()
             .and_then(|i| procs[i].naming_image())
             .map_or(&b""[..], |img| basename(img.program()));
         let e = by.entry(name).or_insert_with(|| PathProgram {
@@ -344,7 +344,7 @@ impl Serialize for PathJson<'_, '_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let wall = self.wall_ns.max(1) as f64;
         s.collect_seq(self.path.iter().map(|seg| Step {
-            pid: seg.node.map(|i| self.procs[i].pid()),
+            pid: seg.node().map(|i| self.procs[i].pid()),
             start_ns: seg.start_ns,
             end_ns: seg.end_ns,
             share: seg.len_ns() as f64 / wall,

@@ -30,7 +30,7 @@ use crate::{
         tree::{ExitStatus, Key, Tree},
     },
     report::status::StatusLine,
-    report::{self, selfstats::OwnCost, MemoryMeta, Meta, Report, TaskstatsMeta},
+    report::{self, selfstats::OwnCost, Live, MemoryMeta, Meta, Report, TaskstatsMeta},
     run::launch::{self, Credentials, LaunchError},
     util::clock::monotonic_ns,
 };
@@ -501,17 +501,27 @@ pub struct Run {
 }
 
 impl Run {
-    /// The report model over this run.
-    pub fn report(&self) -> Report<'_> {
-        let mut report = Report::build(
+    /// What the report's processes are views over: this run's tree, its taskstats sums,
+    /// which processes are gone, its start and page size.
+    pub fn live(&self) -> Live<'_> {
+        Live::new(
             &self.tree,
             &self.per_process,
+            &self.gone,
+            self.t0_ns,
+            self.page_size,
+        )
+    }
+
+    /// The report model over this run, its processes viewed through `live` ([`Run::live`]).
+    pub fn report<'a>(&'a self, live: &'a Live<'a>) -> Report<'a> {
+        let mut report = Report::build(
+            &self.tree,
+            live,
             Meta {
                 command: self.command.clone(),
                 root_exit: self.root_status,
-                t0_ns: self.t0_ns,
                 end_ns: self.end_ns,
-                page_size: self.page_size,
                 counters: self.counters,
                 decode_errors: self.decode_errors,
                 ring_buffer_bytes: self.ring_buffer_bytes,
@@ -520,7 +530,6 @@ impl Run {
                 taskstats: self.taskstats.clone(),
                 memory: MemoryMeta::of(&self.memory.timeline),
                 own_cost: self.own_cost.clone(),
-                gone: &self.gone,
                 agent_gone: self.agent_gone.clone(),
             },
         );

@@ -91,7 +91,8 @@ impl Tracer for SessionTracer {
         })?;
         self.signalled |= run.stop_signal.is_some();
         let cgroup_peak_bytes = self.cgroup_peak_of(&run);
-        let report = run.report();
+        let live = run.live();
+        let report = run.report(&live);
         Ok(RunFigures {
             wall_ns: report.wall_ns,
             user_ns: report.user_ns,

@@ -272,7 +272,7 @@ impl TraceData {
             path: a
                 .critical_path
                 .iter()
-                .map(|s| (s.node.map_or(-1, |i| i as i64), s.start_ns, s.end_ns))
+                .map(|s| (s.node().map_or(-1, |i| i as i64), s.start_ns, s.end_ns))
                 .collect(),
             path_programs: a
                 .path_programs

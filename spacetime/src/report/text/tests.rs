@@ -14,7 +14,7 @@ use crate::{
         timeline::{RssSource, Timeline},
         tree::Tree,
     },
-    report::{selfstats::OwnCost, MemoryMeta, Meta, TaskstatsMeta},
+    report::{selfstats::OwnCost, Live, MemoryMeta, Meta, TaskstatsMeta},
     util::term::tests::{assert_terminal_safe, nasty_bytes},
 };
 use rustc_hash::FxHashSet;
@@ -87,16 +87,15 @@ fn hostile_names_render_safely_at_every_width() {
     let gone = FxHashSet::default();
     for round in 0..40u32 {
         let tree = hostile_tree(&mut seed, 1 + round % 13);
+        let live = Live::new(&tree, &sums, &gone, 0, 4096);
         let command = crate::report::lossless::Args(vec![nasty_bytes(&mut seed, 40)]);
         let report = Report::build(
             &tree,
-            &sums,
+            &live,
             Meta {
                 command,
                 root_exit: None,
-                t0_ns: 0,
                 end_ns: 1000,
-                page_size: 4096,
                 counters: KernelCounters::default(),
                 decode_errors: 0,
                 ring_buffer_bytes: 4096,
@@ -105,7 +104,6 @@ fn hostile_names_render_safely_at_every_width() {
                 taskstats: TaskstatsMeta::Unavailable(Unavailable::Open("test".into())),
                 memory: MemoryMeta::of(&timeline),
                 own_cost: OwnCost::default(),
-                gone: &gone,
                 agent_gone: None,
             },
         );
@@ -170,15 +168,14 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
     let gone = FxHashSet::default();
     for n in [1, 12, 60] {
         let tree = long_path_tree(n, exe);
+        let live = Live::new(&tree, &sums, &gone, 0, 4096);
         let report = Report::build(
             &tree,
-            &sums,
+            &live,
             Meta {
                 command: crate::report::lossless::Args(vec![exe.to_vec(), b"x".repeat(200)]),
                 root_exit: Some(crate::model::tree::ExitStatus::Code(0)),
-                t0_ns: 0,
                 end_ns: 123_456_000_000_000,
-                page_size: 4096,
                 counters: KernelCounters::default(),
                 decode_errors: 0,
                 ring_buffer_bytes: 4096,
@@ -189,7 +186,6 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
                 )),
                 memory: MemoryMeta::of(&timeline),
                 own_cost: OwnCost::default(),
-                gone: &gone,
                 agent_gone: None,
             },
         );
@@ -292,15 +288,14 @@ fn a_large_build_is_grouped_with_its_failure_first_and_its_recap_last() {
     let sums = PerProcess::default();
     let gone = FxHashSet::default();
     let tree = build_tree(60, 17);
+    let live = Live::new(&tree, &sums, &gone, 0, 4096);
     let report = Report::build(
         &tree,
-        &sums,
+        &live,
         Meta {
             command: crate::report::lossless::Args(vec![b"make".to_vec(), b"-j2".to_vec()]),
             root_exit: Some(crate::model::tree::ExitStatus::Code(2)),
-            t0_ns: 0,
             end_ns: 100_000,
-            page_size: 4096,
             counters: KernelCounters::default(),
             decode_errors: 0,
             ring_buffer_bytes: 4096,
@@ -309,7 +304,6 @@ fn a_large_build_is_grouped_with_its_failure_first_and_its_recap_last() {
             taskstats: TaskstatsMeta::Unavailable(Unavailable::Open("test".into())),
             memory: MemoryMeta::of(&timeline),
             own_cost: OwnCost::default(),
-            gone: &gone,
             agent_gone: None,
         },
     );
@@ -355,12 +349,11 @@ fn a_single_short_process_gets_no_chart_and_a_longer_one_does() {
     let sums = PerProcess::default();
     let gone = FxHashSet::default();
     let tree = build_tree(0, 0);
+    let live = Live::new(&tree, &sums, &gone, 0, 4096);
     let meta = |end_ns: u64| Meta {
         command: crate::report::lossless::Args(vec![b"make".to_vec()]),
         root_exit: Some(crate::model::tree::ExitStatus::Code(2)),
-        t0_ns: 0,
         end_ns,
-        page_size: 4096,
         counters: KernelCounters::default(),
         decode_errors: 0,
         ring_buffer_bytes: 4096,
@@ -369,17 +362,16 @@ fn a_single_short_process_gets_no_chart_and_a_longer_one_does() {
         taskstats: TaskstatsMeta::Unavailable(Unavailable::Open("test".into())),
         memory: MemoryMeta::of(&timeline),
         own_cost: OwnCost::default(),
-        gone: &gone,
         agent_gone: None,
     };
-    let short = Report::build(&tree, &sums, meta(100_000));
+    let short = Report::build(&tree, &live, meta(100_000));
     let text = render(&short, &opts(Some(80), 40, false));
     assert!(!text.contains("memory (tree RSS)"), "{text}");
     assert!(
         text.lines().last().is_some_and(|l| l.starts_with("exit 2")),
         "{text}"
     );
-    let long = Report::build(&tree, &sums, meta(2_000_000_000));
+    let long = Report::build(&tree, &live, meta(2_000_000_000));
     let text = render(&long, &opts(Some(80), 40, false));
     assert!(text.contains("memory (tree RSS)"), "{text}");
     // One process: its CPU over time would be a flat line.
