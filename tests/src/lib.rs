@@ -33,39 +33,17 @@ pub mod prometheus;
 pub mod python;
 pub mod raw;
 mod report;
+mod speed;
 pub mod sysctl;
 mod truth;
 pub mod watch;
 
 pub use report::*;
+pub use speed::*;
 pub use truth::*;
 
 pub const PAGE: u64 = 4096;
 pub const MIB: u64 = 1 << 20;
-
-/// Default time limit for one `spacetime trace` run.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// Set by the VM test's guest (`ST_EMULATED=1`): the CPU is emulated, about 100 times slower.
-pub const EMULATED_ENV: &str = "ST_EMULATED";
-
-/// The CPU a child may still be charged after its parent's wait4 read it: the tail of the
-/// exit path between `exit_notify()` and the final `schedule()`, when the parent reaps on
-/// another CPU first. A fixed run of instructions: preemption or a busy machine stretch its
-/// wall, not its CPU; only a slower instruction stream does (microseconds here, tens in an
-/// emulated guest), and this bound is 20 times what the emulated CPU ever needed.
-pub const EXIT_TAIL_US: i64 = 1000;
-
-/// How many times to repeat a loop that hunts a rare defect: `host` times, or `emulated` in the
-/// VM test's guest, where each repetition costs a hundred times more. What each repetition
-/// asserts is the same; only how often the hunt is tried differs.
-pub fn repetitions(host: usize, emulated: usize) -> usize {
-    if std::env::var_os(EMULATED_ENV).is_some() {
-        emulated
-    } else {
-        host
-    }
-}
 
 /// Whether the running kernel is Linux `major.minor` or later, from its release.
 pub fn kernel_at_least(major: u32, minor: u32) -> bool {
@@ -194,7 +172,7 @@ impl Trace {
             cmd: cmd.into_iter().map(|s| s.as_ref().to_owned()).collect(),
             envs: Vec::new(),
             json: true,
-            timeout: DEFAULT_TIMEOUT,
+            timeout: default_timeout(),
             tag: "run".into(),
             under: Vec::new(),
         }

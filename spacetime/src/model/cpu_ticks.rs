@@ -6,12 +6,11 @@
 //! trace) is left to [`crate::model::cores`], which spreads it over the process's life.
 
 use rustc_hash::FxHashMap;
-use smallvec::SmallVec;
 use spacetime_common::flags;
 
 use crate::{
     kernel::events::Event,
-    model::{key_index::KeyIndex, process::Key},
+    model::{process::Key, series::Procs},
 };
 
 /// The CPU clock's frequency (per CPU) the kernel program is attached with.
@@ -48,12 +47,9 @@ pub struct CpuTicks {
     pub online_cpus: Option<u32>,
     /// Each live thread's last point, by thread id.
     last: FxHashMap<u32, Last>,
-    /// Each process's segments, in the order first seen. Most processes of a big trace have
-    /// one segment (their exit): inline, not a list of four (96 bytes of heap) each. A list
-    /// and an index of 4-byte slots, not a map: a map's table is all touched and, while it
-    /// grows, held twice (64 bytes a process at 100 000 where this takes 55).
-    segments: Vec<(Key, SmallVec<[Segment; 1]>)>,
-    index: KeyIndex,
+    /// Segments kept, in all processes. Each process's are kept in its slot of the memory
+    /// series ([`Procs::cpu`]), found by the same key: a list and an index of their own took
+    /// 21 bytes a process more (the key again, the index's slot).
     kept: usize,
     /// Tick records received, and those dropped past [`MAX_SEGMENTS`].
     pub ticks: u64,
@@ -61,8 +57,8 @@ pub struct CpuTicks {
 }
 
 impl CpuTicks {
-    /// Takes a thread's start, tick or exit.
-    pub fn observe(&mut self, ev: &Event) {
+    /// Takes a thread's start, tick or exit; a process's segments go to its slot in `procs`.
+    pub fn observe(&mut self, ev: &Event, procs: &mut Procs) {
         match ev {
             Event::Fork(f) if f.hdr.flags & flags::FORK_UNTRACKED == 0 => {
                 let key = if f.hdr.flags & flags::FORK_THREAD != 0 {
@@ -90,19 +86,23 @@ impl CpuTicks {
                     self.dropped += 1;
                     return;
                 }
-                self.point(t.hdr.pid, Key::of(&t.hdr), t.hdr.ts_ns, t.runtime_ns);
+                let at = (t.hdr.ts_ns, t.runtime_ns);
+                self.point(procs, t.hdr.pid, Key::of(&t.hdr), at);
             }
             Event::Exit(x) if x.hdr.flags & flags::EXIT_FILTERED == 0 => {
-                self.point(x.hdr.pid, Key::of(&x.hdr), x.hdr.ts_ns, x.runtime_ns);
+                let at = (x.hdr.ts_ns, x.runtime_ns);
+                self.point(procs, x.hdr.pid, Key::of(&x.hdr), at);
                 self.last.remove(&x.hdr.pid);
             }
             _ => {}
         }
     }
 
-    /// A point of thread `tid`: the CPU since its last one becomes a segment. A thread's
-    /// first point without a start (no fork seen) only sets where counting begins.
-    fn point(&mut self, tid: u32, key: Key, ts_ns: u64, runtime_ns: u64) {
+    /// A point of thread `tid` at `at` (when, and its run time then): the CPU since its last
+    /// one becomes a segment. A thread's first point without a start (no fork seen) only sets
+    /// where counting begins.
+    fn point(&mut self, procs: &mut Procs, tid: u32, key: Key, at: (u64, u64)) {
+        let (ts_ns, runtime_ns) = at;
         let mut now = Last {
             key,
             ts_ns,
@@ -118,7 +118,7 @@ impl CpuTicks {
         }
         let from_ns = prev.ts_ns.min(ts_ns);
         let mut cpu_ns = runtime_ns - prev.runtime_ns;
-        let segments = CpuTicks::segments_of(&mut self.segments, &mut self.index, key);
+        let segments = procs.cpu_mut(key);
         // A thread runs on one CPU at a time. More run time than wall time since its last
         // point is run time the previous point had not been told of yet (a task's total is
         // brought up to date at the scheduler's next update, not at the tick): it belongs to
@@ -139,37 +139,17 @@ impl CpuTicks {
         });
         self.last.insert(tid, now);
     }
-
-    /// The segments of a process (absolute times).
-    pub fn of(&self, key: &Key) -> &[Segment] {
-        let list = &self.segments;
-        self.index
-            .get(key, |s| list[s as usize].0)
-            .map_or(&[], |slot| list[slot].1.as_slice())
-    }
-
-    /// A process's segments, an empty list when it had none yet.
-    fn segments_of<'a>(
-        list: &'a mut Vec<(Key, SmallVec<[Segment; 1]>)>,
-        index: &mut KeyIndex,
-        key: Key,
-    ) -> &'a mut SmallVec<[Segment; 1]> {
-        let slot = match index.get(&key, |s| list[s as usize].0) {
-            Some(slot) => slot,
-            None => {
-                list.push((key, SmallVec::new()));
-                let slot = list.len() - 1;
-                index.insert(&key, slot, |s| list[s as usize].0);
-                slot
-            }
-        };
-        &mut list[slot].1
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl CpuTicks {
+        fn observe_in(&mut self, procs: &mut Procs, ev: &Event) {
+            self.observe(ev, procs);
+        }
+    }
     use spacetime_common::{kind, EventHeader, ExitEvent, ForkEvent, TickEvent};
 
     fn hdr(k: u16, tgid: u32, pid: u32, ts: u64) -> EventHeader {
@@ -185,7 +165,7 @@ mod tests {
 
     #[test]
     fn a_threads_points_become_segments_from_its_start_to_its_exit() {
-        let mut c = CpuTicks::default();
+        let (mut c, mut procs) = (CpuTicks::default(), Procs::default());
         let mut f = ForkEvent {
             hdr: hdr(kind::FORK, 7, 7, 100),
             child_pid: 8,
@@ -194,24 +174,33 @@ mod tests {
             ..ForkEvent::default()
         };
         f.hdr.flags = flags::FORK_THREAD;
-        c.observe(&Event::Fork(f));
+        c.observe_in(&mut procs, &Event::Fork(f));
         for (ts, rt) in [(200, 50), (300, 150), (300, 150)] {
-            c.observe(&Event::Tick(TickEvent {
-                hdr: hdr(kind::TICK, 7, 8, ts),
-                runtime_ns: rt,
-            }));
+            c.observe_in(
+                &mut procs,
+                &Event::Tick(TickEvent {
+                    hdr: hdr(kind::TICK, 7, 8, ts),
+                    runtime_ns: rt,
+                }),
+            );
         }
-        c.observe(&Event::Exit(ExitEvent {
-            hdr: hdr(kind::EXIT, 7, 8, 400),
-            runtime_ns: 160,
-            ..ExitEvent::default()
-        }));
+        c.observe_in(
+            &mut procs,
+            &Event::Exit(ExitEvent {
+                hdr: hdr(kind::EXIT, 7, 8, 400),
+                runtime_ns: 160,
+                ..ExitEvent::default()
+            }),
+        );
         // The leader, never seen starting: its first tick only sets the base.
         for (ts, rt) in [(250, 1000), (350, 1070)] {
-            c.observe(&Event::Tick(TickEvent {
-                hdr: hdr(kind::TICK, 7, 7, ts),
-                runtime_ns: rt,
-            }));
+            c.observe_in(
+                &mut procs,
+                &Event::Tick(TickEvent {
+                    hdr: hdr(kind::TICK, 7, 7, ts),
+                    runtime_ns: rt,
+                }),
+            );
         }
         let key = Key {
             tgid: 7,
@@ -223,7 +212,7 @@ mod tests {
             cpu_ns,
         };
         assert_eq!(
-            c.of(&key),
+            procs.cpu(&key),
             [
                 seg(100, 200, 50),
                 seg(200, 300, 100),
@@ -237,7 +226,7 @@ mod tests {
 
     #[test]
     fn run_time_a_tick_had_not_been_told_of_goes_back_to_the_threads_earlier_segment() {
-        let mut c = CpuTicks::default();
+        let (mut c, mut procs) = (CpuTicks::default(), Procs::default());
         let mut f = ForkEvent {
             hdr: hdr(kind::FORK, 7, 7, 0),
             child_pid: 9,
@@ -246,17 +235,23 @@ mod tests {
             ..ForkEvent::default()
         };
         f.hdr.flags = flags::FORK_THREAD;
-        c.observe(&Event::Fork(f));
+        c.observe_in(&mut procs, &Event::Fork(f));
         // Busy all along, but its total lagged at the tick: 60 of its first 100 ns told.
-        c.observe(&Event::Tick(TickEvent {
-            hdr: hdr(kind::TICK, 7, 9, 100),
-            runtime_ns: 60,
-        }));
-        c.observe(&Event::Exit(ExitEvent {
-            hdr: hdr(kind::EXIT, 7, 9, 150),
-            runtime_ns: 150,
-            ..ExitEvent::default()
-        }));
+        c.observe_in(
+            &mut procs,
+            &Event::Tick(TickEvent {
+                hdr: hdr(kind::TICK, 7, 9, 100),
+                runtime_ns: 60,
+            }),
+        );
+        c.observe_in(
+            &mut procs,
+            &Event::Exit(ExitEvent {
+                hdr: hdr(kind::EXIT, 7, 9, 150),
+                runtime_ns: 150,
+                ..ExitEvent::default()
+            }),
+        );
         let seg = |from_ns, to_ns, cpu_ns| Segment {
             from_ns,
             to_ns,
@@ -267,6 +262,6 @@ mod tests {
             start_ns: 5,
         };
         // Never more than one core for one thread, and nothing lost.
-        assert_eq!(c.of(&key), [seg(0, 100, 100), seg(100, 150, 50)]);
+        assert_eq!(procs.cpu(&key), [seg(0, 100, 100), seg(100, 150, 50)]);
     }
 }

@@ -76,7 +76,7 @@ impl Memory {
     /// Takes what concerns memory from a kernel record.
     pub fn observe(&mut self, ev: &Event) {
         if self.timeline.cpu.enabled {
-            self.timeline.cpu.observe(ev);
+            self.timeline.observe_cpu(ev);
         }
         match ev {
             // An mm's end: its exact peak is the tree's business; the tree's sum without it is

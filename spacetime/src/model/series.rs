@@ -7,7 +7,9 @@
 
 use smallvec::{Array, SmallVec};
 
-use crate::model::{key_index::KeyIndex, process::Key, series_packed::PackedSeries};
+use crate::model::{
+    cpu_ticks::Segment, key_index::KeyIndex, process::Key, series_packed::PackedSeries,
+};
 
 /// One value of a series: `bytes` from `ts_ns` on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -217,6 +219,9 @@ pub(super) fn insert_point<A: Array<Item = Point>>(points: &mut SmallVec<A>, p: 
 #[derive(Clone, Debug, Default)]
 pub struct ProcessSeries {
     pub rss: PackedSeries,
+    /// CPU over time: the process's segments ([`crate::model::cpu_ticks`]), kept here to share
+    /// the key and the index. Most processes of a big trace have one (their exit): inline.
+    pub(super) cpu: SmallVec<[Segment; 1]>,
     /// PSS, for the processes that were sampled: most short ones never are, and a 100k-process
     /// trace would otherwise carry 56 empty bytes for each.
     pub(super) sampled: Option<Box<PssSeries>>,
@@ -291,6 +296,18 @@ impl Procs {
         let list = &self.list;
         self.index.insert(&key, slot, |s| list[s as usize].0);
         slot
+    }
+
+    /// The process's CPU segments (absolute times), none when it had none.
+    pub fn cpu(&self, key: &Key) -> &[Segment] {
+        self.slot_of(key)
+            .map_or(&[], |slot| self.list[slot].1.cpu.as_slice())
+    }
+
+    /// The process's CPU segments, made empty when it has none.
+    pub(super) fn cpu_mut(&mut self, key: Key) -> &mut SmallVec<[Segment; 1]> {
+        let slot = self.slot(key);
+        &mut self.list[slot].1.cpu
     }
 
     /// The process's series, made empty when it has none.

@@ -132,6 +132,16 @@ impl Timeline {
         }
     }
 
+    /// A thread's start, tick or exit, for CPU over time ([`Timeline::cpu`]).
+    pub fn observe_cpu(&mut self, ev: &crate::kernel::events::Event) {
+        self.cpu.observe(ev, &mut self.procs);
+    }
+
+    /// A process's CPU segments (absolute times).
+    pub fn cpu_segments(&self, key: &Key) -> &[crate::model::cpu_ticks::Segment] {
+        self.procs.cpu(key)
+    }
+
     pub fn tree_rss(&self) -> &Series {
         &self.tree_rss
     }

@@ -13,9 +13,9 @@ use super::{
 use crate::{
     model::{
         cores::{CpuSeries, Sampled, Use},
-        cpu_ticks::CpuTicks,
         critical_path::{critical_path, Node, Segment},
         labels::{basename, label_all, Label, Part, Run},
+        timeline::Timeline,
     },
     util::term,
 };
@@ -71,12 +71,13 @@ pub struct ProgramStat {
 }
 
 impl Analysis {
-    /// `ticks`: the threads' sampled run time and the trace's start (CLOCK_MONOTONIC), when
+    /// `ticks`: the timeline with the threads' sampled run time, and the trace's start
+    /// (CLOCK_MONOTONIC), when
     /// the kernel's CPU clock program ran; `cpus`: the online CPUs, which bound CPU over time.
     pub fn of(
         procs: &[ProcessReport],
         wall_ns: u64,
-        ticks: Option<(&CpuTicks, u64)>,
+        ticks: Option<(&Timeline, u64)>,
         cpus: Option<u32>,
     ) -> Analysis {
         // Each label from the naming image's own bytes: nothing of argv is copied.
@@ -98,11 +99,11 @@ impl Analysis {
         };
         let cpu = match ticks {
             Some((ticks, t0_ns)) => CpuSeries {
-                ticks_dropped: ticks.dropped,
+                ticks_dropped: ticks.cpu.dropped,
                 ..CpuSeries::sampled(
                     procs.iter().map(|p| Sampled {
                         life: life(p),
-                        segments: p.key().map_or(&[], |k| ticks.of(&k)),
+                        segments: p.key().map_or(&[], |k| ticks.cpu_segments(&k)),
                     }),
                     t0_ns,
                     wall_ns,

@@ -494,7 +494,7 @@ impl<'a> Report<'a> {
         let analysis = Analysis::of(
             &processes,
             wall_ns,
-            cpu.enabled.then_some((cpu, t0)),
+            cpu.enabled.then_some((meta.memory.timeline, t0)),
             cpu.online_cpus,
         );
         // The timeline lists the processes in the report's order.

@@ -61,9 +61,9 @@ impl Budget {
                 if seen.insert(ptr, ()).is_none() {
                     total += img.names.args.len();
                 }
-                if let Some(b) = &img.pending_args {
-                    total += b.held_bytes();
-                }
+            }
+            if let Some(b) = &e.pending_args {
+                total += b.held_bytes();
             }
         }
         let mut sizes: Vec<(usize, *const Names)> = Vec::with_capacity(seen.len());

@@ -235,7 +235,7 @@ impl<S: Storage> Store<S> {
         }
         // No continuation reaches an image once another started: what came of it stays.
         if let Some(last) = p.images.last_mut() {
-            publish_partial(&mut last.pending_args, &mut last.names, true);
+            publish_partial(&mut p.pending_args, &mut last.names, true);
         }
         let (start_ns, exec_flags) = (hdr.ts_ns, hdr.flags);
         if exec_flags & flags::EXEC_LEFT != 0 {
@@ -248,11 +248,11 @@ impl<S: Storage> Store<S> {
             start_ns,
             // Out of order: the exit may already be known; the image then ended with it.
             end_ns: p.end_ns,
-            pending_args,
             ..Image::default()
         };
         p.images.reserve_exact(1);
         p.images.push(img);
+        p.pending_args = pending_args;
         h.exec_done(keep_images);
     }
 
@@ -260,19 +260,24 @@ impl<S: Storage> Store<S> {
         let publish = self.storage.publishes_partial_argv();
         let gap = match self.find(Key::of(&a.hdr), false) {
             None => true,
-            Some(h) => match h.process().images.iter_mut().rev().find(|i| !i.inherited) {
-                None => true,
-                Some(img) => {
-                    match append_args(&mut img.pending_args, &mut img.names, a.offset, &a.data) {
-                        Appended::Gap => true,
-                        Appended::Partial if publish => {
-                            publish_partial(&mut img.pending_args, &mut img.names, false);
-                            false
+            Some(h) => {
+                let p = h.process();
+                // The last exec's image: the only one whose argv can still be arriving.
+                match p.images.iter_mut().rev().find(|i| !i.inherited) {
+                    None => true,
+                    Some(img) => {
+                        let pending = &mut p.pending_args;
+                        match append_args(pending, &mut img.names, a.offset, &a.data) {
+                            Appended::Gap => true,
+                            Appended::Partial if publish => {
+                                publish_partial(pending, &mut img.names, false);
+                                false
+                            }
+                            Appended::Partial | Appended::Arrived => false,
                         }
-                        Appended::Partial | Appended::Arrived => false,
                     }
                 }
-            },
+            }
         };
         if gap {
             self.stats.args_gaps += 1;
@@ -366,7 +371,7 @@ impl<S: Storage> Store<S> {
                 }
             }
             if let Some(last) = p.images.last_mut() {
-                publish_partial(&mut last.pending_args, &mut last.names, true);
+                publish_partial(&mut p.pending_args, &mut last.names, true);
             }
         }
         h.thread_exited(x.runtime_ns);

@@ -28,8 +28,6 @@ pub struct Image {
     /// mm, when the kernel followed every change of it: packed, so that two images fit in
     /// [`Process::images`] inline.
     pub mem: ImageMem,
-    /// argv while it is assembled from continuation records; dropped once every byte came.
-    pub(super) pending_args: Option<Box<PendingArgv>>,
     /// Started before spacetime attached (`trace -p`): exe, argv and comm were read from
     /// /proc at the attach, not from an exec record.
     pub read_at_attach: bool,
@@ -37,8 +35,8 @@ pub struct Image {
 
 // A 100 000-process trace holds 100 000 processes and two images each: see
 // `packs_into_21_bytes_and_two_images_fit_in_a_process` (model/image_mem.rs).
-const _: () = assert!(size_of::<Image>() <= 56);
-const _: () = assert!(size_of::<Process>() <= 208);
+const _: () = assert!(size_of::<Image>() <= 48);
+const _: () = assert!(size_of::<Process>() <= 200);
 
 impl Default for Image {
     /// An image with no names yet: they point at one shared empty [`Names`] (a fork builds
@@ -51,7 +49,6 @@ impl Default for Image {
             inherited: false,
             shared_mm: false,
             mem: ImageMem::default(),
-            pending_args: None,
             read_at_attach: false,
         }
     }
@@ -139,6 +136,11 @@ pub struct Process {
     /// Inline while there are two at most (most processes of a big tree fork and exit, or
     /// fork and exec once): not an allocation of their own each.
     pub images: SmallVec<[Image; 2]>,
+    /// Its last exec's argv while it is assembled from continuation records; dropped once
+    /// every byte came, or published as it stands when another exec or the exit ends that
+    /// image. Kept here, not in each image: only the last exec's can still be arriving (8
+    /// bytes a process where two images took 16).
+    pub(super) pending_args: Option<Box<PendingArgv>>,
     /// CPU time: what wait4 reported for it once its release was seen (`cpu_final`); until
     /// then the sum over its exited threads, each read in the exit path (a thread's last
     /// slice is not yet counted there, so short processes read low).

@@ -92,7 +92,7 @@ impl Tracked {
 
     /// Whether its argv is still arriving in continuation records.
     pub fn argv_pending(&self) -> bool {
-        self.images.last().is_some_and(|i| i.pending_args.is_some())
+        self.pending_args.is_some()
     }
 
     /// Whether a record for the process started at `start_ns` is for this one; a seeded one
