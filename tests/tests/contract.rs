@@ -469,8 +469,8 @@ fn start_up_cost_is_reported_per_program() {
 /// every exit of a process whose exec arrived failed there too.)
 #[test]
 fn records_that_wrap_around_a_small_ring_decode_whole() {
-    // 200 in the emulated guest: still more than the 133 that fill the ring twice.
-    let n = spacetime_tests::storm_size(300, 200);
+    // 150 in the emulated guest: still more than the 133 that fill the ring twice.
+    let n = spacetime_tests::storm_size(300, 150);
     const RING: u64 = 16 << 10;
     let out = Trace::new([WL, "storm", &n.to_string(), WL, "noop"])
         .flag("--ring-buffer")

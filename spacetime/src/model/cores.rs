@@ -18,6 +18,8 @@
 //! that have room, in proportion to it; the ticks' segments are placed first, so CPU no tick
 //! placed fills the room they left.
 
+use std::borrow::Cow;
+
 use serde::{ser::SerializeMap, Serialize, Serializer};
 
 use crate::model::cpu_ticks::{Segment, TICK_HZ};
@@ -68,10 +70,11 @@ pub struct CpuSeries {
 
 /// A process's CPU and its life, with its threads' sampled segments (times relative to the
 /// series' start).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Sampled<'a> {
     pub life: Use,
-    pub segments: &'a [Segment],
+    /// Unpacked for this process alone (a list of every process's would be held at once).
+    pub segments: Cow<'a, [Segment]>,
 }
 
 /// At most this many buckets: finer than any chart draws, small in a report.
@@ -247,7 +250,7 @@ impl Buckets<'_> {
             false => (total as u128 * sum as u128 / sampled as u128) as u64,
         };
         let mut sum = 0u64;
-        for s in p.segments {
+        for s in p.segments.iter() {
             let before = scaled(sum);
             sum += s.cpu_ns;
             self.spread(Use {
@@ -427,11 +430,11 @@ mod tests {
             [
                 Sampled {
                     life: life(21 * MS),
-                    segments: &a,
+                    segments: Cow::Borrowed(&a),
                 },
                 Sampled {
                     life: life(10 * MS),
-                    segments: &b,
+                    segments: Cow::Borrowed(&b),
                 },
             ],
             t0,
@@ -447,7 +450,7 @@ mod tests {
         let over = CpuSeries::sampled(
             [Sampled {
                 life: life(7 * MS + 1),
-                segments: &a,
+                segments: Cow::Borrowed(&a),
             }],
             t0,
             20 * MS,
@@ -528,14 +531,14 @@ mod tests {
         // The life first in the input: the segments are still placed before it.
         let other = Sampled {
             life: Use { cpu_ns: 0, ..life },
-            segments: &[],
+            segments: Cow::Borrowed(&[]),
         };
         let s = CpuSeries::sampled(
             [
                 other,
                 Sampled {
                     life,
-                    segments: &segs,
+                    segments: Cow::Borrowed(&segs),
                 },
             ],
             t0,

@@ -117,26 +117,28 @@ impl CpuTicks {
             return;
         }
         let from_ns = prev.ts_ns.min(ts_ns);
-        let mut cpu_ns = runtime_ns - prev.runtime_ns;
-        let segments = procs.cpu_mut(key);
-        // A thread runs on one CPU at a time. More run time than wall time since its last
-        // point is run time the previous point had not been told of yet (a task's total is
-        // brought up to date at the scheduler's next update, not at the tick): it belongs to
-        // the thread's previous segment, as far as that one has room.
-        if let Some(earlier) = prev.seg.and_then(|i| segments.get_mut(i)) {
-            let excess = cpu_ns.saturating_sub(ts_ns - from_ns);
-            let room = (earlier.to_ns - earlier.from_ns).saturating_sub(earlier.cpu_ns);
-            let moved = excess.min(room);
-            earlier.cpu_ns += moved;
-            cpu_ns -= moved;
-        }
+        let cpu_ns = runtime_ns - prev.runtime_ns;
+        now.seg = Some(procs.update_cpu(key, |segments| {
+            let mut cpu_ns = cpu_ns;
+            // A thread runs on one CPU at a time. More run time than wall time since its last
+            // point is run time the previous point had not been told of yet (a task's total is
+            // brought up to date at the scheduler's next update, not at the tick): it belongs
+            // to the thread's previous segment, as far as that one has room.
+            if let Some(earlier) = prev.seg.and_then(|i| segments.get_mut(i)) {
+                let excess = cpu_ns.saturating_sub(ts_ns - from_ns);
+                let room = (earlier.to_ns - earlier.from_ns).saturating_sub(earlier.cpu_ns);
+                let moved = excess.min(room);
+                earlier.cpu_ns += moved;
+                cpu_ns -= moved;
+            }
+            segments.push(Segment {
+                from_ns,
+                to_ns: ts_ns,
+                cpu_ns,
+            });
+            segments.len() - 1
+        }));
         self.kept += 1;
-        now.seg = Some(segments.len());
-        segments.push(Segment {
-            from_ns,
-            to_ns: ts_ns,
-            cpu_ns,
-        });
         self.last.insert(tid, now);
     }
 }
@@ -212,7 +214,7 @@ mod tests {
             cpu_ns,
         };
         assert_eq!(
-            procs.cpu(&key),
+            procs.cpu(&key).as_ref(),
             [
                 seg(100, 200, 50),
                 seg(200, 300, 100),
@@ -262,6 +264,9 @@ mod tests {
             start_ns: 5,
         };
         // Never more than one core for one thread, and nothing lost.
-        assert_eq!(procs.cpu(&key), [seg(0, 100, 100), seg(100, 150, 50)]);
+        assert_eq!(
+            procs.cpu(&key).as_ref(),
+            [seg(0, 100, 100), seg(100, 150, 50)]
+        );
     }
 }

@@ -54,8 +54,8 @@ pub struct Coverage {
 /// instead of the decoded record's 744, which matters when a trace holds 100 000 of them.
 #[derive(Clone, Debug)]
 pub struct Kept {
-    /// Start, seconds since the epoch.
-    pub btime_s: u64,
+    /// Start, seconds since the epoch (a u32 holds them until 2106: 12 bytes a record).
+    pub btime_s: u32,
     pub tgid: u32,
     /// Where its figures are in the collector's packed buffer (low 31 bits), and whether it
     /// is a thread group's record (the top bit).
@@ -67,7 +67,7 @@ impl Kept {
 
     fn new(tgid: u32, group: bool, btime_s: u64, stats_at: usize) -> Kept {
         Kept {
-            btime_s,
+            btime_s: u32::try_from(btime_s).unwrap_or(u32::MAX),
             tgid,
             at_group: stats_at as u32 & !Kept::GROUP | if group { Kept::GROUP } else { 0 },
         }
@@ -90,7 +90,7 @@ pub struct Collector {
     packed: Vec<u8>,
     matcher: Matcher<Key, u32>,
     /// Each process whose end was matched, and the index of its record in `records`, in the
-    /// order matched (sorted once, at the cross-check: 16 bytes a process instead of a map's
+    /// order matched (sorted once, at the cross-check: 8 bytes a process instead of a map's
     /// 33 on a trace's largest structures' peak).
     matched: Vec<Pair>,
     clock: Clock,
@@ -138,14 +138,14 @@ impl Collector {
             }
             let i = self.push(tgid, &r);
             if let Some((key, i)) = self.matcher.taskstats(&r, now, i) {
-                self.matched.push(Pair::new(key, i));
+                self.pair(tree, key, i);
             }
         }
         self.matcher.expire_threads(now);
     }
 
-    /// A traced thread or process ended (its BPF exit record, as the tree applies it).
-    pub fn exit(&mut self, x: &ExitEvent) {
+    /// A traced thread or process ended (its BPF exit record, once `tree` applied it).
+    pub fn exit(&mut self, x: &ExitEvent, tree: &Tree) {
         let h = &x.hdr;
         let wall_offset_ns = self.clock.realtime_offset_ns as i64;
         let e = End::of_exit(
@@ -165,7 +165,18 @@ impl Collector {
             start_ns: h.leader_start_ns,
         };
         if let Some((key, i)) = self.matcher.bpf_exit(h.pid, e, key) {
-            self.matched.push(Pair::new(key, i));
+            self.pair(tree, key, i);
+        }
+    }
+
+    /// The process `key` ended and record `i` is its group's: kept by the process's place in
+    /// `tree` (a process the tree does not hold has no figures to carry).
+    fn pair(&mut self, tree: &Tree, key: Key, record: u32) {
+        if let Some(process) = tree.index_of(&key) {
+            self.matched.push(Pair {
+                process: process as u32,
+                record,
+            });
         }
     }
 
@@ -196,29 +207,11 @@ impl Collector {
     }
 }
 
-/// A process whose end was matched, and the index of its record: 16 bytes where a
-/// `(Key, u32)` takes 24.
+/// A process whose end was matched (its place in the tree) and the index of its record: 8
+/// bytes where its key and the index took 16.
 struct Pair {
-    start_ns: u64,
-    tgid: u32,
+    process: u32,
     record: u32,
-}
-
-impl Pair {
-    fn new(key: Key, record: u32) -> Pair {
-        Pair {
-            start_ns: key.start_ns,
-            tgid: key.tgid,
-            record,
-        }
-    }
-
-    fn key(&self) -> Key {
-        Key {
-            tgid: self.tgid,
-            start_ns: self.start_ns,
-        }
-    }
 }
 
 /// The matched processes' taskstats sums, indexed like the tree's processes: packed (~30
@@ -322,11 +315,11 @@ pub fn cross_check(
     by_tgid.sort_unstable();
     let mut used = vec![false; records.len()];
     matched.reverse();
-    matched.sort_by_key(Pair::key);
-    matched.dedup_by_key(|p| p.key());
-    let matched_of = |key: &Key| {
+    matched.sort_by_key(|p| p.process);
+    matched.dedup_by_key(|p| p.process);
+    let matched_of = |pi: usize| {
         matched
-            .binary_search_by_key(key, Pair::key)
+            .binary_search_by_key(&(pi as u32), |p| p.process)
             .ok()
             .map(|at| matched[at].record)
     };
@@ -343,7 +336,7 @@ pub fn cross_check(
         let (Some(key), Some(_)) = (p.key.get(), p.end_ns.get()) else {
             continue;
         };
-        let Some(g) = matched_of(&key) else {
+        let Some(g) = matched_of(pi) else {
             cov.bpf_only += 1;
             continue;
         };

@@ -7,6 +7,7 @@
 pub(crate) mod argv;
 pub(crate) mod children;
 pub(crate) mod cores;
+pub(crate) mod cpu_segments;
 pub(crate) mod cpu_ticks;
 pub(crate) mod cputime;
 pub(crate) mod critical_path;

@@ -7,8 +7,14 @@
 
 use smallvec::{Array, SmallVec};
 
+use std::borrow::Cow;
+
 use crate::model::{
-    cpu_ticks::Segment, key_index::KeyIndex, process::Key, series_packed::PackedSeries,
+    cpu_segments::{CpuSegments, Scratch},
+    cpu_ticks::Segment,
+    key_index::KeyIndex,
+    process::Key,
+    series_packed::PackedSeries,
 };
 
 /// One value of a series: `bytes` from `ts_ns` on.
@@ -220,12 +226,15 @@ pub(super) fn insert_point<A: Array<Item = Point>>(points: &mut SmallVec<A>, p: 
 pub struct ProcessSeries {
     pub rss: PackedSeries,
     /// CPU over time: the process's segments ([`crate::model::cpu_ticks`]), kept here to share
-    /// the key and the index. Most processes of a big trace have one (their exit): inline.
-    pub(super) cpu: SmallVec<[Segment; 1]>,
+    /// the key and the index; packed against the key's start.
+    pub(super) cpu: CpuSegments,
     /// PSS, for the processes that were sampled: most short ones never are, and a 100k-process
     /// trace would otherwise carry 56 empty bytes for each.
     pub(super) sampled: Option<Box<PssSeries>>,
 }
+
+// A 100 000-process trace holds one per process, beside its key.
+const _: () = assert!(size_of::<ProcessSeries>() <= 48);
 
 #[derive(Clone, Debug, Default)]
 pub(super) struct PssSeries {
@@ -299,15 +308,17 @@ impl Procs {
     }
 
     /// The process's CPU segments (absolute times), none when it had none.
-    pub fn cpu(&self, key: &Key) -> &[Segment] {
-        self.slot_of(key)
-            .map_or(&[], |slot| self.list[slot].1.cpu.as_slice())
+    pub fn cpu(&self, key: &Key) -> Cow<'_, [Segment]> {
+        self.slot_of(key).map_or(Cow::Borrowed(&[]), |slot| {
+            self.list[slot].1.cpu.get(key.start_ns)
+        })
     }
 
-    /// The process's CPU segments, made empty when it has none.
-    pub(super) fn cpu_mut(&mut self, key: Key) -> &mut SmallVec<[Segment; 1]> {
+    /// Changes the process's CPU segments with `f` (none yet: an empty list); returns what
+    /// `f` returns.
+    pub(super) fn update_cpu<R>(&mut self, key: Key, f: impl FnOnce(&mut Scratch) -> R) -> R {
         let slot = self.slot(key);
-        &mut self.list[slot].1.cpu
+        self.list[slot].1.cpu.update(key.start_ns, f)
     }
 
     /// The process's series, made empty when it has none.

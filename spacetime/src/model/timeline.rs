@@ -138,7 +138,10 @@ impl Timeline {
     }
 
     /// A process's CPU segments (absolute times).
-    pub fn cpu_segments(&self, key: &Key) -> &[crate::model::cpu_ticks::Segment] {
+    pub fn cpu_segments(
+        &self,
+        key: &Key,
+    ) -> std::borrow::Cow<'_, [crate::model::cpu_ticks::Segment]> {
         self.procs.cpu(key)
     }
 

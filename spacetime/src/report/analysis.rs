@@ -3,6 +3,8 @@
 //! parallelism, the critical path, and the programs that ran. Computed once per report, from
 //! its processes (live or read back from a saved report, alike), for every renderer.
 
+use std::borrow::Cow;
+
 use serde::{ser::SerializeSeq, Serialize, Serializer};
 
 use super::{
@@ -103,7 +105,9 @@ impl Analysis {
                 ..CpuSeries::sampled(
                     procs.iter().map(|p| Sampled {
                         life: life(p),
-                        segments: p.key().map_or(&[], |k| ticks.cpu_segments(&k)),
+                        segments: p
+                            .key()
+                            .map_or(Cow::Borrowed(&[]), |k| ticks.cpu_segments(&k)),
                     }),
                     t0_ns,
                     wall_ns,

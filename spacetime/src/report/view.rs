@@ -193,7 +193,7 @@ impl<'a> ProcessReport<'a> {
         match self.src() {
             Src::Live { p, gone, .. } => match (p.end_ns.get(), p.key.get()) {
                 (Some(_), _) => State::Exited,
-                (None, _) if p.left => State::Left,
+                (None, _) if p.left() => State::Left,
                 (None, Some(k)) if gone.contains(&k) => State::Unknown,
                 (None, _) => State::Running,
             },
@@ -257,9 +257,10 @@ impl<'a> ProcessReport<'a> {
     /// what it inherited), which is why it misleads after exec.
     pub fn ru_maxrss_bytes(&self) -> Option<u64> {
         match self.src() {
-            Src::Live { p, scale, .. } => {
-                p.end_ns.get().map(|_| p.signal_maxrss_pages * scale.page)
-            }
+            Src::Live { p, scale, .. } => p
+                .end_ns
+                .get()
+                .map(|_| u64::from(p.signal_maxrss_pages) * scale.page),
             Src::Saved(s) => s.ru_maxrss_bytes,
         }
     }

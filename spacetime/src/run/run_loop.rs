@@ -139,14 +139,19 @@ impl Consumer for TracedRun<'_, '_> {
         }
         let sink = &mut *self.sink;
         sink.memory.observe(&ev);
-        match &ev {
-            Event::Exit(x) => sink.collector.exit(x),
+        let exit = match &ev {
+            Event::Exit(x) => Some(*x),
             Event::Fork(f) if f.hdr.flags & flags::FORK_THREAD != 0 => {
-                sink.collector.thread_started(f.child_pid, f.hdr.tgid)
+                sink.collector.thread_started(f.child_pid, f.hdr.tgid);
+                None
             }
-            _ => {}
-        }
+            _ => None,
+        };
         sink.tree.apply(ev);
+        // After the tree: a process whose fork record was lost is in it from its exit on.
+        if let Some(x) = exit {
+            sink.collector.exit(&x, sink.tree);
+        }
         if self.opts.stop_on_root_exit && self.cutoff.is_none() {
             // As the kernel dated the root's exit: deterministic, whatever the order in which
             // the other processes' records reach us.

@@ -38,7 +38,7 @@ impl Fixture {
     fn check(&self, recs: &[TaskstatsRecord], clock: Clock) -> (Coverage, PerProcess) {
         let mut c = Collector::new(clock);
         for x in &self.exits {
-            c.exit(x);
+            c.exit(x, &self.tree);
         }
         c.keep(&self.tree, &mut recs.to_vec());
         cross_check(&self.tree, c, 4096)
@@ -259,7 +259,7 @@ fn old_records_go_to_the_process_their_thread_started_in() {
             c.thread_started(8, 7);
         }
         for x in &t.exits {
-            c.exit(x);
+            c.exit(x, &t.tree);
         }
         c.keep(&t.tree, &mut recs.clone());
         let (cov, stats) = cross_check(&t.tree, c, 4096);
@@ -309,7 +309,7 @@ fn other_processes_records_are_set_aside() {
     let all: Vec<TaskstatsRecord> = own.iter().chain([&near]).chain(&others).cloned().collect();
     let mut c = Collector::new(clock);
     for x in &t.exits {
-        c.exit(x);
+        c.exit(x, &t.tree);
     }
     c.keep(&t.tree, &mut all.clone());
     assert_eq!(

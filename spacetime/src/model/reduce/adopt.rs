@@ -33,7 +33,7 @@ impl Adopted {
     pub(super) fn fill(self, p: &mut Process) {
         p.ppid = self.ppid;
         p.threads = self.threads.max(1);
-        p.fork_seen = true;
+        p.seen |= Process::FORK_SEEN;
         p.images.push(Image {
             names: Arc::new(self.names),
             start_ns: self.attach_ns,

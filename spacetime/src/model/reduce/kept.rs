@@ -76,7 +76,6 @@ impl Kept {
             start_ns: key.start_ns,
             ppid: if is_root { self.root_ppid } else { 0 },
             threads: 1,
-            is_root,
             ..Process::default()
         });
         let procs = &self.procs;
@@ -164,7 +163,7 @@ impl Kept {
     pub fn live(&self) -> usize {
         self.procs
             .iter()
-            .filter(|p| p.end_ns.is_none() && !p.untracked)
+            .filter(|p| p.end_ns.is_none() && !p.untracked())
             .count()
     }
 

@@ -187,11 +187,14 @@ impl<S: Storage> Store<S> {
         };
         h.fork_record(in_tree);
         let child = h.process();
-        if child.fork_seen {
+        if child.fork_seen() {
             return;
         }
-        child.fork_seen = true;
-        child.untracked = f.hdr.flags & flags::FORK_UNTRACKED != 0;
+        let untracked = match f.hdr.flags & flags::FORK_UNTRACKED {
+            0 => 0,
+            _ => Process::UNTRACKED,
+        };
+        child.seen = child.seen & !Process::UNTRACKED | Process::FORK_SEEN | untracked;
         if ns_pids {
             child.pid = f.child_ns_tgid;
         }
@@ -240,8 +243,7 @@ impl<S: Storage> Store<S> {
         let (start_ns, exec_flags) = (hdr.ts_ns, hdr.flags);
         if exec_flags & flags::EXEC_LEFT != 0 {
             // Nothing of it comes any more, its exit neither: it is not waited for.
-            p.left = true;
-            p.untracked = true;
+            p.seen |= Process::LEFT | Process::UNTRACKED;
         }
         let img = Image {
             names,
@@ -363,7 +365,7 @@ impl<S: Storage> Store<S> {
         if group && !duplicate {
             p.end_ns = OptNs::some(x.hdr.ts_ns);
             p.exit = OptExit::from_wait(x.exit_code);
-            p.signal_maxrss_pages = x.signal_maxrss_pages;
+            p.signal_maxrss_pages = u32::try_from(x.signal_maxrss_pages).unwrap_or(u32::MAX);
             if let Some(img) = p.open_image() {
                 img.end_ns = OptNs::some(x.hdr.ts_ns);
                 if let Some(mem) = EndMem::of_image(x.mem, img.shared_mm) {

@@ -36,7 +36,7 @@ pub struct Image {
 // A 100 000-process trace holds 100 000 processes and two images each: see
 // `packs_into_21_bytes_and_two_images_fit_in_a_process` (model/image_mem.rs).
 const _: () = assert!(size_of::<Image>() <= 48);
-const _: () = assert!(size_of::<Process>() <= 200);
+const _: () = assert!(size_of::<Process>() <= 192);
 
 impl Default for Image {
     /// An image with no names yet: they point at one shared empty [`Names`] (a fork builds
@@ -148,22 +148,41 @@ pub struct Process {
     pub sys_ns: u64,
     /// `user_ns`/`sys_ns` are the kernel's figures at the process's release (as wait4).
     pub cpu_final: bool,
-    /// `signal->maxrss` at exit: what ru_maxrss reports (pages).
-    pub signal_maxrss_pages: u64,
-    /// Its fork was seen (false for the root and for processes whose fork was lost).
-    pub fork_seen: bool,
-    /// The kernel did not track it (its session's process limit, or a full tracking map: the
-    /// fork record says so): none of its records come, so nothing waits for its exit.
-    pub untracked: bool,
-    /// It left the trace at an exec (`EXEC_LEFT`): credentials its session's owner lacks.
-    pub left: bool,
-    pub is_root: bool,
+    /// `signal->maxrss` at exit: what ru_maxrss reports (pages; 16 TiB of 4 KiB pages at
+    /// most, which a u32 holds).
+    pub signal_maxrss_pages: u32,
+    /// One bit each of [`Process::FORK_SEEN`], [`Process::UNTRACKED`] and [`Process::LEFT`]:
+    /// 1 byte where three bools took 3 (with the maxrss in 4 bytes, a process is 192 bytes).
+    pub(super) seen: u8,
 }
 
 impl Process {
+    /// Its fork was seen (not for the root, nor a process whose fork was lost).
+    pub(super) const FORK_SEEN: u8 = 1;
+    /// The kernel did not track it (its session's process limit, or a full tracking map: the
+    /// fork record says so): none of its records come, so nothing waits for its exit.
+    pub(super) const UNTRACKED: u8 = 2;
+    /// It left the trace at an exec (`EXEC_LEFT`): credentials its session's owner lacks.
+    pub(super) const LEFT: u8 = 4;
+
+    /// See [`Process::FORK_SEEN`].
+    pub fn fork_seen(&self) -> bool {
+        self.seen & Process::FORK_SEEN != 0
+    }
+
+    /// See [`Process::UNTRACKED`].
+    pub fn untracked(&self) -> bool {
+        self.seen & Process::UNTRACKED != 0
+    }
+
+    /// See [`Process::LEFT`].
+    pub fn left(&self) -> bool {
+        self.seen & Process::LEFT != 0
+    }
+
     /// The process that forked this one, when its fork was seen.
     pub fn parent(&self) -> Option<Key> {
-        self.fork_seen.then_some(Key {
+        self.fork_seen().then_some(Key {
             tgid: self.parent_tgid,
             start_ns: self.parent_start_ns,
         })

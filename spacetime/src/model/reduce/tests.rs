@@ -435,7 +435,7 @@ fn an_untracked_child_is_not_waited_for() {
         .iter()
         .find(|p| p.pid == 9)
         .expect("the untracked child is in the tree");
-    assert!(untracked.untracked && untracked.end_ns.is_none());
+    assert!(untracked.untracked() && untracked.end_ns.is_none());
 }
 
 #[test]
