@@ -9,7 +9,10 @@ use std::borrow::Cow;
 
 use smallvec::SmallVec;
 
-use crate::model::cpu_ticks::Segment;
+use crate::model::{
+    cpu_ticks::Segment,
+    varint::{self, Varints},
+};
 
 /// Packed bytes held in place: with their length and the tag, 16 bytes.
 const ROOM: usize = 14;
@@ -89,32 +92,18 @@ fn pack(segments: &[Segment], base_ns: u64, out: &mut SmallVec<[u8; ROOM]>) -> b
         let step = s.from_ns.wrapping_sub(prev) as i64;
         prev = s.from_ns;
         let zigzag = ((step << 1) ^ (step >> 63)) as u64;
-        for mut v in [zigzag, length, s.cpu_ns] {
-            while v >= 0x80 {
-                out.push(v as u8 | 0x80);
-                v >>= 7;
-            }
-            out.push(v as u8);
+        for v in [zigzag, length, s.cpu_ns] {
+            varint::put(out, v);
         }
     }
     true
 }
 
-fn unpack(mut bytes: &[u8], base_ns: u64) -> Scratch {
-    let mut next = || {
-        let mut v = 0u64;
-        for (i, &b) in bytes.iter().enumerate() {
-            v |= u64::from(b & 0x7f) << (7 * i);
-            if b < 0x80 {
-                bytes = &bytes[i + 1..];
-                return Some(v);
-            }
-        }
-        None
-    };
+fn unpack(bytes: &[u8], base_ns: u64) -> Scratch {
+    let mut next = Varints(bytes);
     let mut segments = Scratch::new();
     let mut prev = base_ns;
-    while let (Some(zigzag), Some(length), Some(cpu_ns)) = (next(), next(), next()) {
+    while let (Some(zigzag), Some(length), Some(cpu_ns)) = (next.next(), next.next(), next.next()) {
         let step = ((zigzag >> 1) as i64) ^ -((zigzag & 1) as i64);
         let from_ns = prev.wrapping_add(step as u64);
         prev = from_ns;

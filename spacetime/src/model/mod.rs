@@ -31,3 +31,4 @@ pub(crate) mod table;
 mod table_tests;
 pub(crate) mod timeline;
 pub(crate) mod tree;
+mod varint;

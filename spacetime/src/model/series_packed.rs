@@ -10,7 +10,10 @@ use std::borrow::Cow;
 
 use smallvec::SmallVec;
 
-use super::series::{insert_point, push_point, Point, Series};
+use super::{
+    series::{insert_point, push_point, Point, Series},
+    varint::{self, Varints},
+};
 
 /// Packed bytes a series holds in place: with its length and the tag, 24 bytes. Four points
 /// of a short-lived process take 16 to 21 (its first time 7, each step 2 or 3, each value 1
@@ -165,32 +168,17 @@ fn pack(points: &[Point], out: &mut SmallVec<[u8; ROOM]>) -> bool {
             _ if p.bytes >> 62 == 0 => (p.bytes << 1) | 1,
             _ => return false,
         };
-        for mut v in [step, value] {
-            while v >= 0x80 {
-                out.push(v as u8 | 0x80);
-                v >>= 7;
-            }
-            out.push(v as u8);
-        }
+        varint::put(out, step);
+        varint::put(out, value);
     }
     true
 }
 
-fn unpack(mut bytes: &[u8]) -> Scratch {
-    let mut next = || {
-        let mut v = 0u64;
-        for (i, &b) in bytes.iter().enumerate() {
-            v |= u64::from(b & 0x7f) << (7 * i);
-            if b < 0x80 {
-                bytes = &bytes[i + 1..];
-                return Some(v);
-            }
-        }
-        None
-    };
+fn unpack(bytes: &[u8]) -> Scratch {
+    let mut next = Varints(bytes);
     let mut points = Scratch::new();
     let mut ts_ns = 0;
-    while let (Some(step), Some(value)) = (next(), next()) {
+    while let (Some(step), Some(value)) = (next.next(), next.next()) {
         ts_ns += step;
         let bytes = match value & 1 {
             0 => (value >> 1) * PAGE,
