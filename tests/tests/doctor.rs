@@ -27,41 +27,46 @@ struct Doctor {
 }
 
 impl Doctor {
-    /// `spacetime doctor --json`, then the table, under `prefix` (setpriv, unshare…).
+    /// `spacetime doctor --json FILE` under `prefix` (setpriv, unshare…): the table on stdout
+    /// and the JSON in FILE from one examination (each loads the programs, waits for a
+    /// taskstats record: seconds of an emulated CPU).
     fn run(prefix: &[&str], socket: &std::path::Path) -> Doctor {
-        let cmd = |json: bool| {
-            let mut c = match prefix.split_first() {
-                Some((first, rest)) => {
-                    let mut c = Command::new(first);
-                    c.args(rest).arg(spacetime_bin());
-                    c
-                }
-                None => Command::new(spacetime_bin()),
-            };
-            c.arg("doctor").env("SPACETIME_SOCKET", socket);
-            if json {
-                c.arg("--json");
+        // World-writable: setpriv runs doctor as nobody.
+        let dir = spacetime_tests::TempDir::new("doctor");
+        let file = dir.path().join("doctor.json");
+        let mut c = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(spacetime_bin());
+                c
             }
-            c.output().expect("running spacetime doctor")
+            None => Command::new(spacetime_bin()),
         };
-        let out = cmd(true);
-        let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        let out = c
+            .arg("doctor")
+            .arg("--json")
+            .arg(&file)
+            .env("SPACETIME_SOCKET", socket)
+            .output()
+            .expect("running spacetime doctor");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let json = std::fs::read(&file).unwrap_or_else(|e| {
             panic!(
-                "doctor --json under {prefix:?}: {e}: {}{}",
-                String::from_utf8_lossy(&out.stdout),
+                "doctor --json {} under {prefix:?}: {e}: {text}{}",
+                file.display(),
                 String::from_utf8_lossy(&out.stderr)
             )
         });
-        let text_out = cmd(false);
-        assert_eq!(
-            text_out.status.code(),
-            out.status.code(),
-            "the table and --json disagree on the exit status"
-        );
+        let json: Value = serde_json::from_slice(&json).unwrap_or_else(|e| {
+            panic!(
+                "doctor --json under {prefix:?}: {e}: {}",
+                String::from_utf8_lossy(&json)
+            )
+        });
         Doctor {
             code: out.status.code().unwrap_or(-1),
             json,
-            text: String::from_utf8_lossy(&text_out.stdout).into_owned(),
+            text,
         }
     }
 
@@ -180,6 +185,28 @@ fn as_nobody_without_an_agent_it_names_the_capabilities_and_fails() {
     );
     // The BTF is world-readable: the hooks are told all the same.
     d.assert_status("hooks", "ok");
+    // `--json` alone: the same report on stdout instead of the table (nothing loads as
+    // nobody, so this examination is the cheap one to repeat).
+    let out = Command::new("setpriv")
+        .args(&NOBODY[1..])
+        .arg(spacetime_bin())
+        .args(["doctor", "--json"])
+        .env("SPACETIME_SOCKET", NO_AGENT)
+        .output()
+        .expect("running spacetime doctor --json");
+    let stdout: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor --json: no JSON on stdout: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    assert_eq!(
+        out.status.code(),
+        Some(d.code),
+        "the exit status, both ways"
+    );
+    assert_eq!(stdout["trace"], d.json["trace"], "the verdict, both ways");
+    assert_eq!(stdout["checks"], d.json["checks"], "the checks, both ways");
     // And a trace as nobody here does fail.
     let out = Trace::new(["/bin/true"])
         .env("SPACETIME_SOCKET", NO_AGENT)

@@ -8,10 +8,11 @@ use spacetime_tests::{chart::assert_chart_reaches, u64_at, Trace, MIB, PAGE};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 
-/// Runs of the loop: the defect showed in 5 of 45 (10 in the emulated guest, where a run
-/// costs three seconds: a hunt of 10 finds a 5-in-45 defect 7 times in 10).
+/// Runs of the loop: the defect showed in 5 of 45 on the host, where the hunt is (45 runs find
+/// it 99 times in 100). The emulated guest, where a run costs about ten seconds beside the
+/// other guests, runs 3: it checks the dating on 6.1's exit path; the hunt is the host's.
 fn runs() -> usize {
-    spacetime_tests::repetitions(45, 5)
+    spacetime_tests::repetitions(45, 3)
 }
 
 /// The series' value at `t` (a step function: the last point at or before it).

@@ -204,13 +204,13 @@ fn orphan_stop_on_root_exit_reports_survivor() {
     assert_eq!(report.exit, Exit::Code(0));
 }
 
-/// 300 fork+execs one after another (100 in the emulated guest): every one reported, whole.
+/// 300 fork+execs one after another (50 in the emulated guest): every one reported, whole.
 /// The load is stated: 300 processes write under 300 KB of records, which the default 16 MiB
 /// ring holds many times over, so none can be lost however late the reader runs. (2000 tested
 /// nothing more, and took minutes of an emulated CPU.)
 #[test]
 fn storm_fork_exec_nothing_lost() {
-    let n_children = spacetime_tests::storm_size(300, 100);
+    let n_children = spacetime_tests::storm_size(300, 50);
     let n = n_children.to_string();
     let out = Trace::new([WL, "storm", &n, WL, "noop"])
         .tag("storm")

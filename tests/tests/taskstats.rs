@@ -17,12 +17,12 @@ fn u64_of(v: &Value, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("taskstats.{key} is not an integer in {v}"))
 }
 
-/// 200 fork+execs (100 in the emulated guest, where each costs a hundred times more and the
+/// 200 fork+execs (50 in the emulated guest, where each costs a hundred times more and the
 /// kernel's records are the same): their exit records (1172 B each) fit the 8 MiB taskstats
 /// buffer many times over, so none can be dropped however late the reader runs.
 #[test]
 fn every_exit_of_a_storm_is_confirmed() {
-    let children = spacetime_tests::storm_size(200, 100);
+    let children = spacetime_tests::storm_size(200, 50);
     let out = Trace::new([WL, "storm", &children.to_string(), WL, "noop"])
         .tag("ts-storm")
         .run();

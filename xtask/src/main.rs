@@ -49,6 +49,10 @@ enum Cmd {
         /// (cross-linked with Debian's gcc-aarch64-linux-gnu); repeated, one build makes both
         #[arg(long = "target", default_value = "x86_64-unknown-linux-musl")]
         targets: Vec<String>,
+        /// A check build, not for shipping: the spacetime crate unoptimized (its dependencies
+        /// and eBPF object as shipped), what `vm-test --arch arm64` builds and runs
+        #[arg(long)]
+        check_build: bool,
     },
     /// Build, then run the release binary with ARGS (as root)
     Run {
@@ -251,7 +255,10 @@ fn main() -> Result<()> {
         Cmd::Build => build(),
         Cmd::Install(opts) => install::install(opts),
         Cmd::Deb(opts) => package::deb(opts),
-        Cmd::Dist { targets } => {
+        Cmd::Dist {
+            targets,
+            check_build,
+        } => {
             let mut archs = Vec::new();
             for t in &targets {
                 let a = arch::Arch::from_musl(t)?;
@@ -259,7 +266,12 @@ fn main() -> Result<()> {
                     archs.push(a);
                 }
             }
-            package::dist(&archs).map(|_| ())
+            let build = if check_build {
+                arch::Build::Check
+            } else {
+                arch::Build::Shipped
+            };
+            package::dist(&archs, build).map(|_| ())
         }
         Cmd::Run { args } => {
             build()?;

@@ -15,7 +15,10 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use crate::{arch::Arch, root, run, target_dir, toolchain};
+use crate::{
+    arch::{Arch, Build},
+    root, run, target_dir, toolchain,
+};
 
 /// The cargo-deb release `cargo xtask deb` installs when none is there (builds with Rust 1.95
 /// in about a minute on two cores).
@@ -197,9 +200,9 @@ fn lintian(deb: &Path) -> Result<()> {
 /// The static binaries for `archs`, built by one cargo (the host's build scripts built once,
 /// both targets' crates side by side; the eBPF object they embed is the same for every
 /// architecture, built once by spacetime/build.rs); returns their paths, in order.
-pub fn build_static(archs: &[Arch]) -> Result<Vec<PathBuf>> {
+pub fn build_static(archs: &[Arch], build: Build) -> Result<Vec<PathBuf>> {
     crate::toolchain::ensure()?;
-    let mut cargo = Arch::cargo_for(archs)?;
+    let mut cargo = Arch::cargo_for(archs, build)?;
     // Resolved with the test crate's library, as `cargo test` resolves it: alone, `-p spacetime`
     // turns on other features of a dependency deep in the graph (crc32fast's `default`, which
     // only png asks for), and the tests cross-built for an emulated guest then compiled every
@@ -216,7 +219,13 @@ pub fn build_static(archs: &[Arch]) -> Result<Vec<PathBuf>> {
         "--lib",
     ]);
     for arch in archs {
-        eprintln!("xtask: building spacetime for {} (static)", arch.musl());
+        let how = match build {
+            Build::Shipped => "static",
+            Build::Check => {
+                "static; a check build, the spacetime crate unoptimized: not for shipping"
+            }
+        };
+        eprintln!("xtask: building spacetime for {} ({how})", arch.musl());
         cargo.args(["--target", arch.musl()]);
     }
     run(&mut cargo)?;
@@ -234,8 +243,8 @@ pub fn build_static(archs: &[Arch]) -> Result<Vec<PathBuf>> {
 
 /// `cargo xtask dist`: the static binary for each of `archs` (one build) and its files in
 /// target/dist/NAME.tar.gz; returns the binaries in the staged trees.
-pub fn dist(archs: &[Arch]) -> Result<Vec<PathBuf>> {
-    let bins = build_static(archs)?;
+pub fn dist(archs: &[Arch], build: Build) -> Result<Vec<PathBuf>> {
+    let bins = build_static(archs, build)?;
     archs
         .iter()
         .zip(bins)

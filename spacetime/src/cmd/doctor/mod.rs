@@ -9,14 +9,16 @@ mod checks;
 mod live;
 mod render;
 
+use crate::run::outputs::Dest;
 use crate::util::caps::{Cap, CapSet};
 
-/// `spacetime doctor [--json]`.
+/// `spacetime doctor [--json [FILE]]`.
 #[derive(Debug, clap::Args)]
 pub struct DoctorArgs {
-    /// One JSON object on stdout (checks, capabilities, verdict) instead of the table
-    #[arg(long)]
-    pub json: bool,
+    /// The report as one JSON object (checks, capabilities, verdict): on stdout instead of the
+    /// table, or written to FILE with the table on stdout (both from the same examination)
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<std::path::PathBuf>,
 }
 
 /// How one thing stands.
@@ -103,11 +105,21 @@ pub struct Report {
 
 /// Entry point: prints the report; 0 when `trace` can work here, 1 when it cannot.
 pub fn main(args: DoctorArgs) -> i32 {
+    // A file that cannot be written is said before anything is tried.
+    let mut json = match args.json.as_deref().map(|p| Dest::open(p, false, true)) {
+        None => None,
+        Some(Ok(dest)) => Some(dest),
+        Some(Err(e)) => {
+            crate::errln!("spacetime doctor: {e}");
+            return crate::util::exit_code::EXIT_OWN_FAILURE;
+        }
+    };
     let report = examine();
-    let written = if args.json {
-        render::json(&report, &mut std::io::stdout().lock())
-    } else {
-        render::text(&report, &mut std::io::stdout().lock())
+    let written = match &mut json {
+        Some(Dest::Stdout) => render::json(&report, &mut std::io::stdout().lock()),
+        Some(file) => render::text(&report, &mut std::io::stdout().lock())
+            .and_then(|()| file.write_with(|w| render::json(&report, w))),
+        None => render::text(&report, &mut std::io::stdout().lock()),
     };
     if let Err(e) = written {
         if e.kind() != std::io::ErrorKind::BrokenPipe {

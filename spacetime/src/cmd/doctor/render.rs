@@ -34,7 +34,11 @@ pub fn text(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
 }
 
 pub fn json(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
-    serde_json::to_writer_pretty(&mut *out, r).map_err(std::io::Error::other)?;
+    // An I/O error keeps its kind: a reader gone (`| head`) is not a failure to report.
+    serde_json::to_writer_pretty(&mut *out, r).map_err(|e| match e.io_error_kind() {
+        Some(kind) => std::io::Error::new(kind, e),
+        None => std::io::Error::other(e),
+    })?;
     out.write_all(b"\n")?;
     out.flush()
 }
