@@ -17,8 +17,11 @@ use crate::model::{
 /// Packed bytes held in place: with their length and the tag, 16 bytes.
 const ROOM: usize = 14;
 
+/// Segments a change holds in place.
+const INLINE: usize = 4;
+
 /// Segments unpacked for a change.
-pub type Scratch = SmallVec<[Segment; 4]>;
+pub type Scratch = SmallVec<[Segment; INLINE]>;
 
 #[derive(Clone, Debug)]
 pub struct CpuSegments(Repr);
@@ -76,10 +79,19 @@ impl CpuSegments {
                 buf[..packed.len()].copy_from_slice(&packed);
                 *len = packed.len() as u8;
             }
-            _ => self.0 = Repr::List(Box::new(segments.into_vec())),
+            _ => self.0 = Repr::List(Box::new(spilled(segments))),
         }
         r
     }
+}
+
+/// `segments` as a list whose buffer outgrows [`Scratch`]'s inline room: `Scratch::from_vec`
+/// keeps such a buffer and `into_vec` hands it back, so a change of a list allocates nothing;
+/// a smaller one would be copied in place and a new one allocated at every change.
+fn spilled(segments: Scratch) -> Vec<Segment> {
+    let mut list = segments.into_vec();
+    list.reserve_exact((INLINE + 1).saturating_sub(list.len()));
+    list
 }
 
 /// Packs `segments` into `out`; false when one does not pack (it ends before it starts).
@@ -158,7 +170,7 @@ mod tests {
             want.push(s);
             assert_eq!(c.get(base).as_ref(), want.as_slice());
         }
-        assert!(matches!(c.0, Repr::List(_)));
+        assert!(matches!(&c.0, Repr::List(l) if l.capacity() > INLINE));
         // A change of an earlier segment (run time a tick had not been told of).
         c.update(base, |segs| segs[1].cpu_ns += 7);
         want[1].cpu_ns += 7;
@@ -168,5 +180,28 @@ mod tests {
         let far = seg(u64::MAX - 10, u64::MAX - 1, u64::MAX / 2);
         c.update(0, |segs| segs.push(far));
         assert_eq!(c.get(0).as_ref(), [far]);
+    }
+
+    #[test]
+    fn a_short_list_keeps_a_buffer_that_outgrows_the_scratch() {
+        // One segment far from the base does not pack in 14 bytes: a list of one. Its buffer
+        // must stay larger than the scratch's inline room, or each change would copy it in
+        // place and allocate a new one (an allocation a tick for such a process).
+        let mut c = CpuSegments::default();
+        let far = seg(u64::MAX / 2, u64::MAX / 2 + 10, u64::MAX / 4);
+        c.update(0, |s| s.push(far));
+        for change in 0..3 {
+            let Repr::List(list) = &c.0 else {
+                panic!("change {change}: not a list: {c:?}")
+            };
+            assert_eq!(list.len(), 1, "change {change}");
+            assert!(
+                list.capacity() > INLINE,
+                "change {change}: a buffer of {} would be copied into the scratch",
+                list.capacity()
+            );
+            c.update(0, |s| s[0].cpu_ns += 1);
+        }
+        assert_eq!(c.get(0)[0].cpu_ns, u64::MAX / 4 + 3);
     }
 }
