@@ -56,7 +56,9 @@ impl Client {
     }
 
     /// Reads lines until one starts with `key`; returns the rest of it.
+    /// `timeout` as on this machine ([`crate::hang_guard`] scales it in the guest).
     pub fn until(&mut self, key: &str, timeout: Duration) -> String {
+        let timeout = crate::hang_guard(timeout);
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());

@@ -223,8 +223,9 @@ impl Trace {
         self
     }
 
+    /// Time limit for the run, as on this machine ([`hang_guard`] scales it in the guest).
     pub fn timeout(mut self, t: Duration) -> Self {
-        self.timeout = t;
+        self.timeout = hang_guard(t);
         self
     }
 

@@ -24,8 +24,10 @@ pub fn poll<T>(timeout: Duration, every: Duration, mut f: impl FnMut() -> Option
     }
 }
 
-/// Polls `f` every 10 ms until it gives a value; panics with `what` after `timeout`.
+/// Polls `f` every 10 ms until it gives a value; panics with `what` after `timeout` (as on
+/// this machine: [`crate::hang_guard`] scales it in the guest).
 pub fn wait_for<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    let timeout = crate::hang_guard(timeout);
     poll(timeout, Duration::from_millis(10), f)
         .unwrap_or_else(|| panic!("no {what} within {timeout:?}"))
 }
@@ -33,6 +35,7 @@ pub fn wait_for<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) 
 /// Waits up to `timeout` for `child` to exit; after it, kills and reaps it and returns `None`
 /// (the caller panics with what it knows of the child).
 pub fn exit_within(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let timeout = crate::hang_guard(timeout);
     let status = poll(timeout, Duration::from_millis(5), || {
         child
             .try_wait()

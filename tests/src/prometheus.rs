@@ -81,6 +81,7 @@ impl Prometheus {
 
     /// Polls `done` every 100 ms until it holds; panics with the server's log after `limit`.
     pub fn wait_until(&self, what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+        let limit = crate::hang_guard(limit);
         let reached = crate::poll::poll(limit, Duration::from_millis(100), || done().then_some(()));
         assert!(
             reached.is_some(),

@@ -35,7 +35,7 @@ impl Watch {
         Watch {
             flags: Vec::new(),
             envs: Vec::new(),
-            timeout: Duration::from_secs(180),
+            timeout: crate::hang_guard(Duration::from_secs(180)),
             under: Vec::new(),
         }
     }
@@ -72,9 +72,9 @@ impl Watch {
         self
     }
 
-    /// Time limit for the whole run.
+    /// Time limit for the whole run, as on this machine (scaled in the guest).
     pub fn timeout(mut self, t: Duration) -> Self {
-        self.timeout = t;
+        self.timeout = crate::hang_guard(t);
         self
     }
 
@@ -164,6 +164,7 @@ impl RunningWatch {
     /// Waits until stderr contains `needle`; panics (with stderr) after `timeout` or if
     /// spacetime exits first.
     pub fn wait_for_stderr(&self, needle: &str, timeout: Duration) {
+        let timeout = crate::hang_guard(timeout);
         // Some(true): printed; Some(false): it exited first.
         let printed = crate::poll::poll(timeout, Duration::from_millis(10), || {
             if self.stderr_now().contains(needle) {
@@ -212,6 +213,7 @@ impl RunningWatch {
     /// Waits until `done` holds for the whole standard output so far, `what` naming it in
     /// the panic message when it does not within `timeout`.
     pub fn wait_until(&self, what: &str, timeout: Duration, done: impl Fn(&str) -> bool) {
+        let timeout = crate::hang_guard(timeout);
         let seen = crate::poll::poll(timeout, Duration::from_millis(20), || {
             done(&self.stdout_now()).then_some(())
         });

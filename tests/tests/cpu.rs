@@ -41,15 +41,17 @@ fn us(v: &Value, key: &str) -> i64 {
         / 1000
 }
 
-/// Asserts one process's (user, sys) in µs against wait4's.
-fn assert_wait4(what: &str, got: (i64, i64), want: (i64, i64)) {
+/// Asserts one process's (user, sys) in µs against wait4's, which returned at `reaped_ns`
+/// (its tail after the reap: [`spacetime_tests::exit_tail_us`]).
+fn assert_wait4(what: &str, got: (i64, i64), want: (i64, i64), reaped_ns: i64) {
     if got == want {
         return;
     }
     let d = (got.0 + got.1) - (want.0 + want.1);
+    let tail = spacetime_tests::exit_tail_us(reaped_ns);
     assert!(
-        (0..=spacetime_tests::EXIT_TAIL_US).contains(&d),
-        "{what}: spacetime user+sys {got:?} µs, wait4 {want:?} µs"
+        (0..=tail).contains(&d),
+        "{what}: spacetime user+sys {got:?} µs, wait4 {want:?} µs (tail up to {tail} µs)"
     );
 }
 
@@ -67,6 +69,7 @@ fn each_process_cpu_is_what_wait4_returned() {
     let report = out.json_value();
     let t = out.truth_one("rusage");
     let (pids, user, sys) = (t.ints("pids"), t.ints("user_us"), t.ints("sys_us"));
+    let reaped = t.ints("reaped_ns");
     assert_eq!(pids.len(), spins.len(), "children");
     for (i, &pid) in pids.iter().enumerate() {
         let p = process(&report, pid);
@@ -80,6 +83,7 @@ fn each_process_cpu_is_what_wait4_returned() {
             &format!("pid {pid} ({} µs burnt; {p})", spins[i]),
             got,
             (user[i], sys[i]),
+            reaped[i],
         );
     }
     // The truth is not vacuous: the 40 ms spinner ran for at least a tick of any clock. A
@@ -113,6 +117,7 @@ fn threaded_exits_cpu_is_what_wait4_returned() {
     let report = out.json_value();
     let t = out.truth_one("rusage-threads");
     let (pids, user, sys) = (t.ints("pids"), t.ints("user_us"), t.ints("sys_us"));
+    let reaped = t.ints("reaped_ns");
     assert_eq!(pids.len(), shapes.len(), "children");
     for (i, &pid) in pids.iter().enumerate() {
         let p = process(&report, pid);
@@ -127,6 +132,7 @@ fn threaded_exits_cpu_is_what_wait4_returned() {
             &format!("{} (pid {pid})", shapes[i]),
             got,
             (user[i], sys[i]),
+            reaped[i],
         );
     }
 }
@@ -229,6 +235,7 @@ fn watch_reports_short_exits_with_wait4_cpu() {
             .collect()
     };
     let (pids, user, sys) = (ints("pids"), ints("user_us"), ints("sys_us"));
+    let reaped = ints("reaped_ns");
     let last = pids.last().expect("children");
     w.wait_for_stdout(&format!("\"pid\":{last},"), Duration::from_secs(30));
     let out = w.interrupt();
@@ -243,7 +250,12 @@ fn watch_reports_short_exits_with_wait4_cpu() {
         let got = (us(row, "user_ns"), us(row, "sys_ns"));
         // 0 where wait4 says 0 (a kernel whose scheduler clock counts in jiffies: see
         // each_process_cpu_is_what_wait4_returned), never where it does not.
-        assert_wait4(&format!("watch pid {pid}: {row}"), got, (user[i], sys[i]));
+        assert_wait4(
+            &format!("watch pid {pid}: {row}"),
+            got,
+            (user[i], sys[i]),
+            reaped[i],
+        );
     }
 }
 

@@ -137,9 +137,10 @@ fn assert_phases_sampled(out: &Outcome) {
         .unwrap_or_else(|| panic!("the workload is missing from the report\n{ctx}"));
     let got_us = (int(child, "user_ns") / 1000 + int(child, "sys_ns") / 1000) as i64;
     let want_us = wait4.int("user_us") + wait4.int("sys_us");
+    let tail = spacetime_tests::exit_tail_us(wait4.int("reaped_ns"));
     assert!(
-        (0..=spacetime_tests::EXIT_TAIL_US).contains(&(got_us - want_us)),
-        "the workload's user+sys {got_us} µs, wait4's {want_us} µs\n{ctx}"
+        (0..=tail).contains(&(got_us - want_us)),
+        "the workload's user+sys {got_us} µs, wait4's {want_us} µs (tail up to {tail} µs)\n{ctx}"
     );
     // Most of the CPU was placed by ticks, not spread over lives.
     let unsampled = int(cpu, "unsampled_cpu_ns");

@@ -151,7 +151,12 @@ fn mean_rss_on_cpu_is_what_the_process_held() {
     let lo = held as f64 * (burn / total).min(1.0) * 0.90;
     let hi = held as f64 * 1.05;
     let within = |what: &str, got: Option<u64>| {
-        let got = got.unwrap_or_else(|| panic!("{what}: no mean_rss_on_cpu_bytes"));
+        let got = got.unwrap_or_else(|| {
+            panic!(
+                "{what}: no mean_rss_on_cpu_bytes; the process: {p}\ntaskstats: {}",
+                taskstats(&v)
+            )
+        });
         println!(
             "{what}: {got} B; VmRSS {held} B, the burn {:.1} % of the CPU: {lo:.0}..{hi:.0}",
             100.0 * burn / total

@@ -5,12 +5,20 @@
 //! A process's end has a taskstats "pid" record for its last thread, flagged `AGROUP`
 //! (taskstats version 12+). It is matched to the BPF exit record of the same thread id:
 //! taskstats has no timestamps of its own clock, but its elapsed time (`ac_etime`, µs since the
-//! thread started, CLOCK_MONOTONIC like the records) equals the BPF record's run time when the
-//! last thread is the group leader, and its start in wall-clock seconds (`ac_btime64`) plus
-//! that elapsed time is the exit time to about a second. A pid can come back within seconds
-//! (pid_max 32768 cycles in 3 s at 12 000 forks/s, and a pid held by a long-lived process is
-//! reused as soon as it is freed), so several ends may wait under one thread id: the closest
-//! fit wins. Records left unmatched for a few seconds count as `bpf_only` / `taskstats_only`.
+//! thread started, CLOCK_MONOTONIC like the records) is the BPF record's run time when the
+//! last thread is the group leader, and its start in wall-clock seconds (`ac_btime64`) is the
+//! start to within a second. A pid can come back within seconds (pid_max 32768 cycles in 3 s
+//! at 12 000 forks/s, and a pid held by a long-lived process is reused as soon as it is
+//! freed), so several ends may wait under one thread id: the closest fit wins. Records left
+//! unmatched for a few seconds count as `bpf_only` / `taskstats_only`.
+//!
+//! `do_exit` fills the taskstats record (`taskstats_exit`) before the tracepoint fires, and
+//! before 6.16 the address space is torn down between the two (`exit_mm`; Linux 6.16's
+//! "exit: move trace_sched_process_exit() earlier in do_exit()" moved the tracepoint up). So
+//! the BPF end is never earlier than the taskstats one, and may be later by however long a
+//! big address space takes to free: seconds for a large process on a slow or starved
+//! machine. The two starts are compared (they do not move with the teardown), and the BPF
+//! elapsed time may exceed taskstats' by up to [`TEARDOWN_US`].
 //!
 //! When threads exit together the two sides can name different last threads (taskstats sets
 //! `AGROUP` when the thread list looks empty, the kernel's `group_dead` comes from a counter),
@@ -26,12 +34,16 @@ use std::time::{Duration, Instant};
 use crate::kernel::taskstats::{flags, RecordKind, TaskstatsRecord};
 use rustc_hash::FxHashMap;
 
-/// How far the two exit times may be apart (btime has a resolution of one second and is
-/// rounded down, etime is truncated).
+/// How far the two starts (or, without an elapsed time, the two ends less the teardown) may
+/// be apart: btime has a resolution of one second and is rounded down, etime is truncated,
+/// and the wall clock may have been slewed between the two readings.
 const WINDOW_US: i64 = 2_500_000;
-/// How far the two elapsed times may be apart: taskstats fills its record a little after the
-/// tracepoint (before 6.16, after the address space was torn down: longer for big processes).
+/// How much earlier than taskstats' the BPF elapsed time may be: never by the kernel's order
+/// (see the module's note); kept as slack against a clock's granularity.
 const ETIME_WINDOW_US: i64 = 1_000_000;
+/// How much later than taskstats' the BPF end may come: the teardown of the address space
+/// between the two before 6.16, which no kernel bounds; 30 s frees terabytes on a slow machine.
+const TEARDOWN_US: i64 = 30_000_000;
 /// How long a record waits for its counterpart.
 pub const PATIENCE: Duration = Duration::from_secs(3);
 /// First taskstats version with `AGROUP` (the end of a thread group).
@@ -54,6 +66,8 @@ pub struct End {
     /// Time since the thread started, µs, when known.
     pub etime_us: Option<i64>,
     pub at: Instant,
+    /// A BPF exit record's end (else a taskstats record's).
+    pub bpf: bool,
 }
 
 impl End {
@@ -71,6 +85,7 @@ impl End {
             wall_us: (ts_ns as i64 + wall_offset_ns) / 1000,
             etime_us: (tid == tgid).then(|| (ts_ns.saturating_sub(leader_start_ns) / 1000) as i64),
             at: now,
+            bpf: true,
         }
     }
 
@@ -82,21 +97,30 @@ impl End {
             wall_us: btime * 1_000_000 + etime,
             etime_us: Some(etime),
             at: now,
+            bpf: false,
         }
     }
 
-    /// How well two ends fit (lower is better); `None` when they cannot be the same.
+    /// How well a BPF end and a taskstats end fit (lower is better); `None` when they cannot
+    /// be the same. Either may be `self`.
     fn distance(&self, other: &End) -> Option<i64> {
-        let wall = (self.wall_us - other.wall_us).abs();
-        if wall > WINDOW_US {
-            return None;
-        }
-        match (self.etime_us, other.etime_us) {
-            (Some(a), Some(b)) => {
-                let d = (a - b).abs();
-                (d <= ETIME_WINDOW_US).then_some(d)
+        let (b, t) = if self.bpf {
+            (self, other)
+        } else {
+            (other, self)
+        };
+        debug_assert!(b.bpf && !t.bpf, "a BPF end is matched with a taskstats end");
+        let late = |d: i64, slack: i64| (-slack..=TEARDOWN_US + slack).contains(&d);
+        match (b.etime_us, t.etime_us) {
+            (Some(be), Some(te)) => {
+                let starts = ((b.wall_us - be) - (t.wall_us - te)).abs();
+                let d = be - te;
+                (starts <= WINDOW_US && late(d, ETIME_WINDOW_US)).then_some(d.abs())
             }
-            _ => Some(wall),
+            _ => {
+                let d = b.wall_us - t.wall_us;
+                late(d, WINDOW_US).then_some(d.abs())
+            }
         }
     }
 }
@@ -316,11 +340,13 @@ impl<B, S> Matcher<B, S> {
 mod tests {
     use super::*;
 
+    /// A BPF end.
     fn end(wall_us: i64, etime_us: Option<i64>, at: Instant) -> End {
         End {
             wall_us,
             etime_us,
             at,
+            bpf: true,
         }
     }
 
@@ -332,7 +358,10 @@ mod tests {
 
     /// A taskstats record of a thread started at `btime` s that ran `etime_us`.
     fn rec(c: &mut Coverage, pid: u32, btime: i64, etime_us: i64, group: bool, now: Instant) {
-        let e = end(btime * 1_000_000 + etime_us, Some(etime_us), now);
+        let e = End {
+            bpf: false,
+            ..end(btime * 1_000_000 + etime_us, Some(etime_us), now)
+        };
         c.record(pid, 16, group, e, ());
     }
 
@@ -384,6 +413,43 @@ mod tests {
         assert_eq!(
             (c.stats.matched, c.stats.bpf_only, c.stats.taskstats_only),
             (2, 0, 0)
+        );
+    }
+
+    /// Before 6.16 a big process's address space is freed between its taskstats record and
+    /// its exit tracepoint: the BPF end comes seconds later on a slow machine, and still
+    /// pairs, beside a pid reused at once by a short process.
+    #[test]
+    fn a_long_teardown_still_pairs() {
+        let now = Instant::now();
+        let mut c = Coverage::default();
+        // Started at 100.4 s; taskstats filled at 101.9 s (etime 1.5 s), the tracepoint
+        // fired 4 s later; the pid came back at 106.0 s for 1 ms.
+        rec(&mut c, 9, 100, 1_500_000, true, now);
+        c.bpf_exit_(9, end(105_900_000, Some(5_500_000), now));
+        rec(&mut c, 9, 106, 1_000, true, now);
+        c.bpf_exit_(9, end(106_001_000, Some(1_000), now));
+        c.expire(now, true);
+        assert_eq!(
+            (c.stats.matched, c.stats.bpf_only, c.stats.taskstats_only),
+            (2, 0, 0)
+        );
+    }
+
+    /// The taskstats record is filled before the tracepoint fires: a BPF end well before it,
+    /// or one that started elsewhere, is another process's.
+    #[test]
+    fn ends_in_the_wrong_order_or_of_other_starts_do_not_pair() {
+        let now = Instant::now();
+        let mut c = Coverage::default();
+        rec(&mut c, 3, 100, 5_000_000, true, now);
+        c.bpf_exit_(3, end(102_000_000, Some(2_000_000), now));
+        rec(&mut c, 4, 100, 1_000_000, true, now);
+        c.bpf_exit_(4, end(111_000_000, Some(6_000_000), now));
+        c.expire(now, true);
+        assert_eq!(
+            (c.stats.matched, c.stats.bpf_only, c.stats.taskstats_only),
+            (0, 2, 2)
         );
     }
 

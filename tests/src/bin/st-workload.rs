@@ -64,15 +64,17 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
   exit-together N [TOKEN]      N threads (main included) leave with exit(2), not exit_group, at
                                the same moment; the last one ends the process; record {threads}
   rusage US... [TOKEN]         one child per US: it burns US µs of CPU (0: exits at once), the
-                               parent reaps each with wait4; record {pids, user_us, sys_us}
+                               parent reaps each with wait4; record {pids, user_us, sys_us,
+                               reaped_ns (CLOCK_MONOTONIC when each wait4 returned)}
   rusage-threads US [TOKEN]    one child per shape of threaded exit, 3 threads burning US µs
                                each: `group` (the main thread calls exit_group while they burn),
                                `leader-first` (the main thread leaves with exit(2) at once, the
                                last thread ends the process), `joined` (threads joined, then
                                exit), in that order; the parent reaps each with wait4; record
-                               {pids, user_us, sys_us}
+                               {pids, user_us, sys_us, reaped_ns}
   rusage-of PROG [ARGS...]     fork+execv(PROG), reap it with wait4 (as time(1) does); record
-                               {pid, user_us, sys_us}: the child's CPU and its reaped children's
+                               {child, user_us, sys_us, reaped_ns}: the child's CPU and its
+                               reaped children's
   fill MIB                     write every byte of MIB MiB of fresh anonymous memory, unmap it,
                                record {mib} (st's fill.c)
   fillfill MIB                 fill MIB MiB and unmap it, then fork a child that fills and unmaps

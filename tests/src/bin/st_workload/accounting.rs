@@ -12,6 +12,7 @@ pub(super) fn rusage(args: &[OsString], rec: &mut Recorder) -> ! {
     let mut pids = Vec::with_capacity(spins.len());
     let mut user = Vec::with_capacity(spins.len());
     let mut sys = Vec::with_capacity(spins.len());
+    let mut reaped = Vec::with_capacity(spins.len());
     for &us in &spins {
         let pid = fork();
         if pid == 0 {
@@ -19,6 +20,7 @@ pub(super) fn rusage(args: &[OsString], rec: &mut Recorder) -> ! {
             exit(0);
         }
         let ru = wait4_rusage(pid);
+        reaped.push(spacetime_tests::monotonic_ns());
         pids.push(i64::from(pid));
         user.push(timeval_us(ru.ru_utime));
         sys.push(timeval_us(ru.ru_stime));
@@ -27,6 +29,7 @@ pub(super) fn rusage(args: &[OsString], rec: &mut Recorder) -> ! {
         .ints("pids", &pids)
         .ints("user_us", &user)
         .ints("sys_us", &sys)
+        .ints("reaped_ns", &reaped)
         .finish();
     exit(0)
 }
@@ -35,13 +38,15 @@ pub(super) fn rusage(args: &[OsString], rec: &mut Recorder) -> ! {
 pub(super) fn rusage_threads(args: &[OsString], rec: &mut Recorder) -> ! {
     let us: u64 = parse(args, 2, "US");
     let shapes = ["group", "leader-first", "joined"];
-    let (mut pids, mut user, mut sys) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut pids, mut user, mut sys, mut reaped) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for shape in shapes {
         let pid = fork();
         if pid == 0 {
             threaded_exit(shape, us);
         }
         let ru = wait4_rusage(pid);
+        reaped.push(spacetime_tests::monotonic_ns());
         pids.push(i64::from(pid));
         user.push(timeval_us(ru.ru_utime));
         sys.push(timeval_us(ru.ru_stime));
@@ -50,6 +55,7 @@ pub(super) fn rusage_threads(args: &[OsString], rec: &mut Recorder) -> ! {
         .ints("pids", &pids)
         .ints("user_us", &user)
         .ints("sys_us", &sys)
+        .ints("reaped_ns", &reaped)
         .finish();
     exit(0)
 }
@@ -65,10 +71,12 @@ pub(super) fn rusage_of(args: &[OsString], rec: &mut Recorder) -> ! {
         exit(127);
     }
     let ru = wait4_rusage(pid);
+    let reaped = spacetime_tests::monotonic_ns();
     rec.begin("rusage-of")
         .int("child", i64::from(pid))
         .int("user_us", timeval_us(ru.ru_utime))
         .int("sys_us", timeval_us(ru.ru_stime))
+        .int("reaped_ns", reaped)
         .finish();
     exit(0)
 }
