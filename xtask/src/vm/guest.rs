@@ -198,7 +198,7 @@ ip link set lo up
 echo madvise > /sys/kernel/mm/transparent_hugepage/enabled
 # A task blocked in the kernel for a minute is reported on the console.
 echo 60 > /proc/sys/kernel/hung_task_timeout_secs 2>/dev/null
-echo "spacetime-vm: kernel $(uname -r), $(grep -c ^processor /proc/cpuinfo) CPUs, THP $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
+echo "spacetime-vm: kernel $(uname -r), $(grep -c ^processor /proc/cpuinfo) CPUs, THP $(cat /sys/kernel/mm/transparent_hugepage/enabled), clock $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 "#,
     );
     s += &format!("export SPACETIME_BIN={GUEST_SPACETIME}\n");
