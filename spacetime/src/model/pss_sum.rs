@@ -417,8 +417,12 @@ fn estimate(est: &Est, rss: u64, anon: u64, tree_ratio: f64) -> (u64, u64, u64) 
     match est.read {
         true => (e, 0, 0),
         false => {
+            // New file pages count at most their RSS in a PSS, and the estimate holds them
+            // at `ratio` already: (1 - ratio) of them more may be held unseen; as little as
+            // none of them, the guessed part.
             let file = d_file.max(0.0);
-            (e, est.cow + file as u64, (ratio * file) as u64)
+            let guessed = (ratio * file) as u64;
+            (e, est.cow + (file as u64 - guessed), guessed)
         }
     }
 }

@@ -141,6 +141,29 @@ fn file_pages_of_images_never_read_are_guessed() {
     );
 }
 
+/// A new image's file pages never read: the estimate holds them at the last round's ratio,
+/// so what may be held unseen beyond it is the rest of their RSS, not all of it again.
+#[test]
+fn unread_file_pages_are_unseen_only_beyond_their_guess() {
+    let mut s = PssSum::new(1 << 10);
+    // 200 file pages at PSS 50: the round's ratio is a quarter.
+    s.read(key(1), 10, usage(1000, 850, 800, 800));
+    s.round_done(11);
+    // A new image: 2000 private anonymous pages and 400 file pages, never read.
+    s.rss(key(2), 20, 0, 0);
+    s.rss(key(2), 30, 2400, 2000);
+    // 850 + 2000 + 400 / 4: the truth lies in 2850..=3250.
+    assert_eq!(s.now(), (2950, 400));
+    match s.figure() {
+        MaxPssFigure::Uncertain(m) => assert_eq!(
+            (m.bytes, m.unseen_bytes, m.guessed_bytes),
+            (2950, 300, 100),
+            "{m:?}"
+        ),
+        other => panic!("400 file pages of 2950 unread is no figure: {other:?}"),
+    }
+}
+
 #[test]
 fn no_round_no_figure_and_the_series_holds_the_maximum() {
     let mut s = PssSum::new(1 << 10);
