@@ -97,6 +97,8 @@ pub mod flags {
     /// not ptrace it at its exit ([`super::filter_flags::READABLE`]): a setuid, setgid or
     /// capability program, or one not dumpable. A bare marker, comm and cgroup left zero.
     pub const EXIT_HIDDEN: u32 = 1 << 4;
+    /// EXIT: `min_flt` was read (unless [`EXIT_READ_FAILED`] says a read failed).
+    pub const EXIT_MIN_FLT: u32 = 1 << 5;
     /// REAP: a kernel read failed; the fields it would have filled are 0.
     pub const REAP_READ_FAILED: u32 = 1 << 0;
     /// RSS: a point the rate limit held back, sent late: `hdr.ts_ns` is still when it happened.
@@ -380,6 +382,10 @@ pub struct ExitEvent {
     pub runtime_ns: u64,
     /// `signal->maxrss` (pages): what `ru_maxrss` would report for the process.
     pub signal_maxrss_pages: u64,
+    /// This thread's minor page faults (`task->min_flt`), with [`flags::EXIT_MIN_FLT`]: every
+    /// copy-on-write copy is one, so a process that faulted little since a read of its PSS
+    /// wrote little of what it shared then.
+    pub min_flt: u64,
     /// Real uid and gid of the exiting task (`bpf_get_current_uid_gid`).
     pub uid: u32,
     pub gid: u32,
@@ -649,7 +655,7 @@ const _: () = {
     assert!(size_of::<ForkEvent>() == 56);
     assert!(size_of::<MemStats>() == 56);
     assert!(size_of::<ImageEndEvent>() == 88);
-    assert!(size_of::<ExitEvent>() == 192);
+    assert!(size_of::<ExitEvent>() == 200);
     assert!(EXEC_EVENT_FIXED == 32 + 24 + TASK_COMM_LEN + FILENAME_LEN);
     assert!(
         size_of::<KernelFilter>() == 8 + 4 * FILTER_MAX_UIDS + 8 + 16 * FILTER_MAX_CGROUPS + 16

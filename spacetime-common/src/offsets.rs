@@ -95,5 +95,6 @@ pub struct KernelOffsets {
     pub cred_sgid: u32,
     pub cred_cap_permitted: u32,
     pub mm_flags: u32,
-    pub _pad_creds: u32,
+    /// `task_struct.min_flt`: the thread's minor page faults; 0 when absent.
+    pub task_min_flt: u32,
 }

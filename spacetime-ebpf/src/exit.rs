@@ -156,6 +156,11 @@ fn exit(
     }
     err |= read_or_zero(&mut ev.runtime_ns, task.0, conf!(off.task_sum_exec_runtime));
     err |= read_or_zero(&mut ev.exit_code, task.0, conf!(off.task_exit_code));
+    if conf!(off.task_min_flt) != 0 {
+        // Valid unless the record says a read failed (no branch on the result, as above).
+        err |= read_or_zero(&mut ev.min_flt, task.0, conf!(off.task_min_flt));
+        ev.hdr.flags |= flags::EXIT_MIN_FLT;
+    }
     if watch {
         let ids = bpf_get_current_uid_gid();
         ev.uid = ids as u32;

@@ -197,6 +197,9 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
         off.task_comm = field(btf, "task_struct", "comm")?;
     }
     pid_numbers(btf, &mut off)?;
+    if btf.has_member("task_struct", "min_flt") {
+        off.task_min_flt = field(btf, "task_struct", "min_flt")?;
+    }
     group_cputime(btf, &mut off, &mut notes)?;
 
     // sched_process_exit(task, group_dead) since 6.16: the kernel's own answer to "is this the

@@ -3,6 +3,8 @@
 
 use spacetime_common::{flags, EventHeader, MmState, RssEvent};
 
+use rustc_hash::FxHashSet;
+
 use crate::{
     kernel::events::Event,
     model::{
@@ -20,6 +22,9 @@ pub struct Memory {
     statm: Option<StatmSampler>,
     /// /proc names processes by the pids the tree shows, not the kernel's.
     proc_by_shown_pids: bool,
+    /// Live processes that started a thread: an exit record's minor faults are its last
+    /// thread's only.
+    threaded: FxHashSet<Key>,
 }
 
 /// How memory is followed.
@@ -64,6 +69,7 @@ impl Memory {
             statm: (!o.kernel_rss && (o.over_time || o.pss_interval_ns > 0))
                 .then(|| StatmSampler::new(statm)),
             proc_by_shown_pids: false,
+            threaded: FxHashSet::default(),
         }
     }
 
@@ -104,11 +110,19 @@ impl Memory {
                 self.timeline
                     .record_kernel_rss(key, Point::new(ts, bytes), anon);
             }
+            Event::Fork(f) if f.hdr.flags & flags::FORK_THREAD != 0 && self.pss.is_some() => {
+                self.threaded.insert(Key::of(&f.hdr));
+            }
             Event::Exit(x) if x.hdr.flags & flags::EXIT_GROUP_DEAD != 0 => {
                 let key = Key {
                     tgid: x.hdr.tgid,
                     start_ns: x.hdr.leader_start_ns,
                 };
+                let faults = flags::EXIT_MIN_FLT | flags::EXIT_READ_FAILED;
+                if !self.threaded.remove(&key) && x.hdr.flags & faults == flags::EXIT_MIN_FLT {
+                    self.timeline
+                        .exit_faults(key, x.min_flt.saturating_mul(self.page_size));
+                }
                 // The exact RSS as the image ended, read with the exit record: before 6.2 it
                 // also counts the thread's RSS changes not folded into the mm yet, which no
                 // rss_stat event reported.

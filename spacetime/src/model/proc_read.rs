@@ -49,6 +49,23 @@ impl ProcReader {
     /// Reads `/proc/<key.tgid>/<name>` into `self.buf`; `Ok(false)` when the process is gone
     /// or the pid now belongs to another process.
     pub(crate) fn read(&mut self, key: Key, name: &CStr) -> io::Result<bool> {
+        self.read_after(key, name, self.verify_start)
+    }
+
+    /// As [`ProcReader::read`], `stat` read first in any case: [`ProcReader::minor_faults`]
+    /// then says how many the process had before `name` was read.
+    pub(crate) fn read_after_stat(&mut self, key: Key, name: &CStr) -> io::Result<bool> {
+        self.read_after(key, name, true)
+    }
+
+    /// The process's minor faults (all its threads', `stat`'s field 10) as of the last read
+    /// that read `stat`.
+    pub(crate) fn minor_faults(&self) -> Option<u64> {
+        stat_field(&self.stat, 10)
+    }
+
+    fn read_after(&mut self, key: Key, name: &CStr, stat: bool) -> io::Result<bool> {
+        self.stat.clear();
         let pid = match &self.proc_pids {
             None => key.tgid,
             Some(m) => match m.get(&key.tgid) {
@@ -62,15 +79,18 @@ impl ProcReader {
             Ok(dir) => dir,
             Err(e) => return gone_or(e.into()),
         };
+        if stat && !read_at(&dir, c"stat", &mut self.stat).or_else(gone_or)? {
+            self.stat.clear();
+            return Ok(false);
+        }
         if self.verify_start {
-            if !read_at(&dir, c"stat", &mut self.stat).or_else(gone_or)? {
-                return Ok(false);
-            }
-            let Some(ticks) = stat_start_ticks(&self.stat) else {
+            let Some(ticks) = stat_field(&self.stat, 22) else {
                 return Ok(false);
             };
             let expected = (key.start_ns + self.boot_offset_ns) / self.tick_ns;
             if ticks.abs_diff(expected) > 1 {
+                // Another process's: nothing of it is this one's.
+                self.stat.clear();
                 return Ok(false);
             }
         }
@@ -95,14 +115,15 @@ fn read_at(dir: &OwnedFd, name: &CStr, buf: &mut Vec<u8>) -> io::Result<bool> {
     Ok(true)
 }
 
-/// Field 22 of /proc/PID/stat: start time in clock ticks since boot.
-fn stat_start_ticks(stat: &[u8]) -> Option<u64> {
+/// Field `n` (from 3 on) of /proc/PID/stat: 10 the minor faults, 22 the start time in clock
+/// ticks since boot.
+fn stat_field(stat: &[u8], n: usize) -> Option<u64> {
     // The command name may hold spaces and parentheses: fields restart after the last ')'.
     let close = stat.iter().rposition(|&b| b == b')')?;
     let field = stat[close + 1..]
         .split(|b| b.is_ascii_whitespace())
         .filter(|f| !f.is_empty())
-        .nth(22 - 3)?;
+        .nth(n.checked_sub(3)?)?;
     parse_u64(field)
 }
 
@@ -138,6 +159,7 @@ pub fn parse_smaps_rollup(text: &[u8]) -> Option<Usage> {
         pss_bytes: pss?,
         anon_bytes: anon.unwrap_or(0),
         pss_anon_bytes: pss_anon,
+        faulted_bytes: None,
     })
 }
 
@@ -150,14 +172,21 @@ pub struct Usage {
     pub anon_bytes: u64,
     /// Their PSS (`Pss_Anon:`, Linux 5.9+).
     pub pss_anon_bytes: Option<u64>,
+    /// The process's minor faults before the read, times the page size (`stat`, read first):
+    /// at most what it copied on write up to then.
+    pub faulted_bytes: Option<u64>,
 }
 
 impl Usage {
-    /// What sharing took off the anonymous pages (pages shared after a fork): another
-    /// process of the tree holds that much of them.
+    /// What sharing took off the anonymous pages (pages shared after a fork): how much more
+    /// they may count once they are this process's alone (written copy-on-write by it or by
+    /// the others, or the others gone). Before 5.9 (no `Pss_Anon:`) what sharing took off
+    /// all its pages, as far as its anonymous pages go.
     pub fn anon_shared_bytes(&self) -> u64 {
-        self.pss_anon_bytes
-            .map_or(0, |p| self.anon_bytes.saturating_sub(p))
+        match self.pss_anon_bytes {
+            Some(p) => self.anon_bytes.saturating_sub(p),
+            None => (self.rss_bytes.saturating_sub(self.pss_bytes)).min(self.anon_bytes),
+        }
     }
 
     /// The PSS of the file and shmem pages over their RSS (1: private), or None without any.
@@ -195,7 +224,7 @@ pub(crate) fn parse_statm_resident(text: &[u8]) -> Option<u64> {
 pub fn process_key(pid: u32) -> io::Result<Key> {
     let mut buf = Vec::new();
     File::open(format!("/proc/{pid}/stat"))?.read_to_end(&mut buf)?;
-    let ticks = stat_start_ticks(&buf).ok_or_else(|| io::Error::other("unparsable stat"))?;
+    let ticks = stat_field(&buf, 22).ok_or_else(|| io::Error::other("unparsable stat"))?;
     let tick_ns = 1_000_000_000 / crate::util::clock::ticks_per_s();
     Ok(Key {
         tgid: pid,
@@ -225,6 +254,7 @@ mod tests {
                 pss_bytes: 6789 * 1024,
                 anon_bytes: 6000 * 1024,
                 pss_anon_bytes: Some(5000 * 1024),
+                faulted_bytes: None,
             }
         );
         assert_eq!(u.anon_shared_bytes(), 1000 * 1024);
@@ -233,7 +263,8 @@ mod tests {
         assert!((ratio - 1789.0 / 6345.0).abs() < 1e-9, "{ratio}");
         assert_eq!(parse_smaps_rollup(b""), None, "a zombie's rollup is empty");
         let stat = b"42 (a) b (c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
-        assert_eq!(stat_start_ticks(stat), Some(987654));
+        assert_eq!(stat_field(stat, 22), Some(987654));
+        assert_eq!(stat_field(stat, 10), Some(100));
         assert_eq!(
             parse_statm_resident(b"2000 300 100 10 0 150 0\n"),
             Some(300)

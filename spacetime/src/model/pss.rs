@@ -205,10 +205,14 @@ impl PssSampler {
 
     /// Reads one process now: None when it is gone.
     pub fn read(&mut self, key: Key) -> io::Result<Option<Usage>> {
-        if !self.reader.read(key, c"smaps_rollup")? {
+        if !self.reader.read_after_stat(key, c"smaps_rollup")? {
             return Ok(None);
         }
-        Ok(parse_smaps_rollup(&self.reader.buf))
+        let faulted = self.reader.minor_faults().map(|n| n * self.page);
+        Ok(parse_smaps_rollup(&self.reader.buf).map(|u| Usage {
+            faulted_bytes: faulted,
+            ..u
+        }))
     }
 
     /// What reading `key` costs now: what its reads cost, and no less than the page walk of
@@ -330,9 +334,21 @@ impl PssSampler {
 
     /// A process found gone: it leaves the sum now and is not read again while listed.
     fn found_gone(&mut self, key: Key, out: &mut Timeline) {
-        out.pss_read_gone(key);
+        let faulted = self.final_faults(key);
+        out.pss_read_gone(key, faulted);
         self.stats.vanished += 1;
         self.gone.insert(key);
+    }
+
+    /// The minor faults' bytes of a process whose mm is gone, read after that was seen (a
+    /// zombie's stat still says them): final, no fault can follow. None once it is reaped.
+    fn final_faults(&mut self, key: Key) -> Option<u64> {
+        match self.reader.read_after_stat(key, c"statm") {
+            Ok(true) if parse_statm_size(&self.reader.buf) == Some(0) => {
+                self.reader.minor_faults().map(|n| n * self.page)
+            }
+            _ => None,
+        }
     }
 
     /// Whether the process still has its mm: statm's size is 0 once exit released it (and

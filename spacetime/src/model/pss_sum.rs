@@ -14,8 +14,15 @@
 //!
 //! What no read backs is kept as the uncertain part: a child's inherited anonymous pages (it
 //! may have written them since, adding that much unseen), a new image's file pages (counted
-//! at the last round's ratio), the pages an exited process shared (another's alone now). The
-//! estimate plus that part bounds what the tree may have held. The next round narrows the
+//! at the last round's ratio). The estimate plus that part bounds what the tree may have
+//! held, but for what sharing took off the anonymous pages the last round read: a
+//! copy-on-write copy changes no RSS counter (`wp_page_copy()`, mm/memory.c, counts a new
+//! page only where the old one was a file's) yet adds a page to the tree's PSS, and when a
+//! sharer ends, what it shared is the others' alone while their reads still halve it. So a
+//! window between rounds may hold up to what sharing took off at the reads (`Anonymous:`
+//! less `Pss_Anon:`) more; and no more than a page per minor fault of the processes that
+//! shared (every copy is a fault: `stat` read before each read, `task->min_flt` at exit)
+//! plus what the ended ones shared, once every one of them is known. The next round narrows the
 //! bound for the time since the last one: the tree held no more then than the round finds,
 //! plus what was freed or exited in between. The maximum is trusted when the bound over the
 //! whole run exceeds it by at most 5 %, and the file pages counted at a guessed ratio are at
@@ -111,8 +118,13 @@ struct Est {
     /// Not read since it began: the anonymous pages it began with (a child's, its parent's
     /// shared copy-on-write).
     cow: u64,
-    /// Anonymous pages it shared at its last read (with a process of the tree, or another).
+    /// What sharing took off its anonymous pages at its last read (with a process of the
+    /// tree, or another), the round it was read in, its minor faults' bytes then and as it
+    /// ended (None: not known).
     anon_shared: u64,
+    round: u64,
+    faulted: Option<u64>,
+    end_faulted: Option<u64>,
     /// Its exact RSS at its last point.
     last_rss: u64,
     /// Its estimate now; what it may hold unseen (`cow`, new file pages); of the estimate,
@@ -123,27 +135,69 @@ struct Est {
 }
 
 /// The time since the last round: the most the tree may have held, and what left it.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 struct Window {
-    /// The largest estimate plus what it may hold unseen.
+    /// The largest estimate plus its uncertain part; and plus what the ended sharers had
+    /// shared until then.
     bound: u64,
+    bound_left: u64,
     /// RSS freed by live processes, and held by processes when they ended.
     freed: u64,
+    /// The sharing periods (from a read to the next, or to the image's end) that ended in
+    /// it: what sharing took off at their reads; the bytes of the minor faults of their
+    /// processes meanwhile (None: one is not known); of the ended ones, what they shared.
+    shared: u64,
+    faulted: Option<u64>,
+    left: u64,
+}
+
+impl Default for Window {
+    fn default() -> Window {
+        Window {
+            bound: 0,
+            bound_left: 0,
+            freed: 0,
+            shared: 0,
+            faulted: Some(0),
+            left: 0,
+        }
+    }
+}
+
+impl Window {
+    fn close(&mut self, shared: u64, from: Option<u64>, to: Option<u64>) {
+        self.shared += shared;
+        let faulted = from.zip(to).map(|(a, b)| b.saturating_sub(a));
+        self.faulted = self.faulted.zip(faulted).map(|(a, b)| a + b);
+    }
+
+    /// The most the tree may have held in it: `open` is what sharing took off in periods
+    /// not ended yet (their faults not known). Undoing all of it is the most sharing can
+    /// add; or, with every fault known, a page per fault beyond what the ended sharers left.
+    fn most(&self, open: u64) -> u64 {
+        let all = self.bound + self.shared + open;
+        match (open, self.faulted) {
+            (0, Some(f)) => all.min(self.bound_left + f),
+            _ => all,
+        }
+    }
 }
 
 #[derive(Debug)]
 pub struct PssSum {
     procs: FxHashMap<Key, Est>,
+    /// Images that ended sharing, their faults not known yet: the kernel sends an mm's end
+    /// before its process's exit record, which says them (or a read of its next image).
+    ending: FxHashMap<Key, Est>,
     sum: u64,
     /// Σ u and Σ g over the processes.
     uncertain: u64,
     guessed: u64,
-    /// Anonymous pages shared by processes that ended since the last round.
-    exit_risk: u64,
-    /// This round so far: the anonymous pages its reads found shared; and of the processes
-    /// it found gone, the pages that one read before may count at their shared part.
-    round_shared: u64,
-    gone_risk: u64,
+    /// What sharing took off at the reads of the live processes; of it, the current round's;
+    /// what sharers found gone in this round left to reads of it before (the next window's).
+    shared: u64,
+    fresh: u64,
+    carry: u64,
     window: Window,
     /// The most the tree may have held before the last round, rounds' findings applied.
     bound: u64,
@@ -163,12 +217,13 @@ impl PssSum {
     pub fn new(cap: usize) -> PssSum {
         PssSum {
             procs: FxHashMap::default(),
+            ending: FxHashMap::default(),
             sum: 0,
             uncertain: 0,
             guessed: 0,
-            exit_risk: 0,
-            round_shared: 0,
-            gone_risk: 0,
+            shared: 0,
+            fresh: 0,
+            carry: 0,
             window: Window::default(),
             bound: 0,
             file_ratio: 1.0,
@@ -221,7 +276,7 @@ impl PssSum {
     /// the file pages of images no round has read yet, counted at a guessed ratio (a new
     /// image that maps much of them calls for a round as an uncertain part does).
     pub fn now(&self) -> (u64, u64) {
-        (self.sum, self.uncertain + self.exit_risk + self.guessed)
+        (self.sum, self.uncertain + self.window.left + self.guessed)
     }
 
     /// The largest value of the series, how much more the tree may have held unseen, and
@@ -230,7 +285,7 @@ impl PssSum {
         let Some(max) = self.max.filter(|_| self.rounds > 0) else {
             return MaxPssFigure::NotSampled;
         };
-        let bound = self.bound.max(self.window.bound);
+        let bound = self.bound.max(self.window.most(self.shared));
         let bound = self.peak_rss.map_or(bound, |peak| bound.min(peak));
         let m = MaxPss {
             unseen_bytes: bound.saturating_sub(max.bytes),
@@ -260,6 +315,9 @@ impl PssSum {
                 ratio: None,
                 cow: anon,
                 anon_shared: 0,
+                round: self.rounds,
+                faulted: None,
+                end_faulted: None,
                 last_rss: rss,
                 e: 0,
                 u: anon,
@@ -297,16 +355,24 @@ impl PssSum {
             ratio: u.file_ratio(),
             cow: 0,
             anon_shared: u.anon_shared_bytes(),
+            round: self.rounds,
+            faulted: u.faulted_bytes,
+            end_faulted: None,
             last_rss: u.rss_bytes,
             e: u.pss_bytes,
             u: 0,
             g: 0,
         };
-        self.round_shared += est.anon_shared;
+        self.shared += est.anon_shared;
+        self.fresh += est.anon_shared;
         let file_rss = u.rss_bytes.saturating_sub(u.anon_bytes);
         let file_pss = est.ratio.map_or(0, |r| (r * file_rss as f64) as u64);
         self.round_file = (self.round_file.0 + file_pss, self.round_file.1 + file_rss);
         let old = self.procs.insert(key, est);
+        // The faults now bound those of any earlier image of it.
+        for o in old.iter().chain(self.ending.remove(&key).as_ref()) {
+            self.end_sharing(o, u.faulted_bytes);
+        }
         // What it freed since its last point, seen by the read only.
         self.window.freed += old.map_or(0, |o| o.last_rss.saturating_sub(u.rss_bytes));
         let (e, u, g) = old.map_or((0, 0, 0), |o| (o.e, o.u, o.g));
@@ -318,14 +384,17 @@ impl PssSum {
     /// Every live process was read (or found gone): the sum is the round's.
     pub fn round_done(&mut self, ts_ns: u64) {
         self.rounds += 1;
-        // What left before the round is in its reads; not what a read before it counted.
-        self.exit_risk = std::mem::take(&mut self.gone_risk);
-        self.round_shared = 0;
         // Since the last round the tree held no more than this round finds, plus what left it
-        // in between (freed, or held by processes that ended), nor more than its bound.
+        // in between (freed, or held by processes that ended), nor more than its bound. The
+        // sharing this round's reads found is the next window's.
         let seen = self.sum + self.window.freed;
-        self.bound = self.bound.max(self.window.bound.min(seen));
-        self.window = Window::default();
+        let most = self.window.most(self.shared - self.fresh);
+        self.bound = self.bound.max(most.min(seen));
+        self.window = Window {
+            left: std::mem::take(&mut self.carry),
+            ..Window::default()
+        };
+        self.fresh = 0;
         let (pss, rss) = std::mem::take(&mut self.round_file);
         if rss > 0 {
             self.file_ratio = (pss as f64 / rss as f64).min(1.0);
@@ -340,15 +409,53 @@ impl PssSum {
     /// parent's 160 read after the child exited: 240 for 160). A read earlier in the round
     /// may predate the exit: what it found shared may be its own now, unseen until the next
     /// round (at most what the gone one shared). No point: the round's sum is its end's.
-    pub fn read_gone(&mut self, key: Key) {
+    /// `faulted`: its final minor faults' bytes, when its stat was read as a zombie's.
+    pub fn read_gone(&mut self, key: Key, faulted: Option<u64>) {
         let Some(est) = self.procs.remove(&key) else {
             return;
         };
         self.sum -= est.e;
         self.uncertain -= est.u;
         self.guessed -= est.g;
-        self.gone_risk += est.anon_shared.min(self.round_shared);
+        // What it shared is another's alone now, also for the reads of this round before it
+        // (at most what they found shared).
+        self.carry += est.anon_shared.min(self.fresh);
+        self.end_sharing(&est, faulted);
+        self.window.left += est.anon_shared;
         self.window.freed += est.last_rss;
+    }
+
+    /// A sharing period ends (a read, the image's end): what it took off, and what its process
+    /// faulted meanwhile (`to`: its minor faults' bytes now).
+    fn end_sharing(&mut self, est: &Est, to: Option<u64>) {
+        if est.anon_shared == 0 {
+            // Its pages were its own: its faults copied none.
+            return;
+        }
+        self.shared -= est.anon_shared;
+        if est.round == self.rounds {
+            // Read in this round: its period was the next window's.
+            self.fresh -= est.anon_shared;
+        }
+        self.window.close(est.anon_shared, est.faulted, to);
+    }
+
+    /// A process's minor faults as it exited (bytes of as many pages), before [`Self::ended`].
+    pub fn exit_faults(&mut self, key: Key, bytes: u64) {
+        if let Some(est) = self.procs.get_mut(&key) {
+            est.end_faulted = Some(bytes);
+        }
+        if let Some(est) = self.ending.remove(&key) {
+            self.end_sharing(&est, Some(bytes));
+        }
+    }
+
+    /// The process exited, after [`Self::ended`]: an image's sharing whose faults no record
+    /// said ends, as much as it shared.
+    pub fn exited(&mut self, key: Key) {
+        if let Some(est) = self.ending.remove(&key) {
+            self.end_sharing(&est, None);
+        }
     }
 
     /// The current round could not read a process that is not known gone (the read failed):
@@ -363,6 +470,8 @@ impl PssSum {
             // Nothing read backs it already: it counts as it did.
             return;
         }
+        // What it faults from now on is not known: nor what it copied.
+        est.faulted = None;
         let backed = est.pss;
         let (e, u) = (est.e.saturating_sub(backed), est.u + backed);
         self.sum = self.sum - est.e + e;
@@ -380,7 +489,14 @@ impl PssSum {
         self.sum -= est.e;
         self.uncertain -= est.u;
         self.guessed -= est.g;
-        self.exit_risk += est.anon_shared;
+        match est.end_faulted {
+            Some(f) => self.end_sharing(&est, Some(f)),
+            None if est.anon_shared > 0 => {
+                self.ending.insert(key, est);
+            }
+            None => {}
+        }
+        self.window.left += est.anon_shared;
         self.window.freed += est.last_rss;
         self.push(ts_ns);
     }
@@ -393,8 +509,9 @@ impl PssSum {
             _ => ts_ns,
         };
         self.series.push(Point::new(ts, self.sum), self.cap);
-        let bound = self.sum + self.uncertain + self.exit_risk;
+        let bound = self.sum + self.uncertain;
         self.window.bound = self.window.bound.max(bound);
+        self.window.bound_left = self.window.bound_left.max(bound + self.window.left);
         if self.max.is_none_or(|m| self.sum > m.bytes) {
             self.max = Some(MaxPss {
                 ts_ns: ts,

@@ -278,8 +278,9 @@ impl Timeline {
 
     /// A round found the process gone (exited, a zombie): its part of the tree-wide PSS
     /// leaves the sum before its exit record comes.
-    pub fn pss_read_gone(&mut self, key: Key) {
-        self.pss.read_gone(key);
+    /// `faulted`: its final minor faults' bytes, when known.
+    pub fn pss_read_gone(&mut self, key: Key, faulted: Option<u64>) {
+        self.pss.read_gone(key, faulted);
         self.procs.set_gone(key);
     }
 
@@ -295,10 +296,17 @@ impl Timeline {
         self.pss.ended(key, ts_ns);
     }
 
+    /// A process's minor faults as it exited, in bytes of as many pages (before
+    /// [`Timeline::process_exited`]): at most what it copied on write since its last read.
+    pub fn exit_faults(&mut self, key: Key, bytes: u64) {
+        self.pss.exit_faults(key, bytes);
+    }
+
     /// A process exited (or was found gone): its series drop to 0 and it leaves the sums.
     pub fn process_exited(&mut self, key: Key, ts_ns: u64) {
         let had_rss = self.live_rss.remove(&key).inspect(|b| self.rss_sum -= b);
         self.pss.ended(key, ts_ns);
+        self.pss.exited(key);
         let sampled = self.procs.get(&key).is_some_and(|s| s.sampled.is_some());
         let end = Point::new(ts_ns, 0);
         let followed = self.rss_source == RssSource::Kernel

@@ -57,6 +57,7 @@ fn read(pss: u64) -> Usage {
         pss_bytes: pss,
         anon_bytes: pss,
         pss_anon_bytes: Some(pss),
+        faulted_bytes: None,
     }
 }
 
@@ -234,7 +235,7 @@ fn the_kernels_points_after_a_process_is_gone_begin_no_image_in_the_pss_sum() {
         t.record_kernel_rss(key(1), p(10, 4096), Some(4096));
         t.record_kernel_rss(key(2), p(10, 8192), Some(8192));
         if found_gone {
-            t.pss_read_gone(key(2));
+            t.pss_read_gone(key(2), None);
         } else {
             t.process_exited(key(2), 20);
         }
