@@ -432,10 +432,10 @@ impl PssSum {
             // Its pages were its own: its faults copied none.
             return;
         }
-        self.shared -= est.anon_shared;
+        self.shared = self.shared.saturating_sub(est.anon_shared);
         if est.round == self.rounds {
             // Read in this round: its period was the next window's.
-            self.fresh -= est.anon_shared;
+            self.fresh = self.fresh.saturating_sub(est.anon_shared);
         }
         self.window.close(est.anon_shared, est.faulted, to);
     }
@@ -492,7 +492,9 @@ impl PssSum {
         match est.end_faulted {
             Some(f) => self.end_sharing(&est, Some(f)),
             None if est.anon_shared > 0 => {
-                self.ending.insert(key, est);
+                if let Some(older) = self.ending.insert(key, est) {
+                    self.end_sharing(&older, None);
+                }
             }
             None => {}
         }
