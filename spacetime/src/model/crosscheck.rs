@@ -22,7 +22,7 @@ use spacetime_common::{flags, ExitEvent};
 use crate::{
     kernel::taskstats::{flags as ac_flags, RecordKind, TaskstatsRecord, ThreadGroups},
     model::{
-        matcher::{End, Matcher},
+        matcher::{BpfEnd, Matcher},
         tree::{Key, Process, Tree},
     },
 };
@@ -148,7 +148,7 @@ impl Collector {
     pub fn exit(&mut self, x: &ExitEvent, tree: &Tree) {
         let h = &x.hdr;
         let wall_offset_ns = self.clock.realtime_offset_ns as i64;
-        let e = End::of_exit(
+        let e = BpfEnd::of_exit(
             h.tgid,
             h.pid,
             h.leader_start_ns,

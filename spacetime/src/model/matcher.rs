@@ -58,7 +58,7 @@ pub struct CoverageStats {
     pub thread_records: u64,
 }
 
-/// One end, on either side.
+/// When a thread ended, as one side saw it.
 #[derive(Debug, Clone, Copy)]
 pub struct End {
     /// Wall-clock exit time, µs.
@@ -66,13 +66,19 @@ pub struct End {
     /// Time since the thread started, µs, when known.
     pub etime_us: Option<i64>,
     pub at: Instant,
-    /// A BPF exit record's end (else a taskstats record's).
-    pub bpf: bool,
 }
 
-impl End {
-    /// A BPF exit record's end: `tid` ended at `ts_ns` (CLOCK_MONOTONIC) in a process whose
-    /// leader started at `leader_start_ns`; the elapsed time is known when the leader ended.
+/// A BPF exit record's end.
+#[derive(Debug, Clone, Copy)]
+pub struct BpfEnd(pub End);
+
+/// A taskstats record's end.
+#[derive(Debug, Clone, Copy)]
+pub struct TsEnd(pub End);
+
+impl BpfEnd {
+    /// `tid` ended at `ts_ns` (CLOCK_MONOTONIC) in a process whose leader started at
+    /// `leader_start_ns`; the elapsed time is known when the leader ended.
     pub fn of_exit(
         tgid: u32,
         tid: u32,
@@ -80,36 +86,18 @@ impl End {
         ts_ns: u64,
         wall_offset_ns: i64,
         now: Instant,
-    ) -> End {
-        End {
+    ) -> BpfEnd {
+        BpfEnd(End {
             wall_us: (ts_ns as i64 + wall_offset_ns) / 1000,
             etime_us: (tid == tgid).then(|| (ts_ns.saturating_sub(leader_start_ns) / 1000) as i64),
             at: now,
-            bpf: true,
-        }
+        })
     }
 
-    /// A taskstats pid record's end: its start in wall-clock seconds plus its elapsed time.
-    pub fn of_record(r: &TaskstatsRecord, now: Instant) -> End {
-        let btime = r.ac_btime64.unwrap_or(r.ac_btime as u64) as i64;
-        let etime = r.ac_etime_us as i64;
-        End {
-            wall_us: btime * 1_000_000 + etime,
-            etime_us: Some(etime),
-            at: now,
-            bpf: false,
-        }
-    }
-
-    /// How well a BPF end and a taskstats end fit (lower is better); `None` when they cannot
-    /// be the same. Either may be `self`.
-    fn distance(&self, other: &End) -> Option<i64> {
-        let (b, t) = if self.bpf {
-            (self, other)
-        } else {
-            (other, self)
-        };
-        debug_assert!(b.bpf && !t.bpf, "a BPF end is matched with a taskstats end");
+    /// How well this end and a taskstats end fit (lower is better); `None` when they cannot
+    /// be the same thread's.
+    fn fit(&self, t: &TsEnd) -> Option<i64> {
+        let (b, t) = (&self.0, &t.0);
         let late = |d: i64, slack: i64| (-slack..=TEARDOWN_US + slack).contains(&d);
         match (b.etime_us, t.etime_us) {
             (Some(be), Some(te)) => {
@@ -125,15 +113,62 @@ impl End {
     }
 }
 
+impl TsEnd {
+    /// A pid record's end: its start in wall-clock seconds plus its elapsed time.
+    pub fn of_record(r: &TaskstatsRecord, now: Instant) -> TsEnd {
+        let btime = r.ac_btime64.unwrap_or(r.ac_btime as u64) as i64;
+        let etime = r.ac_etime_us as i64;
+        TsEnd(End {
+            wall_us: btime * 1_000_000 + etime,
+            etime_us: Some(etime),
+            at: now,
+        })
+    }
+}
+
+/// Either side's end.
+trait Ended {
+    fn end(&self) -> &End;
+}
+
+/// An end that waits for one of the other side: how well `other` fits it.
+trait Fits<O> {
+    fn fits(&self, other: &O) -> Option<i64>;
+}
+
+impl Ended for BpfEnd {
+    fn end(&self) -> &End {
+        &self.0
+    }
+}
+
+impl Ended for TsEnd {
+    fn end(&self) -> &End {
+        &self.0
+    }
+}
+
+impl Fits<TsEnd> for BpfEnd {
+    fn fits(&self, t: &TsEnd) -> Option<i64> {
+        self.fit(t)
+    }
+}
+
+impl Fits<BpfEnd> for TsEnd {
+    fn fits(&self, b: &BpfEnd) -> Option<i64> {
+        b.fit(self)
+    }
+}
+
 /// Ends waiting for their counterpart, by thread id; a second end under the same id (the pid
 /// came back) waits in `more`.
 #[derive(Debug)]
-struct Pending<T> {
-    first: FxHashMap<u32, (End, T)>,
-    more: Vec<(u32, End, T)>,
+struct Pending<E, T> {
+    first: FxHashMap<u32, (E, T)>,
+    more: Vec<(u32, E, T)>,
 }
 
-impl<T> Default for Pending<T> {
+impl<E, T> Default for Pending<E, T> {
     fn default() -> Self {
         Pending {
             first: FxHashMap::default(),
@@ -142,27 +177,30 @@ impl<T> Default for Pending<T> {
     }
 }
 
-impl<T> Pending<T> {
+impl<E, T> Pending<E, T> {
     #[cfg(test)]
     fn len(&self) -> usize {
         self.first.len() + self.more.len()
     }
 
-    fn insert(&mut self, tid: u32, e: End, t: T) {
+    fn insert(&mut self, tid: u32, e: E, t: T) {
         if let Some((old, ot)) = self.first.insert(tid, (e, t)) {
             self.more.push((tid, old, ot));
         }
     }
 
     /// Removes the end of `tid` that fits `e` best, and returns its payload.
-    fn take(&mut self, tid: u32, e: &End) -> Option<T> {
-        let in_first = self.first.get(&tid).and_then(|(f, _)| f.distance(e));
+    fn take<O>(&mut self, tid: u32, e: &O) -> Option<T>
+    where
+        E: Fits<O>,
+    {
+        let in_first = self.first.get(&tid).and_then(|(f, _)| f.fits(e));
         let in_more = self
             .more
             .iter()
             .enumerate()
             .filter(|(_, (t, _, _))| *t == tid)
-            .filter_map(|(i, (_, m, _))| m.distance(e).map(|d| (d, i)))
+            .filter_map(|(i, (_, m, _))| m.fits(e).map(|d| (d, i)))
             .min();
         let from_more = match (in_first, in_more) {
             (_, None) => None,
@@ -182,9 +220,12 @@ impl<T> Pending<T> {
     }
 
     /// Drops the ends that waited too long (all with `flush_all`) and returns their payloads.
-    fn expire(&mut self, now: Instant, flush_all: bool, what: &str) -> Vec<T> {
-        let old = |e: &End| flush_all || now.duration_since(e.at) > PATIENCE;
-        let log = |tid: &u32, e: &End| log::debug!("{what}: thread {tid} at {} µs", e.wall_us);
+    fn expire(&mut self, now: Instant, flush_all: bool, what: &str) -> Vec<T>
+    where
+        E: Ended,
+    {
+        let old = |e: &E| flush_all || now.duration_since(e.end().at) > PATIENCE;
+        let log = |tid: &u32, e: &E| log::debug!("{what}: thread {tid} at {} µs", e.end().wall_us);
         let mut out = Vec::new();
         let keys: Vec<u32> = self
             .first
@@ -217,10 +258,10 @@ impl<T> Pending<T> {
 /// what a BPF process end carries, `S` what a taskstats record carries; a match returns both.
 #[derive(Debug)]
 pub struct Matcher<B, S> {
-    bpf: Pending<B>,
-    bpf_threads: Pending<()>,
-    taskstats: Pending<S>,
-    ts_threads: Pending<S>,
+    bpf: Pending<BpfEnd, B>,
+    bpf_threads: Pending<BpfEnd, ()>,
+    taskstats: Pending<TsEnd, S>,
+    ts_threads: Pending<TsEnd, S>,
     pub stats: CoverageStats,
     /// The kernel's taskstats version (0 until a record arrived).
     pub version: u16,
@@ -251,7 +292,7 @@ impl<B, S> Matcher<B, S> {
 
     /// A process ended (BPF): `tid` is its last thread. Returns the pair when its taskstats
     /// record was waiting.
-    pub fn bpf_exit(&mut self, tid: u32, e: End, b: B) -> Option<(B, S)> {
+    pub fn bpf_exit(&mut self, tid: u32, e: BpfEnd, b: B) -> Option<(B, S)> {
         if let Some(s) = self
             .taskstats
             .take(tid, &e)
@@ -265,7 +306,7 @@ impl<B, S> Matcher<B, S> {
     }
 
     /// A thread (not the last of its process, for BPF) ended.
-    pub fn bpf_thread_exit(&mut self, tid: u32, e: End) {
+    pub fn bpf_thread_exit(&mut self, tid: u32, e: BpfEnd) {
         if self.taskstats.take(tid, &e).is_some() || self.ts_threads.take(tid, &e).is_some() {
             return;
         }
@@ -277,12 +318,12 @@ impl<B, S> Matcher<B, S> {
         if r.kind != RecordKind::Pid {
             return None;
         }
-        let e = End::of_record(r, now);
+        let e = TsEnd::of_record(r, now);
         self.record(r.ac_pid, r.version, r.ac_flag & flags::AGROUP != 0, e, s)
     }
 
     /// A taskstats pid record: thread `tid`, ending its group or not.
-    fn record(&mut self, tid: u32, version: u16, group: bool, e: End, s: S) -> Option<(B, S)> {
+    fn record(&mut self, tid: u32, version: u16, group: bool, e: TsEnd, s: S) -> Option<(B, S)> {
         self.version = self.version.max(version);
         // Before version 12 a process's end cannot be told from a thread's.
         let group = group || version < AGROUP_VERSION;
@@ -304,7 +345,7 @@ impl<B, S> Matcher<B, S> {
 
     /// A process ended after the watch stopped: its taskstats record, if it already
     /// arrived, is neither a match nor a gap.
-    pub fn late_bpf_exit(&mut self, tid: u32, e: End) {
+    pub fn late_bpf_exit(&mut self, tid: u32, e: BpfEnd) {
         if self.taskstats.take(tid, &e).is_none() {
             self.ts_threads.take(tid, &e);
         }
@@ -341,27 +382,23 @@ mod tests {
     use super::*;
 
     /// A BPF end.
-    fn end(wall_us: i64, etime_us: Option<i64>, at: Instant) -> End {
-        End {
+    fn end(wall_us: i64, etime_us: Option<i64>, at: Instant) -> BpfEnd {
+        BpfEnd(End {
             wall_us,
             etime_us,
             at,
-            bpf: true,
-        }
+        })
     }
 
     impl Coverage {
-        fn bpf_exit_(&mut self, tid: u32, e: End) {
+        fn bpf_exit_(&mut self, tid: u32, e: BpfEnd) {
             self.bpf_exit(tid, e, ());
         }
     }
 
     /// A taskstats record of a thread started at `btime` s that ran `etime_us`.
     fn rec(c: &mut Coverage, pid: u32, btime: i64, etime_us: i64, group: bool, now: Instant) {
-        let e = End {
-            bpf: false,
-            ..end(btime * 1_000_000 + etime_us, Some(etime_us), now)
-        };
+        let e = TsEnd(end(btime * 1_000_000 + etime_us, Some(etime_us), now).0);
         c.record(pid, 16, group, e, ());
     }
 

@@ -29,7 +29,7 @@ use crate::{
     },
     model::{
         cputime::split_runtime,
-        matcher::{Coverage, End},
+        matcher::{BpfEnd, Coverage},
         table::{Ancestor, Table},
         tree::ExitStatus,
     },
@@ -644,8 +644,8 @@ impl Watch {
 
 /// An exit record as the taskstats cross-check sees it: wall-clock time, and the thread's
 /// elapsed time when it is the group leader (whose start the record carries).
-fn end_of(x: &ExitEvent, wall_offset_ns: i64, now: Instant) -> End {
-    End::of_exit(
+fn end_of(x: &ExitEvent, wall_offset_ns: i64, now: Instant) -> BpfEnd {
+    BpfEnd::of_exit(
         x.hdr.tgid,
         x.hdr.pid,
         x.hdr.leader_start_ns,
