@@ -25,6 +25,7 @@ pub mod bench;
 pub mod build;
 pub mod chart;
 pub mod chromium;
+pub mod clock;
 pub mod notify;
 pub mod openmetrics;
 pub mod pictures;
@@ -38,6 +39,7 @@ pub mod sysctl;
 mod truth;
 pub mod watch;
 
+pub use clock::{monotonic_ns, unix_ns};
 pub use report::*;
 pub use speed::*;
 pub use truth::*;

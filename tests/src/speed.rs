@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::clock::monotonic_ns;
+
 /// Default time limit for one `spacetime trace` run: a guard against a hang, never a speed
 /// that is asserted. In the emulated guest, with other guests beside it on the same host CPUs,
 /// a 200-process storm took more than 120 s (Debian 13's guest in CI); there it is 480 s, under
@@ -33,17 +35,6 @@ pub const EMULATED_ENV: &str = "ST_EMULATED";
 /// tens in an emulated guest), and this bound is 20 times what the emulated CPU ever needed.
 /// See [`exit_tail_us`] for an emulated guest on a busy host.
 pub const EXIT_TAIL_US: i64 = 1000;
-
-/// CLOCK_MONOTONIC now, in ns: one clock for every process of the machine.
-pub fn monotonic_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
 
 /// The most CPU a child may still be charged after its parent's wait4 returned at
 /// `reaped_ns` (CLOCK_MONOTONIC, [`monotonic_ns`]), asked once the trace is over:

@@ -4,18 +4,13 @@
 //! root's exit with a survivor still running. The origin fields are checked against the
 //! machine's own files and clocks.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use serde_json::Value;
 use spacetime_tests::{python, TempDir, Trace};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 
 fn unix_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("after 1970")
-        .as_nanos() as u64
+    spacetime_tests::unix_ns() as u64
 }
 
 fn proc_text(path: &str) -> String {

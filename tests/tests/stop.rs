@@ -3,22 +3,12 @@
 //! adopted by spacetime, the subreaper), reports the rest as running, and reads the figures of
 //! the end so that they never contradict each other while a survivor keeps growing.
 
-use std::{
-    collections::HashSet,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::{collections::HashSet, time::Duration};
 
 use serde_json::Value;
 use spacetime_tests::{assert_rss, Trace, MIB, PAGE};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
-
-fn unix_now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("after the epoch")
-        .as_nanos() as i64
-}
 
 fn process(v: &Value, pid: i64) -> &Value {
     v["processes"]
@@ -38,7 +28,7 @@ fn double_fork(ms: u64, tag: &str) -> (Value, spacetime_tests::Truth, i64, Durat
         .tag(tag)
         .spawn();
     // `elapsed` counts from just before this: the return is never placed early.
-    let spawned = unix_now_ns();
+    let spawned = spacetime_tests::unix_ns();
     let out = running.wait();
     let returned = spawned + out.elapsed.as_nanos() as i64;
     out.assert_code(0);

@@ -283,10 +283,7 @@ fn exec_line_comes_at_start_and_shares_its_exit_lines_id() {
         start <= exec && exec < end,
         "start {start}, exec {exec}, end {end}"
     );
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos() as i64;
+    let now = spacetime_tests::unix_ns();
     assert!(
         (now - end).abs() < 120_000_000_000,
         "end {end} is not near now {now}"

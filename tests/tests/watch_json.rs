@@ -3,26 +3,16 @@
 //! recipe of docs/watch.md (its field and parsing rules, read from that page itself) applied
 //! to every line; and `-o FILE` reopened on SIGHUP, as a log rotation needs.
 
-use std::{
-    process::Command,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::{process::Command, time::Duration};
 
 use serde_json::Value;
 use spacetime_tests::{
-    python,
+    python, unix_ns,
     watch::{argv_of, run, token, Watch},
     workspace_root, TempDir,
 };
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
-
-fn unix_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("after 1970")
-        .as_nanos() as i64
-}
 
 /// The recipe's timestamp rule, from docs/watch.md's collector configuration: the attribute it
 /// parses, with the layout it gives.

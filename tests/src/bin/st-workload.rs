@@ -489,15 +489,8 @@ fn burn_cpu_us(us: u64) {
     if us == 0 {
         return;
     }
-    let cpu_ns = || {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: a valid timespec to fill.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    };
+    let cpu_ns =
+        || spacetime_tests::clock::clock_ns(spacetime_tests::clock::ClockId::ThreadCPUTime) as u64;
     let until = cpu_ns() + us * 1000;
     while cpu_ns() < until {
         std::hint::spin_loop();

@@ -26,13 +26,8 @@ fn fail(why: &str) -> ! {
 
 /// This process's CPU time so far (a forked child's starts at 0), ns.
 fn own_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec; async-signal-safe.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    // The vDSO's clock: async-signal-safe.
+    spacetime_tests::clock::clock_ns(spacetime_tests::clock::ClockId::ProcessCPUTime) as u64
 }
 
 /// A session asking for `want_bits`, tracking a held child that spins for `cpu_ms` ms of CPU

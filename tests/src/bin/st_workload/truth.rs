@@ -3,16 +3,7 @@
 
 use super::{fold_rss_counters, map_anon, status_kib, Recorder};
 
-/// CLOCK_REALTIME now, in ns since the epoch (the report's `origin.start_unix_ns` scale).
-pub fn unix_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
+use spacetime_tests::clock::{clock_ns, unix_ns, ClockId};
 
 /// The pages a program's exit faults in (its exit path's text, 64 KiB of fault-around at a
 /// time): a few, well under 0.4 % of 40 MiB.
@@ -290,13 +281,7 @@ pub fn grow_at_stop(rec: &mut Recorder, start: usize, cap: usize) -> ! {
 
 /// The process's CPU so far (all its threads, the running slices included), ns.
 fn process_cpu_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+    clock_ns(ClockId::ProcessCPUTime)
 }
 
 /// Touches MIB MiB and holds them while it burns MS ms of CPU. Records {held_kib (VmRSS once
