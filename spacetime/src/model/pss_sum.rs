@@ -411,6 +411,11 @@ impl PssSum {
     /// round (at most what the gone one shared). No point: the round's sum is its end's.
     /// `faulted`: its final minor faults' bytes, when its stat was read as a zombie's.
     pub fn read_gone(&mut self, key: Key, faulted: Option<u64>) {
+        // Its mm ended before (before 6.16 the exit record waits for the address space's
+        // teardown, seconds in a starved guest): what the round found says its faults.
+        if let Some(est) = self.ending.remove(&key) {
+            self.end_sharing(&est, faulted);
+        }
         let Some(est) = self.procs.remove(&key) else {
             return;
         };

@@ -111,6 +111,28 @@ fn a_child_that_only_reads_is_trusted_once_a_round_saw_it() {
     assert_eq!((m.bytes, m.unseen_bytes), (100, 0));
 }
 
+/// Before 6.16 a process's exit record comes after its address space is torn down, long
+/// after its mm's end in a starved guest: a round in between finds it gone, and its stat (a
+/// process past its mm faults no more) says its faults.
+#[test]
+fn a_round_between_an_mm_end_and_its_exit_record_reads_the_faults() {
+    let mut s = PssSum::new(1 << 10);
+    s.read(key(1), 10, usage(100, 50, 100, 50));
+    s.read(key(2), 10, usage(100, 50, 100, 50));
+    s.round_done(11);
+    s.ended(key(2), 20);
+    s.read(key(1), 30, usage(100, 100, 100, 100));
+    s.read_gone(key(2), Some(0));
+    s.round_done(31);
+    s.exit_faults(key(2), 0);
+    s.exited(key(2));
+    s.exit_faults(key(1), 0);
+    s.ended(key(1), 40);
+    s.exited(key(1));
+    let m = trusted(&s);
+    assert_eq!((m.bytes, m.unseen_bytes), (100, 0));
+}
+
 /// A copy-on-write copy moves no RSS counter: a child that writes what it shares after the
 /// last round and exits leaves a maximum no read saw. Its faults say it may have (the shape
 /// of a starved guest where no round came while the child held its written pages).
