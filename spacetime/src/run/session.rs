@@ -160,7 +160,6 @@ struct Root {
 struct Baseline {
     counters: KernelCounters,
     taskstats: ListenerStats,
-    own_cost: OwnCost,
 }
 
 impl Session {
@@ -278,7 +277,6 @@ impl Session {
         let baseline = Baseline {
             counters: self.kernel.counters().unwrap_or_default(),
             taskstats: self.kernel.taskstats_stats(),
-            own_cost: self.kernel.own_cost(),
         };
         let command = match &start {
             Start::Spawn(s) => report::lossless::Args(
@@ -487,8 +485,7 @@ pub struct Run {
     /// For an attach: whether the attached processes' RSS was followed from the attach on.
     pub attach_memory_followed: Option<bool>,
     pub taskstats: TaskstatsMeta,
-    /// spacetime's own cost when the run began, and when it ended (cumulative since start).
-    pub own_cost_at_start: OwnCost,
+    /// spacetime's own cost when the run ended (cumulative since its start).
     pub own_cost: OwnCost,
     /// Processes whose exit was never seen and that were gone at the end.
     pub gone: FxHashSet<Key>,

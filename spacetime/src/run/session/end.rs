@@ -145,7 +145,6 @@ impl Session {
             mechanisms,
             attach_memory_followed: root.attached.as_ref().map(|a| a.memory_followed),
             taskstats,
-            own_cost_at_start: baseline.own_cost,
             own_cost,
             gone,
             agent_gone,
