@@ -13,8 +13,10 @@
 //! copy-on-write, and adds nothing until it grows.
 //!
 //! What no read backs is kept as the uncertain part: a child's inherited anonymous pages (it
-//! may have written them since, adding that much unseen), a new image's file pages (counted
-//! at the last round's ratio). The estimate plus that part bounds what the tree may have
+//! may have written them since, adding that much unseen), a new image's file pages (none to
+//! all of them its own: a build's compilers share their program's pages, which PSS divides
+//! among them; counted at the last round's ratio, eight starting together raised a Lua build's
+//! estimate to 138-157 MiB where every later round found at most 132). The estimate plus that part bounds what the tree may have
 //! held, but for what sharing took off the anonymous pages the last round read: a
 //! copy-on-write copy changes no RSS counter (`wp_page_copy()`, mm/memory.c, counts a new
 //! page only where the old one was a file's) yet adds a page to the tree's PSS, and when a
@@ -25,8 +27,7 @@
 //! plus what the ended ones shared, once every one of them is known. The next round narrows the
 //! bound for the time since the last one: the tree held no more then than the round finds,
 //! plus what was freed or exited in between. The maximum is trusted when the bound over the
-//! whole run exceeds it by at most 5 %, and the file pages counted at a guessed ratio are at
-//! most 5 % of it.
+//! whole run exceeds it by at most 5 %.
 //!
 //! The kernel's exact tree-wide RSS bounds all of it: no page counts more than once in a PSS,
 //! so the tree's PSS never exceeds its RSS at the same moment, nor the tree's peak RSS up to
@@ -52,11 +53,9 @@ pub const TRUST_SHIFT_DIV: u64 = 20;
 pub struct MaxPss {
     pub ts_ns: u64,
     pub bytes: u64,
-    /// How much more the tree may have held at some moment, unseen: written copy-on-write
-    /// pages, pages of an exited process now another's alone.
+    /// How much more the tree may have held at some moment, unseen: file pages of images no
+    /// round read, written copy-on-write pages, pages of an exited process now another's alone.
     pub unseen_bytes: u64,
-    /// Of `bytes`, file pages of images not read yet, counted at a guessed ratio.
-    pub guessed_bytes: u64,
     /// How far the estimate ran above the tree's peak RSS up to then (`bytes` is that peak).
     pub over_rss_bytes: u64,
 }
@@ -66,8 +65,6 @@ pub struct MaxPss {
 pub enum Withheld {
     /// The tree may have held more, unseen between rounds.
     Unseen,
-    /// Much of it is file pages of programs no round read (they ended first).
-    Guessed,
     /// The estimate ran above the tree's exact RSS there.
     OverRss,
 }
@@ -80,8 +77,6 @@ impl MaxPss {
             Some(Withheld::Unseen)
         } else if self.over_rss_bytes > limit {
             Some(Withheld::OverRss)
-        } else if self.guessed_bytes > limit {
-            Some(Withheld::Guessed)
         } else {
             None
         }
@@ -112,8 +107,8 @@ struct Est {
     anon: u64,
     /// Read since this image began.
     read: bool,
-    /// Its file pages' PSS/RSS at its read (None before one, or without file pages: the
-    /// last round's).
+    /// Its file pages' PSS/RSS at its read (None before one, or without file pages: then new
+    /// ones count at the last round's).
     ratio: Option<f64>,
     /// Not read since it began: the anonymous pages it began with (a child's, its parent's
     /// shared copy-on-write).
@@ -127,11 +122,9 @@ struct Est {
     end_faulted: Option<u64>,
     /// Its exact RSS at its last point.
     last_rss: u64,
-    /// Its estimate now; what it may hold unseen (`cow`, new file pages); of the estimate,
-    /// the new file pages counted at a guessed ratio.
+    /// Its estimate now; what it may hold unseen (`cow`, new file pages before a read).
     e: u64,
     u: u64,
-    g: u64,
 }
 
 /// The time since the last round: the most the tree may have held, and what left it.
@@ -190,9 +183,8 @@ pub struct PssSum {
     /// before its process's exit record, which says them (or a read of its next image).
     ending: FxHashMap<Key, Est>,
     sum: u64,
-    /// Σ u and Σ g over the processes.
+    /// Σ u over the processes.
     uncertain: u64,
-    guessed: u64,
     /// What sharing took off at the reads of the live processes; of it, the current round's;
     /// what sharers found gone in this round left to reads of it before (the next window's).
     shared: u64,
@@ -220,7 +212,6 @@ impl PssSum {
             ending: FxHashMap::default(),
             sum: 0,
             uncertain: 0,
-            guessed: 0,
             shared: 0,
             fresh: 0,
             carry: 0,
@@ -261,7 +252,6 @@ impl PssSum {
                 ts_ns: p.ts_ns,
                 bytes: p.bytes,
                 unseen_bytes: 0,
-                guessed_bytes: online.guessed_bytes.min(p.bytes),
                 over_rss_bytes: earlier + cut,
             });
         }
@@ -272,11 +262,10 @@ impl PssSum {
         &self.series
     }
 
-    /// The estimate now and what of it no read backs: besides what may have changed unseen,
-    /// the file pages of images no round has read yet, counted at a guessed ratio (a new
-    /// image that maps much of them calls for a round as an uncertain part does).
+    /// The estimate now and what may have changed unseen (among it, the file pages of images
+    /// no round has read yet).
     pub fn now(&self) -> (u64, u64) {
-        (self.sum, self.uncertain + self.window.left + self.guessed)
+        (self.sum, self.uncertain + self.window.left)
     }
 
     /// The largest value of the series, how much more the tree may have held unseen, and
@@ -321,7 +310,6 @@ impl PssSum {
                 last_rss: rss,
                 e: 0,
                 u: anon,
-                g: 0,
             };
             self.procs.insert(key, est);
             self.uncertain += anon;
@@ -334,11 +322,10 @@ impl PssSum {
         est.last_ns = ts_ns;
         self.window.freed += est.last_rss.saturating_sub(rss);
         est.last_rss = rss;
-        let (e, u, g) = estimate(est, rss, anon, ratio);
+        let (e, u) = estimate(est, rss, anon, ratio);
         self.sum = self.sum + e - est.e;
         self.uncertain = self.uncertain + u - est.u;
-        self.guessed = self.guessed + g - est.g;
-        (est.e, est.u, est.g) = (e, u, g);
+        (est.e, est.u) = (e, u);
         self.push(ts_ns);
     }
 
@@ -361,7 +348,6 @@ impl PssSum {
             last_rss: u.rss_bytes,
             e: u.pss_bytes,
             u: 0,
-            g: 0,
         };
         self.shared += est.anon_shared;
         self.fresh += est.anon_shared;
@@ -375,10 +361,9 @@ impl PssSum {
         }
         // What it freed since its last point, seen by the read only.
         self.window.freed += old.map_or(0, |o| o.last_rss.saturating_sub(u.rss_bytes));
-        let (e, u, g) = old.map_or((0, 0, 0), |o| (o.e, o.u, o.g));
+        let (e, u) = old.map_or((0, 0), |o| (o.e, o.u));
         self.sum = self.sum + est.e - e;
         self.uncertain -= u;
-        self.guessed -= g;
     }
 
     /// Every live process was read (or found gone): the sum is the round's.
@@ -421,7 +406,6 @@ impl PssSum {
         };
         self.sum -= est.e;
         self.uncertain -= est.u;
-        self.guessed -= est.g;
         // What it shared is another's alone now, also for the reads of this round before it
         // (at most what they found shared).
         self.carry += est.anon_shared.min(self.fresh);
@@ -493,7 +477,6 @@ impl PssSum {
         };
         self.sum -= est.e;
         self.uncertain -= est.u;
-        self.guessed -= est.g;
         match est.end_faulted {
             Some(f) => self.end_sharing(&est, Some(f)),
             None if est.anon_shared > 0 => {
@@ -524,7 +507,6 @@ impl PssSum {
                 ts_ns: ts,
                 bytes: self.sum,
                 unseen_bytes: 0,
-                guessed_bytes: self.guessed,
                 over_rss_bytes: 0,
             });
         }
@@ -532,21 +514,21 @@ impl PssSum {
 }
 
 /// A process's estimate at (`rss`, `anon`) from what it counts from: (estimate, what it may
-/// hold unseen, its new file pages counted at a guessed ratio).
-fn estimate(est: &Est, rss: u64, anon: u64, tree_ratio: f64) -> (u64, u64, u64) {
+/// hold unseen).
+fn estimate(est: &Est, rss: u64, anon: u64, tree_ratio: f64) -> (u64, u64) {
     let d_anon = anon as f64 - est.anon as f64;
     let d_file = rss.saturating_sub(anon) as f64 - est.rss.saturating_sub(est.anon) as f64;
-    let ratio = est.ratio.unwrap_or(tree_ratio);
-    let e = (est.pss as f64 + d_anon + ratio * d_file).max(0.0) as u64;
     match est.read {
-        true => (e, 0, 0),
+        true => {
+            let ratio = est.ratio.unwrap_or(tree_ratio);
+            let e = (est.pss as f64 + d_anon + ratio * d_file).max(0.0) as u64;
+            (e, 0)
+        }
+        // Its new file pages are any part of their RSS in a PSS, none known before a read:
+        // they count in what it may hold unseen, not in the estimate.
         false => {
-            // New file pages count at most their RSS in a PSS, and the estimate holds them
-            // at `ratio` already: (1 - ratio) of them more may be held unseen; as little as
-            // none of them, the guessed part.
-            let file = d_file.max(0.0);
-            let guessed = (ratio * file) as u64;
-            (e, est.cow + (file as u64 - guessed), guessed)
+            let e = (est.pss as f64 + d_anon).max(0.0) as u64;
+            (e, est.cow + d_file.max(0.0) as u64)
         }
     }
 }

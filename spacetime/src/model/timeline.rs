@@ -16,7 +16,7 @@
 //!               "tree_rss": [[t_ns, bytes], ...], "tree_pss": [[t_ns, bytes], ...],
 //!               "tree_peak_rss": {"t_ns": N, "bytes": N} | null,
 //!               "max_pss": {"t_ns": N, "bytes": N, "unseen_bytes": N,
-//!                           "guessed_bytes": N, "over_rss_bytes": N, "trusted": B} | null,
+//!                           "over_rss_bytes": N, "trusted": B} | null,
 //!               "pss_sampling": {"samples": N, "rounds": N, "early_rounds": N,
 //!                                "read_ns": N, "cpu_budget": F} | null,
 //!               "processes": [ {"pid": N, "start_ns": N, "rss": [[t_ns, bytes], ...],
@@ -445,7 +445,6 @@ struct MaxPssAt {
     t_ns: u64,
     bytes: u64,
     unseen_bytes: u64,
-    guessed_bytes: u64,
     over_rss_bytes: u64,
     trusted: bool,
 }
@@ -486,7 +485,6 @@ impl Serialize for TimelineReport<'_> {
             t_ns: m.ts_ns.saturating_sub(t0),
             bytes: m.bytes,
             unseen_bytes: m.unseen_bytes,
-            guessed_bytes: m.guessed_bytes,
             over_rss_bytes: m.over_rss_bytes,
             trusted,
         });

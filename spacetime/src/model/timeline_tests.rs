@@ -168,7 +168,7 @@ fn json_times_are_relative_to_t0() {
     );
     assert_eq!(
         v["max_pss"],
-        serde_json::json!({"t_ns": 300, "bytes": 2048, "unseen_bytes": 0, "guessed_bytes": 0, "over_rss_bytes": 0, "trusted": true})
+        serde_json::json!({"t_ns": 300, "bytes": 2048, "unseen_bytes": 0, "over_rss_bytes": 0, "trusted": true})
     );
     let proc0 = &v["processes"][0];
     assert_eq!(proc0["pid"], 7);

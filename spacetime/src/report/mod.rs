@@ -311,18 +311,13 @@ pub fn max_pss_uncertain(m: &MaxPss) -> String {
     let bytes = crate::util::units::bytes;
     match m.withheld() {
         Some(Withheld::Unseen) => format!(
-            "the tree may have held up to {} more than the {} estimated, unseen by any PSS round (pages written after a fork, or left by a process that exited, before the next round): over 5 %",
+            "the tree may have held up to {} more than the {} estimated, unseen by any PSS round (pages of programs no round read, pages written after a fork, or left by a process that exited, before the next round): over 5 %",
             bytes(m.unseen_bytes),
             bytes(m.bytes)
         ),
-        Some(Withheld::OverRss) => format!(
+        Some(Withheld::OverRss) | None => format!(
             "the estimate ran {} above the tree's exact RSS of the same moment ({}): memory changed faster than the PSS rounds followed it, over 5 %",
             bytes(m.over_rss_bytes),
-            bytes(m.bytes)
-        ),
-        Some(Withheld::Guessed) | None => format!(
-            "{} of the {} estimated are file pages of programs that ended before any PSS round read them, counted at a guessed ratio: over 5 %",
-            bytes(m.guessed_bytes),
             bytes(m.bytes)
         ),
     }
@@ -340,15 +335,12 @@ pub fn max_pss_withheld_words(m: &MaxPss) -> String {
     let bytes = crate::util::units::bytes;
     let why = match m.withheld() {
         Some(Withheld::Unseen) => format!(
-            "up to {} more may have been held between PSS reads",
+            "up to {} more unseen between PSS reads",
             bytes(m.unseen_bytes)
         ),
-        Some(Withheld::OverRss) => "memory changed faster than the PSS reads".to_string(),
-        Some(Withheld::Guessed) | None => {
-            "its programs ended before a PSS read could see them".to_string()
-        }
+        Some(Withheld::OverRss) | None => "memory changed faster than PSS reads".to_string(),
     };
-    format!("unknown: {why} (about {} estimated)", bytes(m.bytes))
+    format!("unknown: about {} estimated, {why}", bytes(m.bytes))
 }
 
 #[derive(Debug, Serialize)]

@@ -122,7 +122,6 @@ pub struct SavedMaxPss {
     pub t_ns: u64,
     pub bytes: u64,
     pub unseen_bytes: u64,
-    pub guessed_bytes: u64,
     pub over_rss_bytes: u64,
     pub trusted: bool,
 }
@@ -137,7 +136,6 @@ impl SavedTimeline {
             ts_ns: m.t_ns,
             bytes: m.bytes,
             unseen_bytes: m.unseen_bytes,
-            guessed_bytes: m.guessed_bytes,
             over_rss_bytes: m.over_rss_bytes,
         };
         match m.trusted {
