@@ -1,12 +1,11 @@
 use std::process::ExitCode;
 
-use clap::Parser;
 use spacetime::cmd::cli::{Cli, Command, EXIT_OWN_FAILURE};
 
 fn main() -> ExitCode {
     fixed_mmap_threshold();
     spacetime::util::term::init_locale();
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::from_args(std::env::args_os().collect()) {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { EXIT_OWN_FAILURE } else { 0 };
@@ -15,7 +14,7 @@ fn main() -> ExitCode {
             return ExitCode::from(code as u8);
         }
     };
-    let level = match cli.verbose {
+    let level = match cli.global.verbose {
         0 => "warn",
         1 => "info",
         _ => "debug",
@@ -24,11 +23,11 @@ fn main() -> ExitCode {
         .format_timestamp(None)
         .init();
     let code = match cli.command {
-        Command::Trace(args) => spacetime::cmd::trace::main(args, cli.verbose),
-        Command::Watch(args) => spacetime::cmd::watch::main(args, cli.verbose),
-        Command::Bench(args) => spacetime::cmd::bench::main(*args, cli.verbose),
+        Command::Trace(args) => spacetime::cmd::trace::main(args, cli.global.verbose),
+        Command::Watch(args) => spacetime::cmd::watch::main(args, cli.global.verbose),
+        Command::Bench(args) => spacetime::cmd::bench::main(*args, cli.global.verbose),
         Command::Agent(args) => spacetime::cmd::agent::main(args),
-        Command::Report(args) => spacetime::cmd::report::main(args, cli.verbose),
+        Command::Report(args) => spacetime::cmd::report::main(args, cli.global.verbose),
         Command::Diff(args) => spacetime::cmd::diff::main(args),
         Command::Doctor(args) => spacetime::cmd::doctor::main(args),
         Command::Completions { shell } => written(spacetime::cmd::completions::write(

@@ -117,27 +117,7 @@ fn timeval_ns(t: libc::timeval) -> u64 {
 
 /// The peak RSS of spacetime's own address space, from /proc/self/status.
 fn vm_hwm_bytes() -> Option<u64> {
-    use std::io::Read;
-    // One read of a page: the file is about 1.5 KiB, and the kernel renders all of it on each
-    // read call (std's read_to_string makes eight, growing its buffer).
-    let mut f = std::fs::File::open("/proc/self/status").ok()?;
-    let mut buf = [0u8; 4096];
-    let mut len = 0;
-    loop {
-        match f.read(&mut buf[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => return None,
-        }
-        if let Some(b) = std::str::from_utf8(&buf[..len]).ok().and_then(parse_vm_hwm) {
-            return Some(b);
-        }
-        if len == buf.len() {
-            break;
-        }
-    }
-    None
+    parse_vm_hwm(&crate::util::proc_text::read_to_string("/proc/self/status").ok()?)
 }
 
 fn parse_vm_hwm(status: &str) -> Option<u64> {

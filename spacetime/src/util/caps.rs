@@ -80,7 +80,7 @@ pub struct CapSet(pub u64);
 impl CapSet {
     /// This process's effective set (None when /proc cannot be read).
     pub fn effective() -> Option<CapSet> {
-        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let status = super::proc_text::read_to_string("/proc/self/status").ok()?;
         Self::parse(&status, "CapEff:")
     }
 

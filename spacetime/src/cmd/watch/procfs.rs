@@ -44,7 +44,7 @@ fn start_mono_ns(start_ticks: u64) -> u64 {
 
 /// The start time of the running process `pid` (CLOCK_MONOTONIC ns, to the tick), if any.
 pub fn start_of(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = crate::util::proc_text::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     parse_stat(&stat).map(|s| start_mono_ns(s.start_ticks))
 }
 
@@ -57,7 +57,7 @@ pub fn seed(table: &mut Table, pid_tree: Option<u32>, max: usize) -> io::Result<
 
 /// The real uid of a running process (/proc/PID/status `Uid:`, first field).
 pub fn real_uid(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let status = crate::util::proc_text::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("Uid:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
@@ -85,7 +85,7 @@ pub fn seed_with(
             break;
         }
         // The process may exit meanwhile: whatever cannot be read is left out.
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        let Ok(stat) = crate::util::proc_text::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
         let Some(stat) = parse_stat(&stat) else {
@@ -93,7 +93,7 @@ pub fn seed_with(
         };
         let wanted = want_argv(pid);
         let args = if wanted {
-            std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default()
+            crate::util::proc_text::read(format!("/proc/{pid}/cmdline")).unwrap_or_default()
         } else {
             Vec::new()
         };

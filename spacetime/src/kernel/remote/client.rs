@@ -468,7 +468,7 @@ impl AgentConn {
         if self.agent_pid == 0 {
             return None;
         }
-        let stat = std::fs::read(format!("/proc/{}/stat", self.agent_pid)).ok()?;
+        let stat = crate::util::proc_text::read(format!("/proc/{}/stat", self.agent_pid)).ok()?;
         let close = stat.iter().rposition(|&b| b == b')')?;
         let rest = std::str::from_utf8(stat.get(close + 2..)?).ok()?;
         let f: Vec<&str> = rest.split_whitespace().collect();
