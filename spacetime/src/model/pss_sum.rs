@@ -13,21 +13,21 @@
 //! copy-on-write, and adds nothing until it grows.
 //!
 //! What no read backs is kept as the uncertain part: a child's inherited anonymous pages (it
-//! may have written them since, adding that much unseen), a new image's file pages (none to
-//! all of them its own: a build's compilers share their program's pages, which PSS divides
-//! among them; counted at the last round's ratio, eight starting together raised a Lua build's
-//! estimate to 138-157 MiB where every later round found at most 132). The estimate plus that part bounds what the tree may have
-//! held, but for what sharing took off the anonymous pages the last round read: a
-//! copy-on-write copy changes no RSS counter (`wp_page_copy()`, mm/memory.c, counts a new
-//! page only where the old one was a file's) yet adds a page to the tree's PSS, and when a
-//! sharer ends, what it shared is the others' alone while their reads still halve it. So a
-//! window between rounds may hold up to what sharing took off at the reads (`Anonymous:`
-//! less `Pss_Anon:`) more; and no more than a page per minor fault of the processes that
-//! shared (every copy is a fault: `stat` read before each read, `task->min_flt` at exit)
-//! plus what the ended ones shared, once every one of them is known. The next round narrows the
-//! bound for the time since the last one: the tree held no more then than the round finds,
-//! plus what was freed or exited in between. The maximum is trusted when the bound over the
-//! whole run exceeds it by at most 5 %.
+//! may have written them since, adding that much unseen), a new image's file pages (none to all
+//! of them its own: a build's compilers share their program's pages, which PSS divides among
+//! them; counted at the last round's ratio, eight starting together raised a Lua build's
+//! estimate to 138-157 MiB where every later round found at most 132). The estimate plus that
+//! part bounds what the tree may have held, but for what sharing took off the anonymous pages
+//! the last round read: a copy-on-write copy changes no RSS counter (`wp_page_copy()`,
+//! mm/memory.c, counts a new page only where the old one was a file's) yet adds a page to the
+//! tree's PSS, and when a sharer ends, what it shared is the others' alone while their reads
+//! still halve it. So a window between rounds may hold up to what sharing took off at the reads
+//! (`Anonymous:` less `Pss_Anon:`) more; and no more than a page per minor fault of the
+//! processes that shared (every copy is a fault: `stat` read before each read, `task->min_flt`
+//! at exit) plus what the ended ones shared, once every one of them is known. The next round
+//! narrows the bound for the time since the last one: the tree held no more then than the round
+//! finds, plus what was freed or exited in between. The maximum is trusted when the bound over
+//! the whole run exceeds it by at most 5 %.
 //!
 //! The kernel's exact tree-wide RSS bounds all of it: no page counts more than once in a PSS,
 //! so the tree's PSS never exceeds its RSS at the same moment, nor the tree's peak RSS up to
