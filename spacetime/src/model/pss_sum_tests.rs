@@ -21,6 +21,16 @@ fn usage(rss: u64, pss: u64, anon: u64, pss_anon: u64) -> Usage {
     }
 }
 
+/// A parent and its forked child read in one round (at 10, done at 11), each mapping the same
+/// `rss` bytes of anonymous pages, shared copy-on-write: each holds half of them in its PSS.
+fn forked_pair(rss: u64) -> PssSum {
+    let mut s = PssSum::new(1 << 10);
+    s.read(key(1), 10, usage(rss, rss / 2, rss, rss / 2));
+    s.read(key(2), 10, usage(rss, rss / 2, rss, rss / 2));
+    s.round_done(11);
+    s
+}
+
 fn trusted(s: &PssSum) -> MaxPss {
     match s.figure() {
         MaxPssFigure::Trusted(m) => m,
@@ -116,10 +126,7 @@ fn a_child_that_only_reads_is_trusted_once_a_round_saw_it() {
 /// process past its mm faults no more) says its faults.
 #[test]
 fn a_round_between_an_mm_end_and_its_exit_record_reads_the_faults() {
-    let mut s = PssSum::new(1 << 10);
-    s.read(key(1), 10, usage(100, 50, 100, 50));
-    s.read(key(2), 10, usage(100, 50, 100, 50));
-    s.round_done(11);
+    let mut s = forked_pair(100);
     s.ended(key(2), 20);
     s.read(key(1), 30, usage(100, 100, 100, 100));
     s.read_gone(key(2), Some(0));
@@ -156,10 +163,7 @@ fn a_child_that_writes_what_it_shares_after_the_last_round_is_not_trusted() {
         other => panic!("a maximum 60 below what the tree may have held is trusted: {other:?}"),
     }
     // Without the faults (an exit record without them): as much as they shared.
-    let mut s = PssSum::new(1 << 10);
-    s.read(key(1), 10, usage(100, 50, 100, 50));
-    s.read(key(2), 10, usage(100, 50, 100, 50));
-    s.round_done(11);
+    let mut s = forked_pair(100);
     s.ended(key(2), 40);
     s.ended(key(1), 41);
     assert!(
@@ -301,10 +305,7 @@ fn a_process_found_gone_leaves_the_sum() {
 
 #[test]
 fn a_read_before_a_gone_ones_exit_may_gain_what_they_shared() {
-    let mut s = PssSum::new(1 << 10);
-    s.read(key(1), 10, usage(160, 80, 160, 80));
-    s.read(key(2), 10, usage(160, 80, 160, 80));
-    s.round_done(11);
+    let mut s = forked_pair(160);
     // The round reads the parent while the child lives, then finds the child gone: the
     // parent holds the 160 alone now, seen at the next round.
     s.read(key(1), 30, usage(160, 80, 160, 80));
