@@ -259,7 +259,8 @@ impl Buckets<'_> {
                 cpu_ns: scaled(sum) - before,
             });
         }
-        (sampled < total).then_some(Use {
+        // `then`, not `then_some`: the difference is taken only when it is not negative.
+        (sampled < total).then(|| Use {
             cpu_ns: total - sampled,
             ..p.life
         })

@@ -12,6 +12,8 @@ pub(crate) mod cpu_ticks;
 pub(crate) mod cputime;
 pub(crate) mod critical_path;
 pub(crate) mod crosscheck;
+pub(crate) mod exit_view;
+pub(crate) mod identity;
 pub(crate) mod image_mem;
 pub(crate) mod key_index;
 pub(crate) mod labels;

@@ -11,6 +11,7 @@ pub(crate) mod figures;
 pub(crate) mod format;
 pub(crate) mod html;
 pub(crate) mod lossless;
+pub(crate) mod metrics;
 pub(crate) mod origin;
 pub(crate) mod plot;
 pub(crate) mod saved;

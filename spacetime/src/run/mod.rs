@@ -11,6 +11,7 @@ pub(crate) mod cgroup_peak;
 pub(crate) mod delayacct;
 pub(crate) mod event_loop;
 pub mod launch;
+pub mod metrics_http;
 pub(crate) mod outputs;
 pub mod pidfd;
 pub(crate) mod run_loop;

@@ -4,7 +4,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Args;
 
-use super::metrics;
+use crate::report::metrics;
 use crate::util::parse::buffer_size;
 pub use crate::util::parse::{bytes as parse_bytes, duration as parse_duration};
 

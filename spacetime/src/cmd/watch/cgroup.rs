@@ -12,7 +12,7 @@ use std::{
     sync::Arc,
 };
 
-use super::identity::Identity;
+use crate::model::identity::Identity;
 use rustc_hash::FxHashMap;
 
 /// `FILEID_KERNFS` (include/linux/exportfs.h).

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use super::{identity::Identity, watcher::Watch};
+use super::watcher::Watch;
+use crate::model::identity::Identity;
 use crate::model::table::{Ancestor, Names, Table};
 
 /// An exec line, borrowed from the table entry.
@@ -99,7 +100,7 @@ impl Watch {
         self.table.chain(e.ppid, e.start_ns, &mut ancestry);
         let view = ExecView {
             pid: p.tgid,
-            ppid: super::exit::known_parent(p.tgid, e.ppid),
+            ppid: crate::model::exit_view::known_parent(p.tgid, e.ppid),
             uid: p.uid,
             image: &e.image,
             ts_ns: if e.exec_ns != 0 {

@@ -9,7 +9,8 @@ use spacetime_common::{
     filter_flags, CgroupRef, KernelFilter, FILTER_MAX_CGROUPS, FILTER_MAX_UIDS,
 };
 
-use super::{args::WatchArgs, cgroup::cgroup2_mount, exit::ExitView};
+use super::{args::WatchArgs, cgroup::cgroup2_mount};
+use crate::model::exit_view::ExitView;
 use crate::model::table::Names;
 use crate::{model::tree::ExitStatus, util::units};
 
@@ -457,7 +458,7 @@ mod tests {
 
     #[test]
     fn ppid_zero_is_unknown_except_for_the_first_pids() {
-        use super::super::exit::known_parent;
+        use crate::model::exit_view::known_parent;
         assert_eq!(known_parent(4242, 0), None);
         assert_eq!(known_parent(4242, 17), Some(17));
         assert_eq!(known_parent(1, 0), Some(0), "init has no parent");

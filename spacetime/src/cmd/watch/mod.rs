@@ -2,10 +2,12 @@
 //! ancestry, as a table or JSON lines, optionally served as OpenMetrics.
 //!
 //! The kernel programs run in [`mode::SYSTEM`] and report every fork, exec, image end and exit.
-//! [`crate::model::table`] keeps the live processes (seeded from /proc by [`procfs`]) so that an exit record,
-//! which carries the figures, can be printed with the exe and argv of the image that ended,
-//! its parent chain and thread count. [`filter`] selects, [`output`] writes, [`metrics`] counts
-//! and serves, [`crate::model::matcher`] matches every exit against the kernel's taskstats records.
+//! [`crate::model::table`] keeps the live processes (seeded from /proc by [`procfs`]) so that an
+//! exit record, which carries the figures, can be printed with the exe and argv of the image
+//! that ended ([`crate::model::exit_view`]), its parent chain and thread count. [`filter`]
+//! selects, [`output`] writes, [`crate::report::metrics`] counts and renders for Prometheus,
+//! [`crate::run::metrics_http`] answers the scrapes, [`crate::model::matcher`] matches every
+//! exit against the kernel's taskstats records.
 //!
 //! Nothing is read from /proc per exit and nothing is allocated per exit beyond formatting: the
 //! entry moves out of the table, the line is written from borrowed data.
@@ -13,11 +15,8 @@
 pub(crate) mod args;
 mod cgroup;
 mod exec;
-mod exit;
 mod filter;
-pub(crate) mod identity;
 mod kernel;
-mod metrics;
 mod output;
 mod procfs;
 mod reap;
@@ -168,7 +167,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     out.set_wall_offset(crate::util::clock::realtime_offset_ns());
     out.set_identity(
         crate::report::origin::Origin::now(0).host,
-        identity::boot_id(),
+        crate::model::identity::boot_id(),
     );
     // What is watched goes before the table, so the header is the last line before the rows.
     let watching = format!(

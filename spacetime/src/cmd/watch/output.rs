@@ -10,8 +10,8 @@ use std::{
 
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 
-use super::{exit::ExitView, identity::Identity};
 use crate::model::table::Names;
+use crate::model::{exit_view::ExitView, identity::Identity};
 use crate::{
     model::tree::ExitStatus,
     report::{

@@ -7,7 +7,8 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use super::{command, serialize_names, Ancestry, Col, Layout, Output};
 use crate::{
-    cmd::watch::{exec::ExecView, identity},
+    cmd::watch::exec::ExecView,
+    model::identity,
     report::{lossless::Lossy, origin::rfc3339},
     util::term,
 };

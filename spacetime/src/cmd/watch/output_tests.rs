@@ -4,12 +4,10 @@ use std::sync::Arc;
 
 use super::*;
 use crate::{
-    cmd::watch::{
-        metrics::Metrics,
-        summary::{Final, Peaks},
-    },
+    cmd::watch::summary::{Final, Peaks},
     kernel::events::Comm,
     model::table::{Ancestor, EndedImage},
+    report::metrics::Metrics,
     util::term::tests::{assert_terminal_safe, nasty_bytes},
 };
 
@@ -42,7 +40,7 @@ fn image(seed: &mut u64, n: usize) -> Names {
 fn hostile_names_render_safely() {
     let mut seed = 0x1234_5678_9abc_def1;
     let mut peaks = Peaks::default();
-    let mut metrics = Metrics::new(false, crate::cmd::watch::metrics::DEFAULT_COMM_LIMIT);
+    let mut metrics = Metrics::new(false, crate::report::metrics::DEFAULT_COMM_LIMIT);
     for round in 0..300usize {
         let img = image(&mut seed, round % 120);
         let comm = nasty_bytes(&mut seed, 15);
@@ -78,7 +76,7 @@ fn hostile_names_render_safely() {
             uid: 0,
             gid: 0,
             cgroup: &cgroup,
-            identity: &crate::cmd::watch::identity::Identity::of(&cgroup),
+            identity: &crate::model::identity::Identity::of(&cgroup),
             in_tree: false,
             images: &images,
             images_dropped: 0,

@@ -5,8 +5,8 @@ use std::{fmt::Write as _, time::Duration};
 
 use serde::Serialize;
 
-use super::{exit::ExitView, metrics::Metrics};
 use crate::model::table::TableStats;
+use crate::{model::exit_view::ExitView, report::metrics::Metrics};
 use crate::{
     report::{selfstats::OwnCost, text::count},
     util::{term, units},
@@ -335,7 +335,7 @@ mod tests {
 
     #[test]
     fn json_keys() {
-        let mut m = Metrics::new(true, crate::cmd::watch::metrics::DEFAULT_COMM_LIMIT);
+        let mut m = Metrics::new(true, crate::report::metrics::DEFAULT_COMM_LIMIT);
         m.seen_processes = 12;
         m.seen_threads = 3;
         m.reported = 5;
@@ -370,7 +370,7 @@ mod tests {
 
     #[test]
     fn json_says_why_taskstats_is_missing() {
-        let m = Metrics::new(false, crate::cmd::watch::metrics::DEFAULT_COMM_LIMIT);
+        let m = Metrics::new(false, crate::report::metrics::DEFAULT_COMM_LIMIT);
         let peaks = Peaks::default();
         let own = OwnCost::default();
         let f = fin(&m, &peaks, Some("--no-taskstats"));

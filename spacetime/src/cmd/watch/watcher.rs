@@ -12,14 +12,8 @@ use std::{
 use spacetime_common::{flags, ExitEvent, ReapEvent};
 
 use super::{
-    args::WatchArgs,
-    cgroup::Cgroups,
-    exec::ExecLines,
-    exit::{comm_bytes, last_image_peak_pages, ns_pid, process_times, ExitView},
-    filter::Filter,
-    metrics::{self, Metrics},
-    output::Output,
-    reap, summary, Stop,
+    args::WatchArgs, cgroup::Cgroups, exec::ExecLines, filter::Filter, output::Output, reap,
+    summary, Stop,
 };
 use crate::{
     kernel::{
@@ -29,10 +23,12 @@ use crate::{
     },
     model::{
         cputime::split_runtime,
+        exit_view::{comm_bytes, last_image_peak_pages, ns_pid, process_times, ExitView},
         matcher::{BpfEnd, Coverage},
         table::{Ancestor, Table},
         tree::ExitStatus,
     },
+    report::metrics::{self, Metrics},
     run::{
         event_loop::{self, Consumer, Source},
         source::KernelSource,
@@ -80,7 +76,7 @@ pub(super) struct Watch {
 /// The metrics listener: accepts unless paused after an accept() error.
 pub(super) struct MetricsListener {
     listener: tokio::net::TcpListener,
-    slots: metrics::http::Slots,
+    slots: crate::run::metrics_http::Slots,
     /// After an accept() error (out of descriptors: the pending connection stays queued and
     /// accept() would fail again at once), no accept until then; the pause doubles while the
     /// errors go on.
@@ -96,7 +92,7 @@ impl MetricsListener {
     pub(super) fn new(listener: tokio::net::TcpListener) -> MetricsListener {
         MetricsListener {
             listener,
-            slots: metrics::http::Slots::default(),
+            slots: crate::run::metrics_http::Slots::default(),
             paused_until: None,
             pause: ACCEPT_PAUSE,
         }
@@ -669,6 +665,6 @@ impl Watch {
         };
         self.metrics.table_size = self.table.len() as u64;
         let figures = Box::new(self.metrics.clone());
-        tokio::spawn(metrics::http::serve(conn, figures, slot));
+        tokio::spawn(crate::run::metrics_http::serve(conn, figures, slot));
     }
 }

@@ -1,15 +1,14 @@
 //! Counters and histograms of the exits reported, exposed for Prometheus (`--metrics
 //! ADDR:PORT`): [`expose`] renders them as OpenMetrics or as the classic text format,
-//! whichever the scraper asks for; [`http`] answers the scrapes; [`own`] reads spacetime's own
-//! `process_*` figures.
+//! whichever the scraper asks for ([`crate::run::metrics_http`] answers the scrapes); [`own`]
+//! reads spacetime's own `process_*` figures.
 
 use std::collections::HashMap;
 
-use super::exit::ExitView;
+use crate::model::exit_view::ExitView;
 use crate::model::tree::ExitStatus;
 
 pub(crate) mod expose;
-pub(crate) mod http;
 pub(crate) mod identity;
 mod own;
 

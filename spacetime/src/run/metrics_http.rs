@@ -14,7 +14,7 @@ use std::{
 
 use tokio::net::TcpStream;
 
-use super::{expose, Format, Metrics};
+use crate::report::metrics::{expose, Format, Metrics};
 
 /// Connections served at once; more are closed unanswered (and counted).
 pub const MAX_CONNECTIONS: usize = 16;

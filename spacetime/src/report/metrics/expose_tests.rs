@@ -1,5 +1,5 @@
 use super::*;
-use crate::cmd::watch::metrics::{CommStats, Metrics, RSS_BUCKETS, RUNTIME_BUCKETS};
+use crate::report::metrics::{CommStats, Metrics, RSS_BUCKETS, RUNTIME_BUCKETS};
 
 fn sample_metrics() -> Metrics {
     let mut m = Metrics::new(true, 2);
@@ -167,7 +167,7 @@ fn histograms_by_comm_carry_the_overflow_value() {
 
 #[test]
 fn identity_families_are_bounded_and_declared() {
-    use crate::cmd::watch::metrics::identity::{ByIdentity, IdLabel};
+    use crate::report::metrics::identity::{ByIdentity, IdLabel};
     let mut m = Metrics::new(false, 2);
     let mut b = ByIdentity::new(IdLabel::Unit, 2);
     b.values.insert(

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::{status_index, CommStats};
-use crate::cmd::watch::exit::ExitView;
+use crate::model::exit_view::ExitView;
 
 /// Which identity a breakdown is by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
