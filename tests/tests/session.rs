@@ -148,8 +148,13 @@ fn runs_in_a_row_each_have_their_own_figures() {
     );
     assert_eq!(pid(&truth(&t4)[0]), rep4.root().pid, "run 4: the root");
     for (i, r) in [&r1, &r2, &r3, &r4].iter().enumerate() {
-        assert_eq!(r.counters.lost(), 0, "run {}: events lost", i + 1);
-        assert_eq!(r.decode_errors, 0, "run {}: undecodable records", i + 1);
+        assert_eq!(r.meta.counters.lost(), 0, "run {}: events lost", i + 1);
+        assert_eq!(
+            r.meta.decode_errors,
+            0,
+            "run {}: undecodable records",
+            i + 1
+        );
     }
 }
 

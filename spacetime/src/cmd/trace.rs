@@ -103,7 +103,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
     let perfetto_opts = perfetto::Options {
         title: &title,
         t0_ns: run.t0_ns,
-        end_ns: run.end_ns,
+        end_ns: run.meta.end_ns,
         page_size: run.page_size,
         cpu: Some(&report.analysis.cpu),
         sums: Some(&run.per_process),

@@ -446,12 +446,18 @@ pub struct KernelReport {
     pub agent_gone: Option<String>,
 }
 
-/// What the trace knows beyond the tree.
-pub struct Meta<'a> {
+/// What a run states beyond its tree: the command, how it ended, the kernel's counters and
+/// mechanisms, the cross-check, spacetime's own cost. Held by the run
+/// ([`crate::run::session::Run`]) and read by [`Report::build`], so each is declared here once.
+#[derive(Clone)]
+pub struct Meta {
+    /// The command as given (exact bytes).
     pub command: lossless::Args,
+    /// The root's exit status (None: it was not seen to exit).
     pub root_exit: Option<ExitStatus>,
     /// CLOCK_MONOTONIC when the trace ended (when the root started is the [`Live`]'s).
     pub end_ns: u64,
+    /// Loss and failure counters of this run alone.
     pub counters: KernelCounters,
     pub decode_errors: u64,
     pub ring_buffer_bytes: u32,
@@ -459,16 +465,25 @@ pub struct Meta<'a> {
     /// See [`KernelReport::attach_memory_followed`].
     pub attach_memory_followed: Option<bool>,
     pub taskstats: TaskstatsMeta,
-    pub memory: MemoryMeta<'a>,
+    /// spacetime's own cost when the run ended (cumulative since its start).
     pub own_cost: OwnCost,
     /// See [`KernelReport::agent_gone`].
     pub agent_gone: Option<String>,
+    /// The run's memory cgroup peak, or why there is none (None: not asked for).
+    pub cgroup_peak: Option<CgroupPeakReport>,
+    /// Whose kernel programs traced the run.
+    pub programs: crate::kernel::provenance::Provenance,
 }
 
 impl<'a> Report<'a> {
     /// The report over `tree`'s processes as `live` holds them (with their taskstats sums,
     /// the scale, which are gone).
-    pub fn build(tree: &'a Tree, live: &'a Live<'a>, meta: Meta<'a>) -> Report<'a> {
+    pub fn build(
+        tree: &'a Tree,
+        live: &'a Live<'a>,
+        meta: &Meta,
+        memory: MemoryMeta<'a>,
+    ) -> Report<'a> {
         let Scale { t0, page } = live.scale;
         let procs = live.processes();
         let mut order: Vec<u32> = (0..procs.len() as u32).collect();
@@ -481,18 +496,17 @@ impl<'a> Report<'a> {
                 pos: pos as u32,
             })
             .collect();
-        let totals = totals(&processes, &meta.memory, t0);
+        let totals = totals(&processes, &memory, t0);
         let wall_ns = meta.end_ns.saturating_sub(t0);
-        let cpu = &meta.memory.timeline.cpu;
+        let cpu = &memory.timeline.cpu;
         let analysis = Analysis::of(
             &processes,
             wall_ns,
-            cpu.enabled.then_some((meta.memory.timeline, t0)),
+            cpu.enabled.then_some((memory.timeline, t0)),
             cpu.online_cpus,
         );
         // The timeline lists the processes in the report's order.
-        let timeline = meta
-            .memory
+        let timeline = memory
             .timeline
             .report(t0, keys(&processes))
             // Numbered as the report numbers them (spacetime's PID namespace).
@@ -506,7 +520,7 @@ impl<'a> Report<'a> {
             .with_cpu(analysis.cpu.clone());
         Report {
             origin: Origin::now(t0),
-            command: meta.command,
+            command: meta.command.clone(),
             exit: meta.root_exit.map(Exit),
             wall_ns,
             user_ns: processes.iter().map(|p| p.user_ns()).sum(),
@@ -521,19 +535,19 @@ impl<'a> Report<'a> {
                 figures_out_of_range: tree.stats.figures_out_of_range,
                 page_size: page,
                 ring_buffer_bytes: meta.ring_buffer_bytes,
-                mechanisms: meta.mechanisms,
+                mechanisms: meta.mechanisms.clone(),
                 attach_memory_followed: meta.attach_memory_followed,
-                agent_gone: meta.agent_gone,
+                agent_gone: meta.agent_gone.clone(),
             },
-            taskstats: taskstats_report(meta.taskstats),
-            spacetime: meta.own_cost,
+            taskstats: taskstats_report(meta.taskstats.clone()),
+            spacetime: meta.own_cost.clone(),
             timeline: TimelineJson::Live(timeline),
             memory: MemoryView::Live {
-                timeline: meta.memory.timeline,
+                timeline: memory.timeline,
                 t0_ns: t0,
             },
-            cgroup_peak: None,
-            programs: None,
+            cgroup_peak: meta.cgroup_peak.clone(),
+            programs: Some(meta.programs),
             analysis,
         }
     }

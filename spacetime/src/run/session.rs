@@ -27,10 +27,10 @@ use crate::{
         crosscheck::{Clock, Collector, PerProcess},
         memory::{Memory, MemoryOptions},
         timeline::Point,
-        tree::{ExitStatus, Key, Tree},
+        tree::{Key, Tree},
     },
     report::status::StatusLine,
-    report::{self, selfstats::OwnCost, Live, MemoryMeta, Meta, Report, TaskstatsMeta},
+    report::{self, Live, MemoryMeta, Report},
     run::launch::{self, Credentials, LaunchError},
     util::clock::monotonic_ns,
 };
@@ -336,7 +336,10 @@ impl Session {
             figures,
         };
         let run = self.finish(tree, memory, collector, ends, root, mechanisms);
-        let run = run.map(|r| Run { command, ..r });
+        let run = run.map(|mut r| {
+            r.meta.command = command;
+            r
+        });
         // Whatever happens to the figures, the next run must not inherit this one's processes.
         let left = self.kernel.untrack_all();
         let run = run?;
@@ -460,41 +463,22 @@ fn first_tree(
 
 /// One traced run, whole: what the report model is built from.
 pub struct Run {
-    /// The command as given (exact bytes).
-    pub command: report::lossless::Args,
+    /// What the report states of the run beyond its processes.
+    pub meta: report::Meta,
     pub tree: Tree,
     /// The memory timeline (`memory.timeline`), tree-wide peak included.
     pub memory: Memory,
     /// taskstats sums per process (by index in the tree).
     pub per_process: PerProcess,
-    /// The root's exit status (None: it was not seen to exit).
-    pub root_status: Option<ExitStatus>,
     /// The first SIGINT, SIGTERM or SIGHUP spacetime received during the run (forwarded to
     /// the command when a process sent it; the terminal's already reached it).
     pub stop_signal: Option<libc::c_int>,
-    /// CLOCK_MONOTONIC when the command started (let go to exec, or attached to) and when the
-    /// run ended.
+    /// CLOCK_MONOTONIC when the command started (let go to exec, or attached to); when it
+    /// ended is [`report::Meta::end_ns`].
     pub t0_ns: u64,
-    pub end_ns: u64,
     pub page_size: u64,
-    /// Loss and failure counters of this run alone.
-    pub counters: KernelCounters,
-    pub decode_errors: u64,
-    pub ring_buffer_bytes: u32,
-    pub mechanisms: Vec<String>,
-    /// For an attach: whether the attached processes' RSS was followed from the attach on.
-    pub attach_memory_followed: Option<bool>,
-    pub taskstats: TaskstatsMeta,
-    /// spacetime's own cost when the run ended (cumulative since its start).
-    pub own_cost: OwnCost,
     /// Processes whose exit was never seen and that were gone at the end.
     pub gone: FxHashSet<Key>,
-    /// The run's memory cgroup peak ([`RunOptions::cgroup_peak`]), or why there is none.
-    pub cgroup_peak: Option<report::CgroupPeakReport>,
-    /// Whose kernel programs traced the run.
-    pub programs: Provenance,
-    /// Why the agent the run went through went away before its end, when it did.
-    pub agent_gone: Option<String>,
 }
 
 impl Run {
@@ -512,27 +496,8 @@ impl Run {
 
     /// The report model over this run, its processes viewed through `live` ([`Run::live`]).
     pub fn report<'a>(&'a self, live: &'a Live<'a>) -> Report<'a> {
-        let mut report = Report::build(
-            &self.tree,
-            live,
-            Meta {
-                command: self.command.clone(),
-                root_exit: self.root_status,
-                end_ns: self.end_ns,
-                counters: self.counters,
-                decode_errors: self.decode_errors,
-                ring_buffer_bytes: self.ring_buffer_bytes,
-                mechanisms: self.mechanisms.clone(),
-                attach_memory_followed: self.attach_memory_followed,
-                taskstats: self.taskstats.clone(),
-                memory: MemoryMeta::of(&self.memory.timeline),
-                own_cost: self.own_cost.clone(),
-                agent_gone: self.agent_gone.clone(),
-            },
-        );
-        report.cgroup_peak = self.cgroup_peak.clone();
-        report.programs = Some(self.programs);
-        report
+        let memory = MemoryMeta::of(&self.memory.timeline);
+        Report::build(&self.tree, live, &self.meta, memory)
     }
 
     /// The tree-wide RSS peak of this run and when it happened (None without RSS data).
@@ -544,8 +509,8 @@ impl Run {
     /// Through an agent that went away mid-run, a command that exited 0 is no proof of a
     /// whole report: [`EXIT_AGENT_GONE`](crate::util::exit_code::EXIT_AGENT_GONE) then.
     pub fn exit_code(&self) -> i32 {
-        match self.root_status.map_or(0, |s| s.shell_code()) {
-            0 if self.agent_gone.is_some() => crate::util::exit_code::EXIT_AGENT_GONE,
+        match self.meta.root_exit.map_or(0, |s| s.shell_code()) {
+            0 if self.meta.agent_gone.is_some() => crate::util::exit_code::EXIT_AGENT_GONE,
             code => code,
         }
     }

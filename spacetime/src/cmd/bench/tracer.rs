@@ -111,7 +111,7 @@ impl SessionTracer {
     /// The run's distinct-page peak; when there is none, the reason is said once (the runs are
     /// quiet).
     fn cgroup_peak_of(&mut self, run: &crate::run::Run) -> Option<u64> {
-        let c = run.cgroup_peak.as_ref()?;
+        let c = run.meta.cgroup_peak.as_ref()?;
         if let (None, Some(why), false) =
             (c.peak_bytes, &c.unavailable_reason, self.cgroup_note_said)
         {

@@ -19,6 +19,25 @@ use crate::{
 };
 use rustc_hash::FxHashSet;
 
+/// A run's facts that these tests do not look at, ending at `end_ns`.
+fn meta(end_ns: u64) -> Meta {
+    Meta {
+        command: crate::report::lossless::Args::default(),
+        root_exit: Some(crate::model::tree::ExitStatus::Code(2)),
+        end_ns,
+        counters: KernelCounters::default(),
+        decode_errors: 0,
+        ring_buffer_bytes: 4096,
+        mechanisms: Vec::new(),
+        attach_memory_followed: None,
+        taskstats: TaskstatsMeta::Unavailable(Unavailable::Open("test".into())),
+        own_cost: OwnCost::default(),
+        agent_gone: None,
+        cgroup_peak: None,
+        programs: crate::kernel::provenance::Provenance::Own,
+    }
+}
+
 fn opts(width: Option<usize>, top: usize, verbose: bool) -> Options {
     Options {
         width,
@@ -92,20 +111,12 @@ fn hostile_names_render_safely_at_every_width() {
         let report = Report::build(
             &tree,
             &live,
-            Meta {
+            &Meta {
                 command,
                 root_exit: None,
-                end_ns: 1000,
-                counters: KernelCounters::default(),
-                decode_errors: 0,
-                ring_buffer_bytes: 4096,
-                mechanisms: Vec::new(),
-                attach_memory_followed: None,
-                taskstats: TaskstatsMeta::Unavailable(Unavailable::Open("test".into())),
-                memory: MemoryMeta::of(&timeline),
-                own_cost: OwnCost::default(),
-                agent_gone: None,
+                ..meta(1000)
             },
+            MemoryMeta::of(&timeline),
         );
         let width = 20 + (round as usize * 7) % 120;
         for top in [0, 3] {
@@ -172,22 +183,15 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
         let report = Report::build(
             &tree,
             &live,
-            Meta {
+            &Meta {
                 command: crate::report::lossless::Args(vec![exe.to_vec(), b"x".repeat(200)]),
                 root_exit: Some(crate::model::tree::ExitStatus::Code(0)),
-                end_ns: 123_456_000_000_000,
-                counters: KernelCounters::default(),
-                decode_errors: 0,
-                ring_buffer_bytes: 4096,
-                mechanisms: Vec::new(),
-                attach_memory_followed: None,
                 taskstats: TaskstatsMeta::Unavailable(Unavailable::Open(
                     "a reason long enough to need a wrap".into(),
                 )),
-                memory: MemoryMeta::of(&timeline),
-                own_cost: OwnCost::default(),
-                agent_gone: None,
+                ..meta(123_456_000_000_000)
             },
+            MemoryMeta::of(&timeline),
         );
         for width in [80, 60, 40] {
             for (top, verbose) in [(0, false), (0, true), (5, false)] {
@@ -292,20 +296,11 @@ fn a_large_build_is_grouped_with_its_failure_first_and_its_recap_last() {
     let report = Report::build(
         &tree,
         &live,
-        Meta {
+        &Meta {
             command: crate::report::lossless::Args(vec![b"make".to_vec(), b"-j2".to_vec()]),
-            root_exit: Some(crate::model::tree::ExitStatus::Code(2)),
-            end_ns: 100_000,
-            counters: KernelCounters::default(),
-            decode_errors: 0,
-            ring_buffer_bytes: 4096,
-            mechanisms: Vec::new(),
-            attach_memory_followed: None,
-            taskstats: TaskstatsMeta::Unavailable(Unavailable::Open("test".into())),
-            memory: MemoryMeta::of(&timeline),
-            own_cost: OwnCost::default(),
-            agent_gone: None,
+            ..meta(100_000)
         },
+        MemoryMeta::of(&timeline),
     );
     let text = render(&report, &opts(Some(80), 40, false));
     let failed = text
@@ -350,28 +345,23 @@ fn a_single_short_process_gets_no_chart_and_a_longer_one_does() {
     let gone = FxHashSet::default();
     let tree = build_tree(0, 0);
     let live = Live::new(&tree, &sums, &gone, 0, 4096);
-    let meta = |end_ns: u64| Meta {
+    let make = |end_ns: u64| Meta {
         command: crate::report::lossless::Args(vec![b"make".to_vec()]),
-        root_exit: Some(crate::model::tree::ExitStatus::Code(2)),
-        end_ns,
-        counters: KernelCounters::default(),
-        decode_errors: 0,
-        ring_buffer_bytes: 4096,
-        mechanisms: Vec::new(),
-        attach_memory_followed: None,
-        taskstats: TaskstatsMeta::Unavailable(Unavailable::Open("test".into())),
-        memory: MemoryMeta::of(&timeline),
-        own_cost: OwnCost::default(),
-        agent_gone: None,
+        ..meta(end_ns)
     };
-    let short = Report::build(&tree, &live, meta(100_000));
+    let short = Report::build(&tree, &live, &make(100_000), MemoryMeta::of(&timeline));
     let text = render(&short, &opts(Some(80), 40, false));
     assert!(!text.contains("memory (tree RSS)"), "{text}");
     assert!(
         text.lines().last().is_some_and(|l| l.starts_with("exit 2")),
         "{text}"
     );
-    let long = Report::build(&tree, &live, meta(2_000_000_000));
+    let long = Report::build(
+        &tree,
+        &live,
+        &make(2_000_000_000),
+        MemoryMeta::of(&timeline),
+    );
     let text = render(&long, &opts(Some(80), 40, false));
     assert!(text.contains("memory (tree RSS)"), "{text}");
     // One process: its CPU over time would be a flat line.

@@ -123,22 +123,10 @@ impl Session {
         }
         // Measured last, with the programs still attached: the figures cover the whole run.
         let own_cost = self.kernel.own_cost();
-        Ok(Run {
+        let meta = report::Meta {
             command: report::lossless::Args::default(),
-            cgroup_peak,
-            programs: self.kernel.provenance(),
-            tree,
-            memory,
-            per_process,
-            root_status: outcome.root_status,
-            stop_signal: outcome.stop_signal,
-            // An attached run's times start at the attach; a started one's when it was let
-            // go to exec: its wall is the command's own, not the hold before it (the
-            // tracking; through an agent a round trip: 16 ms, where hyperfine measures
-            // /bin/true at 0.69 ms).
-            t0_ns: root.release_ns,
+            root_exit: outcome.root_status,
             end_ns,
-            page_size,
             counters,
             decode_errors: outcome.decode_errors,
             ring_buffer_bytes: self.kernel.ring_buffer_bytes(),
@@ -146,8 +134,23 @@ impl Session {
             attach_memory_followed: root.attached.as_ref().map(|a| a.memory_followed),
             taskstats,
             own_cost,
-            gone,
             agent_gone,
+            cgroup_peak,
+            programs: self.kernel.provenance(),
+        };
+        Ok(Run {
+            meta,
+            tree,
+            memory,
+            per_process,
+            stop_signal: outcome.stop_signal,
+            // An attached run's times start at the attach; a started one's when it was let
+            // go to exec: its wall is the command's own, not the hold before it (the
+            // tracking; through an agent a round trip: 16 ms, where hyperfine measures
+            // /bin/true at 0.69 ms).
+            t0_ns: root.release_ns,
+            page_size,
+            gone,
         })
     }
 
