@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::{
-    kernel::loader::{KernelProgramStats, Probes, ProgramStats},
+    kernel::loader::{KernelProgramStats, ProgramStats},
     util::units::{bytes, duration_ns},
 };
 
@@ -33,17 +33,13 @@ pub struct OwnCost {
 }
 
 impl OwnCost {
-    /// getrusage now, and the programs' statistics (read while they are still attached).
-    pub fn measure(probes: &Probes) -> OwnCost {
+    /// getrusage now, with the kernel side's start-up (`load_ms`) and its programs'
+    /// statistics (read while they are still attached; none for an agent's).
+    pub fn measure(load_ms: f64, programs: KernelProgramStats) -> OwnCost {
         OwnCost {
-            load_us: (probes.load_ms * 1e3) as u64,
-            ..OwnCost::from_parts(rusage_self(), vm_hwm_bytes(), probes.program_stats())
+            load_us: (load_ms * 1e3) as u64,
+            ..OwnCost::from_parts(rusage_self(), vm_hwm_bytes(), programs)
         }
-    }
-
-    /// getrusage now, without kernel program statistics (the programs are an agent's).
-    pub fn measure_process() -> OwnCost {
-        OwnCost::from_parts(rusage_self(), vm_hwm_bytes(), KernelProgramStats::default())
     }
 
     /// `vm_hwm`: VmHWM in bytes; without it, ru_maxrss (an upper bound) stands in.

@@ -18,4 +18,5 @@ pub(crate) mod run_loop;
 pub mod session;
 pub(crate) mod source;
 
-pub use session::{Programs, Run, RunError, RunOptions, Session, SessionOptions, Spawn, Start};
+pub use session::{Run, RunError, RunOptions, Session, SessionOptions, Spawn, Start};
+pub use source::Programs;

@@ -15,7 +15,7 @@ use std::{
 use super::{
     delayacct::DelayAcct,
     run_loop::{self, LoopOptions, Sink},
-    source::{agent::AgentSource, own::OwnSource, KernelSource},
+    source::{self, agent::AgentSource, own::OwnSource, KernelSource, Programs},
 };
 use crate::{
     kernel::{
@@ -35,28 +35,6 @@ use crate::{
     util::clock::monotonic_ns,
 };
 use rustc_hash::FxHashSet;
-
-/// Whose kernel programs a session may trace with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Programs {
-    /// The agent's when its socket answers, else programs loaded here (root).
-    AgentElseOwn,
-    /// The agent's only: a run it cannot serve fails rather than load programs here.
-    Agent,
-    /// Programs loaded here, even when an agent answers.
-    Own,
-}
-
-impl Programs {
-    /// From the `--agent` and `--no-agent` flags (which exclude each other).
-    pub fn from_flags(agent: bool, no_agent: bool) -> Programs {
-        match (agent, no_agent) {
-            (true, _) => Programs::Agent,
-            (false, true) => Programs::Own,
-            (false, false) => Programs::AgentElseOwn,
-        }
-    }
-}
 
 mod end;
 
@@ -168,31 +146,13 @@ impl Session {
     /// SIGCHLD, SIGINT, SIGTERM and SIGHUP for the calling thread: call before other threads
     /// exist so that they inherit the mask.
     pub fn open(opts: &SessionOptions) -> anyhow::Result<Session> {
-        let kernel = OwnSource::open(&opts.load, Some(opts.taskstats_buffer as usize))?;
-        Session::with(Box::new(kernel), opts)
-    }
-
-    /// A session whose programs are a `spacetime agent`'s, reached through `conn`: for any
-    /// user, the same runs and reports. Blocks signals as [`Session::open`] does.
-    pub fn through_agent(
-        conn: crate::kernel::remote::client::AgentConn,
-        opts: &SessionOptions,
-    ) -> anyhow::Result<Session> {
-        let source = match opts.load.track_rss {
-            true => AgentSource::new(conn),
-            false => AgentSource::new(conn).without_memory(),
-        };
-        Session::with(Box::new(source), opts)
+        Session::open_any(opts, Programs::Own)
     }
 
     /// Through the agent when its socket answers (unless [`Programs::Own`]), otherwise with
-    /// programs loaded here (root only, and not for [`Programs::Agent`]): a user without root
-    /// and without an agent is told, in one sentence, to start one or use sudo.
+    /// programs loaded here (root only, and not for [`Programs::Agent`]): see
+    /// [`source::open`]. Blocks signals as [`Session::open`] does.
     pub fn open_any(opts: &SessionOptions, programs: Programs) -> anyhow::Result<Session> {
-        if programs == Programs::Own {
-            return Session::open(opts);
-        }
-        let path = crate::kernel::remote::socket_path();
         let want = {
             use crate::kernel::remote::proto::want;
             let delayacct = if opts.delayacct { want::DELAYACCT } else { 0 };
@@ -207,31 +167,29 @@ impl Session {
             };
             want::TRACE | delayacct | memory | cpu
         };
-        let max = opts.load.max_tracked;
-        let why = match crate::kernel::remote::client::AgentConn::connect_for(&path, want, max) {
-            Ok(conn) => {
-                agents_own_settings(&opts.load);
-                // The agent switched it at the hello, before its welcome, if it could.
-                if opts.delayacct && !crate::run::delayacct::delayacct_on() {
-                    crate::errln!("spacetime: the agent could not switch delay accounting on (that needs CAP_SYS_ADMIN, which its unit leaves out; `sysctl kernel.task_delayacct=1` turns it on for everyone): delays read 0");
-                }
-                return Session::through_agent(conn, opts);
+        let through_agent = |conn| -> anyhow::Result<Box<dyn KernelSource>> {
+            agents_own_settings(&opts.load);
+            // The agent switched it at the hello, before its welcome, if it could.
+            if opts.delayacct && !crate::run::delayacct::delayacct_on() {
+                crate::errln!("spacetime: the agent could not switch delay accounting on (that needs CAP_SYS_ADMIN, which its unit leaves out; `sysctl kernel.task_delayacct=1` turns it on for everyone): delays read 0");
             }
-            Err(e) if programs == Programs::Agent => {
-                return Err(anyhow::Error::new(e)
-                    .context("--agent: the spacetime agent cannot serve this run"));
-            }
-            Err(e) => e,
+            Ok(match opts.load.track_rss {
+                true => Box::new(AgentSource::new(conn)),
+                false => Box::new(AgentSource::without_memory(conn)),
+            })
         };
-        // Root (or the capabilities) gets the same report from its own programs: quietly
-        // (-vv says why).
-        log::debug!("{why}; loading the programs here");
-        Session::open(opts).map_err(|e| crate::kernel::remote::client::instead(e, why, &path))
+        let own = || -> anyhow::Result<Box<dyn KernelSource>> {
+            let taskstats = Some(opts.taskstats_buffer as usize);
+            Ok(Box::new(OwnSource::open(&opts.load, taskstats)?))
+        };
+        let max = opts.load.max_tracked;
+        let kernel = source::open(programs, want, max, through_agent, own)?;
+        Session::with(kernel, opts)
     }
 
     fn with(kernel: Box<dyn KernelSource>, opts: &SessionOptions) -> anyhow::Result<Session> {
         // Through the agent, the agent switches it (a root-only sysctl) for the session.
-        let here = opts.delayacct && kernel.provenance() == Provenance::Own;
+        let here = opts.delayacct && kernel.capabilities().provenance == Provenance::Own;
         let delayacct = DelayAcct::configure(here, opts.delayacct_notice && !opts.delayacct);
         let mut handled = vec![libc::SIGCHLD];
         handled.extend(FORWARDED);
@@ -261,13 +219,13 @@ impl Session {
 
     /// Whose kernel programs.
     pub fn programs(&self) -> Provenance {
-        self.kernel.provenance()
+        self.kernel.capabilities().provenance
     }
 
     /// Says on stderr whose programs, how long loading took and which kernel mechanisms are
     /// in use (`-v`).
     pub fn tell_loaded(&self) {
-        self.kernel.tell();
+        self.kernel.capabilities().tell();
     }
 
     /// Runs one command to its end (every process it started gone, or its root, with
@@ -290,15 +248,15 @@ impl Session {
         let mut cgroup = (opts.cgroup_peak && matches!(start, Start::Spawn(_)))
             .then(|| crate::run::cgroup_peak::start(opts.quiet));
         let root = self.start(start, &mut cgroup, opts.quiet)?;
-        let mut mechanisms = self.kernel.mechanisms();
+        let mut mechanisms = self.kernel.capabilities().mechanisms.clone();
         let (mut tree, command) = first_tree(&root, command, &mut mechanisms);
         let mut memory = Memory::new(MemoryOptions {
-            kernel_rss: self.kernel.rss_tracking(),
+            kernel_rss: self.kernel.capabilities().rss_tracking,
             over_time: opts.memory_over_time,
             pss_interval_ns: opts.pss_interval_ns,
             page_size: self.page_size,
         });
-        memory.timeline.cpu.enabled = self.kernel.cpu_ticks();
+        memory.timeline.cpu.enabled = self.kernel.capabilities().cpu_ticks;
         memory.timeline.cpu.online_cpus = crate::kernel::loader::online_cpus();
         let mut status = StatusLine::stderr(opts.quiet);
         if root.learned.level > 0 && crate::kernel::pidns::proc_has_own_pids() {
@@ -310,7 +268,7 @@ impl Session {
         let loop_opts = LoopOptions {
             root_pid: root.pid,
             stop_on_root_exit: opts.stop_on_root_exit,
-            await_release: self.kernel.cpu_at_release(),
+            await_release: self.kernel.capabilities().cpu_at_release,
             earlier_left: self.earlier_left,
             attached: root.attached.is_some(),
         };
@@ -402,7 +360,7 @@ impl Session {
         cgroup: &mut Option<crate::run::cgroup_peak::Run>,
         quiet: bool,
     ) -> Result<Root, RunError> {
-        let own_pid = self.kernel.own_pid_program();
+        let own_pid = self.kernel.capabilities().own_pid_program;
         let held = launch::spawn_held_with(s.path, s.argv, s.creds, own_pid, self.stdio)?;
         // Signals and waitpid take the pid as spacetime's namespace numbers it; the kernel
         // programs and the tree key processes by the kernel's.

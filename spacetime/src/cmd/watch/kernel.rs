@@ -4,33 +4,25 @@
 
 use super::{filter::Filter, WatchArgs, TASKSTATS_RCVBUF};
 use crate::{
-    kernel::remote::{client::AgentConn, proto::want},
-    run::source::{agent::AgentSource, own::OwnSource, KernelSource},
+    kernel::remote::proto::want,
+    run::source::{self, agent::AgentSource, own::OwnSource, KernelSource, Programs},
 };
 
 /// Through the agent when its socket answers (not for `--pid-tree`, which tracks a tree in
 /// the kernel, nor with `--no-agent`); otherwise programs loaded here (root only), with a
 /// taskstats listener of their own unless `--no-taskstats`.
 pub(super) fn open(args: &WatchArgs, filter: &Filter) -> anyhow::Result<Box<dyn KernelSource>> {
-    let mut why = None;
-    if !args.no_agent && filter.pid_tree().is_none() {
-        let path = crate::kernel::remote::socket_path();
-        match AgentConn::connect_for(&path, want::WATCH, 0) {
-            Ok(conn) => return Ok(Box::new(AgentSource::new(conn))),
-            Err(e) => {
-                log::debug!("{e}; loading the programs here");
-                why = Some((e, path));
-            }
-        }
-    }
-    let probes = match (super::load_probes(args, filter), why) {
-        (Ok(p), _) => p,
-        (Err(e), Some((agent, path))) => {
-            return Err(crate::kernel::remote::client::instead(e, agent, &path))
-        }
-        (Err(e), None) => return Err(e),
+    let programs = match args.no_agent || filter.pid_tree().is_some() {
+        true => Programs::Own,
+        false => Programs::AgentElseOwn,
     };
-    // Opened after the programs are attached: every taskstats record has its BPF exit.
-    let taskstats = (!args.no_taskstats).then_some(TASKSTATS_RCVBUF);
-    Ok(Box::new(OwnSource::with(probes, taskstats)?))
+    let agent =
+        |conn| -> anyhow::Result<Box<dyn KernelSource>> { Ok(Box::new(AgentSource::new(conn))) };
+    let own = || -> anyhow::Result<Box<dyn KernelSource>> {
+        let probes = super::load_probes(args, filter)?;
+        // Opened after the programs are attached: every taskstats record has its BPF exit.
+        let taskstats = (!args.no_taskstats).then_some(TASKSTATS_RCVBUF);
+        Ok(Box::new(OwnSource::with(probes, taskstats)?))
+    };
+    source::open(programs, want::WATCH, 0, agent, own)
 }

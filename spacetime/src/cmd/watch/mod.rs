@@ -142,7 +142,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     // Every program is attached from here on (each was attached in turn while loading).
     let attached_ns = crate::util::clock::monotonic_ns();
     // Through the agent, its listener's records come with the rest.
-    let taskstats_unavailable = match kernel.taskstats() {
+    let taskstats_unavailable = match kernel.capabilities().taskstats.clone() {
         TaskstatsFeed::Agent if args.no_taskstats => Some(Unavailable::Disabled),
         TaskstatsFeed::Listener | TaskstatsFeed::Agent => None,
         TaskstatsFeed::Unavailable(why) => {
@@ -156,7 +156,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
     // Exits before the listener was registered have no taskstats record to match.
     let taskstats_since_ns = crate::util::clock::monotonic_ns();
     if verbose > 0 {
-        kernel.tell();
+        kernel.capabilities().tell();
     }
     let (table, seeded) = seeded_table(&args, &filter, &mut *kernel, attached_ns)?;
     out.ancestry = args.ancestry;
@@ -196,7 +196,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
         cgroups,
         taskstats_on,
         taskstats_since_ns,
-        kernel.cpu_at_release(),
+        kernel.capabilities().cpu_at_release,
     );
     let started = Instant::now();
     let io = Io {
@@ -223,7 +223,7 @@ fn run(args: WatchArgs, verbose: u8) -> anyhow::Result<Stop> {
 /// shows this user nothing else.
 fn watched(filter: &Filter, kernel: &dyn KernelSource, threads: bool) -> String {
     const WHY: &str = "through the agent, a user who is not root sees only their own processes";
-    match kernel.sees_only_uid() {
+    match kernel.capabilities().sees_only_uid {
         None => filter.describe(threads),
         Some(u) if filter.is_empty() => {
             let threads = if threads { ", threads included" } else { "" };
@@ -251,7 +251,7 @@ fn seeded_table(
     // Inside a PID namespace with its own /proc, its pids are not the kernel's: seeding from
     // it would name strangers.
     // Through the agent, the client shares its PID namespace (the agent refuses others).
-    let kernel_pids = kernel.proc_has_kernel_pids();
+    let kernel_pids = kernel.capabilities().proc_has_kernel_pids;
     let seeded = if kernel_pids {
         // Another user's argv is not read here either when the kernel filters by uid.
         let want_argv = |pid| {
@@ -354,7 +354,7 @@ fn finish(
         crate::errln!("spacetime: stopped: {stop:?}");
     }
     // Measured with the programs still attached: the figures cover the whole watch.
-    let own_cost = kernel.own_cost();
+    let own_cost = crate::run::source::own_cost(kernel);
     let fin = summary::Final {
         elapsed,
         metrics: &w.metrics,

@@ -149,11 +149,6 @@ fn shown(b: &[u8]) -> String {
 }
 
 impl AgentConn {
-    /// Connects and opens a session for tracing.
-    pub fn connect(path: &Path) -> Result<AgentConn, ConnectError> {
-        AgentConn::connect_for(path, proto::want::TRACE, 0)
-    }
-
     /// Connects and opens a session for `want` ([`proto::want`]), whose runs have at most
     /// `max_processes` processes tracked at once (0: the agent's limit alone).
     pub fn connect_for(

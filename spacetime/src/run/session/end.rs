@@ -51,7 +51,7 @@ impl Session {
         // the end keep moving: read the mms, then the tree's sum, then the cgroup's peak, and
         // end the run after the last read. Each later figure then covers the earlier ones (the
         // tree's peak every process's, the cgroup's too), and nothing is dated after the end.
-        let live = self.kernel.rss_tracking() && sink.tree.live() > 0;
+        let live = self.kernel.capabilities().rss_tracking && sink.tree.live() > 0;
         let figures = self.kernel.end_run(&baseline.counters, live);
         // A process that exited between the loop's last drain and the read of the mms is in
         // neither: its last records are in the ring, before the read's mark.
@@ -78,7 +78,7 @@ impl Session {
             baseline,
             figures: end,
         } = ends;
-        let rss_tracking = self.kernel.rss_tracking();
+        let rss_tracking = self.kernel.capabilities().rss_tracking;
         let agent_gone = self.kernel.gone();
         if let Some(why) = &agent_gone {
             mechanisms.push(format!(
@@ -122,21 +122,21 @@ impl Session {
             gone.clear();
         }
         // Measured last, with the programs still attached: the figures cover the whole run.
-        let own_cost = self.kernel.own_cost();
+        let own_cost = crate::run::source::own_cost(&*self.kernel);
         let meta = report::Meta {
             command: report::lossless::Args::default(),
             root_exit: outcome.root_status,
             end_ns,
             counters,
             decode_errors: outcome.decode_errors,
-            ring_buffer_bytes: self.kernel.ring_buffer_bytes(),
+            ring_buffer_bytes: self.kernel.capabilities().ring_buffer_bytes,
             mechanisms,
             attach_memory_followed: root.attached.as_ref().map(|a| a.memory_followed),
             taskstats,
             own_cost,
             agent_gone,
             cgroup_peak,
-            programs: self.kernel.provenance(),
+            programs: self.kernel.capabilities().provenance,
         };
         Ok(Run {
             meta,
@@ -166,8 +166,11 @@ impl Session {
             .iter()
             .filter(|p| p.end_ns.is_some())
             .count();
-        if let TaskstatsFeed::Unavailable(why) = self.kernel.taskstats() {
-            return (TaskstatsMeta::Unavailable(why), PerProcess::default());
+        if let TaskstatsFeed::Unavailable(why) = &self.kernel.capabilities().taskstats {
+            return (
+                TaskstatsMeta::Unavailable(why.clone()),
+                PerProcess::default(),
+            );
         }
         let st = self.kernel.taskstats_stats();
         // Registered, yet not one record for any exit on the system: they go elsewhere.

@@ -3,11 +3,11 @@
 
 use std::{cell::Cell, os::fd::AsFd, rc::Rc};
 
-use super::{EndFigures, KernelSource, Provenance, TaskstatsFeed};
+use super::{Capabilities, EndFigures, KernelSource, Provenance, TaskstatsFeed};
 use crate::{
     kernel::{
         counters::{CounterSource, KernelCounters},
-        loader::{LearnedPid, LoadError},
+        loader::{KernelProgramStats, LearnedPid, LoadError},
         pidns,
         remote::{
             client::{AgentConn, Gone},
@@ -15,7 +15,6 @@ use crate::{
         },
         taskstats::{ListenerStats, Unavailable},
     },
-    report::selfstats::OwnCost,
     run::{
         attach::{self, Attached},
         event_loop::Io,
@@ -26,8 +25,7 @@ use crate::{
 
 pub struct AgentSource {
     conn: AgentConn,
-    /// The session asked for memory over time (see [`proto::want::NO_MEMORY`]).
-    memory: bool,
+    capabilities: Capabilities,
     /// What the connection learns while the loop runs, shared with it.
     news: AgentNews,
 }
@@ -52,91 +50,43 @@ impl CounterSource for AgentNews {
 }
 
 impl AgentSource {
+    /// A session that asked for memory over time.
     pub fn new(conn: AgentConn) -> Self {
+        AgentSource::asking(conn, true)
+    }
+
+    /// A session that asked the agent for no memory over time ([`proto::want::NO_MEMORY`]):
+    /// the kernel follows none of its mms.
+    pub fn without_memory(conn: AgentConn) -> Self {
+        AgentSource::asking(conn, false)
+    }
+
+    fn asking(conn: AgentConn, memory: bool) -> Self {
         AgentSource {
             news: AgentNews {
                 counters: conn.counters.clone(),
                 gone: conn.gone_news.clone(),
             },
+            capabilities: capabilities(&conn, memory),
             conn,
-            memory: true,
         }
-    }
-
-    /// A session that asked the agent for no memory over time ([`proto::want::NO_MEMORY`]):
-    /// the kernel follows none of its mms.
-    pub fn without_memory(mut self) -> Self {
-        self.memory = false;
-        self
     }
 }
 
-impl KernelSource for AgentSource {
-    fn provenance(&self) -> Provenance {
-        Provenance::Agent
-    }
-
-    fn rss_tracking(&self) -> bool {
-        self.memory && self.conn.welcome.rss_tracking
-    }
-
-    fn cpu_ticks(&self) -> bool {
+/// What the agent's welcome says its programs do for this session, which asked for memory
+/// over time (`memory`) or not.
+fn capabilities(conn: &AgentConn, memory: bool) -> Capabilities {
+    let w = &conn.welcome;
+    Capabilities {
+        provenance: Provenance::Agent,
+        rss_tracking: memory && w.rss_tracking,
         // Attached by the agent before its welcome, and kept while the session is open.
-        matches!(
-            self.conn.welcome.cpu_clock,
-            proto::CpuClockState::Ticking { cpus } if cpus > 0
-        )
-    }
-
-    fn cpu_at_release(&self) -> bool {
-        self.conn.welcome.cpu_at_release
-    }
-
-    fn ring_buffer_bytes(&self) -> u32 {
-        self.conn.welcome.ring_buffer_bytes
-    }
-
-    fn load_ms(&self) -> f64 {
-        self.conn.ready_ms
-    }
-
-    fn mechanisms(&self) -> Vec<String> {
-        let w = &self.conn.welcome;
-        let mut m = vec![format!(
-            "programs of spacetime agent (session {}), loaded once by it",
-            w.session
-        )];
-        m.extend(
-            w.mechanisms
-                .iter()
-                .map(|l| String::from_utf8_lossy(l).into_owned()),
-        );
-        match &w.cpu_clock {
-            proto::CpuClockState::NotAsked => {}
-            proto::CpuClockState::Ticking { cpus } => m.push(format!(
-                "CPU over time: threads' run time sampled by the agent's CPU clock at {} Hz on \
-                 {cpus} CPUs (attached while a session shows CPU over time)",
-                spacetime_common::CPU_TICK_HZ
-            )),
-            proto::CpuClockState::Failed(why) => m.push(format!(
-                "CPU over time: each process's CPU spread over its life (the agent's CPU clock \
-                 program cannot run: {})",
-                String::from_utf8_lossy(why)
-            )),
-        }
-        if !self.memory {
-            m.push(
-                "this session asked for no memory over time: the kernel follows none of its \
-                 mms, and each image's peak is the kernel's own at its end"
-                    .into(),
-            );
-        }
-        m
-    }
-
-    fn taskstats(&self) -> TaskstatsFeed {
-        let w = &self.conn.welcome;
-        match w.taskstats {
+        cpu_ticks: matches!(w.cpu_clock, proto::CpuClockState::Ticking { cpus } if cpus > 0),
+        cpu_at_release: w.cpu_at_release,
+        ring_buffer_bytes: w.ring_buffer_bytes,
+        load_ms: conn.ready_ms,
+        mechanisms: mechanisms(w, memory),
+        taskstats: match w.taskstats {
             proto::TaskstatsState::Available => TaskstatsFeed::Agent,
             proto::TaskstatsState::OtherNetNamespace => {
                 TaskstatsFeed::Unavailable(Unavailable::OtherNetNamespace)
@@ -144,7 +94,54 @@ impl KernelSource for AgentSource {
             proto::TaskstatsState::Failed => TaskstatsFeed::Unavailable(Unavailable::Agent(
                 String::from_utf8_lossy(&w.taskstats_error).into_owned(),
             )),
-        }
+        },
+        own_pid_program: None,
+        // The client shares its PID namespace with the agent (the agent refuses others).
+        proc_has_kernel_pids: pidns::in_initial_namespace(),
+        sees_only_uid: match w.sees_uid {
+            proto::SEES_ALL => None,
+            uid => Some(uid),
+        },
+    }
+}
+
+/// The mechanisms `-v` lists: the agent's, and what this session asked of them.
+fn mechanisms(w: &proto::Welcome, memory: bool) -> Vec<String> {
+    let mut m = vec![format!(
+        "programs of spacetime agent (session {}), loaded once by it",
+        w.session
+    )];
+    m.extend(
+        w.mechanisms
+            .iter()
+            .map(|l| String::from_utf8_lossy(l).into_owned()),
+    );
+    match &w.cpu_clock {
+        proto::CpuClockState::NotAsked => {}
+        proto::CpuClockState::Ticking { cpus } => m.push(format!(
+            "CPU over time: threads' run time sampled by the agent's CPU clock at {} Hz on \
+             {cpus} CPUs (attached while a session shows CPU over time)",
+            spacetime_common::CPU_TICK_HZ
+        )),
+        proto::CpuClockState::Failed(why) => m.push(format!(
+            "CPU over time: each process's CPU spread over its life (the agent's CPU clock \
+             program cannot run: {})",
+            String::from_utf8_lossy(why)
+        )),
+    }
+    if !memory {
+        m.push(
+            "this session asked for no memory over time: the kernel follows none of its \
+             mms, and each image's peak is the kernel's own at its end"
+                .into(),
+        );
+    }
+    m
+}
+
+impl KernelSource for AgentSource {
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
     }
 
     fn taskstats_stats(&self) -> ListenerStats {
@@ -155,27 +152,9 @@ impl KernelSource for AgentSource {
         Some(self.news.counters.get())
     }
 
-    fn sees_only_uid(&self) -> Option<u32> {
-        match self.conn.welcome.sees_uid {
-            proto::SEES_ALL => None,
-            uid => Some(uid),
-        }
-    }
-
-    fn own_cost(&self) -> OwnCost {
-        OwnCost {
-            load_us: (self.conn.ready_ms * 1e3) as u64,
-            ..OwnCost::measure_process()
-        }
-    }
-
-    fn own_pid_program(&self) -> Option<std::os::fd::RawFd> {
-        None
-    }
-
-    fn proc_has_kernel_pids(&self) -> bool {
-        // The client shares its PID namespace with the agent (the agent refuses others).
-        pidns::in_initial_namespace()
+    fn program_stats(&self) -> KernelProgramStats {
+        // The agent's programs are not this process's cost.
+        KernelProgramStats::default()
     }
 
     fn begin(&mut self) -> Result<(), RunError> {

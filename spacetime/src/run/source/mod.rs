@@ -13,8 +13,9 @@ use super::{attach::Attached, event_loop::Io, launch::Held, RunError};
 use crate::{
     kernel::{
         counters::KernelCounters,
-        loader::{LearnedPid, LoadError},
+        loader::{KernelProgramStats, LearnedPid, LoadError},
         provenance::Provenance,
+        remote::client::AgentConn,
         taskstats::{ListenerStats, Unavailable},
     },
     report::selfstats::OwnCost,
@@ -44,33 +45,65 @@ pub struct EndFigures {
     pub records_end: Option<u64>,
 }
 
-/// A kernel side: what a session or a watch asks of the programs, wherever they run.
-pub trait KernelSource {
-    fn provenance(&self) -> Provenance;
+/// What a kernel side can do and how it was set up, fixed when it is opened: asked once,
+/// passed around as a value.
+#[derive(Clone, Debug)]
+pub struct Capabilities {
+    /// Whose programs these are.
+    pub provenance: Provenance,
     /// The kernel follows RSS changes (rss_stat), so memory over time is the kernel's.
-    fn rss_tracking(&self) -> bool;
+    pub rss_tracking: bool,
     /// The kernel samples the traced threads' run time on a CPU clock tick (CPU over time).
-    fn cpu_ticks(&self) -> bool;
+    pub cpu_ticks: bool,
     /// The final CPU of a process comes with its release record.
-    fn cpu_at_release(&self) -> bool;
-    fn ring_buffer_bytes(&self) -> u32;
+    pub cpu_at_release: bool,
+    pub ring_buffer_bytes: u32,
     /// Start-up of the kernel side, ms: loading the programs here, or reaching the agent
     /// and opening a session (it loaded its programs once, when it started).
-    fn load_ms(&self) -> f64;
+    pub load_ms: f64,
     /// The kernel mechanisms in use, as `-v` lists them.
-    fn mechanisms(&self) -> Vec<String>;
+    pub mechanisms: Vec<String>,
     /// Where taskstats records come from, or why none do.
-    fn taskstats(&self) -> TaskstatsFeed;
+    pub taskstats: TaskstatsFeed,
+    /// The program a held child runs to tell its kernel pid (programs loaded here only).
+    pub own_pid_program: Option<RawFd>,
+    /// /proc numbers processes as the kernel programs do.
+    pub proc_has_kernel_pids: bool,
+    /// The uid whose processes alone this source shows (an agent's watch for a user who is
+    /// not root); None: every process asked for.
+    pub sees_only_uid: Option<u32>,
+}
+
+impl Capabilities {
+    /// `-v`: whose programs, how long they took, the ring, the mechanisms.
+    pub fn tell(&self) {
+        let how = match self.provenance {
+            Provenance::Agent => "ready in",
+            Provenance::Own => "loaded in",
+        };
+        crate::errln!(
+            "spacetime: programs: {}, {how} {:.1} ms; ring buffer {} KiB",
+            self.provenance.as_str(),
+            self.load_ms,
+            self.ring_buffer_bytes >> 10
+        );
+        for m in &self.mechanisms {
+            crate::errln!("spacetime:   {m}");
+        }
+    }
+}
+
+/// A kernel side: the operations a session or a watch asks of the programs, wherever they
+/// run; what it can do is its [`Capabilities`].
+pub trait KernelSource {
+    fn capabilities(&self) -> &Capabilities;
     fn taskstats_stats(&self) -> ListenerStats;
     /// The latest cumulative counters (an agent's trace session sends the run's own at its
     /// end: until then, zeros).
     fn counters(&self) -> Option<KernelCounters>;
-    /// spacetime's own cost so far, with what the kernel side adds.
-    fn own_cost(&self) -> OwnCost;
-    /// The program a held child runs to tell its kernel pid (programs loaded here only).
-    fn own_pid_program(&self) -> Option<RawFd>;
-    /// Whether /proc numbers processes as the kernel programs do.
-    fn proc_has_kernel_pids(&self) -> bool;
+    /// The time spent in each of the programs (none for an agent's: they are not this
+    /// process's cost).
+    fn program_stats(&self) -> KernelProgramStats;
     /// Clears what an earlier run left in the kernel and in the queues.
     fn begin(&mut self) -> Result<(), RunError>;
     /// Has the kernel track a held child (the run's root); returns its kernel pid.
@@ -88,26 +121,61 @@ pub trait KernelSource {
     fn untrack_all(&mut self) -> Result<usize, LoadError>;
     /// Why the kernel side went away during the run, if it did (an agent that stopped).
     fn gone(&self) -> Option<String>;
-    /// The uid whose processes alone this source shows (an agent's watch for a user who is
-    /// not root); None: every process asked for.
-    fn sees_only_uid(&self) -> Option<u32> {
-        None
-    }
+}
 
-    /// `-v`: whose programs, how long they took, the ring, the mechanisms.
-    fn tell(&self) {
-        let how = match self.provenance() {
-            Provenance::Agent => "ready in",
-            Provenance::Own => "loaded in",
-        };
-        crate::errln!(
-            "spacetime: programs: {}, {how} {:.1} ms; ring buffer {} KiB",
-            self.provenance().as_str(),
-            self.load_ms(),
-            self.ring_buffer_bytes() >> 10
-        );
-        for m in self.mechanisms() {
-            crate::errln!("spacetime:   {m}");
+/// spacetime's own cost so far: this process's, with what its kernel side adds.
+pub fn own_cost(kernel: &dyn KernelSource) -> OwnCost {
+    OwnCost::measure(kernel.capabilities().load_ms, kernel.program_stats())
+}
+
+/// Whose kernel programs a session or a watch may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Programs {
+    /// The agent's when its socket answers, else programs loaded here (root).
+    AgentElseOwn,
+    /// The agent's only: a run it cannot serve fails rather than load programs here.
+    Agent,
+    /// Programs loaded here, even when an agent answers.
+    Own,
+}
+
+impl Programs {
+    /// From the `--agent` and `--no-agent` flags (which exclude each other).
+    pub fn from_flags(agent: bool, no_agent: bool) -> Programs {
+        match (agent, no_agent) {
+            (true, _) => Programs::Agent,
+            (false, true) => Programs::Own,
+            (false, false) => Programs::AgentElseOwn,
         }
     }
+}
+
+/// Opens a kernel side as `programs` allows: a session of the agent at its socket, asking
+/// for `want` ([`crate::kernel::remote::proto::want`]) and at most `max` tracked processes
+/// (0: the agent's limit), made a source by `agent`; else (or for [`Programs::Own`]) the
+/// programs loaded here by `own`. Root gets the same figures from its own programs, quietly
+/// (`-vv` says why); a user who can do neither is told, in one sentence, what the agent said
+/// or to start one or use sudo.
+pub fn open(
+    programs: Programs,
+    want: u8,
+    max: u32,
+    agent: impl FnOnce(AgentConn) -> anyhow::Result<Box<dyn KernelSource>>,
+    own: impl FnOnce() -> anyhow::Result<Box<dyn KernelSource>>,
+) -> anyhow::Result<Box<dyn KernelSource>> {
+    if programs == Programs::Own {
+        return own();
+    }
+    let path = crate::kernel::remote::socket_path();
+    let why = match AgentConn::connect_for(&path, want, max) {
+        Ok(conn) => return agent(conn),
+        Err(e) if programs == Programs::Agent => {
+            return Err(
+                anyhow::Error::new(e).context("--agent: the spacetime agent cannot serve this run")
+            );
+        }
+        Err(e) => e,
+    };
+    log::debug!("{why}; loading the programs here");
+    own().map_err(|e| crate::kernel::remote::client::instead(e, why, &path))
 }

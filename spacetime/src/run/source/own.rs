@@ -4,15 +4,14 @@ use std::os::fd::RawFd;
 
 use crate::kernel::ring::Ring;
 
-use super::{EndFigures, KernelSource, Provenance, TaskstatsFeed};
+use super::{Capabilities, EndFigures, KernelSource, Provenance, TaskstatsFeed};
 use crate::{
     kernel::{
         counters::KernelCounters,
-        loader::{KernelLogger, LearnedPid, LoadError, LoadOptions, Probes},
+        loader::{KernelLogger, KernelProgramStats, LearnedPid, LoadError, LoadOptions, Probes},
         pidns,
         taskstats::{self, ListenerStats, TaskstatsListener, Unavailable},
     },
-    report::selfstats::OwnCost,
     run::{
         attach::{self, Attached},
         event_loop::{self, Io},
@@ -27,6 +26,7 @@ pub struct OwnSource {
     logger: Option<KernelLogger>,
     /// The listener, or why there is none.
     taskstats: Result<TaskstatsListener, Unavailable>,
+    capabilities: Capabilities,
 }
 
 impl OwnSource {
@@ -39,14 +39,32 @@ impl OwnSource {
 
     /// Programs already loaded (a watch loads its own with the filter's options).
     pub fn with(mut probes: Probes, taskstats_buffer: Option<usize>) -> anyhow::Result<Self> {
+        let taskstats = match taskstats_buffer {
+            Some(bytes) => taskstats::open_listener(bytes),
+            None => Err(Unavailable::Disabled),
+        };
+        let capabilities = Capabilities {
+            provenance: Provenance::Own,
+            rss_tracking: probes.rss_tracking,
+            cpu_ticks: probes.cpu_ticking() > 0,
+            cpu_at_release: probes.cpu_at_release,
+            ring_buffer_bytes: probes.ring_buffer_bytes,
+            load_ms: probes.load_ms,
+            mechanisms: probes.mechanisms.clone(),
+            taskstats: match &taskstats {
+                Ok(_) => TaskstatsFeed::Listener,
+                Err(why) => TaskstatsFeed::Unavailable(why.clone()),
+            },
+            own_pid_program: probes.own_pid_program(),
+            proc_has_kernel_pids: pidns::proc_has_kernel_pids(&probes),
+            sees_only_uid: None,
+        };
         let source = OwnSource {
             ring: probes.take_events()?,
             logger: probes.take_logger(),
             probes,
-            taskstats: match taskstats_buffer {
-                Some(bytes) => taskstats::open_listener(bytes),
-                None => Err(Unavailable::Disabled),
-            },
+            taskstats,
+            capabilities,
         };
         // Every ring is mapped now.
         crate::run::launch::bpf_maps_not_inherited();
@@ -55,39 +73,8 @@ impl OwnSource {
 }
 
 impl KernelSource for OwnSource {
-    fn provenance(&self) -> Provenance {
-        Provenance::Own
-    }
-
-    fn rss_tracking(&self) -> bool {
-        self.probes.rss_tracking
-    }
-
-    fn cpu_ticks(&self) -> bool {
-        self.probes.cpu_ticking() > 0
-    }
-
-    fn cpu_at_release(&self) -> bool {
-        self.probes.cpu_at_release
-    }
-
-    fn ring_buffer_bytes(&self) -> u32 {
-        self.probes.ring_buffer_bytes
-    }
-
-    fn load_ms(&self) -> f64 {
-        self.probes.load_ms
-    }
-
-    fn mechanisms(&self) -> Vec<String> {
-        self.probes.mechanisms.clone()
-    }
-
-    fn taskstats(&self) -> TaskstatsFeed {
-        match &self.taskstats {
-            Ok(_) => TaskstatsFeed::Listener,
-            Err(why) => TaskstatsFeed::Unavailable(why.clone()),
-        }
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
     }
 
     fn taskstats_stats(&self) -> ListenerStats {
@@ -106,16 +93,8 @@ impl KernelSource for OwnSource {
             .ok()
     }
 
-    fn own_cost(&self) -> OwnCost {
-        OwnCost::measure(&self.probes)
-    }
-
-    fn own_pid_program(&self) -> Option<RawFd> {
-        self.probes.own_pid_program()
-    }
-
-    fn proc_has_kernel_pids(&self) -> bool {
-        pidns::proc_has_kernel_pids(&self.probes)
+    fn program_stats(&self) -> KernelProgramStats {
+        self.probes.program_stats()
     }
 
     fn begin(&mut self) -> Result<(), RunError> {
