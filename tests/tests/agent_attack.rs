@@ -468,7 +468,7 @@ fn the_kernel_clears_a_stale_entry_at_the_next_fork_on_its_pid() {
 #[test]
 fn an_insert_for_a_process_that_exited_is_taken_back() {
     use spacetime::kernel::loader::{LoadOptions, Probes};
-    use spacetime::run::{attach, pidfd};
+    use spacetime::kernel::{attach, pidfd};
     let mut probes = Probes::load(&LoadOptions::default()).expect("the programs load");
     let mut child = std::process::Command::new("/bin/true")
         .spawn()

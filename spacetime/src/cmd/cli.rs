@@ -352,7 +352,7 @@ pub struct TraceArgs {
 pub struct Pids(pub Vec<u32>);
 
 fn parse_pids(s: &str) -> Result<Pids, String> {
-    crate::run::attach::parse_pids(s).map(Pids)
+    crate::kernel::attach::parse_pids(s).map(Pids)
 }
 
 /// A buffer size from 4 KiB to 1 GiB, spelt as every size is ([`crate::util::parse`]).

@@ -39,9 +39,9 @@ enum What {
 fn what(args: &TraceArgs) -> Result<What, RunError> {
     if let Some(pids) = &args.pid {
         // Refused before anything loads: a pid that is gone, or another user's.
-        let caller = crate::run::attach::caller();
+        let caller = crate::kernel::attach::caller();
         for &pid in &pids.0 {
-            crate::run::attach::Target::hold(pid, caller).map_err(anyhow::Error::from)?;
+            crate::kernel::attach::Target::hold(pid, caller).map_err(anyhow::Error::from)?;
         }
         return Ok(What::Attach(pids.0.clone()));
     }

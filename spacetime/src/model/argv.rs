@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use spacetime_common::flags;
 
-use super::process::{area_into_args, without_final_nul, Names};
+use super::process::Names;
 use crate::kernel::events::Exec;
+use crate::util::arg_area::{area_into_args, without_final_nul};
 
 /// An argument area being assembled.
 #[derive(Clone, Debug, Default)]

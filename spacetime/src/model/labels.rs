@@ -12,7 +12,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::model::process::argv_of;
+use crate::util::arg_area::argv_of;
 
 /// One run to label: the program (exe path) and its argument area (argv[0] first, as
 /// [`crate::model::process::Names::args`] holds it).

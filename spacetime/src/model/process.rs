@@ -4,6 +4,7 @@
 use spacetime_common::{flags, EventHeader, MemStats};
 
 use crate::kernel::events::Comm;
+use crate::util::arg_area::{argv_of, without_final_nul};
 
 /// A process's identity: pids are reused, (tgid, start time of its group leader) is not.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
@@ -226,25 +227,6 @@ impl Names {
     }
 }
 
-/// The arguments of an argument area as [`Names::args`] holds it.
-pub fn argv_of(args: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
-    let n = if args.is_empty() { 0 } else { usize::MAX };
-    args.split(|&b| b == 0).take(n)
-}
-
-/// An argument area as stored in [`Names::args`], moved rather than copied.
-pub fn area_into_args(mut area: Vec<u8>) -> Box<[u8]> {
-    if area.last() == Some(&0) {
-        area.pop();
-    }
-    area.into_boxed_slice()
-}
-
-/// An argument area without its final NUL, if any.
-pub fn without_final_nul(area: &[u8]) -> &[u8] {
-    area.strip_suffix(&[0]).unwrap_or(area)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,8 +245,14 @@ mod tests {
         // A trailing empty argument stays one.
         assert_eq!(argv(b"a\0\0"), [b"a".to_vec(), Vec::new()]);
         assert!(argv(b"").is_empty());
-        assert_eq!(area_into_args(b"a\0\0".to_vec()).as_ref(), b"a\0");
-        assert_eq!(area_into_args(b"a".to_vec()).as_ref(), b"a");
+        assert_eq!(
+            crate::util::arg_area::area_into_args(b"a\0\0".to_vec()).as_ref(),
+            b"a\0"
+        );
+        assert_eq!(
+            crate::util::arg_area::area_into_args(b"a".to_vec()).as_ref(),
+            b"a"
+        );
     }
 
     #[test]

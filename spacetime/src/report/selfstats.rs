@@ -42,6 +42,11 @@ impl OwnCost {
         }
     }
 
+    /// getrusage now, with what `kernel` adds: its start-up and its programs' statistics.
+    pub fn of(kernel: &dyn crate::kernel::source::KernelSource) -> OwnCost {
+        OwnCost::measure(kernel.capabilities().load_ms, kernel.program_stats())
+    }
+
     /// `vm_hwm`: VmHWM in bytes; without it, ru_maxrss (an upper bound) stands in.
     fn from_parts(
         usage: Option<libc::rusage>,

@@ -337,7 +337,7 @@ impl CgroupPeak {
         };
         let mut moved = 0;
         for pid in list.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
-            let Ok(Some(pinned)) = crate::run::pidfd::Pinned::open(pid) else {
+            let Ok(Some(pinned)) = crate::kernel::pidfd::Pinned::open(pid) else {
                 continue;
             };
             if !self.holds(pid) {

@@ -4,21 +4,15 @@
 //! What each command does with them is a [`Consumer`]; a command's own event source (watch's
 //! metrics endpoint) is a [`Source`].
 
-use std::{
-    future::Future,
-    io,
-    os::fd::{AsRawFd, RawFd},
-    time::Duration,
-};
+use std::{future::Future, io, time::Duration};
 
-use crate::kernel::ring::Ring;
 use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::kernel::counters::CounterSource;
 use crate::{
     kernel::{
         events::{decode, Event},
-        loader::KernelLogger,
+        source::{Io, Records},
         taskstats::{TaskstatsError, TaskstatsListener, TaskstatsRecord},
     },
     util::clock::monotonic_ns,
@@ -85,137 +79,36 @@ impl Source for NoSource {
     }
 }
 
-/// Where kernel records come from: the ring buffer of programs loaded here, or an agent's
-/// connection carrying the same records (see [`crate::run::agent`]).
-pub trait Records {
-    /// Hands records to `each`, in order, while it returns true.
-    fn each_record(&mut self, each: &mut dyn FnMut(&[u8]) -> bool);
-    /// What to wait on for records; None when no more will come.
-    fn wait_fd(&self) -> Option<RawFd>;
-    /// Records that reach `each_record` only when asked for (an agent's tick) are fetched:
-    /// after this, everything the kernel had written is available. Nothing to do for a ring.
-    fn sync(&mut self) {}
-    /// The run is over (its processes reaped): everything of it the kernel holds is fetched.
-    /// Through an agent that is the one round trip that ends the run, in which the agent
-    /// waits for the final CPU records of the processes reaped (`await_release`). Returns
-    /// whether they must still be waited for here (a local ring: they come into it).
-    fn end_of_run(&mut self, await_release: bool) -> bool {
-        await_release
-    }
-    /// taskstats records that came with the records (an agent's), appended to `out`.
-    fn take_taskstats(&mut self, _out: &mut Vec<TaskstatsRecord>) {}
-    /// Hands `each` the records that begin before `end` (a ring's position, from
-    /// [`Ring::written`]), in order, while it returns true; returns whether every one was
-    /// handed on (false: one is still being written). A source without positions (an
-    /// agent's connection) hands on what it holds.
-    fn each_record_before(&mut self, _end: u64, each: &mut dyn FnMut(&[u8]) -> bool) -> bool {
-        self.each_record(each);
-        true
-    }
-}
-
-impl Records for Ring {
-    fn each_record(&mut self, each: &mut dyn FnMut(&[u8]) -> bool) {
-        while let Some(item) = self.next_record() {
-            if !each(&item) {
-                break;
+/// Reads taskstats records waiting in the socket into `batch`, up to about
+/// [`TASKSTATS_PART`]; returns whether more may wait.
+fn read_taskstats<C: Consumer>(io: &mut Io, batch: &mut Vec<TaskstatsRecord>, c: &mut C) -> bool {
+    let mut more = false;
+    if let Some(t) = io.taskstats.as_deref_mut() {
+        match t.drain_some(batch, TASKSTATS_PART) {
+            Ok(m) => more = m,
+            Err(e) => {
+                c.taskstats_failed(&e);
+                io.taskstats = None;
             }
         }
     }
-
-    fn wait_fd(&self) -> Option<RawFd> {
-        Some(self.as_raw_fd())
+    if !more {
+        io.ring.take_taskstats(batch);
     }
-
-    fn each_record_before(&mut self, end: u64, each: &mut dyn FnMut(&[u8]) -> bool) -> bool {
-        while let Some(item) = self.next_record_before(end) {
-            if !each(&item) {
-                break;
-            }
-        }
-        self.taken_to(end)
-    }
+    more
 }
 
-impl Records for crate::kernel::remote::client::AgentConn {
-    fn each_record(&mut self, each: &mut dyn FnMut(&[u8]) -> bool) {
-        self.pump();
-        while let Some(r) = self.next_record() {
-            if !each(&r) {
-                break;
-            }
-        }
-        self.tell_if_gone();
-    }
-
-    fn wait_fd(&self) -> Option<RawFd> {
-        self.raw_fd()
-    }
-
-    fn sync(&mut self) {
-        crate::kernel::remote::client::AgentConn::sync(self);
-    }
-
-    fn end_of_run(&mut self, await_release: bool) -> bool {
-        self.end_run(await_release);
-        false
-    }
-
-    fn take_taskstats(&mut self, out: &mut Vec<TaskstatsRecord>) {
-        crate::kernel::remote::client::AgentConn::take_taskstats(self, out);
-    }
-}
-
-/// What the loop reads from.
-pub struct Io<'a> {
-    pub ring: &'a mut dyn Records,
-    /// A signalfd (see [`crate::util::signals::signal_fd`]).
-    pub sigfd: RawFd,
-    pub logger: Option<&'a mut KernelLogger>,
-    /// None once it failed.
-    pub taskstats: Option<&'a mut TaskstatsListener>,
-    /// The kernel side's counters, read while the loop runs.
-    pub counters: &'a dyn CounterSource,
-}
-
-impl Io<'_> {
-    /// Reads taskstats records waiting in the socket into `batch`, up to about
-    /// [`TASKSTATS_PART`]; returns whether more may wait.
-    fn read_taskstats<C: Consumer>(&mut self, batch: &mut Vec<TaskstatsRecord>, c: &mut C) -> bool {
-        let mut more = false;
-        if let Some(t) = self.taskstats.as_deref_mut() {
-            match t.drain_some(batch, TASKSTATS_PART) {
-                Ok(m) => more = m,
-                Err(e) => {
-                    c.taskstats_failed(&e);
-                    self.taskstats = None;
-                }
-            }
-        }
+/// Every taskstats record waiting, each part read before a drain of the ring (every record
+/// read has its process's fork in the ring) and handed to the consumer after it.
+pub fn take_taskstats<C: Consumer>(io: &mut Io, c: &mut C) {
+    let mut batch = Vec::new();
+    loop {
+        let more = read_taskstats(io, &mut batch, c);
+        drain(io.ring, c);
+        c.taskstats(&mut batch);
+        batch.clear();
         if !more {
-            self.ring.take_taskstats(batch);
-        }
-        more
-    }
-
-    /// Every taskstats record waiting, each part read before a drain of the ring (every
-    /// record read has its process's fork in the ring) and handed to the consumer after it.
-    pub fn take_taskstats<C: Consumer>(&mut self, c: &mut C) {
-        let mut batch = Vec::new();
-        loop {
-            let more = self.read_taskstats(&mut batch, c);
-            drain(self.ring, c);
-            c.taskstats(&mut batch);
-            batch.clear();
-            if !more {
-                return;
-            }
-        }
-    }
-
-    pub fn flush_log(&mut self) {
-        if let Some(l) = self.logger.as_mut() {
-            l.flush();
+            return;
         }
     }
 }
@@ -262,16 +155,6 @@ fn hand<C: Consumer>(item: &[u8], c: &mut C) -> bool {
         }
     }
     c.taking()
-}
-
-/// Throws away what the ring buffer holds; returns how many records.
-pub fn discard(ring: &mut dyn Records) -> usize {
-    let mut n = 0;
-    ring.each_record(&mut |_| {
-        n += 1;
-        true
-    });
-    n
 }
 
 /// Sleeps until `due` (CLOCK_MONOTONIC ns), or forever when nothing is due.
@@ -338,7 +221,7 @@ pub async fn run<C: Consumer>(io: &mut Io<'_>, c: &mut C, extra: &mut C::Extra) 
                 // per exit cost ~10 µs of CPU per process at storm rates; 50 ms of records
                 // fit the socket buffer many times over. A backlog (after a stall) is taken in
                 // parts: decoded whole, 8 MiB of it was 12 MB of records.
-                io.take_taskstats(c);
+                take_taskstats(io, c);
                 io.flush_log();
                 c.tick(io.taskstats.as_deref(), io.counters);
             }

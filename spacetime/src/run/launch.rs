@@ -139,37 +139,6 @@ fn group_list(user: &str, gid: libc::gid_t) -> Result<Vec<libc::gid_t>, LaunchEr
     }
 }
 
-/// Keeps the mappings of BPF maps (the ring buffers' pages) out of the children spacetime
-/// forks. Such a mapping is built page by page (VM_MIXEDMAP), so fork copies each of its
-/// page-table entries and the child's exec throws them away again: 2 114 entries for the
-/// default 4 MiB ring (mapped twice) and the log ring, on every command started. The held
-/// child never touches them. A mapping that refuses the advice is only copied, as before.
-pub fn bpf_maps_not_inherited() {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return;
-    };
-    for line in maps.lines().filter(|l| l.ends_with("anon_inode:bpf-map")) {
-        let range = line.split(' ').next().and_then(|r| r.split_once('-'));
-        let Some((Ok(start), Ok(end))) =
-            range.map(|(a, b)| (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)))
-        else {
-            continue;
-        };
-        // SAFETY: the range is one of our own mappings, whole; MADV_DONTFORK changes only
-        // what fork does with it, not its contents.
-        let advised = unsafe {
-            rustix::mm::madvise(
-                start as *mut std::ffi::c_void,
-                end.saturating_sub(start),
-                rustix::mm::Advice::LinuxDontFork,
-            )
-        };
-        if let Err(e) = advised {
-            log::debug!("madvise(MADV_DONTFORK) of a BPF map's mapping: {e}");
-        }
-    }
-}
-
 /// A forked child waiting for [`Held::release`] before it execs CMD.
 pub struct Held {
     /// As spacetime's PID namespace numbers it (what `fork` returned).
@@ -359,6 +328,14 @@ unsafe fn child(
 }
 
 impl Held {
+    /// What the kernel side needs of it to track it.
+    pub fn child(&self) -> crate::kernel::source::HeldChild {
+        crate::kernel::source::HeldChild {
+            pid: self.pid,
+            own_pid_run: self.own_pid_run,
+        }
+    }
+
     /// Lets the child exec. Returns once the exec succeeded, or the reason it failed (the child
     /// has then exited with 126/127 and is left for the caller to reap).
     pub fn release(self) -> Result<libc::pid_t, LaunchError> {

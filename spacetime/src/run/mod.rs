@@ -6,17 +6,14 @@
 //! [`cgroup_peak`] and [`delayacct`] are the optional kernel accounting a run switches on.
 
 pub mod agent;
-pub mod attach;
 pub(crate) mod cgroup_peak;
 pub(crate) mod delayacct;
 pub(crate) mod event_loop;
 pub mod launch;
 pub mod metrics_http;
 pub(crate) mod outputs;
-pub mod pidfd;
 pub(crate) mod run_loop;
 pub mod session;
-pub(crate) mod source;
 
+pub use crate::kernel::source::Programs;
 pub use session::{Run, RunError, RunOptions, Session, SessionOptions, Spawn, Start};
-pub use source::Programs;

@@ -5,8 +5,9 @@
 
 use std::{io, time::Duration};
 
-use super::event_loop::{self, Consumer, Io, NoSource, Records};
+use super::event_loop::{self, Consumer, NoSource};
 use crate::kernel::counters::CounterSource;
+use crate::kernel::source::{Io, Records};
 use crate::{
     kernel::{
         events::Event,
@@ -260,7 +261,7 @@ pub(super) async fn consume(
     }
     // Every exit was recorded before its process became reapable: one last drain has it all
     // (taskstats first, as on the tick).
-    io.take_taskstats(&mut run);
+    event_loop::take_taskstats(&mut io, &mut run);
     io.flush_log();
     if run.opts.attached {
         // Not our child: its status is the kernel's exit record's.
@@ -288,7 +289,7 @@ pub(super) async fn consume(
 }
 
 /// Takes the records the kernel had written when the end's figures were read (up to `end`,
-/// from [`crate::run::source::EndFigures::records_end`]), judged as the loop judged them. A
+/// from [`crate::kernel::source::EndFigures::records_end`]), judged as the loop judged them. A
 /// process that stopped being followed between the loop's last drain and the read of the
 /// followed mms (one that exited right after a stop) has its last records there and nowhere
 /// else: without them it would have neither its peak nor its mm.
@@ -385,7 +386,7 @@ async fn wait_for_release_records(ring: &mut dyn Records, run: &mut TracedRun<'_
             .filter_map(|p| p.key.get().map(|k| (p.pid, k)))
             .filter(|&(pid, k)| {
                 reaped.contains(&k) || {
-                    let gone = crate::run::pidfd::reaped(pid, k.start_ns);
+                    let gone = crate::kernel::pidfd::reaped(pid, k.start_ns);
                     if gone {
                         reaped.insert(k);
                     }
@@ -424,7 +425,7 @@ fn forward(signo: libc::c_int, root_pid: u32, root_alive: bool, tree: &Tree) {
         .iter()
         .filter(|p| p.end_ns.is_none() && p.pid != 0)
     {
-        if !crate::run::pidfd::signal_if_same(p.pid, p.start_ns, signo) {
+        if !crate::kernel::pidfd::signal_if_same(p.pid, p.start_ns, signo) {
             log::debug!(
                 "not forwarded to pid {}: not the traced process (gone)",
                 p.pid

@@ -15,12 +15,12 @@ use std::{
 use super::{
     delayacct::DelayAcct,
     run_loop::{self, LoopOptions, Sink},
-    source::{self, agent::AgentSource, own::OwnSource, KernelSource, Programs},
 };
 use crate::{
     kernel::{
-        loader::{KernelCounters, LearnedPid, LoadOptions, Probes},
+        loader::{KernelCounters, LearnedPid, LoadOptions},
         provenance::Provenance,
+        source::{self, agent::AgentSource, own::OwnSource, KernelSource, Programs},
         taskstats::ListenerStats,
     },
     model::{
@@ -36,6 +36,7 @@ use crate::{
 };
 use rustc_hash::FxHashSet;
 
+mod attached;
 mod end;
 
 /// Signals passed on to the traced command.
@@ -66,7 +67,7 @@ pub struct RunOptions {
     /// No warnings on stderr from the memory sampler.
     pub quiet: bool,
     /// Run a started command in a memory cgroup of its own and report its peak
-    /// ([`Run::cgroup_peak`]); no effect on an attach.
+    /// ([`report::Meta::cgroup_peak`]); no effect on an attach.
     pub cgroup_peak: bool,
 }
 
@@ -75,7 +76,7 @@ pub enum Start<'a> {
     /// Fork the command, hold it until it is tracked, then exec it.
     Spawn(Spawn<'a>),
     /// Attach to running processes (the first is the root), their descendants and every
-    /// later fork (see [`crate::run::attach`]).
+    /// later fork (see [`crate::kernel::attach`]).
     Attach(&'a [u32]),
 }
 
@@ -131,7 +132,7 @@ struct Root {
     /// CLOCK_MONOTONIC when it was let go (or attached to).
     release_ns: u64,
     /// What attaching found, for a run that attached.
-    attached: Option<crate::run::attach::Attached>,
+    attached: Option<crate::kernel::attach::Attached>,
 }
 
 /// The figures kept at a run's start, to make the run's own from cumulative ones.
@@ -184,10 +185,13 @@ impl Session {
         };
         let max = opts.load.max_tracked;
         let kernel = source::open(programs, want, max, through_agent, own)?;
-        Session::with(kernel, opts)
+        Session::over(kernel, opts)
     }
 
-    fn with(kernel: Box<dyn KernelSource>, opts: &SessionOptions) -> anyhow::Result<Session> {
+    /// A session over any kernel side: one opened by [`source::open`], or one written by a
+    /// test that drives the run loop without the kernel. Blocks signals as
+    /// [`Session::open`] does.
+    pub fn over(kernel: Box<dyn KernelSource>, opts: &SessionOptions) -> anyhow::Result<Session> {
         // Through the agent, the agent switches it (a root-only sysctl) for the session.
         let here = opts.delayacct && kernel.capabilities().provenance == Provenance::Own;
         let delayacct = DelayAcct::configure(here, opts.delayacct_notice && !opts.delayacct);
@@ -325,7 +329,7 @@ impl Session {
 
     /// Clears what an earlier run left in the kernel and in the queues.
     fn begin(&mut self) -> Result<(), RunError> {
-        self.kernel.begin()
+        Ok(self.kernel.begin()?)
     }
 
     /// Starts the run's root and has the kernel track it.
@@ -365,7 +369,7 @@ impl Session {
         // Signals and waitpid take the pid as spacetime's namespace numbers it; the kernel
         // programs and the tree key processes by the kernel's.
         let pid = held.pid as u32;
-        let learned = match self.kernel.track_root(&held) {
+        let learned = match self.kernel.track_root(held.child()) {
             Ok(r) => r,
             Err(e) => {
                 kill_and_reap(held.pid);
@@ -402,7 +406,7 @@ fn first_tree(
     let (mut tree, command) = match &root.attached {
         Some(a) => {
             mechanisms.push(a.mechanism().into());
-            (a.tree(), a.command())
+            (attached::tree(a), attached::command(a))
         }
         None => (
             Tree::new(root.learned.kernel_pid, std::process::id()),
@@ -471,38 +475,6 @@ impl Run {
             0 if self.meta.agent_gone.is_some() => crate::util::exit_code::EXIT_AGENT_GONE,
             code => code,
         }
-    }
-}
-
-/// The traced command's kernel pid, which its held child recorded by running `own_pid`.
-pub(super) fn root_kernel_pid(probes: &Probes, held: &launch::Held) -> anyhow::Result<LearnedPid> {
-    let learned = match held.own_pid_run {
-        Some(0) => probes.learned_pid()?,
-        Some(errno) => {
-            log::debug!(
-                "running own_pid: {}",
-                std::io::Error::from_raw_os_error(errno)
-            );
-            None
-        }
-        None => None,
-    };
-    match learned {
-        Some(l) if l.level > 0 || l.kernel_pid == held.pid as u32 => Ok(l),
-        Some(l) => anyhow::bail!(
-            "the kernel numbers the traced command {} while fork returned {} in the initial PID namespace",
-            l.kernel_pid,
-            held.pid
-        ),
-        // Without the program (a kernel without raw tracepoint test runs), pids are the
-        // kernel's only in the initial namespace.
-        None if crate::kernel::pidns::in_initial_namespace() => Ok(LearnedPid {
-            kernel_pid: held.pid as u32,
-            level: 0,
-        }),
-        None => anyhow::bail!(
-            "spacetime runs inside a PID namespace and this kernel did not tell the traced command's kernel pid (BPF_PROG_TEST_RUN of a raw tracepoint program, Linux 5.10+): it cannot be traced"
-        ),
     }
 }
 

@@ -2,6 +2,7 @@
 //! signal names, terminal-safe text, units and their spelling, exit codes, readiness for a service
 //! manager.
 
+pub(crate) mod arg_area;
 pub(crate) mod caps;
 pub(crate) mod clock;
 pub(crate) mod exit_code;

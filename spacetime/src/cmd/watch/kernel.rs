@@ -5,7 +5,7 @@
 use super::{filter::Filter, WatchArgs, TASKSTATS_RCVBUF};
 use crate::{
     kernel::remote::proto::want,
-    run::source::{self, agent::AgentSource, own::OwnSource, KernelSource, Programs},
+    kernel::source::{self, agent::AgentSource, own::OwnSource, KernelSource, Programs},
 };
 
 /// Through the agent when its socket answers (not for `--pid-tree`, which tracks a tree in

@@ -33,13 +33,11 @@ pub use args::WatchArgs;
 use crate::{
     kernel::{
         loader::{LoadOptions, Probes},
+        source::{KernelSource, TaskstatsFeed},
         taskstats::Unavailable,
     },
     model::table::{Table, TableOptions},
-    run::{
-        outputs::Dest,
-        source::{KernelSource, TaskstatsFeed},
-    },
+    run::outputs::Dest,
     util::exit_code::EXIT_OWN_FAILURE,
 };
 use cgroup::Cgroups;
@@ -354,7 +352,7 @@ fn finish(
         crate::errln!("spacetime: stopped: {stop:?}");
     }
     // Measured with the programs still attached: the figures cover the whole watch.
-    let own_cost = crate::run::source::own_cost(kernel);
+    let own_cost = crate::report::selfstats::OwnCost::of(kernel);
     let fin = summary::Final {
         elapsed,
         metrics: &w.metrics,

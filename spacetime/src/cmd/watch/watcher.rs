@@ -16,6 +16,7 @@ use super::{
     summary, Stop,
 };
 use crate::{
+    kernel::source::KernelSource,
     kernel::{
         counters::CounterSource,
         events::Event,
@@ -29,10 +30,7 @@ use crate::{
         tree::ExitStatus,
     },
     report::metrics::{self, Metrics},
-    run::{
-        event_loop::{self, Consumer, Source},
-        source::KernelSource,
-    },
+    run::event_loop::{self, Consumer, Source},
 };
 
 /// How often loss counters are read and stale taskstats records expired.

@@ -65,7 +65,7 @@ impl Finisher {
                 return Vec::new();
             }
         };
-        awaited.retain(|&(tgid, start_ns)| crate::run::pidfd::reaped(tgid, start_ns));
+        awaited.retain(|&(tgid, start_ns)| crate::kernel::pidfd::reaped(tgid, start_ns));
         awaited.truncate(MAX_AWAITED);
         awaited
     }

@@ -2,7 +2,7 @@
 //! child (track), attach to its running processes (attach), send what is pending (flush),
 //! end the run (finish: answered at once, or once [`super::finish`] says the run's final
 //! records came). Every check that keeps a client to what it could ptrace is made here or in
-//! what these call ([`super::verify`], [`crate::run::attach`]), and every per-user limit is
+//! what these call ([`super::verify`], [`crate::kernel::attach`]), and every per-user limit is
 //! counted against the client's principal ([`super::registry`]).
 
 use std::os::fd::OwnedFd;
@@ -16,12 +16,12 @@ use super::{
     watchers::{NoWatch, Seat},
 };
 use crate::{
+    kernel::attach::AttachError,
     kernel::{
         creds::Caller,
         loader::{KernelCounters, LoadError, SessionId},
         remote::proto::{self, CpuClockState, Msg, Refusal, Welcome},
     },
-    run::attach::AttachError,
 };
 
 impl Agent {
@@ -247,9 +247,12 @@ impl Agent {
         };
         // The insert is proven after it took effect: a process that ended in between
         // leaves no entry behind.
-        if let Err(e) =
-            crate::run::attach::track_pinned(&mut self.programs.probes, &pinned, proven.start_ns, s)
-        {
+        if let Err(e) = crate::kernel::attach::track_pinned(
+            &mut self.programs.probes,
+            &pinned,
+            proven.start_ns,
+            s,
+        ) {
             self.share_tracking_map();
             let (code, why) = match e {
                 AttachError::Gone(_) => (
@@ -307,7 +310,7 @@ impl Agent {
         let memory = self.clients[id].memory;
         self.programs.follow_rss_for_attach(memory);
         let probes = &mut self.programs.probes;
-        let attached = match crate::run::attach::attach_as(probes, pids, s, caller) {
+        let attached = match crate::kernel::attach::attach_as(probes, pids, s, caller) {
             Ok(a) => a,
             Err(e) => {
                 log::info!(

@@ -5,7 +5,7 @@
 //! Everything is read while the pidfd pins the process, and the pidfd is asked last whether
 //! the process still runs: a pid read from /proc cannot have passed to another process in
 //! between. The insert into the kernel's map is then proven again
-//! ([`crate::run::attach::track_pinned`]).
+//! ([`crate::kernel::attach::track_pinned`]).
 
 use std::{
     io,
@@ -15,7 +15,7 @@ use std::{
 
 use crate::{
     kernel::creds::{self, Caller, Denied},
-    run::pidfd::{stat_fields, Pinned, StatFields},
+    kernel::pidfd::{stat_fields, Pinned, StatFields},
 };
 
 /// What the client is, as the kernel told at connect (SO_PEERCRED: pid in the agent's
@@ -148,7 +148,7 @@ pub fn prove(peer: Peer, pidfd: OwnedFd) -> Result<(Proven, Pinned), Unproven> {
     let proven = Proven {
         pid,
         level,
-        start_ns: crate::run::pidfd::start_mono_ns(own.start_ticks),
+        start_ns: crate::kernel::pidfd::start_mono_ns(own.start_ticks),
     };
     Ok((proven, pinned))
 }

@@ -3,23 +3,25 @@
 
 use std::os::fd::AsRawFd;
 
+use rustc_hash::FxHashSet;
+
 use super::{
     run_loop::{self, LoopOptions, Outcome, Sink},
     Baseline, Root, Run, RunError, Session,
 };
 use crate::{
-    kernel::taskstats::{ListenerStats, Unavailable},
+    kernel::{
+        source::{EndFigures, TaskstatsFeed},
+        taskstats::{ListenerStats, Unavailable},
+    },
     model::{
         crosscheck::{cross_check, Collector, PerProcess},
         memory::Memory,
         timeline::{Point, Timeline},
-        tree::Tree,
+        tree::{Key, Tree},
     },
     report::{self, TaskstatsMeta},
-    run::{
-        delayacct::delayacct_on,
-        source::{EndFigures, TaskstatsFeed},
-    },
+    run::delayacct::delayacct_on,
 };
 
 /// How the run's loop ended, and what is left to read at the end.
@@ -45,7 +47,7 @@ impl Session {
     ) -> EndFigures {
         if let Some(a) = &root.attached {
             sink.tree.settle_adopted();
-            a.peaks_so_far(sink.tree, self.page_size);
+            super::attached::peaks_so_far(a, sink.tree, self.page_size);
         }
         // With processes still running (--stop-on-root-exit, a stopped attach) the figures of
         // the end keep moving: read the mms, then the tree's sum, then the cgroup's peak, and
@@ -112,7 +114,7 @@ impl Session {
         let (taskstats, per_process) = self.cross_check(&tree, collector, &baseline.taskstats);
         // Processes whose exit never arrived: still running (--stop-on-root-exit), or gone with
         // their exit record lost, which the report must not call running.
-        let mut gone = crate::run::pidfd::gone_unseen(&tree);
+        let mut gone = gone_unseen(&tree);
         // Seen to exit, after the stop: running when the run stopped.
         gone.retain(|k| !outcome.exited_after.contains(k));
         // With nothing lost, every exit before the run's last records came with them: one
@@ -122,7 +124,7 @@ impl Session {
             gone.clear();
         }
         // Measured last, with the programs still attached: the figures cover the whole run.
-        let own_cost = crate::run::source::own_cost(&*self.kernel);
+        let own_cost = report::selfstats::OwnCost::of(&*self.kernel);
         let meta = report::Meta {
             command: report::lossless::Args::default(),
             root_exit: outcome.root_status,
@@ -227,4 +229,15 @@ fn latest_dated(tree: &Tree, timeline: &Timeline) -> u64 {
         )
         .map(|p| p.map(|p| p.ts_ns));
     processes.chain(series).flatten().max().unwrap_or(0)
+}
+
+/// The processes of `tree` whose exit was never seen and that are gone (not proven alive):
+/// their exit records were lost, so how they ended is unknown.
+fn gone_unseen(tree: &Tree) -> FxHashSet<Key> {
+    tree.processes()
+        .iter()
+        .filter(|p| p.end_ns.is_none())
+        .filter_map(|p| p.key.get())
+        .filter(|k| !crate::kernel::pidfd::alive(k.tgid, k.start_ns))
+        .collect()
 }

@@ -2,22 +2,16 @@
 
 use std::os::fd::RawFd;
 
-use crate::kernel::ring::Ring;
-
-use super::{Capabilities, EndFigures, KernelSource, Provenance, TaskstatsFeed};
-use crate::{
-    kernel::{
-        counters::KernelCounters,
-        loader::{KernelLogger, KernelProgramStats, LearnedPid, LoadError, LoadOptions, Probes},
-        pidns,
-        taskstats::{self, ListenerStats, TaskstatsListener, Unavailable},
-    },
-    run::{
-        attach::{self, Attached},
-        event_loop::{self, Io},
-        launch::Held,
-        RunError,
-    },
+use super::{
+    discard, Capabilities, EndFigures, HeldChild, Io, KernelSource, Provenance, TaskstatsFeed,
+};
+use crate::kernel::{
+    attach::{self, Attached},
+    counters::KernelCounters,
+    loader::{KernelLogger, KernelProgramStats, LearnedPid, LoadError, LoadOptions, Probes},
+    pidns,
+    ring::Ring,
+    taskstats::{self, ListenerStats, TaskstatsListener, Unavailable},
 };
 
 pub struct OwnSource {
@@ -67,7 +61,7 @@ impl OwnSource {
             capabilities,
         };
         // Every ring is mapped now.
-        crate::run::launch::bpf_maps_not_inherited();
+        bpf_maps_not_inherited();
         Ok(source)
     }
 }
@@ -97,10 +91,10 @@ impl KernelSource for OwnSource {
         self.probes.program_stats()
     }
 
-    fn begin(&mut self) -> Result<(), RunError> {
+    fn begin(&mut self) -> anyhow::Result<()> {
         self.probes.untrack_all()?;
         self.probes.reset_run_state()?;
-        let stale = event_loop::discard(&mut self.ring);
+        let stale = discard(&mut self.ring);
         let mut batch = Vec::new();
         if let Ok(t) = self.taskstats.as_mut() {
             if let Err(e) = t.drain(&mut batch) {
@@ -116,8 +110,8 @@ impl KernelSource for OwnSource {
         Ok(())
     }
 
-    fn track_root(&mut self, held: &Held) -> anyhow::Result<LearnedPid> {
-        let r = crate::run::session::root_kernel_pid(&self.probes, held)?;
+    fn track_root(&mut self, held: HeldChild) -> anyhow::Result<LearnedPid> {
+        let r = root_kernel_pid(&self.probes, held)?;
         self.probes.track(r.kernel_pid)?;
         Ok(r)
     }
@@ -126,8 +120,8 @@ impl KernelSource for OwnSource {
         Ok(self.probes.track(pid)?)
     }
 
-    fn attach(&mut self, pids: &[u32]) -> Result<Attached, RunError> {
-        attach::attach(&mut self.probes, pids, 0).map_err(|e| RunError::Other(e.into()))
+    fn attach(&mut self, pids: &[u32]) -> anyhow::Result<Attached> {
+        Ok(attach::attach(&mut self.probes, pids, 0)?)
     }
 
     fn io(&mut self, sigfd: RawFd) -> Io<'_> {
@@ -168,5 +162,68 @@ impl KernelSource for OwnSource {
 
     fn gone(&self) -> Option<String> {
         None
+    }
+}
+
+/// The traced command's kernel pid, which its held child recorded by running `own_pid`.
+fn root_kernel_pid(probes: &Probes, held: HeldChild) -> anyhow::Result<LearnedPid> {
+    let learned = match held.own_pid_run {
+        Some(0) => probes.learned_pid()?,
+        Some(errno) => {
+            log::debug!(
+                "running own_pid: {}",
+                std::io::Error::from_raw_os_error(errno)
+            );
+            None
+        }
+        None => None,
+    };
+    match learned {
+        Some(l) if l.level > 0 || l.kernel_pid == held.pid as u32 => Ok(l),
+        Some(l) => anyhow::bail!(
+            "the kernel numbers the traced command {} while fork returned {} in the initial PID namespace",
+            l.kernel_pid,
+            held.pid
+        ),
+        // Without the program (a kernel without raw tracepoint test runs), pids are the
+        // kernel's only in the initial namespace.
+        None if crate::kernel::pidns::in_initial_namespace() => Ok(LearnedPid {
+            kernel_pid: held.pid as u32,
+            level: 0,
+        }),
+        None => anyhow::bail!(
+            "spacetime runs inside a PID namespace and this kernel did not tell the traced command's kernel pid (BPF_PROG_TEST_RUN of a raw tracepoint program, Linux 5.10+): it cannot be traced"
+        ),
+    }
+}
+
+/// Keeps the mappings of BPF maps (the ring buffers' pages) out of the children spacetime
+/// forks. Such a mapping is built page by page (VM_MIXEDMAP), so fork copies each of its
+/// page-table entries and the child's exec throws them away again: 2 114 entries for the
+/// default 4 MiB ring (mapped twice) and the log ring, on every command started. The held
+/// child never touches them. A mapping that refuses the advice is only copied, as before.
+fn bpf_maps_not_inherited() {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return;
+    };
+    for line in maps.lines().filter(|l| l.ends_with("anon_inode:bpf-map")) {
+        let range = line.split(' ').next().and_then(|r| r.split_once('-'));
+        let Some((Ok(start), Ok(end))) =
+            range.map(|(a, b)| (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)))
+        else {
+            continue;
+        };
+        // SAFETY: the range is one of our own mappings, whole; MADV_DONTFORK changes only
+        // what fork does with it, not its contents.
+        let advised = unsafe {
+            rustix::mm::madvise(
+                start as *mut std::ffi::c_void,
+                end.saturating_sub(start),
+                rustix::mm::Advice::LinuxDontFork,
+            )
+        };
+        if let Err(e) = advised {
+            log::debug!("madvise(MADV_DONTFORK) of a BPF map's mapping: {e}");
+        }
     }
 }

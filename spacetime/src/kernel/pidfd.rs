@@ -13,7 +13,6 @@
 //! holder's life, and hands it out again only after a full cycle of pid_max, or when root
 //! steers it).
 
-use rustc_hash::FxHashSet;
 use std::{
     io,
     os::fd::{AsRawFd, OwnedFd},
@@ -216,17 +215,6 @@ pub fn signal_if_same(pid: u32, start_mono_ns: u64, signo: libc::c_int) -> bool 
         Ok(Some(p)) if p.identity(start_mono_ns) == Identity::Same => p.signal(signo).is_ok(),
         _ => false,
     }
-}
-
-/// The processes of `tree` whose exit was never seen and that are gone (not proven alive):
-/// their exit records were lost, so how they ended is unknown.
-pub fn gone_unseen(tree: &crate::model::tree::Tree) -> FxHashSet<crate::model::tree::Key> {
-    tree.processes()
-        .iter()
-        .filter(|p| p.end_ns.is_none())
-        .filter_map(|p| p.key.get())
-        .filter(|k| !alive(k.tgid, k.start_ns))
-        .collect()
 }
 
 #[cfg(test)]

@@ -6,20 +6,30 @@
 
 pub mod agent;
 pub mod own;
+mod records;
 
 use std::os::fd::RawFd;
 
-use super::{attach::Attached, event_loop::Io, launch::Held, RunError};
-use crate::{
-    kernel::{
-        counters::KernelCounters,
-        loader::{KernelProgramStats, LearnedPid, LoadError},
-        provenance::Provenance,
-        remote::client::AgentConn,
-        taskstats::{ListenerStats, Unavailable},
-    },
-    report::selfstats::OwnCost,
+pub use records::{discard, Io, Records};
+
+use super::{
+    attach::Attached,
+    counters::KernelCounters,
+    loader::{KernelProgramStats, LearnedPid, LoadError},
+    provenance::Provenance,
+    remote::client::AgentConn,
+    taskstats::{ListenerStats, Unavailable},
 };
+
+/// A forked child held before its exec (the run's root), as the kernel side needs it.
+#[derive(Clone, Copy, Debug)]
+pub struct HeldChild {
+    /// As spacetime's PID namespace numbers it (what `fork` returned).
+    pub pid: libc::pid_t,
+    /// The child ran the program that records its kernel pid: 0, or the errno that failed
+    /// (None when no program was given).
+    pub own_pid_run: Option<i32>,
+}
 
 /// Where a run's taskstats records come from.
 #[derive(Clone, Debug)]
@@ -105,13 +115,13 @@ pub trait KernelSource {
     /// process's cost).
     fn program_stats(&self) -> KernelProgramStats;
     /// Clears what an earlier run left in the kernel and in the queues.
-    fn begin(&mut self) -> Result<(), RunError>;
+    fn begin(&mut self) -> anyhow::Result<()>;
     /// Has the kernel track a held child (the run's root); returns its kernel pid.
-    fn track_root(&mut self, held: &Held) -> anyhow::Result<LearnedPid>;
+    fn track_root(&mut self, held: HeldChild) -> anyhow::Result<LearnedPid>;
     /// Has the kernel track a running process and, from now on, its new children.
     fn track(&mut self, pid: u32) -> anyhow::Result<()>;
     /// Attaches to running processes (`trace -p`).
-    fn attach(&mut self, pids: &[u32]) -> Result<Attached, RunError>;
+    fn attach(&mut self, pids: &[u32]) -> anyhow::Result<Attached>;
     /// What the event loop reads from.
     fn io(&mut self, sigfd: RawFd) -> Io<'_>;
     /// The run's end: its counters since `baseline`, the tree-wide RSS, and the followed
@@ -121,11 +131,6 @@ pub trait KernelSource {
     fn untrack_all(&mut self) -> Result<usize, LoadError>;
     /// Why the kernel side went away during the run, if it did (an agent that stopped).
     fn gone(&self) -> Option<String>;
-}
-
-/// spacetime's own cost so far: this process's, with what its kernel side adds.
-pub fn own_cost(kernel: &dyn KernelSource) -> OwnCost {
-    OwnCost::measure(kernel.capabilities().load_ms, kernel.program_stats())
 }
 
 /// Whose kernel programs a session or a watch may use.

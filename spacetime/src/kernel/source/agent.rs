@@ -3,24 +3,17 @@
 
 use std::{cell::Cell, os::fd::AsFd, rc::Rc};
 
-use super::{Capabilities, EndFigures, KernelSource, Provenance, TaskstatsFeed};
-use crate::{
-    kernel::{
-        counters::{CounterSource, KernelCounters},
-        loader::{KernelProgramStats, LearnedPid, LoadError},
-        pidns,
-        remote::{
-            client::{AgentConn, Gone},
-            proto,
-        },
-        taskstats::{ListenerStats, Unavailable},
+use super::{Capabilities, EndFigures, HeldChild, Io, KernelSource, Provenance, TaskstatsFeed};
+use crate::kernel::{
+    attach::{self, Attached},
+    counters::{CounterSource, KernelCounters},
+    loader::{KernelProgramStats, LearnedPid, LoadError},
+    pidns,
+    remote::{
+        client::{AgentConn, Gone},
+        proto,
     },
-    run::{
-        attach::{self, Attached},
-        event_loop::Io,
-        launch::Held,
-        RunError,
-    },
+    taskstats::{ListenerStats, Unavailable},
 };
 
 pub struct AgentSource {
@@ -157,7 +150,7 @@ impl KernelSource for AgentSource {
         KernelProgramStats::default()
     }
 
-    fn begin(&mut self) -> Result<(), RunError> {
+    fn begin(&mut self) -> anyhow::Result<()> {
         // The agent cleared the session's kernel state when the last run finished.
         let stale = self.conn.discard();
         if stale > 0 {
@@ -166,9 +159,9 @@ impl KernelSource for AgentSource {
         Ok(())
     }
 
-    fn track_root(&mut self, held: &Held) -> anyhow::Result<LearnedPid> {
+    fn track_root(&mut self, held: HeldChild) -> anyhow::Result<LearnedPid> {
         // Our child, unreaped: the pid cannot have been reused.
-        let pidfd = crate::run::pidfd::open_pidfd(held.pid as u32)?;
+        let pidfd = crate::kernel::pidfd::open_pidfd(held.pid as u32)?;
         let (kernel_pid, level) = self.conn.track(pidfd.as_fd())?;
         Ok(LearnedPid { kernel_pid, level })
     }
@@ -178,10 +171,8 @@ impl KernelSource for AgentSource {
         anyhow::bail!("tracking process {pid} by pid is not offered through the agent")
     }
 
-    fn attach(&mut self, pids: &[u32]) -> Result<Attached, RunError> {
-        let other = |e: anyhow::Error| RunError::Other(e);
-        let (tracked, attach_ns, memory_followed) =
-            self.conn.attach(pids).map_err(|e| other(e.into()))?;
+    fn attach(&mut self, pids: &[u32]) -> anyhow::Result<Attached> {
+        let (tracked, attach_ns, memory_followed) = self.conn.attach(pids)?;
         // What the report shows of each process is read here, as the client sees it (its
         // own processes); the agent only made the kernel follow them.
         let caller = attach::caller();
@@ -194,10 +185,10 @@ impl KernelSource for AgentSource {
             }
         }
         if targets.first().map(|t| t.pid) != pids.first().copied() {
-            return Err(other(anyhow::anyhow!(
+            anyhow::bail!(
                 "process {} ended while it was being attached to",
                 pids.first().copied().unwrap_or(0)
-            )));
+            );
         }
         Ok(Attached {
             targets,

@@ -10,16 +10,17 @@
 //! A process is tracked (TRACKED in the kernel) before its children are looked for in /proc,
 //! so a child forked after that is caught by the kernel's fork record; the /proc walk repeats
 //! until it finds no new descendant. Processes that predate the attach have no fork or exec
-//! record: what /proc says of them is handed to the tree ([`crate::model::tree::Adopted`]).
+//! record: what /proc said of them (each [`Target`]) is what the run's tree adopts.
 
 use std::io;
 
-use crate::{
-    kernel::creds::{Caller, Denied},
-    kernel::loader::{Probes, SessionId},
-    model::tree::{Adopted, Names},
-    run::pidfd::{start_mono_ns, stat_fields, Identity, Pinned},
+use crate::kernel::{
+    creds::{Caller, Denied},
+    events::Comm,
+    loader::{Probes, SessionId},
+    pidfd::{start_mono_ns, stat_fields, Identity, Pinned},
 };
+use crate::util::arg_area::{area_into_args, argv_of};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
@@ -80,7 +81,11 @@ pub struct Target {
     pub ppid: u32,
     pub start_ns: u64,
     pub threads: u32,
-    pub names: Names,
+    /// /proc/PID/exe's target, exact bytes.
+    pub exe: Box<[u8]>,
+    /// /proc/PID/cmdline without its final NUL (see [`crate::util::arg_area`]).
+    pub args: Box<[u8]>,
+    pub comm: Comm,
     pub pinned: Pinned,
 }
 
@@ -167,26 +172,16 @@ impl Target {
             ppid,
             start_ns,
             threads: threads as u32,
-            names: Names {
-                exe: exe.into_boxed_slice(),
-                args: crate::model::process::area_into_args(args),
-                comm: crate::kernel::events::Comm::new(comm),
-                argv_complete: true,
-            },
+            exe: exe.into_boxed_slice(),
+            args: area_into_args(args),
+            comm: Comm::new(comm),
             pinned,
         })
     }
 
-    /// What the tree keeps of it until its first record.
-    pub fn adopted(&self, attach_ns: u64) -> Adopted {
-        Adopted {
-            tgid: self.pid,
-            ppid: self.ppid,
-            start_ns: self.start_ns,
-            threads: self.threads,
-            names: self.names.clone(),
-            attach_ns,
-        }
+    /// Its arguments, exact bytes.
+    pub fn argv(&self) -> impl Iterator<Item = &[u8]> + Clone {
+        argv_of(&self.args)
     }
 }
 
@@ -330,22 +325,6 @@ fn descendants(roots: &std::collections::HashSet<u32>) -> Vec<u32> {
 }
 
 impl Attached {
-    /// The tree of the run: rooted at the first pid asked for, with what /proc said of every
-    /// process attached to, kept until their first record.
-    pub fn tree(&self) -> crate::model::tree::Tree {
-        let root = &self.targets[0];
-        let mut tree = crate::model::tree::Tree::new(root.pid, root.ppid);
-        for t in &self.targets {
-            tree.adopt(t.adopted(self.attach_ns));
-        }
-        tree
-    }
-
-    /// The root's argv, as the report's command.
-    pub fn command(&self) -> crate::report::lossless::Args {
-        crate::report::lossless::Args(self.targets[0].names.argv().map(<[u8]>::to_vec).collect())
-    }
-
     /// Says on stderr what was attached to, and which descendants were left out because they
     /// are another user's (one that ended meanwhile is simply not there to trace).
     pub fn tell(&self, quiet: bool) {
@@ -365,27 +344,6 @@ impl Attached {
         }
     }
 
-    /// Processes still running at the end that predate the attach and never exec'd since: the
-    /// kernel followed their mm from the attach only, so their peak so far is their VmHWM now
-    /// (the kernel's own figure, whole life), read through their pidfd.
-    pub fn peaks_so_far(&self, tree: &mut crate::model::tree::Tree, page_size: u64) {
-        for t in &self.targets {
-            let key = tree
-                .processes()
-                .iter()
-                .filter(|p| p.end_ns.is_none())
-                .filter(|p| p.images.last().is_some_and(|i| i.read_at_attach))
-                .find_map(|p| p.key.get().filter(|k| k.tgid == t.pid));
-            if let (Some(key), Some(pages)) = (key, vmhwm_pages(t, page_size)) {
-                if !tree.set_peak_so_far(key, pages) {
-                    tree.stats.figures_out_of_range += 1;
-                }
-            }
-        }
-    }
-}
-
-impl Attached {
     /// What the report's mechanisms say of the attach.
     pub fn mechanism(&self) -> &'static str {
         if self.memory_followed {
@@ -448,10 +406,10 @@ mod tests {
         let t = Target::hold(pid, Some(me)).expect("hold own child");
         assert_eq!(t.ppid, std::process::id());
         assert_eq!(
-            t.names.argv().collect::<Vec<_>>(),
+            t.argv().collect::<Vec<_>>(),
             [&b"sh"[..], b"-c", b"echo; read x"]
         );
-        assert_eq!(t.names.comm.as_bytes(), b"sh");
+        assert_eq!(t.comm.as_bytes(), b"sh");
         let other = Caller {
             uid: me.uid.wrapping_add(1),
             ..me
