@@ -278,14 +278,6 @@ fn decode_args(buf: &[u8], hdr: EventHeader) -> Result<Event, DecodeError> {
     }))
 }
 
-/// The arguments of a NUL-separated argument area, as exact bytes. A trailing NUL ends the
-/// last one; an area cut short keeps its last partial argument.
-pub fn split_argv(area: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
-    let area = area.strip_suffix(&[0]).unwrap_or(area);
-    let n = if area.is_empty() { 0 } else { usize::MAX };
-    area.split(|&b| b == 0).take(n)
-}
-
 #[cfg(test)]
 pub(crate) mod records;
 
@@ -382,7 +374,11 @@ mod tests {
             (x.comm.as_bytes(), x.filename.as_slice()),
             (b"ls".as_slice(), b"/bin/ls".as_slice())
         );
-        assert_eq!(argv(&x.args), [b"ls".as_slice(), b"-l", b"/x"]);
+        assert_eq!(
+            crate::util::arg_area::argv_of(crate::util::arg_area::without_final_nul(&x.args))
+                .collect::<Vec<_>>(),
+            [b"ls".as_slice(), b"-l", b"/x"]
+        );
         // A record claiming more payload than it carries is rejected.
         assert!(matches!(
             decode(&full[..EXEC_EVENT_FIXED + 3]),
@@ -426,19 +422,5 @@ mod tests {
             let _ = decode(&buf);
             let _ = decode(&b);
         }
-    }
-
-    fn argv(area: &[u8]) -> Vec<&[u8]> {
-        split_argv(area).collect()
-    }
-
-    #[test]
-    fn argv_splitting() {
-        assert_eq!(argv(b"a\0bc\0"), [b"a".as_slice(), b"bc"]);
-        assert_eq!(argv(b"a\0\0c\0"), [b"a".as_slice(), b"", b"c"]);
-        assert_eq!(argv(b"a\0partial"), [b"a".as_slice(), b"partial"]);
-        assert!(argv(b"").is_empty());
-        // Bytes that are not UTF-8 stay exact.
-        assert_eq!(argv(b"\xff\x9b\0x\0"), [b"\xff\x9b".as_slice(), b"x"]);
     }
 }

@@ -160,11 +160,7 @@ impl Collector {
             self.matcher.bpf_thread_exit(h.pid, e);
             return;
         }
-        let key = Key {
-            tgid: h.tgid,
-            start_ns: h.leader_start_ns,
-        };
-        if let Some((key, i)) = self.matcher.bpf_exit(h.pid, e, key) {
+        if let Some((key, i)) = self.matcher.bpf_exit(h.pid, e, Key::of(h)) {
             self.pair(tree, key, i);
         }
     }

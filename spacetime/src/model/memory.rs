@@ -90,18 +90,12 @@ impl Memory {
             Event::Rss(r) if r.hdr.flags & flags::RSS_MM_PEAK != 0 && r.end_ns != 0 => {
                 let tree = r.tree_rss_pages * self.page_size;
                 self.timeline.record_tree_rss(Point::new(r.end_ns, tree));
-                let key = Key {
-                    tgid: r.hdr.tgid,
-                    start_ns: r.hdr.leader_start_ns,
-                };
+                let key = Key::of(&r.hdr);
                 self.timeline.image_ended(key, r.end_ns);
             }
             Event::Rss(r) if r.hdr.flags & flags::RSS_MM_PEAK != 0 => {}
             Event::Rss(r) => {
-                let key = Key {
-                    tgid: r.hdr.tgid,
-                    start_ns: r.hdr.leader_start_ns,
-                };
+                let key = Key::of(&r.hdr);
                 let ts = r.hdr.ts_ns;
                 let bytes = r.rss_pages * self.page_size;
                 let anon = Some(r.anon_pages * self.page_size);
@@ -114,10 +108,7 @@ impl Memory {
                 self.threaded.insert(Key::of(&f.hdr));
             }
             Event::Exit(x) if x.hdr.flags & flags::EXIT_GROUP_DEAD != 0 => {
-                let key = Key {
-                    tgid: x.hdr.tgid,
-                    start_ns: x.hdr.leader_start_ns,
-                };
+                let key = Key::of(&x.hdr);
                 let faults = flags::EXIT_MIN_FLT | flags::EXIT_READ_FAILED;
                 if !self.threaded.remove(&key) && x.hdr.flags & faults == flags::EXIT_MIN_FLT {
                     self.timeline
@@ -130,10 +121,7 @@ impl Memory {
                 self.timeline.process_exited(key, x.hdr.ts_ns);
             }
             Event::ImageEnd(m) => {
-                let key = Key {
-                    tgid: m.hdr.tgid,
-                    start_ns: m.hdr.leader_start_ns,
-                };
+                let key = Key::of(&m.hdr);
                 self.image_end_rss(key, m.hdr.ts_ns, &m.mem);
             }
             _ => {}

@@ -114,10 +114,7 @@ impl TracedRun<'_, '_> {
         match ev {
             _ if h.ts_ns <= cut => true,
             Event::Reap(_) => {
-                let key = Key {
-                    tgid: h.tgid,
-                    start_ns: h.leader_start_ns,
-                };
+                let key = Key::of(h);
                 self.sink.tree.get(&key).is_some_and(|p| p.end_ns.is_some())
             }
             _ => false,
@@ -131,10 +128,7 @@ impl Consumer for TracedRun<'_, '_> {
     fn event(&mut self, ev: Event) {
         if !self.within(&ev) {
             if let Event::Exit(x) = &ev {
-                self.exited_after.insert(Key {
-                    tgid: x.hdr.tgid,
-                    start_ns: x.hdr.leader_start_ns,
-                });
+                self.exited_after.insert(Key::of(&x.hdr));
             }
             return;
         }
@@ -337,10 +331,7 @@ pub(super) fn live_memory(
         .filter_map(|p| p.key.get())
         .collect();
     for r in crate::model::memory::live_mm_records(&states) {
-        let key = crate::model::tree::Key {
-            tgid: r.hdr.tgid,
-            start_ns: r.hdr.leader_start_ns,
-        };
+        let key = crate::model::tree::Key::of(&r.hdr);
         if live.contains(&key) {
             let ev = crate::kernel::events::Event::Rss(r);
             memory.observe(&ev);
