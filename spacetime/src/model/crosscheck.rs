@@ -53,7 +53,7 @@ pub struct Coverage {
 /// What the cross-check needs of one record: 16 bytes and its figures packed (~30 bytes)
 /// instead of the decoded record's 744, which matters when a trace holds 100 000 of them.
 #[derive(Clone, Debug)]
-pub struct Kept {
+pub struct KeptRecord {
     /// Start, seconds since the epoch (a u32 holds them until 2106: 12 bytes a record).
     pub btime_s: u32,
     pub tgid: u32,
@@ -62,31 +62,32 @@ pub struct Kept {
     at_group: u32,
 }
 
-impl Kept {
+impl KeptRecord {
     const GROUP: u32 = 1 << 31;
 
-    fn new(tgid: u32, group: bool, btime_s: u64, stats_at: usize) -> Kept {
-        Kept {
+    fn new(tgid: u32, group: bool, btime_s: u64, stats_at: usize) -> KeptRecord {
+        KeptRecord {
             btime_s: u32::try_from(btime_s).unwrap_or(u32::MAX),
             tgid,
-            at_group: stats_at as u32 & !Kept::GROUP | if group { Kept::GROUP } else { 0 },
+            at_group: stats_at as u32 & !KeptRecord::GROUP
+                | if group { KeptRecord::GROUP } else { 0 },
         }
     }
 
     /// A thread group's record (not one thread's).
     pub fn group(&self) -> bool {
-        self.at_group & Kept::GROUP != 0
+        self.at_group & KeptRecord::GROUP != 0
     }
 
     fn stats_at(&self) -> u32 {
-        self.at_group & !Kept::GROUP
+        self.at_group & !KeptRecord::GROUP
     }
 }
 
 /// The records that concern a traced process, kept as they arrive, and the pairs the matcher
 /// made of them with the exits.
 pub struct Collector {
-    records: Vec<Kept>,
+    records: Vec<KeptRecord>,
     packed: Vec<u8>,
     matcher: Matcher<Key, u32>,
     /// Each process whose end was matched, and the index of its record in `records`, in the
@@ -179,7 +180,7 @@ impl Collector {
     /// Keeps one record; returns its index.
     fn push(&mut self, tgid: u32, r: &TaskstatsRecord) -> u32 {
         let at = packed::pack(&mut self.packed, &ProcessTaskstats::of(r));
-        self.records.push(Kept::new(
+        self.records.push(KeptRecord::new(
             tgid,
             r.ac_flag & ac_flags::AGROUP != 0,
             r.ac_btime64.unwrap_or(r.ac_btime as u64),
@@ -193,12 +194,12 @@ impl Collector {
         self.other_exits
     }
 
-    pub fn records(&self) -> &[Kept] {
+    pub fn records(&self) -> &[KeptRecord] {
         &self.records
     }
 
     /// The figures of one of [`records`](Collector::records).
-    pub fn stats(&self, k: &Kept) -> ProcessTaskstats {
+    pub fn stats(&self, k: &KeptRecord) -> ProcessTaskstats {
         packed::unpack(&self.packed, k.stats_at() as usize)
     }
 }
@@ -276,7 +277,7 @@ fn started_in_time(tree: &Tree, tgid: u32, r: &TaskstatsRecord, clock: Clock) ->
 
 /// Does record `r` describe a thread of process `p`? Start within a second of the process's
 /// start or later, and not after its end.
-fn belongs(r: &Kept, p: &Process, clock: Clock) -> bool {
+fn belongs(r: &KeptRecord, p: &Process, clock: Clock) -> bool {
     let Some(end) = p.end_ns.get() else {
         return false;
     };
@@ -381,7 +382,7 @@ pub fn cross_check(
 /// Unpaired group records that are traced exits BPF missed: a traced process with that tgid
 /// has no exit and started then. Any other is a process that reused the pid (pids wrap: a
 /// 100k-process trace reuses each one several times).
-fn missed_exits(tree: &Tree, records: &[Kept], unpaired: &[u32], clock: Clock) -> u64 {
+fn missed_exits(tree: &Tree, records: &[KeptRecord], unpaired: &[u32], clock: Clock) -> u64 {
     let mut open: HashMap<u32, Vec<u64>> = HashMap::new();
     for p in tree.processes().iter().filter(|p| p.end_ns.is_none()) {
         if let Some(key) = p.key.get() {

@@ -56,7 +56,7 @@ const CGROUP_WIDTH: usize = 24;
 mod exec_rows;
 #[path = "output_layout.rs"]
 mod layout;
-use layout::{Col, Layout};
+use layout::{Col, WatchLayout};
 
 impl Output {
     /// stdout, or FILE opened for appending.
@@ -127,7 +127,7 @@ impl Output {
         } else {
             String::new()
         };
-        let head = format!("{}{cg}COMMAND", Layout::for_width(self.width).header());
+        let head = format!("{}{cg}COMMAND", WatchLayout::for_width(self.width).header());
         match self.width {
             Some(w) => writeln!(self.w, "{}", term::fit(&head, w)),
             None => writeln!(self.w, "{head}"),
@@ -195,7 +195,7 @@ impl Output {
         } else {
             x.peak_rss_bytes.map_or("-".into(), units::bytes)
         };
-        let lay = Layout::for_width(self.width);
+        let lay = WatchLayout::for_width(self.width);
         let time = if lay.ms { time } else { time[..8].to_string() };
         let cells = lay.line(|c| match c {
             Col::Time => time.clone(),

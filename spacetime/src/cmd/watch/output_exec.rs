@@ -5,7 +5,7 @@ use std::{fmt::Write as _, io, io::Write as _};
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-use super::{command, serialize_names, Ancestry, Col, Layout, Output};
+use super::{command, serialize_names, Ancestry, Col, Output, WatchLayout};
 use crate::{
     cmd::watch::exec::ExecView,
     model::identity,
@@ -56,7 +56,7 @@ impl Output {
         let time = self.time_of_day(self.wall_ns(x.ts_ns));
         let mut l = std::mem::take(&mut self.line);
         l.clear();
-        let lay = Layout::for_width(self.width);
+        let lay = WatchLayout::for_width(self.width);
         let time = if lay.ms { time } else { time[..8].to_string() };
         let cells = lay.line(|c| match c {
             Col::Time => time.clone(),

@@ -1,5 +1,5 @@
 //! The columns of `watch`'s table, chosen for the terminal's width: header and rows are laid
-//! out from the same [`Layout`], so they agree column for column.
+//! out from the same [`WatchLayout`], so they agree column for column.
 
 use std::fmt::Write as _;
 
@@ -50,14 +50,14 @@ impl Col {
 /// terminal THR, UID, the milliseconds, CPU, PPID, RUNTIME then TIME go, in that order, until
 /// COMMAND keeps a third of the line (at least 16 columns). Header and rows share it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Layout {
+pub struct WatchLayout {
     pub cols: Vec<Col>,
     pub ms: bool,
 }
 
-impl Layout {
-    pub fn for_width(width: Option<usize>) -> Layout {
-        let mut lay = Layout {
+impl WatchLayout {
+    pub fn for_width(width: Option<usize>) -> WatchLayout {
+        let mut lay = WatchLayout {
             cols: Col::ALL.to_vec(),
             ms: true,
         };

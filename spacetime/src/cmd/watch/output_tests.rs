@@ -143,10 +143,10 @@ fn hostile_names_render_safely() {
 
 #[test]
 fn header_and_rows_agree_and_fit_80_60_40() {
-    let full = Layout::for_width(None);
+    let full = WatchLayout::for_width(None);
     assert_eq!(full.cols, Col::ALL.to_vec(), "not a terminal: every column");
     for w in [200, 120, 80, 60, 40, 20] {
-        let lay = Layout::for_width(Some(w));
+        let lay = WatchLayout::for_width(Some(w));
         let head = lay.header();
         let row = lay.line(|c| "9".repeat(c.spec(lay.ms).1));
         assert_eq!(head.len(), row.len(), "{w}: {head:?} / {row:?}");
@@ -171,7 +171,7 @@ fn header_and_rows_agree_and_fit_80_60_40() {
             w.saturating_sub(head.len())
         );
     }
-    let at80 = Layout::for_width(Some(80));
+    let at80 = WatchLayout::for_width(Some(80));
     assert!(
         at80.cols.contains(&Col::Ppid) && at80.cols.contains(&Col::Runtime),
         "{at80:?}"

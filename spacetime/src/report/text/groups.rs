@@ -9,7 +9,7 @@ use std::fmt::Write;
 
 use super::{
     red,
-    rows::{clamp_indent, row, Figures, Layout},
+    rows::{clamp_indent, row, Figures, RowLayout},
     sections::heading,
     Options, ProcessReport, Report,
 };
@@ -116,7 +116,7 @@ fn build(r: &Report, kept: &[bool]) -> (Vec<Node>, Vec<usize>) {
 /// A group's row: its size, largest peak, CPU and failures, and the program's name.
 fn group_row(node: &Node, r: &Report, indent: &str, width: usize) -> String {
     let procs = || node.members.iter().map(|&m| &r.processes[m]);
-    let lay = Layout::for_width(width);
+    let lay = RowLayout::for_width(width);
     let failed = procs().filter(|p| p.failed()).count();
     let mut s = lay.figures(
         &Figures::Group {
@@ -165,7 +165,7 @@ pub(super) fn grouped(out: &mut String, r: &Report, width: usize, wide: bool, o:
         ),
         width,
     );
-    let _ = writeln!(out, "{}", Layout::for_width(width).header());
+    let _ = writeln!(out, "{}", RowLayout::for_width(width).header());
     let mut shown = 0;
     let mut stack: Vec<(usize, String, bool, bool)> = top
         .iter()

@@ -13,7 +13,7 @@ use crate::util::{
 /// Which columns a row has: narrow terminals drop TIME, then CPU, then EXIT (then shown
 /// before the command when not 0), so the command keeps room.
 #[derive(Clone, Copy)]
-pub(super) struct Layout {
+pub(super) struct RowLayout {
     time: bool,
     cpu: bool,
     exit: bool,
@@ -31,9 +31,9 @@ pub(super) enum Figures<'r, 'a> {
     Blank,
 }
 
-impl Layout {
-    pub(super) fn for_width(width: usize) -> Layout {
-        Layout {
+impl RowLayout {
+    pub(super) fn for_width(width: usize) -> RowLayout {
+        RowLayout {
             time: width >= 76,
             cpu: width >= 64,
             exit: width >= 54,
@@ -114,7 +114,7 @@ pub(super) fn clamp_indent(indent: &str, room: usize) -> String {
 /// A row: the figures, the tree's indent, and the process's name (its label, or with `-w`
 /// its command line).
 pub(super) fn row(p: &ProcessReport, r: &Report, indent: &str, width: usize, wide: bool) -> String {
-    let lay = Layout::for_width(width);
+    let lay = RowLayout::for_width(width);
     let mut s = lay.figures(&Figures::One(p), r);
     let room = width.saturating_sub(term::width(&s));
     s.push_str(&clamp_indent(indent, room));
@@ -129,7 +129,7 @@ pub(super) fn row(p: &ProcessReport, r: &Report, indent: &str, width: usize, wid
 
 /// The head of a detail line under a row: blank figures, the tree's indent, two spaces.
 fn detail_head(indent: &str, r: &Report, width: usize) -> String {
-    let lay = Layout::for_width(width);
+    let lay = RowLayout::for_width(width);
     let mut head = lay.figures(&Figures::Blank, r);
     let room = width.saturating_sub(term::width(&head));
     head.push_str(&clamp_indent(indent, room));
@@ -184,7 +184,7 @@ fn taskstats_line(p: &ProcessReport, delays: bool) -> Option<String> {
 
 /// The whole tree, a row per process.
 pub(super) fn tree(out: &mut String, r: &Report, width: usize, wide: bool, verbose: bool) {
-    let _ = writeln!(out, "{}", Layout::for_width(width).header());
+    let _ = writeln!(out, "{}", RowLayout::for_width(width).header());
     let mut children: Vec<Vec<usize>> = vec![Vec::new(); r.processes.len()];
     let mut roots = Vec::new();
     for (i, parent) in r.analysis.parents.iter().enumerate() {
