@@ -434,3 +434,41 @@ fn st_fill_max_pss_within_the_sampling_budget() {
         tree_peak as f64 / MIB as f64
     );
 }
+
+/// `--pss-budget` is the share of a CPU the rounds may use: the report says the one asked for,
+/// and the rounds' CPU stays within it (plus the round that overdrew it); a share that is not
+/// one is a usage error (125) before anything runs.
+#[test]
+fn the_pss_budget_asked_for_is_the_one_kept() {
+    let mib = 64;
+    let out = Trace::new([WL, "fill", &mib.to_string()])
+        .flag("--pss-budget")
+        .flag("10")
+        .flag("--pss-interval")
+        .flag("20")
+        .tag("tl-pss-budget")
+        .run();
+    out.assert_code(0);
+    let v = out.json_value();
+    let sampling = &v["timeline"]["pss_sampling"];
+    assert_eq!(sampling["cpu_budget"].as_f64(), Some(0.1), "{sampling}");
+    let read_ns = u64_at(sampling, &["read_ns"]);
+    let wall = u64_at(&v, &["wall_ns"]);
+    let rounds = u64_at(sampling, &["rounds"]).max(1);
+    // The budget earned, the 5 ms a run may spend from its start, and the round that overdrew.
+    let one_round = (mib * MIB / 1024 * 40).max(read_ns / rounds);
+    assert!(
+        read_ns as f64 <= 0.1 * wall as f64 + 5e6 + one_round as f64,
+        "PSS reads took {read_ns} ns of CPU over {wall} ns: above 10 % ({sampling})"
+    );
+    for bad in ["0", "150", "x"] {
+        let out = std::process::Command::new(spacetime_tests::spacetime_bin())
+            .args(["trace", "--pss-budget", bad, "--", "true"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("running trace");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "--pss-budget {bad}: {err}");
+        assert!(err.contains("share of a CPU"), "--pss-budget {bad}: {err}");
+    }
+}

@@ -322,6 +322,10 @@ pub struct TraceArgs {
     /// sampling off
     #[arg(long, value_name = "MS", default_value_t = 50)]
     pub pss_interval: u64,
+    /// Share of one CPU the PSS rounds may use, in % (default 2): denser rounds narrow what
+    /// short processes may have held between two of them (a build's compilers)
+    #[arg(long, value_name = "PERCENT", default_value_t = 2.0, value_parser = parse_percent)]
+    pub pss_budget: f64,
     /// List at most N processes in the summary tree (0: all)
     #[arg(long, value_name = "N", default_value_t = 40)]
     pub top: usize,
@@ -350,6 +354,16 @@ pub struct TraceArgs {
 /// The pids of `trace -p`, in the order given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pids(pub Vec<u32>);
+
+/// A share of one CPU, in %: more than 0, at most 100.
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 => Ok(p),
+        _ => Err(format!(
+            "{s:?} is not a share of a CPU (a percentage above 0, up to 100)"
+        )),
+    }
+}
 
 fn parse_pids(s: &str) -> Result<Pids, String> {
     crate::kernel::attach::parse_pids(s).map(Pids)

@@ -36,6 +36,8 @@ pub struct MemoryOptions {
     pub over_time: bool,
     /// Shortest PSS sampling interval per process, ns; 0 turns PSS off.
     pub pss_interval_ns: u64,
+    /// Share of one CPU the PSS rounds may use; 0: [`PssConfig`]'s default.
+    pub pss_cpu_budget: f64,
     pub page_size: u64,
 }
 
@@ -53,10 +55,15 @@ impl Memory {
         } else {
             RssSource::Statm
         };
+        let default = PssConfig::default();
         let pss = PssConfig {
             min_interval_ns: o.pss_interval_ns,
             follow_rss: o.kernel_rss,
-            ..PssConfig::default()
+            cpu_budget: match o.pss_cpu_budget > 0.0 {
+                true => o.pss_cpu_budget.min(1.0),
+                false => default.cpu_budget,
+            },
+            ..default
         };
         let statm = SamplerConfig {
             min_interval_ns: o.pss_interval_ns.max(10_000_000),
@@ -245,6 +252,7 @@ mod tests {
             kernel_rss,
             over_time,
             pss_interval_ns,
+            pss_cpu_budget: 0.0,
             page_size: 4096,
         })
     }

@@ -312,7 +312,7 @@ pub fn max_pss_uncertain(m: &MaxPss) -> String {
     let bytes = crate::util::units::bytes;
     match m.withheld() {
         Some(Withheld::Unseen) => format!(
-            "the tree may have held up to {} more than the {} estimated, unseen by any PSS round (pages of programs no round read, pages written after a fork, or left by a process that exited, before the next round): over 5 %",
+            "the tree may have held up to {} more than the {} estimated, unseen by any PSS round (pages of programs no round read, pages written after a fork, or left by a process that exited, before the next round): over 5 %; denser rounds narrow it (--pss-budget, --pss-interval)",
             bytes(m.unseen_bytes),
             bytes(m.bytes)
         ),

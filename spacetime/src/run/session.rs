@@ -61,6 +61,8 @@ pub struct RunOptions {
     pub stop_on_root_exit: bool,
     /// Shortest PSS sampling interval per process, ns; 0 turns PSS off.
     pub pss_interval_ns: u64,
+    /// Share of one CPU the PSS rounds may use (0: the default, 2 %).
+    pub pss_cpu_budget: f64,
     /// Something shows memory over time. Without it, and without PSS, nothing samples
     /// /proc where the kernel does not follow RSS (a `time -f` format).
     pub memory_over_time: bool,
@@ -258,6 +260,7 @@ impl Session {
             kernel_rss: self.kernel.capabilities().rss_tracking,
             over_time: opts.memory_over_time,
             pss_interval_ns: opts.pss_interval_ns,
+            pss_cpu_budget: opts.pss_cpu_budget,
             page_size: self.page_size,
         });
         memory.timeline.cpu.enabled = self.kernel.capabilities().cpu_ticks;
