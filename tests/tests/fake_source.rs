@@ -58,16 +58,6 @@ struct Fake {
     codes: VecDeque<u32>,
 }
 
-fn monotonic_ns() -> u64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a plain query into a local.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
-
 fn bytes_of<T: Copy>(v: &T) -> Vec<u8> {
     // SAFETY: the records are plain `repr(C)` data, read whole as bytes.
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
@@ -148,7 +138,7 @@ impl KernelSource for Fake {
 
     fn track_root(&mut self, held: HeldChild) -> anyhow::Result<LearnedPid> {
         let pid = held.pid as u32;
-        let start_ns = monotonic_ns();
+        let start_ns = spacetime_tests::clock::monotonic_ns() as u64;
         let code = self.codes.pop_front().expect("a status for each run");
         let argv = format!("sh\0-c\0exit {code}\0");
         self.script

@@ -88,7 +88,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
                 true => args.pss_interval.saturating_mul(1_000_000),
                 false => 0,
             },
-            pss_cpu_budget: args.pss_budget / 100.0,
+            pss_cpu_budget: Some(args.pss_budget / 100.0),
             memory_over_time: memory_over_time(&args),
             quiet: args.quiet,
             cgroup_peak: args.cgroup_peak,

@@ -36,8 +36,8 @@ pub struct MemoryOptions {
     pub over_time: bool,
     /// Shortest PSS sampling interval per process, ns; 0 turns PSS off.
     pub pss_interval_ns: u64,
-    /// Share of one CPU the PSS rounds may use; 0: [`PssConfig`]'s default.
-    pub pss_cpu_budget: f64,
+    /// Share of one CPU the PSS rounds may use; None: [`PssConfig`]'s default.
+    pub pss_cpu_budget: Option<f64>,
     pub page_size: u64,
 }
 
@@ -59,10 +59,7 @@ impl Memory {
         let pss = PssConfig {
             min_interval_ns: o.pss_interval_ns,
             follow_rss: o.kernel_rss,
-            cpu_budget: match o.pss_cpu_budget > 0.0 {
-                true => o.pss_cpu_budget.min(1.0),
-                false => default.cpu_budget,
-            },
+            cpu_budget: o.pss_cpu_budget.map_or(default.cpu_budget, |b| b.min(1.0)),
             ..default
         };
         let statm = SamplerConfig {
@@ -252,7 +249,7 @@ mod tests {
             kernel_rss,
             over_time,
             pss_interval_ns,
-            pss_cpu_budget: 0.0,
+            pss_cpu_budget: None,
             page_size: 4096,
         })
     }

@@ -33,18 +33,13 @@ pub struct OwnCost {
 }
 
 impl OwnCost {
-    /// getrusage now, with the kernel side's start-up (`load_ms`) and its programs'
-    /// statistics (read while they are still attached; none for an agent's).
-    pub fn measure(load_ms: f64, programs: KernelProgramStats) -> OwnCost {
-        OwnCost {
-            load_us: (load_ms * 1e3) as u64,
-            ..OwnCost::from_parts(rusage_self(), vm_hwm_bytes(), programs)
-        }
-    }
-
-    /// getrusage now, with what `kernel` adds: its start-up and its programs' statistics.
+    /// getrusage now, with what `kernel` adds: its start-up and its programs' statistics
+    /// (read while they are still attached; none for an agent's).
     pub fn of(kernel: &dyn crate::kernel::source::KernelSource) -> OwnCost {
-        OwnCost::measure(kernel.capabilities().load_ms, kernel.program_stats())
+        OwnCost {
+            load_us: (kernel.capabilities().load_ms * 1e3) as u64,
+            ..OwnCost::from_parts(rusage_self(), vm_hwm_bytes(), kernel.program_stats())
+        }
     }
 
     /// `vm_hwm`: VmHWM in bytes; without it, ru_maxrss (an upper bound) stands in.

@@ -79,7 +79,7 @@ impl Tracer for SessionTracer {
             stop_on_root_exit: false,
             // PSS is sampled, not exact: a bench reports the exact figures only.
             pss_interval_ns: 0,
-            pss_cpu_budget: 0.0,
+            pss_cpu_budget: None,
             // Where the kernel does not follow RSS, /proc's samples give the runs' peaks.
             memory_over_time: true,
             quiet: true,
