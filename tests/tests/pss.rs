@@ -243,8 +243,9 @@ fn a_maximum_no_round_saw_is_never_trusted() {
             );
         } else {
             withheld += 1;
+            // A bound: the truth's two reads (kB each) are the slack, nothing more.
             assert!(
-                bytes + unseen >= 0.99 * truth,
+                bytes + unseen + 2048.0 >= truth,
                 "{what}: withheld, but its bound {} is below the truth {truth}\n{}",
                 bytes + unseen,
                 out.context()

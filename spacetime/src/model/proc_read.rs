@@ -49,13 +49,19 @@ impl ProcReader {
     /// Reads `/proc/<key.tgid>/<name>` into `self.buf`; `Ok(false)` when the process is gone
     /// or the pid now belongs to another process.
     pub(crate) fn read(&mut self, key: Key, name: &CStr) -> io::Result<bool> {
-        self.read_after(key, name, self.verify_start)
+        self.read_after(key, Some(name), self.verify_start)
     }
 
     /// As [`ProcReader::read`], `stat` read first in any case: [`ProcReader::minor_faults`]
     /// then says how many the process had before `name` was read.
     pub(crate) fn read_after_stat(&mut self, key: Key, name: &CStr) -> io::Result<bool> {
-        self.read_after(key, name, true)
+        self.read_after(key, Some(name), true)
+    }
+
+    /// Reads `stat` alone (its start time checked as for any read): then
+    /// [`ProcReader::minor_faults`] says the process's faults now. `Ok(false)` when gone.
+    pub(crate) fn read_stat(&mut self, key: Key) -> io::Result<bool> {
+        self.read_after(key, None, true)
     }
 
     /// The process's minor faults (all its threads', `stat`'s field 10) as of the last read
@@ -64,7 +70,7 @@ impl ProcReader {
         stat_field(&self.stat, 10)
     }
 
-    fn read_after(&mut self, key: Key, name: &CStr, stat: bool) -> io::Result<bool> {
+    fn read_after(&mut self, key: Key, name: Option<&CStr>, stat: bool) -> io::Result<bool> {
         self.stat.clear();
         let pid = match &self.proc_pids {
             None => key.tgid,
@@ -96,7 +102,10 @@ impl ProcReader {
         }
         // The directory descriptor stays bound to the process it was opened for: once that
         // process is gone, opening through it fails even if the pid was reused.
-        read_at(&dir, name, &mut self.buf).or_else(gone_or)
+        match name {
+            Some(name) => read_at(&dir, name, &mut self.buf).or_else(gone_or),
+            None => Ok(true),
+        }
     }
 }
 
@@ -172,8 +181,8 @@ pub struct Usage {
     pub anon_bytes: u64,
     /// Their PSS (`Pss_Anon:`, Linux 5.9+).
     pub pss_anon_bytes: Option<u64>,
-    /// The process's minor faults before the read, times the page size (`stat`, read first):
-    /// at most what it copied on write up to then.
+    /// The process's minor faults before the read, times the page size (`stat`, read first;
+    /// in a round, before the round's first read): at most what it copied on write up to then.
     pub faulted_bytes: Option<u64>,
 }
 

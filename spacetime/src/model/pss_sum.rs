@@ -23,7 +23,8 @@
 //! tree's PSS, and when a sharer ends, what it shared is the others' alone while their reads
 //! still halve it. So a window between rounds may hold up to what sharing took off at the reads
 //! (`Anonymous:` less `Pss_Anon:`) more; and no more than a page per minor fault of the
-//! processes that shared (every copy is a fault: `stat` read before each read, `task->min_flt`
+//! processes that shared (every copy is a fault: `stat` read before the round's first read,
+//! as a copy between two sharers' reads grows the first one's share unseen; `task->min_flt`
 //! at exit) plus what the ended ones shared, once every one of them is known. The next round
 //! narrows the bound for the time since the last one: the tree held no more then than the round
 //! finds, plus what was freed or exited in between. The maximum is trusted when the bound over
