@@ -279,12 +279,13 @@ impl PssSampler {
     fn round(&mut self, live: &[Key], out: &mut Timeline) -> usize {
         let mut read = Vec::with_capacity(live.len());
         let before = self.faults_before(live);
-        for (&key, before) in live.iter().zip(before) {
+        for (&key, (before, stat_ns)) in live.iter().zip(before) {
             // The budget is CPU: on a busy machine a read waits for the CPU (and for the
             // target's mmap lock) far longer than it works.
             let (cpu, started) = (thread_cpu_ns(), crate::util::clock::monotonic_ns());
             let got = self.read(key);
-            let took = thread_cpu_ns().saturating_sub(cpu);
+            // Its `stat` read before the round is part of its price.
+            let took = thread_cpu_ns().saturating_sub(cpu) + stat_ns;
             let ts = crate::util::clock::monotonic_ns();
             self.stats.read_ns += took;
             match got {
@@ -324,17 +325,18 @@ impl PssSampler {
     /// alone, while the other's share of it grows unseen: the copies that bound what a window
     /// may hold unseen are counted from before the round's first read, not from each read
     /// (a child writing its parent's 160 MiB between their reads left 2.7 MB out).
-    fn faults_before(&mut self, live: &[Key]) -> Vec<Option<u64>> {
-        let cpu = thread_cpu_ns();
-        let faults = live
-            .iter()
-            .map(|&key| match self.reader.read_stat(key) {
-                Ok(true) => self.reader.minor_faults().map(|n| n * self.page),
-                _ => None,
+    /// Returns them with what reading each cost (CPU ns).
+    fn faults_before(&mut self, live: &[Key]) -> Vec<(Option<u64>, u64)> {
+        live.iter()
+            .map(|&key| {
+                let cpu = thread_cpu_ns();
+                let faults = match self.reader.read_stat(key) {
+                    Ok(true) => self.reader.minor_faults().map(|n| n * self.page),
+                    _ => None,
+                };
+                (faults, thread_cpu_ns().saturating_sub(cpu))
             })
-            .collect();
-        self.stats.read_ns += thread_cpu_ns().saturating_sub(cpu);
-        faults
+            .collect()
     }
 
     /// A process read early in a round may exit before a process it shared pages with is
