@@ -18,9 +18,16 @@ impl Sessions {
     /// writes and a read each, every run. Processes still running (a run stopped at its
     /// root's exit) go on untraced. Returns how many processes were still tracked.
     pub(super) fn untrack_all(&mut self) -> Result<usize, LoadError> {
+        // Every process gone through its exit: nothing to walk the maps for.
+        let tracked = match self.holds_nothing(0)? {
+            true => 0,
+            false => {
+                let tracked = clear::<u32, Tracked>(&mut self.maps, "TRACKED")?;
+                clear::<u64, MmState>(&mut self.maps, "MM_STATE")?;
+                tracked
+            }
+        };
         let maps = &mut self.maps;
-        let tracked = clear::<u32, Tracked>(maps, "TRACKED")?;
-        clear::<u64, MmState>(maps, "MM_STATE")?;
         const COUNTS: &str = "SESSIONS";
         const LIMITS: &str = "SESSION_LIMITS";
         let err = |name| move |source| LoadError::Map { name, source };

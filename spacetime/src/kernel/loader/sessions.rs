@@ -155,6 +155,11 @@ impl Sessions {
     pub(super) fn untrack_session(&mut self, session: SessionId) -> Result<usize, LoadError> {
         let slot = index(session)?;
         let mut removed = 0;
+        if self.holds_nothing(session)? {
+            remove_where::<u32, Reaping>(&mut self.maps, "REAPING", |r| r.session == slot)?;
+            self.zero_count(slot)?;
+            return Ok(0);
+        }
         for _ in 0..UNTRACK_PASSES {
             let n = remove_where::<u32, Tracked>(&mut self.maps, "TRACKED", |t| t.session == slot)?;
             removed += n;
@@ -298,6 +303,16 @@ impl Sessions {
         limits.set(slot, l, 0).map_err(map_err(NAME))
     }
 
+    /// Whether every process `session` traced has passed its group exit, so that neither
+    /// `TRACKED` nor `MM_STATE` holds anything of it: its live count is given back there
+    /// (exit.rs, `claim_group_exit`), after rss_exit, attached before the exit record's
+    /// program, stopped following the mm; a process whose exit no program saw keeps the
+    /// count above zero. A walk of either map visits every bucket (65 536 each, 0.1-0.2 ms)
+    /// whatever the session holds.
+    pub(super) fn holds_nothing(&self, session: SessionId) -> Result<bool, LoadError> {
+        Ok(self.live_processes_of(session)? == 0)
+    }
+
     /// Processes `session` has traced now, as its limit counts them.
     pub(super) fn live_processes_of(&self, session: SessionId) -> Result<i64, LoadError> {
         let slot = index(session)?;
@@ -319,6 +334,9 @@ impl Sessions {
 
     /// The mms the kernel still follows for `session` (its processes running now).
     pub(super) fn followed_mms_of(&self, session: SessionId) -> Result<Vec<MmState>, LoadError> {
+        if self.holds_nothing(session)? {
+            return Ok(Vec::new());
+        }
         let slot = u32::from(session);
         let states = hash::<u64, MmState>(&self.maps, "MM_STATE")?;
         // An entry removed while the walk runs is skipped, not an error.
