@@ -278,8 +278,8 @@ impl PssSampler {
     /// Reads every process of `live` into `out`; returns how many were read.
     fn round(&mut self, live: &[Key], out: &mut Timeline) -> usize {
         let mut read = Vec::with_capacity(live.len());
-        let before = self.faults_before(live);
-        for (&key, (before, stat_ns)) in live.iter().zip(before) {
+        let faults = self.faults_before(live);
+        for (&key, (before, stat_ns)) in live.iter().zip(faults) {
             // The budget is CPU: on a busy machine a read waits for the CPU (and for the
             // target's mmap lock) far longer than it works.
             let (cpu, started) = (thread_cpu_ns(), crate::util::clock::monotonic_ns());

@@ -154,12 +154,19 @@ impl Sessions {
     /// still tracked. Other sessions are untouched.
     pub(super) fn untrack_session(&mut self, session: SessionId) -> Result<usize, LoadError> {
         let slot = index(session)?;
+        let removed = match self.holds_nothing(session)? {
+            true => 0,
+            false => self.remove_tracked(slot)?,
+        };
+        remove_where::<u32, Reaping>(&mut self.maps, "REAPING", |r| r.session == slot)?;
+        self.zero_count(slot)?;
+        Ok(removed)
+    }
+
+    /// Removes the session in `slot`'s entries from `TRACKED` (repeated while forks add
+    /// children), then its followed mms; returns how many processes were tracked.
+    fn remove_tracked(&mut self, slot: u32) -> Result<usize, LoadError> {
         let mut removed = 0;
-        if self.holds_nothing(session)? {
-            remove_where::<u32, Reaping>(&mut self.maps, "REAPING", |r| r.session == slot)?;
-            self.zero_count(slot)?;
-            return Ok(0);
-        }
         for _ in 0..UNTRACK_PASSES {
             let n = remove_where::<u32, Tracked>(&mut self.maps, "TRACKED", |t| t.session == slot)?;
             removed += n;
@@ -168,8 +175,6 @@ impl Sessions {
             }
         }
         remove_where::<u64, MmState>(&mut self.maps, "MM_STATE", |m| m.session == slot)?;
-        remove_where::<u32, Reaping>(&mut self.maps, "REAPING", |r| r.session == slot)?;
-        self.zero_count(slot)?;
         Ok(removed)
     }
 
