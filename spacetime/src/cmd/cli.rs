@@ -322,9 +322,14 @@ pub struct TraceArgs {
     /// sampling off
     #[arg(long, value_name = "MS", default_value_t = 50)]
     pub pss_interval: u64,
-    /// Share of one CPU the PSS rounds may use, in % (default 2): denser rounds narrow what
-    /// short processes may have held between two of them (a build's compilers)
-    #[arg(long, value_name = "PERCENT", default_value_t = 2.0, value_parser = parse_percent)]
+    /// Share of one CPU the PSS rounds may use, in %: denser rounds narrow what short
+    /// processes may have held between two of them (a build's compilers)
+    #[arg(
+        long,
+        value_name = "PERCENT",
+        default_value_t = crate::model::pss::DEFAULT_CPU_BUDGET * 100.0,
+        value_parser = parse_percent
+    )]
     pub pss_budget: f64,
     /// List at most N processes in the summary tree (0: all)
     #[arg(long, value_name = "N", default_value_t = 40)]

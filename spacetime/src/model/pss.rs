@@ -18,6 +18,8 @@ use super::{
 use crate::model::tree::Key;
 use rustc_hash::{FxHashMap, FxHashSet};
 
+/// The share of one CPU the rounds may use unless told otherwise (`trace --pss-budget`).
+pub const DEFAULT_CPU_BUDGET: f64 = 0.02;
 /// The measured cost of reading smaps_rollup: nanoseconds per KiB of RSS (≈ 7 ms per GiB).
 pub const SMAPS_NS_PER_KIB: u64 = 7;
 /// What a read costs besides the page walk: opening the files, checking the start time.
@@ -53,7 +55,7 @@ impl Default for PssConfig {
     fn default() -> PssConfig {
         PssConfig {
             min_interval_ns: 50_000_000,
-            cpu_budget: 0.02,
+            cpu_budget: DEFAULT_CPU_BUDGET,
             verify_start: true,
             follow_rss: false,
         }

@@ -61,7 +61,7 @@ pub struct RunOptions {
     pub stop_on_root_exit: bool,
     /// Shortest PSS sampling interval per process, ns; 0 turns PSS off.
     pub pss_interval_ns: u64,
-    /// Share of one CPU the PSS rounds may use (None: the default, 2 %).
+    /// Share of one CPU the PSS rounds may use (None: `pss::DEFAULT_CPU_BUDGET`).
     pub pss_cpu_budget: Option<f64>,
     /// Something shows memory over time. Without it, and without PSS, nothing samples
     /// /proc where the kernel does not follow RSS (a `time -f` format).
