@@ -172,11 +172,12 @@ fn a_non_root_watch_learns_nothing_of_other_users() {
 
 /// The proof a track request must pass: a re-exec of the client's own program, a child
 /// that exec'd, another user's child, not a child, a file: each refused (the own held child
-/// still passes).
+/// still passes), whether the descriptor comes in a track request after the welcome or with
+/// the hello; and a watch's hello carrying one is refused.
 #[test]
 fn a_track_request_needs_the_clients_own_unexeced_child() {
     let agent = Agent::start("attack-proof");
-    for (case, want) in [
+    let cases = [
         ("own-child", "tracked "),
         ("reexec", "refused process"),
         ("execd", "refused process"),
@@ -185,14 +186,24 @@ fn a_track_request_needs_the_clients_own_unexeced_child() {
             "not-pidfd",
             "refused what was passed is not a process descriptor",
         ),
-    ] {
-        let mut c = Client::start(CLIENT, agent.socket(), ATTACKER, &[case]);
+    ];
+    let with_hello = cases.map(|(case, want)| (format!("hello:{case}"), want));
+    let all = cases
+        .iter()
+        .map(|&(case, want)| (case.to_string(), want))
+        .chain(with_hello)
+        .chain([(
+            "watch-hello-fd".to_string(),
+            "refused a process descriptor came with a watch's hello",
+        )]);
+    for (case, want) in all {
+        let mut c = Client::start(CLIENT, agent.socket(), ATTACKER, &[&case]);
         let line = c.until("", Duration::from_secs(30));
         assert!(
             line.starts_with(want),
             "{case}: want {want:?}, got {line:?}"
         );
-        if case == "reexec" {
+        if case.ends_with("reexec") {
             assert!(line.contains("already exec'd"), "{case}: {line}");
         }
         c.end();

@@ -65,13 +65,6 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
         append: args.append,
     })
     .map_err(anyhow::Error::from)?;
-    let mut session = Session::open_any(
-        &session_options(&args, verbose),
-        Programs::from_flags(args.agent, args.no_agent),
-    )?;
-    if verbose > 0 {
-        session.tell_loaded();
-    }
     let start = match &what {
         What::Spawn(path, creds) => Start::Spawn(Spawn {
             path,
@@ -80,6 +73,18 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
         }),
         What::Attach(pids) => Start::Attach(pids),
     };
+    let first = match &start {
+        Start::Spawn(s) => Some(s),
+        Start::Attach(_) => None,
+    };
+    let mut session = Session::open_any(
+        &session_options(&args, verbose),
+        Programs::from_flags(args.agent, args.no_agent),
+        first,
+    )?;
+    if verbose > 0 {
+        session.tell_loaded();
+    }
     let run = session.run(
         start,
         &RunOptions {

@@ -122,6 +122,8 @@ pub struct Session {
     earlier_left: bool,
     /// Where started commands' standard streams go ([`Session::detach_stdio`]).
     stdio: launch::Stdio,
+    /// The first run's root, started while the agent was asked for the session.
+    early: Option<EarlyRoot>,
     _delayacct: DelayAcct,
 }
 
@@ -143,19 +145,70 @@ struct Baseline {
     taskstats: ListenerStats,
 }
 
+/// A run's root started before the session opened ([`Session::open_any`]'s `first`): held
+/// before its exec, its pidfd rode on the agent's hello, which tracks it right after the
+/// welcome: one round trip where a track request after the welcome took two. Dropped unused
+/// (another run came first, or none), the child is killed and reaped.
+struct EarlyRoot {
+    held: Option<launch::Held>,
+    path: std::path::PathBuf,
+    argv: Vec<OsString>,
+}
+
+impl EarlyRoot {
+    /// Starts `s` held (as spacetime: an agent's session needs no program run in the child)
+    /// and gives its pidfd; None when either fails (the run then starts it as usual, and
+    /// says why if it fails again).
+    fn start(s: &Spawn<'_>) -> Option<(EarlyRoot, OwnedFd)> {
+        let stdio = launch::Stdio::default();
+        let held = launch::spawn_held_with(s.path, s.argv, s.creds, None, stdio).ok()?;
+        let pidfd = crate::kernel::pidfd::open_pidfd(held.pid as u32);
+        let root = EarlyRoot {
+            held: Some(held),
+            path: s.path.to_path_buf(),
+            argv: s.argv.to_vec(),
+        };
+        // An error drops `root`: the child is killed.
+        Some((root, pidfd.ok()?))
+    }
+
+    /// Whether this is the root of a run that starts `s` with standard streams `stdio`.
+    fn is_for(&self, s: &Spawn<'_>, stdio: launch::Stdio) -> bool {
+        self.path == s.path && self.argv == s.argv && stdio == launch::Stdio::default()
+    }
+
+    fn into_held(mut self) -> Option<launch::Held> {
+        self.held.take()
+    }
+}
+
+impl Drop for EarlyRoot {
+    fn drop(&mut self) {
+        if let Some(h) = self.held.take() {
+            kill_and_reap(h.pid);
+        }
+    }
+}
+
 impl Session {
     /// Loads and attaches the programs, opens the taskstats listener and the signalfd, and
     /// becomes the child subreaper (orphans of a traced tree are waited for here). Blocks
     /// SIGCHLD, SIGINT, SIGTERM and SIGHUP for the calling thread: call before other threads
     /// exist so that they inherit the mask.
     pub fn open(opts: &SessionOptions) -> anyhow::Result<Session> {
-        Session::open_any(opts, Programs::Own)
+        Session::open_any(opts, Programs::Own, None)
     }
 
     /// Through the agent when its socket answers (unless [`Programs::Own`]), otherwise with
     /// programs loaded here (root only, and not for [`Programs::Agent`]): see
-    /// [`source::open`]. Blocks signals as [`Session::open`] does.
-    pub fn open_any(opts: &SessionOptions, programs: Programs) -> anyhow::Result<Session> {
+    /// [`source::open`]. Blocks signals as [`Session::open`] does. `first`: the command the
+    /// first run starts, with spacetime's standard streams: through the agent it is started
+    /// (held) once the socket answers, and its pidfd rides on the hello.
+    pub fn open_any(
+        opts: &SessionOptions,
+        programs: Programs,
+        first: Option<&Spawn<'_>>,
+    ) -> anyhow::Result<Session> {
         let want = {
             use crate::kernel::remote::proto::want;
             let delayacct = if opts.delayacct { want::DELAYACCT } else { 0 };
@@ -186,8 +239,21 @@ impl Session {
             Ok(Box::new(OwnSource::open(&opts.load, taskstats)?))
         };
         let max = opts.load.max_tracked;
-        let kernel = source::open(programs, want, max, through_agent, own)?;
-        Session::over(kernel, opts)
+        let mut early = None;
+        let held = || {
+            let (root, pidfd) = EarlyRoot::start(first?)?;
+            early = Some(root);
+            Some(pidfd)
+        };
+        let kernel = source::open(programs, want, max, held, through_agent, own);
+        // Programs loaded here (the agent refused, or was not asked) may need to run one in
+        // the child before it is let go: it starts anew.
+        let early = early.filter(
+            |_| matches!(&kernel, Ok(k) if k.capabilities().provenance == Provenance::Agent),
+        );
+        let mut session = Session::over(kernel?, opts)?;
+        session.early = early;
+        Ok(session)
     }
 
     /// A session over any kernel side: one opened by [`source::open`], or one written by a
@@ -213,6 +279,7 @@ impl Session {
             page_size: crate::util::clock::page_size(),
             earlier_left: false,
             stdio: launch::Stdio::default(),
+            early: None,
             _delayacct: delayacct,
         })
     }
@@ -345,6 +412,8 @@ impl Session {
         match start {
             Start::Spawn(s) => self.spawn(&s, cgroup, quiet),
             Start::Attach(pids) => {
+                // A root started for a spawn is not this run's.
+                self.early = None;
                 let attached = self.kernel.attach(pids)?;
                 attached.tell(quiet);
                 let pid = attached.targets[0].pid;
@@ -367,8 +436,14 @@ impl Session {
         cgroup: &mut Option<crate::run::cgroup_peak::Run>,
         quiet: bool,
     ) -> Result<Root, RunError> {
-        let own_pid = self.kernel.capabilities().own_pid_program;
-        let held = launch::spawn_held_with(s.path, s.argv, s.creds, own_pid, self.stdio)?;
+        let early = self.early.take().filter(|e| e.is_for(s, self.stdio));
+        let held = match early.and_then(EarlyRoot::into_held) {
+            Some(h) => h,
+            None => {
+                let own_pid = self.kernel.capabilities().own_pid_program;
+                launch::spawn_held_with(s.path, s.argv, s.creds, own_pid, self.stdio)?
+            }
+        };
         // Signals and waitpid take the pid as spacetime's namespace numbers it; the kernel
         // programs and the tree key processes by the kernel's.
         let pid = held.pid as u32;

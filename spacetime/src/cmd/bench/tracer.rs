@@ -42,7 +42,7 @@ impl SessionTracer {
             delayacct: false,
             delayacct_notice: false,
         };
-        let session = Session::open_any(&opts, programs)?;
+        let session = Session::open_any(&opts, programs, None)?;
         if verbose > 0 {
             session.tell_loaded();
         }

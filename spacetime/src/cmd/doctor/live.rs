@@ -194,7 +194,7 @@ pub fn agent(path: &Path, needed: bool) -> (Check, bool) {
         };
         Check::new("agent", status, format!("{why}{fix}"))
     };
-    match AgentConn::connect_for(path, proto::want::TRACE, 0) {
+    match AgentConn::connect_for(path, proto::want::TRACE, 0, || None) {
         Ok(conn) => {
             let w = &conn.welcome;
             let ts = if w.taskstats_error.is_empty() {

@@ -24,5 +24,5 @@ pub(super) fn open(args: &WatchArgs, filter: &Filter) -> anyhow::Result<Box<dyn 
         let taskstats = (!args.no_taskstats).then_some(TASKSTATS_RCVBUF);
         Ok(Box::new(OwnSource::with(probes, taskstats)?))
     };
-    source::open(programs, want::WATCH, 0, agent, own)
+    source::open(programs, want::WATCH, 0, || None, agent, own)
 }

@@ -141,6 +141,11 @@ pub struct AgentConn {
     told: bool,
     /// What the session is for ([`proto::want`]): a trace's words are not a watch's.
     want: u8,
+    /// The run's root rode on the hello: its track answer is awaited, not asked for, and
+    /// what comes before [`AgentConn::track`] is called is the run's.
+    track_sent: bool,
+    /// That answer, when it came before it was awaited.
+    track_answer: Option<Msg>,
     buf: Vec<u8>,
 }
 
@@ -150,11 +155,14 @@ fn shown(b: &[u8]) -> String {
 
 impl AgentConn {
     /// Connects and opens a session for `want` ([`proto::want`]), whose runs have at most
-    /// `max_processes` processes tracked at once (0: the agent's limit alone).
+    /// `max_processes` processes tracked at once (0: the agent's limit alone). Once the
+    /// socket answers, `held` may start the run's root (held before its exec) and give its
+    /// pidfd: it rides on the hello, and [`AgentConn::track`] then only awaits the answer.
     pub fn connect_for(
         path: &Path,
         want: u8,
         max_processes: u32,
+        held: impl FnOnce() -> Option<OwnedFd>,
     ) -> Result<AgentConn, ConnectError> {
         let started = Instant::now();
         let where_ = path.display().to_string();
@@ -184,7 +192,13 @@ impl AgentConn {
             want,
             max_processes,
         };
-        sock::send(fd.as_fd(), &hello.encode(), None).map_err(io_err)?;
+        let root = held();
+        sock::send(
+            fd.as_fd(),
+            &hello.encode(),
+            root.as_ref().map(|r| r.as_fd()),
+        )
+        .map_err(io_err)?;
         let agent_pid = sock::peer_cred(fd.as_fd()).map_or(0, |c| c.pid);
         let mut conn = AgentConn {
             fd,
@@ -204,6 +218,8 @@ impl AgentConn {
             gone: None,
             told: true,
             want,
+            track_sent: root.is_some(),
+            track_answer: None,
             buf: vec![0; proto::MAX_MESSAGE + 1],
         };
         match conn.recv_blocking(Instant::now() + ANSWER_TIMEOUT) {
@@ -232,13 +248,20 @@ impl AgentConn {
     /// Has the agent track the held child `pidfd` pins (our own, not yet exec'd); returns
     /// its pid as the agent numbers it and the namespace depth between us.
     pub fn track(&mut self, pidfd: BorrowedFd<'_>) -> Result<(u32, u32), TrackError> {
-        self.begin_run();
-        if let Err(e) = sock::send(self.fd.as_fd(), &Msg::Track.encode(), Some(pidfd)) {
-            return Err(TrackError::Gone(e.to_string()));
+        if !std::mem::take(&mut self.track_sent) {
+            self.begin_run();
+            if let Err(e) = sock::send(self.fd.as_fd(), &Msg::Track.encode(), Some(pidfd)) {
+                return Err(TrackError::Gone(e.to_string()));
+            }
         }
+        let mut early = self.track_answer.take();
         let deadline = Instant::now() + ANSWER_TIMEOUT;
         loop {
-            match self.recv_blocking(deadline) {
+            let answer = match early.take() {
+                Some(m) => Some(m),
+                None => self.recv_blocking(deadline),
+            };
+            match answer {
                 Some(Msg::Tracked { kernel_pid, level }) => return Ok((kernel_pid, level)),
                 Some(Msg::Refused { code, reason }) => {
                     let reason = shown(&reason);
@@ -320,9 +343,13 @@ impl AgentConn {
         self.inbox.pop_front()
     }
 
-    /// Forgets what was received and not handed out (records of an earlier run).
+    /// Forgets what was received and not handed out (records of an earlier run). A root
+    /// that rode on the hello is the connection's first run: what came is its own.
     pub fn discard(&mut self) -> usize {
         self.pump();
+        if self.track_sent {
+            return 0;
+        }
         let n = self.inbox.len() + self.taskstats.len();
         self.inbox.clear();
         self.taskstats.clear();
@@ -414,6 +441,11 @@ impl AgentConn {
     }
 
     fn keep(&mut self, m: Msg) {
+        let track_answer = matches!(m, Msg::Tracked { .. } | Msg::Refused { .. });
+        if track_answer && self.track_sent && self.track_answer.is_none() {
+            self.track_answer = Some(m);
+            return;
+        }
         match m {
             Msg::Records(r) => self.inbox.extend(r),
             Msg::Taskstats(d) => self.taskstats.extend(d),

@@ -157,7 +157,8 @@ impl Programs {
 
 /// Opens a kernel side as `programs` allows: a session of the agent at its socket, asking
 /// for `want` ([`crate::kernel::remote::proto::want`]) and at most `max` tracked processes
-/// (0: the agent's limit), made a source by `agent`; else (or for [`Programs::Own`]) the
+/// (0: the agent's limit), made a source by `agent` (`held` may start the first run's root
+/// once the socket answers: see [`AgentConn::connect_for`]); else (or for [`Programs::Own`]) the
 /// programs loaded here by `own`. Root gets the same figures from its own programs, quietly
 /// (`-vv` says why); a user who can do neither is told, in one sentence, what the agent said
 /// or to start one or use sudo.
@@ -165,6 +166,7 @@ pub fn open(
     programs: Programs,
     want: u8,
     max: u32,
+    held: impl FnOnce() -> Option<std::os::fd::OwnedFd>,
     agent: impl FnOnce(AgentConn) -> anyhow::Result<Box<dyn KernelSource>>,
     own: impl FnOnce() -> anyhow::Result<Box<dyn KernelSource>>,
 ) -> anyhow::Result<Box<dyn KernelSource>> {
@@ -172,7 +174,7 @@ pub fn open(
         return own();
     }
     let path = crate::kernel::remote::socket_path();
-    let why = match AgentConn::connect_for(&path, want, max) {
+    let why = match AgentConn::connect_for(&path, want, max, held) {
         Ok(conn) => return agent(conn),
         Err(e) if programs == Programs::Agent => {
             return Err(

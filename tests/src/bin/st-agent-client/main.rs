@@ -13,6 +13,10 @@
 //!   not-pidfd    an ordinary file instead of a pidfd
 //!   sessions N   open N sessions at once (hello on N connections); print the last answer
 //!
+//! `hello:CASE` passes CASE's descriptor with the hello instead of in a track request after
+//! the welcome (the agent must prove it alike); `watch-hello-fd` passes one with a watch's
+//! hello (refused: a watch tracks nothing).
+//!
 //! The attack routes: `reuse` (reuse.rs), `flush-flood`, `records-flood`, `slow-storm`, `hold`, `idle`,
 //! `share` (floods.rs), `watch-leak`, `watch-exits`, `watch-flood`, `watch-hoard` (watches.rs),
 //! `ticks` (ticks.rs).
@@ -179,9 +183,27 @@ fn main() {
         "ticks" => return ticks::run(socket_path, num(3) as u64),
         _ => {}
     }
+    proof(socket_path, case);
+}
+
+/// A proof case: CASE's descriptor passed to the agent (with the hello for `hello:CASE`),
+/// the agent's answer printed, then the session ended cleanly.
+fn proof(socket: &Path, case: &str) {
     let mut keep = Vec::new();
-    let passed = passed_descriptor(case, &mut keep);
-    let Some(fd) = connect_with_hello(Path::new(socket)) else {
+    let (with_hello, case) = match case.strip_prefix("hello:") {
+        Some(c) => (true, c),
+        None => (case == "watch-hello-fd", case),
+    };
+    let passed = match case {
+        "watch-hello-fd" => passed_descriptor("own-child", &mut keep),
+        c => passed_descriptor(c, &mut keep),
+    };
+    let want = match case {
+        "watch-hello-fd" => proto::want::WATCH,
+        _ => proto::want::TRACE,
+    };
+    let on_hello = with_hello.then(|| passed.as_fd());
+    let Some(fd) = connect_with_hello(socket, want, on_hello) else {
         return;
     };
     let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
@@ -191,14 +213,20 @@ fn main() {
     };
     match recv(&mut buf) {
         Some(Msg::Welcome(_)) => {}
+        Some(Msg::Refused { reason, .. }) => {
+            println!("refused {}", String::from_utf8_lossy(&reason));
+            return;
+        }
         other => {
             println!("error welcome: {other:?}");
             return;
         }
     }
-    if let Err(e) = sock::send(fd.as_fd(), &Msg::Track.encode(), Some(passed.as_fd())) {
-        println!("error track: {e}");
-        return;
+    if !with_hello {
+        if let Err(e) = sock::send(fd.as_fd(), &Msg::Track.encode(), Some(passed.as_fd())) {
+            println!("error track: {e}");
+            return;
+        }
     }
     loop {
         match recv(&mut buf) {
@@ -251,7 +279,7 @@ fn sessions(socket: &Path, n: usize) {
     let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
     let mut last = String::from("error none");
     for _ in 0..n {
-        let Some(fd) = connect_with_hello(socket) else {
+        let Some(fd) = connect_with_hello(socket, proto::want::TRACE, None) else {
             return;
         };
         last = match sock::recv(fd.as_fd(), &mut buf, true)
@@ -271,7 +299,11 @@ fn sessions(socket: &Path, n: usize) {
 
 /// A connection to the agent at `socket` that has sent its hello (asking to trace); None,
 /// with the error printed, when either fails.
-fn connect_with_hello(socket: &Path) -> Option<OwnedFd> {
+fn connect_with_hello(
+    socket: &Path,
+    want: u8,
+    passed: Option<std::os::fd::BorrowedFd<'_>>,
+) -> Option<OwnedFd> {
     let fd = match sock::connect(socket) {
         Ok(fd) => fd,
         Err(e) => {
@@ -281,10 +313,10 @@ fn connect_with_hello(socket: &Path) -> Option<OwnedFd> {
     };
     let hello = Msg::Hello {
         version: proto::VERSION,
-        want: proto::want::TRACE,
+        want,
         max_processes: 0,
     };
-    if sock::send(fd.as_fd(), &hello.encode(), None).is_err() {
+    if sock::send(fd.as_fd(), &hello.encode(), passed).is_err() {
         println!("error hello");
         return None;
     }
