@@ -4,11 +4,14 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use spacetime_tests::agent::Agent;
+use spacetime_tests::attack::Client;
 use spacetime_tests::{assert_world_executable, spacetime_bin, TempDir, Trace};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
+const CLIENT: &str = env!("CARGO_BIN_EXE_st-agent-client");
 
 #[test]
 fn without_an_agent_root_loads_its_own_and_others_are_told() {
@@ -100,4 +103,32 @@ fn agent_flag_refuses_to_load_own_programs() {
     assert_eq!(bench.status.code(), Some(125), "bench --agent: {err}");
     assert!(err.contains("--agent"), "bench --agent: {err}");
     assert!(!truth.exists(), "bench --agent ran nothing");
+}
+
+/// A trace starts its command (held) while the agent works on its hello; when the agent then
+/// refuses (here: every session slot taken), root loads programs here and the command runs
+/// once: the child held for the agent is killed and reaped, never let go.
+#[test]
+fn a_refused_hello_runs_the_command_once_under_programs_loaded_here() {
+    let agent = Agent::start("choice-refused");
+    let mut holder = Client::start(CLIENT, agent.socket(), 0, &["sessions", "63", "hold"]);
+    let said = holder.until("", Duration::from_secs(60));
+    assert_eq!(said, "welcome", "63 sessions held open");
+    let out = Trace::new([WL, "touch", "8"])
+        .through(&agent)
+        .tag("agent-refused")
+        .run();
+    out.assert_code(0);
+    let json = out.json_value();
+    assert_eq!(json["programs"], "own", "{}", out.context());
+    assert_eq!(
+        out.truth.len(),
+        1,
+        "the command ran once\n{}",
+        out.context()
+    );
+    let processes = json["processes"].as_array().map_or(0, Vec::len);
+    assert_eq!(processes, 1, "one process traced\n{}", out.context());
+    holder.end();
+    agent.stop();
 }

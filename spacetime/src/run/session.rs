@@ -145,9 +145,10 @@ struct Baseline {
     taskstats: ListenerStats,
 }
 
-/// A run's root started before the session opened ([`Session::open_any`]'s `first`): held
-/// before its exec, its pidfd rode on the agent's hello, which tracks it right after the
-/// welcome: one round trip where a track request after the welcome took two. Dropped unused
+/// A run's root started while the session opened ([`Session::open_any`]'s `first`): held
+/// before its exec, forked while the agent works on the hello, and asked to be tracked
+/// without waiting for the welcome: one round trip where a track request after the
+/// welcome took two. Dropped unused
 /// (another run came first, or none), the child is killed and reaped.
 struct EarlyRoot {
     held: Option<launch::Held>,
@@ -203,7 +204,7 @@ impl Session {
     /// programs loaded here (root only, and not for [`Programs::Agent`]): see
     /// [`source::open`]. Blocks signals as [`Session::open`] does. `first`: the command the
     /// first run starts, with spacetime's standard streams: through the agent it is started
-    /// (held) once the socket answers, and its pidfd rides on the hello.
+    /// (held) once the hello is sent, and its track request follows the hello at once.
     pub fn open_any(
         opts: &SessionOptions,
         programs: Programs,

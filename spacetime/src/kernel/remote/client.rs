@@ -141,8 +141,8 @@ pub struct AgentConn {
     told: bool,
     /// What the session is for ([`proto::want`]): a trace's words are not a watch's.
     want: u8,
-    /// The run's root rode on the hello: its track answer is awaited, not asked for, and
-    /// what comes before [`AgentConn::track`] is called is the run's.
+    /// The run's root was asked for with the hello: its track answer is awaited, not asked
+    /// for, and what comes before [`AgentConn::track`] is called is the run's.
     track_sent: bool,
     /// That answer, when it came before it was awaited.
     track_answer: Option<Msg>,
@@ -156,8 +156,10 @@ fn shown(b: &[u8]) -> String {
 impl AgentConn {
     /// Connects and opens a session for `want` ([`proto::want`]), whose runs have at most
     /// `max_processes` processes tracked at once (0: the agent's limit alone). Once the
-    /// socket answers, `held` may start the run's root (held before its exec) and give its
-    /// pidfd: it rides on the hello, and [`AgentConn::track`] then only awaits the answer.
+    /// hello is sent, `held` may start the run's root (held before its exec) and give its
+    /// pidfd: the track request follows the hello without waiting for the welcome (the
+    /// agent reads a connection's requests in order), and [`AgentConn::track`] then only
+    /// awaits the answer. The fork overlaps the agent's work on the hello.
     pub fn connect_for(
         path: &Path,
         want: u8,
@@ -192,13 +194,11 @@ impl AgentConn {
             want,
             max_processes,
         };
+        sock::send(fd.as_fd(), &hello.encode(), None).map_err(io_err)?;
         let root = held();
-        sock::send(
-            fd.as_fd(),
-            &hello.encode(),
-            root.as_ref().map(|r| r.as_fd()),
-        )
-        .map_err(io_err)?;
+        if let Some(pidfd) = &root {
+            sock::send(fd.as_fd(), &Msg::Track.encode(), Some(pidfd.as_fd())).map_err(io_err)?;
+        }
         let agent_pid = sock::peer_cred(fd.as_fd()).map_or(0, |c| c.pid);
         let mut conn = AgentConn {
             fd,
@@ -344,7 +344,7 @@ impl AgentConn {
     }
 
     /// Forgets what was received and not handed out (records of an earlier run). A root
-    /// that rode on the hello is the connection's first run: what came is its own.
+    /// asked for with the hello is the connection's first run: what came is its own.
     pub fn discard(&mut self) -> usize {
         self.pump();
         if self.track_sent {

@@ -15,7 +15,7 @@ use crate::kernel::counters::KernelCounters;
 pub use super::codes::{datagram_identities, CpuClockState, Refusal, TaskstatsState};
 
 /// The protocol's version: a change to any message's layout changes it.
-pub const VERSION: u32 = 8;
+pub const VERSION: u32 = 7;
 
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 128 << 10;
@@ -95,8 +95,6 @@ pub enum Msg {
     /// Client: the first message.
     /// `max_processes`: the most processes the client's run may have tracked at once (its
     /// `--max-processes`; 0: no limit of its own), as its own programs' tracking map would.
-    /// A trace's hello may carry its held child's pidfd (SCM_RIGHTS): the agent tracks it
-    /// right after the welcome, and answers as it answers [`Msg::Track`].
     Hello {
         version: u32,
         want: u8,

@@ -158,7 +158,7 @@ impl Programs {
 /// Opens a kernel side as `programs` allows: a session of the agent at its socket, asking
 /// for `want` ([`crate::kernel::remote::proto::want`]) and at most `max` tracked processes
 /// (0: the agent's limit), made a source by `agent` (`held` may start the first run's root
-/// once the socket answers: see [`AgentConn::connect_for`]); else (or for [`Programs::Own`]) the
+/// once the hello is sent: see [`AgentConn::connect_for`]); else (or for [`Programs::Own`]) the
 /// programs loaded here by `own`. Root gets the same figures from its own programs, quietly
 /// (`-vv` says why); a user who can do neither is told, in one sentence, what the agent said
 /// or to start one or use sudo.

@@ -36,12 +36,7 @@ impl Agent {
                 None,
             ) => {
                 self.clients[id].max_processes = max_processes;
-                self.hello(id, version, want);
-                // A trace's hello may carry its held child: tracked right after the welcome,
-                // as a track request would be (one round trip instead of two).
-                if let Some(fd) = fd {
-                    self.track_at_hello(id, fd);
-                }
+                self.hello(id, version, want)
             }
             (Msg::Track, Some(s)) if self.clients[id].seat.is_none() => match fd {
                 Some(fd) => self.track(id, s, fd),
@@ -101,21 +96,6 @@ impl Agent {
         match want == proto::want::WATCH {
             true => self.hello_watch(id, s),
             false => self.hello_trace(id, s, asked),
-        }
-    }
-
-    /// The held child that rode on client `id`'s hello: tracked when the hello opened a trace
-    /// session; a watch's hello has nothing to track.
-    fn track_at_hello(&mut self, id: ClientId, fd: OwnedFd) {
-        let c = &self.clients[id];
-        match (c.session, c.seat) {
-            (Some(s), None) if !c.closed => self.track(id, s, fd),
-            (Some(_), Some(_)) => self.clients[id].refuse(
-                Refusal::Protocol,
-                "a process descriptor came with a watch's hello",
-            ),
-            // Refused: the refusal said why, and the connection ends.
-            _ => {}
         }
     }
 

@@ -12,10 +12,10 @@
 //!   reexec       a child that has exec'd this very program again (same file)
 //!   not-pidfd    an ordinary file instead of a pidfd
 //!   sessions N   open N sessions at once (hello on N connections); print the last answer
+//!                (`sessions N hold`: then keep them open until stdin closes)
 //!
-//! `hello:CASE` passes CASE's descriptor with the hello instead of in a track request after
-//! the welcome (the agent must prove it alike); `watch-hello-fd` passes one with a watch's
-//! hello (refused: a watch tracks nothing).
+//! `early:CASE` sends CASE's track request right after the hello, before the welcome came
+//! (as `trace` does; the agent must prove it alike).
 //!
 //! The attack routes: `reuse` (reuse.rs), `flush-flood`, `records-flood`, `slow-storm`, `hold`, `idle`,
 //! `share` (floods.rs), `watch-leak`, `watch-exits`, `watch-flood`, `watch-hoard` (watches.rs),
@@ -167,7 +167,10 @@ fn main() {
     };
     let socket_path = Path::new(socket);
     match case.as_str() {
-        "sessions" => return sessions(socket_path, num(3)),
+        "sessions" => {
+            let hold = args.get(4).is_some_and(|a| a == "hold");
+            return sessions(socket_path, num(3), hold);
+        }
         "reuse" => return reuse::run(socket_path, num(3), num(4), num(5)),
         "flush-rtt" => return floods::flush_rtt(socket_path, num(3) as u32),
         "flush-flood" => return floods::flush_flood(socket_path, num(3), num(4) as u64),
@@ -190,22 +193,24 @@ fn main() {
 /// the agent's answer printed, then the session ended cleanly.
 fn proof(socket: &Path, case: &str) {
     let mut keep = Vec::new();
-    let (with_hello, case) = match case.strip_prefix("hello:") {
+    let (early, case) = match case.strip_prefix("early:") {
         Some(c) => (true, c),
-        None => (case == "watch-hello-fd", case),
+        None => (false, case),
     };
-    let passed = match case {
-        "watch-hello-fd" => passed_descriptor("own-child", &mut keep),
-        c => passed_descriptor(c, &mut keep),
-    };
-    let want = match case {
-        "watch-hello-fd" => proto::want::WATCH,
-        _ => proto::want::TRACE,
-    };
-    let on_hello = with_hello.then(|| passed.as_fd());
-    let Some(fd) = connect_with_hello(socket, want, on_hello) else {
+    let passed = passed_descriptor(case, &mut keep);
+    let Some(fd) = connect_with_hello(socket) else {
         return;
     };
+    let track = || match sock::send(fd.as_fd(), &Msg::Track.encode(), Some(passed.as_fd())) {
+        Ok(()) => true,
+        Err(e) => {
+            println!("error track: {e}");
+            false
+        }
+    };
+    if early && !track() {
+        return;
+    }
     let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
     let recv = |buf: &mut Vec<u8>| -> Option<Msg> {
         let r = sock::recv(fd.as_fd(), buf, true).ok()?;
@@ -213,20 +218,13 @@ fn proof(socket: &Path, case: &str) {
     };
     match recv(&mut buf) {
         Some(Msg::Welcome(_)) => {}
-        Some(Msg::Refused { reason, .. }) => {
-            println!("refused {}", String::from_utf8_lossy(&reason));
-            return;
-        }
         other => {
             println!("error welcome: {other:?}");
             return;
         }
     }
-    if !with_hello {
-        if let Err(e) = sock::send(fd.as_fd(), &Msg::Track.encode(), Some(passed.as_fd())) {
-            println!("error track: {e}");
-            return;
-        }
+    if !early && !track() {
+        return;
     }
     loop {
         match recv(&mut buf) {
@@ -274,12 +272,12 @@ fn proof(socket: &Path, case: &str) {
 
 /// Opens `n` connections, each with its hello, all kept open; prints `welcome` or
 /// `refused REASON` for the last.
-fn sessions(socket: &Path, n: usize) {
+fn sessions(socket: &Path, n: usize, hold: bool) {
     let mut conns = Vec::new();
     let mut buf = vec![0u8; proto::MAX_MESSAGE + 1];
     let mut last = String::from("error none");
     for _ in 0..n {
-        let Some(fd) = connect_with_hello(socket, proto::want::TRACE, None) else {
+        let Some(fd) = connect_with_hello(socket) else {
             return;
         };
         last = match sock::recv(fd.as_fd(), &mut buf, true)
@@ -295,15 +293,15 @@ fn sessions(socket: &Path, n: usize) {
         conns.push(fd);
     }
     println!("{last}");
+    if hold {
+        // Until the test closes our stdin.
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+    }
 }
 
 /// A connection to the agent at `socket` that has sent its hello (asking to trace); None,
 /// with the error printed, when either fails.
-fn connect_with_hello(
-    socket: &Path,
-    want: u8,
-    passed: Option<std::os::fd::BorrowedFd<'_>>,
-) -> Option<OwnedFd> {
+fn connect_with_hello(socket: &Path) -> Option<OwnedFd> {
     let fd = match sock::connect(socket) {
         Ok(fd) => fd,
         Err(e) => {
@@ -313,10 +311,10 @@ fn connect_with_hello(
     };
     let hello = Msg::Hello {
         version: proto::VERSION,
-        want,
+        want: proto::want::TRACE,
         max_processes: 0,
     };
-    if sock::send(fd.as_fd(), &hello.encode(), passed).is_err() {
+    if sock::send(fd.as_fd(), &hello.encode(), None).is_err() {
         println!("error hello");
         return None;
     }
