@@ -169,6 +169,7 @@ pub fn parse_smaps_rollup(text: &[u8]) -> Option<Usage> {
         anon_bytes: anon.unwrap_or(0),
         pss_anon_bytes: pss_anon,
         faulted_bytes: None,
+        read_faulted_bytes: None,
     })
 }
 
@@ -184,6 +185,8 @@ pub struct Usage {
     /// The process's minor faults before the read, times the page size (`stat`, read first;
     /// in a round, before the round's first read): at most what it copied on write up to then.
     pub faulted_bytes: Option<u64>,
+    /// In a round, its minor faults' bytes at the read itself (its `stat` read with it).
+    pub read_faulted_bytes: Option<u64>,
 }
 
 impl Usage {
@@ -264,6 +267,7 @@ mod tests {
                 anon_bytes: 6000 * 1024,
                 pss_anon_bytes: Some(5000 * 1024),
                 faulted_bytes: None,
+                read_faulted_bytes: None,
             }
         );
         assert_eq!(u.anon_shared_bytes(), 1000 * 1024);

@@ -213,6 +213,7 @@ impl PssSampler {
         let faulted = self.reader.minor_faults().map(|n| n * self.page);
         Ok(parse_smaps_rollup(&self.reader.buf).map(|u| Usage {
             faulted_bytes: faulted,
+            read_faulted_bytes: faulted,
             ..u
         }))
     }
@@ -295,6 +296,7 @@ impl PssSampler {
                     // Faults since the round began: see `faults_before`.
                     let u = Usage {
                         faulted_bytes: before,
+                        read_faulted_bytes: u.faulted_bytes,
                         ..u
                     };
                     out.record_pss_read(key, (started, ts), u);

@@ -25,7 +25,8 @@
 //! (`Anonymous:` less `Pss_Anon:`) more; and no more than a page per minor fault of the
 //! processes that shared (every copy is a fault: `stat` read before the round's first read,
 //! as a copy between two sharers' reads grows the first one's share unseen; `task->min_flt`
-//! at exit) plus what the ended ones shared, once every one of them is known. The next round
+//! at exit) plus what the ended ones shared, once every one of them is known; and no more
+//! copies by one process than the pages it shared at its read ([`copy_cap`]). The next round
 //! narrows the bound for the time since the last one: the tree held no more then than the round
 //! finds, plus what was freed or exited in between. The maximum is trusted when the bound over
 //! the whole run exceeds it by at most 5 %.
@@ -121,6 +122,9 @@ struct Est {
     round: u64,
     faulted: Option<u64>,
     end_faulted: Option<u64>,
+    /// The most its faults in the period can have copied (None: not known): see
+    /// [`copy_cap`].
+    copy_cap: Option<u64>,
     /// Its exact RSS at its last point.
     last_rss: u64,
     /// Its estimate now; what it may hold unseen (`cow`, new file pages before a read).
@@ -159,9 +163,11 @@ impl Default for Window {
 }
 
 impl Window {
-    fn close(&mut self, shared: u64, from: Option<u64>, to: Option<u64>) {
+    fn close(&mut self, shared: u64, (from, to): (Option<u64>, Option<u64>), cap: Option<u64>) {
         self.shared += shared;
-        let faulted = from.zip(to).map(|(a, b)| b.saturating_sub(a));
+        let faulted = from
+            .zip(to)
+            .map(|(a, b)| b.saturating_sub(a).min(cap.unwrap_or(u64::MAX)));
         self.faulted = self.faulted.zip(faulted).map(|(a, b)| a + b);
     }
 
@@ -308,6 +314,7 @@ impl PssSum {
                 round: self.rounds,
                 faulted: None,
                 end_faulted: None,
+                copy_cap: None,
                 last_rss: rss,
                 e: 0,
                 u: anon,
@@ -346,6 +353,7 @@ impl PssSum {
             round: self.rounds,
             faulted: u.faulted_bytes,
             end_faulted: None,
+            copy_cap: copy_cap(&u),
             last_rss: u.rss_bytes,
             e: u.pss_bytes,
             u: 0,
@@ -395,12 +403,16 @@ impl PssSum {
     /// parent's 160 read after the child exited: 240 for 160). A read earlier in the round
     /// may predate the exit: what it found shared may be its own now, unseen until the next
     /// round (at most what the gone one shared). No point: the round's sum is its end's.
-    /// `faulted`: its final minor faults' bytes, when its stat was read as a zombie's.
+    /// `faulted`: its final minor faults' bytes, when its stat was read as a zombie's. Not
+    /// read (already reaped: a round that comes before the records, as through an agent),
+    /// its exit record says them: its sharing waits for it, as an image's end does.
     pub fn read_gone(&mut self, key: Key, faulted: Option<u64>) {
         // Its mm ended before (before 6.16 the exit record waits for the address space's
         // teardown, seconds in a starved guest): what the round found says its faults.
-        if let Some(est) = self.ending.remove(&key) {
-            self.end_sharing(&est, faulted);
+        if faulted.is_some() {
+            if let Some(est) = self.ending.remove(&key) {
+                self.end_sharing(&est, faulted);
+            }
         }
         let Some(est) = self.procs.remove(&key) else {
             return;
@@ -410,9 +422,17 @@ impl PssSum {
         // What it shared is another's alone now, also for the reads of this round before it
         // (at most what they found shared).
         self.carry += est.anon_shared.min(self.fresh);
-        self.end_sharing(&est, faulted);
         self.window.left += est.anon_shared;
         self.window.freed += est.last_rss;
+        match faulted {
+            Some(_) => self.end_sharing(&est, faulted),
+            None if est.anon_shared > 0 => {
+                if let Some(older) = self.ending.insert(key, est) {
+                    self.end_sharing(&older, None);
+                }
+            }
+            None => {}
+        }
     }
 
     /// A sharing period ends (a read, the image's end): what it took off, and what its process
@@ -427,7 +447,8 @@ impl PssSum {
             // Read in this round: its period was the next window's.
             self.fresh = self.fresh.saturating_sub(est.anon_shared);
         }
-        self.window.close(est.anon_shared, est.faulted, to);
+        self.window
+            .close(est.anon_shared, (est.faulted, to), est.copy_cap);
     }
 
     /// A process's minor faults as it exited (bytes of as many pages), before [`Self::ended`].
@@ -512,6 +533,18 @@ impl PssSum {
             });
         }
     }
+}
+
+/// The most a read process's faults in its sharing period can have copied on write: every
+/// fault between the round's start and its read (a copy then grows another sharer's share
+/// unseen), and after the read one copy at most of each page it shared then, of which there
+/// are at most twice what sharing took off (a page of k sharers takes 1 - 1/k of a page off
+/// each). Pages it shares later by forking are its child's to bound (its inherited pages).
+/// Faults beyond that are writes to pages of its own: a Python's teardown touches every
+/// object once its workers are gone, 38 MB of faults that no copy made.
+fn copy_cap(u: &Usage) -> Option<u64> {
+    let before_read = u.read_faulted_bytes?.saturating_sub(u.faulted_bytes?);
+    Some(before_read.saturating_add(u.anon_shared_bytes().saturating_mul(2)))
 }
 
 /// A process's estimate at (`rss`, `anon`) from what it counts from: (estimate, what it may

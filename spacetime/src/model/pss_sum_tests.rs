@@ -18,6 +18,7 @@ fn usage(rss: u64, pss: u64, anon: u64, pss_anon: u64) -> Usage {
         anon_bytes: anon,
         pss_anon_bytes: Some(pss_anon),
         faulted_bytes: Some(0),
+        read_faulted_bytes: None,
     }
 }
 
@@ -389,4 +390,31 @@ fn growth_the_kernel_has_not_sent_yet_is_not_cut() {
     s.settle(&tree);
     let m = trusted(&s);
     assert_eq!((m.bytes, m.over_rss_bytes), (390, 0));
+}
+
+/// A process's faults count as copies only up to what it could copy: every fault before its
+/// read in the round, and after it one copy of each page it shared then (at most twice what
+/// sharing took off). A Python parent tearing down its objects once its workers are gone
+/// faults 38 MB on pages of its own.
+#[test]
+fn faults_beyond_what_a_process_shared_copy_nothing() {
+    let read = Usage {
+        faulted_bytes: Some(10),
+        read_faulted_bytes: Some(30),
+        ..usage(100, 50, 100, 50)
+    };
+    // 20 faults between the round's start and the read, and 50 taken off: 100 pages shared.
+    assert_eq!(copy_cap(&read), Some(120));
+    let mut w = Window::default();
+    w.close(50, (Some(10), Some(1010)), copy_cap(&read));
+    assert_eq!(w.faulted, Some(120));
+    // Not known (no stat at the read): every fault may be a copy.
+    let unknown = Usage {
+        read_faulted_bytes: None,
+        ..read
+    };
+    assert_eq!(copy_cap(&unknown), None);
+    let mut w = Window::default();
+    w.close(50, (Some(10), Some(1010)), copy_cap(&unknown));
+    assert_eq!(w.faulted, Some(1000));
 }

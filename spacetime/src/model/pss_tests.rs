@@ -475,6 +475,7 @@ fn a_process_a_round_finds_gone_leaves_the_sum_before_its_exit_record() {
         anon_bytes: 8 * MIB,
         pss_anon_bytes: Some(4 * MIB),
         faulted_bytes: None,
+        read_faulted_bytes: None,
     };
     t.record_pss_read(child, (1, 1), shared);
     t.pss_round_done(2);
@@ -525,6 +526,7 @@ fn a_process_read_then_gone_in_the_round_leaves_it() {
         anon_bytes: rss,
         pss_anon_bytes: Some(pss),
         faulted_bytes: None,
+        read_faulted_bytes: None,
     };
     let mut t = Timeline::new(RssSource::Kernel);
     let mut s = sampler();

@@ -58,6 +58,7 @@ fn read(pss: u64) -> Usage {
         anon_bytes: pss,
         pss_anon_bytes: Some(pss),
         faulted_bytes: None,
+        read_faulted_bytes: None,
     }
 }
 

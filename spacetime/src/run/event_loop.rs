@@ -211,7 +211,10 @@ pub async fn run<C: Consumer>(io: &mut Io<'_>, c: &mut C, extra: &mut C::Extra) 
                 // What the kernel recorded before the sample goes first: a PSS round's read
                 // supersedes a process's older points, and those the ring still held would
                 // be dropped unseen (a fill's last 6 MiB, made before the read found the
-                // process exiting, once left a trusted maximum 1.2 % low).
+                // process exiting, once left a trusted maximum 1.2 % low). Through an agent
+                // they are fetched first: a process its round finds gone, its exit record
+                // still in the agent's ring, is reaped already, its last faults unread.
+                io.ring.sync();
                 drain(io.ring, c);
                 c.due();
             }

@@ -91,6 +91,7 @@ fn sample() -> (Tree, Timeline) {
         anon_bytes: 20 << 20,
         pss_anon_bytes: Some(20 << 20),
         faulted_bytes: None,
+        read_faulted_bytes: None,
     };
     tl.record_pss_read(key(CC1), (8_000, 8_000), read);
     tl.pss_round_done(8_000);
