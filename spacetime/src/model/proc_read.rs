@@ -19,9 +19,13 @@ use rustix::fs::{Mode, OFlags};
 pub(crate) struct ProcReader {
     pub(crate) buf: Vec<u8>,
     stat: Vec<u8>,
+    /// `stat` read again after the file ([`ProcReader::read_between_stats`]).
+    stat_after: Vec<u8>,
     boot_offset_ns: u64,
     tick_ns: u64,
     verify_start: bool,
+    /// The directory of the last read's process, for a read after it of the same process.
+    dir: Option<OwnedFd>,
     /// Inside a PID namespace with its own /proc: kernel pid → the pid /proc names it by.
     proc_pids: Option<FxHashMap<u32, u32>>,
 }
@@ -31,9 +35,11 @@ impl ProcReader {
         ProcReader {
             buf: Vec::with_capacity(4096),
             stat: Vec::with_capacity(1024),
+            stat_after: Vec::with_capacity(1024),
             boot_offset_ns: crate::util::clock::boottime_offset_ns(),
             tick_ns: 1_000_000_000 / crate::util::clock::ticks_per_s(),
             verify_start,
+            dir: None,
             proc_pids: None,
         }
     }
@@ -58,6 +64,29 @@ impl ProcReader {
         self.read_after(key, Some(name), true)
     }
 
+    /// As [`ProcReader::read_after_stat`], and `stat` read once more when `name` is read,
+    /// through the same directory (the same process): [`ProcReader::faults_after`] says its
+    /// minor faults and threads then (None when that read failed: it ended meanwhile).
+    pub(crate) fn read_between_stats(&mut self, key: Key, name: &CStr) -> io::Result<bool> {
+        let read = self.read_after(key, Some(name), true)?;
+        self.stat_after.clear();
+        if let (true, Some(dir)) = (read, self.dir.take()) {
+            if read_at(&dir, c"stat", &mut self.stat_after).is_err() {
+                self.stat_after.clear();
+            }
+        }
+        Ok(read)
+    }
+
+    /// The minor faults and the threads as the last [`ProcReader::read_between_stats`]
+    /// ended.
+    pub(crate) fn faults_after(&self) -> Option<(u64, u64)> {
+        Some((
+            stat_field(&self.stat_after, 10)?,
+            stat_field(&self.stat_after, 20)?,
+        ))
+    }
+
     /// Reads `stat` alone (its start time checked as for any read): then
     /// [`ProcReader::minor_faults`] says the process's faults now. `Ok(false)` when gone.
     pub(crate) fn read_stat(&mut self, key: Key) -> io::Result<bool> {
@@ -72,6 +101,7 @@ impl ProcReader {
 
     fn read_after(&mut self, key: Key, name: Option<&CStr>, stat: bool) -> io::Result<bool> {
         self.stat.clear();
+        self.dir = None;
         let pid = match &self.proc_pids {
             None => key.tgid,
             Some(m) => match m.get(&key.tgid) {
@@ -102,10 +132,12 @@ impl ProcReader {
         }
         // The directory descriptor stays bound to the process it was opened for: once that
         // process is gone, opening through it fails even if the pid was reused.
-        match name {
+        let read = match name {
             Some(name) => read_at(&dir, name, &mut self.buf).or_else(gone_or),
             None => Ok(true),
-        }
+        };
+        self.dir = Some(dir);
+        read
     }
 }
 
@@ -185,7 +217,8 @@ pub struct Usage {
     /// The process's minor faults before the read, times the page size (`stat`, read first;
     /// in a round, before the round's first read): at most what it copied on write up to then.
     pub faulted_bytes: Option<u64>,
-    /// In a round, its minor faults' bytes at the read itself (its `stat` read with it).
+    /// Its minor faults' bytes as the read ended (`stat` read again after the page walk),
+    /// and a page per thread for a fault in flight.
     pub read_faulted_bytes: Option<u64>,
 }
 

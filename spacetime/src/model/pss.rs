@@ -207,13 +207,20 @@ impl PssSampler {
 
     /// Reads one process now: None when it is gone.
     pub fn read(&mut self, key: Key) -> io::Result<Option<Usage>> {
-        if !self.reader.read_after_stat(key, c"smaps_rollup")? {
+        if !self.reader.read_between_stats(key, c"smaps_rollup")? {
             return Ok(None);
         }
         let faulted = self.reader.minor_faults().map(|n| n * self.page);
+        // A fault counts once its page is in place: one in flight per thread as the walk
+        // ends may be in the walk and not yet in the count.
+        let page = self.page;
+        let after = self
+            .reader
+            .faults_after()
+            .map(|(faults, threads)| (faults + threads) * page);
         Ok(parse_smaps_rollup(&self.reader.buf).map(|u| Usage {
             faulted_bytes: faulted,
-            read_faulted_bytes: faulted,
+            read_faulted_bytes: after,
             ..u
         }))
     }
@@ -296,7 +303,6 @@ impl PssSampler {
                     // Faults since the round began: see `faults_before`.
                     let u = Usage {
                         faulted_bytes: before,
-                        read_faulted_bytes: u.faulted_bytes,
                         ..u
                     };
                     out.record_pss_read(key, (started, ts), u);

@@ -536,12 +536,13 @@ impl PssSum {
 }
 
 /// The most a read process's faults in its sharing period can have copied on write: every
-/// fault between the round's start and its read (a copy then grows another sharer's share
-/// unseen), and after the read one copy at most of each page it shared then, of which there
-/// are at most twice what sharing took off (a page of k sharers takes 1 - 1/k of a page off
-/// each). Pages it shares later by forking are its child's to bound (its inherited pages).
+/// fault between the round's start and the end of its read (a copy then grows another
+/// sharer's share unseen, or the walk found the page already its own), and after the read one
+/// copy at most of each page it shared then, of which there are at most twice what sharing
+/// took off (a page of k sharers takes 1 - 1/k of a page off each). Pages it shares later by forking are its child's to bound (its inherited pages).
 /// Faults beyond that are writes to pages of its own: a Python's teardown touches every
-/// object once its workers are gone, 38 MB of faults that no copy made.
+/// object once its workers are gone, 38 MB of faults that no copy made. (Pages KSM merges
+/// after the read, in a process that asked for merging, are not in it.)
 fn copy_cap(u: &Usage) -> Option<u64> {
     let before_read = u.read_faulted_bytes?.saturating_sub(u.faulted_bytes?);
     Some(before_read.saturating_add(u.anon_shared_bytes().saturating_mul(2)))
