@@ -24,8 +24,6 @@ pub(crate) struct ProcReader {
     boot_offset_ns: u64,
     tick_ns: u64,
     verify_start: bool,
-    /// The directory of the last read's process, for a read after it of the same process.
-    dir: Option<OwnedFd>,
     /// Inside a PID namespace with its own /proc: kernel pid → the pid /proc names it by.
     proc_pids: Option<FxHashMap<u32, u32>>,
 }
@@ -39,7 +37,6 @@ impl ProcReader {
             boot_offset_ns: crate::util::clock::boottime_offset_ns(),
             tick_ns: 1_000_000_000 / crate::util::clock::ticks_per_s(),
             verify_start,
-            dir: None,
             proc_pids: None,
         }
     }
@@ -55,27 +52,20 @@ impl ProcReader {
     /// Reads `/proc/<key.tgid>/<name>` into `self.buf`; `Ok(false)` when the process is gone
     /// or the pid now belongs to another process.
     pub(crate) fn read(&mut self, key: Key, name: &CStr) -> io::Result<bool> {
-        self.read_after(key, Some(name), self.verify_start)
+        self.read_after(key, Some(name), self.verify_start, false)
     }
 
     /// As [`ProcReader::read`], `stat` read first in any case: [`ProcReader::minor_faults`]
     /// then says how many the process had before `name` was read.
     pub(crate) fn read_after_stat(&mut self, key: Key, name: &CStr) -> io::Result<bool> {
-        self.read_after(key, Some(name), true)
+        self.read_after(key, Some(name), true, false)
     }
 
     /// As [`ProcReader::read_after_stat`], and `stat` read once more when `name` is read,
     /// through the same directory (the same process): [`ProcReader::faults_after`] says its
     /// minor faults and threads then (None when that read failed: it ended meanwhile).
     pub(crate) fn read_between_stats(&mut self, key: Key, name: &CStr) -> io::Result<bool> {
-        let read = self.read_after(key, Some(name), true)?;
-        self.stat_after.clear();
-        if let (true, Some(dir)) = (read, self.dir.take()) {
-            if read_at(&dir, c"stat", &mut self.stat_after).is_err() {
-                self.stat_after.clear();
-            }
-        }
-        Ok(read)
+        self.read_after(key, Some(name), true, true)
     }
 
     /// The minor faults and the threads as the last [`ProcReader::read_between_stats`]
@@ -90,7 +80,7 @@ impl ProcReader {
     /// Reads `stat` alone (its start time checked as for any read): then
     /// [`ProcReader::minor_faults`] says the process's faults now. `Ok(false)` when gone.
     pub(crate) fn read_stat(&mut self, key: Key) -> io::Result<bool> {
-        self.read_after(key, None, true)
+        self.read_after(key, None, true, false)
     }
 
     /// The process's minor faults (all its threads', `stat`'s field 10) as of the last read
@@ -99,9 +89,16 @@ impl ProcReader {
         stat_field(&self.stat, 10)
     }
 
-    fn read_after(&mut self, key: Key, name: Option<&CStr>, stat: bool) -> io::Result<bool> {
+    /// `stat` before `name` (and its start time checked), and `stat_again` after it.
+    fn read_after(
+        &mut self,
+        key: Key,
+        name: Option<&CStr>,
+        stat: bool,
+        stat_again: bool,
+    ) -> io::Result<bool> {
         self.stat.clear();
-        self.dir = None;
+        self.stat_after.clear();
         let pid = match &self.proc_pids {
             None => key.tgid,
             Some(m) => match m.get(&key.tgid) {
@@ -133,11 +130,14 @@ impl ProcReader {
         // The directory descriptor stays bound to the process it was opened for: once that
         // process is gone, opening through it fails even if the pid was reused.
         let read = match name {
-            Some(name) => read_at(&dir, name, &mut self.buf).or_else(gone_or),
-            None => Ok(true),
+            Some(name) => read_at(&dir, name, &mut self.buf).or_else(gone_or)?,
+            None => true,
         };
-        self.dir = Some(dir);
-        read
+        if read && stat_again && read_at(&dir, c"stat", &mut self.stat_after).is_err() {
+            // It ended meanwhile: its faults then are not known.
+            self.stat_after.clear();
+        }
+        Ok(read)
     }
 }
 
