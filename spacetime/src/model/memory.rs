@@ -160,6 +160,15 @@ impl Memory {
         }
     }
 
+    /// Whether [`Memory::sample`] may run a PSS round now: one due, or the rounds'
+    /// cost not known yet (their first round may come at any sample).
+    pub fn may_read(&self, now_ns: u64) -> bool {
+        match &self.pss {
+            Some(s) => s.next_due(&self.timeline).is_none_or(|d| d <= now_ns),
+            None => false,
+        }
+    }
+
     /// Samples the live processes that are due.
     pub fn sample(&mut self, now_ns: u64, tree: &Tree) {
         if self.proc_by_shown_pids {

@@ -206,6 +206,10 @@ impl Consumer for TracedRun<'_, '_> {
         self.sink.memory.next_due()
     }
 
+    fn tick_reads(&self, now_ns: u64) -> bool {
+        self.sink.memory.may_read(now_ns)
+    }
+
     fn due(&mut self) {
         self.sink.memory.sample(monotonic_ns(), self.sink.tree);
     }
