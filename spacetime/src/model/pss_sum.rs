@@ -424,8 +424,14 @@ impl PssSum {
         self.carry += est.anon_shared.min(self.fresh);
         self.window.left += est.anon_shared;
         self.window.freed += est.last_rss;
-        match faulted {
-            Some(_) => self.end_sharing(&est, faulted),
+        self.end_sharing_at(key, est, faulted);
+    }
+
+    /// `key`'s image's sharing ends with its final faults (`to`), or, not known yet, waits in
+    /// `ending` for the exit record that says them.
+    fn end_sharing_at(&mut self, key: Key, est: Est, to: Option<u64>) {
+        match to {
+            Some(_) => self.end_sharing(&est, to),
             None if est.anon_shared > 0 => {
                 if let Some(older) = self.ending.insert(key, est) {
                     self.end_sharing(&older, None);
@@ -499,15 +505,7 @@ impl PssSum {
         };
         self.sum -= est.e;
         self.uncertain -= est.u;
-        match est.end_faulted {
-            Some(f) => self.end_sharing(&est, Some(f)),
-            None if est.anon_shared > 0 => {
-                if let Some(older) = self.ending.insert(key, est) {
-                    self.end_sharing(&older, None);
-                }
-            }
-            None => {}
-        }
+        self.end_sharing_at(key, est, est.end_faulted);
         self.window.left += est.anon_shared;
         self.window.freed += est.last_rss;
         self.push(ts_ns);

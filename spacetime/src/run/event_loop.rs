@@ -126,6 +126,13 @@ pub fn drain<C: Consumer>(ring: &mut dyn Records, c: &mut C) {
     c.drained();
 }
 
+/// Hands `c` everything the kernel recorded until now: through an agent, its records are
+/// fetched first.
+fn take_all<C: Consumer>(io: &mut Io<'_>, c: &mut C) {
+    io.ring.sync();
+    drain(io.ring, c);
+}
+
 /// Longest [`drain_before`] waits for a record another CPU is still writing: its program runs
 /// between the record's reserve and its commit for microseconds, unless its CPU is taken
 /// away meanwhile.
@@ -219,8 +226,7 @@ pub async fn run<C: Consumer>(io: &mut Io<'_>, c: &mut C, extra: &mut C::Extra) 
                 // process exiting, once left a trusted maximum 1.2 % low). Through an agent
                 // they are fetched first: a process its round finds gone, its exit record
                 // still in the agent's ring, is reaped already, its last faults unread.
-                io.ring.sync();
-                drain(io.ring, c);
+                take_all(io, c);
                 c.due();
             }
             item = extra.next() => c.extra(item, extra),
@@ -235,8 +241,7 @@ pub async fn run<C: Consumer>(io: &mut Io<'_>, c: &mut C, extra: &mut C::Extra) 
                 // for a round run when due (a child's held peak, written as it unmapped,
                 // once came after the read that superseded it: a trusted maximum 6 % low).
                 if c.tick_reads(monotonic_ns()) {
-                    io.ring.sync();
-                    drain(io.ring, c);
+                    take_all(io, c);
                 }
                 c.tick(io.taskstats.as_deref(), io.counters);
             }
