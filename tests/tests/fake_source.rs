@@ -246,7 +246,7 @@ fn the_loop_reports_what_the_source_recorded_and_the_process_itself_did() {
         assert_eq!(run.exit_code(), code as i32, "run {i}: wait4's status");
         assert_eq!(run.meta.decode_errors, 1, "run {i}: the bytes no record is");
         assert_eq!(run.meta.counters.lost(), LOST, "run {i}: its own loss only");
-        let live = run.live();
+        let live = run.processes();
         let json = serde_json::to_value(run.report(&live)).expect("the report serializes");
         let processes = json["processes"].as_array().expect("processes");
         assert_eq!(processes.len(), 1, "run {i}: the root alone\n{json:#}");

@@ -35,7 +35,7 @@ fn run(session: &mut Session, truth: &Path, args: &[&str], stop_on_root_exit: bo
 
 /// The run's report as the JSON contract has it.
 fn report(run: &Run) -> Report {
-    let live = run.live();
+    let live = run.processes();
     let json = serde_json::to_string(&run.report(&live)).expect("report serializes");
     serde_json::from_str(&json).unwrap_or_else(|e| panic!("report does not parse: {e}: {json}"))
 }

@@ -102,7 +102,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
     // Nothing comes from the kernel any more: its programs, maps and ring buffer (mapped,
     // so resident: 16 MiB by default) go before the report is built, not on top of it.
     drop(session);
-    let live = run.live();
+    let live = run.processes();
     let report = run.report(&live);
     let summary = render(&report, &args, outputs.summary.as_ref(), verbose);
     let title = report.command.lossy_line();

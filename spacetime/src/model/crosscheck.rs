@@ -213,7 +213,7 @@ struct Pair {
 
 /// The matched processes' taskstats sums, indexed like the tree's processes: packed (~30
 /// bytes a process instead of a 184-byte struct in a map), found through a 4-byte index.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct PerProcess {
     packed: Vec<u8>,
     /// Per tree process: where its sums start in `packed`, or `NONE`.
@@ -227,6 +227,16 @@ impl PerProcess {
     pub fn get(&self, i: usize) -> Option<ProcessTaskstats> {
         let at = *self.of_process.get(i)?;
         (at != Self::NONE).then(|| packed::unpack(&self.packed, at as usize))
+    }
+
+    /// Sums given process by process, in order: a saved report's, read back.
+    pub fn of_sums(sums: impl IntoIterator<Item = Option<ProcessTaskstats>>) -> PerProcess {
+        let mut out = PerProcess::default();
+        for s in sums {
+            let at = s.map_or(Self::NONE, |s| packed::pack(&mut out.packed, &s) as u32);
+            out.of_process.push(at);
+        }
+        out
     }
 
     /// How many processes have sums.

@@ -110,6 +110,30 @@ impl ImageMem {
         a && b && c
     }
 
+    /// The figures a report showed, read back: the peak RSS and virtual size as the end
+    /// figures (a report has no kernel's own peak: the peak stands for it), exact as they were,
+    /// and a peak RSS that was out of range kept so.
+    pub fn restored(
+        peak_rss: Option<u64>,
+        peak_vm: Option<u64>,
+        exact: bool,
+        rss_out_of_range: bool,
+    ) -> ImageMem {
+        let pages = |v: Option<u64>| v.map_or(Pages::NONE, |v| Pages::of(v).0);
+        let ended = peak_rss.is_some() || peak_vm.is_some() || rss_out_of_range;
+        let peak_rss = match rss_out_of_range {
+            true => Pages::raw(OUT_OF_RANGE),
+            false => pages(peak_rss),
+        };
+        ImageMem {
+            peak_rss,
+            kernel_peak_rss: peak_rss,
+            peak_vm: pages(peak_vm),
+            followed_peak: Pages::NONE,
+            bits: (if ended { ENDED } else { 0 }) | (if exact { EXACT } else { 0 }),
+        }
+    }
+
     /// The end figures as given, when they came and every one fit.
     pub fn end(&self) -> Option<EndMem> {
         if self.bits & ENDED == 0 {

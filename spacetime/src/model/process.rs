@@ -136,6 +136,21 @@ impl OptExit {
         OptExit(status as u16)
     }
 
+    /// `e` as the wait status it was decoded from, when a dead task can have it: a code of
+    /// 0–255, or a signal of 1–126 (a saved report's exit, read back).
+    pub fn of(e: ExitStatus) -> Option<OptExit> {
+        match e {
+            ExitStatus::Code(c) => u8::try_from(c).ok().map(|c| OptExit(u16::from(c) << 8)),
+            ExitStatus::Signal {
+                signal,
+                core_dumped,
+            } => u16::try_from(signal)
+                .ok()
+                .filter(|s| (1..=126).contains(s))
+                .map(|s| OptExit(s | if core_dumped { 0x80 } else { 0 })),
+        }
+    }
+
     pub fn get(self) -> Option<ExitStatus> {
         (self != OptExit::NONE).then(|| ExitStatus::from_wait(u32::from(self.0)))
     }

@@ -23,8 +23,8 @@ mod view;
 
 pub use analysis::Analysis;
 pub use origin::{Origin, SCHEMA_VERSION};
-use view::{At, Scale};
-pub use view::{ImageReport, Live, ProcessReport, State};
+use view::Scale;
+pub use view::{ImageReport, ProcessReport, Processes, State};
 
 use serde::{Deserialize, Serialize};
 
@@ -111,7 +111,7 @@ pub struct Report<'a> {
     /// from the timeline when the report is written (with CPU over time beside them).
     pub timeline: TimelineJson<'a>,
     /// The tree-wide RSS series the summary charts.
-    pub memory: MemoryView<'a>,
+    pub memory: TreeRss,
     /// `--cgroup-peak`: the tree's distinct-page peak from its own memory cgroup (absent when
     /// not asked for). Set by the caller after [`Report::build`].
     pub cgroup_peak: Option<CgroupPeakReport>,
@@ -137,39 +137,13 @@ impl Serialize for TimelineJson<'_> {
     }
 }
 
-/// The tree-wide RSS over time, for the summary's chart.
+/// The tree-wide RSS over time, for the summary's chart and the pictures: the run's series
+/// (at most the timeline's point limit), or a saved report's as written.
 #[derive(Debug)]
-pub enum MemoryView<'a> {
-    Live {
-        timeline: &'a crate::model::timeline::Timeline,
-        t0_ns: u64,
-    },
-    Saved(saved::SavedTimeline),
-}
-
-impl MemoryView<'_> {
-    /// The tree-wide RSS series, times since the start.
-    pub fn tree_rss(&self) -> Vec<Point> {
-        match self {
-            MemoryView::Live { timeline, t0_ns } => timeline
-                .tree_rss()
-                .points()
-                .iter()
-                .map(|p| Point::new(p.ts_ns.saturating_sub(*t0_ns), p.bytes))
-                .collect(),
-            MemoryView::Saved(t) => t.tree_rss.iter().map(|&(t, b)| Point::new(t, b)).collect(),
-        }
-    }
-
-    pub fn rss_source(&self) -> RssSource {
-        match self {
-            MemoryView::Live { timeline, .. } => timeline.rss_source,
-            MemoryView::Saved(t) => match t.rss_source.as_deref() {
-                Some("statm") => RssSource::Statm,
-                _ => RssSource::Kernel,
-            },
-        }
-    }
+pub struct TreeRss {
+    /// Times since the start.
+    pub points: Vec<Point>,
+    pub source: RssSource,
 }
 
 /// The report as the JSON contract spells it, built on the stack while it is written.
@@ -455,7 +429,7 @@ pub struct Meta {
     pub command: lossless::Args,
     /// The root's exit status (None: it was not seen to exit).
     pub root_exit: Option<ExitStatus>,
-    /// CLOCK_MONOTONIC when the trace ended (when the root started is the [`Live`]'s).
+    /// CLOCK_MONOTONIC when the trace ended (when the root started is the [`Processes`]'s).
     pub end_ns: u64,
     /// Loss and failure counters of this run alone.
     pub counters: KernelCounters,
@@ -480,7 +454,7 @@ impl<'a> Report<'a> {
     /// the scale, which are gone).
     pub fn build(
         tree: &'a Tree,
-        live: &'a Live<'a>,
+        live: &'a Processes<'a>,
         meta: &Meta,
         memory: MemoryMeta<'a>,
     ) -> Report<'a> {
@@ -491,10 +465,7 @@ impl<'a> Report<'a> {
         let processes: Vec<ProcessReport> = order
             .into_iter()
             .enumerate()
-            .map(|(pos, index)| ProcessReport {
-                at: At::Live { run: live, index },
-                pos: pos as u32,
-            })
+            .map(|(pos, index)| live.view(index, pos as u32))
             .collect();
         let totals = totals(&processes, &memory, t0);
         let wall_ns = meta.end_ns.saturating_sub(t0);
@@ -542,9 +513,15 @@ impl<'a> Report<'a> {
             taskstats: taskstats_report(meta.taskstats.clone()),
             spacetime: meta.own_cost.clone(),
             timeline: TimelineJson::Live(timeline),
-            memory: MemoryView::Live {
-                timeline: memory.timeline,
-                t0_ns: t0,
+            memory: TreeRss {
+                points: memory
+                    .timeline
+                    .tree_rss()
+                    .points()
+                    .iter()
+                    .map(|p| Point::new(p.ts_ns.saturating_sub(t0), p.bytes))
+                    .collect(),
+                source: memory.timeline.rss_source,
             },
             cgroup_peak: meta.cgroup_peak.clone(),
             programs: Some(meta.programs),
@@ -554,14 +531,8 @@ impl<'a> Report<'a> {
 
     /// The report a saved one was: its figures as written, what it derives derived again.
     pub fn from_saved(doc: &'a saved::SavedReport) -> Report<'a> {
-        let processes: Vec<ProcessReport> = doc
-            .processes
-            .iter()
-            .enumerate()
-            .map(|(pos, p)| ProcessReport {
-                at: At::Saved(p),
-                pos: pos as u32,
-            })
+        let processes: Vec<ProcessReport> = (0..doc.processes.processes().len() as u32)
+            .map(|i| doc.processes.view(i, i))
             .collect();
         let t = &doc.taskstats;
         let memory: saved::SavedTimeline =
@@ -608,7 +579,17 @@ impl<'a> Report<'a> {
             },
             spacetime: doc.spacetime.clone(),
             timeline: TimelineJson::Saved(&doc.timeline),
-            memory: MemoryView::Saved(memory),
+            memory: TreeRss {
+                points: memory
+                    .tree_rss
+                    .iter()
+                    .map(|&(t, b)| Point::new(t, b))
+                    .collect(),
+                source: match memory.rss_source.as_deref() {
+                    Some("statm") => RssSource::Statm,
+                    _ => RssSource::Kernel,
+                },
+            },
             cgroup_peak: doc.cgroup_peak.clone(),
             programs: doc.programs,
             analysis,

@@ -1,20 +1,29 @@
 //! A report read back from its JSON (`spacetime report FILE.json`, `spacetime diff`): the
-//! figures as they were written, shaped so that [`super::Report::from_saved`] gives the same
-//! model a trace builds, and the same renderers draw it. Reports by older versions lack the
-//! keys added since; what the report derives ([`super::analysis`]) is derived again from the
-//! processes, by the same code.
+//! figures as they were written, its processes read back into the model a trace builds
+//! ([`Processes`]), so that [`super::Report::from_saved`] gives the same report and the same
+//! renderers draw it. Reports by older versions lack the keys added since; what the report
+//! derives ([`super::analysis`]) is derived again from the processes, by the same code.
+
+use std::sync::Arc;
 
 use base64::{engine::general_purpose::STANDARD, Engine};
+use rustc_hash::FxHashSet;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use super::{CgroupPeakReport, Exit, KernelReport, State, Totals};
+use super::{
+    view::{Processes, PEAK_OUT_OF_RANGE},
+    CgroupPeakReport, Exit, KernelReport, State, Totals,
+};
 use crate::{
     kernel::{events::Comm, provenance::Provenance},
     model::{
-        crosscheck::{Coverage, ProcessTaskstats},
-        process::Names,
+        crosscheck::{Coverage, PerProcess, ProcessTaskstats},
+        image_mem::ImageMem,
+        opt_ns::OptNs,
+        process::{Key, Names, OptExit, OptKey},
         pss_sum::{MaxPss, MaxPssFigure},
+        tree::{Image, Process},
     },
     report::selfstats::OwnCost,
 };
@@ -44,7 +53,13 @@ pub struct SavedReport {
     #[serde(default)]
     pub lost_events: u64,
     pub totals: Totals,
-    pub processes: Vec<SavedProcess>,
+    /// The processes as the file spells them, until [`SavedReport::restore`] reads them back
+    /// into `processes`.
+    #[serde(rename = "processes")]
+    written: Vec<SavedProcess>,
+    /// The processes, in the report's order, read back into the model.
+    #[serde(skip)]
+    pub processes: Processes<'static>,
     pub kernel: KernelReport,
     pub taskstats: SavedTaskstats,
     #[serde(default)]
@@ -146,7 +161,7 @@ impl SavedTimeline {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct SavedProcess {
+struct SavedProcess {
     pub pid: u32,
     pub ppid: u32,
     pub start_ns: u64,
@@ -155,7 +170,9 @@ pub struct SavedProcess {
     pub threads: u32,
     pub exit: Option<Exit>,
     pub state: State,
-    pub peak_rss_bytes: Option<u64>,
+    /// Why `peak_rss_bytes` (the maximum over the images, derived again) was null.
+    #[serde(default)]
+    pub peak_rss_unknown_reason: Option<String>,
     #[serde(default)]
     pub user_ns: u64,
     #[serde(default)]
@@ -171,7 +188,7 @@ pub struct SavedProcess {
 
 /// An image, its names as exact bytes again (from `exe_b64`/`argv_b64` where present).
 #[derive(Debug)]
-pub struct SavedImage {
+struct SavedImage {
     pub names: Names,
     pub start_ns: u64,
     pub end_ns: Option<u64>,
@@ -257,6 +274,96 @@ impl<'de> Deserialize<'de> for SavedImage {
     }
 }
 
+impl SavedReport {
+    /// Reads the processes as written back into the model: the figures in pages of the
+    /// report's page size, which each must be a whole number of.
+    fn restore(&mut self) -> Result<(), String> {
+        let page = self.kernel.page_size;
+        if page == 0 {
+            return Err("kernel.page_size is 0: a report's memory figures are pages of it".into());
+        }
+        let written = std::mem::take(&mut self.written);
+        let mut procs = Vec::with_capacity(written.len());
+        let mut sums = Vec::with_capacity(written.len());
+        let mut gone = FxHashSet::default();
+        for w in written {
+            let unknown = w.state == State::Unknown;
+            let (p, taskstats) = w.restore(page)?;
+            if let Some(key) = p.key.get().filter(|_| unknown) {
+                gone.insert(key);
+            }
+            procs.push(p);
+            sums.push(taskstats);
+        }
+        self.processes = Processes::owned(procs, PerProcess::of_sums(sums), gone, page);
+        Ok(())
+    }
+}
+
+impl SavedProcess {
+    /// The process as the model keeps it, and its taskstats sums; keyed by its pid and start
+    /// (keys only tell the report's processes apart).
+    fn restore(self, page: u64) -> Result<(Process, Option<ProcessTaskstats>), String> {
+        let pid = self.pid;
+        let pages = |what: &str, bytes: u64| {
+            match bytes % page {
+            0 => Ok(bytes / page),
+            _ => Err(format!(
+                "process {pid}: {what} of {bytes} bytes is not a whole number of the report's {page}-byte pages"
+            )),
+        }
+        };
+        let opt_pages = |what: &str, bytes: Option<u64>| bytes.map(|b| pages(what, b)).transpose();
+        // Which image was out of range is not written: each without a peak is read back so.
+        let out_of_range = self.peak_rss_unknown_reason.as_deref() == Some(PEAK_OUT_OF_RANGE);
+        let mut images = smallvec::SmallVec::with_capacity(self.images.len());
+        for i in self.images {
+            images.push(Image {
+                mem: ImageMem::restored(
+                    opt_pages("peak_rss_bytes", i.peak_rss_bytes)?,
+                    opt_pages("peak_vm_bytes", i.peak_vm_bytes)?,
+                    i.exact,
+                    out_of_range && i.peak_rss_bytes.is_none(),
+                ),
+                names: Arc::new(i.names),
+                start_ns: i.start_ns,
+                end_ns: i.end_ns.map_or(OptNs::NONE, OptNs::some),
+                inherited: i.inherited,
+                shared_mm: i.shared_mm,
+                read_at_attach: i.read_at_attach,
+            });
+        }
+        let exit = match self.exit {
+            None => OptExit::NONE,
+            Some(Exit(e)) => OptExit::of(e)
+                .ok_or_else(|| format!("process {pid}: {e:?} is no exit status a process has"))?,
+        };
+        let maxrss = opt_pages("ru_maxrss_bytes", self.ru_maxrss_bytes)?.unwrap_or(0);
+        // Field by field: the model's fields only tracing needs stay as a new process has them.
+        let mut p = Process::default();
+        p.key = OptKey::from(Some(Key {
+            tgid: pid,
+            start_ns: self.start_ns,
+        }));
+        p.pid = pid;
+        p.ppid = self.ppid;
+        p.start_ns = self.start_ns;
+        p.end_ns = self.end_ns.map_or(OptNs::NONE, OptNs::some);
+        p.threads = self.threads;
+        p.exit = exit;
+        p.images = images;
+        p.user_ns = self.user_ns;
+        p.sys_ns = self.sys_ns;
+        p.cpu_final = self.cpu_final;
+        p.signal_maxrss_pages = u32::try_from(maxrss)
+            .map_err(|_| format!("process {pid}: ru_maxrss_bytes is more than a process has"))?;
+        if self.state == State::Left {
+            p.set_left();
+        }
+        Ok((p, self.taskstats))
+    }
+}
+
 /// What a saved JSON file holds.
 pub enum Saved {
     Trace(Box<SavedReport>),
@@ -299,6 +406,8 @@ pub enum ReadError {
     Unknown,
     #[error("not a trace report spacetime can read: {0}")]
     Shape(serde_json::Error),
+    #[error("not a trace report spacetime can read: {0}")]
+    Figures(String),
 }
 
 /// Reads a trace or bench report from its JSON text.
@@ -316,7 +425,8 @@ pub fn parse(text: &str) -> Result<Saved, ReadError> {
         if let Some(v) = kind.schema_version.filter(|&v| v > super::SCHEMA_VERSION) {
             return Err(ReadError::Newer(v));
         }
-        let r: SavedReport = serde_json::from_str(text).map_err(ReadError::Shape)?;
+        let mut r: SavedReport = serde_json::from_str(text).map_err(ReadError::Shape)?;
+        r.restore().map_err(ReadError::Figures)?;
         Ok(Saved::Trace(Box::new(r)))
     } else if kind.results.is_some() {
         Ok(Saved::Bench(serde_json::from_str(text)?))
@@ -383,3 +493,7 @@ fn first_byte(b: u8) -> String {
         format!("the byte 0x{b:02x}")
     }
 }
+
+#[cfg(test)]
+#[path = "saved_tests.rs"]
+mod tests;

@@ -1,24 +1,26 @@
-//! The report's processes and images: views over the tree's entries that compute each figure
-//! when asked, so the report of a 100k-process trace copies nothing of the tree. Serialized
-//! with the same fields, in the same order, as the JSON contract in docs/json.md.
+//! The report's processes and images: views over the model's entries that compute each figure
+//! when asked, so the report of a 100k-process trace copies nothing of the tree. A saved report
+//! is read back into the same model ([`super::saved`]), so a run and its saved report are
+//! drawn by the same code. Serialized with the same fields, in the same order, as the JSON
+//! contract in docs/json.md.
+
+use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
 use super::{
     figures,
     lossless::{argv_b64, exe_b64, Argv, ArgvB64, Lossy, B64},
-    saved::{SavedImage, SavedProcess},
     Exit,
 };
 use crate::model::{
     crosscheck::{PerProcess, ProcessTaskstats},
-    process::Names,
     tree::{Image, Key, Process, Tree},
 };
 use rustc_hash::FxHashSet;
 
-/// What turns the tree's figures into the report's: times since `t0`, pages into bytes.
-#[derive(Clone, Copy, Debug)]
+/// What turns the model's figures into the report's: times since `t0`, pages into bytes.
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Scale {
     pub t0: u64,
     pub page: u64,
@@ -30,77 +32,80 @@ impl Scale {
     }
 }
 
-/// What every process of a live report shares: the tree's processes, their taskstats sums,
-/// the scale and which are gone. Held once, by the caller of [`super::Report::build`]: each
-/// [`ProcessReport`] points here instead of carrying its own copy (56 bytes a process where
-/// 24 do: 3.2 MB of a 100 000-process trace's peak).
-#[derive(Debug)]
-pub struct Live<'a> {
-    procs: &'a [Process],
-    sums: &'a PerProcess,
+/// What every process of a report shares: the processes, their taskstats sums, the scale and
+/// which are gone. A run's borrows its tree's; a saved report's owns what was read back.
+/// Held once: each [`ProcessReport`] points here instead of carrying its own copy (16 bytes
+/// a process).
+#[derive(Debug, Default)]
+pub struct Processes<'a> {
+    procs: Cow<'a, [Process]>,
+    sums: Cow<'a, PerProcess>,
     pub(super) scale: Scale,
     /// Processes whose exit was never seen and that were gone when the trace ended.
-    gone: &'a FxHashSet<Key>,
+    gone: Cow<'a, FxHashSet<Key>>,
 }
 
-impl<'a> Live<'a> {
-    /// The views' context over `tree`'s processes: times since `t0_ns`, pages of `page_size`.
+impl<'a> Processes<'a> {
+    /// The processes of `tree`: times since `t0_ns`, pages of `page_size`.
     pub fn new(
         tree: &'a Tree,
         sums: &'a PerProcess,
         gone: &'a FxHashSet<Key>,
         t0_ns: u64,
         page_size: u64,
-    ) -> Live<'a> {
-        Live {
-            procs: tree.processes(),
-            sums,
+    ) -> Processes<'a> {
+        Processes {
+            procs: Cow::Borrowed(tree.processes()),
+            sums: Cow::Borrowed(sums),
             scale: Scale {
                 t0: t0_ns,
                 page: page_size,
             },
-            gone,
+            gone: Cow::Borrowed(gone),
         }
     }
 
-    pub(super) fn processes(&self) -> &'a [Process] {
-        self.procs
+    /// Processes read back from a saved report, in its order: its times are since the start
+    /// already, its pages of `page_size`.
+    pub(super) fn owned(
+        procs: Vec<Process>,
+        sums: PerProcess,
+        gone: FxHashSet<Key>,
+        page_size: u64,
+    ) -> Processes<'static> {
+        Processes {
+            procs: Cow::Owned(procs),
+            sums: Cow::Owned(sums),
+            scale: Scale {
+                t0: 0,
+                page: page_size,
+            },
+            gone: Cow::Owned(gone),
+        }
+    }
+
+    pub(super) fn processes(&self) -> &[Process] {
+        &self.procs
+    }
+
+    /// The report's view of process `index`, at `pos` in the report's list.
+    pub(super) fn view(&'a self, index: u32, pos: u32) -> ProcessReport<'a> {
+        ProcessReport {
+            set: self,
+            index,
+            pos,
+        }
     }
 }
 
-/// One process of the report: a view over the tree's process, or over one read back from a
-/// saved report ([`super::saved`]).
+/// One process of the report: a view over the model's process.
 #[derive(Clone, Copy, Debug)]
 pub struct ProcessReport<'a> {
-    pub(super) at: At<'a>,
+    set: &'a Processes<'a>,
+    /// Which of the set's processes.
+    index: u32,
     /// Where it is in the report's list.
-    pub(super) pos: u32,
-}
-
-/// Where a [`ProcessReport`]'s process is: what it stores, expanded into a [`Src`] when asked.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum At<'a> {
-    /// Process `index` of the tree.
-    Live {
-        run: &'a Live<'a>,
-        index: u32,
-    },
-    Saved(&'a SavedProcess),
-}
-
-/// What a [`ProcessReport`] shows.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Src<'a> {
-    Live {
-        p: &'a Process,
-        /// The taskstats sums, and where this process is in the tree.
-        sums: &'a PerProcess,
-        index: usize,
-        scale: Scale,
-        /// Processes whose exit was never seen and that were gone when the trace ended.
-        gone: &'a FxHashSet<Key>,
-    },
-    Saved(&'a SavedProcess),
+    pos: u32,
 }
 
 /// Where a process stands at the end of the trace.
@@ -129,59 +134,36 @@ impl<'a> ProcessReport<'a> {
         self.pos as usize
     }
 
-    fn src(&self) -> Src<'a> {
-        match self.at {
-            At::Live { run, index } => Src::Live {
-                p: &run.procs[index as usize],
-                sums: run.sums,
-                index: index as usize,
-                scale: run.scale,
-                gone: run.gone,
-            },
-            At::Saved(s) => Src::Saved(s),
-        }
+    fn p(&self) -> &'a Process {
+        &self.set.procs[self.index as usize]
+    }
+
+    fn scale(&self) -> Scale {
+        self.set.scale
     }
 
     pub fn pid(&self) -> u32 {
-        match self.src() {
-            Src::Live { p, .. } => p.pid,
-            Src::Saved(s) => s.pid,
-        }
+        self.p().pid
     }
 
     pub fn ppid(&self) -> u32 {
-        match self.src() {
-            Src::Live { p, .. } => p.ppid,
-            Src::Saved(s) => s.ppid,
-        }
+        self.p().ppid
     }
 
     pub fn start_ns(&self) -> u64 {
-        match self.src() {
-            Src::Live { p, scale, .. } => scale.since(p.start_ns),
-            Src::Saved(s) => s.start_ns,
-        }
+        self.scale().since(self.p().start_ns)
     }
 
     pub fn end_ns(&self) -> Option<u64> {
-        match self.src() {
-            Src::Live { p, scale, .. } => p.end_ns.get().map(|e| scale.since(e)),
-            Src::Saved(s) => s.end_ns,
-        }
+        self.p().end_ns.get().map(|e| self.scale().since(e))
     }
 
     pub fn threads(&self) -> u32 {
-        match self.src() {
-            Src::Live { p, .. } => p.threads,
-            Src::Saved(s) => s.threads,
-        }
+        self.p().threads
     }
 
     pub fn exit(&self) -> Option<Exit> {
-        match self.src() {
-            Src::Live { p, .. } => p.exit.get().map(Exit),
-            Src::Saved(s) => s.exit,
-        }
+        self.p().exit.get().map(Exit)
     }
 
     /// Ended with a non-zero status or a signal.
@@ -190,22 +172,17 @@ impl<'a> ProcessReport<'a> {
     }
 
     pub fn state(&self) -> State {
-        match self.src() {
-            Src::Live { p, gone, .. } => match (p.end_ns.get(), p.key.get()) {
-                (Some(_), _) => State::Exited,
-                (None, _) if p.left() => State::Left,
-                (None, Some(k)) if gone.contains(&k) => State::Unknown,
-                (None, _) => State::Running,
-            },
-            Src::Saved(s) => s.state,
+        let p = self.p();
+        match (p.end_ns.get(), p.key.get()) {
+            (Some(_), _) => State::Exited,
+            (None, _) if p.left() => State::Left,
+            (None, Some(k)) if self.set.gone.contains(&k) => State::Unknown,
+            (None, _) => State::Running,
         }
     }
 
     pub fn peak_rss_bytes(&self) -> u64 {
-        match self.src() {
-            Src::Live { p, scale, .. } => p.peak_rss_pages() * scale.page,
-            Src::Saved(s) => s.peak_rss_bytes.unwrap_or(0),
-        }
+        self.p().peak_rss_pages() * self.scale().page
     }
 
     /// Why a process has no peak at all, when it has none: one still running whose memory
@@ -213,30 +190,20 @@ impl<'a> ProcessReport<'a> {
     /// that ended always has its images' figures, unless one was out of range (then the
     /// maximum over the others could be too low).
     pub fn peak_rss_unknown(&self) -> Option<&'static str> {
-        match self.src() {
-            Src::Live { p, .. } => {
-                if p.images.iter().any(|i| i.mem.rss_out_of_range()) {
-                    return Some(PEAK_OUT_OF_RANGE);
-                }
-                let known = p.images.iter().any(|i| i.peak_rss_pages().is_some());
-                (p.end_ns.is_none() && !known).then_some(PEAK_UNKNOWN)
-            }
-            Src::Saved(s) => s.peak_rss_bytes.is_none().then_some(PEAK_UNKNOWN),
+        let p = self.p();
+        if p.images.iter().any(|i| i.mem.rss_out_of_range()) {
+            return Some(PEAK_OUT_OF_RANGE);
         }
+        let known = p.images.iter().any(|i| i.peak_rss_pages().is_some());
+        (p.end_ns.is_none() && !known).then_some(PEAK_UNKNOWN)
     }
 
     pub fn user_ns(&self) -> u64 {
-        match self.src() {
-            Src::Live { p, .. } => p.user_ns,
-            Src::Saved(s) => s.user_ns,
-        }
+        self.p().user_ns
     }
 
     pub fn sys_ns(&self) -> u64 {
-        match self.src() {
-            Src::Live { p, .. } => p.sys_ns,
-            Src::Saved(s) => s.sys_ns,
-        }
+        self.p().sys_ns
     }
 
     /// User and system CPU.
@@ -247,32 +214,22 @@ impl<'a> ProcessReport<'a> {
     /// The CPU figures are wait4's, read at the process's release; false: summed at its
     /// threads' exits (not reaped when the trace ended), which misses each thread's last slice.
     pub fn cpu_final(&self) -> bool {
-        match self.src() {
-            Src::Live { p, .. } => p.cpu_final,
-            Src::Saved(s) => s.cpu_final,
-        }
+        self.p().cpu_final
     }
 
     /// What getrusage's ru_maxrss says for this process: the maximum over all its images (and
     /// what it inherited), which is why it misleads after exec.
     pub fn ru_maxrss_bytes(&self) -> Option<u64> {
-        match self.src() {
-            Src::Live { p, scale, .. } => p
-                .end_ns
-                .get()
-                .map(|_| u64::from(p.signal_maxrss_pages) * scale.page),
-            Src::Saved(s) => s.ru_maxrss_bytes,
-        }
+        let p = self.p();
+        p.end_ns
+            .get()
+            .map(|_| u64::from(p.signal_maxrss_pages) * self.scale().page)
     }
 
     pub fn images(&self) -> Images<'a> {
         Images {
-            src: self.src(),
-            next: 0,
-            back: match self.src() {
-                Src::Live { p, .. } => p.images.len(),
-                Src::Saved(s) => s.images.len(),
-            },
+            it: self.p().images.iter(),
+            scale: self.scale(),
         }
     }
 
@@ -290,63 +247,39 @@ impl<'a> ProcessReport<'a> {
 
     /// The process's taskstats figures (all threads summed), when its exit was confirmed.
     pub fn taskstats(&self) -> Option<ProcessTaskstats> {
-        match self.src() {
-            Src::Live { sums, index, .. } => sums.get(index),
-            Src::Saved(s) => s.taskstats.clone(),
-        }
+        self.set.sums.get(self.index as usize)
     }
 
-    /// The process's key in the tree (a live report only).
+    /// The process's key in the model.
     pub(super) fn key(&self) -> Option<Key> {
-        match self.src() {
-            Src::Live { p, .. } => p.key.get(),
-            Src::Saved(_) => None,
-        }
+        self.p().key.get()
     }
 }
 
 /// A process's images, in order.
 #[derive(Clone, Debug)]
 pub struct Images<'a> {
-    src: Src<'a>,
-    next: usize,
-    back: usize,
-}
-
-impl<'a> Images<'a> {
-    fn at(&self, i: usize) -> ImageReport<'a> {
-        match self.src {
-            Src::Live { p, scale, .. } => ImageReport::Live {
-                img: &p.images[i],
-                scale,
-            },
-            Src::Saved(s) => ImageReport::Saved(&s.images[i]),
-        }
-    }
+    it: std::slice::Iter<'a, Image>,
+    scale: Scale,
 }
 
 impl<'a> Iterator for Images<'a> {
     type Item = ImageReport<'a>;
 
     fn next(&mut self) -> Option<ImageReport<'a>> {
-        (self.next < self.back).then(|| {
-            self.next += 1;
-            self.at(self.next - 1)
-        })
+        let scale = self.scale;
+        self.it.next().map(|img| ImageReport { img, scale })
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = self.back - self.next;
-        (n, Some(n))
+        self.it.size_hint()
     }
 }
 
 impl DoubleEndedIterator for Images<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
-        (self.next < self.back).then(|| {
-            self.back -= 1;
-            self.at(self.back)
-        })
+        let scale = self.scale;
+        self.it.next_back().map(|img| ImageReport { img, scale })
     }
 }
 
@@ -354,36 +287,29 @@ impl ExactSizeIterator for Images<'_> {}
 
 /// One image of a process.
 #[derive(Clone, Copy, Debug)]
-pub enum ImageReport<'a> {
-    Live { img: &'a Image, scale: Scale },
-    Saved(&'a SavedImage),
+pub struct ImageReport<'a> {
+    img: &'a Image,
+    scale: Scale,
 }
 
 impl<'a> ImageReport<'a> {
-    fn names(&self) -> &'a Names {
-        match *self {
-            ImageReport::Live { img, .. } => &img.names,
-            ImageReport::Saved(s) => &s.names,
-        }
-    }
-
     /// The path passed to execve, exact bytes.
     pub fn exe(&self) -> &'a [u8] {
-        &self.names().exe
+        &self.img.names.exe
     }
 
     /// The arguments, exact bytes.
     pub fn argv(&self) -> impl Iterator<Item = &'a [u8]> + Clone {
-        self.names().argv()
+        self.img.names.argv()
     }
 
-    /// The argument area: the arguments NUL-separated ([`Names::args`]).
+    /// The argument area: the arguments NUL-separated ([`crate::model::process::Names::args`]).
     pub fn args(&self) -> &'a [u8] {
-        &self.names().args
+        &self.img.names.args
     }
 
     pub fn comm(&self) -> &'a [u8] {
-        self.names().comm.as_bytes()
+        self.img.names.comm.as_bytes()
     }
 
     /// The path that names the program ([`crate::model::labels::program_path`]): the exe, or
@@ -393,69 +319,45 @@ impl<'a> ImageReport<'a> {
     }
 
     pub fn start_ns(&self) -> u64 {
-        match *self {
-            ImageReport::Live { img, scale } => scale.since(img.start_ns),
-            ImageReport::Saved(s) => s.start_ns,
-        }
+        self.scale.since(self.img.start_ns)
     }
 
     pub fn end_ns(&self) -> Option<u64> {
-        match *self {
-            ImageReport::Live { img, scale } => img.end_ns.get().map(|e| scale.since(e)),
-            ImageReport::Saved(s) => s.end_ns,
-        }
+        self.img.end_ns.get().map(|e| self.scale.since(e))
     }
 
     /// Null while the image is still running or when the kernel gave no figure for it.
     pub fn peak_rss_bytes(&self) -> Option<u64> {
-        match *self {
-            ImageReport::Live { img, scale } => img.peak_rss_pages().map(|p| p * scale.page),
-            ImageReport::Saved(s) => s.peak_rss_bytes,
-        }
+        self.img.peak_rss_pages().map(|p| p * self.scale.page)
     }
 
     pub fn peak_vm_bytes(&self) -> Option<u64> {
-        match *self {
-            ImageReport::Live { img, scale } => img.peak_vm_pages().map(|p| p * scale.page),
-            ImageReport::Saved(s) => s.peak_vm_bytes,
-        }
+        self.img.peak_vm_pages().map(|p| p * self.scale.page)
     }
 
     /// Inherited from the parent at fork, rather than started by an exec.
     pub fn inherited(&self) -> bool {
-        match *self {
-            ImageReport::Live { img, .. } => img.inherited,
-            ImageReport::Saved(s) => s.inherited,
-        }
+        self.img.inherited
     }
 
     /// Ran on the parent's address space (vfork/posix_spawn): its memory is the parent's.
     pub fn shared_mm(&self) -> bool {
-        match *self {
-            ImageReport::Live { img, .. } => img.shared_mm,
-            ImageReport::Saved(s) => s.shared_mm,
-        }
+        self.img.shared_mm
     }
 
     /// The RSS counters were summed exactly (per-CPU deltas included).
     pub fn exact(&self) -> bool {
-        match *self {
-            ImageReport::Live { img, .. } => img.exact(),
-            ImageReport::Saved(s) => s.exact,
-        }
+        self.img.exact()
     }
 
     /// Every byte of argv arrived.
     pub fn argv_complete(&self) -> bool {
-        self.names().argv_complete
+        self.img.names.argv_complete
     }
 
     /// Started before `trace -p` attached: names read from /proc then.
     pub fn read_at_attach(&self) -> bool {
-        match *self {
-            ImageReport::Live { img, .. } => img.read_at_attach,
-            ImageReport::Saved(s) => s.read_at_attach,
-        }
+        self.img.read_at_attach
     }
 }
 

@@ -30,7 +30,7 @@ use crate::{
         tree::{Key, Tree},
     },
     report::status::StatusLine,
-    report::{self, Live, MemoryMeta, Report},
+    report::{self, MemoryMeta, Processes, Report},
     run::launch::{self, Credentials, LaunchError},
     util::clock::monotonic_ns,
 };
@@ -525,8 +525,8 @@ pub struct Run {
 impl Run {
     /// What the report's processes are views over: this run's tree, its taskstats sums,
     /// which processes are gone, its start and page size.
-    pub fn live(&self) -> Live<'_> {
-        Live::new(
+    pub fn processes(&self) -> Processes<'_> {
+        Processes::new(
             &self.tree,
             &self.per_process,
             &self.gone,
@@ -535,8 +535,8 @@ impl Run {
         )
     }
 
-    /// The report model over this run, its processes viewed through `live` ([`Run::live`]).
-    pub fn report<'a>(&'a self, live: &'a Live<'a>) -> Report<'a> {
+    /// The report model over this run, its processes viewed through `live` ([`Run::processes`]).
+    pub fn report<'a>(&'a self, live: &'a Processes<'a>) -> Report<'a> {
         let memory = MemoryMeta::of(&self.memory.timeline);
         Report::build(&self.tree, live, &self.meta, memory)
     }

@@ -92,7 +92,7 @@ impl Tracer for SessionTracer {
         })?;
         self.signalled |= run.stop_signal.is_some();
         let cgroup_peak_bytes = self.cgroup_peak_of(&run);
-        let live = run.live();
+        let live = run.processes();
         let report = run.report(&live);
         Ok(RunFigures {
             wall_ns: report.wall_ns,

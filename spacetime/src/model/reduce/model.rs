@@ -180,6 +180,11 @@ impl Process {
         self.seen & Process::LEFT != 0
     }
 
+    /// Marks it as having left the trace at an exec (a saved report's `left` state, read back).
+    pub fn set_left(&mut self) {
+        self.seen |= Process::LEFT | Process::UNTRACKED;
+    }
+
     /// The process that forked this one, when its fork was seen.
     pub fn parent(&self) -> Option<Key> {
         self.fork_seen().then_some(Key {

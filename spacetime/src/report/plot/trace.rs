@@ -248,7 +248,7 @@ impl TraceData {
             peak_index,
             lost_events: r.lost_events,
             complete: r.complete(),
-            rss_source: match r.memory.rss_source() {
+            rss_source: match r.memory.source {
                 crate::model::timeline::RssSource::Kernel => "kernel",
                 crate::model::timeline::RssSource::Statm => "statm",
             },
@@ -283,7 +283,7 @@ impl TraceData {
                     ns: g.ns,
                 })
                 .collect(),
-            memory: decimate(&r.memory.tree_rss(), MEM_POINTS),
+            memory: decimate(&r.memory.points, MEM_POINTS),
             cpu: Cpu {
                 bucket_ns: a.cpu.bucket_ns,
                 cpu_ns: a.cpu.cpu_ns.clone(),

@@ -18,15 +18,11 @@ const LABEL_W: usize = 9;
 
 /// The charts that carry something, each after a blank line.
 pub(super) fn both(out: &mut String, r: &Report, width: usize, style: Style) {
-    let series = r.memory.tree_rss();
+    let series = &r.memory.points;
     let single = r.processes.len() <= 1;
     if series.len() >= 2 && !(single && r.wall_ns < SHORT_NS) {
         let t = &r.totals;
-        let title = match (
-            r.memory.rss_source(),
-            t.tree_peak_rss_bytes,
-            t.tree_peak_at_ns,
-        ) {
+        let title = match (r.memory.source, t.tree_peak_rss_bytes, t.tree_peak_at_ns) {
             (RssSource::Kernel, Some(b), Some(at)) => format!(
                 "memory (tree RSS) · peak {} at {}",
                 bytes(b),
@@ -51,7 +47,7 @@ pub(super) fn both(out: &mut String, r: &Report, width: usize, style: Style) {
             min_label_w: LABEL_W,
         };
         out.push('\n');
-        out.push_str(&chart::render(&series, &spec));
+        out.push_str(&chart::render(series, &spec));
     }
     let cpu = &r.analysis.cpu;
     // A single process's CPU spread over its life is a flat line; sampled, its threads show.

@@ -14,7 +14,7 @@ use crate::{
         timeline::{RssSource, Timeline},
         tree::Tree,
     },
-    report::{selfstats::OwnCost, Live, MemoryMeta, Meta, TaskstatsMeta},
+    report::{selfstats::OwnCost, MemoryMeta, Meta, Processes, TaskstatsMeta},
     util::term::tests::{assert_terminal_safe, nasty_bytes},
 };
 use rustc_hash::FxHashSet;
@@ -106,7 +106,7 @@ fn hostile_names_render_safely_at_every_width() {
     let gone = FxHashSet::default();
     for round in 0..40u32 {
         let tree = hostile_tree(&mut seed, 1 + round % 13);
-        let live = Live::new(&tree, &sums, &gone, 0, 4096);
+        let live = Processes::new(&tree, &sums, &gone, 0, 4096);
         let command = crate::report::lossless::Args(vec![nasty_bytes(&mut seed, 40)]);
         let report = Report::build(
             &tree,
@@ -179,7 +179,7 @@ fn every_line_fits_80_60_40_and_the_program_name_stays() {
     let gone = FxHashSet::default();
     for n in [1, 12, 60] {
         let tree = long_path_tree(n, exe);
-        let live = Live::new(&tree, &sums, &gone, 0, 4096);
+        let live = Processes::new(&tree, &sums, &gone, 0, 4096);
         let report = Report::build(
             &tree,
             &live,
@@ -292,7 +292,7 @@ fn a_large_build_is_grouped_with_its_failure_first_and_its_recap_last() {
     let sums = PerProcess::default();
     let gone = FxHashSet::default();
     let tree = build_tree(60, 17);
-    let live = Live::new(&tree, &sums, &gone, 0, 4096);
+    let live = Processes::new(&tree, &sums, &gone, 0, 4096);
     let report = Report::build(
         &tree,
         &live,
@@ -344,7 +344,7 @@ fn a_single_short_process_gets_no_chart_and_a_longer_one_does() {
     let sums = PerProcess::default();
     let gone = FxHashSet::default();
     let tree = build_tree(0, 0);
-    let live = Live::new(&tree, &sums, &gone, 0, 4096);
+    let live = Processes::new(&tree, &sums, &gone, 0, 4096);
     let make = |end_ns: u64| Meta {
         command: crate::report::lossless::Args(vec![b"make".to_vec()]),
         ..meta(end_ns)
