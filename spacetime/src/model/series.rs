@@ -148,21 +148,22 @@ impl Series {
     }
 }
 
-/// What the timeline's budget does to a series of either kind.
+/// What the timeline's budget does to a series of either kind; `base` is the process's start,
+/// which a packed series packs its times against.
 pub trait Steps {
     fn len(&self) -> usize;
-    fn push(&mut self, p: Point, cap: usize);
-    fn compact(&mut self);
+    fn push(&mut self, p: Point, cap: usize, base: u64);
+    fn compact(&mut self, base: u64);
 }
 
 impl Steps for Series {
     fn len(&self) -> usize {
         Series::len(self)
     }
-    fn push(&mut self, p: Point, cap: usize) {
+    fn push(&mut self, p: Point, cap: usize, _: u64) {
         Series::push(self, p, cap)
     }
-    fn compact(&mut self) {
+    fn compact(&mut self, _: u64) {
         Series::compact(self)
     }
 }
@@ -171,11 +172,11 @@ impl Steps for PackedSeries {
     fn len(&self) -> usize {
         PackedSeries::len(self)
     }
-    fn push(&mut self, p: Point, cap: usize) {
-        PackedSeries::push(self, p, cap)
+    fn push(&mut self, p: Point, cap: usize, base: u64) {
+        PackedSeries::push(self, p, cap, base)
     }
-    fn compact(&mut self) {
-        PackedSeries::compact(self)
+    fn compact(&mut self, base: u64) {
+        PackedSeries::compact(self, base)
     }
 }
 
@@ -357,7 +358,7 @@ impl Procs {
             .map(|(k, s)| (k, s))
     }
 
-    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut ProcessSeries> {
-        self.list.iter_mut().map(|(_, s)| s)
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&Key, &mut ProcessSeries)> {
+        self.list.iter_mut().map(|(k, s)| (&*k, s))
     }
 }

@@ -1,10 +1,13 @@
 //! A process's RSS series, packed in place while it is short. A 100k-process trace holds one
 //! per process, most with three or four points (start, growth, exit): as [`Point`]s in a list
-//! of their own they took 80 bytes of heap each beside the series; packed they take 16 to 21
+//! of their own they took 80 bytes of heap each beside the series; packed they take 11 to 16
 //! bytes inside it. A process that execs has more (nine for `/bin/true`: the loader and libc
-//! mapped in): those stay packed on the heap, 40 to 50 bytes where a plain series took 300
-//! (its box and a list of 16 points). Long series, or values that do not pack, are a plain
-//! [`Series`].
+//! mapped in): those stay packed on the heap, 35 to 40 bytes (a 48-byte heap block) where a
+//! plain series took 300 (its box and a list of 16 points). Times are packed against a base,
+//! the process's start, which the caller passes (the series does not keep it: 8 bytes a
+//! process): the first time is a step from it of 2 or 3 bytes, where a time since boot took 7
+//! (and the exec's nine points a 64-byte block, 1.6 MB of a 100 000-exec trace). Long series,
+//! or points before the base or values that do not pack, are a plain [`Series`].
 
 use std::borrow::Cow;
 
@@ -16,8 +19,8 @@ use super::{
 };
 
 /// Packed bytes a series holds in place: with its length and the tag, 24 bytes. Four points
-/// of a short-lived process take 16 to 21 (its first time 7, each step 2 or 3, each value 1
-/// or 2): on a 100k-process fork storm, 5 series in 100 000 did not fit.
+/// of a short-lived process take 11 to 16 (each step from the base or the point before 2 or
+/// 3, each value 1 or 2).
 const ROOM: usize = 22;
 
 /// Points a series keeps packed on the heap before it becomes a plain [`Series`]: each update
@@ -58,18 +61,19 @@ impl Default for PackedSeries {
 }
 
 impl PackedSeries {
-    /// The points, in time order.
-    pub fn points(&self) -> Cow<'_, [Point]> {
+    /// The points, in time order; `base` is the one the series was packed against.
+    pub fn points(&self, base: u64) -> Cow<'_, [Point]> {
         match &self.0 {
-            Repr::Packed { len, buf } => Cow::Owned(unpack(&buf[..*len as usize]).into_vec()),
-            Repr::Heap(b) => Cow::Owned(unpack(b).into_vec()),
+            Repr::Packed { .. } | Repr::Heap(_) => {
+                Cow::Owned(unpack(self.bytes(), base).into_vec())
+            }
             Repr::Full(s) => Cow::Borrowed(s.points()),
         }
     }
 
-    pub fn last(&self) -> Option<Point> {
+    pub fn last(&self, base: u64) -> Option<Point> {
         match &self.0 {
-            Repr::Packed { .. } | Repr::Heap(_) => unpack(self.bytes()).last().copied(),
+            Repr::Packed { .. } | Repr::Heap(_) => unpack(self.bytes(), base).last().copied(),
             Repr::Full(s) => s.last(),
         }
     }
@@ -97,43 +101,43 @@ impl PackedSeries {
         }
     }
 
-    /// [`Series::push`].
-    pub fn push(&mut self, p: Point, cap: usize) {
+    /// [`Series::push`], packed against `base`.
+    pub fn push(&mut self, p: Point, cap: usize, base: u64) {
         if let Repr::Full(s) = &mut self.0 {
             return s.push(p, cap);
         }
-        self.update(p, cap, push_point);
+        self.update(p, (cap, base), push_point);
     }
 
-    /// [`Series::insert`].
-    pub fn insert(&mut self, p: Point, cap: usize) {
+    /// [`Series::insert`], packed against `base`.
+    pub fn insert(&mut self, p: Point, cap: usize, base: u64) {
         if let Repr::Full(s) = &mut self.0 {
             return s.insert(p, cap);
         }
-        self.update(p, cap, insert_point);
+        self.update(p, (cap, base), insert_point);
     }
 
-    /// [`Series::compact`].
-    pub fn compact(&mut self) {
+    /// [`Series::compact`] (`base`: the one it was packed against).
+    pub fn compact(&mut self, base: u64) {
         if let Repr::Full(s) = &mut self.0 {
             return s.compact();
         }
-        let mut s = Series::of_points(&unpack(self.bytes()));
+        let mut s = Series::of_points(&unpack(self.bytes(), base));
         s.compact();
         self.0 = Repr::Full(Box::new(s));
     }
 
     /// A packed series with `p` pushed or inserted (`how`), as [`Series`] would: past `cap`
-    /// points, or when the points no longer pack, it becomes one.
-    fn update(&mut self, p: Point, cap: usize, how: fn(&mut Scratch, Point)) {
+    /// points, or when the points no longer pack against `base`, it becomes one.
+    fn update(&mut self, p: Point, (cap, base): (usize, u64), how: fn(&mut Scratch, Point)) {
         if let Repr::Full(_) = self.0 {
             return;
         }
-        let mut points = unpack(self.bytes());
+        let mut points = unpack(self.bytes(), base);
         how(&mut points, p);
         let limit = cap.max(8);
         let mut packed = SmallVec::<[u8; ROOM]>::new();
-        let fits = points.len() <= limit.min(HEAP_POINTS) && pack(&points, &mut packed);
+        let fits = points.len() <= limit.min(HEAP_POINTS) && pack(&points, base, &mut packed);
         self.0 = match fits {
             true if packed.len() <= ROOM => {
                 let mut buf = [0; ROOM];
@@ -155,9 +159,10 @@ impl PackedSeries {
     }
 }
 
-/// Packs the points into `out`; false when they do not pack.
-fn pack(points: &[Point], out: &mut SmallVec<[u8; ROOM]>) -> bool {
-    let mut prev = 0;
+/// Packs the points into `out`, the first as a step from `base`; false when they do not pack
+/// (one before the base, a value that does not fit).
+fn pack(points: &[Point], base: u64, out: &mut SmallVec<[u8; ROOM]>) -> bool {
+    let mut prev = base;
     for p in points {
         let Some(step) = p.ts_ns.checked_sub(prev) else {
             return false;
@@ -174,10 +179,10 @@ fn pack(points: &[Point], out: &mut SmallVec<[u8; ROOM]>) -> bool {
     true
 }
 
-fn unpack(bytes: &[u8]) -> Scratch {
+fn unpack(bytes: &[u8], base: u64) -> Scratch {
     let mut next = Varints(bytes);
     let mut points = Scratch::new();
-    let mut ts_ns = 0;
+    let mut ts_ns = base;
     while let (Some(step), Some(value)) = (next.next(), next.next()) {
         ts_ns += step;
         let bytes = match value & 1 {

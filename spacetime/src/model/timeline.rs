@@ -199,7 +199,7 @@ impl Timeline {
     pub fn rss_now(&self, key: &Key) -> u64 {
         self.procs
             .get(key)
-            .and_then(|s| s.rss.last())
+            .and_then(|s| s.rss.last(key.start_ns))
             .map_or(0, |p| p.bytes)
     }
 
@@ -236,7 +236,7 @@ impl Timeline {
         let cap = self.process_cap;
         let series = &mut self.procs.entry(key).rss;
         let before = series.len();
-        series.insert(p, cap);
+        series.insert(p, cap, key.start_ns);
         self.process_points = self.process_points - before + series.len();
         if self.process_points > self.limits.total_process_points
             && self.process_cap > MIN_PROCESS_POINTS
@@ -332,7 +332,7 @@ impl Timeline {
     ) {
         let series = which(self.procs.entry(key));
         let before = series.len();
-        series.push(p, self.process_cap);
+        series.push(p, self.process_cap, key.start_ns);
         let after = series.len();
         // This series' points are part of the total.
         self.process_points = self.process_points - before + after;
@@ -351,14 +351,14 @@ impl Timeline {
             self.process_cap = (self.process_cap / 2).max(MIN_PROCESS_POINTS);
             let cap = self.process_cap;
             let mut total = 0;
-            for s in self.procs.values_mut() {
+            for (key, s) in self.procs.iter_mut() {
                 let pss = s
                     .sampled
                     .as_deref_mut()
                     .map(|p| &mut p.pss as &mut dyn Steps);
                 for series in std::iter::once(&mut s.rss as &mut dyn Steps).chain(pss) {
                     while series.len() > cap {
-                        series.compact();
+                        series.compact(key.start_ns);
                     }
                     total += series.len();
                 }
@@ -509,7 +509,7 @@ impl Serialize for ProcessEntries<'_, '_> {
             Some(ProcessEntry {
                 pid: self.0.pids.get(i).copied().unwrap_or(k.tgid),
                 start_ns: k.start_ns.saturating_sub(t0),
-                rss: Points(s.rss.points(), t0),
+                rss: Points(s.rss.points(k.start_ns), t0),
                 pss: Points(s.pss().points().into(), t0),
                 max_pss_bytes: s.max_pss().map(|p| p.bytes),
             })

@@ -144,7 +144,11 @@ fn global_budget_lowers_the_per_process_cap() {
     assert!(total <= 4096 + 64 * 8, "{total} points");
     // Every process still has its maximum.
     for pid in 1..=64u32 {
-        let s = t.process(&key(pid)).expect("series").rss.points();
+        let s = t
+            .process(&key(pid))
+            .expect("series")
+            .rss
+            .points(key(pid).start_ns);
         let max = s.iter().map(|m| m.bytes).max();
         assert_eq!(max, Some(499 * pid as u64 + 1));
     }
@@ -205,7 +209,7 @@ fn kernel_points_after_the_exit_record_keep_the_series_whole() {
     t.record_kernel_rss(k, p(40, 300), Some(300));
     let s = t.process(&k).expect("series");
     assert_eq!(
-        s.rss.points().as_ref(),
+        s.rss.points(k.start_ns).as_ref(),
         [p(10, 100), p(20, 900), p(40, 300), p(50, 0)]
     );
     // Not summed: the kernel sends the tree's own sum.
@@ -251,7 +255,11 @@ fn the_kernels_points_after_a_process_is_gone_begin_no_image_in_the_pss_sum() {
             (before.estimate_bytes, before.uncertain_bytes),
             "found gone: {found_gone}"
         );
-        let rss = t.process(&key(2)).expect("series").rss.points();
+        let rss = t
+            .process(&key(2))
+            .expect("series")
+            .rss
+            .points(key(2).start_ns);
         assert!(rss.contains(&p(15, 12288)), "{rss:?}");
     }
 }

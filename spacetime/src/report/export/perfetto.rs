@@ -424,14 +424,14 @@ impl Builder<'_> {
             self.event(p.start_ns, SLICE_BEGIN, uuid, name);
             self.event(end.max(p.start_ns), SLICE_END, uuid, Msg::new());
         }
-        let Some(series) = p.key.get().and_then(|k| tl.process(&k)) else {
+        let Some((key, series)) = p.key.get().and_then(|k| Some((k, tl.process(&k)?))) else {
             return;
         };
         if !series.rss.is_empty() {
             let name = format!("RSS {}", p.pid);
             self.descriptors
                 .push(counter_descriptor(uuid + 1, Some(uuid), &name, Some(0)));
-            self.counter(uuid + 1, &series.rss.points());
+            self.counter(uuid + 1, &series.rss.points(key.start_ns));
         }
         if !series.pss().is_empty() {
             let name = format!("PSS {} (sampled)", p.pid);

@@ -225,7 +225,7 @@ fn latest_dated(tree: &Tree, timeline: &Timeline) -> u64 {
         .chain(
             timeline
                 .processes()
-                .flat_map(|(_, s)| [s.rss.last(), s.pss().last()]),
+                .flat_map(|(k, s)| [s.rss.last(k.start_ns), s.pss().last()]),
         )
         .map(|p| p.map(|p| p.ts_ns));
     processes.chain(series).flatten().max().unwrap_or(0)
