@@ -321,9 +321,10 @@ pub fn max_pss_withheld_words(m: &MaxPss) -> String {
 #[derive(Debug, Serialize)]
 pub struct TaskstatsReport {
     pub available: bool,
-    /// Why there is no cross-check, when there is none (its sentence in JSON).
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "sentence")]
-    pub unavailable_reason: Option<Reason>,
+    /// Why there is no cross-check, when there is none: the sentence the kernel side's reason
+    /// renders to (a saved report's as it was written).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unavailable_reason: Option<String>,
     #[serde(flatten)]
     pub coverage: Coverage,
     /// Delay accounting was on: the per-process delays are meaningful.
@@ -340,30 +341,6 @@ pub enum TaskstatsMeta {
         rcvbuf_bytes: u64,
     },
     Unavailable(Unavailable),
-}
-
-/// Why taskstats were unavailable: the kernel side's reason, or a saved report's sentence.
-#[derive(Clone, Debug)]
-pub enum Reason {
-    Now(Unavailable),
-    Saved(String),
-}
-
-impl std::fmt::Display for Reason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Reason::Now(u) => u.fmt(f),
-            Reason::Saved(s) => f.write_str(s),
-        }
-    }
-}
-
-/// A reason, serialized as the sentence it renders to.
-fn sentence<S: serde::Serializer>(r: &Option<Reason>, s: S) -> Result<S::Ok, S::Error> {
-    match r {
-        Some(r) => s.collect_str(r),
-        None => s.serialize_none(),
-    }
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -572,7 +549,7 @@ impl<'a> Report<'a> {
             },
             taskstats: TaskstatsReport {
                 available: t.available,
-                unavailable_reason: t.unavailable_reason.clone().map(Reason::Saved),
+                unavailable_reason: t.unavailable_reason.clone(),
                 coverage: t.coverage.clone(),
                 delayacct: t.delayacct,
                 rcvbuf_bytes: t.rcvbuf_bytes,
@@ -664,7 +641,7 @@ fn taskstats_report(meta: TaskstatsMeta) -> TaskstatsReport {
         },
         TaskstatsMeta::Unavailable(reason) => TaskstatsReport {
             available: false,
-            unavailable_reason: Some(Reason::Now(reason)),
+            unavailable_reason: Some(reason.to_string()),
             coverage: Coverage::default(),
             delayacct: false,
             rcvbuf_bytes: 0,

@@ -334,9 +334,7 @@ fn coverage(r: &Report, verbose: bool) -> String {
     if !t.available {
         return format!(
             "coverage: taskstats unavailable ({}); exits not cross-checked",
-            t.unavailable_reason
-                .as_ref()
-                .map_or_else(|| "unknown reason".to_string(), |u| u.to_string())
+            t.unavailable_reason.as_deref().unwrap_or("unknown reason")
         );
     }
     let c = &t.coverage;
