@@ -7,6 +7,7 @@
 //! [`COUNTED_REPS`] more of spacetime's runners, which give the per-program figures alone. Its
 //! old value comes back afterwards, also on Ctrl-C.
 
+mod paired;
 mod report;
 mod runners;
 mod stats;
@@ -307,6 +308,8 @@ pub fn bench(opts: Options) -> Result<()> {
     for w in all.iter().filter(|w| chosen.contains(&w.name)) {
         results.push(run_workload(&env, w, &runners, opts.reps, &guard)?);
     }
+    let targets: Vec<&Workload> = all.iter().filter(|w| chosen.contains(&w.name)).collect();
+    let pairs = paired::measure(&env, &targets, &runners, opts.quick)?;
     let with_trace = runners.contains(&Runner::Trace);
     let bench_runs = match with_trace {
         true => {
@@ -328,6 +331,7 @@ pub fn bench(opts: Options) -> Result<()> {
         workloads: results,
         rss,
         bench_runs,
+        pairs,
     };
     let table = report::markdown(&bench);
     println!("{table}");

@@ -68,6 +68,8 @@ pub struct Bench {
     pub workloads: Vec<WorkloadResult>,
     pub rss: Option<RssRun>,
     pub bench_runs: Option<BenchRuns>,
+    /// The targets' own commands against bare, in adjacent pairs.
+    pub pairs: Vec<super::paired::Pairs>,
 }
 
 pub fn ms(ns: f64) -> String {
@@ -196,8 +198,12 @@ pub fn markdown(b: &Bench) -> String {
     }
     let _ = writeln!(
         o,
-        "\nStart-up is the wall a trace adds to the bare command (median of each). The \
-         agent's CPU is counted in its runs. Per event: the costliest of the programs that \
+        "\nStart-up and the ratios to bare: the target's own command line (`trace --agent \
+         -q --no-chart -- CMD`, no report file; `trace --agent -f '%e %M' -- CMD`) and the \
+         bare command run in adjacent pairs, each order half the time; the figure is the \
+         median over pairs of each pair's added wall or ratio, with the range of the pairs \
+         (the tables below are repetitions of every runner in turn, the traces writing the \
+         JSON report they read). The agent's CPU is counted in the tables' CPU. Per event: the costliest of the programs that \
          run once per fork, exec or exit (or per dead task's last switch), as the median \
          over repetitions of its ns per run, among those that ran at least 10 times a \
          repetition; one that ran fewer (its first run is cold: the one process of /bin/true \
@@ -313,6 +319,10 @@ pub fn json(b: &Bench) -> Value {
             "wall_ns_agent": r.agent.as_ref().map(spread_json),
             "added_ns_per_run_agent": r.agent.as_ref().map(|a| r.added_per_run(a)),
         })),
+        "pairs": b.pairs.iter().map(|p| json!({
+            "workload": p.workload, "runner": p.runner.name(), "pairs": p.count,
+            "ratio": spread_json(&p.ratio), "added_ns": spread_json(&p.added_ns),
+        })).collect::<Vec<_>>(),
         "targets": targets(b).into_iter().map(|t| json!({
             "target": t.what, "measured": t.measured, "met": t.met,
         })).collect::<Vec<_>>(),

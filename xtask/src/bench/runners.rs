@@ -345,18 +345,7 @@ fn command(env: &Env, w: &Workload, runner: Runner, report: &Path) -> Result<Com
 
 /// One run of `w` under `runner` (watch runs use [`WatchSession`] instead).
 pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
-    if let Some(prep) = &w.prepare {
-        let st = Command::new(&prep[0])
-            .args(&prep[1..])
-            .current_dir(&w.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .with_context(|| format!("preparing {}", w.name))?;
-        if !st.success() {
-            bail!("preparing {}: {prep:?} failed with {st}", w.name);
-        }
-    }
+    prepare(w)?;
     let report = env.scratch.join("trace.json");
     let _ = fs::remove_file(&report);
     let mut cmd = command(env, w, runner, &report)?;
@@ -379,15 +368,7 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
         _ => None,
     };
     cpu_ns += agent_cpu.unwrap_or(0);
-    if code != 0 {
-        let err = fs::read_to_string(&stderr_path).unwrap_or_default();
-        let tail: String = err.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
-        bail!(
-            "{} under {} exited with {code}: {tail}",
-            w.name,
-            runner.name()
-        );
-    }
+    succeeded(w, runner, code, &stderr_path)?;
     let mut s = Sample {
         wall_ns,
         cpu_ns,
@@ -419,6 +400,70 @@ pub fn run_once(env: &Env, w: &Workload, runner: Runner) -> Result<Sample> {
         s.load_ns = v["spacetime"]["load_us"].as_u64().map(|us| us * 1000);
     }
     Ok(s)
+}
+
+/// `w`'s untimed preparation, if it has one (e.g. `make clean`).
+fn prepare(w: &Workload) -> Result<()> {
+    let Some(prep) = &w.prepare else {
+        return Ok(());
+    };
+    let st = Command::new(&prep[0])
+        .args(&prep[1..])
+        .current_dir(&w.dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .with_context(|| format!("preparing {}", w.name))?;
+    if !st.success() {
+        bail!("preparing {}: {prep:?} failed with {st}", w.name);
+    }
+    Ok(())
+}
+
+/// An error with the last lines of the run's standard error unless it exited with 0.
+fn succeeded(w: &Workload, runner: Runner, code: i32, stderr: &Path) -> Result<()> {
+    if code == 0 {
+        return Ok(());
+    }
+    let err = fs::read_to_string(stderr).unwrap_or_default();
+    let tail: String = err.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+    bail!(
+        "{} under {} exited with {code}: {tail}",
+        w.name,
+        runner.name()
+    )
+}
+
+/// One run of `w` as a target of the issue states it, its wall in ns: bare, through the agent
+/// with `time`'s figures, or through the agent with the default figures and no report file
+/// (`trace -q --no-chart`; [`run_once`]'s runs write the JSON the tables read, which costs a
+/// file written and renamed per run).
+pub fn target_once(env: &Env, w: &Workload, runner: Runner) -> Result<u64> {
+    prepare(w)?;
+    let report = env.scratch.join("trace.json");
+    let mut cmd = match runner {
+        Runner::TraceAgent => {
+            let agent = env.agent.as_ref().context("no agent for trace-agent")?;
+            let mut c = Command::new(&env.spacetime);
+            c.env("SPACETIME_SOCKET", &agent.socket).args([
+                "trace",
+                "--agent",
+                "-q",
+                "--no-chart",
+                "--",
+                &w.argv[0],
+            ]);
+            c
+        }
+        Runner::Bare | Runner::TraceAgentTime => command(env, w, runner, &report)?,
+        other => bail!("no target runs {} in pairs", other.name()),
+    };
+    cmd.args(&w.argv[1..]).current_dir(&w.dir);
+    let stderr_path = env.scratch.join("stderr");
+    let stderr = fs::File::create(&stderr_path)?;
+    let m = measure(quiet(&mut cmd, stderr.into()))?;
+    succeeded(w, runner, m.code, &stderr_path)?;
+    Ok(m.wall_ns)
 }
 
 /// spacetime's own peak RSS over a whole trace of `w` (its report's building included), as

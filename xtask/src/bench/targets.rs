@@ -1,11 +1,12 @@
 //! The bench's targets, one row each, as the figure a user feels: start-up is the wall a
-//! trace adds to the bare command, an agent's CPU is counted in the runs it serves, per-event
-//! kernel cost is what one fork, exec or exit costs.
+//! trace adds to the bare command and a trace's cost its wall over the bare command's, both
+//! of the target's own command line in adjacent pairs ([`super::paired`]); an agent's CPU is
+//! counted in the runs it serves, per-event kernel cost is what one fork, exec or exit costs.
 
 use super::{
+    paired::Pairs,
     report::{ms, Bench},
     runners::Runner,
-    stats::{ratio, Summary},
     WorkloadResult,
 };
 
@@ -33,22 +34,31 @@ const PER_EVENT: [&str; 9] = [
 /// The per-event target in ns.
 const PER_EVENT_NS: f64 = 2000.0;
 
-fn runner<'a>(b: &'a Bench, workload: &str, r: Runner) -> Option<(&'a Summary, &'a Summary)> {
-    let w = b.workloads.iter().find(|w| w.name == workload)?;
-    let find = |r| w.runners.iter().find(|s| s.runner == r);
-    Some((find(Runner::Bare)?, find(r)?))
-}
-
 fn unmeasured(why: &str) -> String {
     format!("not measured ({why})")
 }
 
-/// The wall `r` adds to bare /bin/true.
+/// `r`'s pairs on `workload` (see [`super::paired`]).
+fn pairs<'a>(b: &'a Bench, workload: &str, r: Runner) -> Option<&'a Pairs> {
+    b.pairs
+        .iter()
+        .find(|p| p.workload == workload && p.runner == r)
+}
+
+fn in_pairs(p: &Pairs, figure: String, spread: String) -> String {
+    format!("{figure} (median of {} pairs; {spread})", p.count)
+}
+
+/// The wall `r` adds to bare /bin/true, in pairs.
 fn added_wall(b: &Bench, r: Runner, limit_ns: f64) -> (String, bool) {
-    match runner(b, "true", r) {
-        Some((bare, tr)) => {
-            let added = tr.wall.median - bare.wall.median;
-            (format!("+{}", ms(added)), added <= limit_ns)
+    match pairs(b, "true", r) {
+        Some(p) => {
+            let a = &p.added_ns;
+            let spread = format!("{} to {}", signed_ms(a.min), signed_ms(a.max));
+            (
+                in_pairs(p, signed_ms(a.median), spread),
+                a.median <= limit_ns,
+            )
         }
         None => (
             unmeasured(&format!("the true workload under {}", r.name())),
@@ -57,10 +67,24 @@ fn added_wall(b: &Bench, r: Runner, limit_ns: f64) -> (String, bool) {
     }
 }
 
-/// `r`'s wall over bare on `workload`.
+fn signed_ms(ns: f64) -> String {
+    match ns < 0.0 {
+        true => format!("−{}", ms(-ns)),
+        false => format!("+{}", ms(ns)),
+    }
+}
+
+/// `r`'s wall over bare on `workload`, in pairs.
 fn wall_ratio(b: &Bench, workload: &str, r: Runner, limit: f64) -> (String, bool) {
-    match runner(b, workload, r).and_then(|(bare, tr)| ratio(tr.wall.median, bare.wall.median)) {
-        Some(x) => (format!("{x:.3}×"), x <= limit),
+    match pairs(b, workload, r) {
+        Some(p) => {
+            let x = &p.ratio;
+            let spread = format!("{:.3}–{:.3}", x.min, x.max);
+            (
+                in_pairs(p, format!("{:.3}×", x.median), spread),
+                x.median <= limit,
+            )
+        }
         None => (unmeasured(&format!("{workload} under {}", r.name())), false),
     }
 }
