@@ -210,3 +210,45 @@ fn threads_leaving_together_end_their_process_once() {
         assert_eq!(mine[0]["exit"]["code"], 0, "pid {pid}: {}", mine[0]);
     }
 }
+
+/// Started with its standard streams closed, spacetime opens /dev/null in their place before
+/// anything else (as std's start-up did before spacetime took over its entry): a kernel object
+/// or file it opens later never takes the number its messages are written to (a BPF map on fd
+/// 2), nor 0 (an fd 0 in a BPF request means "none").
+#[test]
+fn closed_standard_streams_are_not_taken_by_files_spacetime_opens() {
+    use std::os::unix::process::CommandExt;
+    let dir = TempDir::new("closed-fds");
+    let json = dir.path().join("report.json");
+    let links = dir.path().join("links");
+    // CMD's parent is spacetime: what its descriptors 0-2 are, from CMD.
+    let script = format!(
+        "readlink /proc/$PPID/fd/0 /proc/$PPID/fd/1 /proc/$PPID/fd/2 > {}; exit 3",
+        links.display()
+    );
+    let mut cmd = std::process::Command::new(spacetime_tests::spacetime_bin());
+    cmd.args(["trace", "--no-chart", "--json"])
+        .arg(&json)
+        .args(["--", "sh", "-c", &script]);
+    // SAFETY: close(2) only, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            for fd in 0..3 {
+                libc::close(fd);
+            }
+            Ok(())
+        });
+    }
+    let status = cmd.status().expect("run spacetime with fds 0-2 closed");
+    assert_eq!(status.code(), Some(3), "CMD's exit status kept: {status:?}");
+    let links = std::fs::read_to_string(&links).expect("CMD wrote what it saw");
+    assert_eq!(
+        links.lines().collect::<Vec<_>>(),
+        ["/dev/null"; 3],
+        "spacetime's descriptors 0-2"
+    );
+    let text = std::fs::read_to_string(&json).expect("the report written");
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("the report is JSON and nothing else ({e}): {text}"));
+    assert_eq!(v["exit"]["code"], 3, "report's exit: {}", v["exit"]);
+}

@@ -124,7 +124,7 @@ impl Target {
             Some(libc::ENOENT) | Some(libc::ESRCH) => AttachError::Gone(pid),
             _ => io(e),
         };
-        let stat = std::fs::read(format!("/proc/{pid}/stat")).map_err(gone)?;
+        let stat = crate::util::proc_text::read(format!("/proc/{pid}/stat")).map_err(gone)?;
         let fields = stat_fields(&stat).ok_or(AttachError::Gone(pid))?;
         if fields.ending() {
             return Err(AttachError::Gone(pid));
@@ -133,7 +133,8 @@ impl Target {
         let ppid = stat_ppid(&stat).unwrap_or(0);
         // The owner before the status (see `creds::Status::has_mm`).
         let owner = crate::kernel::creds::dumpable_owner(pid).map_err(gone)?;
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(gone)?;
+        let status =
+            crate::util::proc_text::read_to_string(format!("/proc/{pid}/status")).map_err(gone)?;
         let st = crate::kernel::creds::parse_status(&status).ok_or(AttachError::Gone(pid))?;
         if st.tgid != pid {
             return Err(AttachError::Thread { pid, tgid: st.tgid });
@@ -193,7 +194,7 @@ fn all_parents() -> Vec<(u32, u32)> {
     dir.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|pid| {
-            let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+            let stat = crate::util::proc_text::read(format!("/proc/{pid}/stat")).ok()?;
             Some((pid, stat_ppid(&stat)?))
         })
         .collect()
@@ -360,7 +361,7 @@ const MECHANISM_UNFOLLOWED: &str = "attached by pidfd to running processes: exe 
 /// The VmHWM (pages) of a process still running, read through its pin once it is proven to
 /// be the one meant.
 pub fn vmhwm_pages(t: &Target, page_size: u64) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", t.pid)).ok()?;
+    let status = crate::util::proc_text::read_to_string(format!("/proc/{}/status", t.pid)).ok()?;
     if t.pinned.identity(t.start_ns) != Identity::Same {
         return None;
     }

@@ -204,18 +204,28 @@ pub struct Probes {
 /// The kernel programs' own diagnostics (aya-log), forwarded to the `log` crate.
 pub type KernelLogger = aya_log::EbpfLogger<&'static dyn log::Log>;
 
-/// Number of possible CPUs: per-CPU areas exist for every index up to the highest.
+/// Number of possible CPUs: per-CPU areas exist for every index up to the highest. Read once:
+/// the set is fixed at boot, and an agent asks at every run's start.
 pub fn possible_cpus() -> Result<u32, LoadError> {
+    static POSSIBLE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    if let Some(&n) = POSSIBLE.get() {
+        return Ok(n);
+    }
     const PATH: &str = "/sys/devices/system/cpu/possible";
     let text =
         std::fs::read_to_string(PATH).map_err(|source| LoadError::Io { path: PATH, source })?;
+    let n = *POSSIBLE.get_or_init(|| parse_possible(&text));
+    Ok(n)
+}
+
+fn parse_possible(text: &str) -> u32 {
     let max = text
         .trim()
         .split(',')
         .filter_map(|r| r.rsplit('-').next()?.trim().parse::<u32>().ok())
         .max()
         .unwrap_or(0);
-    Ok(max + 1)
+    max + 1
 }
 
 /// Number of online CPUs, as the kernel lists them (/sys/devices/system/cpu/online); None

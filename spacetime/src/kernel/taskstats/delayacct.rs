@@ -49,7 +49,9 @@ fn compiled_in() -> io::Result<bool> {
 /// scheduler and are filled either way.
 pub fn delayacct_enabled() -> io::Result<bool> {
     match delayacct_switch()? {
-        DelayAcctSwitch::Sysctl => parse_sysctl_bool(&std::fs::read_to_string(SYSCTL)?),
+        DelayAcctSwitch::Sysctl => {
+            parse_sysctl_bool(&crate::util::proc_text::read_to_string(SYSCTL)?)
+        }
         DelayAcctSwitch::Boot => Ok(!boot_says_off(&std::fs::read_to_string("/proc/cmdline")?)),
         DelayAcctSwitch::Absent => Ok(false),
     }

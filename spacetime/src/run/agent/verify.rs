@@ -112,8 +112,13 @@ pub fn prove(peer: Peer, pidfd: OwnedFd) -> Result<(Proven, Pinned), Unproven> {
         why: e.to_string(),
     };
     // The owner before the status: a process past exit_mm() when its owner was read shows
-    // no mm in the status read after it, and is told apart from a setuid one by that.
-    let owner = creds::dumpable_owner(pid).map_err(unreadable)?;
+    // no mm in the status read after it, and is told apart from a setuid one by that. Root
+    // may read any process (`Caller::may_read`): neither its credentials nor the child's
+    // owner are read for it.
+    let owner = match peer.uid {
+        0 => None,
+        _ => Some(creds::dumpable_owner(pid).map_err(unreadable)?),
+    };
     let status = creds::status(pid).map_err(unreadable)?;
     if status.tgid != pid {
         return Err(Unproven::NotLeader(pid, status.tgid));
@@ -121,13 +126,15 @@ pub fn prove(peer: Peer, pidfd: OwnedFd) -> Result<(Proven, Pinned), Unproven> {
     if status.ppid != peer.pid {
         return Err(Unproven::NotChild(pid));
     }
-    let caller = Caller::of(peer.pid, peer.uid, peer.gid);
-    caller.may_read(&status, owner).map_err(|why| match why {
-        // Its /proc files are root's because it is on its way out, not because of a setuid
-        // exec: said as what it is.
-        Denied::Exiting => Unproven::Exited,
-        why => Unproven::Denied { pid, why },
-    })?;
+    if let Some(owner) = owner {
+        let caller = Caller::of(peer.pid, peer.uid, peer.gid);
+        caller.may_read(&status, owner).map_err(|why| match why {
+            // Its /proc files are root's because it is on its way out, not because of a
+            // setuid exec: said as what it is.
+            Denied::Exiting => Unproven::Exited,
+            why => Unproven::Denied { pid, why },
+        })?;
+    }
     let own = stat_of(pid).map_err(unreadable)?;
     if own.ending() {
         return Err(Unproven::Exited);
