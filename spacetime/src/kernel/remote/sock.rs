@@ -115,6 +115,37 @@ pub fn send(fd: BorrowedFd<'_>, msg: &[u8], pass: Option<BorrowedFd<'_>>) -> io:
     }
 }
 
+/// Most messages [`send_many`] sends in one call.
+pub const SEND_BATCH: usize = 8;
+
+/// Sends the first [`SEND_BATCH`] of `msgs` in one call, each its own message, in order;
+/// returns how many went. WouldBlock when the socket takes none now. One call, not one per
+/// message: a reader waiting on the socket is woken once, and on the same CPU it runs once
+/// all are there rather than between each (three switches at every run's end, 0.1 ms).
+pub fn send_many(fd: BorrowedFd<'_>, msgs: &[&[u8]]) -> io::Result<usize> {
+    let n = msgs.len().min(SEND_BATCH);
+    if n == 0 {
+        return Ok(0);
+    }
+    let iovs: [[io::IoSlice<'_>; 1]; SEND_BATCH] =
+        std::array::from_fn(|i| [io::IoSlice::new(msgs.get(i).copied().unwrap_or_default())]);
+    let mut controls: [SendAncillaryBuffer<'_, '_, '_>; SEND_BATCH] =
+        std::array::from_fn(|_| SendAncillaryBuffer::default());
+    let mut hdrs: Vec<net::MMsgHdr<'_>> = iovs
+        .iter()
+        .zip(controls.iter_mut())
+        .take(n)
+        .map(|(iov, control)| net::MMsgHdr::new(iov, control))
+        .collect();
+    loop {
+        match net::sendmmsg(fd, &mut hdrs, SendFlags::NOSIGNAL) {
+            Ok(sent) => return Ok(sent),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// One received message.
 pub struct Received {
     pub len: usize,

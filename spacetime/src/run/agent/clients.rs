@@ -192,15 +192,12 @@ impl Client {
     /// the client.
     pub fn write(&mut self) {
         loop {
-            match self.queues.send_one(self.queue, self.fd.as_fd()) {
-                Ok(Some(kind)) => {
-                    // Answers go first in their turn: the oldest unread one was this.
-                    if !kind.droppable() {
-                        self.unread_answers = self.unread_answers.saturating_sub(1);
-                    }
+            match self.queues.send_front(self.queue, self.fd.as_fd()) {
+                Ok(sent) if sent.messages == 0 => return,
+                Ok(sent) => {
+                    self.unread_answers = self.unread_answers.saturating_sub(sent.answers);
                     self.active = Instant::now();
                 }
-                Ok(None) => return,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => {
                     log::debug!("client {}: {e}", self.peer.pid);

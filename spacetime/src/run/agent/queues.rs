@@ -246,24 +246,44 @@ impl Queues {
         }
     }
 
-    /// Sends the client's oldest message on `fd` without blocking; the kind of what went,
-    /// None when nothing waits. WouldBlock when the socket takes nothing now.
-    pub fn send_one(&self, id: QueueId, fd: BorrowedFd<'_>) -> io::Result<Option<Kind>> {
+    /// Sends the client's oldest messages on `fd` without blocking, up to
+    /// [`sock::SEND_BATCH`] in one call: how many went and how many of those were answers
+    /// (not droppable); none when nothing waits. WouldBlock when the socket takes nothing
+    /// now.
+    pub fn send_front(&self, id: QueueId, fd: BorrowedFd<'_>) -> io::Result<Sent> {
         let mut s = self.0.borrow_mut();
         let Some(b) = s.boxes.get_mut(&id.0) else {
-            return Ok(None);
+            return Ok(Sent::default());
         };
-        let Some(q) = b.msgs.front() else {
-            return Ok(None);
+        let front: Vec<&[u8]> = b
+            .msgs
+            .iter()
+            .take(sock::SEND_BATCH)
+            .map(|q| q.msg.as_slice())
+            .collect();
+        let n = sock::send_many(fd, &front)?;
+        let mut sent = Sent {
+            messages: n,
+            answers: 0,
         };
-        sock::send(fd, &q.msg, None)?;
-        let (kind, c) = (q.kind, q.cost);
-        b.msgs.pop_front();
-        b.bytes -= c;
+        let mut cost = 0;
+        for q in b.msgs.drain(..n) {
+            sent.answers += usize::from(!q.kind.droppable());
+            cost += q.cost;
+        }
+        b.bytes -= cost;
         let p = b.principal;
-        s.release(p, c);
-        Ok(Some(kind))
+        s.release(p, cost);
+        Ok(sent)
     }
+}
+
+/// What one [`Queues::send_front`] sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sent {
+    pub messages: usize,
+    /// Of them, answers (control messages, never dropped).
+    pub answers: usize,
 }
 
 impl State {

@@ -113,3 +113,42 @@ fn a_closed_queue_gives_its_bytes_back() {
     q.close(b);
     assert_eq!(q.total(), 0);
 }
+
+/// A queue's front goes in one call, each message its own packet in order, up to the batch;
+/// the answers among them are counted, and what went gives its bytes back.
+#[test]
+fn the_front_goes_in_one_call_as_separate_messages() {
+    use std::os::fd::AsFd;
+    let (ours, theirs) = sock::pair().expect("a socket pair");
+    let q = small(64, 64, 64);
+    let id = q.open(7, true);
+    let total = sock::SEND_BATCH + 2;
+    for i in 0..total {
+        let kind = match i % 3 {
+            0 => Kind::Answer,
+            _ => Kind::Records(1),
+        };
+        assert!(
+            q.push(id, vec![i as u8; 10 + i], kind),
+            "message {i} queued"
+        );
+    }
+    let first = q.send_front(id, ours.as_fd()).expect("sent");
+    let answers = (0..sock::SEND_BATCH).filter(|i| i % 3 == 0).count();
+    assert_eq!((first.messages, first.answers), (sock::SEND_BATCH, answers));
+    let rest = q.send_front(id, ours.as_fd()).expect("sent");
+    assert_eq!(rest.messages, 2, "the rest in the next call");
+    assert_eq!(q.send_front(id, ours.as_fd()).expect("none").messages, 0);
+    assert_eq!(q.of_user(7), 0, "every byte given back");
+    let mut buf = vec![0u8; 256];
+    for i in 0..total {
+        let n = rustix::net::recv(&theirs, &mut buf, rustix::net::RecvFlags::DONTWAIT)
+            .expect("a message")
+            .0;
+        assert_eq!(
+            &buf[..n],
+            vec![i as u8; 10 + i],
+            "message {i} whole, in order"
+        );
+    }
+}
