@@ -23,7 +23,7 @@
 //!                               "pss": [[t_ns, bytes], ...], "max_pss_bytes": N | null} ] }
 //! ```
 
-use serde::{ser::SerializeSeq, Serialize, Serializer};
+use serde::{ser::SerializeSeq, Deserialize, Serialize, Serializer};
 
 pub use super::series::{Point, ProcessSeries, Series};
 use super::series::{Procs, Steps};
@@ -35,8 +35,9 @@ use super::{
 use crate::model::tree::Key;
 use rustc_hash::FxHashMap;
 
-/// Where the RSS figures come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// Where the RSS figures come from; its name in the JSON report (`timeline.rss_source`) and
+/// the HTML page's data is serde's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RssSource {
     /// kmem:rss_stat events counted in the kernel: exact.

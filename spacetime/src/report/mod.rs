@@ -512,8 +512,7 @@ impl<'a> Report<'a> {
             .map(|i| doc.processes.view(i, i))
             .collect();
         let t = &doc.taskstats;
-        let memory: saved::SavedTimeline =
-            serde_json::from_str(doc.timeline.get()).unwrap_or_default();
+        let memory = &doc.memory;
         let cpus = memory.cpu.as_ref().and_then(|c| c.online_cpus);
         let mut analysis = Analysis::of(&processes, doc.wall_ns, None, cpus);
         // A series the kernel sampled cannot be derived again: it is kept as written.
@@ -562,10 +561,7 @@ impl<'a> Report<'a> {
                     .iter()
                     .map(|&(t, b)| Point::new(t, b))
                     .collect(),
-                source: match memory.rss_source.as_deref() {
-                    Some("statm") => RssSource::Statm,
-                    _ => RssSource::Kernel,
-                },
+                source: memory.rss_source.unwrap_or(RssSource::Kernel),
             },
             cgroup_peak: doc.cgroup_peak.clone(),
             programs: doc.programs,

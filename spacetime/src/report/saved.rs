@@ -65,6 +65,10 @@ pub struct SavedReport {
     #[serde(default)]
     pub spacetime: OwnCost,
     pub timeline: Box<RawValue>,
+    /// What the summary and the pictures read of the timeline, read from it by
+    /// [`SavedReport::restore`] (a timeline that does not read so is refused).
+    #[serde(skip)]
+    pub memory: SavedTimeline,
     #[serde(default)]
     pub cgroup_peak: Option<CgroupPeakReport>,
     #[serde(default)]
@@ -89,8 +93,8 @@ pub struct SavedTaskstats {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct SavedTimeline {
-    /// `"kernel"` or `"statm"`.
-    pub rss_source: Option<String>,
+    /// None where the saved report has no timeline (read as the kernel's).
+    pub rss_source: Option<crate::model::timeline::RssSource>,
     pub tree_rss: Vec<(u64, u64)>,
     pub max_pss: Option<SavedMaxPss>,
     pub cpu: Option<SavedCpu>,
@@ -296,6 +300,8 @@ impl SavedReport {
             sums.push(taskstats);
         }
         self.processes = Processes::owned(procs, PerProcess::of_sums(sums), gone, page);
+        self.memory =
+            serde_json::from_str(self.timeline.get()).map_err(|e| format!("timeline: {e}"))?;
         Ok(())
     }
 }

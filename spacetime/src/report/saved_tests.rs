@@ -211,4 +211,24 @@ fn figures_the_model_cannot_hold_are_refused_with_the_process_named() {
     assert!(e.contains("process 102:"), "{e}");
     let e = broken(&|v| v["kernel"]["page_size"] = 0.into());
     assert!(e.contains("page_size"), "{e}");
+    let e = broken(&|v| v["timeline"]["rss_source"] = "guessed".into());
+    assert!(e.contains("guessed"), "{e}");
+}
+
+/// Where the RSS came from reads back as written, under the one name serde gives it.
+#[test]
+fn the_rss_source_reads_back_as_written() {
+    let tree = tree();
+    let (sums, gone) = (PerProcess::default(), FxHashSet::default());
+    for source in [RssSource::Kernel, RssSource::Statm] {
+        let timeline = Timeline::new(source);
+        let live = Processes::new(&tree, &sums, &gone, 1_000, PAGE);
+        let run = Report::build(&tree, &live, &meta(6_000), MemoryMeta::of(&timeline));
+        let json = serde_json::to_string(&run).expect("JSON");
+        let doc = match parse(&json).expect("reads back") {
+            Saved::Trace(doc) => doc,
+            Saved::Bench(_) => panic!("read back as a bench report"),
+        };
+        assert_eq!(Report::from_saved(&doc).memory.source, source);
+    }
 }

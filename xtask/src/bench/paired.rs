@@ -29,8 +29,8 @@ pub struct Pairs {
 const PLAN: [(&str, Runner, usize); 4] = [
     ("true", Runner::TraceAgentTime, 60),
     ("true", Runner::TraceAgent, 60),
-    ("fork-exec", Runner::TraceAgent, 20),
-    ("make", Runner::TraceAgent, 12),
+    ("fork-exec", Runner::TraceAgent, 30),
+    ("make", Runner::TraceAgent, 20),
 ];
 
 /// Pairs of each planned target whose workload and runner this bench runs (`quick`: two).

@@ -117,7 +117,7 @@ pub struct TraceData {
     pub(crate) peak_index: Option<usize>,
     pub(crate) lost_events: u64,
     pub(crate) complete: bool,
-    pub(crate) rss_source: &'static str,
+    pub(crate) rss_source: crate::model::timeline::RssSource,
     pub(crate) strings: Vec<String>,
     pub(crate) p: Columns,
     pub(crate) programs: Vec<Program>,
@@ -248,10 +248,7 @@ impl TraceData {
             peak_index,
             lost_events: r.lost_events,
             complete: r.complete(),
-            rss_source: match r.memory.source {
-                crate::model::timeline::RssSource::Kernel => "kernel",
-                crate::model::timeline::RssSource::Statm => "statm",
-            },
+            rss_source: r.memory.source,
             strings: strings.list,
             p: c,
             programs: a
