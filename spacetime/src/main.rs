@@ -1,7 +1,11 @@
 // std's own start-up is skipped: `main` below is the C runtime's entry.
 #![no_main]
 
-use std::{ffi::c_char, ffi::c_int, io::Write};
+use std::{
+    ffi::{c_char, c_int, CStr, OsString},
+    io::Write,
+    os::unix::ffi::OsStrExt,
+};
 
 use spacetime::cmd::cli::{Cli, Command, EXIT_OWN_FAILURE};
 
@@ -12,13 +16,19 @@ use spacetime::cmd::cli::{Cli, Command, EXIT_OWN_FAILURE};
 /// relies on of it is done here: SIGPIPE ignored (a closed pipe is an error spacetime
 /// reports, not its death), standard descriptors that are closed opened on /dev/null (no file
 /// spacetime opens takes their numbers), stdout flushed at the end, exit status 101 after a
-/// panic. The arguments come from std as before (glibc hands them to its initializers).
+/// panic. The arguments are read here from the C runtime's vector: std's `args` are empty
+/// without its start-up on musl (glibc hands them to std's initializer; musl does not).
 #[no_mangle]
-pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
+extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
     standard_fds_open();
     // SAFETY: changes one signal's disposition before any thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    let code = std::panic::catch_unwind(run).unwrap_or(101);
+    // SAFETY: the C runtime's vector of `argc` NUL-terminated strings, alive for the process.
+    let args: Vec<OsString> = (0..usize::try_from(argc).unwrap_or(0))
+        .map(|i| unsafe { std::ffi::OsStr::from_bytes(CStr::from_ptr(*argv.add(i)).to_bytes()) })
+        .map(|a| a.to_os_string())
+        .collect();
+    let code = std::panic::catch_unwind(|| run(args)).unwrap_or(101);
     let _ = std::io::stdout().flush();
     code
 }
@@ -50,14 +60,14 @@ fn standard_fds_open() {
     }
 }
 
-fn run() -> c_int {
+fn run(args: Vec<OsString>) -> c_int {
     fixed_mmap_threshold();
     spacetime::util::term::init_locale();
-    let cli = match Cli::from_args(std::env::args_os().collect()) {
+    let cli = match Cli::from_args(args.clone()) {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { EXIT_OWN_FAILURE } else { 0 };
-            let e = spacetime::cmd::cli::explain(e, std::env::args_os().skip(1));
+            let e = spacetime::cmd::cli::explain(e, args.into_iter().skip(1));
             let _ = e.print();
             return code;
         }
