@@ -259,6 +259,20 @@ fn read_json(path: &Path) -> Result<Value> {
     serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
+/// `spacetime trace --agent` through the bench's agent, for `runner`'s options to follow.
+/// --agent: a client the agent cannot serve fails rather than load programs of its own (it
+/// runs as root), so every run measured is the agent's.
+fn through_agent(env: &Env, runner: Runner) -> Result<Command> {
+    let agent = env
+        .agent
+        .as_ref()
+        .with_context(|| format!("no agent for {}", runner.name()))?;
+    let mut c = Command::new(&env.spacetime);
+    c.env("SPACETIME_SOCKET", &agent.socket)
+        .args(["trace", "--agent"]);
+    Ok(c)
+}
+
 /// `w`'s program under `runner` (the caller adds its arguments); trace runners write their
 /// JSON report to `report`.
 fn command(env: &Env, w: &Workload, runner: Runner, report: &Path) -> Result<Command> {
@@ -287,37 +301,13 @@ fn command(env: &Env, w: &Workload, runner: Runner, report: &Path) -> Result<Com
             c
         }
         Runner::TraceAgentTime => {
-            let agent = env
-                .agent
-                .as_ref()
-                .context("no agent for trace-agent-time")?;
-            let mut c = Command::new(&env.spacetime);
-            // --agent: a client the agent cannot serve fails rather than load programs of its
-            // own (it runs as root), so every run measured is the agent's.
-            c.env("SPACETIME_SOCKET", &agent.socket).args([
-                "trace",
-                "--agent",
-                "-f",
-                "%e %M",
-                "-o",
-                "/dev/null",
-                "--",
-                &w.argv[0],
-            ]);
+            let mut c = through_agent(env, runner)?;
+            c.args(["-f", "%e %M", "-o", "/dev/null", "--", &w.argv[0]]);
             c
         }
         Runner::TraceAgent => {
-            let agent = env.agent.as_ref().context("no agent for trace-agent")?;
-            let mut c = Command::new(&env.spacetime);
-            c.env("SPACETIME_SOCKET", &agent.socket)
-                .args([
-                    "trace",
-                    "--agent",
-                    "-q",
-                    "--no-chart",
-                    "--keep-root",
-                    "--json",
-                ])
+            let mut c = through_agent(env, runner)?;
+            c.args(["-q", "--no-chart", "--keep-root", "--json"])
                 .arg(report)
                 .args(["--", &w.argv[0]]);
             c
@@ -443,16 +433,8 @@ pub fn target_once(env: &Env, w: &Workload, runner: Runner) -> Result<u64> {
     let report = env.scratch.join("trace.json");
     let mut cmd = match runner {
         Runner::TraceAgent => {
-            let agent = env.agent.as_ref().context("no agent for trace-agent")?;
-            let mut c = Command::new(&env.spacetime);
-            c.env("SPACETIME_SOCKET", &agent.socket).args([
-                "trace",
-                "--agent",
-                "-q",
-                "--no-chart",
-                "--",
-                &w.argv[0],
-            ]);
+            let mut c = through_agent(env, runner)?;
+            c.args(["-q", "--no-chart", "--", &w.argv[0]]);
             c
         }
         Runner::Bare | Runner::TraceAgentTime => command(env, w, runner, &report)?,
