@@ -134,6 +134,14 @@ fn options(width: usize) -> text::Options {
     }
 }
 
+/// A trace report's JSON read back.
+fn read_back(json: &str) -> Box<super::SavedReport> {
+    match parse(json).expect("the run's JSON reads back") {
+        Saved::Trace(doc) => doc,
+        Saved::Bench(_) => panic!("read back as a bench report"),
+    }
+}
+
 #[test]
 fn a_report_read_back_writes_and_renders_as_the_run_did() {
     let tree = tree();
@@ -158,10 +166,7 @@ fn a_report_read_back_writes_and_renders_as_the_run_did() {
     let live = Processes::new(&tree, &sums, &gone, 1_000, PAGE);
     let run = Report::build(&tree, &live, &meta(6_000), MemoryMeta::of(&timeline));
     let json = serde_json::to_string(&run).expect("the run's JSON");
-    let doc = match parse(&json).expect("the run's JSON reads back") {
-        Saved::Trace(doc) => doc,
-        Saved::Bench(_) => panic!("read back as a bench report"),
-    };
+    let doc = read_back(&json);
     let again = Report::from_saved(&doc);
     assert_eq!(
         serde_json::to_string(&again).expect("the JSON read back"),
@@ -224,11 +229,7 @@ fn the_rss_source_reads_back_as_written() {
         let timeline = Timeline::new(source);
         let live = Processes::new(&tree, &sums, &gone, 1_000, PAGE);
         let run = Report::build(&tree, &live, &meta(6_000), MemoryMeta::of(&timeline));
-        let json = serde_json::to_string(&run).expect("JSON");
-        let doc = match parse(&json).expect("reads back") {
-            Saved::Trace(doc) => doc,
-            Saved::Bench(_) => panic!("read back as a bench report"),
-        };
+        let doc = read_back(&serde_json::to_string(&run).expect("JSON"));
         assert_eq!(Report::from_saved(&doc).memory.source, source);
     }
 }
