@@ -194,7 +194,7 @@ struct ChildArgs {
     _args: Vec<CString>,
     /// Null-terminated.
     argv: Vec<*const libc::c_char>,
-    creds: Option<Credentials>,
+    creds: Option<ChildCreds>,
     own_pid: Option<RawFd>,
     stdio: Stdio,
     /// The child's ends: the hold pipe's read end and our write end of it (the child closes
@@ -204,6 +204,24 @@ struct ChildArgs {
     release: RawFd,
     exec_error: RawFd,
     ran: RawFd,
+}
+
+/// The credentials CMD takes, as the system calls want them.
+struct ChildCreds {
+    uid: rustix::process::Uid,
+    gid: rustix::process::Gid,
+    groups: Vec<rustix::process::Gid>,
+}
+
+impl ChildCreds {
+    fn of(c: &Credentials) -> ChildCreds {
+        use rustix::process::{Gid, Uid};
+        ChildCreds {
+            uid: Uid::from_raw(c.uid),
+            gid: Gid::from_raw(c.gid),
+            groups: c.groups.iter().map(|&g| Gid::from_raw(g)).collect(),
+        }
+    }
 }
 
 /// The child's own stack, and what it reads of ours, kept until it no longer runs on our
@@ -275,7 +293,7 @@ pub fn spawn_held_with(
         path: c_path,
         _args: c_args,
         argv: c_argv,
-        creds: creds.cloned(),
+        creds: creds.map(ChildCreds::of),
         own_pid,
         stdio,
         hold: hold_r.as_raw_fd(),
@@ -389,9 +407,10 @@ fn read_4(fd: &OwnedFd) -> ([u8; 4], usize) {
 /// its thread-local storage included, runs beside it until it execs or exits: it calls only
 /// what is async-signal-safe and touches nothing of the parent's but `a` (no allocation, no
 /// lock, no panic). glibc's `setuid` and its kin are not used: they signal every thread of
-/// the process they think they are in (the parent's, here); the raw system calls change this
-/// process alone. errno, which it shares with the parent's thread, is written only where a
-/// call fails, and the parent then waits on a pipe for the child's report.
+/// the process they think they are in (the parent's, here); rustix's raw system calls change
+/// this process alone, and write no errno. errno, which it shares with the parent's thread,
+/// glibc writes only where its call fails: a `dup2` of descriptors the caller keeps open does
+/// not, and an exec fails while the parent waits on a pipe for the child's report.
 unsafe fn child(a: &ChildArgs) -> ! {
     let fail = |errno: i32, status: i32| -> ! {
         let bytes = errno.to_ne_bytes();
@@ -418,11 +437,12 @@ unsafe fn child(a: &ChildArgs) -> ! {
     libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
     libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     if let Some(c) = &a.creds {
-        if libc::syscall(libc::SYS_setgroups, c.groups.len(), c.groups.as_ptr()) != 0
-            || libc::syscall(libc::SYS_setgid, c.gid) != 0
-            || libc::syscall(libc::SYS_setuid, c.uid) != 0
-        {
-            fail(*libc::__errno_location(), 125);
+        use rustix::thread::{set_thread_gid, set_thread_groups, set_thread_uid};
+        let set = set_thread_groups(&c.groups)
+            .and_then(|()| set_thread_gid(c.gid))
+            .and_then(|()| set_thread_uid(c.uid));
+        if let Err(e) = set {
+            fail(e.raw_os_error(), 125);
         }
     }
     let mut b = 0u8;
