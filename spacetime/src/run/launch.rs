@@ -9,7 +9,7 @@ use std::{
     ffi::{CString, OsStr, OsString},
     io,
     os::{
-        fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd},
+        fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd},
         unix::{ffi::OsStrExt, fs::PermissionsExt},
     },
     path::{Path, PathBuf},
@@ -408,21 +408,24 @@ fn read_4(fd: &OwnedFd) -> ([u8; 4], usize) {
 /// what is async-signal-safe and touches nothing of the parent's but `a` (no allocation, no
 /// lock, no panic). glibc's `setuid` and its kin are not used: they signal every thread of
 /// the process they think they are in (the parent's, here); rustix's raw system calls change
-/// this process alone, and write no errno. errno, which it shares with the parent's thread,
-/// glibc writes only where its call fails: a `dup2` of descriptors the caller keeps open does
-/// not, and an exec fails while the parent waits on a pipe for the child's report.
+/// this process alone; its pipe reads and writes, rustix's too, write no errno. errno, which
+/// it shares with the parent's thread, glibc writes only where its call fails: a `dup2` of
+/// descriptors the caller keeps open does not, and an exec fails while the parent waits on a
+/// pipe for the child's report.
 unsafe fn child(a: &ChildArgs) -> ! {
+    use rustix::io::{read, write, Errno};
+    // The descriptors of `a` are this child's own copies, open until it execs or exits.
+    let fd = |raw| BorrowedFd::borrow_raw(raw);
     let fail = |errno: i32, status: i32| -> ! {
-        let bytes = errno.to_ne_bytes();
-        libc::write(a.exec_error, bytes.as_ptr().cast(), bytes.len());
+        let _ = write(fd(a.exec_error), &errno.to_ne_bytes());
         libc::_exit(status)
     };
     // Our copy of the parent's end: only the parent's closing it may end the wait below.
-    libc::close(a.release);
+    rustix::io::close(a.release);
     if let Some(prog) = a.own_pid {
         // Before the credentials change: running a BPF program needs spacetime's.
         let st = crate::kernel::loader::run_own_pid(prog).to_ne_bytes();
-        libc::write(a.ran, st.as_ptr().cast(), st.len());
+        let _ = write(fd(a.ran), &st);
     }
     // dup2 clears close-on-exec on the copy: the stream stays open in CMD.
     for (fd, to) in [(a.stdio.stdin, 0), (a.stdio.stdout, 1), (a.stdio.stderr, 2)] {
@@ -445,17 +448,14 @@ unsafe fn child(a: &ChildArgs) -> ! {
             fail(e.raw_os_error(), 125);
         }
     }
-    let mut b = 0u8;
+    let mut b = [0u8];
     loop {
-        let n = libc::read(a.hold, (&mut b as *mut u8).cast(), 1);
-        if n == 1 {
-            break;
+        match read(fd(a.hold), &mut b) {
+            Ok(1) => break,
+            Err(Errno::INTR) => continue,
+            // spacetime went away, or let go of us, before releasing us.
+            _ => libc::_exit(125),
         }
-        if n < 0 && *libc::__errno_location() == libc::EINTR {
-            continue;
-        }
-        // spacetime went away, or let go of us, before releasing us.
-        libc::_exit(125);
     }
     libc::execv(a.path.as_ptr(), a.argv.as_ptr());
     let errno = *libc::__errno_location();
