@@ -28,8 +28,11 @@
 //! at exit) plus what the ended ones shared, once every one of them is known; and no more
 //! copies by one process than the pages it shared at its read ([`copy_cap`]). The next round
 //! narrows the bound for the time since the last one: the tree held no more then than the round
-//! finds, plus what was freed or exited in between. The maximum is trusted when the bound over
-//! the whole run exceeds it by at most 5 %.
+//! finds, plus what was freed or exited in between. An image's last figures may come after it
+//! left the sum (a round found it gone before its records came; the exit record's exact RSS,
+//! which before 6.2 counts what the thread had not folded into the mm): what it held beyond
+//! its last point widens the bound of the window it left in. The maximum is trusted when the
+//! bound over the whole run exceeds it by at most 5 %.
 //!
 //! The kernel's exact tree-wide RSS bounds all of it: no page counts more than once in a PSS,
 //! so the tree's PSS never exceeds its RSS at the same moment, nor the tree's peak RSS up to
@@ -46,6 +49,11 @@ use super::{
 };
 use crate::model::tree::Key;
 use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+
+/// Closed windows kept for figures that come late: a process's last ones come right after
+/// its end, so within a round or two.
+const CLOSED_KEPT: usize = 16;
 
 /// The maximum is trusted when the truth may differ from it by at most 1/20 of it.
 pub const TRUST_SHIFT_DIV: u64 = 20;
@@ -149,6 +157,23 @@ struct Window {
     left: u64,
 }
 
+/// A closed window: the round that closed it, and what its bound was the lesser of.
+#[derive(Clone, Copy, Debug)]
+struct Closed {
+    round: u64,
+    most: u64,
+    seen: u64,
+}
+
+/// An image that left the sum: when its last figure counted, its RSS then, and the window it
+/// left in.
+#[derive(Clone, Copy, Debug)]
+struct Left {
+    last_ns: u64,
+    rss: u64,
+    round: u64,
+}
+
 impl Default for Window {
     fn default() -> Window {
         Window {
@@ -200,6 +225,12 @@ pub struct PssSum {
     window: Window,
     /// The most the tree may have held before the last round, rounds' findings applied.
     bound: u64,
+    /// The last windows closed, for what an ended image's late figures add to them.
+    closed: VecDeque<Closed>,
+    /// Images that ended (or a round found gone) whose last figures may still come: the
+    /// kernel's last point as it stops following the mm, and the exact RSS of the exit
+    /// record (before 6.2 with the thread's counts not folded into the mm).
+    left: FxHashMap<Key, Left>,
     /// PSS/RSS of the file pages over the last round's reads (1 before any).
     file_ratio: f64,
     /// This round's file pages so far: PSS and RSS.
@@ -224,6 +255,8 @@ impl PssSum {
             carry: 0,
             window: Window::default(),
             bound: 0,
+            closed: VecDeque::new(),
+            left: FxHashMap::default(),
             file_ratio: 1.0,
             round_file: (0, 0),
             rounds: 0,
@@ -377,13 +410,21 @@ impl PssSum {
 
     /// Every live process was read (or found gone): the sum is the round's.
     pub fn round_done(&mut self, ts_ns: u64) {
-        self.rounds += 1;
         // Since the last round the tree held no more than this round finds, plus what left it
         // in between (freed, or held by processes that ended), nor more than its bound. The
         // sharing this round's reads found is the next window's.
         let seen = self.sum + self.window.freed;
         let most = self.window.most(self.shared - self.fresh);
         self.bound = self.bound.max(most.min(seen));
+        if self.closed.len() == CLOSED_KEPT {
+            self.closed.pop_front();
+        }
+        self.closed.push_back(Closed {
+            round: self.rounds,
+            most,
+            seen,
+        });
+        self.rounds += 1;
         self.window = Window {
             left: std::mem::take(&mut self.carry),
             ..Window::default()
@@ -424,7 +465,57 @@ impl PssSum {
         self.carry += est.anon_shared.min(self.fresh);
         self.window.left += est.anon_shared;
         self.window.freed += est.last_rss;
+        self.left_sum(key, &est);
         self.end_sharing_at(key, est, faulted);
+    }
+
+    /// `est` left the sum in the current window: its last figures may come after.
+    fn left_sum(&mut self, key: Key, est: &Est) {
+        let left = Left {
+            last_ns: est.last_ns,
+            rss: est.last_rss,
+            round: self.rounds,
+        };
+        self.left.insert(key, left);
+    }
+
+    /// A figure of an image that left the sum, come after it left: the kernel's last point
+    /// (after a round found the process gone), or the exact RSS of its exit record. What it
+    /// held beyond its last point counted, it held in the window it left in, unseen: that
+    /// window's bound, and what left the tree in it, grow by as much.
+    pub fn late_rss(&mut self, key: Key, ts_ns: u64, rss: u64) {
+        let Some(l) = self.left.get_mut(&key) else {
+            // Still in the sum (from 6.16 the exit record comes before the mm's end): what
+            // it holds beyond its last point may be any of it, until it leaves with it.
+            if let Some(est) = self.procs.get_mut(&key) {
+                let excess = rss.saturating_sub(est.last_rss);
+                if ts_ns >= est.last_ns && excess > 0 {
+                    (est.last_rss, est.u) = (rss, est.u + excess);
+                    self.uncertain += excess;
+                    self.widen();
+                }
+            }
+            return;
+        };
+        let excess = rss.saturating_sub(l.rss);
+        if ts_ns < l.last_ns || excess == 0 {
+            return;
+        }
+        l.rss = rss;
+        if l.round == self.rounds {
+            self.window.bound += excess;
+            self.window.bound_left += excess;
+            self.window.freed += excess;
+            return;
+        }
+        match self.closed.iter_mut().find(|w| w.round == l.round) {
+            Some(w) => {
+                (w.most, w.seen) = (w.most + excess, w.seen + excess);
+                self.bound = self.bound.max(w.most.min(w.seen));
+            }
+            // Older than the windows kept: as much more than the bound, which holds.
+            None => self.bound += excess,
+        }
     }
 
     /// `key`'s image's sharing ends with its final faults (`to`), or, not known yet, waits in
@@ -470,6 +561,7 @@ impl PssSum {
     /// The process exited, after [`Self::ended`]: an image's sharing whose faults no record
     /// said ends, as much as it shared.
     pub fn exited(&mut self, key: Key) {
+        self.left.remove(&key);
         if let Some(est) = self.ending.remove(&key) {
             self.end_sharing(&est, None);
         }
@@ -508,6 +600,7 @@ impl PssSum {
         self.end_sharing_at(key, est, est.end_faulted);
         self.window.left += est.anon_shared;
         self.window.freed += est.last_rss;
+        self.left_sum(key, &est);
         self.push(ts_ns);
     }
 
@@ -519,9 +612,7 @@ impl PssSum {
             _ => ts_ns,
         };
         self.series.push(Point::new(ts, self.sum), self.cap);
-        let bound = self.sum + self.uncertain;
-        self.window.bound = self.window.bound.max(bound);
-        self.window.bound_left = self.window.bound_left.max(bound + self.window.left);
+        self.widen();
         if self.max.is_none_or(|m| self.sum > m.bytes) {
             self.max = Some(MaxPss {
                 ts_ns: ts,
@@ -530,6 +621,13 @@ impl PssSum {
                 over_rss_bytes: 0,
             });
         }
+    }
+
+    /// The window's bound holds what the tree may hold now.
+    fn widen(&mut self) {
+        let bound = self.sum + self.uncertain;
+        self.window.bound = self.window.bound.max(bound);
+        self.window.bound_left = self.window.bound_left.max(bound + self.window.left);
     }
 }
 

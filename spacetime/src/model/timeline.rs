@@ -230,9 +230,12 @@ impl Timeline {
     /// A process's RSS from the kernel, exact at its time. Unlike statm samples it is not
     /// summed (the kernel sums the tree), and it may arrive after the process's exit record:
     /// the kernel sends a held-back point and the last value as it stops following the mm.
+    /// Without `anon_bytes`: the exact RSS an image ended with, from its exit record.
     pub fn record_kernel_rss(&mut self, key: Key, p: Point, anon_bytes: Option<u64>) {
-        if let Some(anon) = anon_bytes.filter(|_| !self.procs.is_gone(&key)) {
-            self.pss.rss(key, p.ts_ns, p.bytes, anon);
+        match anon_bytes {
+            Some(anon) if !self.procs.is_gone(&key) => self.pss.rss(key, p.ts_ns, p.bytes, anon),
+            // An image's last figures, after it left the tree-wide PSS sum.
+            _ => self.pss.late_rss(key, p.ts_ns, p.bytes),
         }
         let cap = self.process_cap;
         let series = &mut self.procs.entry(key).rss;
