@@ -378,7 +378,7 @@ impl AgentConn {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         if let Err(e) = sock::send(self.fd.as_fd(), &Msg::Flush { seq }.encode(), None) {
-            return self.lost(Gone::Broken(e.to_string()));
+            return self.send_failed(e);
         }
         let deadline = Instant::now() + ANSWER_TIMEOUT;
         while self.flushed != Some(seq) {
@@ -401,7 +401,7 @@ impl AgentConn {
         if self.gone.is_none() {
             let msg = Msg::Finish { wait_release };
             if let Err(e) = sock::send(self.fd.as_fd(), &msg.encode(), None) {
-                self.lost(Gone::Broken(e.to_string()));
+                self.send_failed(e);
             }
         }
         let deadline = Instant::now() + ANSWER_TIMEOUT;
@@ -457,6 +457,13 @@ impl AgentConn {
             Msg::Refused { reason, .. } => self.lost(Gone::Refused(shown(&reason))),
             other => log::debug!("agent: unexpected message {other:?}"),
         }
+    }
+
+    /// A send failed: the agent closed its end. What it sent before closing (that it stops,
+    /// and why; records) is still there to read, and says why before the failure does.
+    fn send_failed(&mut self, e: io::Error) {
+        self.pump();
+        self.lost(Gone::Broken(e.to_string()));
     }
 
     fn lost(&mut self, why: Gone) {
@@ -549,3 +556,7 @@ impl AgentConn {
         None
     }
 }
+
+#[cfg(test)]
+#[path = "client_tests.rs"]
+mod tests;
