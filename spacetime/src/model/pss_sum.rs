@@ -241,6 +241,8 @@ pub struct PssSum {
     max: Option<MaxPss>,
     /// Once every record is in: the tree's peak RSS, which no PSS of it exceeds.
     peak_rss: Option<u64>,
+    /// Once every record is in (or as a saved report wrote it): the figure, final.
+    settled: Option<MaxPssFigure>,
 }
 
 impl PssSum {
@@ -264,6 +266,16 @@ impl PssSum {
             cap,
             max: None,
             peak_rss: None,
+            settled: None,
+        }
+    }
+
+    /// A settled sum as a saved report wrote it: its series and its figure.
+    pub fn restored(series: Series, figure: MaxPssFigure) -> PssSum {
+        PssSum {
+            series,
+            settled: Some(figure),
+            ..PssSum::new(0)
         }
     }
 
@@ -273,10 +285,16 @@ impl PssSum {
     pub fn settle(&mut self, tree_rss: &Series) {
         let lowered = self.series.ceil_to_peak_of(tree_rss);
         self.peak_rss = tree_rss.max().map(|p| p.bytes);
+        self.settle_max(&lowered);
+        self.settled = Some(self.figure());
+    }
+
+    /// The maximum found again on the series lowered by `lowered` at each point.
+    fn settle_max(&mut self, lowered: &[u64]) {
         let Some(online) = self.max else {
             return;
         };
-        let best = self.series.points().iter().zip(&lowered).reduce(|a, b| {
+        let best = self.series.points().iter().zip(lowered).reduce(|a, b| {
             if b.0.bytes > a.0.bytes {
                 b
             } else {
@@ -311,6 +329,9 @@ impl PssSum {
     /// The largest value of the series, how much more the tree may have held unseen, and
     /// whether that is little enough.
     pub fn figure(&self) -> MaxPssFigure {
+        if let Some(settled) = self.settled {
+            return settled;
+        }
         let Some(max) = self.max.filter(|_| self.rounds > 0) else {
             return MaxPssFigure::NotSampled;
         };

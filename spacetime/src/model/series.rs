@@ -117,6 +117,19 @@ impl Series {
         }
     }
 
+    /// A series of points as they were written (a saved report's), compacted past `cap`.
+    pub(super) fn written(points: &[Point], cap: usize) -> Series {
+        let mut s = Series::of_points(points);
+        while s.len() > cap.max(8) {
+            let before = s.len();
+            s.compact();
+            if s.len() == before {
+                break;
+            }
+        }
+        s
+    }
+
     /// Halves the number of points: each bucket of four keeps its minimum and maximum (in
     /// time order), so the series' extremes are never lost. The first point stays, so the
     /// series still starts where it did.

@@ -127,6 +127,12 @@ impl PackedSeries {
         self.0 = Repr::Full(Box::new(s));
     }
 
+    /// A series of these points as they were written (a saved report's), packed against
+    /// `base` when they pack; compacted past `cap` points.
+    pub fn of_points(points: &[Point], cap: usize, base: u64) -> PackedSeries {
+        PackedSeries(repr(points, cap, base))
+    }
+
     /// A packed series with `p` pushed or inserted (`how`), as [`Series`] would: past `cap`
     /// points, or when the points no longer pack against `base`, it becomes one.
     fn update(&mut self, p: Point, (cap, base): (usize, u64), how: fn(&mut Scratch, Point)) {
@@ -135,27 +141,27 @@ impl PackedSeries {
         }
         let mut points = unpack(self.bytes(), base);
         how(&mut points, p);
-        let limit = cap.max(8);
-        let mut packed = SmallVec::<[u8; ROOM]>::new();
-        let fits = points.len() <= limit.min(HEAP_POINTS) && pack(&points, base, &mut packed);
-        self.0 = match fits {
-            true if packed.len() <= ROOM => {
-                let mut buf = [0; ROOM];
-                buf[..packed.len()].copy_from_slice(&packed);
-                Repr::Packed {
-                    len: packed.len() as u8,
-                    buf,
-                }
+        self.0 = repr(&points, cap, base);
+    }
+}
+
+/// `points` packed against `base` when they pack, else a plain [`Series`] (compacted past
+/// `cap` points).
+fn repr(points: &[Point], cap: usize, base: u64) -> Repr {
+    let limit = cap.max(8);
+    let mut packed = SmallVec::<[u8; ROOM]>::new();
+    let fits = points.len() <= limit.min(HEAP_POINTS) && pack(points, base, &mut packed);
+    match fits {
+        true if packed.len() <= ROOM => {
+            let mut buf = [0; ROOM];
+            buf[..packed.len()].copy_from_slice(&packed);
+            Repr::Packed {
+                len: packed.len() as u8,
+                buf,
             }
-            true => Repr::Heap(packed.as_slice().into()),
-            false => {
-                let mut s = Series::of_points(&points);
-                if s.len() > limit {
-                    s.compact();
-                }
-                Repr::Full(Box::new(s))
-            }
-        };
+        }
+        true => Repr::Heap(packed.as_slice().into()),
+        false => Repr::Full(Box::new(Series::written(points, limit))),
     }
 }
 

@@ -26,21 +26,24 @@
 use serde::{ser::SerializeSeq, Deserialize, Serialize, Serializer};
 
 pub use super::series::{Point, ProcessSeries, Series};
-use super::series::{Procs, Steps};
+use super::series::{Procs, PssSeries, Steps};
+use super::series_packed::PackedSeries;
 use super::{
     proc_read::Usage,
     pss::TreeNow,
-    pss_sum::{MaxPssFigure, PssSum},
+    pss_sum::{MaxPss, MaxPssFigure, PssSum},
 };
 use crate::model::tree::Key;
 use rustc_hash::FxHashMap;
 
 /// Where the RSS figures come from; its name in the JSON report (`timeline.rss_source`) and
 /// the HTML page's data is serde's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RssSource {
-    /// kmem:rss_stat events counted in the kernel: exact.
+    /// kmem:rss_stat events counted in the kernel: exact (a saved report without a
+    /// timeline's is read as such).
+    #[default]
     Kernel,
     /// `/proc/PID/statm` sampled: the tracepoint is missing; peaks between samples are missed.
     Statm,
@@ -97,7 +100,7 @@ pub struct Timeline {
 }
 
 /// What PSS sampling did and cost: how densely the PSS figures are backed by reads.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PssSampling {
     /// Processes read, over all rounds.
     pub samples: u64,
@@ -109,6 +112,12 @@ pub struct PssSampling {
     pub read_ns: u64,
     /// The fraction of one CPU sampling may use.
     pub cpu_budget: f64,
+}
+
+impl Default for Timeline {
+    fn default() -> Timeline {
+        Timeline::new(RssSource::default())
+    }
 }
 
 impl Timeline {
@@ -379,6 +388,48 @@ impl Timeline {
         }
     }
 
+    /// A saved report's timeline, as [`TimelineReport`] wrote it (times since the start,
+    /// processes by their written pid and start): written again, it is the same text.
+    pub fn restore(json: &str) -> Result<Timeline, serde_json::Error> {
+        let w: Written = serde_json::from_str(json)?;
+        let mut t = Timeline::new(w.rss_source);
+        let cap = t.limits.tree_points;
+        t.tree_rss = Series::written(&w.tree_rss.0, cap);
+        t.tree_peak = w.tree_peak_rss.map(|a| Point::new(a.t_ns, a.bytes));
+        let max_pss = w.max_pss.map_or(MaxPssFigure::NotSampled, |m| {
+            let max = MaxPss {
+                ts_ns: m.t_ns,
+                bytes: m.bytes,
+                unseen_bytes: m.unseen_bytes,
+                over_rss_bytes: m.over_rss_bytes,
+            };
+            match m.trusted {
+                true => MaxPssFigure::Trusted(max),
+                false => MaxPssFigure::Uncertain(max),
+            }
+        });
+        t.pss = PssSum::restored(Series::written(&w.tree_pss.0, cap), max_pss);
+        t.pss_sampling = w.pss_sampling;
+        let cap = t.limits.process_points;
+        for e in w.processes {
+            let key = Key {
+                tgid: e.pid,
+                start_ns: e.start_ns,
+            };
+            let s = t.procs.entry(key);
+            s.rss = PackedSeries::of_points(&e.rss.0, cap, key.start_ns);
+            if !e.pss.0.is_empty() || e.max_pss_bytes.is_some() {
+                let pss = Series::written(&e.pss.0, cap);
+                let max_pss = e.max_pss_bytes.map(|bytes| {
+                    let at = pss.points().iter().find(|p| p.bytes == bytes);
+                    Point::new(at.map_or(key.start_ns, |p| p.ts_ns), bytes)
+                });
+                *s.sampled() = PssSeries { pss, max_pss };
+            }
+        }
+        Ok(t)
+    }
+
     /// The JSON view, with times relative to `t0_ns`. `order` lists the processes in report
     /// order (others are left out); pass every key of the tree.
     pub fn report(&self, t0_ns: u64, order: Vec<Key>) -> TimelineReport<'_> {
@@ -426,6 +477,21 @@ impl TimelineReport<'_> {
 
 struct Points<'a>(std::borrow::Cow<'a, [Point]>, u64);
 
+impl Default for Points<'_> {
+    fn default() -> Self {
+        Points(Vec::new().into(), 0)
+    }
+}
+
+/// A series read back: `[[t_ns, bytes], ...]`, times since the start.
+impl<'de> Deserialize<'de> for Points<'_> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let pairs = Vec::<(u64, u64)>::deserialize(d)?;
+        let points: Vec<Point> = pairs.into_iter().map(|(t, b)| Point::new(t, b)).collect();
+        Ok(Points(points.into(), 0))
+    }
+}
+
 impl Serialize for Points<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(Some(self.0.len()))?;
@@ -436,7 +502,7 @@ impl Serialize for Points<'_> {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct At {
     t_ns: u64,
     bytes: u64,
@@ -444,7 +510,7 @@ struct At {
 
 /// The tree-wide PSS maximum: how far the truth may be from it, and whether that is little
 /// enough.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct MaxPssAt {
     t_ns: u64,
     bytes: u64,
@@ -460,13 +526,26 @@ fn at(p: Option<Point>, t0: u64) -> Option<At> {
     })
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct ProcessEntry<'a> {
     pid: u32,
     start_ns: u64,
     rss: Points<'a>,
     pss: Points<'a>,
     max_pss_bytes: Option<u64>,
+}
+
+/// What [`TimelineReport`] writes, as it is read back (an older report may lack any part).
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Written<'a> {
+    rss_source: RssSource,
+    tree_rss: Points<'a>,
+    tree_pss: Points<'a>,
+    tree_peak_rss: Option<At>,
+    max_pss: Option<MaxPssAt>,
+    pss_sampling: Option<PssSampling>,
+    processes: Vec<ProcessEntry<'a>>,
 }
 
 impl Serialize for TimelineReport<'_> {

@@ -263,3 +263,77 @@ fn the_kernels_points_after_a_process_is_gone_begin_no_image_in_the_pss_sum() {
         assert!(rss.contains(&p(15, 12288)), "{rss:?}");
     }
 }
+
+/// A saved report's timeline read back is the run's: written again, the same text, with a
+/// series that packs, one on the heap, one past its limit (compacted), values that are no
+/// whole pages, a process never sampled, a withheld maximum.
+#[test]
+fn a_timeline_read_back_writes_the_same_text() {
+    let limits = Limits {
+        tree_points: 64,
+        process_points: 64,
+        total_process_points: 1 << 12,
+    };
+    let mut t = Timeline::with_limits(RssSource::Kernel, limits);
+    let t0 = 1_000;
+    // Started after t0: their series are packed against their starts.
+    let key = |pid: u32| Key {
+        tgid: pid,
+        start_ns: t0 + pid as u64,
+    };
+    for i in 0..200u64 {
+        let ts = t0 + 10 + i * 7;
+        t.record_tree_rss(p(ts, 4096 * (10 + i % 13 + i / 3)));
+        t.record_kernel_rss(key(3), p(ts, 4096 * (1 + i % 5) + 24 * (i % 2)), Some(4096));
+    }
+    for (i, ts) in [40u64, 90, 160, 600].into_iter().enumerate() {
+        t.record_kernel_rss(key(4), p(t0 + ts, 4096 * (i as u64 + 1)), Some(0));
+    }
+    t.set_tree_peak(p(t0 + 900, 4096 * 500));
+    for i in 0..12u64 {
+        t.record_kernel_rss(
+            key(5),
+            p(t0 + 55 + i * 1_000_000, 8192 * (i + 1)),
+            Some(8192),
+        );
+    }
+    t.record_pss_read(key(3), (t0 + 100, t0 + 101), read(3000));
+    t.record_pss_read(key(4), (t0 + 100, t0 + 102), read(4096));
+    t.pss_round_done(t0 + 103);
+    // A fork's child that writes what it shares after the last round: withheld.
+    t.record_kernel_rss(key(6), p(t0 + 700, 40_960), Some(40_960));
+    t.process_exited(key(4), t0 + 800);
+    t.pss_sampling = Some(PssSampling {
+        samples: 2,
+        rounds: 1,
+        early_rounds: 0,
+        read_ns: 1234,
+        cpu_budget: 0.02,
+    });
+    t.settle();
+    let order: Vec<Key> = (3..=6).map(key).collect();
+    let written = serde_json::to_string(&t.report(t0, order.clone())).expect("json");
+    let back = Timeline::restore(&written).unwrap_or_else(|e| panic!("{e}: {written}"));
+    let since_start = order
+        .iter()
+        .map(|k| Key {
+            start_ns: k.start_ns - t0,
+            ..*k
+        })
+        .collect();
+    let again = serde_json::to_string(&back.report(0, since_start)).expect("json");
+    assert_eq!(again, written);
+    let v: serde_json::Value = serde_json::from_str(&written).expect("json");
+    let procs = v["processes"].as_array().expect("processes");
+    let lens: Vec<usize> = procs
+        .iter()
+        .map(|e| e["rss"].as_array().map_or(0, Vec::len))
+        .collect();
+    assert_eq!(lens.len(), 4, "{written}");
+    assert!(lens[0] <= 64 && lens[0] > 8 && lens[2] == 12, "{lens:?}");
+    assert!(
+        matches!(back.max_pss(), MaxPssFigure::Uncertain(_)),
+        "{written}"
+    );
+    assert_eq!(back.tree_peak().map(|p| p.bytes), Some(4096 * 500));
+}

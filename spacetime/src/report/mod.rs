@@ -34,7 +34,7 @@ use crate::{
     model::{
         crosscheck::Coverage,
         pss_sum::{MaxPss, MaxPssFigure},
-        timeline::{Point, RssSource, TimelineReport},
+        timeline::{Point, RssSource, Timeline, TimelineReport},
         tree::{ExitStatus, Key, Tree},
     },
     report::selfstats::OwnCost,
@@ -109,7 +109,7 @@ pub struct Report<'a> {
     pub spacetime: OwnCost,
     /// Memory over time: tree-wide and per-process RSS and PSS series, serialized straight
     /// from the timeline when the report is written (with CPU over time beside them).
-    pub timeline: TimelineJson<'a>,
+    pub timeline: TimelineReport<'a>,
     /// The tree-wide RSS series the summary charts.
     pub memory: TreeRss,
     /// `--cgroup-peak`: the tree's distinct-page peak from its own memory cgroup (absent when
@@ -121,29 +121,27 @@ pub struct Report<'a> {
     pub analysis: Analysis,
 }
 
-/// The timeline's JSON: the live series, or a saved report's as it was written.
-#[derive(Debug)]
-pub enum TimelineJson<'a> {
-    Live(TimelineReport<'a>),
-    Saved(&'a serde_json::value::RawValue),
-}
-
-impl Serialize for TimelineJson<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            TimelineJson::Live(t) => t.serialize(s),
-            TimelineJson::Saved(raw) => raw.serialize(s),
-        }
-    }
-}
-
-/// The tree-wide RSS over time, for the summary's chart and the pictures: the run's series
-/// (at most the timeline's point limit), or a saved report's as written.
+/// The tree-wide RSS over time, for the summary's chart and the pictures (at most the
+/// timeline's point limit).
 #[derive(Debug)]
 pub struct TreeRss {
     /// Times since the start.
     pub points: Vec<Point>,
     pub source: RssSource,
+}
+
+impl TreeRss {
+    fn of(timeline: &Timeline, t0: u64) -> TreeRss {
+        TreeRss {
+            points: timeline
+                .tree_rss()
+                .points()
+                .iter()
+                .map(|p| Point::new(p.ts_ns.saturating_sub(t0), p.bytes))
+                .collect(),
+            source: timeline.rss_source,
+        }
+    }
 }
 
 /// The report as the JSON contract spells it, built on the stack while it is written.
@@ -173,7 +171,7 @@ struct ReportJson<'r, 'a> {
     kernel: &'r KernelReport,
     taskstats: &'r TaskstatsReport,
     spacetime: &'r OwnCost,
-    timeline: &'r TimelineJson<'a>,
+    timeline: &'r TimelineReport<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cgroup_peak: &'r Option<CgroupPeakReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -489,17 +487,8 @@ impl<'a> Report<'a> {
             },
             taskstats: taskstats_report(meta.taskstats.clone()),
             spacetime: meta.own_cost.clone(),
-            timeline: TimelineJson::Live(timeline),
-            memory: TreeRss {
-                points: memory
-                    .timeline
-                    .tree_rss()
-                    .points()
-                    .iter()
-                    .map(|p| Point::new(p.ts_ns.saturating_sub(t0), p.bytes))
-                    .collect(),
-                source: memory.timeline.rss_source,
-            },
+            timeline,
+            memory: TreeRss::of(memory.timeline, t0),
             cgroup_peak: meta.cgroup_peak.clone(),
             programs: Some(meta.programs),
             analysis,
@@ -512,14 +501,18 @@ impl<'a> Report<'a> {
             .map(|i| doc.processes.view(i, i))
             .collect();
         let t = &doc.taskstats;
-        let memory = &doc.memory;
-        let cpus = memory.cpu.as_ref().and_then(|c| c.online_cpus);
+        let cpus = doc.cpu.as_ref().and_then(|c| c.online_cpus);
         let mut analysis = Analysis::of(&processes, doc.wall_ns, None, cpus);
         // A series the kernel sampled cannot be derived again: it is kept as written.
         let total = doc.user_ns.saturating_add(doc.sys_ns);
-        if let Some(cpu) = memory.cpu.as_ref().and_then(|c| c.sampled(total)) {
+        if let Some(cpu) = doc.cpu.as_ref().and_then(|c| c.sampled(total)) {
             analysis.cpu = cpu;
         }
+        // Its times are since the start already, its processes keyed by their pids.
+        let timeline = doc
+            .timeline
+            .report(0, keys(&processes))
+            .with_cpu(analysis.cpu.clone());
         Report {
             origin: Origin {
                 schema_version: doc.schema_version,
@@ -536,7 +529,7 @@ impl<'a> Report<'a> {
             sys_ns: doc.sys_ns,
             lost_events: doc.lost_events,
             totals: Totals {
-                max_pss: memory.max_pss(),
+                max_pss: doc.timeline.max_pss(),
                 max_pss_unknown_reason: doc.totals.max_pss_unknown_reason.clone(),
                 ..doc.totals
             },
@@ -554,15 +547,8 @@ impl<'a> Report<'a> {
                 rcvbuf_bytes: t.rcvbuf_bytes,
             },
             spacetime: doc.spacetime.clone(),
-            timeline: TimelineJson::Saved(&doc.timeline),
-            memory: TreeRss {
-                points: memory
-                    .tree_rss
-                    .iter()
-                    .map(|&(t, b)| Point::new(t, b))
-                    .collect(),
-                source: memory.rss_source.unwrap_or(RssSource::Kernel),
-            },
+            timeline,
+            memory: TreeRss::of(&doc.timeline, 0),
             cgroup_peak: doc.cgroup_peak.clone(),
             programs: doc.programs,
             analysis,

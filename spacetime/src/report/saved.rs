@@ -22,7 +22,7 @@ use crate::{
         image_mem::ImageMem,
         opt_ns::OptNs,
         process::{Key, Names, OptExit, OptKey},
-        pss_sum::{MaxPss, MaxPssFigure},
+        timeline::Timeline,
         tree::{Image, Process},
     },
     report::selfstats::OwnCost,
@@ -64,11 +64,16 @@ pub struct SavedReport {
     pub taskstats: SavedTaskstats,
     #[serde(default)]
     pub spacetime: OwnCost,
-    pub timeline: Box<RawValue>,
-    /// What the summary and the pictures read of the timeline, read from it by
-    /// [`SavedReport::restore`] (a timeline that does not read so is refused).
+    /// The timeline as the file spells it, until [`SavedReport::restore`] reads it back
+    /// into `timeline` and `cpu` (a timeline that does not read so is refused).
+    #[serde(rename = "timeline")]
+    written_timeline: Option<Box<RawValue>>,
+    /// Memory over time, read back into the model.
     #[serde(skip)]
-    pub memory: SavedTimeline,
+    pub timeline: Timeline,
+    /// CPU over time as written (`timeline.cpu`).
+    #[serde(skip)]
+    pub cpu: Option<SavedCpu>,
     #[serde(default)]
     pub cgroup_peak: Option<CgroupPeakReport>,
     #[serde(default)]
@@ -89,15 +94,11 @@ pub struct SavedTaskstats {
     pub rcvbuf_bytes: u64,
 }
 
-/// What the summary's memory chart and its PSS figure need of the saved timeline.
+/// `timeline.cpu`, beside the memory [`Timeline::restore`] reads.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct SavedTimeline {
-    /// None where the saved report has no timeline (read as the kernel's).
-    pub rss_source: Option<crate::model::timeline::RssSource>,
-    pub tree_rss: Vec<(u64, u64)>,
-    pub max_pss: Option<SavedMaxPss>,
-    pub cpu: Option<SavedCpu>,
+struct TimelineCpu {
+    cpu: Option<SavedCpu>,
 }
 
 /// `timeline.cpu` as written.
@@ -131,36 +132,6 @@ impl SavedCpu {
                 cpus: self.online_cpus,
             }
         })
-    }
-}
-
-/// `timeline.max_pss` as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct SavedMaxPss {
-    pub t_ns: u64,
-    pub bytes: u64,
-    pub unseen_bytes: u64,
-    pub over_rss_bytes: u64,
-    pub trusted: bool,
-}
-
-impl SavedTimeline {
-    /// The maximum PSS and what it is worth, as the report said.
-    pub fn max_pss(&self) -> MaxPssFigure {
-        let Some(m) = &self.max_pss else {
-            return MaxPssFigure::NotSampled;
-        };
-        let max = MaxPss {
-            ts_ns: m.t_ns,
-            bytes: m.bytes,
-            unseen_bytes: m.unseen_bytes,
-            over_rss_bytes: m.over_rss_bytes,
-        };
-        match m.trusted {
-            true => MaxPssFigure::Trusted(max),
-            false => MaxPssFigure::Uncertain(max),
-        }
     }
 }
 
@@ -300,8 +271,11 @@ impl SavedReport {
             sums.push(taskstats);
         }
         self.processes = Processes::owned(procs, PerProcess::of_sums(sums), gone, page);
-        self.memory =
-            serde_json::from_str(self.timeline.get()).map_err(|e| format!("timeline: {e}"))?;
+        let written = self.written_timeline.take().ok_or("no timeline")?;
+        self.timeline = Timeline::restore(written.get()).map_err(|e| format!("timeline: {e}"))?;
+        let cpu: TimelineCpu =
+            serde_json::from_str(written.get()).map_err(|e| format!("timeline: {e}"))?;
+        self.cpu = cpu.cpu;
         Ok(())
     }
 }
