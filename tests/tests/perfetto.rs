@@ -2,7 +2,7 @@
 //! spacetime's decoder: every traced process is named by a process descriptor and its main
 //! thread by a thread descriptor, the process tree carries each pid's parent, and a clock
 //! snapshot ties the trace's clock to BOOTTIME, MONOTONIC and REALTIME. The report of the
-//! same trace and the test's own clocks are the truth.
+//! same trace and the test's own clocks are the truth; the saved report's trace is the run's.
 
 use std::collections::BTreeMap;
 
@@ -122,6 +122,20 @@ fn perfetto_names_processes_and_threads_and_carries_clocks() {
     }
 
     clocks(&got, &report);
+
+    // The saved report drawn again (`report --perfetto`): the same trace, but for the clocks
+    // it cannot say (its start on MONOTONIC and BOOTTIME).
+    let saved = dir.path().join("saved.json");
+    std::fs::write(&saved, out.json.as_deref().expect("the JSON report")).expect("saved.json");
+    let again = dir.path().join("again.pftrace");
+    spacetime_tests::pictures::report_to(&saved, "--perfetto", &again);
+    let mut from_saved = decode(&again);
+    let saved_clocks = from_saved["clocks"].take();
+    let mut run = got.clone();
+    run["clocks"].take();
+    assert_eq!(from_saved, run, "the saved report's trace is the run's");
+    let start = report["start_unix_ns"].as_u64().expect("start_unix_ns");
+    assert_eq!(saved_clocks, serde_json::json!([[64, 0], [1, start]]));
 }
 
 /// A process that held 64 MiB while it burned CPU: its last slice carries the JSON's mean RSS

@@ -1,6 +1,7 @@
 //! `spacetime report FILE.json`: a saved report drawn again — a trace's terminal summary (the
-//! same as when it ran, at this terminal's width), or with `--html FILE` its page and with
-//! `--svg FILE` its picture; a bench report's summary, page or picture likewise. Nothing is measured: the figures are the file's.
+//! same as when it ran, at this terminal's width), or with `--html FILE` its page, with
+//! `--svg FILE` its picture and with `--perfetto FILE` its Perfetto trace; a bench report's
+//! summary, page or picture likewise. Nothing is measured: the figures are the file's.
 
 use std::{
     io::{self, IsTerminal},
@@ -29,6 +30,10 @@ pub struct ReportArgs {
     /// standard output); with --html, both
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// Write a trace report as a Perfetto trace to FILE (open it in ui.perfetto.dev) instead
+    /// of the summary; with --html or --svg, all of them
+    #[arg(long, value_name = "FILE")]
+    pub perfetto: Option<PathBuf>,
     /// Write the summary to FILE instead of standard output
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -65,7 +70,7 @@ pub fn main(args: ReportArgs, verbose: u8) -> i32 {
     };
     let pictures = match Outputs::open(&Requested {
         json: None,
-        perfetto: None,
+        perfetto: args.perfetto.as_deref(),
         html: args.html.as_deref(),
         svg: args.svg.as_deref(),
         summary: None,
@@ -84,29 +89,50 @@ pub fn main(args: ReportArgs, verbose: u8) -> i32 {
             return EXIT_OWN_FAILURE;
         }
     };
-    let drawn = pictures.html.is_some() || pictures.svg.is_some();
-    let (text, page, picture) = match &saved {
+    let drawn = pictures.html.is_some() || pictures.svg.is_some() || pictures.perfetto.is_some();
+    let (text, page, picture, trace) = match &saved {
         Saved::Trace(doc) => {
             let r = report::Report::from_saved(doc);
             (
                 (!drawn).then(|| summary(&r, &args, verbose)),
                 pictures.html.is_some().then(|| report::html::trace(&r)),
                 pictures.svg.is_some().then(|| report::svg::trace(&r)),
+                pictures
+                    .perfetto
+                    .is_some()
+                    .then(|| report::export::perfetto::whole(&r)),
             )
+        }
+        Saved::Bench(_) if pictures.perfetto.is_some() => {
+            crate::errln!(
+                "spacetime: {}: a bench report has no timeline to write as a Perfetto trace",
+                args.file.display()
+            );
+            return EXIT_OWN_FAILURE;
         }
         Saved::Bench(v) => (
             (!drawn).then(|| report::bench_text::render(v, width(&args).unwrap_or(usize::MAX / 4))),
             pictures.html.is_some().then(|| report::html::bench(v)),
             pictures.svg.is_some().then(|| report::svg::bench(v)),
+            None,
         ),
     };
     let mut ok = true;
     for (dest, doc, what) in [
-        (pictures.html, page, "the HTML report"),
-        (pictures.svg, picture, "the SVG picture"),
+        (
+            pictures.html,
+            page.map(String::into_bytes),
+            "the HTML report",
+        ),
+        (
+            pictures.svg,
+            picture.map(String::into_bytes),
+            "the SVG picture",
+        ),
+        (pictures.perfetto, trace, "the Perfetto trace"),
     ] {
         if let (Some(mut d), Some(doc)) = (dest, doc) {
-            if let Err(e) = d.write_with(|w| w.write_all(doc.as_bytes())) {
+            if let Err(e) = d.write_with(|w| w.write_all(&doc)) {
                 crate::errln!("spacetime: writing {what} to {}: {e}", d.name());
                 ok = false;
             }

@@ -6,7 +6,7 @@ use std::io::{self, IsTerminal};
 use crate::{
     cmd::cli::TraceArgs,
     kernel::loader::{CpuClock, LoadOptions},
-    report::{self, chart, export::perfetto},
+    report::{self, chart},
     run::{
         launch,
         outputs::{Outputs, Requested},
@@ -105,23 +105,7 @@ fn run(args: TraceArgs, verbose: u8) -> Result<i32, RunError> {
     let live = run.processes();
     let report = run.report(&live);
     let summary = render(&report, &args, outputs.summary.as_ref(), verbose);
-    let title = report.command.lossy_line();
-    let perfetto_opts = perfetto::Options {
-        title: &title,
-        t0_ns: run.t0_ns,
-        end_ns: run.meta.end_ns,
-        page_size: run.page_size,
-        cpu: Some(&report.analysis.cpu),
-        sums: Some(&run.per_process),
-    };
-    outputs.write(&report, &summary, |w| {
-        perfetto::write_to(
-            &mut &mut *w,
-            &run.tree,
-            &run.memory.timeline,
-            &perfetto_opts,
-        )
-    });
+    outputs.write(&report, &summary);
     Ok(run.exit_code())
 }
 

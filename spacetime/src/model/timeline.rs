@@ -461,7 +461,12 @@ pub struct TimelineReport<'a> {
     cpu: Option<crate::model::cores::CpuSeries>,
 }
 
-impl TimelineReport<'_> {
+impl<'a> TimelineReport<'a> {
+    /// The timeline it writes.
+    pub fn timeline(&self) -> &'a Timeline {
+        self.timeline
+    }
+
     /// The pids to show for the processes of `order`, in the same order.
     pub fn with_pids(mut self, pids: Vec<u32>) -> Self {
         self.pids = pids;

@@ -119,6 +119,11 @@ pub struct Report<'a> {
     pub programs: Option<crate::kernel::provenance::Provenance>,
     /// Failures, labels, CPU over time, the critical path, the programs.
     pub analysis: Analysis,
+    /// What the model's times count from: a run's t0 (CLOCK_MONOTONIC); 0 for a saved
+    /// report, whose times are since its start.
+    pub base_ns: u64,
+    /// The start on CLOCK_MONOTONIC, when known (a run's: a saved report does not say it).
+    pub monotonic_t0_ns: Option<u64>,
 }
 
 /// The tree-wide RSS over time, for the summary's chart and the pictures (at most the
@@ -492,6 +497,8 @@ impl<'a> Report<'a> {
             cgroup_peak: meta.cgroup_peak.clone(),
             programs: Some(meta.programs),
             analysis,
+            base_ns: t0,
+            monotonic_t0_ns: Some(t0),
         }
     }
 
@@ -552,6 +559,8 @@ impl<'a> Report<'a> {
             cgroup_peak: doc.cgroup_peak.clone(),
             programs: doc.programs,
             analysis,
+            base_ns: 0,
+            monotonic_t0_ns: None,
         }
     }
 

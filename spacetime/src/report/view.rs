@@ -138,6 +138,16 @@ impl<'a> ProcessReport<'a> {
         &self.set.procs[self.index as usize]
     }
 
+    /// The model's process (Perfetto's tracks draw it).
+    pub(super) fn model(&self) -> &'a Process {
+        self.p()
+    }
+
+    /// Where it is in the model's list.
+    pub(super) fn index(&self) -> usize {
+        self.index as usize
+    }
+
     fn scale(&self) -> Scale {
         self.set.scale
     }

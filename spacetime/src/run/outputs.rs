@@ -229,12 +229,7 @@ pub struct Requested<'a> {
 impl Outputs {
     /// Writes the report's files, then the summary. A write that fails costs that output only
     /// (one line says so): the summary is kept, on stderr if its own file failed.
-    pub fn write(
-        &mut self,
-        report: &Report,
-        summary: &str,
-        perfetto: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-    ) {
+    pub fn write(&mut self, report: &Report, summary: &str) {
         if let Some(d) = self.json.as_mut() {
             let written = d.write_with(|w| {
                 serde_json::to_writer(&mut *w, report)?;
@@ -257,7 +252,8 @@ impl Outputs {
             }
         }
         if let Some(d) = self.perfetto.as_mut() {
-            if let Err(e) = d.write_with(perfetto) {
+            let trace = |w: &mut dyn Write| crate::report::export::perfetto::write_to(w, report);
+            if let Err(e) = d.write_with(trace) {
                 crate::errln!("spacetime: writing the Perfetto trace to {}: {e}", d.name());
             }
         }

@@ -6,8 +6,10 @@
 //! `process` and `thread` tables are filled); a slice per program image on it (argv, exe and peak RSS as arguments); RSS and
 //! PSS counter tracks under each process; tree-wide RSS and PSS counters, and a track with the
 //! whole trace and its peaks, at the top. Times are nanoseconds since the trace's t0, as in
-//! the JSON report, on a clock of the trace's own that a clock snapshot ties to BOOTTIME,
-//! MONOTONIC and REALTIME, so the file merges with a system capture.
+//! the JSON report, on a clock of the trace's own that a clock snapshot ties to REALTIME and,
+//! for a run (a saved report does not say them), BOOTTIME and MONOTONIC, so the file merges
+//! with a system capture. Drawn from the report alone: a run's, or a saved one read back
+//! (`spacetime report FILE.json --perfetto OUT`).
 //!
 //! The few messages needed are encoded by hand ([`super::protobuf`]); field numbers are those
 //! of perfetto's `protos/perfetto/trace/` (trace.proto, trace_packet.proto,
@@ -15,19 +17,16 @@
 //! debug_annotation.proto, process_descriptor.proto, thread_descriptor.proto,
 //! ps/process_tree.proto, clock_snapshot.proto, trace_packet_defaults.proto).
 
-use std::{
-    collections::HashMap,
-    io::{self, Write},
-};
+use std::io::{self, Write};
 
 use super::protobuf::Msg;
 use crate::{
     model::{
         cores::CpuSeries,
-        crosscheck::PerProcess,
         timeline::{Point, RssSource, Timeline},
-        tree::{Image, Key, Process, Tree},
+        tree::{Image, Process},
     },
+    report::{ProcessReport, Report},
     util::units::bytes,
 };
 
@@ -121,21 +120,22 @@ fn process_track(i: usize) -> u64 {
     FIRST_PROCESS_TRACK + 8 * i as u64
 }
 
-/// What the export needs besides the tree and the timeline.
+/// What the export takes of the report besides its processes and timeline.
 #[derive(Clone, Copy, Debug)]
-pub struct Options<'a> {
+struct Options<'a> {
     /// The command line, for the top track.
-    pub title: &'a str,
-    /// CLOCK_MONOTONIC at the trace's start and end: times are written relative to t0, and
-    /// what is still running ends at `end_ns`.
-    pub t0_ns: u64,
-    pub end_ns: u64,
-    pub page_size: u64,
+    title: &'a str,
+    /// The start and the end on the clock of the model's times (CLOCK_MONOTONIC for a run,
+    /// since the start for a saved report): times are written relative to t0, and what is
+    /// still running ends at `end_ns`.
+    t0_ns: u64,
+    end_ns: u64,
+    page_size: u64,
     /// CPU over time (the report's), drawn as a counter of cores in use.
-    pub cpu: Option<&'a CpuSeries>,
-    /// The processes' taskstats sums, indexed like the tree's: the figures table's per-process
-    /// figures ([`crate::report::figures`]) annotate each process's last slice.
-    pub sums: Option<&'a PerProcess>,
+    cpu: &'a CpuSeries,
+    /// The start on CLOCK_MONOTONIC when known (a run's), and on REALTIME.
+    monotonic_t0_ns: Option<u64>,
+    start_unix_ns: u64,
 }
 
 /// Longest slice or track name; the full argv is in the slice's arguments.
@@ -242,9 +242,9 @@ fn identity_descriptors(p: &Process, uuid: u64) -> [Msg; 2] {
 }
 
 /// Every process with its parent (who forked it), for trace processor's process table.
-fn process_tree(tree: &Tree) -> Msg {
+fn process_tree<'p>(procs: impl Iterator<Item = &'p Process>) -> Msg {
     let mut m = Msg::new();
-    for p in tree.processes() {
+    for p in procs {
         let mut entry = Msg::new()
             .int(field::TREE_PROCESS_PID, p.pid as i64)
             .int(field::TREE_PROCESS_PPID, p.ppid as i64);
@@ -256,19 +256,18 @@ fn process_tree(tree: &Tree) -> Msg {
     m
 }
 
-/// The trace clock's 0 (t0, a CLOCK_MONOTONIC time) on BOOTTIME, MONOTONIC and REALTIME:
-/// the other clocks' offsets from MONOTONIC are read now.
-fn clock_snapshot(t0_ns: u64) -> Msg {
+/// The trace clock's 0 on REALTIME and, when the start's CLOCK_MONOTONIC time is known, on
+/// BOOTTIME and MONOTONIC: BOOTTIME's offset from MONOTONIC is read now.
+fn clock_snapshot(opts: &Options) -> Msg {
     use crate::util::clock::{now_ns, ClockId};
-    let mono = now_ns(ClockId::Monotonic);
-    let at_t0 = |clock| (t0_ns as i128 + now_ns(clock) - mono).max(0) as u64;
+    let mut clocks = vec![(TRACE_CLOCK, 0)];
+    if let Some(t0) = opts.monotonic_t0_ns {
+        let boot = t0 as i128 + now_ns(ClockId::Boottime) - now_ns(ClockId::Monotonic);
+        clocks.extend([(CLOCK_BOOTTIME, boot.max(0) as u64), (CLOCK_MONOTONIC, t0)]);
+    }
+    clocks.push((CLOCK_REALTIME, opts.start_unix_ns));
     let mut m = Msg::new();
-    for (id, ts) in [
-        (TRACE_CLOCK, 0),
-        (CLOCK_BOOTTIME, at_t0(ClockId::Boottime)),
-        (CLOCK_MONOTONIC, t0_ns),
-        (CLOCK_REALTIME, at_t0(ClockId::Realtime)),
-    ] {
+    for (id, ts) in clocks {
         let clock = Msg::new()
             .uint(field::CLOCK_ID, id)
             .uint(field::CLOCK_TIMESTAMP, ts);
@@ -345,10 +344,10 @@ impl Builder<'_> {
     }
 
     /// The figures table's per-process figures that have a value, as annotations.
-    fn figures(&self, mut begin: Msg, i: usize) -> Msg {
+    fn figures(&self, mut begin: Msg, r: &ProcessReport) -> Msg {
         use crate::report::figures::{Place, Sums};
         let mut sums = Sums::default();
-        sums.add(self.opts.sums.and_then(|s| s.get(i)).as_ref());
+        sums.add(r.taskstats().as_ref());
         for (f, v) in sums.at(Place::Process) {
             if let Ok(v) = v {
                 begin = begin.msg(field::EVENT_DEBUG_ANNOTATIONS, annotation_uint(f.key, v));
@@ -357,8 +356,9 @@ impl Builder<'_> {
         begin
     }
 
-    fn process(&mut self, p: &Process, i: usize, parent: Option<u64>, rank: i64, tl: &Timeline) {
-        let uuid = process_track(i);
+    fn process(&mut self, r: &ProcessReport, parent: Option<u64>, rank: i64, tl: &Timeline) {
+        let p = r.model();
+        let uuid = process_track(r.index());
         let name = format!("{} {}", p.pid, cut(&process_command(p), NAME_CHARS));
         self.descriptors.push(
             descriptor(uuid, parent, &name, Some(rank))
@@ -406,7 +406,7 @@ impl Builder<'_> {
                 );
             }
             if k + 1 == p.images.len() {
-                begin = self.figures(begin, i);
+                begin = self.figures(begin, r);
                 if let Some(exit) = p.exit.get() {
                     begin = begin.msg(
                         field::EVENT_DEBUG_ANNOTATIONS,
@@ -442,8 +442,19 @@ impl Builder<'_> {
     }
 }
 
-/// Encodes the trace: every packet, in order.
-pub fn encode(tree: &Tree, timeline: &Timeline, opts: &Options) -> Vec<Vec<u8>> {
+/// Encodes the trace of `report`: every packet, in order.
+pub fn encode(report: &Report) -> Vec<Vec<u8>> {
+    let timeline = report.timeline.timeline();
+    let title = report.command.lossy_line();
+    let opts = &Options {
+        title: &title,
+        t0_ns: report.base_ns,
+        end_ns: report.base_ns + report.wall_ns,
+        page_size: report.kernel.page_size,
+        cpu: &report.analysis.cpu,
+        monotonic_t0_ns: report.monotonic_t0_ns,
+        start_unix_ns: report.origin.start_unix_ns,
+    };
     let mut b = Builder {
         opts,
         descriptors: Vec::new(),
@@ -493,30 +504,20 @@ pub fn encode(tree: &Tree, timeline: &Timeline, opts: &Options) -> Vec<Vec<u8>> 
         Some(2),
     ));
     b.counter(TREE_PSS_TRACK, timeline.tree_pss().points());
-    if let Some(cpu) = opts.cpu {
-        b.cpu_counter(cpu);
-    }
+    b.cpu_counter(opts.cpu);
 
-    // Processes, nested by the tree; siblings (and the top ones) in order of start.
-    let procs = tree.processes();
-    let index: HashMap<Key, usize> = procs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| Some((p.key.get()?, i)))
-        .collect();
-    let mut order: Vec<usize> = (0..procs.len()).collect();
-    order.sort_by_key(|&i| (procs[i].start_ns, procs[i].pid));
-    for (rank, &i) in order.iter().enumerate() {
-        let p = &procs[i];
-        let parent = p
-            .parent()
-            .and_then(|k| index.get(&k))
-            .filter(|&&pi| pi != i)
-            .map(|&pi| process_track(pi));
+    // Processes, nested as the report nests them (who forked whom: the summary's tree);
+    // siblings (and the top ones) in the report's order, of start. A process's tracks are
+    // numbered by its place in the model's list.
+    for (rank, r) in report.processes.iter().enumerate() {
+        let parent =
+            report.analysis.parents[rank].map(|pp| process_track(report.processes[pp].index()));
         // Under a process, its counters come first (ranks 0 and 1); at the top, after the
         // trace and the tree-wide counters (0 to 3).
-        b.process(p, i, parent, 4 + rank as i64, timeline);
+        b.process(r, parent, 4 + rank as i64, timeline);
     }
+    let mut in_model_order: Vec<&ProcessReport> = report.processes.iter().collect();
+    in_model_order.sort_by_key(|r| r.index());
 
     let mut events = std::mem::take(&mut b.events);
     events.sort_by_key(|e| (e.ts, e.class));
@@ -530,14 +531,15 @@ pub fn encode(tree: &Tree, timeline: &Timeline, opts: &Options) -> Vec<Vec<u8>> 
     let defaults = Msg::new().uint(field::PACKET_TIMESTAMP_CLOCK_ID, TRACE_CLOCK);
     let clocks = packet(
         Msg::new()
-            .msg(field::PACKET_CLOCK_SNAPSHOT, clock_snapshot(opts.t0_ns))
+            .msg(field::PACKET_CLOCK_SNAPSHOT, clock_snapshot(opts))
             .uint(field::PACKET_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED)
             .msg(field::PACKET_DEFAULTS, defaults),
     );
     out.push(clocks.into_bytes());
-    let tree_packet = Msg::new()
-        .uint(field::PACKET_TIMESTAMP, 0)
-        .msg(field::PACKET_PROCESS_TREE, process_tree(tree));
+    let tree_packet = Msg::new().uint(field::PACKET_TIMESTAMP, 0).msg(
+        field::PACKET_PROCESS_TREE,
+        process_tree(in_model_order.iter().map(|r| r.model())),
+    );
     out.push(packet(tree_packet).into_bytes());
     for d in b.descriptors {
         out.push(packet(Msg::new().msg(field::PACKET_TRACK_DESCRIPTOR, d)).into_bytes());
@@ -551,31 +553,21 @@ pub fn encode(tree: &Tree, timeline: &Timeline, opts: &Options) -> Vec<Vec<u8>> 
     out
 }
 
-/// Writes the trace to `w`: a `Trace` message is its packets one after another.
-pub fn write_to(
-    w: &mut impl Write,
-    tree: &Tree,
-    timeline: &Timeline,
-    opts: &Options,
-) -> io::Result<()> {
-    for p in encode(tree, timeline, opts) {
-        let framed = Msg::new().bytes(field::TRACE_PACKET, &p).into_bytes();
-        w.write_all(&framed)?;
+/// Writes the trace of `report` to `w`: a `Trace` message is its packets one after another.
+pub fn write_to(w: &mut (impl Write + ?Sized), report: &Report) -> io::Result<()> {
+    for p in encode(report) {
+        w.write_all(&framed(&p))?;
     }
     Ok(())
 }
 
-#[cfg(test)]
-/// Writes the trace to a file.
-pub fn write(
-    path: &std::path::Path,
-    tree: &Tree,
-    timeline: &Timeline,
-    opts: &Options,
-) -> io::Result<()> {
-    let mut w = io::BufWriter::new(std::fs::File::create(path)?);
-    write_to(&mut w, tree, timeline, opts)?;
-    w.flush()
+/// The trace of `report`, whole.
+pub fn whole(report: &Report) -> Vec<u8> {
+    encode(report).iter().flat_map(|p| framed(p)).collect()
+}
+
+fn framed(packet: &[u8]) -> Vec<u8> {
+    Msg::new().bytes(field::TRACE_PACKET, packet).into_bytes()
 }
 
 #[cfg(test)]

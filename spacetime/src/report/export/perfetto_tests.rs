@@ -7,8 +7,18 @@ use spacetime_common::{flags, kind, ExitEvent, ImageEndEvent, MemStats};
 use super::*;
 use crate::kernel::events::records::{self, hdr};
 use crate::{
-    kernel::events::Event,
-    report::export::protobuf::{fields, Value},
+    kernel::{counters::KernelCounters, events::Event},
+    model::{
+        crosscheck::{Coverage, PerProcess},
+        tree::{Key, Tree},
+    },
+    report::{
+        export::protobuf::{fields, Value},
+        lossless::Args,
+        saved::{self, Saved},
+        selfstats::OwnCost,
+        MemoryMeta, Meta, Processes, TaskstatsMeta,
+    },
 };
 
 fn fork(parent: (u32, u64), child: (u32, u64)) -> Event {
@@ -197,22 +207,50 @@ fn parse(data: &[u8]) -> (HashMap<u64, Track>, Vec<Ev>) {
     (tracks, events)
 }
 
-/// The sample written to a file of its own (tests run side by side) and read back.
-fn write_sample(test: &str) -> Vec<u8> {
-    let (tree, tl) = sample();
-    let opts = Options {
-        title: "spacetime: sh -c make",
-        t0_ns: T0,
+fn meta() -> Meta {
+    Meta {
+        command: Args(vec![b"sh".to_vec(), b"-c".to_vec(), b"make".to_vec()]),
+        root_exit: None,
         end_ns: 60_000,
-        page_size: 4096,
-        cpu: None,
-        sums: None,
+        counters: KernelCounters::default(),
+        decode_errors: 0,
+        ring_buffer_bytes: 4096,
+        mechanisms: Vec::new(),
+        attach_memory_followed: None,
+        taskstats: TaskstatsMeta::Available {
+            coverage: Coverage::default(),
+            delayacct: false,
+            rcvbuf_bytes: 0,
+        },
+        own_cost: OwnCost::default(),
+        agent_gone: None,
+        cgroup_peak: None,
+        programs: crate::kernel::provenance::Provenance::Own,
+    }
+}
+
+/// The sample's trace, as the run writes it; and as its saved report's is.
+fn sample_traces() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let (tree, tl) = sample();
+    let (sums, gone) = (PerProcess::default(), Default::default());
+    let live = Processes::new(&tree, &sums, &gone, T0, 4096);
+    let run = Report::build(&tree, &live, &meta(), MemoryMeta::of(&tl));
+    let json = serde_json::to_string(&run).expect("the run's JSON");
+    let doc = match saved::parse(&json).expect("the run's JSON reads back") {
+        Saved::Trace(doc) => doc,
+        Saved::Bench(_) => panic!("read back as a bench report"),
     };
-    let path =
-        std::env::temp_dir().join(format!("spacetime-{}-{test}.pftrace", std::process::id()));
-    write(&path, &tree, &tl, &opts).expect("write");
-    let data = std::fs::read(&path).expect("read back");
-    let _ = std::fs::remove_file(&path);
+    (encode(&run), encode(&Report::from_saved(&doc)))
+}
+
+/// The sample's trace as one file's bytes, as the run writes it.
+fn write_sample() -> Vec<u8> {
+    let (tree, tl) = sample();
+    let (sums, gone) = (PerProcess::default(), Default::default());
+    let live = Processes::new(&tree, &sums, &gone, T0, 4096);
+    let run = Report::build(&tree, &live, &meta(), MemoryMeta::of(&tl));
+    let mut data = Vec::new();
+    write_to(&mut data, &run).expect("a trace in memory");
     data
 }
 
@@ -226,7 +264,7 @@ fn track_named<'a>(tracks: &'a HashMap<u64, Track>, name: &str) -> (u64, &'a Tra
 
 #[test]
 fn every_process_is_a_track_nested_by_the_tree() {
-    let (tracks, _) = parse(&write_sample("nesting"));
+    let (tracks, _) = parse(&write_sample());
     let (root, r) = track_named(&tracks, "100 make -j2");
     assert_eq!(r.parent, None);
     let (cc, c) = track_named(&tracks, "101 cc -c a.c");
@@ -239,13 +277,13 @@ fn every_process_is_a_track_nested_by_the_tree() {
         Some(root),
         "forked, never exec'd: named by what it runs"
     );
-    let (_, top) = track_named(&tracks, "spacetime: sh -c make");
+    let (_, top) = track_named(&tracks, "sh -c make");
     assert_eq!(top.parent, None);
 }
 
 #[test]
 fn every_image_is_a_balanced_slice() {
-    let (tracks, events) = parse(&write_sample("slices"));
+    let (tracks, events) = parse(&write_sample());
     assert!(
         events.windows(2).all(|w| w[0].ts <= w[1].ts),
         "in time order"
@@ -313,7 +351,7 @@ fn every_image_is_a_balanced_slice() {
 
 #[test]
 fn counters_for_processes_and_the_tree() {
-    let (tracks, events) = parse(&write_sample("counters"));
+    let (tracks, events) = parse(&write_sample());
     let values = |uuid: u64| -> Vec<(u64, i64)> {
         events
             .iter()
@@ -356,6 +394,42 @@ fn counters_for_processes_and_the_tree() {
         })
         .expect("peak marker");
     assert_eq!((peak.ts, peak.args["bytes"].as_str()), (11_000, "32505856"));
-    // Processes without series have no counter tracks.
-    assert_eq!(tracks.values().filter(|t| t.counter).count(), 4);
+    // Processes without series have no counter tracks: two processes', the tree's RSS, PSS
+    // and CPU.
+    assert_eq!(tracks.values().filter(|t| t.counter).count(), 5);
+}
+
+/// A saved report's trace is the run's: every packet the same but the clocks, which a saved
+/// report ties to REALTIME only (it does not say the start's MONOTONIC time).
+#[test]
+fn a_saved_reports_trace_is_the_runs() {
+    let (run, saved) = sample_traces();
+    assert_eq!(run.len(), saved.len());
+    assert_eq!(run[1..], saved[1..], "every packet but the clock snapshot");
+    let clocks = |packet: &[u8]| -> Vec<(u64, u64)> {
+        let pf = fields(packet).expect("packet");
+        let snapshot = get(&pf, field::PACKET_CLOCK_SNAPSHOT).expect("clocks");
+        let snapshot = fields(snapshot.as_bytes().expect("a message")).expect("clocks");
+        snapshot
+            .iter()
+            .filter(|(n, _)| *n == field::CLOCKS)
+            .map(|(_, c)| {
+                let f = fields(c.as_bytes().expect("a message")).expect("a clock");
+                let int = |n| get(&f, n).and_then(|v| v.as_u64()).expect("a clock field");
+                (int(field::CLOCK_ID), int(field::CLOCK_TIMESTAMP))
+            })
+            .collect()
+    };
+    let (run, saved) = (clocks(&run[0]), clocks(&saved[0]));
+    let ids = |c: &[(u64, u64)]| c.iter().map(|&(id, _)| id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(&run),
+        [TRACE_CLOCK, CLOCK_BOOTTIME, CLOCK_MONOTONIC, CLOCK_REALTIME]
+    );
+    assert_eq!(ids(&saved), [TRACE_CLOCK, CLOCK_REALTIME]);
+    assert_eq!(run[2].1, T0, "the run's start on MONOTONIC");
+    assert_eq!(
+        run[3], saved[1],
+        "the start on REALTIME, as the report says it"
+    );
 }
