@@ -20,7 +20,7 @@
 
 use std::borrow::Cow;
 
-use serde::{ser::SerializeMap, Serialize, Serializer};
+use serde::{ser::SerializeMap, Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::model::cpu_ticks::{Segment, TICK_HZ};
 
@@ -34,7 +34,8 @@ pub struct Use {
 }
 
 /// How a series placed CPU in time.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Method {
     /// Each process's CPU spread evenly over its life (approximate).
     #[default]
@@ -166,6 +167,13 @@ impl CpuSeries {
         }
     }
 
+    /// Sampled by the kernel, and adding up to `total_ns`: a series read back that is kept as
+    /// it was written (a spread one is derived again from the processes).
+    pub fn sampled_to(&self, total_ns: u64) -> bool {
+        let sum = self.cpu_ns.iter().try_fold(0u64, |a, &b| a.checked_add(b));
+        self.method == Method::Ticks && self.bucket_ns > 0 && sum == Some(total_ns)
+    }
+
     pub fn total_ns(&self) -> u64 {
         self.cpu_ns.iter().sum()
     }
@@ -224,6 +232,31 @@ impl Serialize for CpuSeries {
         m.serialize_entry("total_cpu_ns", &self.total_ns())?;
         m.serialize_entry("cpu_ns", &self.cpu_ns)?;
         m.end()
+    }
+}
+
+/// `timeline.cpu` read back, as `Serialize` writes it (an older report may lack a part).
+impl<'de> Deserialize<'de> for CpuSeries {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<CpuSeries, D::Error> {
+        #[derive(Default, Deserialize)]
+        #[serde(default)]
+        struct Written {
+            method: Method,
+            online_cpus: Option<u32>,
+            unsampled_cpu_ns: u64,
+            ticks_dropped: u64,
+            bucket_ns: u64,
+            cpu_ns: Vec<u64>,
+        }
+        let w = Written::deserialize(d)?;
+        Ok(CpuSeries {
+            bucket_ns: w.bucket_ns,
+            cpu_ns: w.cpu_ns,
+            method: w.method,
+            unsampled_ns: w.unsampled_cpu_ns,
+            ticks_dropped: w.ticks_dropped,
+            cpus: w.online_cpus,
+        })
     }
 }
 
@@ -590,5 +623,42 @@ mod tests {
         assert_eq!(bucket_for(999 * MS), MS);
         assert_eq!(bucket_for(1_001 * MS), 2 * MS);
         assert_eq!(bucket_for(60_000 * MS), 100 * MS);
+    }
+
+    /// A series read back is the one written: the JSON's names both ways, and only a sampled
+    /// series that adds up to the CPU it claims is kept as written.
+    #[test]
+    fn a_series_read_back_is_the_one_written() {
+        let ticks = CpuSeries {
+            bucket_ns: 10 * MS,
+            cpu_ns: vec![3 * MS, 10 * MS, 0, 7],
+            method: Method::Ticks,
+            unsampled_ns: 5,
+            ticks_dropped: 2,
+            cpus: Some(2),
+        };
+        let spread = CpuSeries {
+            method: Method::Spread,
+            cpus: None,
+            ..ticks.clone()
+        };
+        for s in [&ticks, &spread] {
+            let json = serde_json::to_string(s).expect("json");
+            let back: CpuSeries = serde_json::from_str(&json).expect("read back");
+            let again = serde_json::to_string(&back).expect("json");
+            assert_eq!(again, json);
+            if s.method == Method::Spread {
+                // Spread writes no tick counts: derived again, never kept.
+                assert!(!back.sampled_to(s.total_ns()));
+            } else {
+                assert_eq!(&back, s);
+            }
+        }
+        assert!(ticks.sampled_to(13 * MS + 7));
+        assert!(
+            !ticks.sampled_to(13 * MS),
+            "a series that does not add up is derived again"
+        );
+        assert!(serde_json::from_str::<CpuSeries>(r#"{"method": "guessed"}"#).is_err());
     }
 }

@@ -508,12 +508,12 @@ impl<'a> Report<'a> {
             .map(|i| doc.processes.view(i, i))
             .collect();
         let t = &doc.taskstats;
-        let cpus = doc.cpu.as_ref().and_then(|c| c.online_cpus);
+        let cpus = doc.cpu.as_ref().and_then(|c| c.cpus);
         let mut analysis = Analysis::of(&processes, doc.wall_ns, None, cpus);
         // A series the kernel sampled cannot be derived again: it is kept as written.
         let total = doc.user_ns.saturating_add(doc.sys_ns);
-        if let Some(cpu) = doc.cpu.as_ref().and_then(|c| c.sampled(total)) {
-            analysis.cpu = cpu;
+        if let Some(cpu) = doc.cpu.as_ref().filter(|c| c.sampled_to(total)) {
+            analysis.cpu = cpu.clone();
         }
         // Its times are since the start already, its processes keyed by their pids.
         let timeline = doc

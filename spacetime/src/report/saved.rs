@@ -18,6 +18,7 @@ use super::{
 use crate::{
     kernel::{events::Comm, provenance::Provenance},
     model::{
+        cores::CpuSeries,
         crosscheck::{Coverage, PerProcess, ProcessTaskstats},
         image_mem::ImageMem,
         opt_ns::OptNs,
@@ -73,7 +74,7 @@ pub struct SavedReport {
     pub timeline: Timeline,
     /// CPU over time as written (`timeline.cpu`).
     #[serde(skip)]
-    pub cpu: Option<SavedCpu>,
+    pub cpu: Option<CpuSeries>,
     #[serde(default)]
     pub cgroup_peak: Option<CgroupPeakReport>,
     #[serde(default)]
@@ -98,41 +99,7 @@ pub struct SavedTaskstats {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 struct TimelineCpu {
-    cpu: Option<SavedCpu>,
-}
-
-/// `timeline.cpu` as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct SavedCpu {
-    pub method: String,
-    pub bucket_ns: u64,
-    pub unsampled_cpu_ns: u64,
-    pub ticks_dropped: u64,
-    /// The online CPUs that bounded its buckets (absent: unknown, or an older report).
-    pub online_cpus: Option<u32>,
-    pub cpu_ns: Vec<u64>,
-}
-
-impl SavedCpu {
-    /// The series as sampled by the kernel, when it was and still adds up to `total_ns` (a
-    /// spread series is derived again from the processes).
-    pub fn sampled(&self, total_ns: u64) -> Option<crate::model::cores::CpuSeries> {
-        let sum = self
-            .cpu_ns
-            .iter()
-            .try_fold(0u64, |a, &b| a.checked_add(b))?;
-        (self.method == "ticks" && self.bucket_ns > 0 && sum == total_ns).then(|| {
-            crate::model::cores::CpuSeries {
-                bucket_ns: self.bucket_ns,
-                cpu_ns: self.cpu_ns.clone(),
-                method: crate::model::cores::Method::Ticks,
-                unsampled_ns: self.unsampled_cpu_ns,
-                ticks_dropped: self.ticks_dropped,
-                cpus: self.online_cpus,
-            }
-        })
-    }
+    cpu: Option<CpuSeries>,
 }
 
 #[derive(Debug, Deserialize)]
