@@ -11,10 +11,11 @@ fn an_agent_that_stops_is_said_to_stop_when_the_next_send_fails() {
     let _ = std::fs::remove_file(&path);
     let listener = sock::listen(&path).expect("listen");
     let agent = std::thread::spawn(move || {
+        // The listener is non-blocking: wait for the client's connection, then take it.
         let fd = loop {
-            match sock::accept(listener.as_fd()).expect("accept") {
-                Some(fd) => break fd,
-                None => std::thread::sleep(std::time::Duration::from_millis(1)),
+            sock::wait_readable(listener.as_fd(), 10_000);
+            if let Some(fd) = sock::accept(listener.as_fd()).expect("accept") {
+                break fd;
             }
         };
         let mut buf = vec![0; proto::MAX_MESSAGE + 1];
