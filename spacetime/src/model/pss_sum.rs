@@ -374,6 +374,8 @@ impl PssSum {
                 u: anon,
             };
             self.procs.insert(key, est);
+            // The image before it (an exec's) has had its last figures.
+            self.left.remove(&key);
             self.uncertain += anon;
             self.push(ts_ns);
             return;
@@ -505,17 +507,19 @@ impl PssSum {
     /// held beyond its last point counted, it held in the window it left in, unseen: that
     /// window's bound, and what left the tree in it, grow by as much.
     pub fn late_rss(&mut self, key: Key, ts_ns: u64, rss: u64) {
-        let Some(l) = self.left.get_mut(&key) else {
-            // Still in the sum (from 6.16 the exit record comes before the mm's end): what
-            // it holds beyond its last point may be any of it, until it leaves with it.
-            if let Some(est) = self.procs.get_mut(&key) {
-                let excess = rss.saturating_sub(est.last_rss);
-                if ts_ns >= est.last_ns && excess > 0 {
-                    (est.last_rss, est.u) = (rss, est.u + excess);
-                    self.uncertain += excess;
-                    self.widen();
-                }
+        // Still in the sum (from 6.16 the exit record comes before the mm's end): what it
+        // holds beyond its last point may be any of it, until it leaves with it. An image
+        // before it (an exec's) left for good when it began.
+        if let Some(est) = self.procs.get_mut(&key) {
+            let excess = rss.saturating_sub(est.last_rss);
+            if ts_ns >= est.last_ns && excess > 0 {
+                (est.last_rss, est.u) = (rss, est.u + excess);
+                self.uncertain += excess;
+                self.widen();
             }
+            return;
+        }
+        let Some(l) = self.left.get_mut(&key) else {
             return;
         };
         let excess = rss.saturating_sub(l.rss);

@@ -485,3 +485,28 @@ fn an_exit_records_exact_rss_counts_in_its_window() {
     };
     assert!(m.bytes + m.unseen_bytes >= 216, "the tree held 216: {m:?}");
 }
+
+/// A process that exec'd: its first image's last figures come before its next image begins;
+/// the exit record of the last image (before the mm's end from 6.16) is the last image's,
+/// never measured against the first's.
+#[test]
+fn an_exit_after_an_exec_is_the_last_images() {
+    let mut s = PssSum::new(1 << 10);
+    s.read(key(1), 10, usage(100, 100, 100, 100));
+    s.round_done(11);
+    // A small shell image ends at its exec; a compiler image grows to 1000 pages.
+    s.rss(key(2), 20, 10, 10);
+    s.ended(key(2), 30);
+    s.late_rss(key(2), 29, 12);
+    s.rss(key(2), 31, 2, 2);
+    s.rss(key(2), 40, 1000, 1000);
+    s.read(key(1), 50, usage(100, 100, 100, 100));
+    s.read(key(2), 50, usage(1000, 1000, 1000, 1000));
+    s.round_done(51);
+    // Its exit record says 1000: nothing more than the round read.
+    s.late_rss(key(2), 60, 1000);
+    s.ended(key(2), 61);
+    s.exited(key(2));
+    let m = trusted(&s);
+    assert_eq!((m.bytes, m.unseen_bytes), (1100, 0), "{m:?}");
+}
