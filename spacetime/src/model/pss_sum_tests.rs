@@ -510,3 +510,30 @@ fn an_exit_after_an_exec_is_the_last_images() {
     let m = trusted(&s);
     assert_eq!((m.bytes, m.unseen_bytes), (1100, 0), "{m:?}");
 }
+
+/// A late figure for a window older than the ones kept still holds the bound: it is added to
+/// it whole (more than that window needed, never less).
+#[test]
+fn a_late_figure_older_than_the_windows_kept_widens_the_bound_whole() {
+    let mut s = PssSum::new(1 << 10);
+    s.read(key(1), 10, usage(100, 100, 100, 100));
+    s.round_done(11);
+    s.rss(key(2), 20, 100, 100);
+    s.read(key(1), 30, usage(100, 100, 100, 100));
+    s.read_gone(key(2), Some(0));
+    s.round_done(31);
+    for r in 0..CLOSED_KEPT as u64 {
+        let ts = 40 + 10 * r;
+        s.read(key(1), ts, usage(100, 100, 100, 100));
+        s.round_done(ts + 1);
+    }
+    let before = match s.figure() {
+        MaxPssFigure::Uncertain(m) => m.bytes + m.unseen_bytes,
+        other => panic!("not withheld: {other:?}"),
+    };
+    s.late_rss(key(2), 28, 130);
+    match s.figure() {
+        MaxPssFigure::Uncertain(m) => assert_eq!(m.bytes + m.unseen_bytes, before + 30, "{m:?}"),
+        other => panic!("not withheld: {other:?}"),
+    }
+}
