@@ -117,7 +117,8 @@ Examples:
       Another socket; clients find it through SPACETIME_SOCKET=/tmp/st.sock")]
     Agent(crate::cmd::agent::AgentArgs),
     /// Draw a saved report again: a `trace --json` or `bench --json` file as its terminal
-    /// summary, or with --html as a self-contained page, with --svg as one picture
+    /// summary, or with --html as a self-contained page, with --svg as one picture, with
+    /// --perfetto (a trace's) as a Perfetto trace
     #[command(after_help = "\
 Examples:
   spacetime report build.json
@@ -127,7 +128,9 @@ Examples:
   spacetime report bench.json --html bench.html
       Each command's runs as distributions; a parameter scan as curves
   spacetime report build.json --svg build.svg
-      One static picture: memory and CPU over time, the processes on the same axis")]
+      One static picture: memory and CPU over time, the processes on the same axis
+  spacetime report build.json --perfetto build.pftrace
+      The trace as `trace --perfetto` wrote it, for ui.perfetto.dev")]
     Report(crate::cmd::report::ReportArgs),
     /// Compare two saved reports for CI: wall, CPU, peak RSS, tree peak, processes and
     /// failures, in total and per program (bench reports: each command's distributions, with
