@@ -49,8 +49,9 @@ impl Cli {
             _ => return None,
         };
         let top = Global::augment_args(clap::Command::new("spacetime")).subcommand(sub);
-        let matches = top.try_get_matches_from(args).ok()?;
-        Cli::from_arg_matches(&matches).ok()
+        let mut matches = top.try_get_matches_from(args).ok()?;
+        // Taken from, not copied (`from_arg_matches` clones every matched value first).
+        Cli::from_arg_matches_mut(&mut matches).ok()
     }
 }
 
