@@ -353,7 +353,6 @@ pub fn bench(opts: Options) -> Result<()> {
     Ok(())
 }
 
-/// spacetime's own memory on a big trace (none when the sizes ask for none).
 /// `bin` copied whole into `dir`, as installing it copies it: the binary the linker has
 /// just written, run in place, took 26 more page faults and 0.25 ms more to trace /bin/true
 /// through the agent than the same bytes copied (300 interleaved pairs), a cost of having
@@ -368,6 +367,7 @@ fn installed_copy(bin: &Path, dir: &Path) -> Result<PathBuf> {
     Ok(copy)
 }
 
+/// spacetime's own memory on a big trace (none when the sizes ask for none).
 fn rss_run(env: &Env, sizes: &Sizes, work: &Path) -> Result<Option<RssRun>> {
     if sizes.rss_processes == 0 {
         return Ok(None);
