@@ -7,6 +7,10 @@ use std::{
     os::unix::ffi::OsStrExt,
 };
 
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: musl_alloc::Split = musl_alloc::Split;
+
 use spacetime::cmd::cli::{Cli, Command, EXIT_OWN_FAILURE};
 
 /// The process's entry, called by the C runtime in place of std's start-up (`fn main`), which
@@ -149,6 +153,72 @@ fn written(r: std::io::Result<()>) -> i32 {
         Err(e) => {
             eprintln!("spacetime: writing to stdout: {e}");
             EXIT_OWN_FAILURE
+        }
+    }
+}
+
+/// The allocator of the musl build (a glibc build keeps glibc's, tuned in
+/// [`fixed_mmap_threshold`]). musl's own maps each size class apart: a traced /bin/true took
+/// 75 more page faults at its start than with glibc. Blocks under 128 KiB come from dlmalloc
+/// (std's allocator on wasm), which takes memory in 64 KiB pieces and merges freed blocks at
+/// once; larger ones from musl, which maps each alone and grows it with mremap, as glibc does
+/// at the threshold spacetime fixes: dlmalloc alone grows a large table by copying it into a
+/// new piece and keeps both, and a 100 000-exec trace peaked at 81.8 MiB against 63.2.
+#[cfg(target_env = "musl")]
+mod musl_alloc {
+    use std::alloc::{GlobalAlloc, Layout, System};
+
+    /// What glibc's fixed M_MMAP_THRESHOLD is, and about musl's own.
+    const LARGE: usize = 128 << 10;
+
+    pub struct Split;
+
+    static SMALL: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
+    fn large(size: usize) -> bool {
+        size >= LARGE
+    }
+
+    // SAFETY: each block is allocated, grown and freed by the allocator its size picks, and a
+    // layout's size decides the same way at each of those calls (GlobalAlloc passes the
+    // block's layout back), except across the threshold, where realloc moves the block.
+    unsafe impl GlobalAlloc for Split {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            match large(layout.size()) {
+                true => System.alloc(layout),
+                false => SMALL.alloc(layout),
+            }
+        }
+
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            match large(layout.size()) {
+                true => System.alloc_zeroed(layout),
+                false => SMALL.alloc_zeroed(layout),
+            }
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            match large(layout.size()) {
+                true => System.dealloc(ptr, layout),
+                false => SMALL.dealloc(ptr, layout),
+            }
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            match (large(layout.size()), large(new_size)) {
+                (true, true) => System.realloc(ptr, layout, new_size),
+                (false, false) => SMALL.realloc(ptr, layout, new_size),
+                _ => {
+                    // SAFETY: the caller guarantees `new_size` with this alignment is a layout.
+                    let new = Layout::from_size_align_unchecked(new_size, layout.align());
+                    let moved = self.alloc(new);
+                    if !moved.is_null() {
+                        std::ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size));
+                        self.dealloc(ptr, layout);
+                    }
+                    moved
+                }
+            }
         }
     }
 }

@@ -76,6 +76,14 @@ impl Arch {
         }
     }
 
+    /// The architecture xtask runs on.
+    pub fn host() -> Arch {
+        match cfg!(target_arch = "aarch64") {
+            true => Arch::Arm64,
+            false => Arch::Amd64,
+        }
+    }
+
     /// Whether binaries built for it run here.
     pub fn is_host(self) -> bool {
         match self {

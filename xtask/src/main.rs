@@ -204,7 +204,7 @@ pub fn build() -> Result<()> {
     // alone its dependencies' features differed from the test build's (aya and object were
     // compiled again), and so the crate was compiled twice in every CI run.
     run(cargo().args(["build", "--release", "--workspace", "--exclude", "xtask"]))?;
-    link_static()?;
+    release_static()?;
     // Linked with BTF (--btf in spacetime-ebpf/.cargo/config.toml), the object carries the
     // types of its maps and programs for the loader and for bpftool.
     let obj = ebpf_target_dir().join("bpfel-unknown-none/release/spacetime");
@@ -218,66 +218,38 @@ pub fn build() -> Result<()> {
     Ok(())
 }
 
-/// On glibc, the release binary is linked again as a static PIE (`crt-static` given to its
-/// final link alone: with it in RUSTFLAGS, cargo would build the proc-macro crates with it,
-/// which rustc refuses on glibc). Every traced command starts this binary: without the
-/// dynamic loader (three libraries mapped, 169 symbols bound: a third of the user-space
-/// instructions of a traced /bin/true, and 53 of its 297 page faults) its start is 0.35 ms
-/// shorter (paired runs, BENCHMARKS.md). Cargo keeps both links and points
-/// target/release/spacetime at the one last asked for: a plain `cargo build` gives the dynamic
-/// one back, relinking nothing. NSS still works: glibc's `files` source is in libc.a; others
-/// are loaded from the system's glibc (the package depends on libc6).
-fn link_static() -> Result<()> {
-    if !cfg!(target_env = "gnu") {
-        return Ok(());
-    }
-    let out = cargo()
-        .args([
-            "rustc",
-            "--release",
-            "--package",
-            "spacetime",
-            "--bin",
-            "spacetime",
-            "--message-format=json-render-diagnostics",
-            "--",
-            "-C",
-            "target-feature=+crt-static",
-        ])
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .context("running cargo rustc")?;
-    if !out.status.success() {
-        bail!("the static link failed with {}", out.status);
-    }
-    let again = compiled_again(&String::from_utf8_lossy(&out.stdout));
-    if !again.is_empty() {
-        bail!(
-            "the static link compiled {} again: `-p spacetime` resolves their features otherwise \
-             than the workspace build (see crc32fast in spacetime/Cargo.toml)",
-            again.join(", ")
-        );
-    }
-    let bin = spacetime_bin();
-    let bytes = std::fs::read(&bin).with_context(|| format!("reading {}", bin.display()))?;
+/// The release binary is the host's static musl build, put where every path expects it
+/// (target/release/spacetime, over cargo's dynamic glibc link, which the unit and integration
+/// tests' build makes beside it anyway). Every traced command starts this binary: against a
+/// static glibc one, a traced /bin/true is 0.2 ms shorter (paired runs, BENCHMARKS.md): glibc
+/// probes the CPU's caches with CPUID at every start, which a hypervisor traps. Names of users
+/// still come from every NSS source (`util::nss`).
+fn release_static() -> Result<()> {
+    let arch = arch::Arch::host();
+    let mut cargo = arch.cargo(arch::Build::Shipped)?;
+    cargo.args([
+        "build",
+        "--release",
+        "-p",
+        "spacetime",
+        "--bin",
+        "spacetime",
+    ]);
+    cargo.args(["--target", arch.musl()]);
+    run(&mut cargo)?;
+    let built = target_dir().join(arch.musl()).join("release/spacetime");
+    let bytes = std::fs::read(&built).with_context(|| format!("reading {}", built.display()))?;
     if elf_has_section(&bytes, ".interp") {
-        bail!(
-            "{} still names a dynamic loader after its static link",
-            bin.display()
-        );
+        bail!("{} names a dynamic loader", built.display());
     }
+    // Whole or not at all: a copy renamed over the old one (cargo's own link is a hard link
+    // to its artifact, which stays as it is).
+    let bin = spacetime_bin();
+    let part = bin.with_extension("part");
+    std::fs::write(&part, &bytes).with_context(|| format!("writing {}", part.display()))?;
+    std::fs::set_permissions(&part, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    std::fs::rename(&part, &bin).with_context(|| format!("renaming to {}", bin.display()))?;
     Ok(())
-}
-
-/// What cargo's JSON messages say it compiled, other than the binary being linked.
-fn compiled_again(messages: &str) -> Vec<String> {
-    messages
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["fresh"] == false)
-        .filter(|m| m["target"]["kind"] != serde_json::json!(["bin"]))
-        .map(|m| m["target"]["name"].as_str().unwrap_or("?").to_string())
-        .collect()
 }
 
 /// The build script puts the eBPF object under the nearest directory cargo tagged with
@@ -485,19 +457,5 @@ mod tests {
     #[test]
     fn not_an_elf_has_no_section() {
         assert!(!super::elf_has_section(b"not an ELF file at all", ".BTF"));
-    }
-
-    #[test]
-    fn a_library_compiled_again_is_named() {
-        let messages = r#"{"reason":"compiler-artifact","fresh":true,"target":{"kind":["lib"],"name":"aya"}}
-{"reason":"compiler-artifact","fresh":false,"target":{"kind":["lib"],"name":"object"}}
-{"reason":"compiler-artifact","fresh":false,"target":{"kind":["custom-build"],"name":"build-script-build"}}
-{"reason":"compiler-artifact","fresh":false,"target":{"kind":["bin"],"name":"spacetime"}}
-{"reason":"build-finished","success":true}"#;
-        assert_eq!(
-            super::compiled_again(messages),
-            ["object", "build-script-build"],
-            "the binary being linked is expected; anything else compiled is named"
-        );
     }
 }

@@ -156,8 +156,9 @@ const LINTIAN_EXPLAINED: [(&str, &str); 6] = [
         ".comment names the compilers (a few hundred bytes); symbols and debug info are stripped",
     ),
     (
-        "hardening-no-fortify-functions",
-        "a Rust binary calls no glibc _chk functions: there is nothing to fortify",
+        "empty-field",
+        "the Depends that cargo-deb writes empty: a static binary depends on no package \
+         (user names come from getent, in libc-bin, which is Essential)",
     ),
     (
         "shared-library-lacks-prerequisites",

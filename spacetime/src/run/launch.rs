@@ -26,8 +26,6 @@ pub enum LaunchError {
     Exec { cmd: String, source: io::Error },
     #[error("starting {cmd}: {source}")]
     Spawn { cmd: String, source: io::Error },
-    #[error("finding the sudo user's groups: {0}")]
-    Groups(String),
 }
 
 impl LaunchError {
@@ -36,7 +34,7 @@ impl LaunchError {
         match self {
             LaunchError::NotFound(_) => 127,
             LaunchError::Exec { source, .. } if source.raw_os_error() == Some(libc::ENOENT) => 127,
-            LaunchError::Groups(_) | LaunchError::Spawn { .. } => 125,
+            LaunchError::Spawn { .. } => 125,
             _ => 126,
         }
     }
@@ -114,31 +112,10 @@ pub fn sudo_credentials() -> Result<Option<Credentials>, LaunchError> {
     }
     let gid = num("SUDO_GID").unwrap_or(uid);
     let groups = match std::env::var("SUDO_USER") {
-        Ok(user) if !user.is_empty() => group_list(&user, gid)?,
+        Ok(user) if !user.is_empty() => crate::util::nss::groups_of(&user, gid),
         _ => vec![gid],
     };
     Ok(Some(Credentials { uid, gid, groups }))
-}
-
-fn group_list(user: &str, gid: libc::gid_t) -> Result<Vec<libc::gid_t>, LaunchError> {
-    let name =
-        CString::new(user).map_err(|_| LaunchError::Groups(format!("bad user name {user:?}")))?;
-    let mut n: libc::c_int = 64;
-    loop {
-        let mut groups = vec![0 as libc::gid_t; n as usize];
-        let mut count = n;
-        // SAFETY: buffer of `count` gids; getgrouplist updates count.
-        let r = unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut count) };
-        if r >= 0 {
-            groups.truncate(count.max(0) as usize);
-            return Ok(groups);
-        }
-        if count <= n || count > 65536 {
-            // An unknown user: only the primary group.
-            return Ok(vec![gid]);
-        }
-        n = count;
-    }
 }
 
 /// A child waiting for [`Held::release`] before it execs CMD.

@@ -7,6 +7,7 @@ pub(crate) mod caps;
 pub(crate) mod clock;
 pub(crate) mod exit_code;
 pub(crate) mod notify;
+pub(crate) mod nss;
 pub(crate) mod parse;
 pub(crate) mod proc_text;
 pub(crate) mod signals;

@@ -2,9 +2,7 @@
 //! `--min-runtime`, `--pid-tree`, `--failed`. Options combine with AND; repeated values of one
 //! option with OR.
 
-use std::ffi::CString;
-
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use spacetime_common::{
     filter_flags, CgroupRef, KernelFilter, FILTER_MAX_CGROUPS, FILTER_MAX_UIDS,
 };
@@ -325,25 +323,10 @@ fn resolve_user(u: &str) -> Result<u32> {
     if let Ok(uid) = u.parse() {
         return Ok(uid);
     }
-    let name = CString::new(u).with_context(|| format!("--uid {u:?}"))?;
-    // SAFETY: passwd is plain C data (integers and pointers): all-zero is a value.
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut buf = vec![0 as libc::c_char; 16384];
-    let mut out: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: all pointers are valid for the call; buf outlives the use of pw.
-    let rc = unsafe {
-        libc::getpwnam_r(
-            name.as_ptr(),
-            &mut pw,
-            buf.as_mut_ptr(),
-            buf.len(),
-            &mut out,
-        )
-    };
-    if rc != 0 || out.is_null() {
-        bail!("--uid {u:?}: no such user");
+    match crate::util::nss::uid_of(u) {
+        Some(uid) => Ok(uid),
+        None => bail!("--uid {u:?}: no such user"),
     }
-    Ok(pw.pw_uid)
 }
 
 /// Shell-style glob: `*` (any run, '/' included), `?`, `[abc]`, `[a-z]`, `[!x]`, `\` escapes.

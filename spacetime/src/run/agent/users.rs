@@ -41,26 +41,6 @@ fn parse_subuid(text: &str, uid_of: impl Fn(&str) -> Option<u32>) -> Vec<Range> 
         .collect()
 }
 
-/// A user name's uid, from the system's user database (NSS).
-fn uid_of(name: &str) -> Option<u32> {
-    let name = std::ffi::CString::new(name).ok()?;
-    let mut buf = vec![0 as libc::c_char; 16 << 10];
-    // SAFETY: passwd is plain data; all zeros is a valid value to be filled.
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call; the buffer outlives the result's use.
-    let r = unsafe {
-        libc::getpwnam_r(
-            name.as_ptr(),
-            &mut pw,
-            buf.as_mut_ptr(),
-            buf.len(),
-            &mut found,
-        )
-    };
-    (r == 0 && !found.is_null()).then_some(pw.pw_uid)
-}
-
 /// How often /etc/subuid is looked at again (its modification time) at most.
 const RECHECK: Duration = Duration::from_secs(2);
 
@@ -111,7 +91,7 @@ impl Users {
         }
         self.modified = modified;
         self.ranges = std::fs::read_to_string(&self.path)
-            .map(|t| parse_subuid(&t, uid_of))
+            .map(|t| parse_subuid(&t, crate::util::nss::uid_of))
             .unwrap_or_default();
         log::debug!("{} subordinate uid ranges", self.ranges.len());
     }
