@@ -72,6 +72,8 @@ pub fn run(cargo: Command, bin: &std::path::Path, args: &[OsString]) -> Result<T
         .args([
             "test",
             "--release",
+            "--target",
+            crate::release_target(),
             "-p",
             "spacetime-tests",
             "--no-fail-fast",

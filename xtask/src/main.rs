@@ -203,8 +203,11 @@ pub fn build() -> Result<()> {
     // The whole workspace, resolved as `cargo test --workspace` resolves it: with `-p spacetime`
     // alone its dependencies' features differed from the test build's (aya and object were
     // compiled again), and so the crate was compiled twice in every CI run.
-    run(cargo().args(["build", "--release", "--workspace", "--exclude", "xtask"]))?;
-    release_static()?;
+    toolchain::ensure_rust_target(release_target())?;
+    run(cargo()
+        .args(["build", "--release", "--workspace", "--exclude", "xtask"])
+        .args(["--target", release_target()]))?;
+    install_release_binary()?;
     // Linked with BTF (--btf in spacetime-ebpf/.cargo/config.toml), the object carries the
     // types of its maps and programs for the loader and for bpftool.
     let obj = ebpf_target_dir().join("bpfel-unknown-none/release/spacetime");
@@ -218,38 +221,32 @@ pub fn build() -> Result<()> {
     Ok(())
 }
 
-/// The release binary is the host's static musl build, put where every path expects it
-/// (target/release/spacetime, over cargo's dynamic glibc link, which the unit and integration
-/// tests' build makes beside it anyway). Every traced command starts this binary: against a
-/// static glibc one, a traced /bin/true is 0.2 ms shorter (paired runs, BENCHMARKS.md): glibc
-/// probes the CPU's caches with CPUID at every start, which a hypervisor traps. Names of users
-/// still come from every NSS source (`util::nss`).
-fn release_static() -> Result<()> {
-    let arch = arch::Arch::host();
-    let mut cargo = arch.cargo(arch::Build::Shipped)?;
-    cargo.args([
-        "build",
-        "--release",
-        "-p",
-        "spacetime",
-        "--bin",
-        "spacetime",
-    ]);
-    cargo.args(["--target", arch.musl()]);
-    run(&mut cargo)?;
-    let built = target_dir().join(arch.musl()).join("release/spacetime");
+/// What every release build here is for: the host's musl target. The binary is static (no
+/// dynamic loader, and no CPUID probing of the CPU's caches at every start, as glibc does,
+/// which a hypervisor traps: a /bin/true traced through the agent is 0.2 ms shorter than with
+/// a static glibc binary, BENCHMARKS.md), and the tests are built for the same target, so
+/// that spacetime and its dependencies are compiled once. User names still come from every
+/// NSS source (`util::nss`).
+pub fn release_target() -> &'static str {
+    arch::Arch::host().musl()
+}
+
+/// Puts the release binary where every path expects it, target/release/spacetime (cargo's
+/// own is under the target's directory), whole or not at all: a copy renamed over the old
+/// file (a plain `cargo build --release` leaves its dynamic glibc link there).
+fn install_release_binary() -> Result<()> {
+    let built = target_dir()
+        .join(release_target())
+        .join("release/spacetime");
     let bytes = std::fs::read(&built).with_context(|| format!("reading {}", built.display()))?;
     if elf_has_section(&bytes, ".interp") {
         bail!("{} names a dynamic loader", built.display());
     }
-    // Whole or not at all: a copy renamed over the old one (cargo's own link is a hard link
-    // to its artifact, which stays as it is).
     let bin = spacetime_bin();
     let part = bin.with_extension("part");
     std::fs::write(&part, &bytes).with_context(|| format!("writing {}", part.display()))?;
     std::fs::set_permissions(&part, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-    std::fs::rename(&part, &bin).with_context(|| format!("renaming to {}", bin.display()))?;
-    Ok(())
+    std::fs::rename(&part, &bin).with_context(|| format!("renaming to {}", bin.display()))
 }
 
 /// The build script puts the eBPF object under the nearest directory cargo tagged with
@@ -368,6 +365,8 @@ fn test(args: &[OsString]) -> Result<()> {
             .args([
                 "test",
                 "--release",
+                "--target",
+                release_target(),
                 "--workspace",
                 "--exclude",
                 "xtask",

@@ -375,6 +375,7 @@ fn build_tests(
     let (mut cargo, mut cross) = (crate::cargo(), Vec::new());
     if arch.is_host() {
         eprintln!("xtask: building the integration tests (release)");
+        cross.extend(["--target", crate::release_target()]);
     } else {
         eprintln!(
             "xtask: building the integration tests {only:?} for {} (release)",

@@ -169,7 +169,9 @@ fn taskstats_live_thread_group_sends_tgid_record() {
     // SAFETY: glibc makes pthread_create safe in a forked child (its allocator locks are
     // reset); thread_body only makes raw system calls.
     let pid = fork_with(|| unsafe {
-        let mut t: libc::pthread_t = 0;
+        // An integer on glibc, a pointer on musl: zero is a value of either, and
+        // pthread_create writes it before any use.
+        let mut t: libc::pthread_t = std::mem::zeroed();
         if libc::pthread_create(&mut t, std::ptr::null(), thread_body, std::ptr::null_mut()) != 0 {
             return 90;
         }
@@ -219,7 +221,9 @@ fn taskstats_live_raw_messages_sizes_and_versions() {
     let listener = TaskstatsListener::open(ListenerOptions::default()).expect("open");
     // SAFETY: as in taskstats_live_thread_group_sends_tgid_record.
     let pid = fork_with(|| unsafe {
-        let mut t: libc::pthread_t = 0;
+        // An integer on glibc, a pointer on musl: zero is a value of either, and
+        // pthread_create writes it before any use.
+        let mut t: libc::pthread_t = std::mem::zeroed();
         libc::pthread_create(&mut t, std::ptr::null(), thread_body, std::ptr::null_mut());
         libc::pthread_join(t, std::ptr::null_mut());
         0
@@ -442,7 +446,9 @@ fn taskstats_live_truncations_and_mutations_of_captured_messages() {
     let listener = TaskstatsListener::open(ListenerOptions::default()).expect("open");
     // SAFETY: as in taskstats_live_thread_group_sends_tgid_record.
     let pid = fork_with(|| unsafe {
-        let mut t: libc::pthread_t = 0;
+        // An integer on glibc, a pointer on musl: zero is a value of either, and
+        // pthread_create writes it before any use.
+        let mut t: libc::pthread_t = std::mem::zeroed();
         libc::pthread_create(&mut t, std::ptr::null(), thread_body, std::ptr::null_mut());
         libc::pthread_join(t, std::ptr::null_mut());
         0
