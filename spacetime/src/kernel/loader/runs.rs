@@ -2,11 +2,8 @@
 //! (processes still tracked, mms still followed, the tree-wide RSS and its peak, the pid the
 //! last held child learnt) is cleared, so the next run starts from nothing.
 
-use aya::{
-    maps::{Array, HashMap},
-    Pod,
-};
-use spacetime_common::{MmState, SessionCount, SessionLimit, Tracked};
+use aya::{maps::HashMap, Pod};
+use spacetime_common::{MmState, Tracked};
 
 use super::{maps::Maps, sessions::Sessions, LoadError};
 
@@ -27,21 +24,7 @@ impl Sessions {
                 tracked
             }
         };
-        let maps = &mut self.maps;
-        const COUNTS: &str = "SESSIONS";
-        const LIMITS: &str = "SESSION_LIMITS";
-        let err = |name| move |source| LoadError::Map { name, source };
-        let map = maps.map_mut(COUNTS).ok_or(LoadError::MissingMap(COUNTS))?;
-        let mut counts: Array<_, SessionCount> = Array::try_from(map).map_err(err(COUNTS))?;
-        counts
-            .set(0, SessionCount::default(), 0)
-            .map_err(err(COUNTS))?;
-        let map = maps.map_mut(LIMITS).ok_or(LoadError::MissingMap(LIMITS))?;
-        let mut limits: Array<_, SessionLimit> = Array::try_from(map).map_err(err(LIMITS))?;
-        let l = limits.get(&0, 0).map_err(err(LIMITS))?;
-        limits
-            .set(0, SessionLimit { roots: 0, ..l }, 0)
-            .map_err(err(LIMITS))?;
+        self.zero_count(0)?;
         Ok(tracked)
     }
 }

@@ -164,8 +164,18 @@ pub fn prove(peer: Peer, pidfd: OwnedFd) -> Result<(Proven, Pinned), Unproven> {
 /// be read (without CAP_SYS_PTRACE, another process's namespace links are closed to root
 /// too): not the same thing as another namespace.
 pub fn same_pid_namespace(pid: u32) -> io::Result<bool> {
+    // A process's own PID namespace never changes (setns changes its children's): read once.
+    static OWN: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();
     let ns = |p: &str| std::fs::metadata(format!("/proc/{p}/ns/pid")).map(|m| (m.dev(), m.ino()));
-    Ok(ns(&pid.to_string())? == ns("self")?)
+    let own = match OWN.get() {
+        Some(&own) => own,
+        None => {
+            let own = ns("self")?;
+            let _ = OWN.set(own);
+            own
+        }
+    };
+    Ok(ns(&pid.to_string())? == own)
 }
 
 #[cfg(test)]
