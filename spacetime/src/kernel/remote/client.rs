@@ -139,6 +139,8 @@ pub struct AgentConn {
     agent_pid: u32,
     /// The user was told that the agent went away.
     told: bool,
+    /// The kernel reported the connection reset (see `recv`).
+    reset: bool,
     /// What the session is for ([`proto::want`]): a trace's words are not a watch's.
     want: u8,
     /// The run's root was asked for with the hello: its track answer is awaited, not asked
@@ -217,6 +219,7 @@ impl AgentConn {
             mms: Vec::new(),
             gone: None,
             told: true,
+            reset: false,
             want,
             track_sent: root.is_some(),
             track_answer: None,
@@ -477,6 +480,13 @@ impl AgentConn {
     /// One message without waiting; Ok(None) when none waits.
     fn recv(&mut self) -> Result<Option<Msg>, Gone> {
         match sock::recv(self.fd.as_fd(), &mut self.buf, false) {
+            // An agent that closed with requests of ours unread leaves a reset, which the
+            // kernel reports once, before the messages it sent first (why it stops among
+            // them): read on, and say the reset only if nothing said more.
+            Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) && !self.reset => {
+                self.reset = true;
+                self.recv()
+            }
             Ok(r) if r.len == 0 => Err(Gone::Closed),
             Ok(r) if r.truncated => Err(Gone::Broken(
                 "a message larger than the protocol allows".into(),
