@@ -72,6 +72,14 @@ pub struct Bench {
     pub pairs: Vec<super::paired::Pairs>,
 }
 
+/// [`ms`] with its sign: + or −.
+pub fn signed_ms(ns: f64) -> String {
+    match ns < 0.0 {
+        true => format!("−{}", ms(-ns)),
+        false => format!("+{}", ms(ns)),
+    }
+}
+
 pub fn ms(ns: f64) -> String {
     let v = ns / 1e6;
     if v >= 100.0 {
@@ -215,9 +223,9 @@ pub fn markdown(b: &Bench) -> String {
     if let Some(r) = &b.bench_runs {
         let per = |w: &Spread| {
             format!(
-                "{} whole, +{} per run beyond the command",
+                "{} whole, {} per run beyond the command",
                 spread(w),
-                ms(r.added_per_run(w))
+                signed_ms(r.added_per_run(w))
             )
         };
         let _ = writeln!(

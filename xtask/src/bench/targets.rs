@@ -5,7 +5,7 @@
 
 use super::{
     paired::Pairs,
-    report::{ms, Bench},
+    report::{signed_ms, Bench},
     runners::Runner,
     WorkloadResult,
 };
@@ -64,13 +64,6 @@ fn added_wall(b: &Bench, r: Runner, limit_ns: f64) -> (String, bool) {
             unmeasured(&format!("the true workload under {}", r.name())),
             false,
         ),
-    }
-}
-
-fn signed_ms(ns: f64) -> String {
-    match ns < 0.0 {
-        true => format!("−{}", ms(-ns)),
-        false => format!("+{}", ms(ns)),
     }
 }
 
@@ -151,7 +144,7 @@ fn bench_run(b: &Bench, agent: bool, limit_ns: f64) -> (String, bool) {
     match whole {
         Some(w) => {
             let added = r.added_per_run(w);
-            (format!("+{}", ms(added)), added <= limit_ns)
+            (signed_ms(added), added <= limit_ns)
         }
         None => (unmeasured("no agent in this bench"), false),
     }
