@@ -139,9 +139,9 @@ mod tests {
         );
     }
 
-    /// Against the system's own answer, both ways (a test build is the host's, glibc: the
-    /// `getent` way is called directly): root is uid 0 and in group 0; a name no system has
-    /// is no one, with its primary group alone.
+    /// Against the system's own answer, both ways (each is called directly too, whichever
+    /// libc the test is built with): root is uid 0 and in group 0; a name no system has is no
+    /// one, with its primary group alone.
     #[test]
     fn the_database_answers() {
         assert_eq!(uid_of("root"), Some(0));

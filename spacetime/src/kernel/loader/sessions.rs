@@ -26,8 +26,8 @@ pub(super) struct Sessions {
     /// Also cleared between runs (runs.rs).
     pub(super) maps: Maps,
     /// Each slot of `SESSION_LIMITS` as userspace last wrote it (the kernel only reads the
-    /// map; None: not read yet). A change is one write, and one that changes nothing none: a
-    /// read and a write each before, 14 of an agent's 48 map calls on a traced /bin/true.
+    /// map; None: not read yet). A change is one write, and one that changes nothing none
+    /// (each was a read and a write): an agent's map calls on a traced /bin/true, 33 → 24.
     limits: [Option<SessionLimit>; MAX_SESSIONS as usize],
 }
 
