@@ -48,7 +48,7 @@ fn what(args: &TraceArgs) -> Result<What, RunError> {
     let path = launch::resolve(&args.command[0])?;
     let creds = match args.keep_root {
         true => None,
-        false => launch::sudo_credentials()?,
+        false => launch::sudo_credentials(),
     };
     Ok(What::Spawn(path, creds))
 }

@@ -99,23 +99,21 @@ pub struct Credentials {
 
 /// The invoking user when spacetime runs as root through sudo (SUDO_UID/SUDO_GID/SUDO_USER),
 /// with their supplementary groups.
-pub fn sudo_credentials() -> Result<Option<Credentials>, LaunchError> {
+pub fn sudo_credentials() -> Option<Credentials> {
     if !rustix::process::geteuid().is_root() {
-        return Ok(None);
+        return None;
     }
     let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
-    let Some(uid) = num("SUDO_UID") else {
-        return Ok(None);
-    };
+    let uid = num("SUDO_UID")?;
     if uid == 0 {
-        return Ok(None);
+        return None;
     }
     let gid = num("SUDO_GID").unwrap_or(uid);
     let groups = match std::env::var("SUDO_USER") {
         Ok(user) if !user.is_empty() => crate::util::nss::groups_of(&user, gid),
         _ => vec![gid],
     };
-    Ok(Some(Credentials { uid, gid, groups }))
+    Some(Credentials { uid, gid, groups })
 }
 
 /// A child waiting for [`Held::release`] before it execs CMD.

@@ -13,6 +13,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use rustix::io::Errno;
+
 use super::{
     proto::{self, End, Msg, Welcome},
     sock,
@@ -482,8 +484,8 @@ impl AgentConn {
         match sock::recv(self.fd.as_fd(), &mut self.buf, false) {
             // An agent that closed with requests of ours unread leaves a reset, which the
             // kernel reports once, before the messages it sent first (why it stops among
-            // them): read on, and say the reset only if nothing said more.
-            Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) && !self.reset => {
+            // them): read on; once those are read, the end of the connection is reported.
+            Err(e) if Errno::from_io_error(&e) == Some(Errno::CONNRESET) && !self.reset => {
                 self.reset = true;
                 self.recv()
             }
