@@ -215,6 +215,8 @@ struct Recorder {
     line: Vec<u8>,
     /// The region `fold_rss_counters` reads.
     fold: usize,
+    /// What `prefault_text` maps before each record.
+    text: Vec<(usize, usize)>,
 }
 
 impl Recorder {
@@ -231,6 +233,7 @@ impl Recorder {
             status,
             line,
             fold: fold_region(),
+            text: file_text_ranges(),
         }
     }
 
@@ -287,7 +290,7 @@ impl Recorder {
     /// which would raise VmHWM after we read it. The second pass touches nothing new.
     fn finish(&mut self) {
         let prefix = self.line.len();
-        prefault_text();
+        prefault_text(&self.text);
         for pass in 0..2 {
             self.line.truncate(prefix);
             // SAFETY: a system call without pointers into memory it could misuse.
@@ -536,29 +539,42 @@ fn wait_ok(pid: libc::pid_t) -> bool {
     }
 }
 
-/// Maps the text of the libc functions used after the final /proc/self/status read (and of
-/// execv/execve, for modes that exec right after recording) by reading a few bytes of each.
-/// The read fault maps the page (and its fault-around window) before we measure, so nothing
-/// after the measurement faults in text. Needed explicitly because with several threads
-/// faulting at once, fault-around skips folios it can't trylock, so whether e.g. `_exit`'s page
-/// happens to be mapped already is not deterministic. (No failed exec attempts as a warm-up:
-/// those would be visible to the tracer.)
-fn prefault_text() {
-    let fns: [usize; 9] = [
-        libc::_exit as *const () as usize,
-        libc::open as *const () as usize,
-        libc::read as *const () as usize,
-        libc::write as *const () as usize,
-        libc::close as *const () as usize,
-        libc::getpid as *const () as usize,
-        libc::getppid as *const () as usize,
-        libc::execv as *const () as usize,
-        libc::execve as *const () as usize,
-    ];
-    for f in fns {
-        for off in [0, 63, 127] {
-            // SAFETY: within the mapping (or buffer) made above: every offset is below its length.
-            unsafe { std::ptr::read_volatile((f + off) as *const u8) };
+/// The read-only file mappings of this process (its text and constants, and a dynamic
+/// build's libraries), from /proc/self/maps: `(start, end)`.
+fn file_text_ranges() -> Vec<(usize, usize)> {
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .unwrap_or_else(|e| die(&format!("reading /proc/self/maps: {e}")));
+    let mut out = Vec::new();
+    for line in maps.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(range), Some(perms), Some(path)) = (f.first(), f.get(1), f.get(5)) else {
+            continue;
+        };
+        if !path.starts_with('/') || perms.contains('w') || !perms.starts_with('r') {
+            continue;
+        }
+        let mut ends = range.split('-').map(|h| usize::from_str_radix(h, 16));
+        if let (Some(Ok(start)), Some(Ok(end))) = (ends.next(), ends.next()) {
+            out.push((start, end));
+        }
+    }
+    out
+}
+
+/// Maps every page of this process's read-only file mappings by reading a byte of each, so
+/// that nothing after the measurement faults in text: code that runs after the record (a
+/// pipe write, a wait, `_exit`) would otherwise map its page and its fault-around window,
+/// raising VmHWM after it was read. Which pages an earlier fault-around mapped depends on
+/// the load address (the window is aligned in the address space), and with several
+/// processes faulting at once fault-around skips folios it cannot trylock: prefaulting only
+/// the functions called after the record left 8 pages to chance in one run of five. A
+/// forked child has no page-table entries for its parent's text, so this runs per process.
+fn prefault_text(ranges: &[(usize, usize)]) {
+    for &(start, end) in ranges {
+        for page in (start..end).step_by(4096) {
+            // SAFETY: a readable mapping of this process, listed in /proc/self/maps at start;
+            // the workload never unmaps its own text.
+            unsafe { std::ptr::read_volatile(page as *const u8) };
         }
     }
 }
