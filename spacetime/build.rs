@@ -18,12 +18,16 @@ fn fail(msg: &str) -> ! {
     std::process::exit(1)
 }
 
-/// The cargo target directory this build writes to: the nearest ancestor of OUT_DIR that
-/// cargo tagged with CACHEDIR.TAG (`target/`, or the temporary one of `cargo install`).
+/// The cargo target directory this build writes to: the outermost ancestor of OUT_DIR that
+/// cargo tagged with CACHEDIR.TAG (`target/`, or the temporary one of `cargo install`). A
+/// build for a named target (`--target x86_64-unknown-linux-musl`) tags `target/<triple>/`
+/// too: the nearest tag would put the object where `cargo xtask build` does not look, and
+/// build it a second time beside the host build's (clippy's).
 fn target_dir(out_dir: &Path) -> PathBuf {
     out_dir
         .ancestors()
-        .find(|d| d.join("CACHEDIR.TAG").is_file())
+        .filter(|d| d.join("CACHEDIR.TAG").is_file())
+        .last()
         .unwrap_or(out_dir)
         .to_path_buf()
 }
