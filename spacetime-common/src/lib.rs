@@ -109,8 +109,8 @@ pub mod flags {
     pub const CGROUP_NAME_DEEPER: u32 = 1 << 1;
 }
 
-/// Indexes of the per-CPU `STATS` counters: each session has [`stat::COUNT`] of them, at
-/// `session * stat::COUNT + stat`. Loss that belongs to no session is session 0's.
+/// Indexes of the per-CPU `STATS` counters in a session's [`SessionStats`]. Loss that
+/// belongs to no session is session 0's.
 pub mod stat {
     /// Records dropped because the ring buffer was full.
     pub const RINGBUF_LOST: u32 = 0;
@@ -134,6 +134,14 @@ pub mod stat {
     pub const STALE_CLEARED: u32 = 6;
     /// Number of counters per session.
     pub const COUNT: u32 = 7;
+}
+
+/// A session's failure counters on one CPU (`STATS`, one per session), indexed by [`stat`]:
+/// one value, so that a run's start zeroes them and its end reads them in one map call each.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    pub counts: [u64; stat::COUNT as usize],
 }
 
 /// Slots of the kernel's `PIDNS` array (see `spacetime-ebpf/src/pidns.rs`).
@@ -634,6 +642,9 @@ mod pod {
     // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
     // below): every bit pattern is a valid TreeRss.
     unsafe impl aya::Pod for TreeRss {}
+    // SAFETY: #[repr(C)], Copy, an integer array, no padding (size asserted below): every bit
+    // pattern is a valid SessionStats.
+    unsafe impl aya::Pod for SessionStats {}
     // SAFETY: #[repr(C)], Copy, only integers and integer arrays, padding explicit (sizes asserted
     // below): every bit pattern is a valid RssEvent.
     unsafe impl aya::Pod for RssEvent {}
@@ -667,6 +678,7 @@ const _: () = {
     assert!(size_of::<CgroupNameEvent>() == 32 + 16 + CGROUP_NAME_LEN * CGROUP_NAME_DEPTH);
     assert!(size_of::<MmState>() == 128);
     assert!(size_of::<TreeRss>() == 32);
+    assert!(size_of::<SessionStats>() == 8 * stat::COUNT as usize);
     assert!(size_of::<RssEvent>() == 64);
     assert!(size_of::<ReapEvent>() == 72);
     assert!(size_of::<TickEvent>() == 40);

@@ -42,7 +42,7 @@ use aya_ebpf::{
 use aya_log_ebpf::debug;
 use spacetime_common::{
     stat, switch, tail, ArgsEvent, Config, ExecEvent, ExitEvent, MmState, Reaping, SessionCount,
-    SessionLimit, Tracked, TreeRss, MAX_EXACT_CPUS, MAX_SESSIONS,
+    SessionLimit, SessionStats, Tracked, TreeRss, MAX_EXACT_CPUS, MAX_SESSIONS,
 };
 
 /// Written by userspace before load (`EbpfLoader::override_global`); read-only afterwards.
@@ -93,9 +93,9 @@ static SWITCHES: Array<u32> = Array::with_max_entries(switch::COUNT, 0);
 #[map]
 static EXIT_MEM: HashMap<u32, exit_mm::ExitMm> = HashMap::with_max_entries(1024, 0);
 
-/// Per-CPU failure counters, per session: `session * stat::COUNT + stat`.
+/// Per-CPU failure counters, one [`SessionStats`] per session.
 #[map]
-static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_SESSIONS * stat::COUNT, 0);
+static STATS: PerCpuArray<SessionStats> = PerCpuArray::with_max_entries(MAX_SESSIONS, 0);
 
 /// Per-CPU scratch space for records too large for the BPF stack.
 #[map]
@@ -148,9 +148,12 @@ pub(crate) use conf;
 #[inline(always)]
 fn count(session: u16, index: u32) {
     // An out-of-range session has no slot: the lookup fails and nothing is counted.
-    if let Some(p) = STATS.get_ptr_mut(session as u32 * stat::COUNT + index) {
-        // SAFETY: per-CPU slot, no concurrent writer on this CPU.
-        unsafe { *p += 1 };
+    if let Some(p) = STATS.get_ptr_mut(u32::from(session)) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU; an index past the counters
+        // counts nothing.
+        if let Some(c) = unsafe { (*p).counts.get_mut(index as usize) } {
+            *c += 1;
+        }
     }
 }
 

@@ -119,7 +119,7 @@ pub fn parse_status(text: &str) -> Option<Status> {
 
 /// Reads and parses /proc/PID/status.
 pub fn status(pid: u32) -> std::io::Result<Status> {
-    let text = crate::util::proc_text::read_to_string(format!("/proc/{pid}/status"))?;
+    let text = crate::util::proc_text::read_one_piece_to_string(format!("/proc/{pid}/status"))?;
     parse_status(&text).ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,

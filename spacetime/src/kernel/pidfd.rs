@@ -139,7 +139,8 @@ impl Pinned {
     /// Whether the pinned process is the one started at `start_mono_ns` (CLOCK_MONOTONIC ns,
     /// the tree's key), alive and not exiting.
     pub fn identity(&self, start_mono_ns: u64) -> Identity {
-        let Ok(stat) = crate::util::proc_text::read(format!("/proc/{}/stat", self.pid)) else {
+        let Ok(stat) = crate::util::proc_text::read_one_piece(format!("/proc/{}/stat", self.pid))
+        else {
             return Identity::Other;
         };
         match stat_fields(&stat) {
@@ -201,7 +202,7 @@ pub fn reaped(pid: u32, start_mono_ns: u64) -> bool {
     let Ok(Some(p)) = Pinned::open(pid) else {
         return true;
     };
-    let Ok(stat) = crate::util::proc_text::read(format!("/proc/{}/stat", p.pid)) else {
+    let Ok(stat) = crate::util::proc_text::read_one_piece(format!("/proc/{}/stat", p.pid)) else {
         return true;
     };
     let (lo, hi) = expected_ticks(start_mono_ns);

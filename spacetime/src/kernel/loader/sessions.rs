@@ -8,7 +8,8 @@ use aya::{
     Ebpf, Pod,
 };
 use spacetime_common::{
-    stat, MmState, Reaping, SessionCount, SessionLimit, Tracked, TreeRss, MAX_SESSIONS,
+    stat, MmState, Reaping, SessionCount, SessionLimit, SessionStats, Tracked, TreeRss,
+    MAX_SESSIONS,
 };
 
 use super::{maps::Maps, possible_cpus, KernelCounters, LoadError};
@@ -225,17 +226,16 @@ impl Sessions {
             .maps
             .map_mut(STATS)
             .ok_or(LoadError::MissingMap(STATS))?;
-        let mut stats: PerCpuArray<_, u64> = PerCpuArray::try_from(map).map_err(map_err(STATS))?;
-        for i in 0..stat::COUNT {
-            let zeros =
-                PerCpuValues::try_from(vec![0u64; cpus]).map_err(|source| LoadError::Io {
+        let mut stats: PerCpuArray<_, SessionStats> =
+            PerCpuArray::try_from(map).map_err(map_err(STATS))?;
+        let zeros =
+            PerCpuValues::try_from(vec![SessionStats::default(); cpus]).map_err(|source| {
+                LoadError::Io {
                     path: "/sys/devices/system/cpu/possible",
                     source,
-                })?;
-            stats
-                .set(slot * stat::COUNT + i, zeros, 0)
-                .map_err(map_err(STATS))?;
-        }
+                }
+            })?;
+        stats.set(slot, zeros, 0).map_err(map_err(STATS))?;
         Ok(())
     }
 
@@ -423,7 +423,7 @@ impl Sessions {
         Ok(c)
     }
 
-    fn stats_map(&self) -> Result<PerCpuArray<&MapData, u64>, LoadError> {
+    fn stats_map(&self) -> Result<PerCpuArray<&MapData, SessionStats>, LoadError> {
         const NAME: &str = "STATS";
         let map = self.maps.map(NAME).ok_or(LoadError::MissingMap(NAME))?;
         PerCpuArray::try_from(map).map_err(map_err(NAME))
@@ -432,23 +432,19 @@ impl Sessions {
 
 /// One session's counters, each summed over the CPUs.
 fn read_counters(
-    stats: &PerCpuArray<&MapData, u64>,
+    stats: &PerCpuArray<&MapData, SessionStats>,
     session: u32,
 ) -> Result<KernelCounters, LoadError> {
-    let sum = |i: u32| -> Result<u64, LoadError> {
-        let v = stats
-            .get(&(session * stat::COUNT + i), 0)
-            .map_err(map_err("STATS"))?;
-        Ok(v.iter().sum())
-    };
+    let per_cpu = stats.get(&session, 0).map_err(map_err("STATS"))?;
+    let sum = |i: u32| -> u64 { per_cpu.iter().map(|s| s.counts[i as usize]).sum() };
     Ok(KernelCounters {
-        ringbuf_lost: sum(stat::RINGBUF_LOST)?,
-        track_full: sum(stat::TRACK_FULL)?,
-        session_limit: sum(stat::SESSION_LIMIT)?,
-        read_failures: sum(stat::READ_FAIL)?,
-        filtered: sum(stat::FILTERED)?,
-        reap_full: sum(stat::REAP_FULL)?,
-        stale_cleared: sum(stat::STALE_CLEARED)?,
+        ringbuf_lost: sum(stat::RINGBUF_LOST),
+        track_full: sum(stat::TRACK_FULL),
+        session_limit: sum(stat::SESSION_LIMIT),
+        read_failures: sum(stat::READ_FAIL),
+        filtered: sum(stat::FILTERED),
+        reap_full: sum(stat::REAP_FULL),
+        stale_cleared: sum(stat::STALE_CLEARED),
         recursion_misses: 0,
         agent_queue_full: 0,
         agent_gone: 0,
