@@ -24,6 +24,15 @@ use spacetime::cmd::cli::{Cli, Command, EXIT_OWN_FAILURE};
 /// without its start-up on musl (glibc hands them to std's initializer; musl does not).
 #[no_mangle]
 extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
+    // SAFETY: the C runtime's vector of `argc` NUL-terminated strings, alive for the process.
+    let command = unsafe { subcommand(argc, argv) };
+    #[cfg(target_env = "musl")]
+    // SAFETY: nothing was allocated yet: this is the process's first statement.
+    unsafe {
+        musl_alloc::choose(command)
+    };
+    #[cfg(not(target_env = "musl"))]
+    let _ = command;
     standard_fds_open();
     // SAFETY: changes one signal's disposition before any thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
@@ -35,6 +44,19 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
     let code = std::panic::catch_unwind(|| run(args)).unwrap_or(101);
     let _ = std::io::stdout().flush();
     code
+}
+
+/// The subcommand's name, read without allocating: the first argument that is not an option
+/// (the only options before it, `-v`, `-h` and `-V`, take no value).
+///
+/// # Safety
+/// `argv` holds `argc` NUL-terminated strings that outlive the process.
+unsafe fn subcommand<'a>(argc: c_int, argv: *const *const c_char) -> &'a [u8] {
+    (1..usize::try_from(argc).unwrap_or(0))
+        // SAFETY: the caller's vector, as above.
+        .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) }.to_bytes())
+        .find(|a| !a.starts_with(b"-"))
+        .unwrap_or_default()
 }
 
 /// Opens /dev/null on whichever of descriptors 0, 1 and 2 is closed, as std's start-up does.
@@ -164,9 +186,18 @@ fn written(r: std::io::Result<()>) -> i32 {
 /// once; larger ones from musl, which maps each alone and grows it with mremap, as glibc does
 /// at the threshold spacetime fixes: dlmalloc alone grows a large table by copying it into a
 /// new piece and keeps both, and a 100 000-exec trace peaked at 81.8 MiB against 63.2.
+///
+/// The daemons (`agent`, `watch`) take every block from musl: dlmalloc gives memory back only
+/// from the top of its heap, so one block kept above what a flood of unread records freed
+/// held all of it (an agent kept 40 MiB of a user's 64 MiB share after the user left, where
+/// musl's allocator, which unmaps a group once its blocks are free, kept 1 MiB). A daemon
+/// starts once; its start's page faults do not count.
 #[cfg(target_env = "musl")]
 mod musl_alloc {
-    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::{
+        alloc::{GlobalAlloc, Layout, System},
+        sync::atomic::{AtomicBool, Ordering},
+    };
 
     /// What glibc's fixed M_MMAP_THRESHOLD is, and about musl's own.
     const LARGE: usize = 128 << 10;
@@ -175,13 +206,27 @@ mod musl_alloc {
 
     static SMALL: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 
+    /// Every block from musl: set once, before the first allocation, and never changed.
+    static DAEMON: AtomicBool = AtomicBool::new(false);
+
+    /// Picks the allocator of the process's small blocks from its subcommand.
+    ///
+    /// # Safety
+    /// Called before anything is allocated (each block is then freed by the allocator that
+    /// made it), while the process has one thread.
+    pub unsafe fn choose(subcommand: &[u8]) {
+        let daemon = matches!(subcommand, b"agent" | b"watch");
+        DAEMON.store(daemon, Ordering::Relaxed);
+    }
+
     fn large(size: usize) -> bool {
-        size >= LARGE
+        size >= LARGE || DAEMON.load(Ordering::Relaxed)
     }
 
     // SAFETY: each block is allocated, grown and freed by the allocator its size picks, and a
     // layout's size decides the same way at each of those calls (GlobalAlloc passes the
-    // block's layout back), except across the threshold, where realloc moves the block.
+    // block's layout back; `DAEMON` is fixed before the first), except across the threshold,
+    // where realloc moves the block.
     unsafe impl GlobalAlloc for Split {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
             match large(layout.size()) {

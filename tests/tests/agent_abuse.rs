@@ -9,7 +9,7 @@ use spacetime_tests::agent::Agent;
 use spacetime_tests::attack::{
     anon_bytes, cpu_ticks, peak_rss_during, rss_bytes, Client, ATTACKER, OTHER_USER,
 };
-use spacetime_tests::{spacetime_bin, storm_size, Trace, MIB};
+use spacetime_tests::{hang_guard, spacetime_bin, storm_size, Trace, MIB};
 
 const CLIENT: &str = env!("CARGO_BIN_EXE_st-agent-client");
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
@@ -20,7 +20,7 @@ const USER_BOUND: u64 = 100 * MIB;
 /// The agent's ring buffer: its pages become resident as records are written.
 const RING: u64 = 16 * MIB;
 
-use spacetime_tests::poll::wait_until;
+use spacetime_tests::poll::poll;
 
 /// Flush requests never read, on every session a user may open (the audit: 42 → 414 MB on
 /// one, 1.13 GB on three, 689 MB kept after), then records never read: the agent closes the
@@ -50,16 +50,22 @@ fn one_user_cannot_grow_the_agent() {
         c.end();
     });
     // What it allocated goes back.
+    let mib = |b: u64| b / MIB;
     let mut after = 0;
-    wait_until(
-        "the agent's heap back within 16 MiB of idle",
-        Duration::from_secs(60),
+    let back = poll(
+        hang_guard(Duration::from_secs(60)),
+        Duration::from_millis(10),
         || {
             after = anon_bytes(pid);
-            after < idle_anon + 16 * MIB
+            (after < idle_anon + 16 * MIB).then_some(())
         },
     );
-    let mib = |b: u64| b / MIB;
+    assert!(
+        back.is_some(),
+        "the agent's heap stayed at {} MiB, {} MiB idle: a flood's memory was not given back",
+        mib(after),
+        mib(idle_anon)
+    );
     eprintln!(
         "memory attack: agent idle {} MiB RSS ({} MiB heap); {} Flush sent on 8 sessions, {} closed, peak {} MiB RSS ({} MiB heap); 7 exec storms unread for 10 s, peak {} MiB RSS ({} MiB heap); heap after {} MiB",
         mib(idle),

@@ -370,8 +370,8 @@ impl Agent {
             self.share_tracking_map();
         }
         // Freed queues go back to the system, not only to the allocator: a client that never
-        // read may have held tens of MiB in small pieces. glibc only: musl (the static
-        // build) has no malloc_trim.
+        // read may have held tens of MiB in small pieces. glibc only: the static build's
+        // daemons allocate from musl, which unmaps a group once its blocks are free (main.rs).
         #[cfg(target_env = "gnu")]
         if freed >= 1 << 20 {
             // SAFETY: plain call; returns whether memory was released.
