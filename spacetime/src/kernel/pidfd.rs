@@ -178,6 +178,27 @@ impl Pinned {
     }
 }
 
+/// `kcmp`'s comparison of two processes' address spaces (include/uapi/linux/kcmp.h).
+const KCMP_VM: libc::c_int = 1;
+
+/// Whether processes `a` and `b` share one address space (a CLONE_VM child before its exec),
+/// as `kcmp` tells; false when it cannot tell (a kernel without kcmp, a process gone).
+pub fn same_address_space(a: u32, b: u32) -> bool {
+    // Raw: rustix has no kcmp.
+    // SAFETY: plain syscall on two pids; no pointers.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            a as libc::pid_t,
+            b as libc::pid_t,
+            KCMP_VM,
+            0,
+            0,
+        )
+    };
+    r == 0
+}
+
 /// A pidfd for whichever process holds `pid` now (ESRCH: none does).
 pub fn open_pidfd(pid: u32) -> io::Result<OwnedFd> {
     let pid = i32::try_from(pid)

@@ -141,14 +141,17 @@ pub fn prove(peer: Peer, pidfd: OwnedFd) -> Result<(Proven, Pinned), Unproven> {
     if own.ending() {
         return Err(Unproven::Exited);
     }
-    // Not exec'd: the same file as the client, in the address space the fork copied (an
-    // exec, even of the same file, builds a new stack and argument area: with address
-    // randomization, elsewhere).
-    let parent = stat_of(peer.pid).map_err(unreadable)?;
-    if exe_id(pid).map_err(unreadable)? != exe_id(peer.pid).map_err(unreadable)?
-        || own.layout != parent.layout
-    {
-        return Err(Unproven::Execd(pid));
+    // Not exec'd: the client's own address space (spacetime starts its held children with
+    // CLONE_VM, and an exec always builds a new one: one system call), or else the same file
+    // as the client, in the address space the fork copied (an exec, even of the same file,
+    // builds a new stack and argument area: with address randomization, elsewhere).
+    if !crate::kernel::pidfd::same_address_space(pid, peer.pid) {
+        let parent = stat_of(peer.pid).map_err(unreadable)?;
+        if exe_id(pid).map_err(unreadable)? != exe_id(peer.pid).map_err(unreadable)?
+            || own.layout != parent.layout
+        {
+            return Err(Unproven::Execd(pid));
+        }
     }
     // Last: running now means every read above was about this very process.
     if !pinned.running() {
@@ -216,6 +219,10 @@ mod tests {
             None,
         )
         .expect("fork a held child");
+        assert!(
+            crate::kernel::pidfd::same_address_space(held.pid as u32, std::process::id()),
+            "a held child shares our address space until its exec (kcmp)"
+        );
         let (proven, _pin) = prove(peer, pidfd(held.pid as u32)).expect("our held child");
         assert_eq!(proven.pid, held.pid as u32, "the child's pid");
         let fd = pidfd(held.pid as u32);
@@ -240,6 +247,38 @@ mod tests {
         assert_eq!(
             prove(peer, OwnedFd::from(file)).err(),
             Some(Unproven::NotPidfd)
+        );
+    }
+
+    /// A child with a copy of its own (a plain fork, not spacetime's CLONE_VM) is proven by
+    /// its file and layout instead; once it has exec'd, it is refused.
+    #[test]
+    fn a_forked_child_passes_by_its_file_and_layout() {
+        use std::os::fd::AsRawFd;
+        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("a pipe");
+        // SAFETY: the child only closes, reads and exits (async-signal-safe calls).
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let mut b = [0u8; 1];
+            // SAFETY: closes its copy of the write end (the read then ends when the parent's
+            // closes), reads into our buffer, then leaves without running anything else.
+            unsafe {
+                libc::close(w.as_raw_fd());
+                libc::read(r.as_raw_fd(), b.as_mut_ptr().cast(), 1);
+                libc::_exit(0)
+            }
+        }
+        drop(r);
+        let shared = crate::kernel::pidfd::same_address_space(pid as u32, std::process::id());
+        let proof = prove(me(), pidfd(pid as u32));
+        drop(w);
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        assert!(!shared, "a forked child has its own address space");
+        assert!(
+            proof.is_ok(),
+            "a forked child was refused: {:?}",
+            proof.err()
         );
     }
 
