@@ -226,7 +226,7 @@ fn spelled_by_us(line: &str) -> Result<bool> {
         "spacetime-common/src",
         "spacetime-ebpf/src",
     ] {
-        rust_files(&root().join(dir), &mut files)?;
+        crate::layers::walk(&root().join(dir), &mut files)?;
     }
     for f in files {
         let text = fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
@@ -240,19 +240,6 @@ fn spelled_by_us(line: &str) -> Result<bool> {
         }
     }
     Ok(false)
-}
-
-/// Every `.rs` file under `dir`, into `out`.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    for e in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
-        let path = e?.path();
-        if path.is_dir() {
-            rust_files(&path, out)?;
-        } else if path.extension().is_some_and(|x| x == "rs") {
-            out.push(path);
-        }
-    }
-    Ok(())
 }
 
 /// The static binaries for `archs`, built by one cargo (the host's build scripts built once,
