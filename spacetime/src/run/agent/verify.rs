@@ -254,26 +254,25 @@ mod tests {
     /// its file and layout instead; once it has exec'd, it is refused.
     #[test]
     fn a_forked_child_passes_by_its_file_and_layout() {
-        use std::os::fd::AsRawFd;
         let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("a pipe");
+        // Raw: rustix has no fork.
         // SAFETY: the child only closes, reads and exits (async-signal-safe calls).
         let pid = unsafe { libc::fork() };
         if pid == 0 {
-            let mut b = [0u8; 1];
-            // SAFETY: closes its copy of the write end (the read then ends when the parent's
-            // closes), reads into our buffer, then leaves without running anything else.
-            unsafe {
-                libc::close(w.as_raw_fd());
-                libc::read(r.as_raw_fd(), b.as_mut_ptr().cast(), 1);
-                libc::_exit(0)
-            }
+            // Its copy of the write end closed, the read ends when the parent's closes.
+            drop(w);
+            let _ = rustix::io::read(&r, &mut [0u8; 1]);
+            // SAFETY: leaves without running anything of the test harness's (std's exit would
+            // run its handlers in a copy of a threaded process).
+            unsafe { libc::_exit(0) }
         }
         drop(r);
         let shared = crate::kernel::pidfd::same_address_space(pid as u32, std::process::id());
         let proof = prove(me(), pidfd(pid as u32));
         drop(w);
-        // SAFETY: reaping our own child.
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        let child = rustix::process::Pid::from_raw(pid).expect("a child's pid");
+        rustix::process::waitpid(Some(child), rustix::process::WaitOptions::empty())
+            .expect("reap the child");
         assert!(!shared, "a forked child has its own address space");
         assert!(
             proof.is_ok(),
