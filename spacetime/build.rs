@@ -33,6 +33,7 @@ fn target_dir(out_dir: &Path) -> PathBuf {
 }
 
 fn main() {
+    startup_order(Path::new(env!("CARGO_MANIFEST_DIR")));
     println!("cargo::rustc-check-cfg=cfg(spacetime_ebpf)");
     println!("cargo:rerun-if-env-changed=SPACETIME_EBPF_OBJ");
     if let Some(obj) = std::env::var_os("SPACETIME_EBPF_OBJ").map(PathBuf::from) {
@@ -111,6 +112,46 @@ fn main() {
     }
     let obj = bpf_target.join("bpfel-unknown-none/release/spacetime");
     embed(&without_dwarf(&obj, &out_dir));
+}
+
+/// The release binary's functions that a trace runs first, laid out first in the order
+/// startup.order gives (`cargo xtask startup-order` writes it): a client's start-up then
+/// touches a few 64 KiB windows of code, the kernel mapping one around each fault, instead of
+/// most of the 4 MiB: a traced /bin/true 0.06-0.08 ms shorter (BENCHMARKS.md). Linked by the
+/// lld that rustc ships beside itself (GNU ld before 2.43 takes no order), on x86-64 musl,
+/// where the order was recorded; any other build links as before.
+fn startup_order(manifest: &Path) {
+    let order = manifest.join("startup.order");
+    println!("cargo:rerun-if-changed={}", order.display());
+    let var = |k: &str| std::env::var(k).unwrap_or_default();
+    if var("TARGET") != "x86_64-unknown-linux-musl" || var("PROFILE") != "release" {
+        return;
+    }
+    let sysroot = Command::new(var("RUSTC"))
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let gcc_ld = sysroot.map(|s| {
+        PathBuf::from(s)
+            .join("lib/rustlib")
+            .join(var("HOST"))
+            .join("bin/gcc-ld")
+    });
+    let Some(gcc_ld) = gcc_ld.filter(|d| d.join("ld.lld").is_file() && order.is_file()) else {
+        println!("cargo:warning=no rust-lld or no startup.order: the functions keep their order");
+        return;
+    };
+    for arg in [
+        "-fuse-ld=lld".to_owned(),
+        format!("-B{}", gcc_ld.display()),
+        format!("-Wl,--symbol-ordering-file={}", order.display()),
+        // Names that no longer exist (code changed since the order was recorded) are skipped.
+        "-Wl,--no-warn-symbol-ordering".to_owned(),
+    ] {
+        println!("cargo:rustc-link-arg-bin=spacetime={arg}");
+    }
 }
 
 /// The object without its DWARF: bpf-linker derives the BTF (which the kernel reads) from

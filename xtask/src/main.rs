@@ -10,6 +10,7 @@ mod layers;
 mod package;
 mod package_check;
 mod ready;
+mod startup_order;
 mod tally;
 mod toolchain;
 mod vm;
@@ -74,6 +75,9 @@ enum Cmd {
     /// the bench builds itself (needs root); prints a Markdown table, writes JSON under
     /// target/bench/ and keeps the latest table in BENCHMARKS.md
     Bench(bench::Options),
+    /// Record which functions a trace through the agent runs first, in order, into
+    /// spacetime/startup.order, which the release link lays out first (needs root: uprobes)
+    StartupOrder,
     /// Build, then run every integration test inside a Debian guest (qemu, TCG), 6.1 unless
     /// told; fetches and caches the kernel package with apt
     VmTest {
@@ -346,6 +350,7 @@ fn main() -> Result<()> {
         }),
         Cmd::Bench(opts) => bench::bench(opts),
         Cmd::Lint => lint(),
+        Cmd::StartupOrder => startup_order::run(),
     }
 }
 

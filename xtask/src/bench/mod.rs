@@ -10,6 +10,7 @@
 mod paired;
 mod report;
 mod runners;
+pub(crate) use runners::AgentProcess;
 mod stats;
 mod targets;
 mod workloads;
