@@ -32,7 +32,15 @@ pub fn try_adopt<const FETCH: bool>(ctx: *mut c_void) -> Result<(), i32> {
     if task.pid()? != tgid {
         return Ok(());
     }
-    rss::adopt::<FETCH>(task.0, task.mm()?, tgid, task.leader_start_ns()?, session)?;
+    let start_ns = task.leader_start_ns()?;
+    rss::follow::<FETCH>(
+        rss::Start::Adopt,
+        task.0,
+        task.mm()?,
+        tgid,
+        start_ns,
+        session,
+    )?;
     // A process whose last thread began exiting meanwhile may have passed the point where
     // its exit stops following its mm (rss_exit, exit_mm_release) before the claim above:
     // stop it here (`forget` claims the mm once, whichever comes first). `live` drops to 0

@@ -44,7 +44,8 @@ pub fn try_fork<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(), i32
         }
         if hdr.flags & (flags::FORK_SHARED_MM | flags::FORK_UNTRACKED) == 0 {
             // A failure (counted) leaves the child's RSS unfollowed, not the child untraced.
-            let _ = rss::follow::<FETCH>(child.0, mm, child_tgid, child_start_ns, sess);
+            let how = rss::Start::New;
+            let _ = rss::follow::<FETCH>(how, child.0, mm, child_tgid, child_start_ns, sess);
         }
     }
     let ev = ForkEvent {

@@ -237,7 +237,14 @@ pub fn try_exec<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(), i32
     let Some(session) = traced(tgid) else {
         return Ok(());
     };
-    follow::<FETCH>(task.0, task.mm()?, tgid, task.leader_start_ns()?, session)
+    follow::<FETCH>(
+        Start::Replace,
+        task.0,
+        task.mm()?,
+        tgid,
+        task.leader_start_ns()?,
+        session,
+    )
 }
 
 /// sched_process_exit, before the exit record: the last thread's exit ends the process's
@@ -269,31 +276,30 @@ pub fn try_exit<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(), i32
     Ok(())
 }
 
-/// Starts following `mm` of `task` for process (`tgid`, `leader_start_ns`) of `session`,
-/// replacing the mm it had. Its pages so far (an exec's stack, a fork's copied counters) come
-/// from one read.
-#[inline(always)]
-pub fn follow<const FETCH: bool>(
-    task: u64,
-    mm: u64,
-    tgid: u32,
-    leader_start_ns: u64,
-    session: u16,
-) -> Result<(), i32> {
-    start_following::<FETCH>(task, mm, (tgid, leader_start_ns, session), false)
+/// How following an mm starts: what the process's entry in TRACKED may already name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// An exec: the mm of the image it replaced, if followed, is forgotten first.
+    Replace,
+    /// A fork: the child was tracked a moment ago and follows no mm yet.
+    New,
+    /// A process that predates the attach (adopt.rs): only if no mm of it is followed yet,
+    /// as a fork or exec that got there first has the newer mm.
+    Adopt,
 }
 
-/// Starts following `mm` for a process that predates the attach (adopt.rs), only if no mm of
-/// it is followed yet: a fork or exec that got there first has the newer mm.
+/// Starts following `mm` of `task` for process (`tgid`, `leader_start_ns`) of `session`. Its
+/// pages so far (an exec's stack, a fork's copied counters) come from one read.
 #[inline(always)]
-pub fn adopt<const FETCH: bool>(
+pub fn follow<const FETCH: bool>(
+    how: Start,
     task: u64,
     mm: u64,
     tgid: u32,
     leader_start_ns: u64,
     session: u16,
 ) -> Result<(), i32> {
-    start_following::<FETCH>(task, mm, (tgid, leader_start_ns, session), true)
+    start_following::<FETCH>(how, task, mm, (tgid, leader_start_ns, session))
 }
 
 /// Whether new mms are followed: `rss_stat` may be detached while the programs stay loaded
@@ -305,10 +311,10 @@ fn rss_paused() -> bool {
 
 #[inline(always)]
 fn start_following<const FETCH: bool>(
+    how: Start,
     task: u64,
     mm: u64,
     (tgid, leader_start_ns, session): (u32, u64, u16),
-    only_unfollowed: bool,
 ) -> Result<(), i32> {
     // Only a traced process (in TRACKED, whose value names its followed mm) is followed.
     if conf!(track_rss) == 0 || conf!(mode) != mode::TREE || mm == 0 || rss_paused() {
@@ -319,7 +325,7 @@ fn start_following<const FETCH: bool>(
     if matches!(SESSION_LIMITS.get(session as u32), Some(l) if l.no_memory != 0) {
         return Ok(());
     }
-    if !only_unfollowed {
+    if how == Start::Replace {
         forget::<FETCH>(tgid);
     }
     // The new mm's first read must not take what `forget` stashed for the old one.
@@ -347,54 +353,76 @@ fn start_following<const FETCH: bool>(
     st.since_ns = now;
     st.sent_pages = total_pages;
     st.last_ns = now;
-    // BPF_NOEXIST when adopting: an mm already there is followed for someone (a racing exec).
-    let insert_flags = if only_unfollowed { 1 } else { 0 };
+    if how == Start::Adopt {
+        return claim_unfollowed::<FETCH>(mm, st);
+    }
+    // Here the claim cannot be refused (the entry's mm is overwritten), so the pages join the
+    // tree's sum first and the state goes into the map whole: no lookup after the insert
+    // (taken back if the map or the entry is missing; a tree peak seen meanwhile had these
+    // pages, which are the process's).
+    let (tree_pages, peak) = tree_add::<FETCH>(session as u32, total_pages, now, tgid);
+    st.last_tree_pages = tree_pages;
     // By reference: a copy of the record built in place would be a `memset` call again (see
     // zero.rs).
     #[allow(clippy::needless_borrows_for_generic_args)]
-    let inserted = MM_STATE.insert(mm, &*st, insert_flags);
+    let inserted = MM_STATE.insert(mm, &*st, 0);
     if inserted.is_err() {
-        if !only_unfollowed {
-            count(session, stat::TRACK_FULL);
-        }
+        tree_add::<FETCH>(session as u32, -total_pages, now, tgid);
+        count(session, stat::TRACK_FULL);
         return Ok(());
     }
     // The process's entry in TRACKED names the mm followed: one map instead of a second one
     // keyed by tgid. No entry: the process is not tracked (a full map, counted by fork).
-    let Some(slot) = TRACKED.get_ptr_mut(tgid) else {
+    let Some(entry) = TRACKED.get_ptr_mut(tgid) else {
+        let _ = MM_STATE.remove(mm);
+        tree_add::<FETCH>(session as u32, -total_pages, now, tgid);
+        return Ok(());
+    };
+    // An aligned store is atomic; `forget` claims the value.
+    // SAFETY: an aligned u64 of our own map value.
+    unsafe { core::ptr::write_volatile(&raw mut (*entry).mm, mm) };
+    send(st, now, tree_pages, peak);
+    Ok(())
+}
+
+/// Follows `mm` with state `st` for a process that predates the attach, unless an mm of it
+/// is followed already: the claim comes before the pages join the tree's sum.
+#[inline(always)]
+fn claim_unfollowed<const FETCH: bool>(mm: u64, st: &mut MmState) -> Result<(), i32> {
+    // BPF_NOEXIST: an mm already there is followed for someone (a racing exec).
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    if MM_STATE.insert(mm, &*st, 1).is_err() {
+        return Ok(());
+    }
+    let Some(entry) = TRACKED.get_ptr_mut(st.tgid) else {
         let _ = MM_STATE.remove(mm);
         return Ok(());
     };
     // SAFETY: an aligned u64 of our own map value.
-    let followed = unsafe { &raw mut (*slot).mm };
-    if only_unfollowed {
-        // The claim: an exec or fork that started following meanwhile keeps its mm. Without
-        // fetch atomics a read then a store: an exec in between (one racing `trace -p`'s
-        // attach) would lose its mm to the older one.
-        // SAFETY: as above.
-        let ok = unsafe {
-            match FETCH {
-                true => atomics::claim_u64(followed, mm),
-                false if core::ptr::read_volatile(followed) == 0 => {
-                    core::ptr::write_volatile(followed, mm);
-                    true
-                }
-                false => false,
+    let followed = unsafe { &raw mut (*entry).mm };
+    // The claim: an exec or fork that started following meanwhile keeps its mm. Without
+    // fetch atomics a read then a store: an exec in between (one racing `trace -p`'s attach)
+    // would lose its mm to the older one.
+    // SAFETY: as above.
+    let ok = unsafe {
+        match FETCH {
+            true => atomics::claim_u64(followed, mm),
+            false if core::ptr::read_volatile(followed) == 0 => {
+                core::ptr::write_volatile(followed, mm);
+                true
             }
-        };
-        if !ok {
-            let _ = MM_STATE.remove(mm);
-            return Ok(());
+            false => false,
         }
-    } else {
-        // An aligned store is atomic; `forget` claims the value.
-        // SAFETY: as above.
-        unsafe { core::ptr::write_volatile(followed, mm) };
+    };
+    if !ok {
+        let _ = MM_STATE.remove(mm);
+        return Ok(());
     }
-    let (tree_pages, peak) = tree_add::<FETCH>(session as u32, total_pages, now, tgid);
-    if let Some(st) = MM_STATE.get_ptr_mut(mm) {
+    let now = st.last_ns;
+    let (tree_pages, peak) = tree_add::<FETCH>(st.session, st.total_pages, now, st.tgid);
+    if let Some(p) = MM_STATE.get_ptr_mut(mm) {
         // SAFETY: our own map value.
-        unsafe { (*st).last_tree_pages = tree_pages };
+        unsafe { (*p).last_tree_pages = tree_pages };
     }
     send(st, now, tree_pages, peak);
     Ok(())
