@@ -134,6 +134,40 @@ pub(super) struct Router {
     owners: Owners,
     /// The programs send each process's final CPU at its release (see `route_record`).
     cpu_at_release: bool,
+    /// The taskstats datagrams of a pass and the records of one, kept between passes: the
+    /// daemon's allocator unmaps a freed group, and a fresh records list of a few KiB was a
+    /// mapping made and unmade for every exit on the system.
+    datagrams: Datagrams,
+    records: Vec<TaskstatsRecord>,
+}
+
+/// Datagrams end to end in one buffer (see `Router::datagrams`).
+#[derive(Default)]
+struct Datagrams {
+    bytes: Vec<u8>,
+    /// Where each ends in `bytes`.
+    ends: Vec<usize>,
+}
+
+impl Datagrams {
+    fn push(&mut self, d: &[u8]) {
+        self.bytes.extend_from_slice(d);
+        self.ends.push(self.bytes.len());
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(&self.ends).map(|(a, &b)| &self.bytes[a..b])
+    }
+
+    /// Empty, with room for a usual pass kept and what a storm's took beyond it given back.
+    fn clear(&mut self) {
+        const KEPT: usize = 64 << 10;
+        self.bytes.clear();
+        self.ends.clear();
+        self.bytes.shrink_to(KEPT);
+        self.ends.shrink_to(KEPT / 512);
+    }
 }
 
 impl Router {
@@ -143,6 +177,8 @@ impl Router {
             taskstats,
             owners: Owners::default(),
             cpu_at_release,
+            datagrams: Datagrams::default(),
+            records: Vec::new(),
         }
     }
 
@@ -179,7 +215,8 @@ impl Router {
     pub fn route(&mut self, clients: &mut Registry, watchers: &mut Watchers, until: Option<u64>) {
         // taskstats first: a datagram read now has its process's fork in the ring (or
         // already routed), so its tgid is known when it is routed below.
-        let datagrams = self.drain_taskstats();
+        let mut datagrams = std::mem::take(&mut self.datagrams);
+        self.drain_taskstats(&mut datagrams);
         // What was written when the drain began, at most a ring's worth: storms that write
         // as fast as the agent reads never keep it from its other clients.
         let end = until.unwrap_or_else(|| self.ring.written());
@@ -187,8 +224,8 @@ impl Router {
             route_record(&item, clients, &mut self.owners, self.cpu_at_release);
         }
         watchers.drain(clients);
-        let mut records = Vec::new();
-        for d in &datagrams {
+        let mut records = std::mem::take(&mut self.records);
+        for d in datagrams.iter() {
             records.clear();
             crate::kernel::taskstats::parse_messages(
                 d,
@@ -207,18 +244,20 @@ impl Router {
         }
         watchers.deliver_taskstats(clients);
         self.owners.end_pass();
+        records.clear();
+        datagrams.clear();
+        self.records = records;
+        self.datagrams = datagrams;
     }
 
-    /// The datagrams the listener holds (none more after it fails).
-    fn drain_taskstats(&mut self) -> Vec<Vec<u8>> {
-        let mut datagrams = Vec::new();
+    /// Appends the datagrams the listener holds (none more after it fails).
+    fn drain_taskstats(&mut self, datagrams: &mut Datagrams) {
         if let Some(t) = self.taskstats.as_mut() {
-            if let Err(e) = t.drain_datagrams(&mut |d| datagrams.push(d.to_vec())) {
+            if let Err(e) = t.drain_datagrams(&mut |d| datagrams.push(d)) {
                 log::warn!("spacetime agent: taskstats: {e}; no more exit records");
                 self.taskstats = None;
             }
         }
-        datagrams
     }
 }
 
@@ -326,6 +365,31 @@ mod tests {
             o.session_of(&[rec(44, None)]),
             None,
             "records name their group now"
+        );
+    }
+
+    /// A pass's datagrams come back whole and in order; cleared, a storm's room is given back
+    /// down to what a usual pass keeps.
+    #[test]
+    fn datagrams_come_back_whole_and_a_storms_room_is_given_back() {
+        let mut d = Datagrams::default();
+        d.push(b"first");
+        d.push(b"");
+        d.push(b"third one");
+        let got: Vec<&[u8]> = d.iter().collect();
+        assert_eq!(got, [&b"first"[..], b"", b"third one"]);
+        d.clear();
+        assert_eq!(d.iter().count(), 0, "cleared");
+        for _ in 0..1000 {
+            d.push(&[7u8; 600]);
+        }
+        assert_eq!(d.iter().count(), 1000);
+        assert!(d.iter().all(|x| x == [7u8; 600]), "each datagram as pushed");
+        d.clear();
+        assert!(
+            d.bytes.capacity() <= 64 << 10,
+            "a storm's {} bytes of room kept",
+            d.bytes.capacity()
         );
     }
 }
