@@ -91,6 +91,8 @@ pub fn traced(tgid: u32) -> Option<u16> {
     unsafe { TRACKED.get(tgid) }.map(|t| t.session as u16)
 }
 
+/// The header of a record about `task`, whose own ids are `tgid` and `pid` (`pid == tgid`
+/// only for its group's leader).
 #[inline(always)]
 pub fn header(
     kind: u16,
@@ -107,6 +109,11 @@ pub fn header(
         ts_ns: unsafe { bpf_ktime_get_ns() },
         tgid,
         pid,
-        leader_start_ns: task.leader_start_ns()?,
+        leader_start_ns: match pid == tgid {
+            // A group's leader is its own (and de_thread gives an exec'ing thread the
+            // leader's start): one read instead of two for every single-threaded process.
+            true => task.start_ns()?,
+            false => task.leader_start_ns()?,
+        },
     })
 }
