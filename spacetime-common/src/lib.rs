@@ -5,6 +5,7 @@
 //! Figures carry their unit in their name (`_ns`, `_pages`).
 #![no_std]
 
+mod maps;
 mod offsets;
 
 /// Length of `task_struct.comm`.
@@ -172,6 +173,7 @@ pub mod rss_layout {
     pub const ATOMIC_ARRAY: u32 = 1;
 }
 
+pub use maps::{switch, tail, MmState, Reaping, SessionCount, SessionLimit, Tracked, TreeRss};
 pub use offsets::KernelOffsets;
 
 /// Configuration of the kernel programs, written into their read-only data before load.
@@ -454,122 +456,6 @@ pub struct CgroupNameEvent {
     pub names: [[u8; CGROUP_NAME_LEN]; CGROUP_NAME_DEPTH],
 }
 
-/// A traced process (`TRACKED` values, keyed by tgid).
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct Tracked {
-    /// The mm whose RSS is followed (0: none yet).
-    pub mm: u64,
-    /// Its session: a fork copies the parent's to the child.
-    pub session: u32,
-    pub _pad: u32,
-}
-
-/// A traced process whose group exit was seen, waiting for its final CPU figures (`REAPING`
-/// values, keyed by tgid; `EXITED` in system mode, session 0). Whoever sends its release record
-/// removes it: the removal that succeeds is the one that sends.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct Reaping {
-    /// Start time of the group leader: with the tgid, the process's identity.
-    pub leader_start_ns: u64,
-    pub session: u32,
-    pub _pad: u32,
-}
-
-/// A session's live tracked processes (`SESSIONS`), kept by the kernel side with atomics. The
-/// session's count is `roots` ([`SessionLimit`]) plus `forked`.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct SessionCount {
-    /// Processes its forks tracked minus its tracked processes that exited (roots included,
-    /// so it goes below zero as roots exit).
-    pub forked: i64,
-}
-
-/// A session's limit (`SESSION_LIMITS`), written by userspace only (the kernel never writes
-/// it, so a whole-value update cannot lose a kernel-side change).
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct SessionLimit {
-    /// Most processes tracked at once; 0: no limit.
-    pub max_processes: u32,
-    /// Processes userspace tracked into the session (roots, processes attached to).
-    pub roots: u32,
-    /// The uid of the user the session traces for (an agent's client that is not root): a
-    /// traced process whose exec leaves that user's credentials (setuid, setgid, file
-    /// capabilities, not dumpable) leaves the session ([`flags::EXEC_LEFT`]). 0: no check
-    /// (root may trace anything; a trace's own programs are root's).
-    pub owner_uid: u32,
-    /// Its gid, checked likewise.
-    pub owner_gid: u32,
-    /// The owner's permitted capabilities: a process may hold these and stay.
-    pub owner_caps: u64,
-    /// Non-zero: the session asks for no memory over time (a `time -f` format), so the kernel
-    /// follows none of its processes' mms; their peaks are the kernel's own at each image's
-    /// end. 0 (the default, and a trace's own programs): followed.
-    pub no_memory: u32,
-    pub _pad: u32,
-}
-
-/// Slots of the kernel's `TAILS` program array: programs reached by tail calls only, which
-/// userspace loads and puts there before attaching anything.
-pub mod tail {
-    /// `exec_args`: the argv records after an exec record's first.
-    pub const EXEC_ARGS: u32 = 0;
-    pub const COUNT: u32 = 1;
-}
-
-/// Slots of the kernel's `SWITCHES` array: settings userspace changes while loaded.
-pub mod switch {
-    /// Non-zero: forks and execs start following no new mm (`rss_stat` is detached, so a
-    /// followed mm's figures would go stale). 0 at load.
-    pub const RSS_PAUSED: u32 = 0;
-    pub const COUNT: u32 = 1;
-}
-
-/// The mm of a traced process, as the kernel side follows it (`MM_STATE` values).
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct MmState {
-    pub tgid: u32,
-    /// The session of the process: its RSS points and the tree-wide sum it adds to.
-    pub session: u32,
-    pub leader_start_ns: u64,
-    /// Exact file, anon and shmem pages.
-    pub rss_pages: [i64; 3],
-    pub total_pages: i64,
-    pub last_sent_ns: u64,
-    /// The largest `total_pages` seen, and since when this mm is followed.
-    pub peak_pages: i64,
-    pub since_ns: u64,
-    /// A point the rate limit held back that must not be lost (a new maximum of this mm or of
-    /// the tree): when (0: none), the mm's pages and the tree's then. Sent when growth stops,
-    /// before any later point of this mm, and when following ends; userspace reads it for
-    /// processes still running when the trace ends.
-    pub held_ns: u64,
-    pub held_pages: i64,
-    pub held_tree_pages: i64,
-    pub held_anon_pages: i64,
-    /// The value of the last point sent, and when `total_pages` last changed (with the tree's
-    /// sum then): the last value is sent when following ends, if it was held back.
-    pub sent_pages: i64,
-    pub last_ns: u64,
-    pub last_tree_pages: i64,
-}
-
-/// The tree-wide RSS (`TREE_RSS`, one per session): the sum over a session's traced mms, its peak and when it happened.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct TreeRss {
-    pub rss_pages: i64,
-    pub peak_pages: i64,
-    pub peak_ts_ns: u64,
-    /// The process whose change made the peak.
-    pub peak_tgid: u32,
-    pub _pad: u32,
-}
-
 /// An RSS point: the process's exact RSS and the tree-wide sum at `hdr.ts_ns`.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -682,7 +568,8 @@ const _: () = {
     assert!(size_of::<RssEvent>() == 64);
     assert!(size_of::<ReapEvent>() == 72);
     assert!(size_of::<TickEvent>() == 40);
-    assert!(size_of::<Tracked>() == 16);
+    assert!(size_of::<Tracked>() == 24);
+    assert!(size_of::<SessionCount>() == 16);
     assert!(size_of::<Reaping>() == 16);
     assert!(MAX_SESSIONS <= u16::MAX as u32);
 };

@@ -26,7 +26,7 @@ pub fn try_adopt<const FETCH: bool>(ctx: *mut c_void) -> Result<(), i32> {
     // Tracked and not followed yet; the iterator visits every thread: the leader adopts.
     // SAFETY: the value is copied out.
     let session = match unsafe { TRACKED.get(tgid) } {
-        Some(t) if t.mm == 0 => t.session as u16,
+        Some(t) if t.mm == 0 && t.ended == 0 => t.session as u16,
         _ => return Ok(()),
     };
     if task.pid()? != tgid {

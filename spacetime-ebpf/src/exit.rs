@@ -10,17 +10,17 @@ use aya_ebpf::{
     },
     programs::RawTracePointContext,
 };
-use spacetime_common::{flags, kind, mode, stat, ExitEvent, Reaping, TASK_COMM_LEN};
+use spacetime_common::{flags, kind, mode, stat, ExitEvent, Reaping, Tracked, TASK_COMM_LEN};
 
 use crate::{
-    conf, count, exit_mm, filter, mem, output, session,
-    task::{current_ids, read, read_or_zero, traced, Task},
-    zero, EXITED, EXIT_SCRATCH, REAPING, TRACKED,
+    atomics, conf, count, exit_mm, filter, mem, output, session,
+    task::{current_ids, read, read_or_zero, Task},
+    zero, EXITED, EXIT_SCRATCH, TRACKED,
 };
 
 const EEXIST: i32 = 17;
 
-pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
+pub fn try_exit<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
     // The record is built in per-CPU scratch memory, not on the stack: the verifier tracks
     // no contents of map memory, so paths that filled different fields merge instead of
     // being verified apart. (Slot 0 of a per-CPU array always exists.)
@@ -43,7 +43,7 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
     // The kernel's own "last thread" flag, where the tracepoint passes it (6.16+).
     let tp_group_dead = tp_has_group_dead.then(|| ctx.arg::<u64>(1) & 0xff != 0);
     // SAFETY: per-CPU scratch value, exclusively ours while this program runs on this CPU.
-    let r = exit(
+    let r = exit::<FETCH>(
         unsafe { &mut *ev },
         &task,
         (pid, tgid),
@@ -62,7 +62,7 @@ pub fn try_exit(ctx: &RawTracePointContext) -> Result<(), i32> {
 }
 
 #[inline(always)]
-fn exit(
+fn exit<const FETCH: bool>(
     ev: &mut ExitEvent,
     task: &Task,
     (pid, tgid): (u32, u32),
@@ -73,7 +73,7 @@ fn exit(
 ) -> Result<(), i32> {
     // Kernel-side filter (filter.rs): a filtered process's exits still go, as bare markers,
     // so userspace forgets it even if its uid or cgroup changed since it was let in.
-    let sess = traced(tgid);
+    let (entry, sess) = traced_entry(tgid);
     let tracked = sess.is_some();
     if !tracked && !filter::tree_filter() {
         return Ok(());
@@ -140,7 +140,7 @@ fn exit(
         output(ev, sess);
         return Ok(());
     }
-    let group_dead = last && claim_group_exit(tgid, leader_start, sess);
+    let group_dead = last && claim_group_exit::<FETCH>(entry, tgid, leader_start, sess);
     if conf!(off.task_stime) == conf!(off.task_utime) + 8 {
         // Adjacent in every task_struct so far: one read (into no zeroed buffer, which
         // the compiler would clear with a memset call, see zero.rs).
@@ -189,35 +189,55 @@ fn exit(
     Ok(())
 }
 
-/// Whether this exit is the process's one group exit. Before 6.16 two threads exiting at once
-/// can both pass the last-thread test; the first to claim the process wins. Tree mode: the
-/// removal from `TRACKED` (atomic in the kernel) is the claim, and the process waits in
-/// `REAPING` for its final CPU figures (reap.rs), and its session's slot is given back. System mode: inserting into `EXITED` is the claim;
-/// an entry of an earlier process with the same pid (whose free was not seen) is replaced.
+/// The exiting process's session if it is traced, and in tree mode its entry, which the claim
+/// of its group exit marks (one lookup for both). An entry whose exit was seen traces nothing.
 #[inline(always)]
-fn claim_group_exit(tgid: u32, leader_start: u64, sess: u16) -> bool {
+fn traced_entry(tgid: u32) -> (Option<*mut Tracked>, Option<u16>) {
+    if conf!(mode) == mode::SYSTEM {
+        return (None, Some(0));
+    }
+    // SAFETY: read through a pointer the lookup checked; `ended` changes only by an aligned
+    // compare-and-exchange.
+    let entry = TRACKED
+        .get_ptr_mut(tgid)
+        .filter(|&t| unsafe { (*t).ended } == 0);
+    // SAFETY: as above; the session never changes.
+    (entry, entry.map(|t| unsafe { (*t).session } as u16))
+}
+
+/// Whether this exit is the process's one group exit. Before 6.16 two threads exiting at once
+/// can both pass the last-thread test; the first to claim the process wins. Tree mode: marking
+/// its entry `ended` is the claim (`end_tracked`), its session's slot is given back, and the
+/// entry waits for the final CPU figures (reap.rs). System mode: inserting into `EXITED` is
+/// the claim; an entry of an earlier process with the same pid (whose free was not seen) is
+/// replaced.
+#[inline(always)]
+fn claim_group_exit<const FETCH: bool>(
+    entry: Option<*mut Tracked>,
+    tgid: u32,
+    leader_start: u64,
+    sess: u16,
+) -> bool {
     // Kernels where reap.rs does not run (no sched_process_free) would never empty the maps.
     let reaps = conf!(off.signal_prev_utime) != 0;
-    let waiting = Reaping {
-        leader_start_ns: leader_start,
-        session: sess as u32,
-        _pad: 0,
-    };
     if conf!(mode) == mode::TREE {
-        if TRACKED.remove(tgid).is_err() {
+        let Some(entry) = entry else {
+            return false;
+        };
+        if !end_tracked::<FETCH>(entry, tgid, leader_start, sess, reaps) {
             return false;
         }
         session::release(sess);
-        // A full map only costs this process its release record (it keeps the exit figures);
-        // counted, so the report can say why.
-        if reaps && REAPING.insert(tgid, waiting, 0).is_err() {
-            count(sess, stat::REAP_FULL);
-        }
         return true;
     }
     if !reaps {
         return true;
     }
+    let waiting = Reaping {
+        leader_start_ns: leader_start,
+        session: sess as u32,
+        _pad: 0,
+    };
     match EXITED.insert(tgid, waiting, BPF_NOEXIST as u64) {
         Ok(()) => true,
         Err(e) if e == -EEXIST => {
@@ -236,6 +256,50 @@ fn claim_group_exit(tgid: u32, leader_start: u64, sess: u16) -> bool {
             true
         }
     }
+}
+
+/// Marks the tree-mode process `tgid`'s entry ended (its leader started at `leader_start`):
+/// whether this call did, the claim of its group exit. With fetch atomics, a
+/// compare-and-exchange on the entry in place. Without (before 5.12), the entry's removal
+/// (atomic in the kernel) claims, and an ended entry takes its place: a full map then only
+/// costs the process its release record (it keeps its exit figures), counted.
+#[inline(always)]
+fn end_tracked<const FETCH: bool>(
+    entry: *mut Tracked,
+    tgid: u32,
+    leader_start: u64,
+    sess: u16,
+    reaps: bool,
+) -> bool {
+    let mark = Tracked::ended_mark(leader_start);
+    if !reaps {
+        // No release record will ever take an ended entry away.
+        return TRACKED.remove(tgid).is_ok();
+    }
+    if FETCH {
+        // SAFETY: an aligned u64 of our own map value (the lookup checked the pointer).
+        if !unsafe { atomics::claim_u64(&raw mut (*entry).ended, mark) } {
+            return false;
+        }
+    } else {
+        if TRACKED.remove(tgid).is_err() {
+            return false;
+        }
+        let ended = Tracked {
+            mm: 0,
+            session: sess as u32,
+            _pad: 0,
+            ended: mark,
+        };
+        // BPF_NOEXIST: the pid is the zombie's until its release, so nothing else can have
+        // taken it meanwhile; a full map is the one failure.
+        if TRACKED.insert(tgid, ended, BPF_NOEXIST as u64).is_err() {
+            count(sess, stat::REAP_FULL);
+            return true;
+        }
+    }
+    session::ended(sess, 1);
+    true
 }
 
 /// The process's id in its own PID namespace: `leader->thread_pid->numbers[level].nr`.

@@ -78,12 +78,14 @@ fn clear_stale(child: &Task, ptgid: u32) -> Result<(), i32> {
 
 /// Removes `tgid`'s entry from `TRACKED` if there is one, counted as its session's
 /// `STALE_CLEARED`. The lookup comes first: a removal takes the bucket's lock, a miss does
-/// not.
+/// not. An entry of an ended process traces nothing and waits for that process's release
+/// record (the pid is free again one grace period before it, see reap.rs): it stays.
 #[inline(always)]
 fn forget_stale(tgid: u32) {
-    // SAFETY: the session is copied out.
-    let Some(sess) = (unsafe { TRACKED.get(tgid) }).map(|t| t.session as u16) else {
-        return;
+    // SAFETY: the value is copied out.
+    let sess = match unsafe { TRACKED.get(tgid) } {
+        Some(t) if t.ended == 0 => t.session as u16,
+        _ => return,
     };
     if TRACKED.remove(tgid).is_ok() {
         count(sess, stat::STALE_CLEARED);
@@ -103,6 +105,7 @@ fn track_child<const FETCH: bool>(child_tgid: u32, sess: u16) -> bool {
         mm: 0,
         session: sess as u32,
         _pad: 0,
+        ended: 0,
     };
     if TRACKED.insert(child_tgid, t, 0).is_err() {
         session::release(sess);

@@ -26,39 +26,61 @@
 
 use core::mem::MaybeUninit;
 
-use aya_ebpf::{helpers::bpf_ktime_get_ns, maps::HashMap, programs::RawTracePointContext};
-use spacetime_common::{flags, kind, mode, stat, ReapEvent, Reaping};
+use aya_ebpf::{helpers::bpf_ktime_get_ns, programs::RawTracePointContext};
+use spacetime_common::{flags, kind, mode, stat, ReapEvent, Tracked};
 
 use crate::{
-    conf, count, output,
+    conf, count, output, session,
     task::{header, read, read_or_zero, Task},
     zero::zeroed,
-    EXITED, REAPING,
+    EXITED, TRACKED,
 };
 
 /// `TASK_DEAD` in `task_struct.__state` (include/linux/sched.h; the same value since 4.14).
 pub const TASK_DEAD: u32 = 0x80;
 
-/// Processes waiting for their final figures: tree mode's traced ones, or system mode's.
+/// Process `tgid`, if its exit was seen and its final figures have not gone: its leader's
+/// start as [`Tracked::ended_mark`] makes it, and its session. Tree mode's wait in their
+/// `TRACKED` entries, system mode's in `EXITED`.
 #[inline(always)]
-fn waiting() -> &'static HashMap<u32, Reaping> {
+fn waiting(tgid: u32) -> Option<(u64, u16)> {
     if conf!(mode) == mode::TREE {
-        &REAPING
+        // SAFETY: the value is copied out.
+        match unsafe { TRACKED.get(tgid) } {
+            Some(t) if t.ended != 0 => Some((t.ended, t.session as u16)),
+            _ => None,
+        }
     } else {
-        &EXITED
+        // SAFETY: as above.
+        unsafe { EXITED.get(tgid) }
+            .map(|w| (Tracked::ended_mark(w.leader_start_ns), w.session as u16))
     }
+}
+
+/// Removes process `tgid`'s wait (found by [`waiting`]): whether this removal did, the one
+/// whose caller sends the record.
+#[inline(always)]
+fn take(tgid: u32, session: u16) -> bool {
+    if conf!(mode) != mode::TREE {
+        return EXITED.remove(tgid).is_ok();
+    }
+    if TRACKED.remove(tgid).is_err() {
+        return false;
+    }
+    session::ended(session, -1);
+    true
 }
 
 /// sched_switch of a dead task (`prev_state` was checked by the caller).
 pub fn try_dead_switch(ctx: &RawTracePointContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(1));
     let tgid = task.tgid()?;
-    // SAFETY: the value is copied out.
-    let Some(w) = (unsafe { waiting().get(tgid) }).copied() else {
+    let Some((mark, session)) = waiting(tgid) else {
         return Ok(());
     };
     let leader = read::<u64>(task.0, conf!(off.task_group_leader))?;
-    if read::<u64>(leader, conf!(off.task_start_time))? != w.leader_start_ns {
+    let leader_start_ns = read::<u64>(leader, conf!(off.task_start_time))?;
+    if Tracked::ended_mark(leader_start_ns) != mark {
         return Ok(());
     }
     let signal = task.signal()?;
@@ -76,7 +98,6 @@ pub fn try_dead_switch(ctx: &RawTracePointContext) -> Result<(), i32> {
         1 if switched_out(leader)? => leader,
         _ => return Ok(()),
     };
-    let session = w.session as u16;
     let mut slot = MaybeUninit::uninit();
     let ev: &mut ReapEvent = zeroed(&mut slot);
     ev.hdr.kind = kind::REAP;
@@ -85,7 +106,7 @@ pub fn try_dead_switch(ctx: &RawTracePointContext) -> Result<(), i32> {
     ev.hdr.ts_ns = unsafe { bpf_ktime_get_ns() };
     ev.hdr.tgid = tgid;
     ev.hdr.pid = tgid;
-    ev.hdr.leader_start_ns = w.leader_start_ns;
+    ev.hdr.leader_start_ns = leader_start_ns;
     let mut err = signal_figures(signal, ev);
     if unreleased != 0 {
         let (mut u, mut s, mut r) = (0u64, 0u64, 0u64);
@@ -101,7 +122,7 @@ pub fn try_dead_switch(ctx: &RawTracePointContext) -> Result<(), i32> {
         return Ok(());
     }
     // One record per process: the removal that succeeds sends it.
-    if waiting().remove(tgid).is_ok() {
+    if take(tgid, session) {
         output(ev, session);
     }
     Ok(())
@@ -149,12 +170,11 @@ pub fn try_process_free(ctx: &RawTracePointContext) -> Result<(), i32> {
     // The pid was freed a grace period ago: a new process may have it already, so the entry
     // goes only if it is this process's. No entry: its record went at a switch already, or
     // it is not a process whose exit was seen.
-    // SAFETY: the value is copied out.
-    let session = match unsafe { waiting().get(tgid) } {
-        Some(w) if w.leader_start_ns == start => w.session as u16,
+    let session = match waiting(tgid) {
+        Some((mark, session)) if mark == Tracked::ended_mark(start) => session,
         _ => return Ok(()),
     };
-    if waiting().remove(tgid).is_err() {
+    if !take(tgid, session) {
         return Ok(());
     }
     let mut slot = MaybeUninit::uninit();

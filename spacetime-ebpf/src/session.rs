@@ -39,3 +39,14 @@ pub fn release(session: u16) {
         unsafe { atomics::add(&raw mut (*count).forked, -1) };
     }
 }
+
+/// Counts `delta` processes of `session` whose exit was seen and whose release record has
+/// not gone ([`spacetime_common::SessionCount::ended`]): +1 when an exit marks its entry,
+/// -1 when the record's removal takes it.
+#[inline(always)]
+pub fn ended(session: u16, delta: i64) {
+    if let Some(count) = SESSIONS.get_ptr_mut(session as u32) {
+        // SAFETY: as in `admit`.
+        unsafe { atomics::add(&raw mut (*count).ended, delta) };
+    }
+}

@@ -87,8 +87,12 @@ pub fn traced(tgid: u32) -> Option<u16> {
     if conf!(mode) == mode::SYSTEM {
         return Some(0);
     }
-    // SAFETY: the session is copied out.
-    unsafe { TRACKED.get(tgid) }.map(|t| t.session as u16)
+    // SAFETY: the value is copied out. An entry whose exit was seen only waits for its
+    // release record (reap.rs): its process is traced no more.
+    match unsafe { TRACKED.get(tgid) } {
+        Some(t) if t.ended == 0 => Some(t.session as u16),
+        _ => None,
+    }
 }
 
 /// The header of a record about `task`, whose own ids are `tgid` and `pid` (`pid == tgid`

@@ -48,6 +48,7 @@ impl Atomics {
             "rss_exec" => "rss_exec_nofetch",
             "rss_stat" => "rss_stat_nofetch",
             "rss_exit" => "rss_exit_nofetch",
+            "sched_process_exit" => "sched_process_exit_nofetch",
             "exit_mm_release" => "exit_mm_release_nofetch",
             "exec_mm_release" => "exec_mm_release_nofetch",
             "adopt_mms" => "adopt_mms_nofetch",
@@ -166,8 +167,9 @@ mod tests {
         assert_eq!(Atomics::AddOnly.program("rss_stat"), "rss_stat_nofetch");
         assert_eq!(
             Atomics::AddOnly.program("sched_process_exit"),
-            "sched_process_exit"
+            "sched_process_exit_nofetch"
         );
+        assert_eq!(Atomics::AddOnly.program("dead_switch"), "dead_switch");
         assert_eq!(Atomics::Fetch.program("rss_stat"), "rss_stat");
         assert!(Atomics::Fetch.limits().is_none());
         let said = Atomics::AddOnly.limits().unwrap_or_default();
@@ -210,6 +212,7 @@ mod tests {
             "rss_exec",
             "rss_stat",
             "rss_exit",
+            "sched_process_exit",
             "exit_mm_release",
             "exec_mm_release",
             "adopt_mms",
@@ -225,12 +228,7 @@ mod tests {
                 "{program}: the scan found no fetch atomic"
             );
         }
-        for shared in [
-            "sched_process_exit",
-            "exec_args",
-            "dead_switch",
-            "sched_process_free",
-        ] {
+        for shared in ["exec_args", "dead_switch", "sched_process_free"] {
             assert_eq!(fetching(shared), 0, "{shared} is loaded on every kernel");
         }
     }

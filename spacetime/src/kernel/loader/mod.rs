@@ -25,15 +25,15 @@ const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 /// `exit_mm_release` program (preallocated: about 100 KiB).
 const EXIT_MEM_ENTRIES: u32 = 1024;
 
-/// Traced processes exited whose final CPU figures have not gone yet, at once (preallocated,
-/// about 300 KiB). An entry lives from the group exit to the last task's final switch,
-/// microseconds, or to the free (one RCU grace period: at 5 500 exits/s and up to 260 ms on a
-/// busy machine, 1 430). A process beyond it keeps its exit-time CPU figures
-/// (`cpu_final: false`, counted in `reap_full`). 16 384 cost 0.26 ms more to create.
-const REAPING_ENTRIES: u32 = 4096;
 /// System mode: processes exited and not yet freed, for the one group exit of each
 /// (allocated on use).
 const EXITED_ENTRIES: u32 = 16384;
+/// Tree mode: room in `TRACKED`, beside the processes running, for traced processes exited
+/// whose final CPU figures have not gone yet (their entries marked ended). One lives from the
+/// group exit to the last task's final switch, microseconds, or to the free (one RCU grace
+/// period: at 5 500 exits/s and up to 260 ms on a busy machine, 1 430). A process whose
+/// entry finds no room keeps its exit-time CPU figures (`cpu_final: false`, counted).
+const ENDED_ROOM: u32 = 4096;
 
 mod adopt;
 mod atomics;
@@ -347,11 +347,15 @@ fn create<'a>(
     ring: u32,
 ) -> Result<Ebpf, LoadError> {
     // System mode reads neither the tracking map nor the followed mms: one entry each
-    // instead of preallocating room for `max_tracked` processes.
-    let (per_process, exited) = if opts.mode == mode::TREE {
-        (opts.max_tracked.min(pid_max()).max(1), 1)
+    // instead of preallocating room for `max_tracked` processes. Tree mode: `TRACKED` holds
+    // the ended ones too; never more than pid_max, as its keys are pids.
+    let (per_process, tracked, exited) = if opts.mode == mode::TREE {
+        let pids = pid_max().max(1);
+        let running = opts.max_tracked.min(pids).max(1);
+        let with_ended = running.saturating_add(running.min(ENDED_ROOM));
+        (running, with_ended.min(pids), 1)
     } else {
-        (1, EXITED_ENTRIES)
+        (1, 1, EXITED_ENTRIES)
     };
     let exit_mem = match (resolved.exit_mem, resolved.group_dead_hook) {
         (MemHook::Fentry(_), _) | (_, Some(_)) => EXIT_MEM_ENTRIES,
@@ -363,10 +367,9 @@ fn create<'a>(
         .override_global("CONFIG", config, true)
         .override_global("FILTER", &opts.filter, true)
         .map_max_entries("EVENTS", ring)
-        .map_max_entries("TRACKED", per_process)
+        .map_max_entries("TRACKED", tracked)
         .map_max_entries("EXIT_MEM", exit_mem)
         .map_max_entries("MM_STATE", per_process)
-        .map_max_entries("REAPING", per_process.min(REAPING_ENTRIES))
         .map_max_entries("EXITED", exited)
         .load(OBJECT.ok_or(LoadError::NotBuilt)?)
         .map_err(map_load_error)
@@ -451,7 +454,12 @@ impl Probes {
         let logger = aya_log::EbpfLogger::init(&mut ebpf)
             .inspect_err(|e| log::debug!("kernel-side logging unavailable: {e}"))
             .ok();
-        let sessions = Sessions::take(&mut ebpf)?;
+        let mut sessions = Sessions::take(&mut ebpf)?;
+        if opts.mode == mode::TREE {
+            // `TRACKED` has room for ended processes beside `max_tracked` running ones: the
+            // running are held to it by session 0's limit (an agent sets each session's).
+            sessions.set_session_limit(0, opts.max_tracked)?;
+        }
         let rss = RssFollowing::take(&mut ebpf, rss_link, plan.atomics.program("rss_stat"))?;
         let own_pid = OwnPid::take(&mut ebpf)?;
         log::debug!("start-up: done at {:.1} ms", ms(started.elapsed()));

@@ -13,15 +13,17 @@ impl Sessions {
     /// to none. Programs loaded for one command or bench serve session 0 alone (an agent's
     /// sessions end one by one, `untrack_session`): resetting the other 63 cost two map
     /// writes and a read each, every run. Processes still running (a run stopped at its
-    /// root's exit) go on untraced. Returns how many processes were still tracked.
+    /// root's exit) go on untraced. Returns how many processes were still tracked (running:
+    /// an ended entry waiting for its release record is removed, not counted).
     pub(super) fn untrack_all(&mut self) -> Result<usize, LoadError> {
-        // Every process gone through its exit: nothing to walk the maps for.
+        // Every process gone through its exit: nothing to walk the maps for (an ended entry
+        // left goes with its release record, which a next run does not know and drops).
         let tracked = match self.holds_nothing(0)? {
             true => 0,
             false => {
-                let tracked = clear::<u32, Tracked>(&mut self.maps, "TRACKED")?;
+                let gone = clear::<u32, Tracked>(&mut self.maps, "TRACKED")?;
                 clear::<u64, MmState>(&mut self.maps, "MM_STATE")?;
-                tracked
+                gone.iter().filter(|t| t.ended == 0).count()
             }
         };
         self.zero_count(0)?;
@@ -29,15 +31,16 @@ impl Sessions {
     }
 }
 
-/// Removes every entry of a hash map; returns how many there were. An entry the kernel
-/// removes meanwhile (its process exited) is no error.
-fn clear<K: Pod, V: Pod>(ebpf: &mut Maps, name: &'static str) -> Result<usize, LoadError> {
+/// Removes every entry of a hash map; returns the values this removal took. An entry the
+/// kernel removes meanwhile (its process exited) is no error.
+fn clear<K: Pod, V: Pod>(ebpf: &mut Maps, name: &'static str) -> Result<Vec<V>, LoadError> {
     let map = ebpf.map_mut(name).ok_or(LoadError::MissingMap(name))?;
     let mut m: HashMap<_, K, V> =
         HashMap::try_from(map).map_err(|source| LoadError::Map { name, source })?;
-    let keys: Vec<K> = m.keys().filter_map(Result::ok).collect();
-    for k in &keys {
-        let _ = m.remove(k);
-    }
-    Ok(keys.len())
+    let found: Vec<(K, V)> = m.iter().filter_map(Result::ok).collect();
+    Ok(found
+        .into_iter()
+        .filter(|(k, _)| m.remove(k).is_ok())
+        .map(|(_, v)| v)
+        .collect())
 }

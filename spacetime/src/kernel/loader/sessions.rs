@@ -8,8 +8,7 @@ use aya::{
     Ebpf, Pod,
 };
 use spacetime_common::{
-    stat, MmState, Reaping, SessionCount, SessionLimit, SessionStats, Tracked, TreeRss,
-    MAX_SESSIONS,
+    stat, MmState, SessionCount, SessionLimit, SessionStats, Tracked, TreeRss, MAX_SESSIONS,
 };
 
 use super::{maps::Maps, possible_cpus, KernelCounters, LoadError};
@@ -94,7 +93,6 @@ impl Sessions {
             &[
                 "TRACKED",
                 "MM_STATE",
-                "REAPING",
                 "SESSIONS",
                 "SESSION_LIMITS",
                 "TREE_RSS",
@@ -119,6 +117,7 @@ impl Sessions {
             mm: 0,
             session: slot,
             _pad: 0,
+            ended: 0,
         };
         // BPF_NOEXIST: an entry a fork made has the mm the kernel already follows.
         match tracked.insert(tgid, t, 1) {
@@ -144,7 +143,10 @@ impl Sessions {
         const NAME: &str = "TRACKED";
         let mut tracked = hash_mut::<u32, Tracked>(&mut self.maps, NAME)?;
         let session = match tracked.get(&tgid, 0) {
-            Ok(t) => t.session as SessionId,
+            Ok(t) if t.ended == 0 => t.session as SessionId,
+            // Its exit was seen and gave its slot back: the entry traces nothing and goes
+            // with the process's release record.
+            Ok(_) => return Ok(()),
             Err(e) if is_enoent(&e) => return Ok(()),
             Err(source) => return Err(LoadError::Map { name: NAME, source }),
         };
@@ -157,27 +159,29 @@ impl Sessions {
     }
 
     /// Stops tracing every process of `session`: its entries in `TRACKED` first (repeated
-    /// while forks add children), then its followed mms and its processes waiting for their
-    /// free record. Processes still running go on untraced. Returns how many processes were
-    /// still tracked. Other sessions are untouched.
+    /// while forks add children), the entries of its processes waiting for their release
+    /// record with them, then its followed mms. Processes still running go on untraced.
+    /// Returns how many processes were still tracked. Other sessions are untouched.
     pub(super) fn untrack_session(&mut self, session: SessionId) -> Result<usize, LoadError> {
         let slot = index(session)?;
-        let removed = match self.holds_nothing(session)? {
+        let removed = match self.holds_nothing(session)? && self.ended_of(slot)? == 0 {
             true => 0,
             false => self.remove_tracked(slot)?,
         };
-        remove_where::<u32, Reaping>(&mut self.maps, "REAPING", |r| r.session == slot)?;
         self.zero_count(slot)?;
         Ok(removed)
     }
 
     /// Removes the session in `slot`'s entries from `TRACKED` (repeated while forks add
-    /// children), then its followed mms; returns how many processes were tracked.
+    /// children), then its followed mms; returns how many of them were processes still
+    /// running (not ended, see [`Tracked::ended`]).
     fn remove_tracked(&mut self, slot: u32) -> Result<usize, LoadError> {
         let mut removed = 0;
         for _ in 0..UNTRACK_PASSES {
-            let n = remove_where::<u32, Tracked>(&mut self.maps, "TRACKED", |t| t.session == slot)?;
-            removed += n;
+            let (n, running) =
+                remove_where::<u32, Tracked>(&mut self.maps, "TRACKED", |t| t.session == slot)
+                    .map(|gone| (gone.len(), gone.iter().filter(|t| t.ended == 0).count()))?;
+            removed += running;
             if n == 0 {
                 break;
             }
@@ -186,29 +190,42 @@ impl Sessions {
         Ok(removed)
     }
 
+    /// How many of the processes in `slot` wait for their release record, as the kernel
+    /// counts them (`SessionCount::ended`; not 0 means a walk may find some).
+    fn ended_of(&self, slot: u32) -> Result<i64, LoadError> {
+        Ok(array::<SessionCount>(&self.maps, "SESSIONS")?
+            .get(&slot, 0)
+            .map_err(map_err("SESSIONS"))?
+            .ended)
+    }
+
     /// The processes of `session` whose exit the kernel saw and whose final CPU record has
-    /// not gone yet (their `REAPING` entries): tgid and leader start.
+    /// not gone yet (their ended `TRACKED` entries): tgid and leader start, as
+    /// [`Tracked::ended_mark`] makes it. No walk when the kernel counts none.
     pub(super) fn awaiting_release(
         &self,
         session: SessionId,
     ) -> Result<Vec<(u32, u64)>, LoadError> {
         let slot = index(session)?;
-        let reaping = hash::<u32, Reaping>(&self.maps, "REAPING")?;
-        Ok(reaping
+        if self.ended_of(slot)? == 0 {
+            return Ok(Vec::new());
+        }
+        let tracked = hash::<u32, Tracked>(&self.maps, "TRACKED")?;
+        Ok(tracked
             .iter()
             .filter_map(Result::ok)
-            .filter(|(_, r)| r.session == slot)
-            .map(|(tgid, r)| (tgid, r.leader_start_ns))
+            .filter(|(_, t)| t.session == slot && t.ended != 0)
+            .map(|(tgid, t)| (tgid, t.ended))
             .collect())
     }
 
     /// Whether the process (`tgid`, its leader started at `start_ns`) still waits for its
     /// final CPU record (false when that cannot be read).
     pub(super) fn awaits_release(&self, tgid: u32, start_ns: u64) -> bool {
-        hash::<u32, Reaping>(&self.maps, "REAPING")
+        hash::<u32, Tracked>(&self.maps, "TRACKED")
             .ok()
             .and_then(|m| m.get(&tgid, 0).ok())
-            .is_some_and(|r| r.leader_start_ns == start_ns)
+            .is_some_and(|t| t.ended == Tracked::ended_mark(start_ns))
     }
 
     /// Sets `session`'s tree-wide RSS (sum, peak, its time), live process count and loss
@@ -290,11 +307,13 @@ impl Sessions {
         })
     }
 
-    /// Whether `tgid` is tracked now, and in which session.
+    /// Whether `tgid` is tracked now, and in which session (an entry whose exit was seen
+    /// tracks nothing: no).
     pub(super) fn tracked_in(&self, tgid: u32) -> Result<Option<SessionId>, LoadError> {
         const NAME: &str = "TRACKED";
         match hash::<u32, Tracked>(&self.maps, NAME)?.get(&tgid, 0) {
-            Ok(t) => Ok(Some(t.session as SessionId)),
+            Ok(t) if t.ended == 0 => Ok(Some(t.session as SessionId)),
+            Ok(_) => Ok(None),
             Err(e) if is_enoent(&e) => Ok(None),
             Err(source) => Err(LoadError::Map { name: NAME, source }),
         }
@@ -457,16 +476,17 @@ fn remove_where<K: Pod, V: Pod>(
     ebpf: &mut Maps,
     name: &'static str,
     matches: impl Fn(&V) -> bool,
-) -> Result<usize, LoadError> {
+) -> Result<Vec<V>, LoadError> {
     let mut m = hash_mut::<K, V>(ebpf, name)?;
-    let keys: Vec<K> = m
+    let found: Vec<(K, V)> = m
         .iter()
         .filter_map(Result::ok)
         .filter(|(_, v)| matches(v))
-        .map(|(k, _)| k)
         .collect();
-    for k in &keys {
-        let _ = m.remove(k);
-    }
-    Ok(keys.len())
+    // What this removal took (an entry the kernel removed first is not counted).
+    Ok(found
+        .into_iter()
+        .filter(|(k, _)| m.remove(k).is_ok())
+        .map(|(_, v)| v)
+        .collect())
 }

@@ -5,8 +5,8 @@
 //! A process's final CPU record goes at its last context switch, microseconds after its
 //! exit, or, when the switch cannot prove the figures final, one RCU grace period after its
 //! reap (12-22 ms idle, more under load). The client has reaped its processes before it asks
-//! to finish: processes of the session still waiting for that record (their `REAPING`
-//! entries) and already reaped are waited for here, the answer held back while the loop
+//! to finish: processes of the session still waiting for that record (their ended
+//! `TRACKED` entries) and already reaped are waited for here, the answer held back while the loop
 //! polls at [`FINISH_POLL`], for at most [`RELEASE_WAIT`], at most [`MAX_AWAITED`] processes,
 //! one map lookup a poll for those still waiting. A zombie not reaped (a process attached
 //! to, whose parent is not the client) is not waited for.
