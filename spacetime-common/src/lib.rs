@@ -123,8 +123,9 @@ pub mod stat {
     /// ([`super::KernelFilter`]): fork, exec (with its argv) and image-end records. Its exits
     /// still go, as bare [`super::flags::EXIT_FILTERED`] headers.
     pub const FILTERED: u32 = 3;
-    /// Processes whose group exit could not wait for their final CPU figures (the map of exited
-    /// processes was full): they keep their exit-time CPU figures.
+    /// Processes whose group exit could not wait for their final CPU figures (no room left to
+    /// keep them waiting: `EXITED` in system mode, `TRACKED` before 5.12): they keep their
+    /// exit-time CPU figures.
     pub const REAP_FULL: u32 = 4;
     /// Processes not traced because their session had as many live processes as its limit
     /// ([`super::SessionLimit`]); their fork records carry [`super::flags::FORK_UNTRACKED`].
