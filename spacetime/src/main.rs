@@ -196,7 +196,10 @@ fn written(r: std::io::Result<()>) -> i32 {
 mod musl_alloc {
     use std::{
         alloc::{GlobalAlloc, Layout, System},
-        sync::atomic::{AtomicBool, Ordering},
+        sync::{
+            atomic::{AtomicBool, Ordering},
+            Mutex,
+        },
     };
 
     /// What glibc's fixed M_MMAP_THRESHOLD is, and about musl's own.
@@ -204,7 +207,44 @@ mod musl_alloc {
 
     pub struct Split;
 
-    static SMALL: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+    static SMALL: Small = Small(Mutex::new(Heap(dlmalloc::Dlmalloc::new())));
+
+    /// dlmalloc's heap behind std's mutex. The crate's own global instance takes a pthread
+    /// mutex at every call, two calls into libc: a trace's client makes about 900
+    /// allocator calls, and the parse of its command line, about 300 of them, took 30.7 µs
+    /// with that lock against 23.3 with this one (the parse alone in a loop, warm).
+    struct Small(Mutex<Heap>);
+
+    struct Heap(dlmalloc::Dlmalloc);
+
+    // SAFETY: the heap's pointers are to memory it mapped itself, reached only under the
+    // mutex, from whichever thread holds it.
+    unsafe impl Send for Heap {}
+
+    impl Small {
+        fn with<R>(&self, f: impl FnOnce(&mut dlmalloc::Dlmalloc) -> R) -> R {
+            // A panic never unwinds out of `f` (dlmalloc does not panic): no heap is left
+            // half-changed behind a poisoned lock.
+            let mut heap = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut heap.0)
+        }
+
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            self.with(|h| h.malloc(layout.size(), layout.align()))
+        }
+
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            self.with(|h| h.calloc(layout.size(), layout.align()))
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            self.with(|h| h.free(ptr, layout.size(), layout.align()))
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            self.with(|h| h.realloc(ptr, layout.size(), layout.align(), new_size))
+        }
+    }
 
     /// Every block from musl: set once, before the first allocation, and never changed.
     static DAEMON: AtomicBool = AtomicBool::new(false);
