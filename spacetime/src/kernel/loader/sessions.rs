@@ -164,7 +164,9 @@ impl Sessions {
     /// Returns how many processes were still tracked. Other sessions are untouched.
     pub(super) fn untrack_session(&mut self, session: SessionId) -> Result<usize, LoadError> {
         let slot = index(session)?;
-        let removed = match self.holds_nothing(session)? && self.ended_of(slot)? == 0 {
+        // One read of the session's counts tells both: none running, none awaiting release.
+        let count = self.count_of(slot)?;
+        let removed = match self.live(slot, &count)? == 0 && count.ended == 0 {
             true => 0,
             false => self.remove_tracked(slot)?,
         };
@@ -193,10 +195,14 @@ impl Sessions {
     /// How many of the processes in `slot` wait for their release record, as the kernel
     /// counts them (`SessionCount::ended`; not 0 means a walk may find some).
     fn ended_of(&self, slot: u32) -> Result<i64, LoadError> {
-        Ok(array::<SessionCount>(&self.maps, "SESSIONS")?
+        Ok(self.count_of(slot)?.ended)
+    }
+
+    /// What the kernel counts of the session in `slot` (`SESSIONS`).
+    fn count_of(&self, slot: u32) -> Result<SessionCount, LoadError> {
+        array::<SessionCount>(&self.maps, "SESSIONS")?
             .get(&slot, 0)
-            .map_err(map_err("SESSIONS"))?
-            .ended)
+            .map_err(map_err("SESSIONS"))
     }
 
     /// The processes of `session` whose exit the kernel saw and whose final CPU record has
@@ -369,9 +375,12 @@ impl Sessions {
     /// Processes `session` has traced now, as its limit counts them.
     pub(super) fn live_processes_of(&self, session: SessionId) -> Result<i64, LoadError> {
         let slot = index(session)?;
-        let count = array::<SessionCount>(&self.maps, "SESSIONS")?
-            .get(&slot, 0)
-            .map_err(map_err("SESSIONS"))?;
+        self.live(slot, &self.count_of(slot)?)
+    }
+
+    /// The processes the session in `slot` has traced now, from its `count`: those forked
+    /// in the kernel and the roots userspace tracked.
+    fn live(&self, slot: u32, count: &SessionCount) -> Result<i64, LoadError> {
         let limit = match self.limits[slot as usize] {
             Some(l) => l,
             None => array::<SessionLimit>(&self.maps, "SESSION_LIMITS")?
