@@ -139,7 +139,8 @@ fn flush_held(st: &mut MmState) {
 /// exact at every change whatever ran on other CPUs; what is added to `total_pages` (and so
 /// to the tree's sum) is the difference from what it held. Two threads of one mm changing it
 /// at once can both add from the same old total: the tree's sum is then off until the mm's
-/// next change, which adds the difference back. Returns (delta, exact total).
+/// next change, which adds the difference back. Returns (delta, exact total): the caller
+/// adds the delta to the tree's sum, then to `total_pages`.
 #[inline(always)]
 fn recount(mm: u64, st: &mut MmState) -> Result<(i64, i64), i32> {
     let file = counter_pages(mm, conf!(off.rss_file_idx))?;
@@ -150,9 +151,6 @@ fn recount(mm: u64, st: &mut MmState) -> Result<(i64, i64), i32> {
         core::ptr::write_volatile(&raw mut st.rss_pages, [file, anon, shmem]);
         let total = file + anon + shmem;
         let delta = total - core::ptr::read_volatile(&raw const st.total_pages);
-        if delta != 0 {
-            atomics::add(&raw mut st.total_pages, delta);
-        }
         Ok((delta, total))
     }
 }
@@ -169,29 +167,39 @@ pub fn try_rss_stat<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(),
     let value = counter_pages(mm, member)?;
     // SAFETY: our own map value; concurrent updates of one mm go through the atomics.
     let st = unsafe { &mut *st };
-    let (delta, total) = if FETCH {
+    let (delta, counted) = if FETCH {
         // SAFETY: a valid pointer into that map value, swapped atomically.
         let old = unsafe { atomics::swap(&raw mut st.rss_pages[slot], value) };
-        let delta = value - old;
-        // SAFETY: as above, added to atomically.
-        (delta, unsafe {
-            atomics::add_and_read::<FETCH>(&raw mut st.total_pages, delta)
-        })
+        (value - old, 0)
     } else {
         recount(mm, st)?
     };
     if delta == 0 {
         return Ok(());
     }
+    // The tree's sum takes the change before the mm's total and peak show it: a run's end
+    // reads the mms, then the tree, so whatever of this mm it sees is in the tree's sum and
+    // peak already (tree_add's add is sequentially consistent with fetch atomics, see
+    // atomics.rs; before 5.12 x86 still keeps stores in order, arm64 does not promise it).
+    // The other way round, a process growing at the end showed a peak above the tree's (the
+    // emulated 6.1 guest, where a program runs long enough for the end's reads to fall inside).
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let (tree_pages, tree_peak) = tree_add::<FETCH>(st.session, delta, now, st.tgid);
+    let total = if FETCH {
+        // SAFETY: a valid pointer into that map value, added to atomically.
+        unsafe { atomics::add_and_read::<FETCH>(&raw mut st.total_pages, delta) }
+    } else {
+        // SAFETY: as above; the add is a plain one before 5.12 (see `recount`).
+        unsafe { atomics::add(&raw mut st.total_pages, delta) };
+        counted
+    };
     // The mm's own maximum: the exact peak of the image running on it (hiwater_rss is only
     // raised lazily, from the counters' approximate shared parts).
     let new_peak = total > st.peak_pages;
     if new_peak {
         st.peak_pages = total;
     }
-    // SAFETY: plain helper call.
-    let now = unsafe { bpf_ktime_get_ns() };
-    let (tree_pages, tree_peak) = tree_add::<FETCH>(st.session, delta, now, st.tgid);
     st.last_ns = now;
     st.last_tree_pages = tree_pages;
     // Points go at a bounded rate (a record per change would be one per page fault while
