@@ -607,3 +607,46 @@ fn socket_activation_serves_the_first_client() {
     assert_eq!(st.code(), Some(0), "the agent exits 0 on SIGTERM");
     assert!(socket.exists(), "a socket systemd made is left to it");
 }
+
+/// `/proc/PID/task/TID/stat`'s scheduling policy (field 41), read after the command name
+/// (which may hold spaces and parentheses).
+fn policy(stat: &str) -> u32 {
+    let after = &stat[stat.rfind(')').expect("a stat line names its command") + 2..];
+    after
+        .split(' ')
+        .nth(38)
+        .and_then(|f| f.parse().ok())
+        .unwrap_or_else(|| panic!("no policy field in {stat:?}"))
+}
+
+/// The agent runs as a batch task, every thread of it (each inherits the policy from the
+/// first): woken by a client, it waits for the client to block or its turn to end instead of
+/// preempting it, so a client's own work between two requests is not held up by the agent's.
+#[test]
+fn the_agent_runs_as_a_batch_task() {
+    const SCHED_BATCH: u32 = 3;
+    let agent = Agent::start("batch");
+    Trace::new([WL, "touch", "4"])
+        .through(&agent)
+        .tag("agent-batch")
+        .run()
+        .assert_code(0);
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", agent.pid()))
+        .unwrap_or_else(|e| panic!("the agent's threads: {e}"));
+    let mut seen = 0;
+    for task in tasks.map_while(Result::ok) {
+        let path = task.path().join("stat");
+        let Ok(stat) = std::fs::read_to_string(&path) else {
+            continue; // a thread that ended meanwhile
+        };
+        assert_eq!(
+            policy(&stat),
+            SCHED_BATCH,
+            "{} is not SCHED_BATCH: {stat}",
+            path.display()
+        );
+        seen += 1;
+    }
+    assert!(seen >= 1, "no thread of the agent was read");
+    agent.stop();
+}

@@ -7,9 +7,9 @@
 //! How: an unstripped link of the release build (same code, same symbol names), a uprobe on
 //! the entry of each of its functions, the traces run through an agent started from the
 //! shipped binary (another file, whose functions are not probed), and the first hit of each
-//! probe read back from a trace buffer of its own, in order; the functions that buffer had
-//! no room for (it fills with the calls of the first ones) follow, from the probes' hit
-//! counts.
+//! probe read back from a trace buffer of its own, in order; any function that ran but is
+//! missing from that buffer follows, from the probes' hit counts (a guard: in the recordings
+//! so far it added none).
 
 use std::{
     fs,
@@ -214,10 +214,12 @@ impl Probes {
         if order.is_empty() {
             bail!("no probe fired: {} has no events", trace.display());
         }
-        // The buffer keeps the oldest events: once a CPU's part is full (the allocator and
-        // memcpy fire at every call), what first runs later, the event loop's functions
-        // among them, is missing from it. The probes' hit counts name every function that
-        // ran: those the buffer missed follow, the most called first.
+        // A guard: the buffer keeps the oldest events, so a CPU's part that filled (the
+        // allocator and memcpy fire at every call) would miss what first runs later. The
+        // probes' hit counts name every function that ran: any the buffer missed follows,
+        // the most called first. (The event loop's functions were once missing for another
+        // reason: under the probes the command ended before the loop first waited, which
+        // the scenario whose command outlasts the start-up fixed; this guard added none.)
         let mut later: Vec<(usize, u64)> = self
             .hits(binary)?
             .into_iter()

@@ -212,8 +212,9 @@ pub fn markdown(b: &Bench) -> String {
          median over pairs of each pair's added wall or ratio, with the range of the pairs \
          (the tables below are repetitions of every runner in turn, the traces writing the \
          JSON report they read). The agent's CPU is counted in the tables' CPU. Per event: the costliest of the programs that \
-         run once per fork, exec or exit (or per dead task's last switch), as the median \
-         over repetitions of its ns per run, among those that ran at least 10 times a \
+         run once per fork, exec or exit (or per dead task's last switch), of every runner \
+         that loads its own (`trace`, `trace-nopss`, `watch`), as the median over \
+         repetitions of its ns per run, among those that ran at least 10 times a \
          repetition; one that ran fewer (its first run is cold: the one process of /bin/true \
          or touch) is shown beside, not counted."
     );

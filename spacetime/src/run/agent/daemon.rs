@@ -83,6 +83,11 @@ pub fn serve(args: &Config) -> anyhow::Result<()> {
         anyhow::bail!("the agent loads the kernel programs for every user: run it as root (with CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN and CAP_SYS_PTRACE)");
     }
     super::ready::check_capabilities()?;
+    // Before any thread, so that every thread inherits it: the agent's wake-ups do not
+    // preempt its clients (see `batch`). Without it the agent serves all the same.
+    if let Err(e) = crate::util::sched::batch() {
+        log::warn!("spacetime agent: SCHED_BATCH: {e}");
+    }
     let path = args
         .socket
         .clone()
