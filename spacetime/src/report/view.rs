@@ -143,11 +143,6 @@ impl<'a> ProcessReport<'a> {
         self.p()
     }
 
-    /// Where it is in the model's list.
-    pub(super) fn index(&self) -> usize {
-        self.index as usize
-    }
-
     fn scale(&self) -> Scale {
         self.set.scale
     }

@@ -356,9 +356,14 @@ impl Builder<'_> {
         begin
     }
 
-    fn process(&mut self, r: &ProcessReport, parent: Option<u64>, rank: i64, tl: &Timeline) {
+    /// The process at `place` in the report's order; its tracks are numbered by that place,
+    /// which the saved report keeps (the model's list is in the order the events came).
+    fn process(&mut self, r: &ProcessReport, place: usize, parent: Option<u64>, tl: &Timeline) {
         let p = r.model();
-        let uuid = process_track(r.index());
+        let uuid = process_track(place);
+        // Under a process, its counters come first (ranks 0 and 1); at the top, after the
+        // trace and the tree-wide counters (0 to 3).
+        let rank = 4 + place as i64;
         let name = format!("{} {}", p.pid, cut(&process_command(p), NAME_CHARS));
         self.descriptors.push(
             descriptor(uuid, parent, &name, Some(rank))
@@ -507,17 +512,12 @@ pub fn encode(report: &Report) -> Vec<Vec<u8>> {
     b.cpu_counter(opts.cpu);
 
     // Processes, nested as the report nests them (who forked whom: the summary's tree);
-    // siblings (and the top ones) in the report's order, of start. A process's tracks are
-    // numbered by its place in the model's list.
-    for (rank, r) in report.processes.iter().enumerate() {
-        let parent =
-            report.analysis.parents[rank].map(|pp| process_track(report.processes[pp].index()));
-        // Under a process, its counters come first (ranks 0 and 1); at the top, after the
-        // trace and the tree-wide counters (0 to 3).
-        b.process(r, parent, 4 + rank as i64, timeline);
+    // siblings (and the top ones) in the report's order, of start then pid. A process's
+    // tracks are numbered by its place in that order.
+    for (place, r) in report.processes.iter().enumerate() {
+        let parent = report.analysis.parents[place].map(process_track);
+        b.process(r, place, parent, timeline);
     }
-    let mut in_model_order: Vec<&ProcessReport> = report.processes.iter().collect();
-    in_model_order.sort_by_key(|r| r.index());
 
     let mut events = std::mem::take(&mut b.events);
     events.sort_by_key(|e| (e.ts, e.class));
@@ -538,7 +538,7 @@ pub fn encode(report: &Report) -> Vec<Vec<u8>> {
     out.push(clocks.into_bytes());
     let tree_packet = Msg::new().uint(field::PACKET_TIMESTAMP, 0).msg(
         field::PACKET_PROCESS_TREE,
-        process_tree(in_model_order.iter().map(|r| r.model())),
+        process_tree(report.processes.iter().map(|r| r.model())),
     );
     out.push(packet(tree_packet).into_bytes());
     for d in b.descriptors {
