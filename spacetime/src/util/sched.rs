@@ -15,10 +15,10 @@ pub fn batch() -> io::Result<()> {
     // The kernel's `struct sched_param` is one int, the priority (0 outside the real-time
     // policies); libc's musl one adds fields the kernel never reads.
     let priority: libc::c_int = 0;
-    // SAFETY: the system call reads one int of ours (its `struct sched_param`); pid 0 is this thread. musl's
-    // `sched_setscheduler` returns ENOSYS on purpose (POSIX's per-process meaning is not
-    // Linux's per-thread one), and rustix leaves it out for the same reason: the system call
-    // itself, whose per-thread meaning is the one wanted.
+    // SAFETY: the system call reads one int of ours (its `struct sched_param`); pid 0 is
+    // this thread. musl's `sched_setscheduler` returns ENOSYS on purpose (POSIX's
+    // per-process meaning is not Linux's per-thread one), and rustix leaves it out for the
+    // same reason: the system call itself, whose per-thread meaning is the one wanted.
     let r = unsafe {
         libc::syscall(
             libc::SYS_sched_setscheduler,
