@@ -13,7 +13,7 @@ use aya_ebpf::{
 use spacetime_common::{flags, kind, mode, stat, ExitEvent, Reaping, Tracked, TASK_COMM_LEN};
 
 use crate::{
-    atomics, conf, count, exit_mm, filter, mem, output, session,
+    atomics, conf, count, exit_mm, filter, mem, output, reap, session,
     task::{current_ids, read, read_or_zero, Task},
     zero, EXITED, EXIT_SCRATCH, TRACKED,
 };
@@ -140,7 +140,10 @@ fn exit<const FETCH: bool>(
         output(ev, sess);
         return Ok(());
     }
-    let group_dead = last && claim_group_exit::<FETCH>(entry, tgid, leader_start, sess);
+    let group_dead = last
+        && claim_group_exit::<FETCH>(entry, tgid, leader_start, sess, || {
+            ends_alone(task, leader, signal, tp_group_dead.is_some())
+        });
     if conf!(off.task_stime) == conf!(off.task_utime) + 8 {
         // Adjacent in every task_struct so far: one read (into no zeroed buffer, which
         // the compiler would clear with a memset call, see zero.rs).
@@ -210,13 +213,15 @@ fn traced_entry(tgid: u32) -> (Option<*mut Tracked>, Option<u16>) {
 /// its entry `ended` is the claim (`end_tracked`), its session's slot is given back, and the
 /// entry waits for the final CPU figures (reap.rs). System mode: inserting into `EXITED` is
 /// the claim; an entry of an earlier process with the same pid (whose free was not seen) is
-/// replaced.
+/// replaced. A process that ends `alone` (called in system mode only) needs no claim, and its
+/// release record no entry.
 #[inline(always)]
 fn claim_group_exit<const FETCH: bool>(
     entry: Option<*mut Tracked>,
     tgid: u32,
     leader_start: u64,
     sess: u16,
+    alone: impl FnOnce() -> bool,
 ) -> bool {
     // Kernels where reap.rs does not run (no sched_process_free) would never empty the maps.
     let reaps = conf!(off.signal_prev_utime) != 0;
@@ -230,7 +235,7 @@ fn claim_group_exit<const FETCH: bool>(
         session::release(sess);
         return true;
     }
-    if !reaps {
+    if !reaps || alone() {
         return true;
     }
     let waiting = Reaping {
@@ -256,6 +261,23 @@ fn claim_group_exit<const FETCH: bool>(
             true
         }
     }
+}
+
+/// Whether the process ends with its leader alone, no other thread left to release, and its
+/// release record needs no entry (reap.rs, `unclaimed`). Only where the exit knows for sure
+/// that it is the last (6.16+'s tracepoint says so; before, two threads exiting at once can
+/// both read themselves last, and the entry is what tells them apart). Nothing can add a
+/// thread to a process whose last thread exits.
+#[inline(always)]
+fn ends_alone(task: &Task, leader: u64, signal: u64, exact_last: bool) -> bool {
+    if !exact_last || !reap::unclaimed() || leader != task.0 {
+        return false;
+    }
+    if conf!(off.signal_nr_threads) == 0 {
+        return false;
+    }
+    let mut threads = 0i32;
+    read_or_zero(&mut threads, signal, conf!(off.signal_nr_threads)) == 0 && threads == 1
 }
 
 /// Marks the tree-mode process `tgid`'s entry ended (its leader started at `leader_start`):
@@ -319,6 +341,12 @@ fn ns_tgid(leader: u64, ev: &mut ExitEvent) {
     };
     // MAX_PID_NS_LEVEL is 32.
     if level > 32 {
+        return;
+    }
+    if level == 0 {
+        // The initial namespace's number is the tgid itself: one dependent read fewer.
+        ev.ns_tgid = ev.hdr.tgid;
+        ev.ns_level = 0;
         return;
     }
     let at = conf!(off.pid_numbers) as u64 + level as u64 * conf!(off.upid_size) as u64;

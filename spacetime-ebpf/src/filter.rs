@@ -79,6 +79,12 @@ pub fn tree_filter() -> bool {
     filt!(flags) & filter_flags::COUNT_UNTRACKED != 0
 }
 
+/// Whether there is no filter at all: every process is reported.
+#[inline(always)]
+pub fn none() -> bool {
+    filt!(flags) == 0
+}
+
 /// Whether the filter has uid or cgroup tests.
 #[inline(always)]
 pub fn active() -> u32 {

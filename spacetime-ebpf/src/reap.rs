@@ -16,10 +16,12 @@
 //! still switching out on another CPU, a ptraced thread not yet released) waits for
 //! `sched_process_free` of the leader instead: one RCU grace period after its release, when
 //! everything is in the signal struct. The first of the two to remove the process's entry
-//! sends the one record.
+//! sends the one record. In system mode with no filter, a process whose leader ends alone has
+//! no entry: the leader's final switch sends it, or adds the entry for the free when it cannot
+//! (see `unclaimed`).
 //!
 //! Call order (kernel/exit.c, 6.1 to 6.18): the last thread's `sched_process_exit` (which
-//! adds the entry); each non-leader thread is released in its own `exit_notify()` (unless
+//! adds the entry, but for `unclaimed` processes); each non-leader thread is released in its own `exit_notify()` (unless
 //! ptraced), then switches out for the last time; the leader is released by its parent's
 //! `wait_task_zombie()` (after `getrusage()` ran `cputime_adjust()`) or by autoreap; one RCU
 //! grace period after both its release and its final switch, `sched_process_free` fires.
@@ -27,10 +29,10 @@
 use core::mem::MaybeUninit;
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, programs::RawTracePointContext};
-use spacetime_common::{flags, kind, mode, stat, ReapEvent, Tracked};
+use spacetime_common::{flags, kind, mode, stat, ReapEvent, Reaping, Tracked};
 
 use crate::{
-    conf, count, output, session,
+    conf, count, filter, output, session,
     task::{header, read, read_or_zero, Task},
     zero::zeroed,
     EXITED, TRACKED,
@@ -71,42 +73,90 @@ fn take(tgid: u32, session: u16) -> bool {
     true
 }
 
+/// System mode with no filter: a process that ends with its leader alone needs no entry for
+/// its record to go once. Its exit adds none (exit.rs, `ends_alone`), and its leader's final
+/// switch sends the record unclaimed: no other thread is left to switch after it. A leader
+/// switching with no entry and nothing unreleased but itself was alone: another thread that
+/// took the process's entry did so after the leader had switched out (`switched_out`). One
+/// case sends twice: a process of threads whose leader its parent reaped before the leader's
+/// final switch, with a released thread's switch taking the entry in between; both records
+/// carry final figures, and userspace keeps the first. Filtered watches keep their entries: a
+/// release record goes only for a process whose exit passed the filter.
+#[inline(always)]
+pub fn unclaimed() -> bool {
+    conf!(mode) == mode::SYSTEM && filter::none()
+}
+
 /// sched_switch of a dead task (`prev_state` was checked by the caller).
 pub fn try_dead_switch(ctx: &RawTracePointContext) -> Result<(), i32> {
     let task = Task(ctx.arg::<u64>(1));
     let tgid = task.tgid()?;
-    let Some((mark, session)) = waiting(tgid) else {
-        return Ok(());
-    };
-    let leader = read::<u64>(task.0, conf!(off.task_group_leader))?;
-    let leader_start_ns = read::<u64>(leader, conf!(off.task_start_time))?;
-    if Tracked::ended_mark(leader_start_ns) != mark {
+    let entry = waiting(tgid);
+    if entry.is_none() && !unclaimed() {
         return Ok(());
     }
+    let leader = read::<u64>(task.0, conf!(off.task_group_leader))?;
+    let leader_start_ns = read::<u64>(leader, conf!(off.task_start_time))?;
     let signal = task.signal()?;
+    // Some: the entry to take; None: the leader's own switch, unclaimed.
+    let session = match entry {
+        Some((mark, session)) if mark == Tracked::ended_mark(leader_start_ns) => Some(session),
+        // No entry, or an earlier process's with the same pid (whose free was not seen). The
+        // leader alone: nothing left unreleased but itself, so no thread can be added either
+        // (a leader that exits before its threads switches out dead with them still there).
+        _ if unclaimed()
+            && leader == task.0
+            && read::<i32>(signal, conf!(off.signal_nr_threads))? <= 1 =>
+        {
+            None
+        }
+        _ => return Ok(()),
+    };
+    let mut slot = MaybeUninit::uninit();
+    let ev: &mut ReapEvent = zeroed(&mut slot);
+    ev.hdr.kind = kind::REAP;
+    ev.hdr.session = session.unwrap_or(0);
+    // SAFETY: plain helper call.
+    ev.hdr.ts_ns = unsafe { bpf_ktime_get_ns() };
+    ev.hdr.tgid = tgid;
+    ev.hdr.pid = tgid;
+    ev.hdr.leader_start_ns = leader_start_ns;
+    // A read that failed leaves the record to the free, as figures that moved do.
+    let fin = final_figures(&task, leader, signal, ev).unwrap_or(false);
+    match (fin, session) {
+        (true, Some(session)) => {
+            // One record per process: the removal that succeeds sends it.
+            if take(tgid, session) {
+                output(ev, session);
+            }
+        }
+        (true, None) => output(ev, 0),
+        // Moving or unreadable: the free will read it whole (its entry waits for it).
+        (false, Some(_)) => {}
+        (false, None) => wait_for_free(tgid, leader_start_ns),
+    }
+    Ok(())
+}
+
+/// The process's final CPU figures into `ev` at a dead task's switch, if they are final and
+/// were read whole.
+#[inline(always)]
+fn final_figures(task: &Task, leader: u64, signal: u64, ev: &mut ReapEvent) -> Result<bool, i32> {
     // The signal struct's sums change only under `stats_lock` (a release adds a thread's
     // figures and decrements nr_threads there): read between two equal, even sequences.
     let seq = read::<u32>(signal, conf!(off.signal_stats_seq))?;
     if seq & 1 != 0 {
-        return Ok(());
+        return Ok(false);
     }
     let unreleased = match read::<i32>(signal, conf!(off.signal_nr_threads))? {
         // The leader was released already (its parent reaped it before this switch).
         0 => 0,
         1 if leader == task.0 => leader,
         // This thread was released; the leader left must have switched out for good.
+        // (Never an unclaimed switch: that one is the leader's.)
         1 if switched_out(leader)? => leader,
-        _ => return Ok(()),
+        _ => return Ok(false),
     };
-    let mut slot = MaybeUninit::uninit();
-    let ev: &mut ReapEvent = zeroed(&mut slot);
-    ev.hdr.kind = kind::REAP;
-    ev.hdr.session = session;
-    // SAFETY: plain helper call.
-    ev.hdr.ts_ns = unsafe { bpf_ktime_get_ns() };
-    ev.hdr.tgid = tgid;
-    ev.hdr.pid = tgid;
-    ev.hdr.leader_start_ns = leader_start_ns;
     let mut err = signal_figures(signal, ev);
     if unreleased != 0 {
         let (mut u, mut s, mut r) = (0u64, 0u64, 0u64);
@@ -117,15 +167,21 @@ pub fn try_dead_switch(ctx: &RawTracePointContext) -> Result<(), i32> {
         ev.stime_ns += s;
         ev.rtime_ns += r;
     }
-    if err != 0 || read::<u32>(signal, conf!(off.signal_stats_seq))? != seq {
-        // Moving or unreadable: the free will read it whole.
-        return Ok(());
+    Ok(err == 0 && read::<u32>(signal, conf!(off.signal_stats_seq))? == seq)
+}
+
+/// An unclaimed process whose figures were moving at its leader's switch: an entry for its
+/// free to send the record (system mode: session 0). A full map loses the record, counted.
+#[inline(always)]
+fn wait_for_free(tgid: u32, leader_start_ns: u64) {
+    let waiting = Reaping {
+        leader_start_ns,
+        session: 0,
+        _pad: 0,
+    };
+    if EXITED.insert(tgid, waiting, 0).is_err() {
+        count(0, stat::REAP_FULL);
     }
-    // One record per process: the removal that succeeds sends it.
-    if take(tgid, session) {
-        output(ev, session);
-    }
-    Ok(())
 }
 
 /// Whether a dead task has done its final switch: `TASK_DEAD` and off its CPU.

@@ -211,19 +211,33 @@ fn a_loop_of_short_processes_sums_to_wait4() {
 
 #[test]
 fn watch_reports_short_exits_with_wait4_cpu() {
+    let spins = ["0", "0", "0", "0", "0", "200", "0", "0"];
+    watch_matches_wait4("rusage", &spins);
+}
+
+/// Processes of threads, each shape of their end (the leader last with its group, the leader
+/// first, the threads joined): each release record comes once and in time, whether its
+/// process needed an entry to claim it or not.
+#[test]
+fn watch_reports_threaded_exits_with_wait4_cpu() {
+    watch_matches_wait4("rusage-threads", &["3000"]);
+}
+
+/// Runs `st-workload KIND ARGS… TOKEN` beside a watch: every child it reaped has its row,
+/// with the CPU time its wait4 returned (final, not the exit-time figure).
+fn watch_matches_wait4(kind: &str, args: &[&str]) {
     let tok = token("cpu");
     let dir = TempDir::new("cpu-watch");
     let truth = dir.path().join("truth.jsonl");
     let w = Watch::new().flag("--json").start();
-    let spins = ["0", "0", "0", "0", "0", "200", "0", "0"];
     let status = Command::new(WL)
-        .arg("rusage")
-        .args(spins)
+        .arg(kind)
+        .args(args)
         .arg(&tok)
         .env("ST_TRUTH", &truth)
         .status()
         .expect("run st-workload");
-    assert!(status.success(), "st-workload rusage: {status}");
+    assert!(status.success(), "st-workload {kind}: {status}");
     let text = std::fs::read_to_string(&truth).expect("truth file");
     let t: Value =
         serde_json::from_str(text.lines().next().expect("a truth line")).expect("truth JSON");
@@ -245,13 +259,17 @@ fn watch_reports_short_exits_with_wait4_cpu() {
         let row = rows
             .iter()
             .find(|r| r["pid"].as_i64() == Some(*pid))
-            .unwrap_or_else(|| panic!("pid {pid} not reported\n{}", out.context()));
-        assert_eq!(row["cpu_final"], Value::Bool(true), "pid {pid}: {row}");
+            .unwrap_or_else(|| panic!("{kind}: pid {pid} not reported\n{}", out.context()));
+        assert_eq!(
+            row["cpu_final"],
+            Value::Bool(true),
+            "{kind}: pid {pid}: {row}"
+        );
         let got = (us(row, "user_ns"), us(row, "sys_ns"));
         // 0 where wait4 says 0 (a kernel whose scheduler clock counts in jiffies: see
         // each_process_cpu_is_what_wait4_returned), never where it does not.
         assert_wait4(
-            &format!("watch pid {pid}: {row}"),
+            &format!("watch {kind} pid {pid}: {row}"),
             got,
             (user[i], sys[i]),
             reaped[i],
