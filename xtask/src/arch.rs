@@ -33,6 +33,9 @@ pub enum Arch {
     Arm64,
 }
 
+/// The aarch64 static build's linker off an arm64 host: Debian's package and its command.
+const CROSS_LINKER: (&str, &str) = ("gcc-aarch64-linux-gnu", "aarch64-linux-gnu-gcc");
+
 impl Arch {
     /// Debian's name (package architectures, kernel flavours).
     pub fn debian(self) -> &'static str {
@@ -106,19 +109,25 @@ impl Arch {
             c.args(["--config", "profile.release.package.spacetime.opt-level=0"]);
         }
         for &arch in archs {
-            toolchain::ensure_rust_target(arch.musl())?;
+            arch.ensure_tools()?;
             if arch == Arch::Arm64 && !arch.is_host() {
-                toolchain::apt_install(
-                    &["gcc-aarch64-linux-gnu"],
-                    "the linker of the aarch64 static build",
-                )?;
                 c.env(
                     "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER",
-                    "aarch64-linux-gnu-gcc",
+                    CROSS_LINKER.1,
                 );
             }
         }
         Ok(c)
+    }
+
+    /// Installs what a static build for this architecture needs and is missing: its Rust
+    /// target, and off an arm64 host Debian's cross linker.
+    pub fn ensure_tools(self) -> Result<()> {
+        toolchain::ensure_rust_target(self.musl())?;
+        if self == Arch::Arm64 && !self.is_host() {
+            toolchain::apt_install(&[CROSS_LINKER.0], "the linker of the aarch64 static build")?;
+        }
+        Ok(())
     }
 
     /// The ELF machine of `elf`'s header, if it is an ELF file.

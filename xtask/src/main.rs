@@ -34,7 +34,12 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Install what the build needs and is missing (nightly rust-src, bpf-linker on LLVM 22)
-    Setup,
+    Setup {
+        /// Then what packaging needs and is missing: cargo-deb and lintian (`deb`), the
+        /// aarch64 target and its cross linker (`dist --target aarch64-unknown-linux-musl`)
+        #[arg(long)]
+        packaging: bool,
+    },
     /// Build the eBPF object and the release binary that embeds it
     Build,
     /// Build, then install the binary, its shell completions and manual page, the licences
@@ -287,7 +292,13 @@ pub fn is_root() -> bool {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
-        Cmd::Setup => toolchain::ensure(),
+        Cmd::Setup { packaging } => {
+            toolchain::ensure()?;
+            match packaging {
+                true => package::ensure_tools(),
+                false => Ok(()),
+            }
+        }
         Cmd::Build => build(),
         Cmd::Install(opts) => install::install(opts),
         Cmd::Deb(opts) => package::deb(opts),

@@ -176,11 +176,23 @@ const LINTIAN_EXPLAINED: [(&str, &str); 6] = [
     ),
 ];
 
-fn lintian(deb: &Path) -> Result<()> {
+fn ensure_lintian() -> Result<()> {
     toolchain::apt_install(
         &["lintian"],
         "`cargo xtask deb` checks the package with lintian",
-    )?;
+    )
+}
+
+/// Installs what packaging needs and is missing: cargo-deb and lintian for `deb`, the aarch64
+/// target and its linker for `dist --target aarch64-unknown-linux-musl`.
+pub fn ensure_tools() -> Result<()> {
+    ensure_lintian()?;
+    Arch::Arm64.ensure_tools()?;
+    ensure_cargo_deb()
+}
+
+fn lintian(deb: &Path) -> Result<()> {
+    ensure_lintian()?;
     let out = Command::new("lintian")
         .args(["--no-tag-display-limit", "--display-info"])
         .arg(deb)
