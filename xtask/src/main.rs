@@ -35,7 +35,7 @@ struct Cli {
 enum Cmd {
     /// Install what the build needs and is missing (nightly rust-src, bpf-linker on LLVM 22)
     Setup {
-        /// Then what packaging needs and is missing: cargo-deb and lintian (`deb`), the
+        /// Then what packaging needs and is missing: lintian (`deb`), the
         /// aarch64 target and its cross linker (`dist --target aarch64-unknown-linux-musl`)
         #[arg(long)]
         packaging: bool,
@@ -45,8 +45,8 @@ enum Cmd {
     /// Build, then install the binary, its shell completions and manual page, the licences
     /// and a hardened systemd unit for `spacetime watch --metrics` (PREFIX/lib/systemd/system)
     Install(install::Options),
-    /// Build the Debian package (target/debian/spacetime_*.deb) with cargo-deb, installed once
-    /// if missing, and check it with lintian
+    /// Build the Debian package (target/debian/spacetime_*.deb) with dpkg-deb, and check it
+    /// with lintian
     Deb(package::DebOptions),
     /// Build the static (musl) binary and a tarball with it, its completions, manual page,
     /// units and licences (target/dist/)

@@ -1,5 +1,5 @@
-//! `cargo xtask deb`: a Debian package with cargo-deb (installed once if missing), checked with
-//! lintian; `cargo xtask deb --check`: that package installed with apt-get on this machine, a
+//! `cargo xtask deb`: a Debian package built by dpkg-deb from the staged files, a control
+//! file filled in from dist/debian/control and Cargo.toml, and md5sums, checked with lintian; `cargo xtask deb --check`: that package installed with apt-get on this machine, a
 //! command traced with it, the agent started through its socket unit (systemd) or as the unit
 //! would run it (no systemd), an unprivileged user tracing through it, then the package purged
 //! and nothing of it left. `cargo xtask dist`: a static (musl) binary in a tarball with the
@@ -20,36 +20,12 @@ use crate::{
     root, run, target_dir, toolchain,
 };
 
-/// The cargo-deb release `cargo xtask deb` installs when none is there (builds with Rust 1.95
-/// in about a minute on two cores).
-const CARGO_DEB_VERSION: &str = "3.8.0";
-
 #[derive(Debug, clap::Args)]
 pub struct DebOptions {
     /// Then install it with apt-get, trace with it (as root and as nobody through the
     /// socket-activated agent), purge it and check nothing is left (root; what CI runs)
     #[arg(long)]
     check: bool,
-}
-
-fn ensure_cargo_deb() -> Result<()> {
-    let ok = Command::new("cargo")
-        .args(["deb", "--version"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        return Ok(());
-    }
-    eprintln!("xtask: installing cargo-deb {CARGO_DEB_VERSION} (builds the Debian package; about a minute, once)");
-    run(Command::new("cargo").args([
-        "install",
-        "cargo-deb",
-        "--locked",
-        "--version",
-        CARGO_DEB_VERSION,
-    ]))
 }
 
 /// Stages the files with `install --prefix /usr --destdir DIR` from `bin`; `writer`, when
@@ -64,35 +40,38 @@ fn stage(dir: &Path, bin: &Path, writer: Option<&Path>) -> Result<()> {
     })
 }
 
-/// Builds the package; returns its path.
+/// Builds the package with dpkg-deb and checks it with lintian; with `--check`, installs it.
 pub fn deb(opts: DebOptions) -> Result<()> {
     crate::build()?;
-    ensure_cargo_deb()?;
-    let staged = target_dir().join("release/deb-root");
-    stage(&staged, &crate::spacetime_bin(), None)?;
-    changelog(&staged.join("usr/share/doc/spacetime"))?;
-    // cargo-deb compresses no file under target/release (it takes them for build products).
-    let man = staged.join("usr/share/man/man1");
+    let meta = Meta::read()?;
+    let tree = target_dir().join("release/deb-root");
+    stage(&tree, &crate::spacetime_bin(), None)?;
+    let doc = tree.join("usr/share/doc/spacetime");
+    changelog(&doc, &meta)?;
+    // The licences' text is in the copyright file: the files themselves stay out of the
+    // package (lintian: extra-license-file).
+    for licence in ["LICENSE-MIT", "LICENSE-APACHE"] {
+        let _ = fs::remove_file(doc.join(licence));
+    }
+    copy(
+        &root().join("dist/debian/copyright"),
+        &doc.join("copyright"),
+    )?;
+    let man = tree.join("usr/share/man/man1");
     for page in fs::read_dir(&man).with_context(|| format!("reading {}", man.display()))? {
         run(Command::new("gzip").arg("-9n").arg(page?.path()))?;
     }
-    let out = Command::new("cargo")
-        .current_dir(root())
-        .args(["deb", "-p", "spacetime", "--no-build", "--no-strip"])
-        .output()
-        .context("running cargo deb")?;
-    let said = String::from_utf8_lossy(&out.stderr);
-    eprint!("{said}");
-    if !out.status.success() {
-        bail!("cargo deb failed with {}", out.status);
-    }
-    // A warning names a cause to fix (an asset it misreads, a field it guesses).
-    if said.lines().any(|l| l.starts_with("warning:")) {
-        bail!("cargo deb warned (above): the package's configuration needs fixing");
-    }
-    let deb = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let arch = toolchain::output(Command::new("dpkg").arg("--print-architecture"));
+    control(&tree, &meta, arch.trim())?;
+    let out = target_dir().join("debian");
+    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let deb = out.join(format!("spacetime_{}-1_{}.deb", meta.version, arch.trim()));
+    run(Command::new("dpkg-deb")
+        .args(["--root-owner-group", "-Zxz", "--build"])
+        .arg(&tree)
+        .arg(&deb))?;
     let size = fs::metadata(&deb)
-        .with_context(|| format!("cargo deb wrote no {}", deb.display()))?
+        .with_context(|| format!("dpkg-deb wrote no {}", deb.display()))?
         .len();
     eprintln!(
         "xtask: {} ({:.1} MiB)",
@@ -106,38 +85,92 @@ pub fn deb(opts: DebOptions) -> Result<()> {
     Ok(())
 }
 
-/// The maintainers as Cargo.toml names them (the first of the workspace's `authors`), what
-/// cargo-deb puts in the Maintainer field.
-fn maintainer() -> Result<String> {
-    let out = Command::new("cargo")
-        .current_dir(root())
-        .args(["metadata", "--no-deps", "--format-version", "1"])
-        .output()
-        .context("running cargo metadata")?;
-    if !out.status.success() {
-        bail!(
-            "cargo metadata failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+fn copy(from: &Path, to: &Path) -> Result<()> {
+    fs::copy(from, to)
+        .map(drop)
+        .with_context(|| format!("copying {} to {}", from.display(), to.display()))
+}
+
+/// TREE/DEBIAN: dist/debian/control filled in, the maintainer scripts, and the md5sums of
+/// every file, as dpkg-deb wants them.
+fn control(tree: &Path, meta: &Meta, arch: &str) -> Result<()> {
+    let dir = tree.join("DEBIAN");
+    if dir.exists() {
+        fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
     }
-    let meta: serde_json::Value =
-        serde_json::from_slice(&out.stdout).context("cargo metadata's JSON")?;
-    meta["packages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|p| p["name"] == "spacetime")
-        .and_then(|p| p["authors"][0].as_str())
-        .map(String::from)
-        .context("spacetime/Cargo.toml names no authors (the package's maintainer)")
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Installed-Size, in KiB: what `du` counts of the files (before DEBIAN holds anything).
+    let du = toolchain::output(Command::new("du").args(["-sk"]).arg(tree));
+    let size = du.split_whitespace().next().unwrap_or("0").to_string();
+    let template = fs::read_to_string(root().join("dist/debian/control"))
+        .context("reading dist/debian/control")?;
+    let text = template
+        .replace("@VERSION@", &meta.version)
+        .replace("@ARCH@", arch)
+        .replace("@MAINTAINER@", &meta.maintainer)
+        .replace("@SIZE@", &size);
+    fs::write(dir.join("control"), text).context("writing DEBIAN/control")?;
+    for script in ["postinst", "prerm", "postrm"] {
+        copy(&root().join("dist/debian").join(script), &dir.join(script))?;
+    }
+    // Paths relative to the root, as dpkg --verify reads them.
+    let sums = Command::new("sh")
+        .current_dir(tree)
+        .args(["-c", "find usr -type f -print0 | sort -z | xargs -0 md5sum"])
+        .output()
+        .context("running md5sum")?;
+    if !sums.status.success() {
+        bail!("md5sum failed: {}", String::from_utf8_lossy(&sums.stderr));
+    }
+    fs::write(dir.join("md5sums"), sums.stdout).context("writing DEBIAN/md5sums")
+}
+
+/// What the package says of itself that Cargo.toml holds: the version, and the maintainers
+/// (the first of the workspace's `authors`).
+struct Meta {
+    version: String,
+    maintainer: String,
+}
+
+impl Meta {
+    fn read() -> Result<Meta> {
+        let out = Command::new("cargo")
+            .current_dir(root())
+            .args(["metadata", "--no-deps", "--format-version", "1"])
+            .output()
+            .context("running cargo metadata")?;
+        if !out.status.success() {
+            bail!(
+                "cargo metadata failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let meta: serde_json::Value =
+            serde_json::from_slice(&out.stdout).context("cargo metadata's JSON")?;
+        let p = meta["packages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"] == "spacetime")
+            .context("cargo metadata lists no spacetime package")?;
+        let field = |v: &serde_json::Value, what: &str| {
+            v.as_str()
+                .map(String::from)
+                .with_context(|| format!("spacetime/Cargo.toml has no {what}"))
+        };
+        Ok(Meta {
+            version: field(&p["version"], "version")?,
+            maintainer: field(&p["authors"][0], "authors (the package's maintainer)")?,
+        })
+    }
 }
 
 /// DIR/changelog.Debian.gz: dist/debian/changelog with the maintainer filled in, compressed
 /// as Debian wants it (gzip -9n: no name, no date, the same bytes every time).
-fn changelog(dir: &Path) -> Result<()> {
+fn changelog(dir: &Path, meta: &Meta) -> Result<()> {
     let template = fs::read_to_string(root().join("dist/debian/changelog"))
         .context("reading dist/debian/changelog")?;
-    let text = template.replace("@MAINTAINER@", &maintainer()?);
+    let text = template.replace("@MAINTAINER@", &meta.maintainer);
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let plain = dir.join("changelog.Debian");
     fs::write(&plain, text).with_context(|| format!("writing {}", plain.display()))?;
@@ -146,7 +179,7 @@ fn changelog(dir: &Path) -> Result<()> {
 }
 
 /// Tags lintian reports, each with why it stays; any other tag fails the build.
-const LINTIAN_EXPLAINED: [(&str, &str); 6] = [
+const LINTIAN_EXPLAINED: [(&str, &str); 4] = [
     (
         "initial-upload-closes-no-bugs",
         "installed directly, not uploaded to Debian: there is no ITP bug to close",
@@ -156,18 +189,9 @@ const LINTIAN_EXPLAINED: [(&str, &str); 6] = [
         ".comment names the compilers (a few hundred bytes); symbols and debug info are stripped",
     ),
     (
-        "empty-field",
-        "the Depends that cargo-deb writes empty: a static binary depends on no package \
-         (user names come from getent, in libc-bin, which is Essential)",
-    ),
-    (
         "shared-library-lacks-prerequisites",
         "the binary is a static PIE (an ELF shared object with no dynamic loader and nothing \
          NEEDED), which lintian takes for a library: it loads none",
-    ),
-    (
-        "no-md5sums-control-file",
-        "cargo-deb writes none (dpkg --verify cannot check the files; install and purge are unaffected)",
     ),
     (
         "package-supports-alternative-init-but-no-init.d-script",
@@ -183,12 +207,11 @@ fn ensure_lintian() -> Result<()> {
     )
 }
 
-/// Installs what packaging needs and is missing: cargo-deb and lintian for `deb`, the aarch64
+/// Installs what packaging needs and is missing: lintian for `deb`, the aarch64
 /// target and its linker for `dist --target aarch64-unknown-linux-musl`.
 pub fn ensure_tools() -> Result<()> {
     ensure_lintian()?;
-    Arch::Arm64.ensure_tools()?;
-    ensure_cargo_deb()
+    Arch::Arm64.ensure_tools()
 }
 
 fn lintian(deb: &Path) -> Result<()> {

@@ -118,6 +118,23 @@ fn package_files(deb: &Path) -> Result<Vec<String>> {
         .collect())
 }
 
+/// `dpkg --verify`: every installed file as the package's md5sums say.
+fn verify() -> Result<()> {
+    let out = Command::new("dpkg")
+        .args(["--verify", "spacetime"])
+        .output()
+        .context("running dpkg --verify")?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || !said.trim().is_empty() {
+        bail!(
+            "dpkg --verify spacetime: {said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    eprintln!("xtask: dpkg --verify finds every file as the package's md5sums say");
+    Ok(())
+}
+
 pub fn check(deb: &Path) -> Result<()> {
     if !crate::is_root() {
         bail!("the package check installs the package: run it as root");
@@ -158,6 +175,7 @@ fn install_and_trace(deb: &Path, dir: &Path) -> Result<()> {
     if !systemd && !warned {
         bail!("apt-get install said nothing of the agent's socket, which cannot listen without systemd");
     }
+    verify()?;
     manual_pages()?;
     let own = trace(None, Path::new("/nonexistent/agent.sock"), dir)?;
     if own != "own" {

@@ -23,7 +23,8 @@ fn quiet_ok(cmd: &mut Command) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn output(cmd: &mut Command) -> String {
+/// What `cmd` printed on its standard output (nothing if it could not run).
+pub fn output(cmd: &mut Command) -> String {
     cmd.stderr(Stdio::null())
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
