@@ -200,6 +200,7 @@ impl Memory {
                 rounds: st.rounds,
                 early_rounds: st.early_rounds,
                 read_ns: st.read_ns,
+                max_round_read_ns: st.max_round_read_ns,
                 cpu_budget: s.cpu_budget(),
             });
         }

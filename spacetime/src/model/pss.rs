@@ -7,7 +7,8 @@
 //! of sampling CPU (2 % of one CPU by default, the first 5 ms of it at once): one is due by the clock every
 //! `max(min interval, round cost / budget)`, and earlier, as far as the unspent budget pays
 //! for it, when the tree's exact RSS grew past the last round's by 1/8 (the moments a new
-//! maximum is near) or when too much of the estimate is backed by no read (forks, new images).
+//! maximum is near) or when too much of the estimate is backed by no read (forks, new images);
+//! never while a round that cost more than it was priced is not paid back.
 
 use std::{io, time::Instant};
 
@@ -69,9 +70,10 @@ pub struct PssStats {
     pub rounds: u64,
     /// Rounds taken before the clock's: growth, or an uncertain estimate.
     pub early_rounds: u64,
-    /// CPU time spent reading, over all rounds; the longest round, in wall time (the event
-    /// loop waits that long).
+    /// CPU time spent reading, over all rounds; the costliest round's; the longest round, in
+    /// wall time (the event loop waits that long).
     pub read_ns: u64,
+    pub max_round_read_ns: u64,
     pub max_round_ns: u64,
     /// Processes found gone (exited, zombie, or pid reused) when read.
     pub vanished: u64,
@@ -149,18 +151,28 @@ impl Policy {
         grown || uncertain
     }
 
-    /// When the next round is due: the clock's, or earlier once the budget pays for it.
+    /// When the next round is due: the clock's, or earlier once the budget pays for it; never
+    /// while the budget is overdrawn. A round costs what it costs, not what it was priced
+    /// (a busy CPU, a grown tree): the next waits until the budget has paid it back, so the
+    /// reads never spend more than the first credit, the budget since the start, and the
+    /// last round.
     fn due(&self, cost_ns: u64, tree: TreeNow) -> Option<u64> {
         let clock = self.clock_due(cost_ns);
-        let early = self.early(tree).then(|| {
-            let short = (cost_ns as f64 - self.credit_ns).max(0.0);
-            let at = self.credit_at.unwrap_or(0);
-            at.saturating_add((short / self.cfg.cpu_budget.max(1e-6)).ceil() as u64)
-        });
-        match (clock, early) {
+        let early = self
+            .early(tree)
+            .then(|| self.credit_reaches(cost_ns as f64));
+        let due = match (clock, early) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
-        }
+        };
+        due.map(|at| at.max(self.credit_reaches(0.0)))
+    }
+
+    /// When the unspent budget reaches `ns`.
+    fn credit_reaches(&self, ns: f64) -> u64 {
+        let short = (ns - self.credit_ns).max(0.0);
+        let at = self.credit_at.unwrap_or(0);
+        at.saturating_add((short / self.cfg.cpu_budget.max(1e-6)).ceil() as u64)
     }
 
     /// A round began at `now_ns`, took `took_ns`, with the tree's RSS at `rss_bytes`.
@@ -276,8 +288,9 @@ impl PssSampler {
         let early = self.policy.clock_due(cost).is_none_or(|c| c > now_ns);
         let (started, cpu) = (Instant::now(), self.stats.read_ns);
         let n = self.round(&live, out);
-        self.policy
-            .ran(now_ns, self.stats.read_ns - cpu, tree.rss_bytes);
+        let took = self.stats.read_ns - cpu;
+        self.policy.ran(now_ns, took, tree.rss_bytes);
+        self.stats.max_round_read_ns = self.stats.max_round_read_ns.max(took);
         self.stats.rounds += 1;
         self.stats.early_rounds += early as u64;
         let wall = started.elapsed().as_nanos() as u64;

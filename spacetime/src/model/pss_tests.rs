@@ -257,6 +257,32 @@ fn an_uncertain_estimate_brings_a_round_forward() {
 }
 
 #[test]
+fn a_round_that_cost_more_than_priced_is_paid_back_before_the_next() {
+    let mut p = policy(true);
+    p.earn(0);
+    // Priced 2 ms (a clock round every 100 ms), it took 30: the budget is 28 ms short, which
+    // 1.4 s at 2 % pay back; no round, by the clock (100 ms) or early, comes before.
+    p.ran(0, 30 * MS, 100 * MIB);
+    p.earn(100 * MS);
+    assert_eq!(
+        p.due(2 * MS, tree(100 * MIB, 100 * MIB, 0)),
+        Some(1_500 * MS)
+    );
+    assert_eq!(
+        p.due(2 * MS, tree(200 * MIB, 100 * MIB, 50 * MIB)),
+        Some(1_500 * MS)
+    );
+    // Paid back: the clock's round again, 100 ms after the last.
+    p.earn(1_500 * MS);
+    p.ran(1_500 * MS, 2 * MS, 100 * MIB);
+    p.earn(1_550 * MS);
+    assert_eq!(
+        p.due(2 * MS, tree(100 * MIB, 100 * MIB, 0)),
+        Some(1_600 * MS)
+    );
+}
+
+#[test]
 fn the_unspent_budget_is_kept_for_ten_seconds_at_most() {
     let mut p = policy(true);
     p.earn(0);

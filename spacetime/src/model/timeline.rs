@@ -18,7 +18,8 @@
 //!               "max_pss": {"t_ns": N, "bytes": N, "unseen_bytes": N,
 //!                           "over_rss_bytes": N, "trusted": B} | null,
 //!               "pss_sampling": {"samples": N, "rounds": N, "early_rounds": N,
-//!                                "read_ns": N, "cpu_budget": F} | null,
+//!                                "read_ns": N, "max_round_read_ns": N,
+//!                                "cpu_budget": F} | null,
 //!               "processes": [ {"pid": N, "start_ns": N, "rss": [[t_ns, bytes], ...],
 //!                               "pss": [[t_ns, bytes], ...], "max_pss_bytes": N | null} ] }
 //! ```
@@ -108,8 +109,10 @@ pub struct PssSampling {
     /// Rounds taken before the clock's: the exact RSS grew, or too much of the estimate was
     /// backed by no read.
     pub early_rounds: u64,
-    /// Time spent reading smaps_rollup: the sampling's CPU.
+    /// Time spent reading smaps_rollup: the sampling's CPU; the costliest round's.
     pub read_ns: u64,
+    #[serde(default)]
+    pub max_round_read_ns: u64,
     /// The fraction of one CPU sampling may use.
     pub cpu_budget: f64,
 }

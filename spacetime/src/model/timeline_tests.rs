@@ -308,6 +308,7 @@ fn a_timeline_read_back_writes_the_same_text() {
         rounds: 1,
         early_rounds: 0,
         read_ns: 1234,
+        max_round_read_ns: 1234,
         cpu_budget: 0.02,
     });
     t.settle();
