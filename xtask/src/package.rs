@@ -1,6 +1,7 @@
 //! `cargo xtask deb`: a Debian package built by dpkg-deb from the staged files, a control
-//! file filled in from dist/debian/control and Cargo.toml, and md5sums, checked with lintian; `cargo xtask deb --check`: that package installed with apt-get on this machine, a
-//! command traced with it, the agent started through its socket unit (systemd) or as the unit
+//! file filled in from dist/debian/control and Cargo.toml, and md5sums, checked with lintian;
+//! `cargo xtask deb --check`: that package installed with apt-get on this machine, a command
+//! traced with it, the agent started through its socket unit (systemd) or as the unit
 //! would run it (no systemd), an unprivileged user tracing through it, then the package purged
 //! and nothing of it left. `cargo xtask dist`: a static (musl) binary in a tarball with the
 //! completions, manual page, units and licences (`--target aarch64-unknown-linux-musl`: the
@@ -61,11 +62,11 @@ pub fn deb(opts: DebOptions) -> Result<()> {
     for page in fs::read_dir(&man).with_context(|| format!("reading {}", man.display()))? {
         run(Command::new("gzip").arg("-9n").arg(page?.path()))?;
     }
-    let arch = toolchain::output(Command::new("dpkg").arg("--print-architecture"));
-    control(&tree, &meta, arch.trim())?;
+    let arch = said(Command::new("dpkg").arg("--print-architecture"))?;
+    control(&tree, &meta, &arch)?;
     let out = target_dir().join("debian");
     fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let deb = out.join(format!("spacetime_{}-1_{}.deb", meta.version, arch.trim()));
+    let deb = out.join(format!("spacetime_{}-1_{arch}.deb", meta.version));
     run(Command::new("dpkg-deb")
         .args(["--root-owner-group", "-Zxz", "--build"])
         .arg(&tree)
@@ -85,6 +86,17 @@ pub fn deb(opts: DebOptions) -> Result<()> {
     Ok(())
 }
 
+/// The first line `cmd` printed, trimmed; an error if it printed nothing (it failed, or is
+/// missing).
+fn said(cmd: &mut Command) -> Result<String> {
+    let out = toolchain::output(cmd);
+    let line = out.lines().next().unwrap_or_default().trim();
+    if line.is_empty() {
+        bail!("{cmd:?} printed nothing");
+    }
+    Ok(line.to_string())
+}
+
 fn copy(from: &Path, to: &Path) -> Result<()> {
     fs::copy(from, to)
         .map(drop)
@@ -100,8 +112,8 @@ fn control(tree: &Path, meta: &Meta, arch: &str) -> Result<()> {
     }
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     // Installed-Size, in KiB: what `du` counts of the files (before DEBIAN holds anything).
-    let du = toolchain::output(Command::new("du").args(["-sk"]).arg(tree));
-    let size = du.split_whitespace().next().unwrap_or("0").to_string();
+    let du = said(Command::new("du").args(["-sk"]).arg(tree))?;
+    let size = du.split_whitespace().next().unwrap_or_default().to_string();
     let template = fs::read_to_string(root().join("dist/debian/control"))
         .context("reading dist/debian/control")?;
     let text = template
