@@ -21,10 +21,11 @@
 //! (see `unclaimed`).
 //!
 //! Call order (kernel/exit.c, 6.1 to 6.18): the last thread's `sched_process_exit` (which
-//! adds the entry, but for `unclaimed` processes); each non-leader thread is released in its own `exit_notify()` (unless
-//! ptraced), then switches out for the last time; the leader is released by its parent's
-//! `wait_task_zombie()` (after `getrusage()` ran `cputime_adjust()`) or by autoreap; one RCU
-//! grace period after both its release and its final switch, `sched_process_free` fires.
+//! adds the entry, but for `unclaimed` processes); each non-leader thread is released in its
+//! own `exit_notify()` (unless ptraced), then switches out for the last time; the leader is
+//! released by its parent's `wait_task_zombie()` (after `getrusage()` ran `cputime_adjust()`)
+//! or by autoreap; one RCU grace period after both its release and its final switch,
+//! `sched_process_free` fires.
 
 use core::mem::MaybeUninit;
 
