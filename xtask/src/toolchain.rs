@@ -84,8 +84,10 @@ pub fn apt_install(packages: &[&str], why: &str) -> Result<()> {
         missing.join(" ")
     );
     run(Command::new("apt-get").args(["update", "-qq"]))?;
+    // Another install may hold dpkg's lock (CI prepares its guests together): wait for it.
     run(Command::new("apt-get")
         .env("DEBIAN_FRONTEND", "noninteractive")
+        .args(["-o", "DPkg::Lock::Timeout=300"])
         .args(["install", "-y", "-qq", "--no-install-recommends"])
         .args(&missing))
 }
