@@ -545,8 +545,18 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("st-launch-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a directory");
         let bad = dir.join("not-a-program");
-        std::fs::write(&bad, b"\x7fELF and nothing an ELF has").expect("write");
-        std::fs::set_permissions(&bad, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        // An empty executable file (no format the kernel knows: ENOEXEC), made by mknod and
+        // never opened: a file written here could still be open for writing in another test's
+        // held child, forked meanwhile and not exec'd yet, and its exec would fail with ETXTBSY.
+        let mode = rustix::fs::Mode::from_raw_mode(0o755);
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &bad,
+            rustix::fs::FileType::RegularFile,
+            mode,
+            0,
+        )
+        .expect("mknod");
         let h = held(&[bad.to_str().expect("a UTF-8 path")]);
         let pid = h.pid;
         match h.release() {
