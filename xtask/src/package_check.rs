@@ -153,9 +153,8 @@ pub fn check(deb: &Path) -> Result<()> {
 
 fn install_and_trace(deb: &Path, dir: &Path) -> Result<()> {
     eprintln!("xtask: apt-get install {}", deb.display());
-    let out = Command::new("apt-get")
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .args(["-o", "DPkg::Lock::Timeout=300", "install", "-y", "-qq"])
+    let out = crate::toolchain::apt_get()
+        .args(["install", "-y", "-qq"])
         .arg(deb.canonicalize()?)
         .output()
         .context("running apt-get install")?;
@@ -231,18 +230,7 @@ fn manual_pages() -> Result<()> {
 }
 
 fn purge(deb: &Path) -> Result<()> {
-    crate::run(
-        Command::new("apt-get")
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .args([
-                "-o",
-                "DPkg::Lock::Timeout=300",
-                "purge",
-                "-y",
-                "-qq",
-                "spacetime",
-            ]),
-    )?;
+    crate::run(crate::toolchain::apt_get().args(["purge", "-y", "-qq", "spacetime"]))?;
     if installed() {
         bail!("spacetime is still installed after the purge");
     }

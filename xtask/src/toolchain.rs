@@ -84,12 +84,18 @@ pub fn apt_install(packages: &[&str], why: &str) -> Result<()> {
         missing.join(" ")
     );
     run(Command::new("apt-get").args(["update", "-qq"]))?;
-    // Another install may hold dpkg's lock (CI prepares its guests together): wait for it.
-    run(Command::new("apt-get")
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .args(["-o", "DPkg::Lock::Timeout=300"])
+    run(apt_get()
         .args(["install", "-y", "-qq", "--no-install-recommends"])
         .args(&missing))
+}
+
+/// apt-get, never asking, and waiting up to five minutes for dpkg's lock: another install
+/// may hold it (CI prepares its guests together, and installs the package beside them).
+pub fn apt_get() -> Command {
+    let mut apt = Command::new("apt-get");
+    apt.env("DEBIAN_FRONTEND", "noninteractive")
+        .args(["-o", "DPkg::Lock::Timeout=300"]);
+    apt
 }
 
 fn ensure_llvm() -> Result<()> {

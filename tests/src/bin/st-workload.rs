@@ -87,8 +87,8 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
                                recording {role: root, child}
   cow-fork MIB                 touch MIB MiB, fork a child that only reads them (shared,
                                copy-on-write); both record {role, mib} while both hold them
-  attach-tree N M K            touch N MiB, fork a child that touches N/2 MiB and waits; print
-                               \"ready PID\" on stdout and wait for a byte on stdin; then fork K
+  attach-tree N M K            touch N MiB, fork a child that touches N/2 MiB and waits; once
+                               it has, print \"ready PID\" on stdout and wait for a byte on stdin; then fork K
                                children touching M MiB each (exit 10+i, {role: post}), end the
                                first child (exit 5, {role: pre}), exit 7 ({role: parent})
   attach-grow N M              touch N MiB, record {role: ready, mib}, print \"ready\" and wait

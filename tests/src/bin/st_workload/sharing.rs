@@ -239,13 +239,14 @@ pub(super) fn attach_grow(rec: &mut Recorder, n: usize, m: usize) -> ! {
 /// it forks after follows it.
 pub(super) fn attach_tree(rec: &mut Recorder, n: usize, m: usize, k: usize) -> ! {
     touch(n);
-    let pre = pipe_pair();
+    let (pre, touched) = (pipe_pair(), pipe_pair());
     let child = fork();
     if child == 0 {
         // Only the parent writes: its end, if the parent dies, ends this wait.
         // SAFETY: closes a descriptor this process owns and does not use after.
         unsafe { libc::close(pre[1]) };
         touch(n / 2);
+        send_byte(touched[1]);
         recv_byte(pre[0]);
         rec.begin("attach-tree")
             .str("role", "pre")
@@ -253,6 +254,8 @@ pub(super) fn attach_tree(rec: &mut Recorder, n: usize, m: usize, k: usize) -> !
             .finish();
         exit(5)
     }
+    // "ready" only once the child's memory is final: a reader takes both VmHWMs as the truth.
+    recv_byte(touched[0]);
     let line = format!("ready {child}\n");
     // SAFETY: writes from a buffer valid for the length given.
     if unsafe { libc::write(1, line.as_ptr().cast(), line.len()) } != line.len() as isize {
