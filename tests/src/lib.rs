@@ -31,6 +31,7 @@ pub mod openmetrics;
 pub mod pictures;
 pub mod poll;
 pub mod prometheus;
+pub mod pss_rounds;
 pub mod python;
 pub mod raw;
 mod report;

@@ -7,8 +7,8 @@
 use std::process::Command;
 
 use spacetime_tests::{
-    assert_close_bytes, assert_rss, check_invariants, find_process, spacetime_bin, Exit, Outcome,
-    TempDir, Trace, MIB, PAGE,
+    assert_close_bytes, assert_rss, check_invariants, find_process, pss_rounds::held,
+    spacetime_bin, Exit, Outcome, TempDir, Trace, MIB, PAGE,
 };
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
@@ -173,12 +173,14 @@ fn process_in_a_deeper_namespace_has_the_pid_spacetime_sees() {
 #[test]
 fn pss_is_sampled_inside_a_pid_namespace() {
     require_unshare();
-    // Held 1.5 s: the sampler's interval stretches with a process's size and a slow machine
-    // (qemu TCG) may otherwise catch it only while it is still touching its pages.
-    let out = Trace::new([WL, "hold", "64", "1500"])
-        .under(NEW_PIDNS)
-        .tag("pidns-pss")
-        .run();
+    // The sampler's interval stretches with a process's size and a slow machine (qemu TCG) may
+    // catch it only while it is still touching its pages: the hold doubles until a round saw it.
+    let out = held(1500, "pidns hold 64 MiB", |hold| {
+        Trace::new([WL, "hold", "64", hold])
+            .under(NEW_PIDNS)
+            .tag("pidns-pss")
+            .run()
+    });
     out.assert_code(0);
     let truth = out.truth_one("hold");
     let v = out.json_value();

@@ -7,7 +7,10 @@
 
 use std::{os::fd::AsRawFd, path::Path, process::Command};
 
-use spacetime_tests::{u64_at, Outcome, TempDir, Trace, MIB};
+use spacetime_tests::{
+    pss_rounds::{held, until_known},
+    u64_at, Outcome, TempDir, Trace, MIB,
+};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 
@@ -98,47 +101,6 @@ fn cow_size() -> (String, u64) {
         (80, 5000)
     };
     (mib.to_string(), ms)
-}
-
-/// Runs `run(hold_ms)` until the max PSS is given, doubling the hold each time. The figure is
-/// given only when a PSS round read the tree while it held its peak, and when the next round
-/// comes depends on how fast the machine is (its rounds are kept to a share of a CPU): a run
-/// whose hold saw none is rightly unknown, which the report says and explains. Five holds
-/// (16 times the first) are left to a machine of any speed.
-fn held(first_hold_ms: u64, what: &str, mut run: impl FnMut(&str) -> Outcome) -> Outcome {
-    until_known(what, |attempt| run(&(first_hold_ms << attempt).to_string()))
-}
-
-/// Runs `run(attempt)` until the max PSS is given, at most five times. A run on a loaded
-/// machine may rightly leave it unknown (no round while the peak was held, or memory that
-/// changed faster than the rounds followed it, past the bound an exact RSS gives): the report
-/// must say why, and a later run must give the figure.
-fn until_known(what: &str, mut run: impl FnMut(u32) -> Outcome) -> Outcome {
-    let mut last = String::new();
-    for attempt in 0..5 {
-        let out = run(attempt);
-        let v = out.json_value();
-        if v["totals"]["max_pss_bytes"].as_u64().is_some() {
-            return out;
-        }
-        last = format!(
-            "{}\nmax_pss: {}\npss_sampling: {}",
-            out.context(),
-            v["timeline"]["max_pss"],
-            v["timeline"]["pss_sampling"]
-        );
-        let why = v["totals"]["max_pss_unknown_reason"].as_str().unwrap_or("");
-        assert!(
-            !why.is_empty(),
-            "{what}: max PSS unknown, and the report says not why\n{}",
-            out.context()
-        );
-        eprintln!(
-            "{what}: max PSS unknown in run {} of 5 ({why}); run again",
-            attempt + 1
-        );
-    }
-    panic!("{what}: max PSS unknown in five runs; the last:\n{last}");
 }
 
 fn trace(cmd: &[&str], tag: &str) -> Outcome {

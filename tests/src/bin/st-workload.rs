@@ -45,7 +45,7 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
                                records {depth, children, failed}
   threads N                    start N threads, join them, record {threads: N, tids}
   orphan MS                    fork a child that forks a grandchild and exits at once; the
-                               grandchild sleeps MS ms. Records: root {role, child},
+                               grandchild sleeps MS ms once both have exited. Records: root {role, child},
                                child {role, grandchild}, grandchild {role, parent_at_fork, ms}
   storm N PROG [ARGS...]       N sequential fork+execv(PROG) + waitpid, record {children, failed, pids}
   thread-exec PROG [ARGS...]   a non-main thread records then execv(PROG, [PROG, ARGS...])

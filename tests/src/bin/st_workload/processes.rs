@@ -63,12 +63,17 @@ pub(super) fn threads(args: &[OsString], rec: &mut Recorder) -> ! {
 /// `orphan` (see USAGE).
 pub(super) fn orphan(args: &[OsString], rec: &mut Recorder) -> ! {
     let ms: u64 = parse(args, 2, "MS");
+    // The grandchild's MS start once the root and the child have both exited (its end of
+    // file), however late a busy machine lets them go.
+    let [both_gone, held] = super::pipe_pair();
     let child = fork();
     if child == 0 {
         // SAFETY: a system call without pointers into memory it could misuse.
         let me = unsafe { libc::getpid() };
         let grandchild = fork();
         if grandchild == 0 {
+            super::truth::close(&[held]);
+            super::truth::wait_eof(both_gone);
             std::thread::sleep(Duration::from_millis(ms));
             rec.begin("orphan")
                 .str("role", "grandchild")

@@ -246,6 +246,10 @@ pub(super) fn attach_tree(rec: &mut Recorder, n: usize, m: usize, k: usize) -> !
         // SAFETY: closes a descriptor this process owns and does not use after.
         unsafe { libc::close(pre[1]) };
         touch(n / 2);
+        // The paths to the wait faulted in now (code faults map up to 16 pages each) and the
+        // RSS counts folded: nothing the child runs before its wait raises its VmHWM.
+        rec.warm_up();
+        fold_rss_counters(rec.fold);
         send_byte(touched[1]);
         recv_byte(pre[0]);
         rec.begin("attach-tree")
@@ -256,6 +260,8 @@ pub(super) fn attach_tree(rec: &mut Recorder, n: usize, m: usize, k: usize) -> !
     }
     // "ready" only once the child's memory is final: a reader takes both VmHWMs as the truth.
     recv_byte(touched[0]);
+    rec.warm_up();
+    fold_rss_counters(rec.fold);
     let line = format!("ready {child}\n");
     // SAFETY: writes from a buffer valid for the length given.
     if unsafe { libc::write(1, line.as_ptr().cast(), line.len()) } != line.len() as isize {

@@ -212,7 +212,7 @@ fn daemon_middle(
 }
 
 /// Closes descriptors this process owns and does not use after.
-fn close(fds: &[libc::c_int]) {
+pub(super) fn close(fds: &[libc::c_int]) {
     for &fd in fds {
         // SAFETY: closes a descriptor this process owns and does not use after.
         unsafe { libc::close(fd) };
@@ -220,18 +220,25 @@ fn close(fds: &[libc::c_int]) {
 }
 
 /// Returns at the end of file: once every other holder of the write end has exited.
-fn wait_eof(fd: libc::c_int) {
+pub(super) fn wait_eof(fd: libc::c_int) {
     let mut b = [0u8; 1];
     // SAFETY: reads into a buffer valid for the length given.
     while unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) } > 0 {}
 }
 
 /// The root forks a grower and exits once it holds START MiB; the grower keeps touching a new
-/// MiB every millisecond up to CAP MiB, then exits: it is still growing when a trace that
-/// stops at the root's exit reads its figures. Records: grower {role: started, mib,
-/// rss_file_kib} when the root may go, {role: done, mib} at its end; root {role, grower}.
+/// MiB every millisecond up to CAP MiB, then holds them until the root's parent (the tracer)
+/// has exited: it is still running, at any speed, when a trace that stops at the root's exit
+/// reads its figures, and growing unless the root was slow to go. Records: grower {role:
+/// started, mib, rss_file_kib} when the root may go, {role: done, mib} at its end; root
+/// {role, grower}.
 pub fn grow_at_stop(rec: &mut Recorder, start: usize, cap: usize) -> ! {
     let [r, w] = super::pipe_pair();
+    // SAFETY: system calls without pointers into memory they could misuse.
+    let tracer = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getppid(), 0) };
+    if tracer < 0 {
+        super::sys_die("pidfd_open of the parent");
+    }
     let grower = super::fork();
     if grower == 0 {
         // SAFETY: a system call without pointers into memory it could misuse.
@@ -261,6 +268,14 @@ pub fn grow_at_stop(rec: &mut Recorder, start: usize, cap: usize) -> ! {
             touch_mib(i);
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        // A pidfd is readable once its process has exited; bounded, should the tracer linger.
+        let mut gone = libc::pollfd {
+            fd: tracer as libc::c_int,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd, valid for the call.
+        unsafe { libc::poll(&mut gone, 1, 120_000) };
         let n = rec.read_status();
         let status = &rec.status[..n];
         let file_kib = status_kib(status, b"RssFile:") + status_kib(status, b"RssShmem:").max(0);
