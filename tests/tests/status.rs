@@ -172,12 +172,24 @@ fn quote(p: &Path) -> String {
     format!("'{}'", p.display())
 }
 
-/// `spacetime trace FLAGS -- sh -c LOOP` as a shell line, the line shown after 200 ms.
-fn trace_line(flags: &str) -> String {
+/// `spacetime trace FLAGS -- sh -c LOOP` as a shell line, the line shown after 200 ms. With a
+/// gate, CMD then waits until the gate's file exists: it is still running when the test has
+/// seen the line, however slowly the test's polls came.
+fn trace_line(flags: &str, gate: Option<&Path>) -> String {
+    let wait = gate.map_or(String::new(), |g| {
+        format!("; until [ -e \"{}\" ]; do sleep 0.05; done", g.display())
+    });
     format!(
-        "env -u SUDO_UID -u SUDO_GID -u SUDO_USER SPACETIME_STATUS_AFTER_MS=200 {} trace {flags} -- sh -c '{LOOP}'",
+        "env -u SUDO_UID -u SUDO_GID -u SUDO_USER SPACETIME_STATUS_AFTER_MS=200 {} trace {flags} -- sh -c '{LOOP}{wait}'",
         quote(&spacetime_bin())
     )
+}
+
+/// A file to make once CMD may end (see `trace_line`), in a directory of its own.
+fn gate(tag: &str) -> (TempDir, PathBuf) {
+    let dir = TempDir::new(tag);
+    let go = dir.path().join("go");
+    (dir, go)
 }
 
 fn is_status(row: &str) -> bool {
@@ -203,9 +215,11 @@ fn wait_for_line(t: &Tmux) -> Vec<String> {
 
 #[test]
 fn status_line_keeps_the_last_row_and_never_mixes_with_cmd_output() {
-    let t = Tmux::start("status-tmux", &trace_line(""));
+    let (_gate, go) = gate("status-tmux-gate");
+    let t = Tmux::start("status-tmux", &trace_line("", Some(&go)));
     // (a) Shown on the last row while CMD runs.
     let screen = wait_for_line(&t);
+    std::fs::write(&go, "").expect("open the gate");
     assert!(
         screen[..ROWS - 1].iter().all(|r| !r.contains(" live · ")),
         "the line is on the last row only:\n{}",
@@ -265,7 +279,7 @@ fn status_line_quiet_and_non_terminal_stderr_get_no_escape_sequence() {
     // -q on a terminal (NO_COLOR: the summary's chart would colour itself otherwise).
     let t = Tmux::start(
         "status-quiet",
-        &format!("env NO_COLOR=1 {}", trace_line("-q")),
+        &format!("env NO_COLOR=1 {}", trace_line("-q", None)),
     );
     let (status, bytes, history) = t.wait_end();
     assert_eq!(status, "0");
@@ -295,7 +309,9 @@ fn status_line_quiet_and_non_terminal_stderr_get_no_escape_sequence() {
 
 #[test]
 fn status_line_is_taken_down_on_ctrl_c() {
-    let t = Tmux::start("status-ctrl-c", &trace_line(""));
+    // A gate never opened: CMD runs until the ^C.
+    let (_gate, go) = gate("status-ctrl-c-gate");
+    let t = Tmux::start("status-ctrl-c", &trace_line("", Some(&go)));
     wait_for_line(&t);
     // ^C through the terminal: SIGINT to CMD and spacetime, as a user's would.
     t.ok(&["send-keys", "C-c"]);
