@@ -26,6 +26,7 @@ pub mod build;
 pub mod chart;
 pub mod chromium;
 pub mod clock;
+pub mod gate;
 pub mod notify;
 pub mod openmetrics;
 pub mod pictures;
@@ -394,6 +395,15 @@ impl Running {
             self.pid(),
             std::io::Error::last_os_error()
         );
+    }
+
+    /// Waits until spacetime's stderr so far holds `needle` (panics after the timeout).
+    pub fn wait_stderr(&self, needle: &str) {
+        let left = self.timeout.saturating_sub(self.started.elapsed());
+        poll::wait_for(&format!("{needle:?} on stderr"), left, || {
+            let buf = self.stderr.buf.lock().unwrap_or_else(|e| e.into_inner());
+            String::from_utf8_lossy(&buf).contains(needle).then_some(())
+        });
     }
 
     /// Waits for spacetime to exit (kills it and panics after the timeout).

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use spacetime_tests::agent::Agent;
+use spacetime_tests::gate::Gate;
 use spacetime_tests::watch::{token, Watch};
 use spacetime_tests::{
     assert_rss, assert_world_executable, find_process, spacetime_bin, wait_for_descendant, Outcome,
@@ -431,7 +432,9 @@ fn unprivileged_attach_through_the_agent() {
 fn agent_ends_mid_trace(sig: i32, tag: &str) -> (String, String) {
     nobody_can_run_the_binaries();
     let agent = Agent::start(tag);
-    let script = format!("{WL} sleep 1500; exit 7");
+    // The command runs on until the client has said so (the gate), at any speed.
+    let gate = Gate::new(&format!("{tag}-gate"));
+    let script = format!("{WL} sleep 1500; {}; exit 7", gate.wait());
     let running = Trace::new(["sh", "-c", &script])
         .through(&agent)
         .as_nobody()
@@ -443,6 +446,8 @@ fn agent_ends_mid_trace(sig: i32, tag: &str) -> (String, String) {
         Duration::from_secs(30),
     );
     let agent_err = agent.kill(sig);
+    running.wait_stderr("the agent went away");
+    gate.open();
     let out = running.wait();
     out.assert_code(7);
     assert!(
@@ -450,10 +455,9 @@ fn agent_ends_mid_trace(sig: i32, tag: &str) -> (String, String) {
         "the client must say the agent went away\n{}\nagent:\n{agent_err}",
         out.context()
     );
-    // Said while the command still ran (it sleeps 1.5 s from before the agent ended): before
-    // the summary, which comes once the command is gone.
+    // Said while the command still ran: before the summary, which comes once it is gone.
     let said = out.stderr.find("the agent went away");
-    let summary = out.stderr.find(&format!("spacetime: sh -c {script}"));
+    let summary = out.stderr.find(&format!("spacetime: sh -c {WL} sleep 1500;"));
     assert!(
         matches!((said, summary), (Some(a), Some(b)) if a < b),
         "the client must say so before the command ends\n{}",

@@ -319,7 +319,8 @@ fn attach_applies_ptraces_rule() {
                 "--",
                 WL,
                 mode,
-                "3000",
+                // Killed below: it need only outlast the refusal, at any speed.
+                "600000",
             ])
             .spawn()
             .expect("start the target");

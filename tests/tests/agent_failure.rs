@@ -8,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 use spacetime_tests::agent::Agent;
+use spacetime_tests::gate::Gate;
 use spacetime_tests::watch::Watch;
 use spacetime_tests::{spacetime_bin, wait_for_descendant, Trace};
 
@@ -19,7 +20,9 @@ const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 #[test]
 fn an_agent_killed_mid_run_ends_the_trace_incomplete() {
     let agent = Agent::start("fail-killed");
-    let running = Trace::new(["sh", "-c", &format!("{WL} sleep 1500")])
+    // The command outlasts the kill at any speed: it ends once the test opens the gate.
+    let gate = Gate::new("fail-killed-gate");
+    let running = Trace::new(["sh", "-c", &format!("{WL} sleep 1500; {}", gate.wait())])
         .through(&agent)
         .as_nobody()
         .tag("fail-killed")
@@ -30,6 +33,7 @@ fn an_agent_killed_mid_run_ends_the_trace_incomplete() {
         Duration::from_secs(30),
     );
     agent.kill(libc::SIGKILL);
+    gate.open();
     let out = running.wait();
     out.assert_code(69);
     let v = out.json_value();
@@ -65,8 +69,10 @@ fn an_agent_killed_mid_run_ends_the_trace_incomplete() {
 #[test]
 fn a_stopped_agent_is_told_at_once() {
     let agent = Agent::start("fail-stopped");
-    // Mid-run: stopped while the command runs; the trace ends with the command.
-    let running = Trace::new(["sh", "-c", &format!("{WL} sleep 1000")])
+    // Mid-run: stopped while the command runs (until the gate opens); the trace ends with
+    // the command.
+    let gate = Gate::new("fail-stopped-gate");
+    let running = Trace::new(["sh", "-c", &format!("{WL} sleep 1000; {}", gate.wait())])
         .through(&agent)
         .as_nobody()
         .tag("fail-stopped-run")
@@ -78,6 +84,7 @@ fn a_stopped_agent_is_told_at_once() {
     );
     // SAFETY: our own child.
     unsafe { libc::kill(agent.pid(), libc::SIGSTOP) };
+    gate.open();
     let out = running.wait();
     out.assert_code(69);
     assert!(out.stderr.contains("it is stopped"), "{}", out.context());
@@ -166,20 +173,24 @@ fn delayacct() -> String {
 #[test]
 fn delay_accounting_is_put_back_after_a_sigkill() {
     let before = delayacct();
-    let killed = Trace::new([WL, "sleep", "3000"])
+    // Its command runs until the gate opens, after the kill (the drop opens it on a panic).
+    let gate = Gate::new("fail-delayacct-gate");
+    let script = gate.wait();
+    let killed = Trace::new(["sh", "-c", &script])
         .flag("--delayacct")
         .flag("--no-agent")
         .tag("fail-delayacct-killed")
         .spawn();
     wait_for_descendant(
         killed.pid(),
-        &[WL, "sleep", "3000"],
+        &["sh", "-c", &script],
         Duration::from_secs(30),
     );
     assert_eq!(delayacct(), "1", "on while the trace runs");
     // SAFETY: our own child: spacetime.
     unsafe { libc::kill(killed.pid(), libc::SIGKILL) };
     let _ = killed.wait();
+    gate.open();
     // Two at once: the long one keeps it on past the short one's end. It runs until the test
     // lets it go (a FIFO), so it outlasts the short one at any speed.
     let dir = spacetime_tests::TempDir::new("fail-delayacct");

@@ -219,12 +219,18 @@ fn beside_a_session_with_memory_a_time_format_sessions_mms_are_not_followed() {
     let without = Blocked::start(&agent, &["-f", "%e"], "mixed-without");
     // rss_stat runs for the first: the second's processes are told apart in the kernel.
     assert_eq!(rss_stat_links(agent.pid()).len(), 1, "rss_stat attached");
-    let followed = followed_tgids(agent.pid());
-    assert!(
-        followed.contains(&(with.cat as u32)),
-        "the JSON trace's process {} is not followed: {followed:?}",
-        with.cat
+    // /proc shows cat's argv from the exec's new mm on, a little before the exec's
+    // tracepoint has the agent follow it: polled until it does.
+    spacetime_tests::poll::wait_for(
+        "the JSON trace's cat followed",
+        Duration::from_secs(30),
+        || {
+            followed_tgids(agent.pid())
+                .contains(&(with.cat as u32))
+                .then_some(())
+        },
     );
+    let followed = followed_tgids(agent.pid());
     assert!(
         !followed.contains(&(without.cat as u32)),
         "the `-f %e` trace's process {} is followed: {followed:?}",

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use spacetime_tests::{spacetime_bin, TempDir, Trace};
+use spacetime_tests::{gate::Gate, spacetime_bin, TempDir, Trace};
 
 const ROWS: usize = 24;
 /// 40 lines over ~2 s: long enough for the line (shown after 200 ms here) to be seen, and more
@@ -173,23 +173,14 @@ fn quote(p: &Path) -> String {
 }
 
 /// `spacetime trace FLAGS -- sh -c LOOP` as a shell line, the line shown after 200 ms. With a
-/// gate, CMD then waits until the gate's file exists: it is still running when the test has
-/// seen the line, however slowly the test's polls came.
-fn trace_line(flags: &str, gate: Option<&Path>) -> String {
-    let wait = gate.map_or(String::new(), |g| {
-        format!("; until [ -e \"{}\" ]; do sleep 0.05; done", g.display())
-    });
+/// gate, CMD then waits until it opens: it is still running when the test has seen the line,
+/// however slowly the test's polls came.
+fn trace_line(flags: &str, gate: Option<&Gate>) -> String {
+    let wait = gate.map_or(String::new(), |g| format!("; {}", g.wait()));
     format!(
         "env -u SUDO_UID -u SUDO_GID -u SUDO_USER SPACETIME_STATUS_AFTER_MS=200 {} trace {flags} -- sh -c '{LOOP}{wait}'",
         quote(&spacetime_bin())
     )
-}
-
-/// A file to make once CMD may end (see `trace_line`), in a directory of its own.
-fn gate(tag: &str) -> (TempDir, PathBuf) {
-    let dir = TempDir::new(tag);
-    let go = dir.path().join("go");
-    (dir, go)
 }
 
 fn is_status(row: &str) -> bool {
@@ -215,11 +206,11 @@ fn wait_for_line(t: &Tmux) -> Vec<String> {
 
 #[test]
 fn status_line_keeps_the_last_row_and_never_mixes_with_cmd_output() {
-    let (_gate, go) = gate("status-tmux-gate");
-    let t = Tmux::start("status-tmux", &trace_line("", Some(&go)));
+    let gate = Gate::new("status-tmux-gate");
+    let t = Tmux::start("status-tmux", &trace_line("", Some(&gate)));
     // (a) Shown on the last row while CMD runs.
     let screen = wait_for_line(&t);
-    std::fs::write(&go, "").expect("open the gate");
+    gate.open();
     assert!(
         screen[..ROWS - 1].iter().all(|r| !r.contains(" live · ")),
         "the line is on the last row only:\n{}",
@@ -310,8 +301,8 @@ fn status_line_quiet_and_non_terminal_stderr_get_no_escape_sequence() {
 #[test]
 fn status_line_is_taken_down_on_ctrl_c() {
     // A gate never opened: CMD runs until the ^C.
-    let (_gate, go) = gate("status-ctrl-c-gate");
-    let t = Tmux::start("status-ctrl-c", &trace_line("", Some(&go)));
+    let gate = Gate::new("status-ctrl-c-gate");
+    let t = Tmux::start("status-ctrl-c", &trace_line("", Some(&gate)));
     wait_for_line(&t);
     // ^C through the terminal: SIGINT to CMD and spacetime, as a user's would.
     t.ok(&["send-keys", "C-c"]);
