@@ -457,7 +457,9 @@ fn agent_ends_mid_trace(sig: i32, tag: &str) -> (String, String) {
     );
     // Said while the command still ran: before the summary, which comes once it is gone.
     let said = out.stderr.find("the agent went away");
-    let summary = out.stderr.find(&format!("spacetime: sh -c {WL} sleep 1500;"));
+    let summary = out
+        .stderr
+        .find(&format!("spacetime: sh -c {WL} sleep 1500;"));
     assert!(
         matches!((said, summary), (Some(a), Some(b)) if a < b),
         "the client must say so before the command ends\n{}",

@@ -250,8 +250,12 @@ fn watch_matches_wait4(kind: &str, args: &[&str]) {
     };
     let (pids, user, sys) = (ints("pids"), ints("user_us"), ints("sys_us"));
     let reaped = ints("reaped_ns");
-    let last = pids.last().expect("children");
-    w.wait_for_stdout(&format!("\"pid\":{last},"), Duration::from_secs(30));
+    // Each row waits for its process's final CPU figures, which can come out of order (one
+    // RCU grace period after the reap where the last switch could not prove them): every
+    // child's, not only the last's.
+    assert!(!pids.is_empty(), "{kind}: no children in the truth: {t}");
+    let rows_of = |s: &str| pids.iter().all(|p| s.contains(&format!("\"pid\":{p},")));
+    w.wait_until("a row for every child", Duration::from_secs(30), rows_of);
     let out = w.interrupt();
     out.assert_clean();
     let rows = out.exits_with(&tok);
