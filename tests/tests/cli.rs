@@ -311,17 +311,20 @@ fn watch_never_prints_an_unknown_parent_as_pid_0() {
         }
         let w = w.start();
         let pid = run(&mut Command::new("/bin/true"));
-        let needle = if json {
-            format!("\"pid\":{pid},")
-        } else {
-            format!(" {pid} ")
+        // The table's row by its PID column: the number may stand in another row's columns.
+        let (needle, pid_s) = (format!("\"pid\":{pid},"), pid.to_string());
+        let is_row = |l: &str| match json {
+            true => l.contains(&needle),
+            false => l.split_whitespace().nth(1) == Some(pid_s.as_str()),
         };
-        w.wait_for_stdout(&needle, Duration::from_secs(30));
+        w.wait_until("the exit's row", Duration::from_secs(30), |s| {
+            s.lines().any(is_row)
+        });
         let out = w.interrupt();
         let row = out
             .stdout
             .lines()
-            .find(|l| l.contains(&needle))
+            .find(|l| is_row(l))
             .expect("the exit's row");
         if json {
             let v: serde_json::Value = serde_json::from_str(row).expect("a JSON line");

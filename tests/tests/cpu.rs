@@ -254,7 +254,12 @@ fn watch_matches_wait4(kind: &str, args: &[&str]) {
     // RCU grace period after the reap where the last switch could not prove them): every
     // child's, not only the last's.
     assert!(!pids.is_empty(), "{kind}: no children in the truth: {t}");
-    let rows_of = |s: &str| pids.iter().all(|p| s.contains(&format!("\"pid\":{p},")));
+    let rows_of = |s: &str| {
+        pids.iter().all(|p| {
+            let pid = format!("\"pid\":{p},");
+            s.lines().any(|l| l.contains(&tok) && l.contains(&pid))
+        })
+    };
     w.wait_until("a row for every child", Duration::from_secs(30), rows_of);
     let out = w.interrupt();
     out.assert_clean();
