@@ -234,11 +234,9 @@ pub(super) fn wait_eof(fd: libc::c_int) {
 /// {role, grower}.
 pub fn grow_at_stop(rec: &mut Recorder, start: usize, cap: usize) -> ! {
     let [r, w] = super::pipe_pair();
-    // SAFETY: system calls without pointers into memory they could misuse.
-    let tracer = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getppid(), 0) };
-    if tracer < 0 {
-        super::sys_die("pidfd_open of the parent");
-    }
+    // SAFETY: a system call without pointers into memory it could misuse.
+    let tracer = spacetime_tests::raw::pidfd_open(unsafe { libc::getppid() }, 0)
+        .unwrap_or_else(|_| super::sys_die("pidfd_open of the parent"));
     let grower = super::fork();
     if grower == 0 {
         // SAFETY: a system call without pointers into memory it could misuse.
@@ -270,7 +268,7 @@ pub fn grow_at_stop(rec: &mut Recorder, start: usize, cap: usize) -> ! {
         }
         // A pidfd is readable once its process has exited; bounded, should the tracer linger.
         let mut gone = libc::pollfd {
-            fd: tracer as libc::c_int,
+            fd: std::os::fd::AsRawFd::as_raw_fd(&tracer),
             events: libc::POLLIN,
             revents: 0,
         };
