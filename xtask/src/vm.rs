@@ -341,7 +341,7 @@ fn children_cpu_s() -> f64 {
     s(ru.ru_utime) + s(ru.ru_stime)
 }
 
-fn ensure_host_packages(arch: Arch) -> Result<()> {
+pub fn ensure_host_packages(arch: Arch) -> Result<()> {
     let mut packages = vec![arch.qemu().package];
     packages.extend(HOST_PACKAGES);
     toolchain::apt_install(&packages, "the VM test boots a Debian guest under qemu")
