@@ -222,8 +222,8 @@ pub fn build() -> Result<()> {
 /// spacetime crate's unit-test build (its longest unit) then compiles beside the release
 /// build instead of after it, where cargo's queue starts it last (from nothing, the eBPF
 /// object kept: 149 s of wall against 190 s for the two runs one after the other; the crate
-/// rebuilt: 106 s against 138 s). The release binary is the
-/// same file, and `cargo test --release` then finds everything built.
+/// rebuilt: 106 s against 138 s). The release binary is the same file, and `cargo test
+/// --release` then finds everything built.
 pub fn build_with_tests() -> Result<()> {
     build_targets(&["--all-targets"])
 }
