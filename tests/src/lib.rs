@@ -5,7 +5,7 @@
 //! The workload's path is only known inside this package's integration tests
 //! (`env!("CARGO_BIN_EXE_st-workload")`), so test files pass it in.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
@@ -31,6 +31,7 @@ pub mod notify;
 pub mod openmetrics;
 pub mod pictures;
 pub mod poll;
+mod procs;
 pub mod prometheus;
 pub mod pss_rounds;
 pub mod python;
@@ -406,6 +407,35 @@ impl Running {
         });
     }
 
+    /// Waits until a descendant of spacetime has exactly `argv` as its command line (it has
+    /// exec'd it) and returns its pid. Panics with spacetime's stderr as soon as spacetime has
+    /// exited without one, or after `timeout`: a trace that never started its command says why.
+    pub fn wait_for_descendant(&mut self, argv: &[&str], timeout: Duration) -> i32 {
+        let spacetime = self.pid();
+        let timeout = crate::hang_guard(timeout);
+        let found = poll::poll(timeout, Duration::from_millis(10), || {
+            if let Some(pid) = procs::find_descendant(spacetime, argv) {
+                return Some(Ok(pid));
+            }
+            match self.child.try_wait() {
+                Ok(None) => None,
+                Ok(Some(status)) => Some(Err(format!("spacetime exited first ({status})"))),
+                Err(e) => Some(Err(format!("wait for pid {spacetime}: {e}"))),
+            }
+        });
+        let why = match found {
+            Some(Ok(pid)) => return pid,
+            Some(Err(why)) => why,
+            None => format!("none within {timeout:?}"),
+        };
+        let stderr = self.stderr.take(Duration::from_millis(500));
+        panic!(
+            "no descendant of pid {spacetime} running {argv:?}: {why}: {}\nstderr:\n{}",
+            show_argv(&self.argv),
+            String::from_utf8_lossy(&stderr)
+        );
+    }
+
     /// Waits for spacetime to exit (kills it and panics after the timeout).
     pub fn wait(mut self) -> Outcome {
         let left = self.timeout.saturating_sub(self.started.elapsed());
@@ -595,66 +625,6 @@ impl Outcome {
         );
         v[0]
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// /proc helpers
-
-/// (ppid, argv) of every process in /proc.
-fn proc_table() -> BTreeMap<i32, (i32, Vec<String>)> {
-    let mut out = BTreeMap::new();
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for e in rd.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // "pid (comm) state ppid …"; comm may contain spaces and parens.
-        let Some(ppid) = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let argv = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|b| {
-                b.split(|&c| c == 0)
-                    .filter(|s| !s.is_empty())
-                    .map(|s| String::from_utf8_lossy(s).into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        out.insert(pid, (ppid, argv));
-    }
-    out
-}
-
-/// Waits until a descendant of `ancestor` has exactly `argv` as its command line (i.e. has
-/// exec'd it); returns its pid. Panics after `timeout`.
-pub fn wait_for_descendant(ancestor: i32, argv: &[&str], timeout: Duration) -> i32 {
-    let what = format!("descendant of pid {ancestor} running {argv:?}");
-    poll::wait_for(&what, timeout, || {
-        let table = proc_table();
-        table.iter().find_map(|(&pid, (_, args))| {
-            if args.len() != argv.len() || args.iter().zip(argv).any(|(a, b)| a != b) {
-                return None;
-            }
-            let mut p = pid;
-            for _ in 0..64 {
-                match table.get(&p) {
-                    Some(&(pp, _)) if pp == ancestor => return Some(pid),
-                    Some(&(pp, _)) if pp > 1 => p = pp,
-                    _ => break,
-                }
-            }
-            None
-        })
-    })
 }
 
 /// Panics unless every directory above `path` is searchable and `path` is executable by

@@ -11,8 +11,7 @@ use spacetime_tests::agent::Agent;
 use spacetime_tests::gate::Gate;
 use spacetime_tests::watch::{token, Watch};
 use spacetime_tests::{
-    assert_rss, assert_world_executable, find_process, spacetime_bin, wait_for_descendant, Outcome,
-    TempDir, Trace, MIB,
+    assert_rss, assert_world_executable, find_process, spacetime_bin, Outcome, TempDir, Trace, MIB,
 };
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
@@ -435,16 +434,12 @@ fn agent_ends_mid_trace(sig: i32, tag: &str) -> (String, String) {
     // The command runs on until the client has said so (the gate), at any speed.
     let gate = Gate::new(&format!("{tag}-gate"));
     let script = format!("{WL} sleep 1500; {}; exit 7", gate.wait());
-    let running = Trace::new(["sh", "-c", &script])
+    let mut running = Trace::new(["sh", "-c", &script])
         .through(&agent)
         .as_nobody()
         .tag(tag)
         .spawn();
-    wait_for_descendant(
-        running.pid(),
-        &[WL, "sleep", "1500"],
-        Duration::from_secs(30),
-    );
+    running.wait_for_descendant(&[WL, "sleep", "1500"], Duration::from_secs(30));
     let agent_err = agent.kill(sig);
     running.wait_stderr("the agent went away");
     gate.open();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use spacetime_tests::agent::Agent;
 use spacetime_tests::gate::Gate;
 use spacetime_tests::watch::Watch;
-use spacetime_tests::{spacetime_bin, wait_for_descendant, Trace};
+use spacetime_tests::{spacetime_bin, Trace};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 
@@ -22,16 +22,12 @@ fn an_agent_killed_mid_run_ends_the_trace_incomplete() {
     let agent = Agent::start("fail-killed");
     // The command outlasts the kill at any speed: it ends once the test opens the gate.
     let gate = Gate::new("fail-killed-gate");
-    let running = Trace::new(["sh", "-c", &format!("{WL} sleep 1500; {}", gate.wait())])
+    let mut running = Trace::new(["sh", "-c", &format!("{WL} sleep 1500; {}", gate.wait())])
         .through(&agent)
         .as_nobody()
         .tag("fail-killed")
         .spawn();
-    wait_for_descendant(
-        running.pid(),
-        &[WL, "sleep", "1500"],
-        Duration::from_secs(30),
-    );
+    running.wait_for_descendant(&[WL, "sleep", "1500"], Duration::from_secs(30));
     agent.kill(libc::SIGKILL);
     gate.open();
     let out = running.wait();
@@ -72,16 +68,12 @@ fn a_stopped_agent_is_told_at_once() {
     // Mid-run: stopped while the command runs (until the gate opens); the trace ends with
     // the command.
     let gate = Gate::new("fail-stopped-gate");
-    let running = Trace::new(["sh", "-c", &format!("{WL} sleep 1000; {}", gate.wait())])
+    let mut running = Trace::new(["sh", "-c", &format!("{WL} sleep 1000; {}", gate.wait())])
         .through(&agent)
         .as_nobody()
         .tag("fail-stopped-run")
         .spawn();
-    wait_for_descendant(
-        running.pid(),
-        &[WL, "sleep", "1000"],
-        Duration::from_secs(30),
-    );
+    running.wait_for_descendant(&[WL, "sleep", "1000"], Duration::from_secs(30));
     // SAFETY: our own child.
     unsafe { libc::kill(agent.pid(), libc::SIGSTOP) };
     gate.open();
@@ -176,16 +168,12 @@ fn delay_accounting_is_put_back_after_a_sigkill() {
     // Its command runs until the gate opens, after the kill (the drop opens it on a panic).
     let gate = Gate::new("fail-delayacct-gate");
     let script = gate.wait();
-    let killed = Trace::new(["sh", "-c", &script])
+    let mut killed = Trace::new(["sh", "-c", &script])
         .flag("--delayacct")
         .flag("--no-agent")
         .tag("fail-delayacct-killed")
         .spawn();
-    wait_for_descendant(
-        killed.pid(),
-        &["sh", "-c", &script],
-        Duration::from_secs(30),
-    );
+    killed.wait_for_descendant(&["sh", "-c", &script], Duration::from_secs(30));
     assert_eq!(delayacct(), "1", "on while the trace runs");
     // SAFETY: our own child: spacetime.
     unsafe { libc::kill(killed.pid(), libc::SIGKILL) };
@@ -199,12 +187,12 @@ fn delay_accounting_is_put_back_after_a_sigkill() {
     // SAFETY: a NUL-terminated path, alive for the call.
     assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0, "mkfifo");
     let fifo_arg = fifo.to_str().expect("a UTF-8 temporary path");
-    let long = Trace::new(["cat", fifo_arg])
+    let mut long = Trace::new(["cat", fifo_arg])
         .flag("--delayacct")
         .flag("--no-agent")
         .tag("fail-delayacct-long")
         .spawn();
-    wait_for_descendant(long.pid(), &["cat", fifo_arg], Duration::from_secs(30));
+    long.wait_for_descendant(&["cat", fifo_arg], Duration::from_secs(30));
     let short = Trace::new([WL, "touch", "1"])
         .flag("--delayacct")
         .flag("--no-agent")

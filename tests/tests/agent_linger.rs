@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use spacetime_tests::agent::Agent;
-use spacetime_tests::{assert_rss, wait_for_descendant, TempDir, Trace};
+use spacetime_tests::{assert_rss, TempDir, Trace};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 
@@ -124,8 +124,8 @@ impl Blocked {
         for f in flags {
             t = t.flag(f);
         }
-        let running = t.spawn();
-        let cat = wait_for_descendant(running.pid(), &["cat", fifo_s], Duration::from_secs(30));
+        let mut running = t.spawn();
+        let cat = running.wait_for_descendant(&["cat", fifo_s], Duration::from_secs(30));
         Blocked {
             running,
             fifo,

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use spacetime_tests::{find_process, wait_for_descendant, Exit, TempDir, Trace};
+use spacetime_tests::{find_process, Exit, TempDir, Trace};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 
@@ -134,11 +134,11 @@ fn stdout_belongs_to_the_command() {
 /// SIGTERM/SIGINT/SIGHUP sent to spacetime are forwarded to the command.
 fn forwards(sig: i32) {
     let argv = [WL, "sleep", "10000"];
-    let run = Trace::new(argv)
+    let mut run = Trace::new(argv)
         .tag(&format!("fwd{sig}"))
         .timeout(Duration::from_secs(60))
         .spawn();
-    let pid = wait_for_descendant(run.pid(), &argv, Duration::from_secs(30));
+    let pid = run.wait_for_descendant(&argv, Duration::from_secs(30));
     // The command has exec'd; the signal must find it in its sleep (not still starting).
     spacetime_tests::poll::wait_for("sleep of the command", Duration::from_secs(30), || {
         spacetime_tests::poll::is_sleeping(pid).then_some(())
