@@ -124,10 +124,19 @@ impl Arch {
     /// target, and off an arm64 host Debian's cross linker.
     pub fn ensure_tools(self) -> Result<()> {
         toolchain::ensure_rust_target(self.musl())?;
-        if self == Arch::Arm64 && !self.is_host() {
-            toolchain::apt_install(&[CROSS_LINKER.0], "the linker of the aarch64 static build")?;
-        }
-        Ok(())
+        toolchain::apt_install_all(&self.cross_debs())
+    }
+
+    /// The Debian packages a static build for this architecture needs: off an arm64 host,
+    /// the cross linker.
+    pub fn cross_debs(self) -> Vec<toolchain::Debs> {
+        (self == Arch::Arm64 && !self.is_host())
+            .then(|| toolchain::Debs {
+                packages: vec![CROSS_LINKER.0],
+                why: "the linker of the aarch64 static build",
+            })
+            .into_iter()
+            .collect()
     }
 
     /// The ELF machine of `elf`'s header, if it is an ELF file.

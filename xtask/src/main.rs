@@ -318,15 +318,16 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Cmd::Setup { packaging, tests } => {
             toolchain::ensure()?;
+            let mut debs = Vec::new();
             if packaging {
-                package::ensure_tools()?;
+                debs.extend(package::prepare_tools()?);
             }
             if tests {
-                toolchain::ensure_test_tools()?;
-                vm::ensure_host_packages(arch::Arch::Amd64)?;
-                vm::ensure_host_packages(arch::Arch::Arm64)?;
+                debs.push(toolchain::test_tools());
+                debs.push(vm::host_packages(arch::Arch::Amd64));
+                debs.push(vm::host_packages(arch::Arch::Arm64));
             }
-            Ok(())
+            toolchain::apt_install_all(&debs)
         }
         Cmd::Build { tests: false } => build(),
         Cmd::Build { tests: true } => build_with_tests(),
@@ -402,7 +403,7 @@ fn test(args: &[OsString]) -> Result<()> {
         bail!("the tests load eBPF programs: run `sudo -E cargo xtask test` (or as root)");
     }
     build_with_tests()?;
-    toolchain::ensure_test_tools()?;
+    toolchain::apt_install_all(&[toolchain::test_tools()])?;
     let started = std::time::Instant::now();
     eprintln!("xtask: running the tests");
     let (mut tally, _) = tally::run(

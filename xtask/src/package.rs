@@ -212,18 +212,25 @@ const LINTIAN_EXPLAINED: [(&str, &str); 4] = [
     ),
 ];
 
-fn ensure_lintian() -> Result<()> {
-    toolchain::apt_install(
-        &["lintian"],
-        "`cargo xtask deb` checks the package with lintian",
-    )
+fn lintian_debs() -> toolchain::Debs {
+    toolchain::Debs {
+        packages: vec!["lintian"],
+        why: "`cargo xtask deb` checks the package with lintian",
+    }
 }
 
-/// Installs what packaging needs and is missing: lintian for `deb`, the aarch64
-/// target and its linker for `dist --target aarch64-unknown-linux-musl`.
-pub fn ensure_tools() -> Result<()> {
-    ensure_lintian()?;
-    Arch::Arm64.ensure_tools()
+fn ensure_lintian() -> Result<()> {
+    toolchain::apt_install_all(&[lintian_debs()])
+}
+
+/// What packaging needs and is missing, made ready: the aarch64 target for `dist --target
+/// aarch64-unknown-linux-musl`. Returns the Debian packages it needs besides (lintian for
+/// `deb`, the aarch64 linker), for the caller to install with the rest in one go.
+pub fn prepare_tools() -> Result<Vec<toolchain::Debs>> {
+    toolchain::ensure_rust_target(Arch::Arm64.musl())?;
+    let mut debs = vec![lintian_debs()];
+    debs.extend(Arch::Arm64.cross_debs());
+    Ok(debs)
 }
 
 fn lintian(deb: &Path) -> Result<()> {

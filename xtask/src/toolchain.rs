@@ -69,20 +69,43 @@ pub fn dpkg_installed(package: &str) -> bool {
         .contains("install ok installed")
 }
 
+/// Debian packages a task needs, and why: what `apt_install_all` prints for the ones missing.
+pub struct Debs {
+    pub packages: Vec<&'static str>,
+    pub why: &'static str,
+}
+
 /// Installs the Debian packages of `packages` that are missing, saying `why`.
-pub fn apt_install(packages: &[&str], why: &str) -> Result<()> {
-    let missing: Vec<&str> = packages
-        .iter()
-        .copied()
-        .filter(|p| !dpkg_installed(p))
-        .collect();
+pub fn apt_install(packages: &[&'static str], why: &'static str) -> Result<()> {
+    apt_install_all(&[Debs {
+        packages: packages.to_vec(),
+        why,
+    }])
+}
+
+/// Installs every missing package of `needs` in one `apt-get update` and one install (each
+/// update reads every index again: seconds on a new machine), saying why each is wanted.
+pub fn apt_install_all(needs: &[Debs]) -> Result<()> {
+    let mut missing: Vec<&str> = Vec::new();
+    for need in needs {
+        let its: Vec<&str> = need
+            .packages
+            .iter()
+            .copied()
+            .filter(|p| !missing.contains(p) && !dpkg_installed(p))
+            .collect();
+        if !its.is_empty() {
+            eprintln!(
+                "xtask: installing {} from Debian ({})",
+                its.join(" "),
+                need.why
+            );
+            missing.extend(its);
+        }
+    }
     if missing.is_empty() {
         return Ok(());
     }
-    eprintln!(
-        "xtask: installing {} from Debian ({why})",
-        missing.join(" ")
-    );
     run(Command::new("apt-get").args(["update", "-qq"]))?;
     run(apt_get()
         .args(["install", "-y", "-qq", "--no-install-recommends"])
@@ -128,9 +151,9 @@ fn ensure_bpf_linker() -> Result<()> {
 /// for the metrics tests, tmux for the terminal tests (an 80-column pane), make and a C
 /// compiler for the make builds, GNU time and hyperfine for the drop-in tests, Chromium (and a
 /// font) for the HTML reports and the SVG pictures, librsvg's rsvg-convert for the pictures, Debian's Python and a JDK for the PSS tests' fork pool and JVM.
-pub fn ensure_test_tools() -> Result<()> {
-    apt_install(
-        &[
+pub fn test_tools() -> Debs {
+    Debs {
+        packages: vec![
             "prometheus",
             "tmux",
             "make",
@@ -145,14 +168,14 @@ pub fn ensure_test_tools() -> Result<()> {
             "openjdk-17-jdk-headless",
             "bash-completion",
         ],
-        "the metrics tests scrape `watch --metrics` with a real Prometheus and lint it with \
+        why: "the metrics tests scrape `watch --metrics` with a real Prometheus and lint it with \
          promtool; the terminal tests run spacetime in an 80-column tmux pane; the timeline \
          and build tests trace make builds; `trace -f` is compared with GNU time's \
          /usr/bin/time and `bench --export-json` and the bench's wall with hyperfine's; the HTML tests load the \
          reports in headless Chromium, the SVG tests render the pictures with it and with \
          rsvg-convert; the PSS tests read a Python fork pool's and a JVM's own \
          Pss; the completion tests hand `trace`'s command to bash-completion's",
-    )
+    }
 }
 
 /// Adds rustup's standard library for `target` (the static build's musl) when missing.

@@ -341,10 +341,18 @@ fn children_cpu_s() -> f64 {
     s(ru.ru_utime) + s(ru.ru_stime)
 }
 
-pub fn ensure_host_packages(arch: Arch) -> Result<()> {
+/// What a guest of `arch` needs on the host: qemu, busybox and cpio.
+pub fn host_packages(arch: Arch) -> toolchain::Debs {
     let mut packages = vec![arch.qemu().package];
     packages.extend(HOST_PACKAGES);
-    toolchain::apt_install(&packages, "the VM test boots a Debian guest under qemu")
+    toolchain::Debs {
+        packages,
+        why: "the VM test boots a Debian guest under qemu",
+    }
+}
+
+fn ensure_host_packages(arch: Arch) -> Result<()> {
+    toolchain::apt_install_all(&[host_packages(arch)])
 }
 
 /// What the guest runs.
