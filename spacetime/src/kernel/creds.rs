@@ -119,8 +119,8 @@ pub fn parse_status(text: &str) -> Option<Status> {
 
 /// Reads and parses /proc/PID/status.
 pub fn status(pid: u32) -> std::io::Result<Status> {
-    let text = crate::util::proc_text::read_one_piece_to_string(format!("/proc/{pid}/status"))?;
-    parse_status(&text).ok_or_else(|| {
+    let path = format!("/proc/{pid}/status");
+    crate::util::proc_text::with_one_piece_text(path, parse_status)?.ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("/proc/{pid}/status lacks a line it always has"),

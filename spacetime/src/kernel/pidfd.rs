@@ -139,11 +139,11 @@ impl Pinned {
     /// Whether the pinned process is the one started at `start_mono_ns` (CLOCK_MONOTONIC ns,
     /// the tree's key), alive and not exiting.
     pub fn identity(&self, start_mono_ns: u64) -> Identity {
-        let Ok(stat) = crate::util::proc_text::read_one_piece(format!("/proc/{}/stat", self.pid))
-        else {
+        let path = format!("/proc/{}/stat", self.pid);
+        let Ok(fields) = crate::util::proc_text::with_one_piece(path, stat_fields) else {
             return Identity::Other;
         };
-        match stat_fields(&stat) {
+        match fields {
             Some(f)
                 if !f.ending()
                     && {
@@ -223,11 +223,12 @@ pub fn reaped(pid: u32, start_mono_ns: u64) -> bool {
     let Ok(Some(p)) = Pinned::open(pid) else {
         return true;
     };
-    let Ok(stat) = crate::util::proc_text::read_one_piece(format!("/proc/{}/stat", p.pid)) else {
+    let path = format!("/proc/{}/stat", p.pid);
+    let Ok(fields) = crate::util::proc_text::with_one_piece(path, stat_fields) else {
         return true;
     };
     let (lo, hi) = expected_ticks(start_mono_ns);
-    !stat_fields(&stat).is_some_and(|f| (lo..=hi).contains(&f.start_ticks))
+    !fields.is_some_and(|f| (lo..=hi).contains(&f.start_ticks))
 }
 
 /// Sends `signo` to the process (`pid`, started at `start_mono_ns`) if it is proven to be

@@ -113,7 +113,7 @@ fn timeval_ns(t: libc::timeval) -> u64 {
 
 /// The peak RSS of spacetime's own address space, from /proc/self/status.
 fn vm_hwm_bytes() -> Option<u64> {
-    parse_vm_hwm(&crate::util::proc_text::read_one_piece_to_string("/proc/self/status").ok()?)
+    crate::util::proc_text::with_one_piece_text("/proc/self/status", parse_vm_hwm).ok()?
 }
 
 fn parse_vm_hwm(status: &str) -> Option<u64> {

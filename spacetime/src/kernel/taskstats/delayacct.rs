@@ -50,7 +50,7 @@ fn compiled_in() -> io::Result<bool> {
 pub fn delayacct_enabled() -> io::Result<bool> {
     match delayacct_switch()? {
         DelayAcctSwitch::Sysctl => {
-            parse_sysctl_bool(&crate::util::proc_text::read_one_piece_to_string(SYSCTL)?)
+            crate::util::proc_text::with_one_piece_text(SYSCTL, parse_sysctl_bool)?
         }
         DelayAcctSwitch::Boot => Ok(!boot_says_off(&std::fs::read_to_string("/proc/cmdline")?)),
         DelayAcctSwitch::Absent => Ok(false),

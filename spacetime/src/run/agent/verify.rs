@@ -88,19 +88,18 @@ fn exe_id(pid: u32) -> io::Result<(u64, u64)> {
 }
 
 fn stat_of(pid: u32) -> io::Result<StatFields> {
-    let line = crate::util::proc_text::read_one_piece(format!("/proc/{pid}/stat"))?;
-    stat_fields(&line).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a short stat"))
+    crate::util::proc_text::with_one_piece(format!("/proc/{pid}/stat"), stat_fields)?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a short stat"))
 }
 
 /// Checks that `pidfd` pins a live process (not a thread) that is `peer`'s own child, that
 /// the client could ptrace, not yet exec'd; returns it with the pidfd as its pin.
 pub fn prove(peer: Peer, pidfd: OwnedFd) -> Result<(Proven, Pinned), Unproven> {
-    let fdinfo = crate::util::proc_text::read_one_piece_to_string(format!(
-        "/proc/self/fdinfo/{}",
-        pidfd.as_raw_fd()
-    ))
-    .map_err(|_| Unproven::NotPidfd)?;
-    let (pid, level, flags) = parse_fdinfo(&fdinfo).ok_or(Unproven::NotPidfd)?;
+    let fdinfo = format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd());
+    let (pid, level, flags) = crate::util::proc_text::with_one_piece_text(fdinfo, parse_fdinfo)
+        .ok()
+        .flatten()
+        .ok_or(Unproven::NotPidfd)?;
     if flags & PIDFD_THREAD != 0 {
         return Err(Unproven::ThreadPidfd);
     }
