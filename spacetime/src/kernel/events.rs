@@ -153,8 +153,14 @@ impl core::fmt::Debug for Comm {
     }
 }
 
+/// The header every record starts with, alone: what a router needs of an exec record, whose
+/// whole decode copies its file name and arguments.
+pub fn decode_header(buf: &[u8]) -> Result<EventHeader, DecodeError> {
+    read_prefix(buf, 0).map_err(|_| DecodeError::Short(buf.len()))
+}
+
 pub fn decode(buf: &[u8]) -> Result<Event, DecodeError> {
-    let hdr: EventHeader = read_prefix(buf, 0).map_err(|_| DecodeError::Short(buf.len()))?;
+    let hdr = decode_header(buf)?;
     match hdr.kind {
         kind::FORK => Ok(Event::Fork(read_prefix(buf, hdr.kind)?)),
         kind::IMAGE_END => Ok(Event::ImageEnd(read_prefix(buf, hdr.kind)?)),

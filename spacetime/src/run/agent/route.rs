@@ -278,7 +278,14 @@ fn route_record(bytes: &[u8], clients: &mut Registry, owners: &mut Owners, cpu_a
     if session == 0 {
         return;
     }
-    if matches!(ty, kind::FORK | kind::REAP | kind::EXIT | kind::EXEC) {
+    if ty == kind::EXEC {
+        // Its header says all the owners need (the full decode would copy its arguments).
+        if let Ok(h) = crate::kernel::events::decode_header(bytes) {
+            if h.flags & flags::EXEC_LEFT != 0 {
+                owners.forget(h.tgid, h.leader_start_ns);
+            }
+        }
+    } else if matches!(ty, kind::FORK | kind::REAP | kind::EXIT) {
         match crate::kernel::events::decode(bytes) {
             Ok(Event::Fork(f))
                 if f.hdr.flags & (flags::FORK_THREAD | flags::FORK_UNTRACKED) == 0 =>
@@ -291,9 +298,6 @@ fn route_record(bytes: &[u8], clients: &mut Registry, owners: &mut Owners, cpu_a
             Ok(Event::Reap(r)) => owners.reaped(r.hdr.tgid, r.hdr.leader_start_ns),
             Ok(Event::Exit(x)) if !cpu_at_release && x.hdr.flags & flags::EXIT_GROUP_DEAD != 0 => {
                 owners.reaped(x.hdr.tgid, x.hdr.leader_start_ns)
-            }
-            Ok(Event::Exec(e)) if e.hdr.flags & flags::EXEC_LEFT != 0 => {
-                owners.forget(e.hdr.tgid, e.hdr.leader_start_ns)
             }
             _ => {}
         }
