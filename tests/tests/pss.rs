@@ -183,12 +183,22 @@ fn a_fork_whose_child_writes_what_it_inherited_counts_it_twice() {
 /// write and a short hold may fall between them (at any speed some runs do, some do not): a
 /// maximum is trusted only when within 5 % of the truth, and one withheld says a bound that
 /// covers the truth. A starved guest once reported 106 MiB, trusted, for 161 MiB.
+///
+/// The workload runs from a copy of its own: the bound covers what the tree's own figures
+/// can tell (docs/trace.md), and the other tests' runs of the same file, ending meanwhile,
+/// raised the tree's share of its pages with no figure of the tree moving: the bound fell
+/// 3-9 KiB short of the truth, beyond the 2 KiB the truth's reads may differ by, once in a
+/// whole suite and in 2 of 240 runs with two other loops of it beside.
 #[test]
 fn a_maximum_no_round_saw_is_never_trusted() {
     let (mib, _) = cow_size();
+    let own = TempDir::new("pss-cow-own-copy");
+    let wl = own.path().join("st-workload");
+    std::fs::copy(WL, &wl).expect("a copy of st-workload");
+    let wl = wl.to_str().expect("a UTF-8 temporary path");
     let (mut trusted, mut withheld) = (0, 0);
     for (run, interval) in ["300", "1000", "3000"].iter().enumerate() {
-        let out = Trace::new([WL, "pss-cow", &mib, "write", "300"])
+        let out = Trace::new([wl, "pss-cow", &mib, "write", "300"])
             .flag("--pss-interval")
             .flag(interval)
             .tag("pss-cow-unseen")
@@ -217,9 +227,19 @@ fn a_maximum_no_round_saw_is_never_trusted() {
             // A bound: the truth's two reads (kB each) are the slack, nothing more.
             assert!(
                 bytes + unseen + 2048.0 >= truth,
-                "{what}: withheld, but its bound {} is below the truth {truth}\n{}",
+                "{what}: withheld, but its bound {} is below the truth {truth}\n{}\n\
+                 tree_pss: {}\nreads: {}\nsampling: {}",
                 bytes + unseen,
-                out.context()
+                out.context(),
+                v["timeline"]["tree_pss"],
+                v["timeline"]["processes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| format!("pid {} {}", p["pid"], p["pss"]))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                v["timeline"]["pss_sampling"]
             );
             assert!(
                 v["totals"]["max_pss_unknown_reason"].is_string(),
