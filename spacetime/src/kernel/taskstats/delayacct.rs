@@ -48,6 +48,11 @@ fn compiled_in() -> io::Result<bool> {
 /// `swapin_*`, `freepages_*`, ...) of tasks started meanwhile at zero; `cpu_*` come from the
 /// scheduler and are filled either way.
 pub fn delayacct_enabled() -> io::Result<bool> {
+    // The sysctl read at once (a trace asks at its end): no separate look for it first.
+    match crate::util::proc_text::with_one_piece_text(SYSCTL, parse_sysctl_bool) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        read => return read?,
+    }
     match delayacct_switch()? {
         DelayAcctSwitch::Sysctl => {
             crate::util::proc_text::with_one_piece_text(SYSCTL, parse_sysctl_bool)?
