@@ -48,17 +48,15 @@ fn compiled_in() -> io::Result<bool> {
 /// `swapin_*`, `freepages_*`, ...) of tasks started meanwhile at zero; `cpu_*` come from the
 /// scheduler and are filled either way.
 pub fn delayacct_enabled() -> io::Result<bool> {
-    // The sysctl read at once (a trace asks at its end): no separate look for it first.
+    // The sysctl read at once (a trace asks at its end), not looked for first.
     match crate::util::proc_text::with_one_piece_text(SYSCTL, parse_sysctl_bool) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        read => return read?,
-    }
-    match delayacct_switch()? {
-        DelayAcctSwitch::Sysctl => {
-            crate::util::proc_text::with_one_piece_text(SYSCTL, parse_sysctl_bool)?
-        }
-        DelayAcctSwitch::Boot => Ok(!boot_says_off(&std::fs::read_to_string("/proc/cmdline")?)),
-        DelayAcctSwitch::Absent => Ok(false),
+        // No sysctl: set at boot (before 5.14), or no delay accounting at all.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => match delayacct_switch()? {
+            DelayAcctSwitch::Boot => Ok(!boot_says_off(&std::fs::read_to_string("/proc/cmdline")?)),
+            // Or a sysctl that appeared a moment after it was not there: off then.
+            DelayAcctSwitch::Absent | DelayAcctSwitch::Sysctl => Ok(false),
+        },
+        read => read?,
     }
 }
 
