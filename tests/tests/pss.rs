@@ -14,25 +14,32 @@ use spacetime_tests::{
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 
+/// What a run's maximum PSS was made of, for a failure: the run, the tree's series, each
+/// process's reads and the rounds.
+fn made_of(out: &Outcome, v: &serde_json::Value) -> String {
+    let tl = &v["timeline"];
+    format!(
+        "{}\ntree_pss: {}\nreads: {}\nsampling: {}",
+        out.context(),
+        tl["tree_pss"],
+        tl["processes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| format!("pid {} {}", p["pid"], p["pss"]))
+            .collect::<Vec<_>>()
+            .join("; "),
+        tl["pss_sampling"]
+    )
+}
+
 /// Checks the run's maximum PSS against `truth` (bytes): the one figure, trusted, the series'
 /// maximum, within 5 % of the truth and at most 1 % above the cgroup's peak.
 fn check(out: &Outcome, truth: u64, what: &str) {
     out.assert_code(0);
     let v = out.json_value();
     let tl = &v["timeline"];
-    // What the figure was made of, for a failure: the tree's series and each process's reads.
-    let ctx = format!(
-        "{}\ntree_pss: {}\nreads: {}",
-        out.context(),
-        tl["tree_pss"],
-        tl["processes"]
-            .as_array()
-            .expect("processes")
-            .iter()
-            .map(|p| format!("pid {} {}", p["pid"], p["pss"]))
-            .collect::<Vec<_>>()
-            .join("; ")
-    );
+    let ctx = made_of(out, &v);
     let figure = v["totals"]["max_pss_bytes"].as_u64().unwrap_or_else(|| {
         panic!(
             "{what}: no max PSS ({}): {}\n{ctx}",
@@ -227,19 +234,9 @@ fn a_maximum_no_round_saw_is_never_trusted() {
             // A bound: the truth's two reads (kB each) are the slack, nothing more.
             assert!(
                 bytes + unseen + 2048.0 >= truth,
-                "{what}: withheld, but its bound {} is below the truth {truth}\n{}\n\
-                 tree_pss: {}\nreads: {}\nsampling: {}",
+                "{what}: withheld, but its bound {} is below the truth {truth}\n{}",
                 bytes + unseen,
-                out.context(),
-                v["timeline"]["tree_pss"],
-                v["timeline"]["processes"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|p| format!("pid {} {}", p["pid"], p["pss"]))
-                    .collect::<Vec<_>>()
-                    .join("; "),
-                v["timeline"]["pss_sampling"]
+                made_of(&out, &v)
             );
             assert!(
                 v["totals"]["max_pss_unknown_reason"].is_string(),
