@@ -26,6 +26,7 @@ pub mod build;
 pub mod chart;
 pub mod chromium;
 pub mod clock;
+pub mod cputime;
 pub mod gate;
 pub mod notify;
 pub mod openmetrics;

@@ -142,18 +142,14 @@ fn unprivileged_cpu_is_what_wait4_returned() {
             .as_array()
             .and_then(|a| a.iter().find(|p| p["pid"].as_i64() == Some(pid)))
             .unwrap_or_else(|| panic!("pid {pid} missing from the report"));
-        assert_eq!(p["cpu_final"], Value::Bool(true), "pid {pid}: {p}");
-        let us = |k: &str| p[k].as_i64().unwrap_or(-1_000_000) / 1000;
-        let got = us("user_ns") + us("sys_ns");
-        let want = user[i] + sys[i];
-        // As cpu.rs: the child's last slice may be folded in after its parent's wait4.
-        let tail = spacetime_tests::exit_tail_us(reaped[i]);
-        assert!(
-            (0..=tail).contains(&(got - want)),
-            "pid {pid} ({} µs burnt): spacetime {got} µs, wait4 {want} µs (tail up to {tail} µs)",
-            spins[i]
+        spacetime_tests::cputime::assert_wait4(
+            &format!("pid {pid} ({} µs burnt): {p}", spins[i]),
+            p,
+            (user[i], sys[i]),
+            reaped[i],
         );
     }
+    spacetime_tests::cputime::assert_not_final_counted(&v);
 }
 
 /// Two traces through one agent at once, both processes at their peak at the same moment:

@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
+use spacetime_tests::cputime::{assert_not_final_counted, assert_wait4};
 use spacetime_tests::watch::{token, Watch};
 use spacetime_tests::{TempDir, Trace};
 
@@ -34,27 +35,6 @@ fn process(report: &Value, pid: i64) -> &Value {
     }
 }
 
-fn us(v: &Value, key: &str) -> i64 {
-    v[key]
-        .as_i64()
-        .unwrap_or_else(|| panic!("no integer {key} in {v}"))
-        / 1000
-}
-
-/// Asserts one process's (user, sys) in µs against wait4's, which returned at `reaped_ns`
-/// (its tail after the reap: [`spacetime_tests::exit_tail_us`]).
-fn assert_wait4(what: &str, got: (i64, i64), want: (i64, i64), reaped_ns: i64) {
-    if got == want {
-        return;
-    }
-    let d = (got.0 + got.1) - (want.0 + want.1);
-    let tail = spacetime_tests::exit_tail_us(reaped_ns);
-    assert!(
-        (0..=tail).contains(&d),
-        "{what}: spacetime user+sys {got:?} µs, wait4 {want:?} µs (tail up to {tail} µs)"
-    );
-}
-
 #[test]
 fn each_process_cpu_is_what_wait4_returned() {
     // Very short children (0: exit at once; one tick is 1-10 ms) and longer ones, with user
@@ -73,19 +53,14 @@ fn each_process_cpu_is_what_wait4_returned() {
     assert_eq!(pids.len(), spins.len(), "children");
     for (i, &pid) in pids.iter().enumerate() {
         let p = process(&report, pid);
-        assert_eq!(
-            p["cpu_final"],
-            Value::Bool(true),
-            "pid {pid}: CPU must be the figure at release: {p}"
-        );
-        let got = (us(p, "user_ns"), us(p, "sys_ns"));
         assert_wait4(
             &format!("pid {pid} ({} µs burnt; {p})", spins[i]),
-            got,
+            p,
             (user[i], sys[i]),
             reaped[i],
         );
     }
+    assert_not_final_counted(&report);
     // The truth is not vacuous: the 40 ms spinner ran for at least a tick of any clock. A
     // child that exits at once may have 0 from wait4 itself: where the kernel found no usable
     // TSC at boot (an emulated CPU under load), its scheduler clock counts in jiffies, and
@@ -121,20 +96,14 @@ fn threaded_exits_cpu_is_what_wait4_returned() {
     assert_eq!(pids.len(), shapes.len(), "children");
     for (i, &pid) in pids.iter().enumerate() {
         let p = process(&report, pid);
-        assert_eq!(
-            p["cpu_final"],
-            Value::Bool(true),
-            "{} (pid {pid}): CPU must be the final figure: {p}",
-            shapes[i]
-        );
-        let got = (us(p, "user_ns"), us(p, "sys_ns"));
         assert_wait4(
-            &format!("{} (pid {pid})", shapes[i]),
-            got,
+            &format!("{} (pid {pid}): {p}", shapes[i]),
+            p,
             (user[i], sys[i]),
             reaped[i],
         );
     }
+    assert_not_final_counted(&report);
 }
 
 #[test]
@@ -269,17 +238,11 @@ fn watch_matches_wait4(kind: &str, args: &[&str]) {
             .iter()
             .find(|r| r["pid"].as_i64() == Some(*pid))
             .unwrap_or_else(|| panic!("{kind}: pid {pid} not reported\n{}", out.context()));
-        assert_eq!(
-            row["cpu_final"],
-            Value::Bool(true),
-            "{kind}: pid {pid}: {row}"
-        );
-        let got = (us(row, "user_ns"), us(row, "sys_ns"));
         // 0 where wait4 says 0 (a kernel whose scheduler clock counts in jiffies: see
         // each_process_cpu_is_what_wait4_returned), never where it does not.
         assert_wait4(
             &format!("watch {kind} pid {pid}: {row}"),
-            got,
+            row,
             (user[i], sys[i]),
             reaped[i],
         );

@@ -11,6 +11,7 @@ pub(crate) mod btf;
 pub mod counters;
 pub(crate) mod creds;
 pub mod events;
+pub mod grace;
 pub mod loader;
 pub(crate) mod offsets;
 pub mod pidfd;

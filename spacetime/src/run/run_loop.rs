@@ -7,6 +7,7 @@ use std::{io, time::Duration};
 
 use super::event_loop::{self, Consumer, NoSource};
 use crate::kernel::counters::CounterSource;
+use crate::kernel::grace::GracePeriods;
 use crate::kernel::source::{Io, Records};
 use crate::{
     kernel::{
@@ -24,11 +25,6 @@ use crate::{
 use rustc_hash::FxHashSet;
 use spacetime_common::flags;
 
-/// Longest a run waits at its end for the release records of processes that exited. Most
-/// come at their last context switch, microseconds after the exit; one the kernel side could
-/// not prove final there comes when the process is freed, one RCU grace period after the
-/// reap: 12-22 ms on an idle machine, up to 260 ms with both CPUs busy.
-const RELEASE_GRACE: Duration = Duration::from_millis(1000);
 /// How often the end polls for them: first at short steps (a record from a last switch is
 /// microseconds away; tokio's timer counts milliseconds, so these are short blocking sleeps of
 /// the loop's own thread), then every 2 ms.
@@ -66,7 +62,7 @@ pub(super) struct LoopOptions {
     /// The root as spacetime's PID namespace numbers it: our child.
     pub root_pid: u32,
     pub stop_on_root_exit: bool,
-    /// Release records come (see [`RELEASE_GRACE`]).
+    /// Release records come (see [`wait_for_release_records`]).
     pub await_release: bool,
     /// An earlier run of the session left processes running, which may have become our
     /// children: once every process of this run has exited, children left are not its own.
@@ -361,7 +357,8 @@ fn reap(root_pid: u32, root_status: &mut Option<ExitStatus>) -> bool {
 }
 
 /// Drains until every exited process that was reaped has its release record (final CPU
-/// time), or [`RELEASE_GRACE`] has passed. Children of spacetime's (orphans it adopted as the
+/// time), or the wait is over ([`GracePeriods`]: 1 s, longer while the grace period that
+/// frees them has not ended). Children of spacetime's (orphans it adopted as the
 /// subreaper) are reaped first: that is spacetime's part. A zombie whose parent is alive may
 /// stay one until after spacetime returns: not waited for (with --stop-on-root-exit, a double
 /// fork's grandchild that exited after CMD kept the run a whole second).
@@ -369,9 +366,13 @@ async fn wait_for_release_records(ring: &mut dyn Records, run: &mut TracedRun<'_
     let waited = std::time::Instant::now();
     // Found reaped once, reaped for good.
     let mut reaped: FxHashSet<Key> = FxHashSet::default();
+    let mut grace = GracePeriods::default();
+    // Taken when a reaped process is found waiting, again when another is.
+    let mut wait = None;
     for poll in 0.. {
         run.no_children = reap(run.opts.root_pid, &mut run.root_status);
         event_loop::drain(ring, run);
+        let before = reaped.len();
         let missing = run
             .sink
             .tree
@@ -389,7 +390,11 @@ async fn wait_for_release_records(ring: &mut dyn Records, run: &mut TracedRun<'_
                 }
             })
             .count();
-        if missing == 0 || waited.elapsed() >= RELEASE_GRACE {
+        if missing > 0 && (wait.is_none() || reaped.len() > before) {
+            wait = Some(grace.wait());
+        }
+        let over = wait.is_some_and(|w| grace.over(&w, std::time::Instant::now()));
+        if missing == 0 || over {
             log::debug!(
                 "waited {:?} for release records ({poll} polls); {missing} missing",
                 waited.elapsed()

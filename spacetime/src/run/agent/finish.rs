@@ -7,7 +7,8 @@
 //! reap (12-22 ms idle, more under load). The client has reaped its processes before it asks
 //! to finish: processes of the session still waiting for that record (their ended
 //! `TRACKED` entries) and already reaped are waited for here, the answer held back while the loop
-//! polls at [`FINISH_POLL`], for at most [`RELEASE_WAIT`], at most [`MAX_AWAITED`] processes,
+//! polls at [`FINISH_POLL`], for at most a release wait ([`GracePeriods`]: 1 s, longer while
+//! the grace period that frees them has not ended), at most [`MAX_AWAITED`] processes,
 //! one map lookup a poll for those still waiting. A zombie not reaped (a process attached
 //! to, whose parent is not the client) is not waited for.
 //!
@@ -20,10 +21,11 @@ use std::{
 };
 
 use super::registry::ClientId;
-use crate::kernel::loader::{Probes, SessionId};
+use crate::kernel::{
+    grace::{GracePeriods, Wait},
+    loader::{Probes, SessionId},
+};
 
-/// Longest the agent holds a finish back for final CPU records.
-const RELEASE_WAIT: Duration = Duration::from_millis(1000);
 /// How often the loop looks while a finish is held back: the records do not wake the agent
 /// (the ring wakes it only past a fill threshold).
 pub(super) const FINISH_POLL: Duration = Duration::from_millis(1);
@@ -36,13 +38,14 @@ struct Finishing {
     session: SessionId,
     /// Processes (tgid, leader start) whose record has not gone yet.
     awaited: Vec<(u32, u64)>,
-    until: Instant,
+    wait: Wait,
 }
 
 /// The finishes held back, one at most per client.
 #[derive(Default)]
 pub(super) struct Finisher {
     held: BTreeMap<ClientId, Finishing>,
+    grace: GracePeriods,
 }
 
 impl Finisher {
@@ -71,19 +74,19 @@ impl Finisher {
     }
 
     /// Holds client `id`'s finish of its run in session `s` back until the final CPU
-    /// records of `awaited` went, for at most [`RELEASE_WAIT`].
+    /// records of `awaited` went, or the wait for them is over.
     pub fn hold(&mut self, id: ClientId, s: SessionId, awaited: Vec<(u32, u64)>) {
         log::debug!(
             "session {s}: finish waits for {} final CPU records",
             awaited.len()
         );
-        let until = Instant::now() + RELEASE_WAIT;
+        let wait = self.grace.wait();
         self.held.insert(
             id,
             Finishing {
                 session: s,
                 awaited,
-                until,
+                wait,
             },
         );
     }
@@ -98,6 +101,7 @@ impl Finisher {
     pub fn due(&mut self, probes: &Probes) -> Vec<(ClientId, SessionId)> {
         let now = Instant::now();
         let mut due = Vec::new();
+        let grace = &self.grace;
         self.held.retain(|&id, f| {
             // One lookup a poll for a process still waiting, whatever a client holds: the
             // first still waiting stops the look.
@@ -107,7 +111,7 @@ impl Finisher {
                 }
                 f.awaited.pop();
             }
-            if !f.awaited.is_empty() && now < f.until {
+            if !f.awaited.is_empty() && !grace.over(&f.wait, now) {
                 return true;
             }
             if !f.awaited.is_empty() {
