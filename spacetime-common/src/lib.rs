@@ -102,6 +102,10 @@ pub mod flags {
     pub const EXIT_MIN_FLT: u32 = 1 << 5;
     /// REAP: a kernel read failed; the fields it would have filled are 0.
     pub const REAP_READ_FAILED: u32 = 1 << 0;
+    /// REAP: sent at the process's last task's final switch off its CPU: `hdr.ts_ns` is when
+    /// the process stopped running for good, its exit's teardown done (without it, at the
+    /// free, one RCU grace period after the reap).
+    pub const REAP_AT_SWITCH: u32 = 1 << 1;
     /// RSS: a point the rate limit held back, sent late: `hdr.ts_ns` is still when it happened.
     pub const RSS_HELD: u32 = 1 << 2;
     /// CGROUP_NAME: a name was longer than [`super::CGROUP_NAME_LEN`] and is cut.

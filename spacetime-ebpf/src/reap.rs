@@ -116,6 +116,7 @@ pub fn try_dead_switch(ctx: &RawTracePointContext) -> Result<(), i32> {
     let mut slot = MaybeUninit::uninit();
     let ev: &mut ReapEvent = zeroed(&mut slot);
     ev.hdr.kind = kind::REAP;
+    ev.hdr.flags = flags::REAP_AT_SWITCH;
     ev.hdr.session = session.unwrap_or(0);
     // SAFETY: plain helper call.
     ev.hdr.ts_ns = unsafe { bpf_ktime_get_ns() };

@@ -106,6 +106,69 @@ fn threaded_exits_cpu_is_what_wait4_returned() {
     assert_not_final_counted(&report);
 }
 
+/// A process of one thread runs no longer than it lives: its CPU time (what wait4 returned,
+/// its exit's teardown included) fits between its fork and its end, the moment its task left
+/// the CPU for good (it read as the exit, before the teardown: a forked child showed up to
+/// 1.3 times its life). Pinned to one CPU, a parent cannot reap its child while the child is
+/// still switching out, so the final figures go at that switch every time. The two clocks
+/// differ by what the kernel allows: CLOCK_MONOTONIC slewed by at most 500 ppm against the
+/// scheduler's, and in the emulated guest a scheduler clock that may count in ticks.
+#[test]
+fn a_process_of_one_thread_never_runs_longer_than_it_lives() {
+    let cpu = allowed_cpu();
+    let spins = ["0", "0", "300", "0", "3000", "0", "0", "1000"];
+    let mut argv = vec![WL, "rusage"];
+    argv.extend(spins);
+    let out = Trace::new(argv)
+        .under(["taskset", "-c", &cpu.to_string()])
+        .tag("cpu-life")
+        .run();
+    out.assert_code(0);
+    let report = out.json_value();
+    let t = out.truth_one("rusage");
+    let pids = t.ints("pids");
+    assert_eq!(pids.len(), spins.len(), "children");
+    let tick_ns = if spacetime_tests::emulated() {
+        10_000_000
+    } else {
+        0
+    };
+    for (i, &pid) in pids.iter().enumerate() {
+        let p = process(&report, pid);
+        assert_eq!(
+            (p["cpu_final"].as_bool(), p["threads"].as_u64()),
+            (Some(true), Some(1)),
+            "pid {pid}: one thread, its final figures at its last switch: {p}"
+        );
+        let int = |k: &str| p[k].as_u64().unwrap_or_else(|| panic!("no {k} in {p}"));
+        let life = int("end_ns") - int("start_ns");
+        let ran = int("user_ns") + int("sys_ns");
+        assert!(
+            ran <= life + life / 2000 + tick_ns,
+            "pid {pid} ({} µs burnt): {ran} ns of CPU in a life of {life} ns: {p}",
+            spins[i]
+        );
+    }
+}
+
+/// The first CPU this test may run on.
+fn allowed_cpu() -> usize {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is ours and as large as said.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    assert_eq!(
+        r,
+        0,
+        "sched_getaffinity: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: reads bits of the set filled above.
+    (0..libc::CPU_SETSIZE as usize)
+        .find(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .expect("a CPU allowed")
+}
+
 #[test]
 fn a_loop_of_short_processes_sums_to_wait4() {
     // What time(1) does: fork+exec a shell running the loop, wait4 it. The rusage covers the

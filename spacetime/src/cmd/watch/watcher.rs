@@ -502,6 +502,7 @@ impl Watch {
             e,
             ancestry,
             cpu,
+            left_ns,
             ..
         } = w;
         let x = &x;
@@ -531,7 +532,7 @@ impl Watch {
             } else {
                 x.hdr.leader_start_ns
             },
-            end_ns: x.hdr.ts_ns,
+            end_ns: left_ns.unwrap_or(x.hdr.ts_ns),
             user_ns,
             sys_ns,
             cpu_final: cpu.is_some(),

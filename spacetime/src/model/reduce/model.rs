@@ -215,4 +215,23 @@ impl Process {
     pub(super) fn open_image(&mut self) -> Option<&mut Image> {
         self.images.last_mut().filter(|i| i.end_ns.is_none())
     }
+
+    /// Its last task left the CPU for good at `ts_ns`: its end moves there from its exit,
+    /// with its last image's. The exit's teardown (its memory given back, its parent told)
+    /// ran in between, and its CPU time counts it: ending at the exit, a process of one
+    /// thread showed more CPU than its life. Only for a process whose exit was seen, and
+    /// never earlier.
+    pub(super) fn left_cpu(&mut self, ts_ns: u64) {
+        let Some(exit) = self.end_ns.get().filter(|&e| e < ts_ns) else {
+            return;
+        };
+        self.end_ns = OptNs::some(ts_ns);
+        if let Some(img) = self
+            .images
+            .last_mut()
+            .filter(|i| i.end_ns.get() == Some(exit))
+        {
+            img.end_ns = OptNs::some(ts_ns);
+        }
+    }
 }

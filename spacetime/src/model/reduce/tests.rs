@@ -2,7 +2,7 @@
 //! live set stays within its bounds; pid reuse, duplicate exits, argv over several records,
 //! vfork images.
 
-use spacetime_common::{flags, kind, EventHeader, ExitEvent, ImageEndEvent, MemStats};
+use spacetime_common::{flags, kind, EventHeader, ExitEvent, ImageEndEvent, MemStats, ReapEvent};
 
 use super::*;
 use crate::{
@@ -330,6 +330,59 @@ fn one_group_exit_per_process() {
     assert_eq!(r.images[0].peak_rss_pages(), Some(5));
     assert_eq!(r.user_ns, 140);
     assert_eq!(ended[0].exit.get(), Some(ExitStatus::Code(1)));
+}
+
+/// A release record.
+fn reap(p: P, ts: u64, at_switch: bool, rtime_ns: u64) -> Event {
+    Event::Reap(ReapEvent {
+        hdr: EventHeader {
+            kind: kind::REAP,
+            flags: if at_switch { flags::REAP_AT_SWITCH } else { 0 },
+            ..hdr(p, ts)
+        },
+        rtime_ns,
+        utime_ns: rtime_ns,
+        ..ReapEvent::default()
+    })
+}
+
+/// A release record sent at the last switch moves the process's end (and its last image's)
+/// from its exit to that switch: the teardown between is in its CPU time. One sent at the
+/// free, or before the exit was seen, moves nothing.
+#[test]
+fn the_last_switch_ends_a_process_past_its_exit_teardown() {
+    let p = (7, 70);
+    let ends = |events: &[Event]| {
+        let mut all = Store::with(Kept::new(7, 1));
+        for ev in events {
+            all.apply(ev.clone());
+        }
+        let r = all.root().expect("root").clone();
+        (
+            r.end_ns.get(),
+            r.images[0].end_ns.get(),
+            r.user_ns,
+            r.cpu_final,
+        )
+    };
+    let run = [exec(p, 71, "/bin/x", b"x\0", 2), exit(p, 80, 0, 5, true, 9)];
+    let with = |r: Event| -> Vec<Event> { run.iter().cloned().chain([r]).collect() };
+    assert_eq!(
+        ends(&with(reap(p, 95, true, 12))),
+        (Some(95), Some(95), 12, true)
+    );
+    // At the free, a grace period later: not when it stopped running.
+    assert_eq!(
+        ends(&with(reap(p, 5000, false, 12))),
+        (Some(80), Some(80), 12, true)
+    );
+    // Before the exit (out of order): the exit's time stands.
+    let early = [
+        exec(p, 71, "/bin/x", b"x\0", 2),
+        reap(p, 95, true, 12),
+        exit(p, 80, 0, 5, true, 9),
+    ];
+    assert_eq!(ends(&early).0, Some(80));
 }
 
 #[test]
