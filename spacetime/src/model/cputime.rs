@@ -63,6 +63,14 @@ pub fn at_release(r: &ReapEvent) -> Split {
     cputime_adjust(r.rtime_ns, r.utime_ns, r.stime_ns, prev)
 }
 
+/// When the process's last task left the CPU for good, past its exit at `exit_ns`: the
+/// release record's time when it was sent at that final switch (its exit's teardown done,
+/// which the CPU time counts), not at the free, a grace period later.
+pub fn left_cpu_ns(r: &ReapEvent, exit_ns: u64) -> Option<u64> {
+    (r.hdr.flags & spacetime_common::flags::REAP_AT_SWITCH != 0 && r.hdr.ts_ns > exit_ns)
+        .then_some(r.hdr.ts_ns)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

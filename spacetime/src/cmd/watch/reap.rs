@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use spacetime_common::{flags, ExitEvent, ReapEvent};
+use spacetime_common::{ExitEvent, ReapEvent};
 
 use crate::model::cputime::{self, Split};
 use crate::model::table::{Ancestor, Entry};
@@ -27,8 +27,8 @@ pub struct Exited {
     pub e: Entry,
     pub ancestry: Vec<Ancestor>,
     pub cpu: Option<Split>,
-    /// When its last task left the CPU for good, where the release record said so: its end,
-    /// past its exit's teardown (see `Process::left_cpu` in the model).
+    /// When its last task left the CPU for good, where the release record said so
+    /// ([`cputime::left_cpu_ns`]): its end, past its exit's teardown.
     pub left_ns: Option<u64>,
     due: Instant,
 }
@@ -64,8 +64,7 @@ impl Waiting {
             .find(|w| (w.x.hdr.tgid, w.x.hdr.leader_start_ns) == key && w.cpu.is_none())
         {
             w.cpu = Some(cputime::at_release(r));
-            w.left_ns = (r.hdr.flags & flags::REAP_AT_SWITCH != 0 && r.hdr.ts_ns > w.x.hdr.ts_ns)
-                .then_some(r.hdr.ts_ns);
+            w.left_ns = cputime::left_cpu_ns(r, w.x.hdr.ts_ns);
         }
     }
 

@@ -339,9 +339,7 @@ impl<S: Storage> Store<S> {
         p.user_ns = cpu.user_ns;
         p.sys_ns = cpu.sys_ns;
         p.cpu_final = true;
-        if r.hdr.flags & flags::REAP_AT_SWITCH != 0 {
-            p.left_cpu(r.hdr.ts_ns);
-        }
+        p.released(r);
     }
 
     /// A thread exited, or (`EXIT_GROUP_DEAD`) the process. When the storage lets processes

@@ -4,9 +4,11 @@
 use std::sync::{Arc, LazyLock};
 
 use smallvec::SmallVec;
+use spacetime_common::ReapEvent;
 
 use crate::model::{
     argv::PendingArgv,
+    cputime,
     image_mem::ImageMem,
     opt_ns::OptNs,
     process::{Key, Names, OptExit, OptKey},
@@ -216,13 +218,16 @@ impl Process {
         self.images.last_mut().filter(|i| i.end_ns.is_none())
     }
 
-    /// Its last task left the CPU for good at `ts_ns`: its end moves there from its exit,
-    /// with its last image's. The exit's teardown (its memory given back, its parent told)
-    /// ran in between, and its CPU time counts it: ending at the exit, a process of one
-    /// thread showed more CPU than its life. Only for a process whose exit was seen, and
-    /// never earlier.
-    pub(super) fn left_cpu(&mut self, ts_ns: u64) {
-        let Some(exit) = self.end_ns.get().filter(|&e| e < ts_ns) else {
+    /// Its release record `r` came: where it says when its last task left the CPU for good
+    /// ([`cputime::left_cpu_ns`]), its end moves there from its exit, with its last image's.
+    /// The exit's teardown (its memory given back, its parent told) ran in between, and its
+    /// CPU time counts it: ending at the exit, a process of one thread showed more CPU than
+    /// its life. Only for a process whose exit was seen.
+    pub(super) fn released(&mut self, r: &ReapEvent) {
+        let Some(exit) = self.end_ns.get() else {
+            return;
+        };
+        let Some(ts_ns) = cputime::left_cpu_ns(r, exit) else {
             return;
         };
         self.end_ns = OptNs::some(ts_ns);
