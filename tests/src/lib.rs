@@ -429,9 +429,16 @@ impl Running {
             Some(Err(why)) => why,
             None => format!("none within {timeout:?}"),
         };
+        self.fail(&format!(
+            "no descendant of pid {spacetime} running {argv:?}: {why}"
+        ))
+    }
+
+    /// Panics with `what`, the run's command line and what spacetime wrote on stderr so far.
+    fn fail(&mut self, what: &str) -> ! {
         let stderr = self.stderr.take(Duration::from_millis(500));
         panic!(
-            "no descendant of pid {spacetime} running {argv:?}: {why}: {}\nstderr:\n{}",
+            "{what}: {}\nstderr:\n{}",
             show_argv(&self.argv),
             String::from_utf8_lossy(&stderr)
         );
@@ -441,13 +448,8 @@ impl Running {
     pub fn wait(mut self) -> Outcome {
         let left = self.timeout.saturating_sub(self.started.elapsed());
         let Some(status) = poll::exit_within(&mut self.child, left) else {
-            let stderr = self.stderr.take(Duration::from_millis(500));
-            panic!(
-                "spacetime did not exit within {:?}: {}\nstderr:\n{}",
-                self.timeout,
-                show_argv(&self.argv),
-                String::from_utf8_lossy(&stderr)
-            );
+            let timeout = self.timeout;
+            self.fail(&format!("spacetime did not exit within {timeout:?}"))
         };
         let elapsed = self.started.elapsed();
         // Snapshot the files first: survivors may still be running and writing.
