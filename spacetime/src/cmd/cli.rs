@@ -32,12 +32,16 @@ pub struct Global {
 }
 
 impl Cli {
-    /// The command line `args` (the program's name first). clap builds every subcommand's
-    /// arguments before it parses (about 0.4 ms of a traced `/bin/true` through the agent,
-    /// a sixth of what spacetime adds to it), so `trace` and `bench` named first are parsed
-    /// with their own alone; anything that does not parse so (`-v` first, `--help`, a
-    /// mistake) goes through the whole command, for the same help, version and errors.
+    /// The command line `args` (the program's name first). `trace`'s everyday lines are read
+    /// without clap ([`super::quick_parse`]). clap builds every subcommand's arguments before
+    /// it parses (about 0.4 ms of a traced `/bin/true` through the agent, a sixth of what
+    /// spacetime adds to it), so `trace` and `bench` named first are parsed with their own
+    /// alone; anything that does not parse so (`-v` first, `--help`, a mistake) goes through
+    /// the whole command, for the same help, version and errors.
     pub fn from_args(args: Vec<OsString>) -> Result<Cli, clap::Error> {
+        if let Some(cli) = super::quick_parse::trace(&args) {
+            return Ok(cli);
+        }
         Cli::alone(&args).map_or_else(|| Cli::try_parse_from(args), Ok)
     }
 
@@ -281,13 +285,13 @@ pub struct TraceArgs {
     #[arg(long)]
     pub keep_root: bool,
     /// Size of the kernel's ring buffer (bytes; K, M, G suffixes; rounded up to a power of two)
-    #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = RING_BUFFER_DEFAULT, value_parser = parse_size)]
     pub ring_buffer: u32,
     /// Most processes tracked at once (the kernel's pid_max bounds it too)
-    #[arg(long, value_name = "N", default_value_t = 65536)]
+    #[arg(long, value_name = "N", default_value_t = MAX_PROCESSES_DEFAULT)]
     pub max_processes: u32,
     /// Receive buffer for the kernel's taskstats exit records (K, M, G suffixes)
-    #[arg(long, value_name = "SIZE", default_value = "8M", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = TASKSTATS_BUFFER_DEFAULT, value_parser = parse_size)]
     pub taskstats_buffer: u32,
     /// Switch delay accounting on (sysctl kernel.task_delayacct) for the trace, restoring the
     /// old value afterwards
@@ -319,24 +323,24 @@ pub struct TraceArgs {
     pub quiet: bool,
     /// Least time between two RSS points of one process, in ms (new tree-wide peaks always
     /// count)
-    #[arg(long, value_name = "MS", default_value_t = 5)]
+    #[arg(long, value_name = "MS", default_value_t = RSS_INTERVAL_DEFAULT)]
     pub rss_interval: u32,
     /// Shortest interval between two PSS rounds (every live process read together), in ms
     /// (bigger trees are read less often so sampling stays under 2% of a CPU); 0 turns PSS
     /// sampling off
-    #[arg(long, value_name = "MS", default_value_t = 50)]
+    #[arg(long, value_name = "MS", default_value_t = PSS_INTERVAL_DEFAULT)]
     pub pss_interval: u64,
     /// Share of one CPU the PSS rounds may use, in %: denser rounds narrow what short
     /// processes may have held between two of them (a build's compilers)
     #[arg(
         long,
         value_name = "PERCENT",
-        default_value_t = crate::model::pss::DEFAULT_CPU_BUDGET * 100.0,
+        default_value_t = PSS_BUDGET_DEFAULT,
         value_parser = parse_percent
     )]
     pub pss_budget: f64,
     /// List at most N processes in the summary tree (0: all)
-    #[arg(long, value_name = "N", default_value_t = 40)]
+    #[arg(long, value_name = "N", default_value_t = TOP_DEFAULT)]
     pub top: usize,
     /// Load the kernel programs here (root) even when a `spacetime agent` answers on its
     /// socket (SPACETIME_SOCKET, default /run/spacetime/agent.sock)
@@ -359,6 +363,15 @@ pub struct TraceArgs {
     )]
     pub command: Vec<OsString>,
 }
+
+/// `trace`'s defaults, which [`super::quick_parse`] gives too.
+pub const RING_BUFFER_DEFAULT: &str = "16M";
+pub const MAX_PROCESSES_DEFAULT: u32 = 65536;
+pub const TASKSTATS_BUFFER_DEFAULT: &str = "8M";
+pub const RSS_INTERVAL_DEFAULT: u32 = 5;
+pub const PSS_INTERVAL_DEFAULT: u64 = 50;
+pub const PSS_BUDGET_DEFAULT: f64 = crate::model::pss::DEFAULT_CPU_BUDGET * 100.0;
+pub const TOP_DEFAULT: usize = 40;
 
 /// The pids of `trace -p`, in the order given.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,6 +10,7 @@ pub mod completions;
 pub mod diff;
 pub mod doctor;
 pub mod man;
+mod quick_parse;
 pub mod report;
 pub mod trace;
 pub mod watch;
