@@ -4,10 +4,10 @@
 //! `/bin/true` through the agent, a quarter of all spacetime adds to it (every argument's
 //! help copied, the builder moving each argument by value, the heap and the code paged in).
 //! The flags a script or a user types every time (`-q`, `--no-chart`, `-f`, `-o`, `--json`,
-//! ...) and the command are read here into the very `Cli` clap would give; any other
-//! word, a flag given twice, a value that starts with `-` or is empty, or a value its
-//! parser refuses leaves the whole line to clap, which parses it, or explains its error, as
-//! ever. The values go through clap's own parsers for them, the defaults are the
+//! ...) and the command are read here into the very `Cli` clap would give; any other word,
+//! a flag given twice, a value that is empty or starts with `-` (`-` alone is a value), or
+//! one its parser refuses leaves the whole line to clap, which parses it, or explains its
+//! error, as ever. A value goes through the parser clap calls for it, the defaults are the
 //! declaration's constants, and a test compares this parse with clap's on thousands of lines.
 
 use std::{ffi::OsString, path::PathBuf};
@@ -45,7 +45,8 @@ pub fn trace(args: &[OsString]) -> Option<Cli> {
             Some(v) => v,
             None => words.next()?.to_str()?,
         };
-        if value.is_empty() || value.starts_with('-') {
+        // `-` alone is a value (standard output); any other word with a dash is a flag.
+        if value.is_empty() || (value.starts_with('-') && value != "-") {
             return None;
         }
         line.option(name, value)?;
@@ -275,8 +276,8 @@ mod tests {
             &["trace", "-a", "true"],
             &["trace", "-f", "%e", "-f", "%M", "true"],
             &["trace", "-f", "%Ü", "true"],
-            &["trace", "--json", "-", "true"],
             &["trace", "--json=", "true"],
+            &["trace", "--json", "--", "true"],
             &["trace", "-o"],
             &["trace", "-qw", "true"],
             &["trace", "-vvv", "true"],
