@@ -68,6 +68,25 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 impl GracePeriods {
     /// A wait beginning now, for processes already reaped.
     pub fn wait(&mut self) -> Wait {
+        let period = self.next_period();
+        Wait {
+            since: Instant::now(),
+            period,
+        }
+    }
+
+    /// A wait that began at `since` and goes on now, for processes reaped before now: the
+    /// grace period it needs begins after this call.
+    pub fn wait_begun(&mut self, since: Instant) -> Wait {
+        Wait {
+            since,
+            period: self.next_period(),
+        }
+    }
+
+    /// The first period to begin after this call, asked of the worker (started at the first
+    /// call).
+    fn next_period(&mut self) -> u64 {
         let (m, cv) = &*self.shared;
         let period = {
             let mut s = lock(m);
@@ -87,10 +106,7 @@ impl GracePeriods {
                 lock(m).refused = true;
             }
         }
-        Wait {
-            since: Instant::now(),
-            period,
-        }
+        period
     }
 
     /// Whether `w` is over at `now`: see the module's documentation.
