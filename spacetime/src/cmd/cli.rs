@@ -395,10 +395,11 @@ fn parse_pids(s: &str) -> Result<Pids, String> {
 pub use crate::util::parse::buffer_size as parse_size;
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn argv(words: &[&str]) -> Vec<OsString> {
+    /// `spacetime` followed by `words`, as a command line.
+    pub(in crate::cmd) fn argv(words: &[&str]) -> Vec<OsString> {
         std::iter::once("spacetime")
             .chain(words.iter().copied())
             .map(OsString::from)

@@ -182,14 +182,8 @@ impl Line {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cmd::cli::tests::argv;
     use clap::Parser;
-
-    fn argv(words: &[&str]) -> Vec<OsString> {
-        std::iter::once("spacetime")
-            .chain(words.iter().copied())
-            .map(OsString::from)
-            .collect()
-    }
 
     /// This parse against clap's for `words`: when this one takes them, clap must give the
     /// same `Cli`. Returns whether this one took them.
