@@ -181,8 +181,8 @@ impl Line {
 
 #[cfg(test)]
 mod tests {
+    use super::super::cli::tests::argv;
     use super::*;
-    use crate::cmd::cli::tests::argv;
     use clap::Parser;
 
     /// This parse against clap's for `words`: when this one takes them, clap must give the
