@@ -68,25 +68,13 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 impl GracePeriods {
     /// A wait beginning now, for processes already reaped.
     pub fn wait(&mut self) -> Wait {
-        let period = self.next_period();
-        Wait {
-            since: Instant::now(),
-            period,
-        }
+        self.wait_begun(Instant::now())
     }
 
     /// A wait that began at `since` and goes on now, for processes reaped before now: the
-    /// grace period it needs begins after this call.
+    /// grace period it needs is the first to begin after this call, asked of the worker
+    /// (started at the first call).
     pub fn wait_begun(&mut self, since: Instant) -> Wait {
-        Wait {
-            since,
-            period: self.next_period(),
-        }
-    }
-
-    /// The first period to begin after this call, asked of the worker (started at the first
-    /// call).
-    fn next_period(&mut self) -> u64 {
         let (m, cv) = &*self.shared;
         let period = {
             let mut s = lock(m);
@@ -106,7 +94,7 @@ impl GracePeriods {
                 lock(m).refused = true;
             }
         }
-        period
+        Wait { since, period }
     }
 
     /// Whether `w` is over at `now`: see the module's documentation.
