@@ -563,8 +563,8 @@ const _: () = {
         size_of::<KernelFilter>() == 8 + 4 * FILTER_MAX_UIDS + 8 + 16 * FILTER_MAX_CGROUPS + 16
     );
     assert!(ARGS_EVENT_FIXED == 40);
-    assert!(size_of::<KernelOffsets>() == 61 * 4);
-    assert!(size_of::<Config>() == 24 + 61 * 4 + 8);
+    assert!(size_of::<KernelOffsets>() == 62 * 4);
+    assert!(size_of::<Config>() == 24 + 62 * 4 + 8);
     assert!(size_of::<SessionLimit>() == 32);
     assert!(size_of::<CgroupNameEvent>() == 32 + 16 + CGROUP_NAME_LEN * CGROUP_NAME_DEPTH);
     assert!(size_of::<MmState>() == 128);

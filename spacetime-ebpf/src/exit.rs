@@ -14,7 +14,7 @@ use spacetime_common::{flags, kind, mode, stat, ExitEvent, Reaping, Tracked, TAS
 
 use crate::{
     atomics, conf, count, exit_mm, filter, mem, output, reap, session,
-    task::{current_ids, read, read_or_zero, Task},
+    task::{current_ids, Btf, Kernel, Task},
     zero, EXITED, EXIT_SCRATCH, TRACKED,
 };
 
@@ -25,9 +25,9 @@ pub fn try_exit<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(), i32
     // no contents of map memory, so paths that filled different fields merge instead of
     // being verified apart. (Slot 0 of a per-CPU array always exists.)
     let ev = EXIT_SCRATCH.get_ptr_mut(0).ok_or(-1)?;
-    let task = Task(ctx.arg::<u64>(0));
-    let mut mm = 0u64;
-    let bad = read_or_zero(&mut mm, task.0, conf!(off.task_mm)) != 0;
+    let cur = Btf::current(ctx.arg::<u64>(0));
+    let (mm, bad) = cur.ptr(conf!(off.task_mm));
+    let bad = bad != 0;
     // Before 6.16 the tracepoint fires after exit_mm(): exit_mm_release (exit_mm.rs) decided
     // whether this is the last thread, and read the final figures, while the mm was attached.
     // From 6.16 nothing stashes anything, and the verifier drops this path (the condition is
@@ -36,7 +36,7 @@ pub fn try_exit<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(), i32
     let tp_has_group_dead = conf!(off.exit_tp_group_dead) != 0;
     // The task is the current one.
     let (pid, tgid) = current_ids();
-    let stash = match mm == 0 && !tp_has_group_dead {
+    let stash = match mm.addr() == 0 && !tp_has_group_dead {
         true => exit_mm::get(pid),
         false => None,
     };
@@ -45,7 +45,7 @@ pub fn try_exit<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(), i32
     // SAFETY: per-CPU scratch value, exclusively ours while this program runs on this CPU.
     let r = exit::<FETCH>(
         unsafe { &mut *ev },
-        &task,
+        cur,
         (pid, tgid),
         mm,
         stash,
@@ -64,9 +64,9 @@ pub fn try_exit<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(), i32
 #[inline(always)]
 fn exit<const FETCH: bool>(
     ev: &mut ExitEvent,
-    task: &Task,
+    cur: Btf,
     (pid, tgid): (u32, u32),
-    mm: u64,
+    mm: Btf,
     stash: Option<&exit_mm::ExitMm>,
     tp_group_dead: Option<bool>,
     bad: bool,
@@ -81,16 +81,17 @@ fn exit<const FETCH: bool>(
     let sess = sess.unwrap_or(0);
     let filtered = !tracked || (filter::active() != 0 && !filter::passes(filter::active()));
     // Passed the filter, but its watcher could not ptrace it now: a marker all the same.
-    let hidden = !filtered && filter::hidden(task, mm);
+    let task = &Task(cur.addr());
+    let hidden = !filtered && filter::hidden(task, mm.addr());
     // From here on every path sends the record and cleans up: a failed read leaves 0 and
     // flags the record (`err` collects the helpers' results, see `read_or_zero`).
     let mut err: i64 = if bad { -1 } else { 0 };
-    let mut signal = 0u64;
-    err |= read_or_zero(&mut signal, task.0, conf!(off.task_signal));
-    let mut leader = 0u64;
-    err |= read_or_zero(&mut leader, task.0, conf!(off.task_group_leader));
+    let (signal, e) = cur.ptr(conf!(off.task_signal));
+    err |= e;
+    let (leader, e) = cur.ptr(conf!(off.task_group_leader));
+    err |= e;
     let mut leader_start = 0u64;
-    err |= read_or_zero(&mut leader_start, leader, conf!(off.task_start_time));
+    err |= leader.field(&mut leader_start, conf!(off.task_start_time));
     let last = if let Some(g) = tp_group_dead {
         g
     } else if let Some(s) = stash {
@@ -100,7 +101,7 @@ fn exit<const FETCH: bool>(
         // `signal->live` was decremented before the tracepoint: zero means this is the last
         // thread (two threads exiting at once may both read zero: see `claim_group_exit`).
         let mut live = 0i32;
-        let r = read_or_zero(&mut live, signal, conf!(off.signal_live));
+        let r = signal.field(&mut live, conf!(off.signal_live));
         err |= r;
         r == 0 && live == 0
     };
@@ -142,11 +143,11 @@ fn exit<const FETCH: bool>(
     }
     let group_dead = last
         && claim_group_exit::<FETCH>(entry, tgid, leader_start, sess, || {
-            ends_alone(task, leader, signal, tp_group_dead.is_some())
+            ends_alone(task, leader.addr(), signal, tp_group_dead.is_some())
         });
-    if conf!(off.task_stime) == conf!(off.task_utime) + 8 {
-        // Adjacent in every task_struct so far: one read (into no zeroed buffer, which
-        // the compiler would clear with a memset call, see zero.rs).
+    if !cur.loads() && conf!(off.task_stime) == conf!(off.task_utime) + 8 {
+        // Adjacent in every task_struct so far: one helper call (into no zeroed buffer, which
+        // the compiler would clear with a memset call, see zero.rs); loads go one by one.
         let at = (task.0 + conf!(off.task_utime) as u64) as *const [u64; 2];
         // SAFETY: bpf_probe_read_kernel checks the address.
         match unsafe { bpf_probe_read_kernel(at) } {
@@ -154,28 +155,28 @@ fn exit<const FETCH: bool>(
             Err(_) => err = -1,
         }
     } else {
-        err |= read_or_zero(&mut ev.utime_ns, task.0, conf!(off.task_utime));
-        err |= read_or_zero(&mut ev.stime_ns, task.0, conf!(off.task_stime));
+        err |= cur.field(&mut ev.utime_ns, conf!(off.task_utime));
+        err |= cur.field(&mut ev.stime_ns, conf!(off.task_stime));
     }
-    err |= read_or_zero(&mut ev.runtime_ns, task.0, conf!(off.task_sum_exec_runtime));
-    err |= read_or_zero(&mut ev.exit_code, task.0, conf!(off.task_exit_code));
+    err |= cur.field(&mut ev.runtime_ns, conf!(off.task_sum_exec_runtime));
+    err |= cur.field(&mut ev.exit_code, conf!(off.task_exit_code));
     if conf!(off.task_min_flt) != 0 {
         // Valid unless the record says a read failed (no branch on the result, as above).
-        err |= read_or_zero(&mut ev.min_flt, task.0, conf!(off.task_min_flt));
+        err |= cur.field(&mut ev.min_flt, conf!(off.task_min_flt));
         ev.hdr.flags |= flags::EXIT_MIN_FLT;
     }
     if watch {
         let ids = bpf_get_current_uid_gid();
         ev.uid = ids as u32;
         ev.gid = (ids >> 32) as u32;
-        if leader != 0 {
+        if leader.addr() != 0 {
             ns_tgid(leader, ev);
         }
     }
     if group_dead {
         ev.hdr.flags |= flags::EXIT_GROUP_DEAD;
         err |= group_fields(signal, task, leader, ev, watch);
-        if mm != 0 {
+        if mm.addr() != 0 {
             if mem::read_final_mm(task.0, mm, &mut ev.mem).is_err() {
                 err = -1;
             }
@@ -269,7 +270,7 @@ fn claim_group_exit<const FETCH: bool>(
 /// both read themselves last, and the entry is what tells them apart). Nothing can add a
 /// thread to a process whose last thread exits.
 #[inline(always)]
-fn ends_alone(task: &Task, leader: u64, signal: u64, exact_last: bool) -> bool {
+fn ends_alone(task: &Task, leader: u64, signal: Btf, exact_last: bool) -> bool {
     if !exact_last || !reap::unclaimed() || leader != task.0 {
         return false;
     }
@@ -277,7 +278,7 @@ fn ends_alone(task: &Task, leader: u64, signal: u64, exact_last: bool) -> bool {
         return false;
     }
     let mut threads = 0i32;
-    read_or_zero(&mut threads, signal, conf!(off.signal_nr_threads)) == 0 && threads == 1
+    signal.field(&mut threads, conf!(off.signal_nr_threads)) == 0 && threads == 1
 }
 
 /// Marks the tree-mode process `tgid`'s entry ended (its leader started at `leader_start`):
@@ -326,17 +327,15 @@ fn end_tracked<const FETCH: bool>(
 
 /// The process's id in its own PID namespace: `leader->thread_pid->numbers[level].nr`.
 #[inline(always)]
-fn ns_tgid(leader: u64, ev: &mut ExitEvent) {
+fn ns_tgid(leader: Btf, ev: &mut ExitEvent) {
     if conf!(off.task_thread_pid) == 0 {
         return;
     }
-    let Ok(pid) = read::<u64>(leader, conf!(off.task_thread_pid)) else {
-        return;
-    };
-    if pid == 0 {
+    let (pid, e) = leader.ptr(conf!(off.task_thread_pid));
+    if e != 0 || pid.addr() == 0 {
         return;
     }
-    let Ok(level) = read::<u32>(pid, conf!(off.pid_level)) else {
+    let Ok(level) = pid.get::<u32>(conf!(off.pid_level)) else {
         return;
     };
     // MAX_PID_NS_LEVEL is 32.
@@ -350,7 +349,8 @@ fn ns_tgid(leader: u64, ev: &mut ExitEvent) {
         return;
     }
     let at = conf!(off.pid_numbers) as u64 + level as u64 * conf!(off.upid_size) as u64;
-    if let Ok(nr) = read::<u32>(pid, at as u32) {
+    // A variable index: the helper's read, not a load.
+    if let Ok(nr) = pid.addr().get::<u32>(at as u32) {
         ev.ns_tgid = nr;
         ev.ns_level = level;
     }
@@ -359,27 +359,24 @@ fn ns_tgid(leader: u64, ev: &mut ExitEvent) {
 /// The process-wide fields of a group exit: exit code, maxrss, the leader's comm, and for
 /// `watch` the CPU times. Returns the reads' results ORed (see `read_or_zero`).
 #[inline(always)]
-fn group_fields(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent, watch: bool) -> i64 {
+fn group_fields(signal: Btf, task: &Task, leader: Btf, ev: &mut ExitEvent, watch: bool) -> i64 {
     let mut sflags = 0u32;
-    let mut err = read_or_zero(&mut sflags, signal, conf!(off.signal_flags));
+    let mut err = signal.field(&mut sflags, conf!(off.signal_flags));
     if sflags & conf!(off.signal_group_exit_flag) != 0 {
-        err |= read_or_zero(&mut ev.exit_code, signal, conf!(off.signal_group_exit_code));
+        err |= signal.field(&mut ev.exit_code, conf!(off.signal_group_exit_code));
         ev.hdr.flags |= flags::EXIT_GROUP_CODE;
     }
-    err |= read_or_zero(
-        &mut ev.signal_maxrss_pages,
-        signal,
-        conf!(off.signal_maxrss),
-    );
+    err |= signal.field(&mut ev.signal_maxrss_pages, conf!(off.signal_maxrss));
     let comm_off = conf!(off.task_comm);
-    if leader != 0 && leader != task.0 && comm_off != 0 {
-        let at = (leader + comm_off as u64) as *const [u8; TASK_COMM_LEN];
+    let leader_at = leader.addr();
+    if leader_at != 0 && leader_at != task.0 && comm_off != 0 {
+        let at = (leader_at + comm_off as u64) as *const [u8; TASK_COMM_LEN];
         // SAFETY: bpf_probe_read_kernel checks the address.
         if let Ok(c) = unsafe { bpf_probe_read_kernel(at) } {
             ev.comm = c;
         }
     }
-    if signal != 0 && watch {
+    if signal.addr() != 0 && watch {
         group_times(signal, task, leader, ev);
     }
     err
@@ -389,27 +386,27 @@ fn group_fields(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent, watch
 /// `signal`), this thread, and the leader if it exited earlier (it is released only when the
 /// process is reaped).
 #[inline(always)]
-fn group_times(signal: u64, task: &Task, leader: u64, ev: &mut ExitEvent) {
+fn group_times(signal: Btf, task: &Task, leader: Btf, ev: &mut ExitEvent) {
     if conf!(off.signal_sum_sched_runtime) == 0 {
         return;
     }
     // One read, one check: checking the three results at once lets the compiler OR the
     // error codes together, and 6.1's verifier cannot follow that (it then sees a value that
     // was never read on the failure path).
-    let Ok(u) = read::<u64>(signal, conf!(off.signal_utime)) else {
+    let Ok(u) = signal.get::<u64>(conf!(off.signal_utime)) else {
         return;
     };
-    let Ok(s) = read::<u64>(signal, conf!(off.signal_stime)) else {
+    let Ok(s) = signal.get::<u64>(conf!(off.signal_stime)) else {
         return;
     };
-    let Ok(r) = read::<u64>(signal, conf!(off.signal_sum_sched_runtime)) else {
+    let Ok(r) = signal.get::<u64>(conf!(off.signal_sum_sched_runtime)) else {
         return;
     };
     let (mut u, mut s, mut r) = (u + ev.utime_ns, s + ev.stime_ns, r + ev.runtime_ns);
-    if leader != 0 && leader != task.0 {
-        if let Ok(lu) = read::<u64>(leader, conf!(off.task_utime)) {
-            if let Ok(ls) = read::<u64>(leader, conf!(off.task_stime)) {
-                if let Ok(lr) = read::<u64>(leader, conf!(off.task_sum_exec_runtime)) {
+    if leader.addr() != 0 && leader.addr() != task.0 {
+        if let Ok(lu) = leader.get::<u64>(conf!(off.task_utime)) {
+            if let Ok(ls) = leader.get::<u64>(conf!(off.task_stime)) {
+                if let Ok(lr) = leader.get::<u64>(conf!(off.task_sum_exec_runtime)) {
                     u += lu;
                     s += ls;
                     r += lr;

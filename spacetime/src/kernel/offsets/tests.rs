@@ -128,6 +128,17 @@ fn hooks(e: &mut Enc, skip: &str, tracepoints_with_mm: bool, ptr: u32) {
     }
     let fp = e.modifier(Kind::Ptr, "", proto);
     e.modifier(Kind::Typedef, "btf_trace_sched_process_exit", fp);
+    if tracepoints_with_mm {
+        // A kernel this new has bpf_get_current_task_btf (5.11+) in its helpers' enum.
+        let helpers: Vec<_> = [
+            ("BPF_FUNC_unspec", 0),
+            ("BPF_FUNC_get_current_task_btf", 158),
+        ]
+        .into_iter()
+        .filter(|x| x.0 != skip)
+        .collect();
+        e.enum32("bpf_func_id", false, &helpers);
+    }
 
     // `void exit_mm_release(struct task_struct *tsk, struct mm_struct *mm)`, and exec's.
     let tsk = e.s("tsk");
@@ -211,6 +222,15 @@ fn resolve_old_kernel_layout() {
     assert_eq!((r.has_task_rss_stat, r.off.task_rss_stat_count), (false, 0));
     // No sched_switch prototype (nor prev_cputime): the release record waits for the free.
     assert_eq!((o.task_state, o.signal_nr_threads), (0, 0));
+}
+
+/// Direct loads where the kernel's helpers include bpf_get_current_task_btf, and only there.
+#[test]
+fn direct_loads_follow_the_kernels_helpers() {
+    let direct = |b: Btf| resolve(&b).unwrap().off.direct_loads;
+    assert_eq!(direct(kernel("", true)), 1);
+    assert_eq!(direct(kernel("BPF_FUNC_get_current_task_btf", true)), 0);
+    assert_eq!(direct(old_kernel("")), 0);
 }
 
 #[test]
@@ -308,6 +328,16 @@ fn resolve_live_btf_parse_and_resolve() {
     for f in [o.signal_nr_threads, o.signal_stats_seq] {
         assert!(f != 0 && f < sig, "{f} not inside signal_struct ({sig})");
     }
+    // Direct loads exactly from 5.11 (bpf_get_current_task_btf), by the kernel's release.
+    let release = rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned();
+    let mut v = release
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (v.next().unwrap_or(0), v.next().unwrap_or(0));
+    assert_eq!(o.direct_loads == 1, (major, minor) >= (5, 11), "{release}");
     // Every kernel the programs load on has the cgroup path fields (one name or the other).
     assert!(o.task_cgroups > 0 && o.task_cgroups < task);
     assert!(o.css_set_dfl_cgrp < size("css_set"));
