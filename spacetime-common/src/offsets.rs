@@ -97,8 +97,8 @@ pub struct KernelOffsets {
     pub mm_flags: u32,
     /// `task_struct.min_flt`: the thread's minor page faults; 0 when absent.
     pub task_min_flt: u32,
-    /// 1 when the kernel's BPF has `bpf_get_current_task_btf` (5.11+): the exit program then
-    /// loads task, signal and mm fields directly through pointers the verifier types by BTF
-    /// instead of calling bpf_probe_read_kernel for each.
+    /// 1 when the kernel's BPF has `bpf_get_current_task_btf` (5.11+): the exit and exec
+    /// programs then load task, signal and mm fields directly through pointers the verifier
+    /// types by BTF instead of calling bpf_probe_read_kernel for each.
     pub direct_loads: u32,
 }

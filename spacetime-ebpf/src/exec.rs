@@ -20,7 +20,7 @@ use spacetime_common::{
 
 use crate::{
     conf, count, creds, filter, mem, output, rss, tail,
-    task::{current_ids, header, read, Task},
+    task::{current_ids, header, read, Btf, Kernel, Task},
     wakeup_flags, ARGS_CARRY, ARGS_SCRATCH, EVENTS, EXEC_SCRATCH, TAILS, TRACKED,
 };
 
@@ -28,15 +28,16 @@ use crate::{
 const MAX_CHUNKS: u32 = 64;
 
 pub fn try_prepare_exec<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
-    let task = Task(ctx.arg::<u64>(0));
     // The task is the current one.
+    let cur = Btf::current(ctx.arg::<u64>(0));
+    let task = Task(cur.addr());
     let (pid, tgid) = current_ids();
     let Some(session) = filter::wanted(tgid) else {
         return Ok(());
     };
     rss::forget::<FETCH>(tgid);
-    let r = task
-        .mm()
+    let r = cur
+        .follow(conf!(off.task_mm))
         .and_then(|mm| image_end(&task, tgid, pid, mm, session));
     // Taken by image_end's read unless it failed first (see mem::MmStash).
     mem::stash_clear();
@@ -49,13 +50,19 @@ pub fn try_prepare_exec<const FETCH: bool>(ctx: &RawTracePointContext) -> Result
 /// after, and a new mm may then get its address, so following ends while it is still ours.
 /// Kernel threads (no mm) send nothing.
 #[inline(always)]
-pub fn image_end(task: &Task, tgid: u32, pid: u32, mm: u64, session: u16) -> Result<(), i32> {
-    if mm == 0 {
+pub fn image_end(
+    task: &Task,
+    tgid: u32,
+    pid: u32,
+    mm: impl Kernel,
+    session: u16,
+) -> Result<(), i32> {
+    if mm.addr() == 0 {
         return Ok(());
     }
     // An image its watcher could not ptrace (a setuid program execing another): its figures
     // are not told (filter.rs).
-    if conf!(mode) == mode::SYSTEM && filter::hidden(task, mm) {
+    if conf!(mode) == mode::SYSTEM && filter::hidden(task, mm.addr()) {
         count(session, stat::FILTERED);
         return Ok(());
     }
@@ -88,7 +95,8 @@ fn output_bytes(data: *mut c_void, len: usize, session: u16) {
 // Inlined into its program: a BPF-to-BPF call in a program that tail-calls needs Linux 5.10.
 #[inline(always)]
 pub fn try_exec<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
-    let task = Task(ctx.arg::<u64>(0));
+    let cur = Btf::current(ctx.arg::<u64>(0));
+    let task = Task(cur.addr());
     // The task is the current one (after de_thread, with its new pid).
     let (pid, tgid) = current_ids();
     let Some(session) = filter::wanted(tgid) else {
@@ -114,17 +122,17 @@ pub fn try_exec<const FETCH: bool>(ctx: &RawTracePointContext) -> Result<(), i32
         Err(_) => ev.filename[0] = 0,
     }
 
-    let mm = task.mm()?;
-    if conf!(mode) == mode::TREE && creds::left(session, &task, mm) {
+    let mm = cur.follow(conf!(off.task_mm))?;
+    if conf!(mode) == mode::TREE && creds::left(session, &task, mm.addr()) {
         return leave::<FETCH>(ev, tgid, session);
     }
     // A watcher that could not ptrace the new program is not told of it (filter.rs).
-    if conf!(mode) == mode::SYSTEM && filter::hidden(&task, mm) {
+    if conf!(mode) == mode::SYSTEM && filter::hidden(&task, mm.addr()) {
         count(session, stat::FILTERED);
         return Ok(());
     }
-    let arg_start = read::<u64>(mm, conf!(off.mm_arg_start))?;
-    let arg_end = read::<u64>(mm, conf!(off.mm_arg_end))?;
+    let arg_start = mm.get::<u64>(conf!(off.mm_arg_start))?;
+    let arg_end = mm.get::<u64>(conf!(off.mm_arg_end))?;
     let total = arg_end.saturating_sub(arg_start);
     let max_chunks = conf!(max_arg_chunks).clamp(1, MAX_CHUNKS) as u64;
     let cap = max_chunks * ARGS_CHUNK as u64;

@@ -70,7 +70,7 @@ impl Kernel for u64 {
 /// Its fields are then plain loads, which the verifier checks against the kernel's BTF
 /// (offsets are read-only configuration: constants to it) and the JIT guards: a fault loads
 /// 0, as the helper's failure leaves, but uncounted. Only a NULL pointer can fault here (each
-/// is the exiting task's own, or a structure it holds until it is released), and the callers
+/// is the current task or a structure it holds while the tracepoint runs), and the callers
 /// test those that can be. A load costs a nanosecond where the helper's call costs 14-29
 /// (BENCHMARKS.md). Without direct loads, the helper reads the same fields at the same
 /// addresses.
@@ -94,6 +94,12 @@ impl Btf {
         let mut p = 0u64;
         let err = self.field(&mut p, off);
         (Btf(p), err)
+    }
+
+    /// The pointer at `self + off`; a failure counted, as [`read`].
+    #[inline(always)]
+    pub fn follow(self, off: u32) -> Result<Btf, i32> {
+        self.get::<u64>(off).map(Btf)
     }
 }
 

@@ -210,8 +210,8 @@ pub fn resolve(btf: &Btf) -> Result<Resolved, OffsetsError> {
         notes.push("tracepoint sched_process_exit passes group_dead".into());
     }
 
-    // bpf_get_current_task_btf (5.11+): the exit program's fields are plain loads through
-    // pointers the verifier types by BTF, not a helper's call each.
+    // bpf_get_current_task_btf (5.11+): the exit and exec programs' fields are plain loads
+    // through pointers the verifier types by BTF, not a helper's call each.
     if btf.enum_value("BPF_FUNC_get_current_task_btf").is_ok() {
         off.direct_loads = 1;
         notes.push("BPF loads kernel fields directly (bpf_get_current_task_btf)".into());
