@@ -32,6 +32,14 @@ pub fn read_or_zero<T>(dst: &mut T, base: u64, off: u32) -> i64 {
     }
 }
 
+/// What [`Kernel`] reads: a scalar field of 4 or 8 bytes, which one load reads whole (the
+/// verifier refuses a load past the field's end, and BPF has none wider than 8 bytes).
+pub trait Field: Copy {}
+impl Field for u32 {}
+impl Field for i32 {}
+impl Field for u64 {}
+impl Field for i64 {}
+
 /// An address kernel fields are read at: a plain one (`u64`), read through
 /// bpf_probe_read_kernel, or a [`Btf`] pointer.
 pub trait Kernel: Copy {
@@ -40,9 +48,9 @@ pub trait Kernel: Copy {
     /// over one wider read.
     fn loads(self) -> bool;
     /// The `T` at `self + off`; failures counted, as [`read`].
-    fn get<T: Copy>(self, off: u32) -> Result<T, i32>;
+    fn get<T: Field>(self, off: u32) -> Result<T, i32>;
     /// The `T` at `self + off` into `dst`, as [`read_or_zero`].
-    fn field<T: Copy>(self, dst: &mut T, off: u32) -> i64;
+    fn field<T: Field>(self, dst: &mut T, off: u32) -> i64;
 }
 
 impl Kernel for u64 {
@@ -55,11 +63,11 @@ impl Kernel for u64 {
         false
     }
     #[inline(always)]
-    fn get<T: Copy>(self, off: u32) -> Result<T, i32> {
+    fn get<T: Field>(self, off: u32) -> Result<T, i32> {
         read(self, off)
     }
     #[inline(always)]
-    fn field<T: Copy>(self, dst: &mut T, off: u32) -> i64 {
+    fn field<T: Field>(self, dst: &mut T, off: u32) -> i64 {
         read_or_zero(dst, self, off)
     }
 }
@@ -113,14 +121,14 @@ impl Kernel for Btf {
         direct()
     }
     #[inline(always)]
-    fn get<T: Copy>(self, off: u32) -> Result<T, i32> {
+    fn get<T: Field>(self, off: u32) -> Result<T, i32> {
         if direct() {
             return Ok(load(self.0, off));
         }
         read(self.0, off)
     }
     #[inline(always)]
-    fn field<T: Copy>(self, dst: &mut T, off: u32) -> i64 {
+    fn field<T: Field>(self, dst: &mut T, off: u32) -> i64 {
         if direct() {
             *dst = load(self.0, off);
             return 0;
@@ -136,7 +144,7 @@ fn direct() -> bool {
 }
 
 #[inline(always)]
-fn load<T: Copy>(base: u64, off: u32) -> T {
+fn load<T: Field>(base: u64, off: u32) -> T {
     // SAFETY: the verifier proved that `base + off` is a `T`-sized field of the type `base`
     // points to, and the JIT turns a faulting load into 0.
     unsafe { core::ptr::read_volatile((base + off as u64) as *const T) }
