@@ -93,19 +93,24 @@ fn kernel(skip: &str, tracepoints_with_mm: bool) -> Btf {
         &[("value", value, 0), ("pptrs", pptrs, 0)],
     );
     e.strukt("bpf_array", 320, &keep("bpf_array", &[("", u, 320)]));
-    let counters: Vec<_> = [
-        ("MM_FILEPAGES", 0),
-        ("MM_ANONPAGES", 1),
-        ("MM_SWAPENTS", 2),
-        ("MM_SHMEMPAGES", 3),
-        ("NR_MM_COUNTERS", 4),
-    ]
-    .into_iter()
-    .filter(|x| x.0 != skip)
-    .collect();
+    let counters = enumerators(
+        skip,
+        &[
+            ("MM_FILEPAGES", 0),
+            ("MM_ANONPAGES", 1),
+            ("MM_SWAPENTS", 2),
+            ("MM_SHMEMPAGES", 3),
+            ("NR_MM_COUNTERS", 4),
+        ],
+    );
     e.enum32("", false, &counters);
     hooks(&mut e, skip, tracepoints_with_mm, ptr);
     Btf::parse(e.build()).unwrap()
+}
+
+/// `vals` but the enumerator `skip`.
+fn enumerators<'a>(skip: &str, vals: &[(&'a str, i32)]) -> Vec<(&'a str, i32)> {
+    vals.iter().filter(|x| x.0 != skip).copied().collect()
 }
 
 /// The tracepoint typedefs and functions [`kernel`] has; `ptr` is any pointer type.
@@ -130,13 +135,13 @@ fn hooks(e: &mut Enc, skip: &str, tracepoints_with_mm: bool, ptr: u32) {
     e.modifier(Kind::Typedef, "btf_trace_sched_process_exit", fp);
     if tracepoints_with_mm {
         // A kernel this new has bpf_get_current_task_btf (5.11+) in its helpers' enum.
-        let helpers: Vec<_> = [
-            ("BPF_FUNC_unspec", 0),
-            ("BPF_FUNC_get_current_task_btf", 158),
-        ]
-        .into_iter()
-        .filter(|x| x.0 != skip)
-        .collect();
+        let helpers = enumerators(
+            skip,
+            &[
+                ("BPF_FUNC_unspec", 0),
+                ("BPF_FUNC_get_current_task_btf", 158),
+            ],
+        );
         e.enum32("bpf_func_id", false, &helpers);
     }
 
