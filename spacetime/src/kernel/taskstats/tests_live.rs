@@ -166,23 +166,38 @@ fn taskstats_live_signal_exit() {
 #[test]
 fn taskstats_live_thread_group_sends_tgid_record() {
     let mut listener = TaskstatsListener::open(ListenerOptions::default()).expect("open");
+    let (r, w) = pipe();
     // SAFETY: glibc makes pthread_create safe in a forked child (its allocator locks are
-    // reset); thread_body only makes raw system calls.
+    // reset); thread_body_cpu only makes raw system calls.
     let pid = fork_with(|| unsafe {
         // An integer on glibc, a pointer on musl: zero is a value of either, and
         // pthread_create writes it before any use.
         let mut t: libc::pthread_t = std::mem::zeroed();
-        if libc::pthread_create(&mut t, std::ptr::null(), thread_body, std::ptr::null_mut()) != 0 {
+        let mut thread_ns = 0u64;
+        let arg = std::ptr::addr_of_mut!(thread_ns).cast();
+        if libc::pthread_create(&mut t, std::ptr::null(), thread_body_cpu, arg) != 0 {
             return 90;
         }
         libc::pthread_join(t, std::ptr::null_mut());
+        let mut both = [0u8; 16];
+        both[..8].copy_from_slice(&thread_ns.to_ne_bytes());
+        both[8..].copy_from_slice(&thread_cpu_ns().to_ne_bytes());
+        if rustix::io::write(&w, &both) != Ok(16) {
+            return 91;
+        }
         3
     });
+    drop(w);
+    let mut both = [0u8; 16];
+    let n = rustix::io::read(&r, &mut both).unwrap_or(0);
     let status = wait_status(pid);
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 3,
         "status {status:#x}"
     );
+    assert_eq!(n, 16, "the child did not send its threads' CPU times");
+    let thread_ns = u64::from_ne_bytes(both[..8].try_into().unwrap());
+    let leader_ns = u64::from_ne_bytes(both[8..].try_into().unwrap());
     let mut all = Vec::new();
     collect_until(&mut listener, &mut all, Duration::from_secs(10), |v| {
         v.iter()
@@ -209,9 +224,25 @@ fn taskstats_live_thread_group_sends_tgid_record() {
     assert_eq!(thread.ac_pid, thread.id);
     // The tgid record takes the layout of the pid record sent with it.
     assert_eq!(tgid.version, leader.version);
-    // It holds the group's delay-accounting sums: at least the two tasks' scheduling counts.
-    assert!(tgid.cpu_count >= leader.cpu_count.max(thread.cpu_count));
-    assert!(tgid.cpu_run_virtual_total >= leader.cpu_run_virtual_total);
+    // It sums each task's scheduling figures as taskstats_exit sampled them (fill_tgid_exit)
+    // before it filled that task's pid record (fill_stats; it may sleep in between): at least
+    // what each task read of its own CPU clock before it ended, at most the two pid records'.
+    let run = |r: &TaskstatsRecord| r.cpu_run_virtual_total;
+    assert!(
+        (thread_ns + leader_ns..=run(thread) + run(leader)).contains(&run(tgid)),
+        "group runtime {} ns: the threads read {thread_ns} + {leader_ns} ns, their records say \
+         {} + {} ns",
+        run(tgid),
+        run(thread),
+        run(leader)
+    );
+    assert!(
+        (1..=thread.cpu_count + leader.cpu_count).contains(&tgid.cpu_count),
+        "group ran {} times; its threads' records say {} + {}",
+        tgid.cpu_count,
+        thread.cpu_count,
+        leader.cpu_count
+    );
 }
 
 /// Raw datagrams as the kernel sends them, for the parser tests and for checking what the
@@ -219,7 +250,7 @@ fn taskstats_live_thread_group_sends_tgid_record() {
 #[test]
 fn taskstats_live_raw_messages_sizes_and_versions() {
     let listener = TaskstatsListener::open(ListenerOptions::default()).expect("open");
-    // SAFETY: as in taskstats_live_thread_group_sends_tgid_record.
+    // SAFETY: as in taskstats_live_thread_group_sends_tgid_record; thread_body makes no calls.
     let pid = fork_with(|| unsafe {
         // An integer on glibc, a pointer on musl: zero is a value of either, and
         // pthread_create writes it before any use.
@@ -444,7 +475,7 @@ fn taskstats_live_delayacct_sysctl_roundtrip() {
 #[test]
 fn taskstats_live_truncations_and_mutations_of_captured_messages() {
     let listener = TaskstatsListener::open(ListenerOptions::default()).expect("open");
-    // SAFETY: as in taskstats_live_thread_group_sends_tgid_record.
+    // SAFETY: as in taskstats_live_thread_group_sends_tgid_record; thread_body makes no calls.
     let pid = fork_with(|| unsafe {
         // An integer on glibc, a pointer on musl: zero is a value of either, and
         // pthread_create writes it before any use.
