@@ -31,7 +31,49 @@ pub fn output(cmd: &mut Command) -> String {
         .unwrap_or_default()
 }
 
+/// Held while xtask changes what rustup installed, by every xtask process of this rustup home.
+/// rustup is not safe against itself: two installs into one toolchain at once (CI's tools
+/// stage adding the aarch64 target beside the build adding the musl one, on a new machine)
+/// each rewrite the toolchain's list of components, one loses the other's, and the lost one's
+/// files stay behind to conflict with every later install of it. Whoever takes the lock looks
+/// again at what is installed: the holder before may have installed it.
+fn rustup_lock() -> Result<std::fs::File> {
+    let home = std::env::var_os("RUSTUP_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".rustup")))
+        .context("neither RUSTUP_HOME nor HOME is set: where rustup keeps its toolchains")?;
+    let path = home.join("spacetime-xtask.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    file.lock()
+        .with_context(|| format!("locking {}", path.display()))?;
+    Ok(file)
+}
+
+fn nightly_ready() -> bool {
+    let toolchains = output(Command::new("rustup").args(["toolchain", "list"]));
+    toolchains.lines().any(|l| l.starts_with("nightly")) && nightly_has_rust_src()
+}
+
+fn nightly_has_rust_src() -> bool {
+    let components = output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--toolchain",
+        "nightly",
+        "--installed",
+    ]));
+    components.lines().any(|l| l.starts_with("rust-src"))
+}
+
 fn ensure_nightly() -> Result<()> {
+    if nightly_ready() {
+        return Ok(());
+    }
+    let _lock = rustup_lock()?;
     let toolchains = output(Command::new("rustup").args(["toolchain", "list"]));
     if !toolchains.lines().any(|l| l.starts_with("nightly")) {
         eprintln!("xtask: installing the nightly toolchain (the eBPF build needs -Z build-std)");
@@ -43,14 +85,7 @@ fn ensure_nightly() -> Result<()> {
             "minimal",
         ]))?;
     }
-    let components = output(Command::new("rustup").args([
-        "component",
-        "list",
-        "--toolchain",
-        "nightly",
-        "--installed",
-    ]));
-    if !components.lines().any(|l| l.starts_with("rust-src")) {
+    if !nightly_has_rust_src() {
         eprintln!("xtask: installing rust-src for nightly (needed by -Z build-std=core)");
         run(Command::new("rustup").args([
             "component",
@@ -178,18 +213,28 @@ pub fn test_tools() -> Debs {
     }
 }
 
+fn rust_target_installed(target: &str) -> bool {
+    let installed = output(Command::new("rustup").args(["target", "list", "--installed"]));
+    installed.lines().any(|l| l.trim() == target)
+}
+
 /// Adds rustup's standard library for `target` (the static build's musl) when missing.
 pub fn ensure_rust_target(target: &str) -> Result<()> {
-    let installed = output(Command::new("rustup").args(["target", "list", "--installed"]));
-    if installed.lines().any(|l| l.trim() == target) {
+    if rust_target_installed(target) {
+        return Ok(());
+    }
+    let _lock = rustup_lock()?;
+    if rust_target_installed(target) {
         return Ok(());
     }
     eprintln!("xtask: adding the {target} target to the stable toolchain (rustup)");
     run(Command::new("rustup").args(["target", "add", target]))
 }
 
-/// Installs whatever is missing; a no-op on a machine that has it all.
+/// Installs whatever is missing; a no-op on a machine that has it all. The release build's
+/// target too: `setup` then leaves the build nothing to add to rustup.
 pub fn ensure() -> Result<()> {
     ensure_nightly()?;
+    ensure_rust_target(crate::release_target())?;
     ensure_bpf_linker()
 }
