@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use crate::TempDir;
 
 pub struct Gate {
-    _dir: TempDir,
+    dir: TempDir,
     path: PathBuf,
 }
 
@@ -16,16 +16,23 @@ impl Gate {
     pub fn new(tag: &str) -> Gate {
         let dir = TempDir::new(tag);
         let path = dir.path().join("open");
-        Gate { _dir: dir, path }
+        Gate { dir, path }
     }
 
-    /// A shell command that returns once the gate is open (double quotes: it may go inside
-    /// single ones).
+    /// A shell command that returns once the gate is open, or its directory gone (a gate
+    /// dropped, as on a panic, opens and is removed in one moment, which a poll would miss)
+    /// (double quotes: it may go inside single ones).
     pub fn wait(&self) -> String {
         format!(
-            "until [ -e \"{}\" ]; do sleep 0.05; done",
-            self.path.display()
+            "until [ -e \"{}\" ] || [ ! -d \"{}\" ]; do sleep 0.05; done",
+            self.path.display(),
+            self.dir.path().display()
         )
+    }
+
+    /// The file whose existence opens the gate, for a workload that waits on it itself.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
     }
 
     pub fn open(&self) {

@@ -327,9 +327,12 @@ impl Trace {
 struct Collector {
     buf: Arc<Mutex<Vec<u8>>>,
     handle: JoinHandle<()>,
+    /// The pipe again, to see what waits in it unread.
+    pipe: Option<std::os::fd::OwnedFd>,
 }
 
-fn reader<R: std::io::Read + Send + 'static>(mut r: R) -> Collector {
+fn reader<R: std::io::Read + std::os::fd::AsFd + Send + 'static>(mut r: R) -> Collector {
+    let pipe = r.as_fd().try_clone_to_owned().ok();
     let buf = Arc::new(Mutex::new(Vec::new()));
     let b = buf.clone();
     let handle = std::thread::spawn(move || {
@@ -346,18 +349,44 @@ fn reader<R: std::io::Read + Send + 'static>(mut r: R) -> Collector {
             }
         }
     });
-    Collector { buf, handle }
+    Collector { buf, handle, pipe }
 }
 
 impl Collector {
-    /// Everything read so far, after waiting up to `grace` for EOF.
+    /// Everything read so far, after waiting up to `grace` for EOF. Not at EOF after it (a
+    /// survivor holds the pipe): what came so far, once the reader has taken what waits in
+    /// the pipe (on a busy CPU it may not have run since the writer ended).
     fn take(&self, grace: Duration) -> Vec<u8> {
-        // Not at EOF after `grace` (a survivor holds the pipe): what came so far.
-        let _ = poll::poll(grace, Duration::from_millis(5), || {
-            self.handle.is_finished().then_some(())
-        });
+        let t0 = Instant::now();
+        let _ = poll::poll(
+            hang_guard(Duration::from_secs(60)),
+            Duration::from_millis(5),
+            || {
+                (self.handle.is_finished() || (t0.elapsed() >= grace && self.unread() == 0))
+                    .then_some(())
+            },
+        );
         let out = std::mem::take(&mut *self.buf.lock().unwrap_or_else(|e| e.into_inner()));
         out
+    }
+
+    /// Bytes waiting in the pipe (none if that cannot be told).
+    fn unread(&self) -> i32 {
+        let Some(pipe) = &self.pipe else { return 0 };
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int, to a local that outlives the call.
+        let r = unsafe {
+            libc::ioctl(
+                std::os::fd::AsRawFd::as_raw_fd(pipe),
+                libc::FIONREAD,
+                &mut n,
+            )
+        };
+        if r == 0 {
+            n
+        } else {
+            0
+        }
     }
 }
 

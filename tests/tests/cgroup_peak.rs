@@ -8,7 +8,7 @@
 use std::{io::Write, path::Path};
 
 use serde_json::Value;
-use spacetime_tests::{find_process, TempDir, Trace, MIB};
+use spacetime_tests::{find_process, gate::Gate, TempDir, Trace, MIB};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 
@@ -188,7 +188,11 @@ fn cgroup_lines(pid: i32) -> String {
 
 #[test]
 fn survivors_are_moved_out_and_the_cgroup_removed() {
-    let run = Trace::new([WL, "leave-child", "16", "10000"])
+    // The child holds until the checks below are done (the gate opens when it drops), ten
+    // minutes at most.
+    let gate = Gate::new("cgroup-survivor-gate");
+    let gate_path = gate.path().to_str().expect("a UTF-8 temporary path");
+    let run = Trace::new([WL, "leave-child", "16", "600000", gate_path])
         .flag("--cgroup-peak")
         .flag("--stop-on-root-exit")
         .tag("cgroup-survivor")
@@ -215,7 +219,7 @@ fn survivors_are_moved_out_and_the_cgroup_removed() {
         Vec::<String>::new(),
         "cgroup removed"
     );
-    // Still running (it holds for 10 s, then exits on its own), now in the cgroup spacetime ran in.
+    // Still running (it holds until the gate opens), now in the cgroup spacetime ran in.
     let now = cgroup_lines(child);
     assert!(
         !now.contains("spacetime-"),

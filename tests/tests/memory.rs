@@ -1,7 +1,7 @@
 //! Peak RSS per process and per image, against each process's own VmHWM read right before exit.
 
 use spacetime_tests::{
-    assert_rss, find_process, kernel_has_fetch_atomics, Trace, MIB, NO_FETCH_ATOMICS,
+    assert_rss, find_process, gate::Gate, kernel_has_fetch_atomics, Trace, MIB, NO_FETCH_ATOMICS,
 };
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
@@ -149,8 +149,11 @@ fn freed_peak_is_still_the_peak() {
 /// as the kernel followed it, not 0; the report stays consistent with itself.
 #[test]
 fn a_child_left_running_reports_its_peak_so_far() {
-    // Held 20 s: longer than any machine takes to stop at the root's exit.
-    let out = Trace::new([WL, "leave-child", "48", "20000"])
+    // Held until the test ends (the gate opens when it drops), ten minutes at most: the trace
+    // stops at the root's exit while the child surely runs.
+    let gate = Gate::new("leave-child-gate");
+    let gate_path = gate.path().to_str().expect("a UTF-8 temporary path");
+    let out = Trace::new([WL, "leave-child", "48", "600000", gate_path])
         .flag("--stop-on-root-exit")
         .tag("leave-child")
         .run();

@@ -365,7 +365,7 @@ fn a_process_growing_at_the_stop_never_contradicts_the_report() {
 
 /// Waits for the grower's own end (the next run's memory and cgroup); its file pages then.
 fn wait_done(out: &spacetime_tests::Outcome) -> i64 {
-    let until = std::time::Instant::now() + Duration::from_secs(30);
+    let until = std::time::Instant::now() + spacetime_tests::hang_guard(Duration::from_secs(30));
     loop {
         let text = std::fs::read_to_string(out.dir.path().join("truth.jsonl")).unwrap_or_default();
         if let Some(line) = text.lines().find(|l| l.contains("\"done\"")) {

@@ -95,19 +95,22 @@ mod tests {
 
     #[test]
     fn origin_is_this_machine() {
+        let realtime = || crate::util::clock::now_ns(crate::util::clock::ClockId::Realtime) as u64;
+        // The start is the wall-clock time of the monotonic time given, whatever pause comes
+        // after: it lies between the wall clock read before and after that one, but for the
+        // error of the clocks' offset (half its tightest bracket: microseconds; a second allowed).
+        let before = realtime();
         let o = Origin::now(crate::util::clock::monotonic_ns());
+        let after = realtime();
+        let slack = 1_000_000_000;
+        assert!(
+            (before - slack..=after + slack).contains(&o.start_unix_ns),
+            "{} not within [{before}, {after}]",
+            o.start_unix_ns
+        );
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
         assert_eq!(o.kernel_release, release.trim());
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
         assert_eq!(o.host, host.trim());
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("after 1970")
-            .as_nanos() as u64;
-        assert!(
-            now.abs_diff(o.start_unix_ns) < 1_000_000_000,
-            "{} vs {now}",
-            o.start_unix_ns
-        );
     }
 }

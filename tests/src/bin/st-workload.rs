@@ -82,8 +82,9 @@ usage: st-workload MODE [ARGS...]      (truth lines go to the file named by $ST_
                                record {mib} (st's fill.c)
   fillfill MIB                 fill MIB MiB and unmap it, then fork a child that fills and unmaps
                                2×MIB while the parent waits; record {role, mib} (st's fillfill.c)
-  leave-child MIB MS           fork a child that touches MIB MiB, records {role: child, mib},
-                               then holds it for MS ms; the root exits once the child recorded,
+  leave-child MIB MS [GATE]    fork a child that touches MIB MiB, records {role: child, mib},
+                               then holds it for MS ms, or until the file GATE exists or its
+                               directory is gone; the root exits once the child recorded,
                                recording {role: root, child}
   cow-fork MIB                 touch MIB MiB, fork a child that only reads them (shared,
                                copy-on-write); both record {role, mib} while both hold them
@@ -567,7 +568,12 @@ fn main() {
         "whoami" => accounting::whoami(&mut rec),
         "fill" => memory::fill_mode(&args, &mut rec),
         "fillfill" => fillfill(&mut rec, parse(&args, 2, "MIB")),
-        "leave-child" => leave_child(&mut rec, parse(&args, 2, "MIB"), parse(&args, 3, "MS")),
+        "leave-child" => leave_child(
+            &mut rec,
+            parse(&args, 2, "MIB"),
+            parse(&args, 3, "MS"),
+            args.get(4).map(std::path::PathBuf::from),
+        ),
         "cow-fork" => cow_fork(&mut rec, parse(&args, 2, "MIB")),
         "attach-tree" => attach_tree(
             &mut rec,

@@ -42,8 +42,15 @@ pub(super) fn fillfill(rec: &mut Recorder, mib: usize) -> ! {
 }
 
 /// A child that outlives the root while holding MIB MiB: it records its VmHWM, then tells the
-/// root (through a pipe) that it may exit, and holds its memory for MS ms.
-pub(super) fn leave_child(rec: &mut Recorder, mib: usize, ms: u64) -> ! {
+/// root (through a pipe) that it may exit, and holds its memory for MS ms, or until `gate`
+/// exists or its directory is gone: a test that still needs it running opens the gate (a
+/// `Gate` of the tests' library) when done, at any speed.
+pub(super) fn leave_child(
+    rec: &mut Recorder,
+    mib: usize,
+    ms: u64,
+    gate: Option<std::path::PathBuf>,
+) -> ! {
     let mut fds = [0; 2];
     // SAFETY: an array of two descriptors to fill.
     if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
@@ -54,8 +61,16 @@ pub(super) fn leave_child(rec: &mut Recorder, mib: usize, ms: u64) -> ! {
         // SAFETY: closes a descriptor this process owns and does not use after.
         unsafe { libc::close(fds[0]) };
         touch(mib);
-        // Warm the sleep and recording paths, then fold pending RSS counts (as "hold" does):
-        // nothing after the record raises the peak.
+        // Warm the sleep, gate and recording paths, then fold pending RSS counts (as "hold"
+        // does): nothing after the record raises the peak.
+        // Open once the file exists, or its directory is gone (the test's gate dropped, as on
+        // a panic, in the moment between the two).
+        let open = || {
+            gate.as_ref()
+                .is_some_and(|g| g.exists() || g.parent().is_some_and(|d| !d.exists()))
+        };
+        let until = std::time::Instant::now() + Duration::from_millis(ms);
+        let _ = open();
         rec.warm_up();
         std::thread::sleep(Duration::from_millis(1));
         fold_rss_counters(rec.fold);
@@ -67,7 +82,9 @@ pub(super) fn leave_child(rec: &mut Recorder, mib: usize, ms: u64) -> ! {
         if unsafe { libc::write(fds[1], b"x".as_ptr().cast(), 1) } != 1 {
             sys_die("write pipe");
         }
-        std::thread::sleep(Duration::from_millis(ms));
+        while std::time::Instant::now() < until && !open() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         exit(0)
     }
     // SAFETY: closes a descriptor this process owns and does not use after.
