@@ -12,12 +12,12 @@ use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::Value;
+
+use collect::{reader, Collector};
 
 pub mod agent;
 pub mod attack;
@@ -26,6 +26,7 @@ pub mod build;
 pub mod chart;
 pub mod chromium;
 pub mod clock;
+pub(crate) mod collect;
 pub mod cputime;
 pub mod gate;
 pub mod notify;
@@ -321,75 +322,6 @@ impl Trace {
     }
 }
 
-/// Collects a pipe in the background. Survivors of the traced tree (e.g. with
-/// `--stop-on-root-exit`) may hold the pipe open after spacetime exits, so `Running::wait`
-/// doesn't wait for EOF indefinitely.
-struct Collector {
-    buf: Arc<Mutex<Vec<u8>>>,
-    handle: JoinHandle<()>,
-    /// The pipe again, to see what waits in it unread.
-    pipe: Option<std::os::fd::OwnedFd>,
-}
-
-fn reader<R: std::io::Read + std::os::fd::AsFd + Send + 'static>(mut r: R) -> Collector {
-    let pipe = r.as_fd().try_clone_to_owned().ok();
-    let buf = Arc::new(Mutex::new(Vec::new()));
-    let b = buf.clone();
-    let handle = std::thread::spawn(move || {
-        let mut chunk = [0u8; 8192];
-        loop {
-            match r.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => b
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => break,
-            }
-        }
-    });
-    Collector { buf, handle, pipe }
-}
-
-impl Collector {
-    /// Everything read so far, after waiting up to `grace` for EOF. Not at EOF after it (a
-    /// survivor holds the pipe): what came so far, once the reader has taken what waits in
-    /// the pipe (on a busy CPU it may not have run since the writer ended).
-    fn take(&self, grace: Duration) -> Vec<u8> {
-        let t0 = Instant::now();
-        let _ = poll::poll(
-            hang_guard(Duration::from_secs(60)),
-            Duration::from_millis(5),
-            || {
-                (self.handle.is_finished() || (t0.elapsed() >= grace && self.unread() == 0))
-                    .then_some(())
-            },
-        );
-        let out = std::mem::take(&mut *self.buf.lock().unwrap_or_else(|e| e.into_inner()));
-        out
-    }
-
-    /// Bytes waiting in the pipe (none if that cannot be told).
-    fn unread(&self) -> i32 {
-        let Some(pipe) = &self.pipe else { return 0 };
-        let mut n: libc::c_int = 0;
-        // SAFETY: FIONREAD writes one int, to a local that outlives the call.
-        let r = unsafe {
-            libc::ioctl(
-                std::os::fd::AsRawFd::as_raw_fd(pipe),
-                libc::FIONREAD,
-                &mut n,
-            )
-        };
-        if r == 0 {
-            n
-        } else {
-            0
-        }
-    }
-}
-
 /// A running `spacetime trace`.
 pub struct Running {
     child: Child,
@@ -432,8 +364,7 @@ impl Running {
     pub fn wait_stderr(&self, needle: &str) {
         let left = self.timeout.saturating_sub(self.started.elapsed());
         poll::wait_for(&format!("{needle:?} on stderr"), left, || {
-            let buf = self.stderr.buf.lock().unwrap_or_else(|e| e.into_inner());
-            String::from_utf8_lossy(&buf).contains(needle).then_some(())
+            self.stderr.text_so_far().contains(needle).then_some(())
         });
     }
 

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::{notify::Notify, reader, show_argv, spacetime_bin, Collector, TempDir};
+use crate::collect::{reader, Collector};
+use crate::{notify::Notify, show_argv, spacetime_bin, TempDir};
 
 pub use crate::poll::READY_TIMEOUT;
 
@@ -151,14 +152,12 @@ impl RunningWatch {
 
     /// stderr so far.
     pub fn stderr_now(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.buf.lock().unwrap_or_else(|e| e.into_inner()))
-            .into_owned()
+        self.stderr.text_so_far()
     }
 
     /// stdout so far.
     pub fn stdout_now(&self) -> String {
-        String::from_utf8_lossy(&self.stdout.buf.lock().unwrap_or_else(|e| e.into_inner()))
-            .into_owned()
+        self.stdout.text_so_far()
     }
 
     /// Waits until stderr contains `needle`; panics (with stderr) after `timeout` or if
