@@ -101,8 +101,20 @@ fn watch_sees_every_exit_of_a_burst() {
     let dir = TempDir::new("watch-burst");
     let truth = dir.path().join("truth.jsonl");
     let burst_pid = run(wl(&["burst", &N.to_string(), &tag]).env("ST_TRUTH", &truth));
-    w.wait_for_stdout(&format!("\"{tag}-{}\"", N - 1), Duration::from_secs(60));
-    w.wait_for_stdout(&format!("\"burst\",\"{N}\",\"{tag}\""), SEEN);
+    // Every exit of the burst, its own last (it reaps its children first), or what a full
+    // ring left of them: lost records are allowed here, and counted below, so the wait
+    // itself never fails.
+    let burst_line = format!("\"burst\",\"{N}\",\"{tag}\"");
+    let child_token = format!("\"{tag}-");
+    let _ = spacetime_tests::poll::poll(
+        spacetime_tests::hang_guard(Duration::from_secs(60)),
+        Duration::from_millis(20),
+        || {
+            let so_far = w.stdout_now();
+            let children = so_far.lines().filter(|l| l.contains(&child_token)).count();
+            (so_far.contains(&burst_line) && children >= N).then_some(())
+        },
+    );
     let out = w.interrupt();
     out.assert_clean();
 
@@ -117,40 +129,41 @@ fn watch_sees_every_exit_of_a_burst() {
         .collect();
     assert_eq!(pids.len(), N);
 
+    // Each row is told apart by its pid. A row whose fork or exec record was lost lacks its
+    // parent or its new argv, name and program: partial, allowed only as loss.
+    let index_of: BTreeMap<u64, usize> = pids.iter().enumerate().map(|(i, &p)| (p, i)).collect();
     let mut by_index: BTreeMap<usize, Value> = BTreeMap::new();
+    let mut partial = Vec::new();
+    let mut burst_seen = false;
     for v in out.exits_containing(&tag) {
-        let argv = argv_of(&v);
-        if argv.get(1).map(String::as_str) == Some("burst") {
-            assert_eq!(pid_of(&v), burst_pid, "the burst process itself: {v}");
-            assert_eq!(v["exit"], json!({"code": 0}), "{v}");
+        let pid = u64::from(pid_of(&v));
+        if pid == u64::from(burst_pid) {
+            assert_eq!(
+                v["exit"],
+                json!({"code": 0}),
+                "the burst process itself: {v}"
+            );
+            burst_seen = true;
             continue;
         }
-        let i: usize = argv
-            .get(3)
-            .and_then(|a| a.strip_prefix(&format!("{tag}-")))
-            .and_then(|i| i.parse().ok())
-            .unwrap_or_else(|| panic!("unexpected argv {argv:?}"));
-        let code = (i % 256).to_string();
-        assert_eq!(
-            argv,
-            [WL, "quiet-exit", code.as_str(), &format!("{tag}-{i}")],
-            "child {i}: argv"
-        );
+        let i = *index_of
+            .get(&pid)
+            .unwrap_or_else(|| panic!("an exit of no process of the burst: {v}"));
         assert_eq!(v["exit"], json!({"code": i % 256}), "child {i}: exit: {v}");
-        assert_eq!(u64::from(pid_of(&v)), pids[i], "child {i}: pid: {v}");
-        assert_eq!(v["ppid"], json!(burst_pid), "child {i}: ppid: {v}");
-        // exec names a process after the file it ran: /proc/self/exe.
-        assert_eq!(v["comm"], json!("exe"), "child {i}: comm: {v}");
-        assert_eq!(
-            v["exe"],
-            json!("/proc/self/exe"),
-            "child {i}: exe as execve'd: {v}"
-        );
         assert!(
             v["peak_rss_bytes"].as_u64().unwrap_or(0) > 0,
             "child {i}: peak: {v}"
         );
         assert!(v["runtime_ns"].as_u64().unwrap_or(0) > 0, "child {i}: {v}");
+        let code = (i % 256).to_string();
+        // exec names a process after the file it ran: /proc/self/exe.
+        let whole = argv_of(&v) == [WL, "quiet-exit", code.as_str(), &format!("{tag}-{i}")]
+            && v["ppid"] == json!(burst_pid)
+            && v["comm"] == json!("exe")
+            && v["exe"] == json!("/proc/self/exe");
+        if !whole {
+            partial.push(i);
+        }
         assert!(
             by_index.insert(i, v).is_none(),
             "child {i} reported twice\n{}",
@@ -159,11 +172,17 @@ fn watch_sees_every_exit_of_a_burst() {
     }
     let missing: Vec<usize> = (0..N).filter(|i| !by_index.contains_key(i)).collect();
     let lost = out.summary_count("ring buffer full");
+    let short = missing.len() + partial.len() + usize::from(!burst_seen);
     assert!(
-        missing.len() as u64 <= lost,
-        "{} of {N} exits missing (first: {:?}), {lost} records said lost\n{}",
+        short as u64 <= lost,
+        "{} of {N} children's exits missing (first: {:?}), {} partial (first: {}), the \
+         burst's own seen: {burst_seen}; {lost} records said lost\n{}",
         missing.len(),
         &missing[..missing.len().min(10)],
+        partial.len(),
+        partial
+            .first()
+            .map_or(String::new(), |&i| by_index[&i].to_string()),
         out.context()
     );
     assert_eq!(out.summary_count("undecodable"), 0, "{}", out.context());
