@@ -17,6 +17,7 @@ use super::{
     timeline::Timeline,
 };
 use crate::model::tree::Key;
+use crate::util::clock::thread_cpu_ns;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 /// The share of one CPU the rounds may use unless told otherwise (`trace --pss-budget`).
@@ -425,11 +426,6 @@ impl PssSampler {
     pub fn cpu_budget(&self) -> f64 {
         self.policy.cfg.cpu_budget
     }
-}
-
-/// This thread's CPU time, ns.
-fn thread_cpu_ns() -> u64 {
-    crate::util::clock::now_ns(crate::util::clock::ClockId::ThreadCPUTime) as u64
 }
 
 #[cfg(test)]

@@ -10,6 +10,13 @@ pub fn now_ns(clock: ClockId) -> i128 {
     ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
 }
 
+/// The calling thread's CPU time, ns (CLOCK_THREAD_CPUTIME_ID). The kernel brings the
+/// thread's run time up to date before it answers, so what it accounts for the thread later
+/// is at least this.
+pub fn thread_cpu_ns() -> u64 {
+    now_ns(ClockId::ThreadCPUTime) as u64
+}
+
 /// CLOCK_MONOTONIC now: the kernel records' clock.
 pub fn monotonic_ns() -> u64 {
     now_ns(ClockId::Monotonic) as u64

@@ -15,6 +15,7 @@ use std::{ffi::CStr, io, path::Path, sync::Mutex, time::Instant};
 use aya::{programs::RawTracePoint, Ebpf, EbpfLoader};
 
 use super::{LoadError, BTF_PATH};
+use crate::util::clock::thread_cpu_ns;
 
 /// Raw-tracepoint programs by the CPU the verifier spends on them, costliest first (6.18,
 /// the CPU `-vv` logs for each: fork 3.8 ms, rss_exec 2.9, exit 2.4, prepare_exec 2.1,
@@ -178,13 +179,15 @@ fn load_one(
     prog: &mut RawTracePoint,
 ) -> Result<(String, u64), aya::programs::ProgramError> {
     let t = Instant::now();
-    let cpu = thread_cpu_us();
+    // This thread's CPU time: what the kernel spent verifying the program, whatever else the
+    // machine runs.
+    let cpu = thread_cpu_ns();
     retry_interrupted(name, || prog.load())?;
     let us = t.elapsed().as_micros() as u64;
     log::debug!(
         "start-up: {name} loaded in {:.1} ms ({:.1} ms of CPU)",
         us as f64 / 1e3,
-        thread_cpu_us().saturating_sub(cpu) as f64 / 1e3
+        thread_cpu_ns().saturating_sub(cpu) as f64 / 1e6
     );
     Ok((name.to_string(), us))
 }
@@ -199,13 +202,6 @@ fn online_cpus() -> usize {
         }
         libc::CPU_COUNT(&set).max(1) as usize
     }
-}
-
-/// CPU time of the calling thread (µs): what the kernel spent verifying a program on it,
-/// whatever else the machine runs.
-fn thread_cpu_us() -> u64 {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
 }
 
 #[cfg(test)]

@@ -181,7 +181,7 @@ fn taskstats_live_thread_group_sends_tgid_record() {
         libc::pthread_join(t, std::ptr::null_mut());
         let mut both = [0u8; 16];
         both[..8].copy_from_slice(&thread_ns.to_ne_bytes());
-        both[8..].copy_from_slice(&thread_cpu_ns().to_ne_bytes());
+        both[8..].copy_from_slice(&crate::util::clock::thread_cpu_ns().to_ne_bytes());
         if rustix::io::write(&w, &both) != Ok(16) {
             return 91;
         }

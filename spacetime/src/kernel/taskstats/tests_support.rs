@@ -390,16 +390,10 @@ pub(super) extern "C" fn thread_body(_: *mut libc::c_void) -> *mut libc::c_void 
     std::ptr::null_mut()
 }
 
-/// This thread's CPU time (ns): `clock_gettime` brings the task's runtime up to date before
-/// reading it, so what the kernel samples at the thread's exit is at least this much.
-pub(super) fn thread_cpu_ns() -> u64 {
-    crate::util::clock::now_ns(crate::util::clock::ClockId::ThreadCPUTime) as u64
-}
-
 /// Thread body that stores its CPU time, as the last thing it does, in the `u64` that `arg`
 /// points to.
 pub(super) extern "C" fn thread_body_cpu(arg: *mut libc::c_void) -> *mut libc::c_void {
-    let ns = thread_cpu_ns();
+    let ns = crate::util::clock::thread_cpu_ns();
     // SAFETY: the creator passes a `u64` it keeps alive until it has joined this thread.
     unsafe { arg.cast::<u64>().write(ns) };
     std::ptr::null_mut()
