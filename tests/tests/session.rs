@@ -6,10 +6,13 @@
 
 use std::ffi::OsString;
 use std::path::Path;
+use std::time::Duration;
 
 use spacetime::kernel::loader::LoadOptions;
 use spacetime::run::{Run, RunOptions, Session, SessionOptions, Spawn, Start};
-use spacetime_tests::{assert_rss, check_invariants, find_process, Exit, Report, TempDir, MIB};
+use spacetime_tests::{
+    assert_rss, check_invariants, find_process, gate::Gate, Exit, Report, TempDir, MIB,
+};
 
 const WL: &str = env!("CARGO_BIN_EXE_st-workload");
 
@@ -91,7 +94,9 @@ fn runs_in_a_row_each_have_their_own_figures() {
     assert!(session.signals_between_runs().is_empty(), "taken once");
 
     let r1 = one_process(&mut session, dir.path());
-    let (r2, left) = child_left_running(&mut session, dir.path());
+    // Run 2's child holds until run 3 is checked (the gate opens when it drops).
+    let gate = Gate::new("session-left-gate");
+    let (r2, left) = child_left_running(&mut session, dir.path(), &gate);
     let left_fd = Pidfd::open(left);
 
     // 3: three children forked and exec'd one after another, each touching 4 MiB, while run
@@ -137,12 +142,14 @@ fn runs_in_a_row_each_have_their_own_figures() {
         peak3 <= sum3 + 4 * spacetime_tests::PAGE,
         "run 3: tree peak {peak3} above the sum of its processes' VmHWM {sum3}: run 2's child counted?"
     );
-    // Run 2's child holds for a minute: a run 3 that waited for it would end after it.
+    // Run 2's child holds until the gate opens: a run 3 that waited for it would end only
+    // with the child's hang guard.
     assert!(
         left_fd.alive(),
         "run 3 ended after run 2's child {left}: it waited for it"
     );
     left_fd.kill();
+    drop(gate);
 
     // 4: an exit status passes through; one process, nothing lost.
     let t4 = dir.path().join("t4");
@@ -193,11 +200,18 @@ fn one_process(session: &mut Session, dir: &Path) -> Run {
 }
 
 /// Run 2: a root that leaves a child holding 64 MiB, the run stopped at the root's exit.
-/// Returns the run and the child's pid.
-fn child_left_running(session: &mut Session, dir: &Path) -> (Run, i32) {
+/// The child holds until `gate` opens (or a hang guard's time). Returns the run and the
+/// child's pid.
+fn child_left_running(session: &mut Session, dir: &Path, gate: &Gate) -> (Run, i32) {
     let t2 = dir.join("t2");
-    // Held a minute: longer than runs 2 and 3 take on any machine; the test ends it early.
-    let r2 = run(session, &t2, &["leave-child", "64", "60000"], true);
+    let gate_path = gate.path().to_str().expect("a UTF-8 temporary path");
+    let hold_ms = spacetime_tests::hang_guard(Duration::from_secs(120)).as_millis();
+    let r2 = run(
+        session,
+        &t2,
+        &["leave-child", "64", &hold_ms.to_string(), gate_path],
+        true,
+    );
     let rep2 = report(&r2);
     assert_eq!(rep2.exit, Exit::Code(0), "run 2: exit");
     let truth2 = truth(&t2);
