@@ -30,7 +30,8 @@ impl Gate {
         )
     }
 
-    /// The file whose existence opens the gate, for a workload that waits on it itself.
+    /// The file whose existence opens the gate, for a workload that waits on it itself (with
+    /// [`is_open`]).
     pub fn path(&self) -> &std::path::Path {
         &self.path
     }
@@ -45,4 +46,11 @@ impl Drop for Gate {
     fn drop(&mut self) {
         let _ = std::fs::write(&self.path, "");
     }
+}
+
+/// Whether the gate whose file is `path` ([`Gate::path`]) is open: the file exists, or its
+/// directory is gone (a dropped gate, as on a panic, opens and is removed in one moment) — the
+/// rule [`Gate::wait`] tests in the shell.
+pub fn is_open(path: &std::path::Path) -> bool {
+    path.exists() || path.parent().is_some_and(|d| !d.exists())
 }

@@ -63,12 +63,7 @@ pub(super) fn leave_child(
         touch(mib);
         // Warm the sleep, gate and recording paths, then fold pending RSS counts (as "hold"
         // does): nothing after the record raises the peak.
-        // Open once the file exists, or its directory is gone (the test's gate dropped, as on
-        // a panic, in the moment between the two).
-        let open = || {
-            gate.as_ref()
-                .is_some_and(|g| g.exists() || g.parent().is_some_and(|d| !d.exists()))
-        };
+        let open = || gate.as_deref().is_some_and(spacetime_tests::gate::is_open);
         let until = std::time::Instant::now() + Duration::from_millis(ms);
         let _ = open();
         rec.warm_up();
